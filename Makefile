@@ -1,0 +1,36 @@
+# Lilou developer targets. `make demo` and `make test` are all a newcomer needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+LILOU  := $(VENV)/bin/lilou
+STAMP  := $(VENV)/.installed
+# Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
+export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
+
+.PHONY: install test demo bench bench-graph clean
+
+install: $(STAMP)
+
+# torch first, pinned: the local CPU wheel. An unpinned torch would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# pytest exits 5 when it collects no test: make treats that as a failure too.
+test: install
+	$(PY) -m pytest -q
+
+demo: install
+	$(LILOU) graph examples/resnet18.onnx
+	$(LILOU) gpus
+
+bench: bench-graph
+
+bench-graph: install
+	$(PY) scripts/bench_graph.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

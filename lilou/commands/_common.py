@@ -1,0 +1,36 @@
+"""Small helpers shared by command modules: output formats and consoles."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+
+def add_format_option(parser, choices: tuple[str, ...] = ("table", "json")) -> None:
+    parser.add_argument("--format", choices=choices, default="table", help="output format (default: table)")
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def console() -> Console:
+    """A console that never wraps tables into unreadable columns when piped."""
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def add_shape_options(parser) -> None:
+    """--batch and --shape, shared by every command that reads a model."""
+    parser.add_argument("--batch", type=int, default=None, metavar="N",
+                        help="set the leading (batch) dimension of every input")
+    parser.add_argument("--shape", action="append", default=[], metavar="INPUT=D1xD2...",
+                        help="set one input's full shape, e.g. input_ids=8x512 (repeatable)")
+
+
+def shape_overrides(args) -> dict[str, tuple[int, ...]]:
+    from lilou.graph.shapes import parse_shape_overrides
+
+    return parse_shape_overrides(args.shape)

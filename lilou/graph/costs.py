@@ -1,0 +1,270 @@
+"""FLOPs and bytes of one ONNX node from its input/output shapes.
+
+Conventions (used everywhere in Lilou):
+
+* A multiply-add counts as **two** FLOPs (ResNet-50 at 224x224 is ~8.2 GFLOPs).
+* Elementwise ops count the arithmetic operations of their ONNX definition per
+  output element (``Add`` 1, ``Sigmoid`` 4, ``Gelu`` 8, ...); pure data movement
+  (``Transpose``, ``Concat``, ``Gather``, ``Cast``, ``Pad``...) has 0 FLOPs.
+* Bytes read are the input tensors a kernel must load (weights included), bytes
+  written the outputs. Ops that only change metadata (``Reshape``, ``Squeeze``,
+  ``Shape``, ...) move no bytes: eager runtimes make them views.
+  ``Gather``/``Slice`` read only the rows/elements they output, not the whole table.
+
+Why hand-written: the maintained libraries either count MACs (fvcore, thop) on
+torch modules rather than ONNX graphs, or skip most ops (onnx-tool is not kept up
+with current opsets). The formulas below are short and each is tested.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Static facts about one tensor: its shape (None if unknown) and element size in bytes."""
+
+    name: str
+    shape: Shape | None
+    dtype: str
+    itemsize: int
+
+    @property
+    def elements(self) -> int | None:
+        return None if self.shape is None else math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int | None:
+        elements = self.elements
+        return None if elements is None else elements * self.itemsize
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class CostInput:
+    """What a cost formula may look at."""
+
+    op: str
+    attributes: Mapping[str, Any]
+    inputs: Sequence[TensorInfo | None]   # None for an omitted optional input
+    outputs: Sequence[TensorInfo]
+
+
+# Ops that only rewrite metadata: no kernel in eager runtimes, no FLOPs, no bytes.
+VIEW_OPS = frozenset({
+    "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size",
+    "Constant", "Dropout", "Optional", "OptionalGetElement",
+})
+
+# Pure data movement: 0 FLOPs, bytes from tensors.
+MOVEMENT_OPS = frozenset({
+    "Transpose", "Concat", "Split", "Slice", "Pad", "Expand", "Tile", "Cast", "CastLike",
+    "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "DepthToSpace",
+    "SpaceToDepth", "ConstantOfShape", "Range", "Trilu", "OneHot", "NonZero", "Compress",
+    "ReverseSequence", "EyeLike",
+})
+
+# Arithmetic operations per output element, from each op's ONNX definition.
+ELEMENTWISE_FLOPS: dict[str, int] = {
+    "Add": 1, "Sub": 1, "Mul": 1, "Div": 1, "Pow": 1, "Mod": 1, "Max": 1, "Min": 1, "Mean": 1,
+    "Sum": 1, "Neg": 1, "Abs": 1, "Sign": 1, "Reciprocal": 1, "Sqrt": 1, "Exp": 1, "Log": 1,
+    "Erf": 1, "Sin": 1, "Cos": 1, "Tan": 1, "Floor": 1, "Ceil": 1, "Round": 1,
+    "Equal": 1, "Greater": 1, "GreaterOrEqual": 1, "Less": 1, "LessOrEqual": 1,
+    "And": 1, "Or": 1, "Xor": 1, "Not": 1, "Where": 1, "IsNaN": 1, "IsInf": 1,
+    "Relu": 1, "Tanh": 1, "Clip": 2, "LeakyRelu": 2, "PRelu": 2, "Elu": 3, "Selu": 4,
+    "Celu": 4, "ThresholdedRelu": 1, "Sigmoid": 4, "HardSigmoid": 3, "HardSwish": 4,
+    "Softplus": 3, "Softsign": 3, "Mish": 6, "Gelu": 8, "BiasGelu": 9, "FastGelu": 10,
+    "QuickGelu": 5, "Swish": 5,
+}
+
+# Per-element cost of the normalisations (ONNX function bodies): mean, centre,
+# square, mean, scale by 1/std, then the optional affine scale and bias.
+_NORM_BASE_FLOPS = 5
+
+
+def _elements(tensor: TensorInfo | None) -> int:
+    return 0 if tensor is None or tensor.elements is None else tensor.elements
+
+
+def _bytes(tensors: Sequence[TensorInfo | None]) -> int:
+    return sum(t.nbytes or 0 for t in tensors if t is not None)
+
+
+def _out_elements(node: CostInput) -> int:
+    return sum(_elements(t) for t in node.outputs)
+
+
+def _conv_flops(node: CostInput) -> int:
+    weight = node.inputs[1]
+    if weight is None or weight.shape is None or not node.outputs or node.outputs[0].shape is None:
+        return 0
+    out = node.outputs[0].shape
+    # weight: [C_out, C_in / group, k1, k2, ...]
+    macs_per_output = math.prod(weight.shape[1:])
+    flops = 2 * math.prod(out) * macs_per_output
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        flops += math.prod(out)
+    return flops
+
+
+def _conv_transpose_flops(node: CostInput) -> int:
+    data, weight = node.inputs[0], node.inputs[1]
+    if data is None or data.shape is None or weight is None or weight.shape is None:
+        return 0
+    # weight: [C_in, C_out / group, k1, k2, ...]; every input element scatters into C_out/g * k outputs.
+    flops = 2 * math.prod(data.shape) * math.prod(weight.shape[1:])
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        flops += _out_elements(node)
+    return flops
+
+
+def _matmul_flops(node: CostInput) -> int:
+    a, b = node.inputs[0], node.inputs[1]
+    if a is None or b is None or a.shape is None or b.shape is None or not node.outputs[0].shape:
+        return 0
+    k = a.shape[-1] if len(a.shape) >= 1 else 1
+    return 2 * math.prod(node.outputs[0].shape) * k
+
+
+def _gemm_flops(node: CostInput) -> int:
+    a = node.inputs[0]
+    out = node.outputs[0].shape
+    if a is None or a.shape is None or out is None:
+        return 0
+    k = a.shape[0] if node.attributes.get("transA", 0) else a.shape[-1]
+    flops = 2 * math.prod(out) * k
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        flops += math.prod(out)
+    return flops
+
+
+def _norm_flops(node: CostInput) -> int:
+    affine = sum(1 for t in node.inputs[1:3] if t is not None)
+    return (_NORM_BASE_FLOPS + affine) * _elements(node.inputs[0])
+
+
+def _batchnorm_flops(node: CostInput) -> int:
+    # Inference: scale and shift folded per channel, 2 per element.
+    return 2 * _elements(node.inputs[0])
+
+
+def _softmax_flops(node: CostInput) -> int:
+    # max, subtract, exp, sum, divide.
+    return 5 * _elements(node.inputs[0])
+
+
+def _pool_flops(node: CostInput) -> int:
+    kernel = node.attributes.get("kernel_shape") or ()
+    return _out_elements(node) * max(1, math.prod(kernel))
+
+
+def _global_pool_flops(node: CostInput) -> int:
+    return _elements(node.inputs[0])
+
+
+def _reduce_flops(node: CostInput) -> int:
+    # One operation per input element (plus the division of a mean, per output).
+    extra = _out_elements(node) if node.op in ("ReduceMean", "ReduceL2", "ReduceLogSumExp") else 0
+    per_element = 2 if node.op in ("ReduceSumSquare", "ReduceL2", "ReduceLogSumExp") else 1
+    return per_element * _elements(node.inputs[0]) + extra
+
+
+def _resize_flops(node: CostInput) -> int:
+    mode = node.attributes.get("mode", "nearest")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    data, out = node.inputs[0], node.outputs[0]
+    if mode == "nearest" or data is None or data.shape is None or out.shape is None:
+        return 0
+    resized_axes = sum(1 for i, o in zip(data.shape, out.shape) if i != o)
+    points = (4 if mode == "cubic" else 2) ** resized_axes
+    return 2 * points * _out_elements(node)  # one multiply-add per contributing point
+
+
+def _cumsum_flops(node: CostInput) -> int:
+    return _elements(node.inputs[0])
+
+
+def _einsum_flops(node: CostInput) -> int:
+    equation = node.attributes.get("equation", "")
+    if isinstance(equation, bytes):
+        equation = equation.decode()
+    lhs = equation.replace(" ", "").split("->")[0].split(",")
+    sizes: dict[str, int] = {}
+    for term, tensor in zip(lhs, node.inputs):
+        if tensor is None or tensor.shape is None or "." in term or len(term) != len(tensor.shape):
+            return 0
+        sizes.update(zip(term, tensor.shape))
+    factor = 2 if len(lhs) > 1 else 1
+    return factor * math.prod(sizes.values())
+
+
+_FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
+    "Conv": _conv_flops,
+    "ConvTranspose": _conv_transpose_flops,
+    "MatMul": _matmul_flops,
+    "Gemm": _gemm_flops,
+    "LayerNormalization": _norm_flops,
+    "SimplifiedLayerNormalization": _norm_flops,
+    "RMSNormalization": _norm_flops,
+    "InstanceNormalization": _norm_flops,
+    "GroupNormalization": _norm_flops,
+    "BatchNormalization": _batchnorm_flops,
+    "Softmax": _softmax_flops,
+    "LogSoftmax": _softmax_flops,
+    "MaxPool": _pool_flops,
+    "AveragePool": _pool_flops,
+    "LpPool": _pool_flops,
+    "GlobalAveragePool": _global_pool_flops,
+    "GlobalMaxPool": _global_pool_flops,
+    "ReduceMean": _reduce_flops, "ReduceSum": _reduce_flops, "ReduceMax": _reduce_flops,
+    "ReduceMin": _reduce_flops, "ReduceProd": _reduce_flops, "ReduceL1": _reduce_flops,
+    "ReduceL2": _reduce_flops, "ReduceSumSquare": _reduce_flops, "ReduceLogSumExp": _reduce_flops,
+    "ArgMax": _reduce_flops, "ArgMin": _reduce_flops,
+    "Resize": _resize_flops,
+    "Upsample": _resize_flops,
+    "CumSum": _cumsum_flops,
+    "Einsum": _einsum_flops,
+}
+
+#: Every op whose cost Lilou knows; anything else is reported as unsupported.
+SUPPORTED_OPS = frozenset(VIEW_OPS | MOVEMENT_OPS | set(ELEMENTWISE_FLOPS) | set(_FLOP_FORMULAS))
+
+
+def node_flops(node: CostInput) -> int:
+    if node.op in ELEMENTWISE_FLOPS:
+        return ELEMENTWISE_FLOPS[node.op] * _out_elements(node)
+    formula = _FLOP_FORMULAS.get(node.op)
+    return formula(node) if formula else 0
+
+
+def node_bytes(node: CostInput) -> tuple[int, int]:
+    """(bytes read, bytes written) by the node as one kernel."""
+    if node.op in VIEW_OPS:
+        return 0, 0
+    written = _bytes(node.outputs)
+    if node.op in ("Gather", "GatherElements", "GatherND", "Slice"):
+        # Reads the indices and only the selected data, not the whole table.
+        indices = [t for t in node.inputs[1:] if t is not None] if node.op != "Slice" else []
+        return written + _bytes(indices), written
+    if node.op in ("Shape", "Size", "ConstantOfShape", "Range", "EyeLike"):
+        return 0, written  # they read metadata only
+    if node.op == "CastLike":
+        return _bytes(node.inputs[:1]), written  # the second input lends its type only
+    return _bytes(node.inputs), written
+
+
+def node_cost(node: CostInput) -> NodeCost:
+    read, written = node_bytes(node)
+    return NodeCost(flops=int(node_flops(node)), bytes_read=int(read), bytes_written=int(written))

@@ -1,0 +1,97 @@
+"""Input-shape overrides and ONNX shape inference.
+
+ONNX's own shape inference (``onnx.shape_inference`` with data propagation, so
+``Shape -> Gather -> Concat -> Reshape`` chains resolve) is used rather than a
+hand-written pass: it is maintained with the operator set itself.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import onnx
+from onnx import shape_inference
+
+from lilou.errors import LilouInputError
+
+_SHAPE_SPEC = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[xX,]\s*\d+)*)\s*$")
+
+
+def parse_shape_overrides(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=D1xD2x...`` strings (``--shape``) into ``{name: dims}``."""
+    overrides: dict[str, tuple[int, ...]] = {}
+    for spec in specs or ():
+        match = _SHAPE_SPEC.match(spec)
+        if not match:
+            raise LilouInputError(f"cannot parse --shape {spec!r}; expected NAME=D1xD2x... such as input_ids=1x128")
+        dims = tuple(int(d) for d in re.split(r"\s*[xX,]\s*", match.group(2)))
+        if any(d <= 0 for d in dims):
+            raise LilouInputError(f"--shape {spec!r}: every dimension must be a positive integer")
+        overrides[match.group(1)] = dims
+    return overrides
+
+
+def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs fed at run time (old files also list initializers as inputs)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in initializers]
+
+
+def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
+                       shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+    """Set input dims in place: ``batch`` sets every input's leading dim, ``shapes`` whole inputs.
+
+    Raises if a named input does not exist, a rank differs, or a dynamic dim is left unset.
+    """
+    if batch is not None and batch <= 0:
+        raise LilouInputError(f"--batch must be a positive integer, got {batch}")
+    shapes = dict(shapes or {})
+    inputs = runtime_inputs(model)
+    names = [value.name for value in inputs]
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; the model's inputs are: {', '.join(names)}")
+    for value in inputs:
+        dims = value.type.tensor_type.shape.dim
+        if value.name in shapes:
+            wanted = shapes[value.name]
+            if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
+                raise LilouInputError(f"--shape {value.name}: the input has rank {len(dims)}, got {len(wanted)} dims")
+            _set_dims(value, wanted)
+        elif batch is not None and len(dims) > 0:
+            dims[0].Clear()
+            dims[0].dim_value = batch
+    _require_static_inputs(inputs)
+
+
+def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
+    shape = value.type.tensor_type.shape
+    del shape.dim[:]
+    for d in dims:
+        shape.dim.add().dim_value = int(d)
+
+
+def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto]) -> None:
+    for value in inputs:
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise LilouInputError(f"input {value.name!r} is not a tensor (sequences and maps are not supported)")
+        if not tensor_type.HasField("shape"):
+            raise LilouInputError(f"input {value.name!r} has no shape; pass --shape {value.name}=D1xD2...")
+        dynamic = [d.dim_param or "?" for d in tensor_type.shape.dim if d.dim_value <= 0]
+        if dynamic:
+            shown = "x".join(str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "?") for d in tensor_type.shape.dim)
+            raise LilouInputError(
+                f"input {value.name!r} has dynamic dimensions ({shown}); set them with "
+                f"--shape {value.name}=D1xD2... (or --batch N for the leading one)")
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Run ONNX shape inference with data propagation; a contradiction is bad input."""
+    try:
+        return shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=True)
+    except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as exc:
+        message = " ".join(str(exc).split())
+        raise LilouInputError(
+            f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model may have "
+            "been exported with fixed shapes: re-export it with the shape you want") from None

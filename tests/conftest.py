@@ -1,0 +1,45 @@
+"""Shared fixtures: the real data mirror and zoo models exported once per test session."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_datasets_dir() -> Path | None:
+    """The local mirror of real measurements (CI: ../shared/datasets), or None."""
+    candidates = [os.environ.get("LILOU_DATA_DIR"), REPO.parent / "shared" / "datasets"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "neusight").is_dir():
+            return Path(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def datasets_dir() -> Path:
+    path = shared_datasets_dir()
+    if path is None:
+        pytest.skip("real datasets not found: set LILOU_DATA_DIR to a mirror such as ../shared/datasets")
+    return path
+
+
+@pytest.fixture(scope="session")
+def zoo_onnx(tmp_path_factory):
+    """Export a zoo model once per session, weight-free unless asked: ``zoo_onnx("resnet50", batch=1)``."""
+    from lilou.zoo.export import export_onnx
+
+    cache: dict[tuple, Path] = {}
+    folder = tmp_path_factory.mktemp("zoo")
+
+    def get(name: str, **options) -> Path:
+        options.setdefault("strip_weights", True)  # weights never matter to Lilou
+        key = (name, tuple(sorted(options.items())))
+        if key not in cache:
+            stem = "-".join([name] + [f"{k}{v}" for k, v in sorted(options.items())])
+            cache[key] = export_onnx(name, folder / f"{stem}.onnx", **options)
+        return cache[key]
+
+    return get

@@ -1,0 +1,147 @@
+"""Exact FLOP and byte counts on small hand-built graphs (multiply-add = 2 FLOPs)."""
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto, helper
+
+from lilou.graph import build_graph
+from tests.onnx_builders import ints, make_model, tensor, weight
+
+
+def single_node_graph(node, inputs, outputs, initializers=()):
+    return build_graph(make_model([node], inputs, outputs, initializers))
+
+
+def only_node(graph):
+    (name,) = graph.dag.nodes
+    return graph.dag.nodes[name]
+
+
+def test_conv_counts_macs_twice_plus_bias():
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
+    graph = single_node_graph(node, [tensor("x", [2, 16, 32, 32])], [tensor("y", None)],
+                              [weight("w", [32, 16, 3, 3]), weight("b", [32])])
+    data = only_node(graph)
+    assert data["outputs"][0].shape == (2, 32, 16, 16)
+    out_elements = 2 * 32 * 16 * 16
+    assert data["flops"] == 2 * out_elements * 16 * 9 + out_elements
+    assert data["bytes_read"] == 4 * (2 * 16 * 32 * 32 + 32 * 16 * 9 + 32)
+    assert data["bytes_written"] == 4 * out_elements
+
+
+def test_grouped_conv_uses_channels_per_group():
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])
+    graph = single_node_graph(node, [tensor("x", [1, 8, 10, 10])], [tensor("y", None)],
+                              [weight("w", [8, 1, 3, 3])])
+    assert only_node(graph)["flops"] == 2 * (8 * 10 * 10) * 9
+
+
+def test_conv_transpose_scatters_each_input_element():
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])
+    graph = single_node_graph(node, [tensor("x", [1, 4, 5, 5])], [tensor("y", None)],
+                              [weight("w", [4, 6, 2, 2])])
+    data = only_node(graph)
+    assert data["outputs"][0].shape == (1, 6, 10, 10)
+    assert data["flops"] == 2 * (4 * 5 * 5) * (6 * 2 * 2)
+
+
+def test_batched_matmul_broadcasts_batch_dims():
+    node = helper.make_node("MatMul", ["a", "b"], ["c"])
+    graph = single_node_graph(node, [tensor("a", [3, 4, 8, 16]), tensor("b", [4, 16, 5])],
+                              [tensor("c", None)])
+    data = only_node(graph)
+    assert data["outputs"][0].shape == (3, 4, 8, 5)
+    assert data["flops"] == 2 * (3 * 4 * 8 * 5) * 16
+
+
+def test_gemm_with_transposed_a_and_bias():
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1)
+    graph = single_node_graph(node, [tensor("a", [64, 10])], [tensor("y", None)],
+                              [weight("b", [30, 64]), weight("c", [30])])
+    data = only_node(graph)
+    assert data["outputs"][0].shape == (10, 30)
+    assert data["flops"] == 2 * 10 * 30 * 64 + 10 * 30
+
+
+@pytest.mark.parametrize("op,per_element", [("Add", 1), ("Relu", 1), ("Sigmoid", 4), ("Gelu", 8), ("Erf", 1)])
+def test_elementwise_per_output_element(op, per_element):
+    inputs = ["x", "x"] if op == "Add" else ["x"]
+    node = helper.make_node(op, inputs, ["y"])
+    graph = single_node_graph(node, [tensor("x", [4, 100])], [tensor("y", None)])
+    assert only_node(graph)["flops"] == per_element * 400
+
+
+def test_softmax_layernorm_batchnorm():
+    x = tensor("x", [2, 3, 8])
+    softmax = only_node(single_node_graph(helper.make_node("Softmax", ["x"], ["y"]), [x], [tensor("y", None)]))
+    assert softmax["flops"] == 5 * 48
+    norm = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)
+    layer_norm = only_node(single_node_graph(norm, [x], [tensor("y", None)], [weight("g", [8]), weight("b", [8])]))
+    assert layer_norm["flops"] == 7 * 48
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])
+    batch_norm = only_node(single_node_graph(bn, [x], [tensor("y", None)],
+                                             [weight(n, [3]) for n in ("s", "b", "m", "v")]))
+    assert batch_norm["flops"] == 2 * 48
+
+
+def test_pooling_and_reductions():
+    x = tensor("x", [1, 4, 8, 8])
+    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    assert only_node(single_node_graph(pool, [x], [tensor("y", None)]))["flops"] == (4 * 4 * 4) * 4
+    gap = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    assert only_node(single_node_graph(gap, [x], [tensor("y", None)]))["flops"] == 256
+    mean = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)
+    data = only_node(single_node_graph(mean, [x], [tensor("y", None)], [ints("axes", [2, 3])]))
+    assert data["outputs"][0].shape == (1, 4)
+    assert data["flops"] == 256 + 4
+
+
+def test_resize_linear_and_nearest():
+    x = tensor("x", [1, 2, 4, 4])
+    for mode, expected in (("nearest", 0), ("linear", 2 * 4 * (2 * 8 * 8))):
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode)
+        data = only_node(single_node_graph(node, [x], [tensor("y", None)], [ints("sizes", [1, 2, 8, 8])]))
+        assert data["outputs"][0].shape == (1, 2, 8, 8)
+        assert data["flops"] == expected
+
+
+def test_data_movement_and_views():
+    concat = helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
+    data = only_node(single_node_graph(concat, [tensor("a", [2, 3]), tensor("b", [2, 5])], [tensor("c", None)]))
+    assert (data["flops"], data["bytes_read"], data["bytes_written"]) == (0, 4 * 16, 4 * 16)
+    reshape = helper.make_node("Reshape", ["a", "shape"], ["c"])
+    data = only_node(single_node_graph(reshape, [tensor("a", [2, 3])], [tensor("c", None)], [ints("shape", [3, 2])]))
+    assert data["outputs"][0].shape == (3, 2)
+    assert (data["flops"], data["bytes_read"], data["bytes_written"]) == (0, 0, 0)
+
+
+def test_gather_reads_selected_rows_not_whole_table():
+    node = helper.make_node("Gather", ["table", "ids"], ["rows"])
+    graph = single_node_graph(node, [tensor("ids", [2, 7], TensorProto.INT64)], [tensor("rows", None)],
+                              [weight("table", [30000, 64])])
+    data = only_node(graph)
+    assert data["outputs"][0].shape == (2, 7, 64)
+    assert data["bytes_written"] == 4 * 2 * 7 * 64
+    assert data["bytes_read"] == 4 * 2 * 7 * 64 + 8 * 14
+
+
+def test_shape_subgraph_is_constant_and_left_out_of_totals():
+    nodes = [
+        helper.make_node("Shape", ["w"], ["s"]),
+        helper.make_node("ConstantOfShape", ["s"], ["zeros"]),
+        helper.make_node("CastLike", ["zeros", "x"], ["zeros_like"]),
+        helper.make_node("Add", ["x", "zeros_like"], ["y"]),
+    ]
+    graph = build_graph(make_model(nodes, [tensor("x", [5])], [tensor("y", None)], [weight("w", [5])]))
+    constant = {n: d["constant"] for n, d in graph.dag.nodes(data=True)}
+    assert [constant[n] for n in graph.nodes_in_order()] == [True, True, True, False]
+    assert graph.totals() == {"nodes": 1, "flops": 5, "bytes": 4 * 15}
+
+
+def test_unsupported_op_is_reported_by_name():
+    node = helper.make_node("MyFancyOp", ["x"], ["y"], domain="com.example")
+    model = make_model([node], [tensor("x", [3])], [tensor("y", [3])])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    graph = build_graph(model)
+    assert graph.unsupported_ops == ["MyFancyOp"]
+    assert any("MyFancyOp" in w for w in graph.warnings)

@@ -1,0 +1,108 @@
+"""`lilou graph` on real zoo architectures against counts derived by hand from the papers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lilou.cli import main
+from lilou.graph import load_graph
+
+
+def resnet50_macs(image: int = 224, classes: int = 1000) -> int:
+    """Multiply-accumulates of ResNet-50 v1.5 (stride on the 3x3 conv), conv and fc layers."""
+    size = image // 2
+    macs = size * size * 64 * 3 * 7 * 7  # stem conv, 112x112
+    size //= 2  # max pool -> 56x56
+    channels = 64
+    for blocks, mid, out, stride in ((3, 64, 256, 1), (4, 128, 512, 2), (6, 256, 1024, 2), (3, 512, 2048, 2)):
+        for block in range(blocks):
+            s = stride if block == 0 else 1
+            out_size = size // s
+            macs += size * size * channels * mid            # 1x1 reduce
+            macs += out_size * out_size * mid * mid * 9      # 3x3 (strided)
+            macs += out_size * out_size * mid * out          # 1x1 expand
+            if block == 0:
+                macs += out_size * out_size * channels * out  # projection shortcut
+            size, channels = out_size, out
+    return macs + channels * classes
+
+
+def bert_gemm_flops(layers: int, hidden: int, heads: int, ffn: int, seq: int, batch: int = 1) -> int:
+    """FLOPs of the matrix products of a BERT encoder (projections, attention, FFN)."""
+    tokens = batch * seq
+    projections = 2 * tokens * hidden * (3 * hidden + hidden + 2 * ffn)
+    attention = 2 * 2 * batch * heads * seq * seq * (hidden // heads)
+    return layers * (projections + attention)
+
+
+def flops_by_op(graph, ops: set[str]) -> int:
+    return sum(graph.dag.nodes[n]["flops"] for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] in ops)
+
+
+@pytest.mark.slow
+def test_resnet50_totals_match_hand_count(zoo_onnx):
+    graph = load_graph(zoo_onnx("resnet50", batch=1))
+    hand = 2 * resnet50_macs()
+    assert hand == pytest.approx(8.18e9, rel=0.01)  # the well-known ~4.1 GMAC
+    conv_and_fc = flops_by_op(graph, {"Conv", "Gemm", "MatMul"})
+    assert conv_and_fc == pytest.approx(hand, rel=0.005)  # biases add well under 0.5 %
+    assert graph.totals()["flops"] == pytest.approx(hand, rel=0.02)
+    assert not graph.warnings
+
+
+@pytest.mark.slow
+def test_bert_base_seq128_totals_match_hand_count(zoo_onnx):
+    graph = load_graph(zoo_onnx("bert-base", batch=1, seq=128))
+    hand = bert_gemm_flops(layers=12, hidden=768, heads=12, ffn=3072, seq=128)
+    matmuls = flops_by_op(graph, {"MatMul", "Gemm"})
+    assert matmuls == pytest.approx(hand, rel=0.005)
+    assert graph.totals()["flops"] == pytest.approx(hand, rel=0.02)
+    assert {d["op"] for _, d in graph.dag.nodes(data=True)} >= {"Softmax", "MatMul", "Gather"}
+    assert not graph.warnings
+
+
+@pytest.mark.slow
+def test_stripped_export_keeps_shapes_and_costs(zoo_onnx):
+    stripped = load_graph(zoo_onnx("bert-base", batch=2, seq=32, strip_weights=True))
+    full = load_graph(zoo_onnx("bert-base", batch=2, seq=32, strip_weights=False))
+    assert [t.shape for t in stripped.inputs] == [(2, 32)]
+    assert stripped.totals() == full.totals()
+
+
+def test_example_json_contract(capsys, tmp_path):
+    status = main(["graph", "examples/resnet18.onnx", "--format", "json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert set(result["totals"]) == {"nodes", "flops", "bytes"}
+    first = result["nodes"][0]
+    assert {"name", "op", "inputs", "outputs", "flops", "bytes_read", "bytes_written"} <= set(first)
+    runtime = [n for n in result["nodes"] if not n["constant"]]
+    assert result["totals"]["nodes"] == len(runtime)
+    assert result["totals"]["flops"] == sum(n["flops"] for n in runtime)
+    # ResNet-18: 1.82 GMAC in conv + fc -> 3.64 GFLOPs.
+    assert result["totals"]["flops"] == pytest.approx(3.64e9, rel=0.01)
+
+
+def test_example_table_shows_totals(capsys):
+    assert main(["graph", "examples/resnet18.onnx"]) == 0
+    out = capsys.readouterr().out
+    assert "pixel_values=1x3x224x224" in out
+    assert "3.64 GFLOPs" in out
+
+
+def test_pyg_conversion_keeps_nodes_and_edges():
+    from lilou.graph.pyg import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, OP_VOCABULARY, to_pyg
+
+    graph = load_graph("examples/resnet18.onnx")
+    data = to_pyg(graph)
+    assert data.num_nodes == graph.dag.number_of_nodes()
+    assert data.x.shape == (graph.dag.number_of_nodes(), NUM_NODE_FEATURES)
+    assert data.edge_index.shape == (2, graph.dag.number_of_edges())
+    assert data.edge_attr.shape == (graph.dag.number_of_edges(), NUM_EDGE_FEATURES)
+    assert data.x[:, : len(OP_VOCABULARY)].sum(dim=1).eq(1).all()  # exactly one op slot per node
+    conv_slot = OP_VOCABULARY.index("Conv")
+    convs = sum(1 for _, d in graph.dag.nodes(data=True) if d["op"] == "Conv")
+    assert int(data.x[:, conv_slot].sum()) == convs
+    order = {name: i for i, name in enumerate(data.node_names)}
+    assert all(order[u] < order[v] for u, v in graph.dag.edges)  # file order is topological
