@@ -1,0 +1,92 @@
+"""Devices: the effective resources the latency model sees, a whole GPU or one MIG slice.
+
+A MIG slice is its parent GPU with the slice's share of SMs, L2 cache and DRAM bandwidth.
+Clock and architecture are the parent's; peak FLOPS scale with the share of SMs.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, find_gpu
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU or MIG slice as the latency model sees it."""
+
+    name: str  # "a100-sxm4-80gb", or "a100-sxm4-80gb/1g.10gb" for a MIG slice
+    gpu: str  # canonical name of the parent GPU
+    mig: str | None  # MIG profile name, None for the whole GPU
+    architecture: str
+    compute_capability: str
+    sms: int
+    memory_gb: float
+    memory_bandwidth_gbs: float
+    l2_mb: float
+    boost_clock_mhz: int
+    fp32_tflops: float
+    fp16_tflops: float
+    tensor_tflops: float | None  # None: no tensor cores
+    sm_fraction: float  # share of the parent's SMs (1.0 for a whole GPU)
+    l2_fraction: float
+    bandwidth_fraction: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_device(gpu: str, mig: str | None = None) -> Device:
+    """The device for a GPU name (any alias) and an optional MIG profile name.
+
+    Raises :class:`lilou.errors.LilouInputError` for an unknown GPU or a profile it lacks.
+    """
+    spec = find_gpu(gpu)
+    if mig is None:
+        return whole_gpu(spec)
+    return mig_slice(spec, spec.mig_profile(mig))
+
+
+def all_devices() -> list[Device]:
+    """Every GPU, each followed by its MIG slices (all profiles, ``+me`` ones included)."""
+    devices: list[Device] = []
+    for spec in all_gpus():
+        devices.append(whole_gpu(spec))
+        devices.extend(mig_slice(spec, profile) for profile in spec.mig_profiles)
+    return devices
+
+
+def whole_gpu(spec: GPUSpec) -> Device:
+    """The device for a whole GPU, not partitioned."""
+    return _device(spec, name=spec.name, mig=None, sms=spec.sms, memory_gb=spec.memory_gb,
+                   sm_fraction=1.0, l2_fraction=1.0, bandwidth_fraction=1.0)
+
+
+def mig_slice(spec: GPUSpec, profile: MIGProfile) -> Device:
+    """The device for one MIG instance of ``profile`` on ``spec``."""
+    return _device(spec, name=f"{spec.name}/{profile.name}", mig=profile.name, sms=profile.sms,
+                   memory_gb=profile.memory_gb, sm_fraction=profile.sms / spec.sms,
+                   l2_fraction=profile.l2_fraction, bandwidth_fraction=profile.bandwidth_fraction)
+
+
+def _device(spec: GPUSpec, *, name: str, mig: str | None, sms: int, memory_gb: float,
+            sm_fraction: float, l2_fraction: float, bandwidth_fraction: float) -> Device:
+    tensor = spec.tensor_tflops
+    return Device(
+        name=name,
+        gpu=spec.name,
+        mig=mig,
+        architecture=spec.architecture,
+        compute_capability=spec.compute_capability,
+        sms=sms,
+        memory_gb=memory_gb,
+        memory_bandwidth_gbs=spec.memory_bandwidth_gbs * bandwidth_fraction,
+        l2_mb=spec.l2_mb * l2_fraction,
+        boost_clock_mhz=spec.boost_clock_mhz,
+        fp32_tflops=spec.fp32_tflops * sm_fraction,
+        fp16_tflops=spec.fp16_tflops * sm_fraction,
+        tensor_tflops=None if tensor is None else tensor * sm_fraction,
+        sm_fraction=sm_fraction,
+        l2_fraction=l2_fraction,
+        bandwidth_fraction=bandwidth_fraction,
+    )
