@@ -1,0 +1,99 @@
+"""`lilou data list|fetch`: the registered datasets, and downloading them with checksums."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from lilou.commands._common import add_format_option, console, print_json
+from lilou.data.paths import data_root
+from lilou.data.sources import DATASETS, Dataset, get_dataset
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="list or fetch the datasets of real measurements")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+
+    listing = actions.add_parser("list", help="registered datasets and whether they are on disk")
+    _add_data_dir(listing)
+    add_format_option(listing)
+    listing.set_defaults(handler=run_list)
+
+    fetch = actions.add_parser("fetch", help="download a dataset from its pinned upstream commit (sha256-checked)")
+    fetch.add_argument("name", choices=list(DATASETS), metavar="NAME", help=f"one of: {', '.join(DATASETS)}")
+    _add_data_dir(fetch)
+    fetch.add_argument("--files", nargs="+", metavar="PATTERN", default=None,
+                       help="only these local paths (fnmatch patterns, e.g. 'kernels/train/linear/*')")
+    fetch.add_argument("--mirror", metavar="URL", default=None,
+                       help="base URL laid out like a data root (e.g. file:///srv/datasets) instead of GitHub")
+    fetch.add_argument("--quiet", action="store_true", help="no progress bar")
+    fetch.set_defaults(handler=run_fetch)
+
+
+def _add_data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", metavar="DIR", default=None,
+                        help="data root (default: $LILOU_DATA_DIR, <repo>/datasets, ~/.cache/lilou/datasets)")
+
+
+def _status(dataset: Dataset, root: Path) -> dict:
+    folder = root / dataset.name
+    # Derived tables and the mirror's notes cannot be fetched: "complete" means every downloadable file.
+    files = [f for f in dataset.files if f.downloadable]
+    present = sum(1 for f in files if (folder / f.path).is_file())
+    known = [f.size for f in files if f.size is not None]
+    state = "absent" if present == 0 else "complete" if present == len(files) else "partial"
+    return {
+        "name": dataset.name,
+        "description": dataset.description,
+        "licence": dataset.licence,
+        "repository": dataset.repository,
+        "commit": dataset.commit,
+        "files": len(files),
+        "local_only": len(dataset.files) - len(files),
+        "bytes": sum(known),
+        "bytes_known": len(known) == len(files),  # held-back files have no published size
+        "present": state,
+        "files_present": present,
+        "root": str(root),
+    }
+
+
+def run_list(args: argparse.Namespace) -> int:
+    root = data_root(args.data_dir)
+    rows = [_status(dataset, root) for dataset in DATASETS.values()]
+    if args.format == "json":
+        print_json(rows)
+        return 0
+    table = Table(title=f"datasets (data root: {root})")
+    for column in ("name", "files", "size", "licence", "on disk", "upstream"):
+        table.add_column(column, justify="right" if column in ("files", "size") else "left")
+    for row in rows:
+        size = _human_bytes(row["bytes"]) + ("" if row["bytes_known"] else "+")
+        on_disk = row["present"] if row["present"] != "partial" else f"partial ({row['files_present']}/{row['files']})"
+        table.add_row(row["name"], str(row["files"]), size, row["licence"], on_disk, row["repository"])
+    console().print(table)
+    return 0
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    from lilou.data.fetch import fetch
+
+    dataset = get_dataset(args.name)
+    report = fetch(dataset.name, data_dir=args.data_dir, files=args.files, progress=not args.quiet,
+                   mirror=args.mirror)
+    out = console()
+    out.print(f"{dataset.name}: {len(report.downloaded)} downloaded ({_human_bytes(report.bytes)}), "
+              f"{len(report.present)} already present, {len(report.not_downloadable)} not downloadable "
+              f"(derived tables and mirror notes) -> {report.root / dataset.name}", highlight=False)
+    return 0
+
+
+def _human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
