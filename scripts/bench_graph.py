@@ -39,11 +39,13 @@ def export(name: str, options: dict) -> Path:
     return path
 
 
-# The child reports its own peak RSS, so each run is measured alone.
-_CHILD = ("import resource, sys\n"
+# The child reports its own peak RSS (VmHWM: ru_maxrss would carry the parent's peak
+# across fork and exec), so each run is measured alone.
+_CHILD = ("import sys\n"
           "from lilou.cli import main\n"
           "status = main(sys.argv[1:])\n"
-          "sys.stderr.write(f'PEAK_RSS_KB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')\n"
+          "peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+          "sys.stderr.write('PEAK_RSS_KB=' + peak.split()[1] + '\\n')\n"
           "sys.exit(status)\n")
 
 

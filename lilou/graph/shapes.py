@@ -13,6 +13,7 @@ import onnx
 from onnx import shape_inference
 
 from lilou.errors import LilouInputError
+from lilou.graph.shape_completion import complete_shapes
 
 _SHAPE_SPEC = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[xX,]\s*\d+)*)\s*$")
 
@@ -87,11 +88,27 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto]) -> None:
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Run ONNX shape inference with data propagation; a contradiction is bad input."""
+    """ONNX shape inference with data propagation, then constant evaluation for any gaps.
+
+    A contradiction (e.g. a --batch that a fixed Reshape cannot take) is bad input.
+    """
     try:
-        return shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=True)
+        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=True)
     except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as exc:
         message = " ".join(str(exc).split())
         raise LilouInputError(
             f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model may have "
             "been exported with fixed shapes: re-export it with the shape you want") from None
+    if _outputs_without_static_shape(inferred):
+        complete_shapes(inferred)
+    return inferred
+
+
+def _outputs_without_static_shape(model: onnx.ModelProto) -> bool:
+    graph = model.graph
+    known = {t.name for t in graph.initializer}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            known.add(value.name)
+    return any(name and name not in known for node in graph.node for name in node.output)
