@@ -29,7 +29,8 @@ import numpy as np
 
 from lilou.data.paths import dataset_dir, dataset_file, fetch_hint
 from lilou.errors import LilouInputError, MissingDataError
-from lilou.graph.costs import CostInput, NodeCost, TensorInfo, node_cost
+from lilou.graph.costs import CostInput, NodeCost, TensorInfo
+from lilou.latency.kernel import describe_kernel
 
 DATASET = "neusight"
 
@@ -116,17 +117,8 @@ def kernel_cost(op: str, shape: dict[str, int]) -> NodeCost:
     epilogue) that is input, weight and bias read and the output written; the
     MatMul's intermediate result is neither written nor read again.
     """
-    nodes = cost_nodes(op, shape)
-    costs = [node_cost(node) for node in nodes]
-    if len(nodes) == 1:
-        return costs[0]
-    produced = {t.name for node in nodes for t in node.outputs}
-    consumed = {t.name for node in nodes for t in node.inputs if t is not None}
-    external = {t.name: t for node in nodes for t in node.inputs if t is not None and t.name not in produced}
-    final = {t.name: t for node in nodes for t in node.outputs if t.name not in consumed}
-    return NodeCost(flops=sum(c.flops for c in costs),
-                    bytes_read=sum(t.nbytes or 0 for t in external.values()),
-                    bytes_written=sum(t.nbytes or 0 for t in final.values()))
+    spec = describe_kernel(cost_nodes(op, shape))
+    return NodeCost(flops=spec.flops, bytes_read=spec.bytes_read, bytes_written=spec.bytes_written)
 
 
 # ------------------------------------------------------------------------ row views
