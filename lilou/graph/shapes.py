@@ -92,16 +92,45 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
     A contradiction (e.g. a --batch that a fixed Reshape cannot take) is bad input.
     """
+    probe, unread = _unread_initializers_as_inputs(model)
     try:
-        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=True)
+        inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=True)
     except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as exc:
         message = " ".join(str(exc).split())
         raise LilouInputError(
             f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model may have "
             "been exported with fixed shapes: re-export it with the shape you want") from None
+    _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):
         complete_shapes(inferred)
     return inferred
+
+
+def _unread_initializers_as_inputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """Shape inference refuses to look at initializers whose bytes were not loaded; their
+    shapes are all it needs, so present them as graph inputs of the same type and shape."""
+    unread = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not unread:
+        return model, []
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    kept = [t for t in probe.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    probe.graph.ClearField("initializer")
+    probe.graph.initializer.extend(kept)
+    listed = {v.name for v in probe.graph.input}
+    probe.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in unread if t.name not in listed)
+    return probe, unread
+
+
+def _restore_initializers(inferred: onnx.ModelProto, unread: list[onnx.TensorProto]) -> None:
+    if not unread:
+        return
+    names = {t.name for t in unread}
+    inputs = [v for v in inferred.graph.input if v.name not in names]
+    inferred.graph.ClearField("input")
+    inferred.graph.input.extend(inputs)
+    inferred.graph.initializer.extend(unread)
 
 
 def _outputs_without_static_shape(model: onnx.ModelProto) -> bool:
