@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install test demo bench bench-graph clean
+.PHONY: install test demo bench bench-graph bench-kernels train-kernels clean
 
 install: $(STAMP)
 
@@ -27,10 +27,18 @@ demo: install
 	$(LILOU) graph examples/resnet18.onnx
 	$(LILOU) gpus
 
-bench: bench-graph
+bench: bench-graph bench-kernels
 
 bench-graph: install
 	$(PY) scripts/bench_graph.py
+
+# Leave-one-GPU-out and unseen-GPU test rows on the NeuSight measurements.
+bench-kernels: install
+	$(PY) scripts/bench_kernels.py
+
+# The shipped per-kernel model: checkpoints/kernel_latency (config conf/experiment/kernel_latency.yaml).
+train-kernels: install
+	$(PY) -m lilou.train experiment=kernel_latency
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,57 @@
+"""Lightning module training :class:`KernelLatencyNet` on measured kernels.
+
+Loss: L1 on log latency (a relative error, robust to the heavy tail of sizes)
+plus ``type_weight`` x cross-entropy of the kernel type.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import lightning as L
+import torch
+from torch import nn
+
+from lilou.latency.model import KernelLatencyNet
+
+
+class KernelLatencyModule(L.LightningModule):
+    def __init__(self, num_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
+                 lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = KernelLatencyNet(num_features, hidden=tuple(hidden), dropout=dropout)
+
+    def on_fit_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and datamodule.train is not None:
+            self.net.set_normalisation(datamodule.train.features)
+
+    def forward(self, features, family, log_roofline):
+        return self.net(features, family, log_roofline)
+
+    def _step(self, batch, stage: str) -> torch.Tensor:
+        features, family, log_roofline, log_latency, kernel_type = batch
+        log_pred, type_logits = self(features, family, log_roofline)
+        latency_loss = (log_pred - log_latency).abs().mean()
+        type_loss = nn.functional.cross_entropy(type_logits, kernel_type)
+        loss = latency_loss + self.hparams.type_weight * type_loss
+        ape = ((log_pred - log_latency).exp() - 1).abs().mean()
+        accuracy = (type_logits.argmax(dim=1) == kernel_type).float().mean()
+        self.log_dict({f"{stage}/loss": loss, f"{stage}/mape": ape, f"{stage}/type_acc": accuracy},
+                      prog_bar=stage != "train", on_epoch=True, on_step=False, batch_size=len(features))
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        total = self.trainer.estimated_stepping_batches
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=int(total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

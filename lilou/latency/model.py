@@ -1,0 +1,67 @@
+"""The per-kernel network: log-latency regressor and kernel-type classifier.
+
+Latency is composed physically so that a GPU outside the training set is reached
+through its specs, not memorised:
+
+    latency = floor[family] + roofline(kernel, device) * exp(slowdown(features))
+
+``roofline`` is max(FLOPs / peak, bytes / bandwidth) of the device (a MIG slice's
+own SMs and bandwidth included); ``slowdown`` >= 0 is learned from device-normalised
+features (waves, tile fill, size against L2, ...). ``floor`` is the per-launch
+latency a kernel never goes below in the measurements: host and driver overhead
+that no spec sheet gives, learned per family as a single figure over the training
+GPUs. The model reports the two parts separately (:meth:`KernelLatencyNet.parts`), so
+end-to-end composition can use the GPU work alone and model launch gaps itself.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from lilou.latency.kernel import FAMILIES
+from lilou.latency.kernel_types import KERNEL_TYPES
+
+
+def _mlp(sizes: Sequence[int], dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(fan_in, fan_out), nn.SiLU()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
+
+
+class KernelLatencyNet(nn.Module):
+    """Features -> (log latency in ms, kernel-type logits).
+
+    Inputs: standardised features ``x`` [n, d], the family index [n] and the natural log
+    of the roofline time in ms [n]. Standardisation statistics are buffers, saved with
+    the weights.
+    """
+
+    def __init__(self, num_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
+                 initial_floor_ms: float = 0.02) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.register_buffer("feature_mean", torch.zeros(num_features))
+        self.register_buffer("feature_std", torch.ones(num_features))
+        self.trunk = _mlp([num_features, *hidden], dropout)
+        self.slowdown = nn.Linear(hidden[-1], 1)
+        self.type_head = nn.Linear(hidden[-1], len(KERNEL_TYPES))
+        self.log_floor = nn.Parameter(torch.full((len(FAMILIES),), float(torch.tensor(initial_floor_ms).log())))
+
+    def set_normalisation(self, features: torch.Tensor) -> None:
+        self.feature_mean.copy_(features.mean(dim=0))
+        self.feature_std.copy_(features.std(dim=0).clamp_min(1e-6))
+
+    def parts(self, features: torch.Tensor, family: torch.Tensor, log_roofline_ms: torch.Tensor):
+        """(log floor ms, log work ms, type logits) per kernel."""
+        hidden = self.trunk((features - self.feature_mean) / self.feature_std)
+        log_work = log_roofline_ms + nn.functional.softplus(self.slowdown(hidden).squeeze(-1))
+        return self.log_floor[family], log_work, self.type_head(hidden)
+
+    def forward(self, features: torch.Tensor, family: torch.Tensor, log_roofline_ms: torch.Tensor):
+        log_floor, log_work, type_logits = self.parts(features, family, log_roofline_ms)
+        return torch.logaddexp(log_floor, log_work), type_logits

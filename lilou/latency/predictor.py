@@ -1,0 +1,76 @@
+"""A trained kernel model on disk and in use: save, load (no pickle), predict.
+
+A checkpoint is a folder: ``model.safetensors`` (weights and normalisation),
+``config.json`` (architecture, feature groups, kernel-type list) and
+``metrics.json`` (what it scored, on which data, made by which command).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from lilou.errors import LilouInputError
+from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_ms
+from lilou.latency.kernel_types import KERNEL_TYPES
+from lilou.latency.model import KernelLatencyNet
+
+
+@dataclass(frozen=True)
+class KernelPrediction:
+    latency_ms: np.ndarray    # floor + work
+    work_ms: np.ndarray       # GPU time of the kernel alone
+    floor_ms: np.ndarray      # per-launch floor of its family
+    kernel_type: np.ndarray   # str per kernel
+    compute_bound: np.ndarray  # bool: FLOPs / peak above bytes / bandwidth
+
+
+class KernelLatencyPredictor:
+    def __init__(self, net: KernelLatencyNet, feature_groups: Sequence[str], config: dict[str, Any]) -> None:
+        self.net = net.eval()
+        self.feature_groups = tuple(feature_groups)
+        self.config = config
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> KernelLatencyPredictor:
+        folder = Path(folder)
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            state = load_file(folder / "model.safetensors")
+        except FileNotFoundError as exc:
+            raise LilouInputError(f"no kernel-latency checkpoint in {folder} ({exc.filename} missing); "
+                                  "train one with `make train-kernels`") from None
+        if tuple(config["kernel_types"]) != KERNEL_TYPES:
+            raise LilouInputError(f"checkpoint {folder} was trained with another kernel-type list; retrain it")
+        net = KernelLatencyNet(config["num_features"], hidden=config["hidden"], dropout=0.0)
+        net.load_state_dict(state)
+        return cls(net, config["feature_groups"], config)
+
+    def save(self, folder: str | os.PathLike[str], metrics: dict[str, Any] | None = None) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, folder / "model.safetensors")
+        config = {**self.config, "feature_groups": list(self.feature_groups), "kernel_types": list(KERNEL_TYPES)}
+        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if metrics is not None:
+            (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        return folder
+
+    @torch.no_grad()
+    def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelPrediction:
+        compute, memory = roofline_ms(kernels, devices)
+        roofline = np.maximum(np.maximum(compute, memory), 1e-9)
+        features = torch.from_numpy(kernel_features(kernels, devices, self.feature_groups))
+        family = torch.from_numpy(kernels.family)
+        log_floor, log_work, logits = self.net.parts(features, family, torch.from_numpy(np.log(roofline)).float())
+        floor, work = log_floor.exp().double().numpy(), log_work.exp().double().numpy()
+        types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(dim=1).numpy()]
+        return KernelPrediction(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,
+                                compute_bound=compute >= memory)

@@ -1,0 +1,73 @@
+"""Train the kernel model from a Hydra config; shared by `lilou.train` and the benchmark."""
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from hydra.utils import instantiate, to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from lilou.latency.datamodule import KernelDataModule
+from lilou.latency.evaluation import error_table
+from lilou.latency.predictor import KernelLatencyPredictor
+
+
+def fit(cfg: DictConfig, logger: Any = False) -> tuple[KernelLatencyPredictor, KernelDataModule]:
+    """Seed, build data and model from ``cfg``, train; returns the predictor and its data."""
+    L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    datamodule: KernelDataModule = instantiate(cfg.data)
+    datamodule.setup()
+    module = instantiate(cfg.model, num_features=datamodule.train.features.shape[1])
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger)
+    trainer.fit(module, datamodule=datamodule)
+    config = {"num_features": int(datamodule.train.features.shape[1]), "hidden": list(cfg.model.hidden),
+              "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
+              "config": OmegaConf.to_container(cfg, resolve=False)}
+    return KernelLatencyPredictor(module.net, datamodule.feature_groups, config), datamodule
+
+
+def held_out_metrics(predictor: KernelLatencyPredictor, datamodule: KernelDataModule) -> list[dict[str, Any]]:
+    rows = datamodule.test_rows
+    if rows is None or len(rows) == 0:
+        return []
+    prediction = predictor.predict(rows.kernels, rows.devices)
+    return error_table(rows, prediction.latency_ms, prediction.kernel_type)
+
+
+def train_kernel_model(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    output_dir = Path(HydraConfig.get().runtime.output_dir)
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    predictor, datamodule = fit(cfg, logger=logger)
+    val = datamodule.val
+    prediction = predictor.predict(
+        datamodule.val_rows.kernels, datamodule.val_rows.devices) if datamodule.val_rows is not None else None
+    metrics: dict[str, Any] = {
+        "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
+        "seed": cfg.seed,
+        "data": "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)",
+        "train_rows": int(len(datamodule.train.log_latency)),
+        "trained_on": predictor.config["trained_on"],
+        "held_out": held_out_metrics(predictor, datamodule),
+        "python": platform.python_version(),
+    }
+    if prediction is not None:
+        measured = np.exp(val.log_latency.numpy().astype(np.float64))
+        metrics["val_mape"] = float(100 * np.mean(np.abs(prediction.latency_ms - measured) / measured))
+    predictor.save(output_dir / "checkpoint", metrics)
+    if cfg.get("output_checkpoint"):
+        predictor.save(to_absolute_path(cfg.output_checkpoint), metrics)
+    print(json.dumps({k: v for k, v in metrics.items() if k != "held_out"}, indent=2))
+    return metrics.get("val_mape")
+
+
+

@@ -1,0 +1,30 @@
+"""Hydra entry point for training: ``python -m lilou.train experiment=kernel_latency``.
+
+The config tree lives in ``conf/`` (data, model, trainer, logger, experiment).
+``task`` chooses the routine; each writes its metrics JSON and checkpoint into
+the run's output folder (``outputs/<date>/<time>/`` or ``multirun/...``).
+"""
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from lilou.errors import LilouInputError
+
+
+def _tasks():
+    from lilou.latency.training import train_kernel_model
+
+    return {"kernel_latency": train_kernel_model}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    tasks = _tasks()
+    if cfg.task not in tasks:
+        raise LilouInputError(f"unknown task {cfg.task!r}; known: {', '.join(tasks)}")
+    return tasks[cfg.task](cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Benchmark the per-kernel latency model on real NeuSight measurements.
+
+1. Leave-one-GPU-out over the five training GPUs: train on four (config
+   `experiment=kernel_latency`, the same as the shipped checkpoint), test on the
+   fifth; the roofline baseline (fitted floor + efficiency) is fitted on the same four.
+2. Train on all five, test on `kernels/test` rows of GPUs that are new for that op
+   (A100 80GB PCIe for GEMM, elementwise, layer norm, softmax).
+3. Speed: predicting 10 000 kernels on one GPU, median of repeats.
+
+Prints one table per part and writes outputs/bench/kernels.{json,csv}.
+
+    python scripts/bench_kernels.py [--quick] [hydra overrides ...]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+from rich.console import Console
+from rich.table import Table
+
+from lilou.data.neusight import load_kernels
+from lilou.hardware import resolve_device
+from lilou.latency.dataset import build_dataset
+from lilou.latency.evaluation import error_table
+from lilou.latency.features import DeviceColumns
+from lilou.latency.roofline import RooflineBaseline
+from lilou.latency.training import fit
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "outputs" / "bench"
+# One fold per training GPU; NeuSight measured conv on the A100 80GB instead of the 40GB,
+# so the A100 fold holds out both.
+FOLDS: dict[str, list[str]] = {
+    "a100": ["a100-pcie-40gb", "a100-pcie-80gb"],
+    "p100": ["p100-pcie-16gb"],
+    "p4": ["p4"],
+    "t4": ["t4"],
+    "v100": ["v100-pcie-32gb"],
+}
+FAMILY_ORDER = ("gemm", "conv", "elementwise", "softmax", "layernorm")
+
+
+def config(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("train", overrides=["experiment=kernel_latency", *overrides])
+
+
+def evaluate_fold(held_out: list[str], overrides: list[str]) -> list[dict]:
+    cfg = config([*overrides, f"data.held_out_gpus=[{','.join(held_out)}]", "trainer.enable_progress_bar=false"])
+    predictor, datamodule = fit(cfg)
+    rows = datamodule.test_rows
+    model = predictor.predict(rows.kernels, rows.devices)
+    train_rows = datamodule.train_rows
+    baseline = RooflineBaseline.fit(train_rows)
+    results = []
+    for name, predicted, types in (("model", model.latency_ms, model.kernel_type),
+                                   ("roofline", baseline.predict(rows.kernels, rows.devices), None)):
+        for row in error_table(rows, predicted, types):
+            results.append({"predictor": name, **row})
+    return results
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Mean over held-out GPUs of each family's MAPE, per predictor."""
+    summary = []
+    for family in FAMILY_ORDER:
+        entry = {"family": family}
+        for predictor in ("model", "roofline"):
+            picked = [r for r in rows if r["family"] == family and r["predictor"] == predictor]
+            if picked:
+                entry[f"{predictor}_mape"] = statistics.fmean(r["mape"] for r in picked)
+                entry[f"{predictor}_median_ape"] = statistics.fmean(r["median_ape"] for r in picked)
+            accuracy = [r["type_accuracy"] for r in picked if "type_accuracy" in r]
+            if accuracy:
+                entry["type_accuracy"] = statistics.fmean(accuracy)
+        summary.append(entry)
+    return summary
+
+
+def speed(predictor, repeats: int = 7) -> float:
+    """Median seconds to predict 10 000 real kernel shapes on one GPU (features included)."""
+    table = load_kernels("test", ops=["linear", "bmm", "add", "softmax", "ln"])
+    data = build_dataset(table)
+    index = np.arange(10_000) % len(data)
+    kernels = data.kernels.take(index)
+    device = DeviceColumns.from_devices([resolve_device("a10g")])
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        predictor.predict(kernels, device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def unseen_gpu_test(overrides: list[str]) -> tuple[list[dict], object]:
+    cfg = config([*overrides, "trainer.enable_progress_bar=false"])
+    predictor, datamodule = fit(cfg)
+    seen = {(str(g), str(f)) for g, f in zip(datamodule.train_rows.gpu,
+                                              datamodule.train_rows.family)}
+    test = build_dataset(load_kernels("test"))
+    new = np.array([(str(g), str(f)) not in seen for g, f in zip(test.gpu, test.family)])
+    results = []
+    for label, mask in (("unseen GPU for the op", new), ("seen GPU, new shapes", ~new)):
+        if mask.any():
+            rows = test.take(np.flatnonzero(mask))
+            prediction = predictor.predict(rows.kernels, rows.devices)
+            results += [{"split": label, **r} for r in error_table(rows, prediction.latency_ms, prediction.kernel_type)]
+    return results, predictor
+
+
+def print_table(title: str, rows: list[dict], columns: list[str]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("family", "gpu", "split", "predictor") else "right")
+    for row in rows:
+        table.add_row(*[f"{row[c]:.1f}" if isinstance(row.get(c), float) else str(row.get(c, "-")) for c in columns])
+    Console(width=200).print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="subsample rows and epochs (minutes, not for reporting)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.max_epochs=4")
+    args = parser.parse_args()
+    overrides = list(args.overrides) + (["data.max_rows=30000", "trainer.max_epochs=2"] if args.quick else [])
+    started = time.perf_counter()
+    logo = []
+    for fold, gpus in FOLDS.items():
+        logo += [{"fold": fold, **r} for r in evaluate_fold(gpus, overrides)]
+        print(f"fold {fold} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    summary = summarise(logo)
+    test_rows, predictor = unseen_gpu_test(overrides)
+    seconds = speed(predictor)
+    print_table("leave-one-GPU-out, per held-out GPU", [r for r in logo if r["predictor"] == "model"],
+                ["gpu", "family", "n", "mape", "median_ape", "type_accuracy"])
+    print_table("leave-one-GPU-out, roofline baseline", [r for r in logo if r["predictor"] == "roofline"],
+                ["gpu", "family", "n", "mape", "median_ape"])
+    print_table("leave-one-GPU-out, mean over held-out GPUs (MAPE %)", summary,
+                ["family", "model_mape", "model_median_ape", "roofline_mape", "roofline_median_ape", "type_accuracy"])
+    print_table("train on all five, kernels/test rows", test_rows,
+                ["split", "gpu", "family", "n", "mape", "median_ape", "type_accuracy"])
+    print(f"prediction speed: 10,000 kernels x 1 GPU in {seconds * 1000:.1f} ms (median of 7)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = {"overrides": overrides, "leave_one_gpu_out": logo, "summary": summary, "test_split": test_rows,
+              "speed_10k_kernels_s": seconds, "wall_s": time.perf_counter() - started}
+    (OUT / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
+    with open(OUT / "kernels.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["fold", "predictor", "gpu", "family", "n", "mape",
+                                                    "median_ape", "type_accuracy"])
+        writer.writeheader()
+        writer.writerows(logo)
+
+
+if __name__ == "__main__":
+    main()

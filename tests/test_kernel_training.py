@@ -1,0 +1,80 @@
+"""Training the kernel model through Hydra on a small slice of the real data, and using it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lilou.data.neusight import load_kernels
+from lilou.hardware import resolve_device
+from lilou.latency.dataset import build_dataset
+from lilou.latency.features import DeviceColumns
+from lilou.latency.kernel_types import KERNEL_TYPES
+from lilou.latency.predictor import KernelLatencyPredictor
+from lilou.latency.roofline import RooflineBaseline
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, datasets_dir) -> Path:
+    """A model trained for one epoch on 4,000 rows of four GPUs, T4 held out."""
+    out = tmp_path_factory.mktemp("run")
+    command = [sys.executable, "-m", "lilou.train", f"hydra.run.dir={out}", "data.max_rows=4000",
+               "trainer.max_epochs=1", "data.held_out_gpus=[t4]", "trainer.enable_progress_bar=false",
+               f"data.data_dir={datasets_dir}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+def test_hydra_run_writes_checkpoint_metrics_and_csv_log(trained):
+    checkpoint = trained / "checkpoint"
+    assert {p.name for p in checkpoint.iterdir()} == {"model.safetensors", "config.json", "metrics.json"}
+    metrics = json.loads((checkpoint / "metrics.json").read_text())
+    assert metrics["train_rows"] == 3800  # 4,000 sampled, 5 % kept for validation
+    assert "t4" not in metrics["trained_on"]
+    assert {row["gpu"] for row in metrics["held_out"]} == {"t4"}
+    assert {row["family"] for row in metrics["held_out"]} == {"gemm", "conv", "elementwise", "layernorm", "softmax"}
+    assert list(trained.glob("csv/version_0/metrics.csv"))
+
+
+def test_checkpoint_loads_without_pickle_and_predicts(trained, datasets_dir):
+    predictor = KernelLatencyPredictor.load(trained / "checkpoint")
+    table = load_kernels("train", ops=["linear"], devices=["Tesla T4"], data_dir=datasets_dir, limit_per_file=50)
+    rows = build_dataset(table)
+    prediction = predictor.predict(rows.kernels, rows.devices)
+    assert prediction.latency_ms.shape == (50,)
+    assert np.all(prediction.latency_ms > prediction.work_ms)  # floor + work
+    assert np.all(prediction.work_ms > 0)
+    assert set(prediction.kernel_type) <= set(KERNEL_TYPES)
+
+
+def test_smaller_mig_slice_is_never_faster(trained, datasets_dir):
+    predictor = KernelLatencyPredictor.load(trained / "checkpoint")
+    rows = build_dataset(load_kernels("train", ops=["linear", "add"], devices=["Tesla T4"],
+                                      data_dir=datasets_dir, limit_per_file=200))
+    slices = ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]
+    times = [predictor.predict(rows.kernels, DeviceColumns.from_devices([resolve_device("a100-80gb", s)])).work_ms
+             for s in slices]
+    roofline = [DeviceColumns.from_devices([resolve_device("a100-80gb", s)]) for s in slices]
+    assert [c.sms[0] for c in roofline] == [14, 28, 42, 98]
+    # Summed over real kernels the predicted time falls as the slice grows.
+    totals = [t.sum() for t in times]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_roofline_baseline_fits_floor_and_efficiency_on_real_rows(datasets_dir):
+    rows = build_dataset(load_kernels("train", ops=["add"], devices=["Tesla T4", "Tesla P4"],
+                                      data_dir=datasets_dir))
+    baseline = RooflineBaseline.fit(rows)
+    elementwise = 2  # FAMILIES.index("elementwise")
+    assert 0.015 < baseline.floor_ms[elementwise] < 0.035  # the ~26 us launch floor of these machines
+    assert 0.5 < baseline.efficiency[elementwise] < 0.95   # streaming at most of peak bandwidth
+    predicted = baseline.predict(rows.kernels, rows.devices)
+    ape = np.abs(predicted - rows.latency_ms) / rows.latency_ms
+    assert np.median(ape) < 0.2
