@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
@@ -264,19 +263,9 @@ def test_to_dict_is_json_and_includes_mig_profiles():
 # ---------------------------------------------------------------------------- datasets
 
 
-def _datasets_dir() -> Path | None:
-    shared = os.environ.get("LILOU_SHARED_DIR")
-    root = Path(shared) if shared else Path(__file__).resolve().parents[2] / "shared"
-    datasets = root / "datasets"
-    return datasets if (datasets / "neusight").is_dir() else None
-
-
 @pytest.fixture(scope="module")
-def datasets() -> Path:
-    path = _datasets_dir()
-    if path is None:
-        pytest.skip("../shared/datasets not found; set LILOU_SHARED_DIR to the folder holding datasets/")
-    return path
+def datasets(datasets_dir) -> Path:
+    return datasets_dir
 
 
 # Every device name the datasets use, and the database entry it must map to.
