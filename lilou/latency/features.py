@@ -23,7 +23,7 @@ ELEMENTWISE_BLOCK = 512
 # A small floor so empty kernels (views) keep finite logs: 1 ns.
 MIN_TIME_MS = 1e-6
 
-FEATURE_GROUPS = ("kernel", "roofline", "waves", "cache", "gpu")
+FEATURE_GROUPS = ("family", "shape", "roofline", "waves", "cache", "gpu")
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,8 @@ def _waves(blocks: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def feature_names(groups: Sequence[str] = FEATURE_GROUPS) -> list[str]:
     names = {
-        "kernel": [f"family_{f}" for f in FAMILIES] + [
+        "family": [f"family_{f}" for f in FAMILIES],
+        "shape": [
             "log_flops", "log_bytes", "log_out_elements", "log_intensity", "log_gemm_batch", "log_gemm_m",
             "log_gemm_n", "log_gemm_k", "log_conv_window", "conv_stride", "log_conv_groups",
             "winograd_eligible", "log_rows", "log_cols"],
@@ -130,10 +131,11 @@ def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
     n = len(kernels)
     k = kernels
     columns: list[np.ndarray] = []
-    if "kernel" in groups:
+    if "family" in groups:
         one_hot = np.zeros((n, len(FAMILIES)))
         one_hot[np.arange(n), k.family] = 1.0
         columns.extend(one_hot.T)
+    if "shape" in groups:
         columns += [_log2(k.flops), _log2(k.bytes), _log2(k.out_elements),
                     np.log2((k.flops + 1.0) / (k.bytes + 1.0)),
                     _log2(k.gemm_batch), _log2(k.gemm_m), _log2(k.gemm_n), _log2(k.gemm_k),
