@@ -78,3 +78,17 @@ def test_roofline_baseline_fits_floor_and_efficiency_on_real_rows(datasets_dir):
     predicted = baseline.predict(rows.kernels, rows.devices)
     ape = np.abs(predicted - rows.latency_ms) / rows.latency_ms
     assert np.median(ape) < 0.2
+
+
+def test_shipped_checkpoint_loads_and_predicts_real_rows(datasets_dir):
+    predictor = KernelLatencyPredictor.load(REPO / "checkpoints" / "kernel_latency")
+    assert predictor.config["trained_on"] == ["a100-pcie-40gb", "a100-pcie-80gb", "p100-pcie-16gb", "p4", "t4",
+                                              "v100-pcie-32gb"]
+    metrics = json.loads((REPO / "checkpoints" / "kernel_latency" / "metrics.json").read_text())
+    assert metrics["command"] == "python -m lilou.train experiment=kernel_latency"
+    rows = build_dataset(load_kernels("train", ops=["linear", "add", "softmax"], devices=["Tesla V100-PCIE-32GB"],
+                                      data_dir=datasets_dir, limit_per_file=300))
+    prediction = predictor.predict(rows.kernels, rows.devices)
+    ratio = prediction.latency_ms / rows.latency_ms
+    assert np.all(np.isfinite(ratio))
+    assert 0.7 < np.median(ratio) < 1.4  # a GPU it was trained on: no gross bias

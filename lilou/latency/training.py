@@ -58,6 +58,7 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
         "train_rows": int(len(datamodule.train.log_latency)),
         "trained_on": predictor.config["trained_on"],
         "held_out": held_out_metrics(predictor, datamodule),
+        "benchmark": "leave-one-GPU-out figures: make bench-kernels (see docs/kernel_model.md)",
         "python": platform.python_version(),
     }
     if prediction is not None:
