@@ -18,21 +18,25 @@ from lilou.latency.features import FEATURE_GROUPS, kernel_features, roofline_ms
 class KernelTensors:
     """What the network consumes, one row per measured kernel."""
 
-    features: torch.Tensor      # float32 [n, d]
+    features: torch.Tensor      # float32 [n, d]: latency features
+    type_features: torch.Tensor  # float32 [n, d_type]: kernel-type features
     family: torch.Tensor        # int64 [n]
     log_roofline: torch.Tensor  # float32 [n], natural log of ms
     log_latency: torch.Tensor   # float32 [n], natural log of ms
     kernel_type: torch.Tensor   # int64 [n]
 
     def dataset(self) -> TensorDataset:
-        return TensorDataset(self.features, self.family, self.log_roofline, self.log_latency, self.kernel_type)
+        return TensorDataset(self.features, self.type_features, self.family, self.log_roofline, self.log_latency,
+                             self.kernel_type)
 
 
-def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROUPS) -> KernelTensors:
+def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROUPS,
+               type_feature_groups: Sequence[str] = FEATURE_GROUPS) -> KernelTensors:
     compute, memory = roofline_ms(data.kernels, data.devices)
     roofline = np.maximum(np.maximum(compute, memory), 1e-9)
     return KernelTensors(
         features=torch.from_numpy(kernel_features(data.kernels, data.devices, feature_groups)),
+        type_features=torch.from_numpy(kernel_features(data.kernels, data.devices, type_feature_groups)),
         family=torch.from_numpy(data.kernels.family),
         log_roofline=torch.from_numpy(np.log(roofline).astype(np.float32)),
         log_latency=torch.from_numpy(np.log(data.latency_ms).astype(np.float32)),
@@ -48,13 +52,15 @@ class KernelDataModule(L.LightningDataModule):
     """
 
     def __init__(self, data_dir: str | None = None, held_out_gpus: Sequence[str] = (),
-                 feature_groups: Sequence[str] = FEATURE_GROUPS, ops: Sequence[str] | None = None,
+                 feature_groups: Sequence[str] = FEATURE_GROUPS,
+                 type_feature_groups: Sequence[str] = FEATURE_GROUPS, ops: Sequence[str] | None = None,
                  val_fraction: float = 0.05, max_rows: int | None = None, batch_size: int = 1024,
                  seed: int = 0) -> None:
         super().__init__()
         self.data_dir = data_dir
         self.held_out_gpus = tuple(held_out_gpus)
         self.feature_groups = tuple(feature_groups)
+        self.type_feature_groups = tuple(type_feature_groups)
         self.ops = tuple(ops) if ops else None
         self.val_fraction = val_fraction
         self.max_rows = max_rows
@@ -81,11 +87,11 @@ class KernelDataModule(L.LightningDataModule):
         n_val = int(len(train_rows) * self.val_fraction)
         self.train_rows = data.take(np.sort(train_rows[n_val:]))
         self.train_gpus = tuple(np.unique(self.train_rows.gpu))
-        self.train = to_tensors(self.train_rows, self.feature_groups)
+        self.train = to_tensors(self.train_rows, self.feature_groups, self.type_feature_groups)
         self.val_rows = data.take(np.sort(train_rows[:n_val]))
-        self.val = to_tensors(self.val_rows, self.feature_groups)
+        self.val = to_tensors(self.val_rows, self.feature_groups, self.type_feature_groups)
         self.test_rows = data.take(np.flatnonzero(held_out))
-        self.test = to_tensors(self.test_rows, self.feature_groups)
+        self.test = to_tensors(self.test_rows, self.feature_groups, self.type_feature_groups)
 
     def _loader(self, tensors: KernelTensors, shuffle: bool) -> DataLoader:
         """Whole batches sliced at once: per-row fetching and collation would dominate."""

@@ -36,32 +36,41 @@ def _mlp(sizes: Sequence[int], dropout: float) -> nn.Sequential:
 class KernelLatencyNet(nn.Module):
     """Features -> (log latency in ms, kernel-type logits).
 
-    Inputs: standardised features ``x`` [n, d], the family index [n] and the natural log
-    of the roofline time in ms [n]. Standardisation statistics are buffers, saved with
-    the weights.
+    Inputs: latency features [n, d] (device-normalised), kernel-type features [n, d_type]
+    (these may include absolute shapes: which algorithm cuDNN or cuBLAS picks depends on
+    them), the family index [n] and the natural log of the roofline time in ms [n].
+    Standardisation statistics are buffers, saved with the weights.
     """
 
-    def __init__(self, num_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
+    def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128),
+                 type_hidden: Sequence[int] = (128, 64), dropout: float = 0.0,
                  initial_floor_ms: float = 0.02) -> None:
         super().__init__()
-        self.num_features = num_features
         self.register_buffer("feature_mean", torch.zeros(num_features))
         self.register_buffer("feature_std", torch.ones(num_features))
+        self.register_buffer("type_feature_mean", torch.zeros(num_type_features))
+        self.register_buffer("type_feature_std", torch.ones(num_type_features))
         self.trunk = _mlp([num_features, *hidden], dropout)
         self.slowdown = nn.Linear(hidden[-1], 1)
-        self.type_head = nn.Linear(hidden[-1], len(KERNEL_TYPES))
+        self.type_head = nn.Sequential(_mlp([num_type_features, *type_hidden], dropout),
+                                       nn.Linear(type_hidden[-1], len(KERNEL_TYPES)))
         self.log_floor = nn.Parameter(torch.full((len(FAMILIES),), float(torch.tensor(initial_floor_ms).log())))
 
-    def set_normalisation(self, features: torch.Tensor) -> None:
+    def set_normalisation(self, features: torch.Tensor, type_features: torch.Tensor) -> None:
         self.feature_mean.copy_(features.mean(dim=0))
         self.feature_std.copy_(features.std(dim=0).clamp_min(1e-6))
+        self.type_feature_mean.copy_(type_features.mean(dim=0))
+        self.type_feature_std.copy_(type_features.std(dim=0).clamp_min(1e-6))
 
-    def parts(self, features: torch.Tensor, family: torch.Tensor, log_roofline_ms: torch.Tensor):
+    def parts(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
+              log_roofline_ms: torch.Tensor):
         """(log floor ms, log work ms, type logits) per kernel."""
         hidden = self.trunk((features - self.feature_mean) / self.feature_std)
         log_work = log_roofline_ms + nn.functional.softplus(self.slowdown(hidden).squeeze(-1))
-        return self.log_floor[family], log_work, self.type_head(hidden)
+        type_logits = self.type_head((type_features - self.type_feature_mean) / self.type_feature_std)
+        return self.log_floor[family], log_work, type_logits
 
-    def forward(self, features: torch.Tensor, family: torch.Tensor, log_roofline_ms: torch.Tensor):
-        log_floor, log_work, type_logits = self.parts(features, family, log_roofline_ms)
+    def forward(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
+                log_roofline_ms: torch.Tensor):
+        log_floor, log_work, type_logits = self.parts(features, type_features, family, log_roofline_ms)
         return torch.logaddexp(log_floor, log_work), type_logits

@@ -33,9 +33,11 @@ class KernelPrediction:
 
 
 class KernelLatencyPredictor:
-    def __init__(self, net: KernelLatencyNet, feature_groups: Sequence[str], config: dict[str, Any]) -> None:
+    def __init__(self, net: KernelLatencyNet, feature_groups: Sequence[str], type_feature_groups: Sequence[str],
+                 config: dict[str, Any]) -> None:
         self.net = net.eval()
         self.feature_groups = tuple(feature_groups)
+        self.type_feature_groups = tuple(type_feature_groups)
         self.config = config
 
     @classmethod
@@ -49,15 +51,16 @@ class KernelLatencyPredictor:
                                   "train one with `make train-kernels`") from None
         if tuple(config["kernel_types"]) != KERNEL_TYPES:
             raise LilouInputError(f"checkpoint {folder} was trained with another kernel-type list; retrain it")
-        net = KernelLatencyNet(config["num_features"], hidden=config["hidden"], dropout=0.0)
+        net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"])
         net.load_state_dict(state)
-        return cls(net, config["feature_groups"], config)
+        return cls(net, config["feature_groups"], config["type_feature_groups"], config)
 
     def save(self, folder: str | os.PathLike[str], metrics: dict[str, Any] | None = None) -> Path:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, folder / "model.safetensors")
-        config = {**self.config, "feature_groups": list(self.feature_groups), "kernel_types": list(KERNEL_TYPES)}
+        config = {**self.config, "feature_groups": list(self.feature_groups),
+                  "type_feature_groups": list(self.type_feature_groups), "kernel_types": list(KERNEL_TYPES)}
         (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         if metrics is not None:
             (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -68,8 +71,10 @@ class KernelLatencyPredictor:
         compute, memory = roofline_ms(kernels, devices)
         roofline = np.maximum(np.maximum(compute, memory), 1e-9)
         features = torch.from_numpy(kernel_features(kernels, devices, self.feature_groups))
+        type_features = torch.from_numpy(kernel_features(kernels, devices, self.type_feature_groups))
         family = torch.from_numpy(kernels.family)
-        log_floor, log_work, logits = self.net.parts(features, family, torch.from_numpy(np.log(roofline)).float())
+        log_roofline = torch.from_numpy(np.log(roofline)).float()
+        log_floor, log_work, logits = self.net.parts(features, type_features, family, log_roofline)
         floor, work = log_floor.exp().double().numpy(), log_work.exp().double().numpy()
         types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(dim=1).numpy()]
         return KernelPrediction(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,

@@ -25,13 +25,16 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[KernelLatencyPredictor, K
         torch.set_num_threads(int(cfg.torch_threads))
     datamodule: KernelDataModule = instantiate(cfg.data)
     datamodule.setup()
-    module = instantiate(cfg.model, num_features=datamodule.train.features.shape[1])
+    module = instantiate(cfg.model, num_features=datamodule.train.features.shape[1],
+                         num_type_features=datamodule.train.type_features.shape[1])
     trainer: L.Trainer = instantiate(cfg.trainer, logger=logger)
     trainer.fit(module, datamodule=datamodule)
-    config = {"num_features": int(datamodule.train.features.shape[1]), "hidden": list(cfg.model.hidden),
+    config = {"num_features": int(datamodule.train.features.shape[1]),
+              "num_type_features": int(datamodule.train.type_features.shape[1]), "hidden": list(cfg.model.hidden),
               "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
               "config": OmegaConf.to_container(cfg, resolve=False)}
-    return KernelLatencyPredictor(module.net, datamodule.feature_groups, config), datamodule
+    predictor = KernelLatencyPredictor(module.net, datamodule.feature_groups, datamodule.type_feature_groups, config)
+    return predictor, datamodule
 
 
 def held_out_metrics(predictor: KernelLatencyPredictor, datamodule: KernelDataModule) -> list[dict[str, Any]]:
