@@ -128,3 +128,10 @@ def test_int_typed_input_mismatch_is_reported(capsys, tmp_path):
     path = save(model, tmp_path / "gather.onnx")
     status, _, err = run_cli(capsys, "graph", str(path), "--shape", "ids=2x3x5")
     assert_one_line_error(status, err, "rank 2")
+
+
+def test_batch_on_a_fixed_shape_export_is_refused_not_miscounted(capsys):
+    # examples/resnet18.onnx was exported at batch 1 with a constant Reshape target [1, 512].
+    status, out, err = run_cli(capsys, "graph", str(EXAMPLE), "--batch", "4")
+    assert_one_line_error(status, err, "node_view", "re-export")
+    assert out == ""

@@ -78,6 +78,7 @@ def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None =
     inferred = infer_shapes(model)
     tensors = _tensor_table(inferred)
     dag = _build_dag(inferred, tensors)
+    _check_reshapes(dag)
     _mark_constant_subgraphs(dag, initializers={t.name for t in inferred.graph.initializer})
     warnings = _warnings(dag)
     return ModelGraph(
@@ -229,6 +230,20 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> nx.
                 dag.add_edge(source, name, tensor=tensor, tensors=[tensor], shape=info.shape,
                              dtype=info.dtype, bytes=info.nbytes or 0)
     return dag
+
+
+def _check_reshapes(dag: nx.DiGraph) -> None:
+    """A Reshape must keep the element count; ONNX shape inference does not check a
+    constant target shape against its input, so a model exported with a fixed batch
+    would otherwise be costed at a silently wrong size after --batch or --shape."""
+    for name, data in dag.nodes(data=True):
+        if data["op"] != "Reshape" or data["inputs"][0] is None:
+            continue
+        before, after = data["inputs"][0].elements, data["outputs"][0].elements
+        if before is not None and after is not None and before != after:
+            raise LilouInputError(
+                f"Reshape {name!r} turns {data['inputs'][0].shape} into {data['outputs'][0].shape}: the model has "
+                "fixed shapes baked in; re-export it with the batch and shapes you want")
 
 
 def _mark_constant_subgraphs(dag: nx.DiGraph, initializers: set[str]) -> None:

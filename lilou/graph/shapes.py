@@ -63,6 +63,9 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             dims[0].Clear()
             dims[0].dim_value = batch
     _require_static_inputs(inputs)
+    if batch is not None or shapes:
+        # Intermediate shapes recorded by the exporter describe the old input shapes.
+        model.graph.ClearField("value_info")
 
 
 def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
