@@ -6,6 +6,7 @@ import json
 import pytest
 
 from lilou.cli import main
+from lilou.errors import LilouInputError
 from lilou.graph import load_graph
 
 
@@ -106,3 +107,14 @@ def test_pyg_conversion_keeps_nodes_and_edges():
     assert int(data.x[:, conv_slot].sum()) == convs
     order = {name: i for i, name in enumerate(data.node_names)}
     assert all(order[u] < order[v] for u, v in graph.dag.edges)  # file order is topological
+
+
+@pytest.mark.slow
+def test_batch_sets_a_dynamic_batch_export(zoo_onnx):
+    path = zoo_onnx("resnet18", batch=2, dynamic_batch=True)
+    one, four = load_graph(path, batch=1), load_graph(path, batch=4)
+    assert [t.shape for t in four.inputs] == [(4, 3, 224, 224)]
+    assert four.totals()["flops"] == 4 * one.totals()["flops"]
+    assert not four.warnings
+    with pytest.raises(LilouInputError, match="dynamic dimensions"):
+        load_graph(path)  # the symbol must be set

@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--optimize", action="store_true",
                         help="run the exporter's optimiser (folds BatchNorm/Pad into Conv; not what eager runs)")
     export.add_argument("--torchscript", action="store_true", help="use the TorchScript exporter instead of dynamo")
+    export.add_argument("--dynamic-batch", action="store_true",
+                        help="export the batch dim as a symbol, so `lilou graph --batch N` can set it")
     export.add_argument("-v", "--verbose", action="store_true", help="show the exporter's own messages")
     export.set_defaults(handler=_export)
 
@@ -62,6 +64,7 @@ def _export(args: argparse.Namespace) -> int:
         strip_weights=args.strip_weights,
         optimize=args.optimize,
         dynamo=not args.torchscript,
+        dynamic_batch=args.dynamic_batch,
         verbose=args.verbose,
     )
     size_kb = path.stat().st_size / 1024

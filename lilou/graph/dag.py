@@ -135,7 +135,8 @@ def _tensor_table(model: onnx.ModelProto) -> dict[str, TensorInfo]:
     graph = model.graph
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
         info = _tensor_info_from_value(value)
-        if info is not None:
+        known = table.get(value.name)
+        if info is not None and (known is None or known.shape is None):  # never forget a known shape
             table[value.name] = info
     for tensor in graph.initializer:
         table[tensor.name] = _make_info(tensor.name, tuple(int(d) for d in tensor.dims), tensor.data_type)

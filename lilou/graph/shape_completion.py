@@ -160,5 +160,6 @@ def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rou
     folded = _folded_outputs(model, known)
     model.graph.ClearField("value_info")
     model.graph.value_info.extend(inferred.graph.value_info)
+    model.graph.value_info.extend(v for v in inferred.graph.output if v.type.tensor_type.HasField("shape"))
     model.graph.value_info.extend(known.computed[name] for name in folded)
     return model

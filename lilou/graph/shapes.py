@@ -64,8 +64,11 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             dims[0].dim_value = batch
     _require_static_inputs(inputs)
     if batch is not None or shapes:
-        # Intermediate shapes recorded by the exporter describe the old input shapes.
+        # Intermediate and output shapes recorded by the exporter describe the old inputs
+        # (or a symbolic batch); let inference derive them from the new ones.
         model.graph.ClearField("value_info")
+        for value in model.graph.output:
+            value.type.tensor_type.ClearField("shape")
 
 
 def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:

@@ -148,7 +148,11 @@ def _quiet(verbose: bool) -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _export_dynamo(built: BuiltModel, optimize: bool, verbose: bool) -> torch.onnx.ONNXProgram:
+def _export_dynamo(built: BuiltModel, optimize: bool, verbose: bool, dynamic_batch: bool = False) -> torch.onnx.ONNXProgram:
+    dynamic_shapes = None
+    if dynamic_batch:  # one symbolic leading dim shared by every input
+        batch = torch.export.Dim("batch", min=1, max=1 << 16)
+        dynamic_shapes = tuple({0: batch} for _ in built.args)
     program = torch.onnx.export(
         built.module,
         built.args,
@@ -156,6 +160,7 @@ def _export_dynamo(built: BuiltModel, optimize: bool, verbose: bool) -> torch.on
         optimize=optimize,
         input_names=list(built.input_names),
         output_names=[built.output_name],
+        dynamic_shapes=dynamic_shapes,
         verbose=verbose,
     )
     assert program is not None
@@ -217,6 +222,7 @@ def export_onnx(
     optimize: bool = False,
     dynamo: bool = True,
     fake_weights: bool | None = None,
+    dynamic_batch: bool = False,
     verbose: bool = False,
 ) -> Path:
     """Export a zoo model (by name, or an already built one) to ONNX at ``path``.
@@ -227,10 +233,14 @@ def export_onnx(
     external data is ``<stem>.weights``, a file that is not written. ``fake_weights``
     builds with FakeTensor parameters (no weight memory at all); by default it is used
     for weight-free dynamo exports of models above :data:`LARGE_MODEL_PARAMETERS`.
+    ``dynamic_batch`` exports the leading dim of every input as a symbol ``batch``, so
+    ``lilou graph --batch N`` can set it later (dynamo exporter only).
     """
     path = Path(path)
     if not path.parent.is_dir():
         raise LilouInputError(f"output folder {str(path.parent)!r} does not exist")
+    if dynamic_batch and not dynamo:
+        raise LilouInputError("dynamic_batch needs the dynamo exporter")
     if optimize and not dynamo:
         raise LilouInputError("optimize applies to the dynamo exporter only (the TorchScript one always folds constants)")
     built = _resolve(name_or_built, batch, seq, image_size, strip_weights, dynamo, fake_weights)
@@ -241,7 +251,7 @@ def export_onnx(
     exporter = "dynamo" if dynamo else "torchscript"
     with _quiet(verbose):
         if dynamo:
-            program = _export_dynamo(built, optimize, verbose)
+            program = _export_dynamo(built, optimize, verbose, dynamic_batch)
             if built.fake:
                 _mark_fake_initializers_external(program, location)
             proto = program.model_proto
