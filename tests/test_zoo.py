@@ -39,9 +39,9 @@ def _unknown_shapes(model: onnx.ModelProto) -> list[str]:
             if value_type is not None and value_type.HasField("sequence_type"):
                 value_type = value_type.sequence_type.elem_type
             dims = value_type.tensor_type.shape.dim if value_type is not None else None
-            if not dims and (value_type is None or not value_type.tensor_type.HasField("shape")):
-                unknown.append(name)
-            elif dims and not all(d.HasField("dim_value") for d in dims):
+            no_shape = not dims and (value_type is None or not value_type.tensor_type.HasField("shape"))
+            symbolic = bool(dims) and not all(d.HasField("dim_value") for d in dims)
+            if no_shape or symbolic:
                 unknown.append(name)
     return unknown
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -113,7 +112,7 @@ def download(url: str, target: Path, entry: ManifestFile, *, timeout: float = TI
         except urllib.error.HTTPError as exc:
             if exc.code < 500 or attempt == retries:
                 raise FetchError(f"cannot download {url}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
+        except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, FileNotFoundError) or attempt == retries:
                 raise FetchError(f"cannot download {url}: {reason}") from None
