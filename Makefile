@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install test demo bench bench-graph bench-kernels train-kernels clean
+.PHONY: install lint test demo bench bench-graph bench-kernels train-kernels clean
 
 install: $(STAMP)
 
@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+lint: install
+	$(VENV)/bin/ruff check lilou scripts tests
+
 # pytest exits 5 when it collects no test: make treats that as a failure too.
-test: install
+test: install lint
 	$(PY) -m pytest -q
 
 demo: install
