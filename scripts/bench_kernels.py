@@ -31,7 +31,7 @@ from lilou.latency.dataset import build_dataset
 from lilou.latency.evaluation import error_table
 from lilou.latency.features import DeviceColumns
 from lilou.latency.roofline import RooflineBaseline
-from lilou.latency.training import fit
+from lilou.latency.training import fit, held_out_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
@@ -56,14 +56,10 @@ def evaluate_fold(held_out: list[str], overrides: list[str]) -> list[dict]:
     cfg = config([*overrides, f"data.held_out_gpus=[{','.join(held_out)}]", "trainer.enable_progress_bar=false"])
     predictor, datamodule = fit(cfg)
     rows = datamodule.test_rows
-    model = predictor.predict(rows.kernels, rows.devices)
-    train_rows = datamodule.train_rows
-    baseline = RooflineBaseline.fit(train_rows)
-    results = []
-    for name, predicted, types in (("model", model.latency_ms, model.kernel_type),
-                                   ("roofline", baseline.predict(rows.kernels, rows.devices), None)):
-        for row in error_table(rows, predicted, types):
-            results.append({"predictor": name, **row})
+    baseline = RooflineBaseline.fit(datamodule.train_rows)
+    results = [{"predictor": "model", **row} for row in held_out_metrics(predictor, datamodule)]
+    results += [{"predictor": "roofline", **row}
+                for row in error_table(rows, baseline.predict(rows.kernels, rows.devices))]
     return results
 
 

@@ -51,9 +51,6 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     predictor, datamodule = fit(cfg, logger=logger)
-    val = datamodule.val
-    prediction = predictor.predict(
-        datamodule.val_rows.kernels, datamodule.val_rows.devices) if datamodule.val_rows is not None else None
     metrics: dict[str, Any] = {
         "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
         "seed": cfg.seed,
@@ -64,9 +61,10 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
         "benchmark": "leave-one-GPU-out figures: make bench-kernels (see docs/kernel_model.md)",
         "python": platform.python_version(),
     }
-    if prediction is not None:
-        measured = np.exp(val.log_latency.numpy().astype(np.float64))
-        metrics["val_mape"] = float(100 * np.mean(np.abs(prediction.latency_ms - measured) / measured))
+    val = datamodule.val_rows
+    if val is not None and len(val):
+        predicted = predictor.predict(val.kernels, val.devices).latency_ms
+        metrics["val_mape"] = float(100 * np.mean(np.abs(predicted - val.latency_ms) / val.latency_ms))
     predictor.save(output_dir / "checkpoint", metrics)
     if cfg.get("output_checkpoint"):
         predictor.save(to_absolute_path(cfg.output_checkpoint), metrics)
