@@ -249,20 +249,29 @@ def node_flops(node: CostInput) -> int:
     return formula(node) if formula else 0
 
 
+def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
+    """(input tensor, bytes a kernel reads of it) for every input the node reads by value.
+
+    Shape-like inputs lend only metadata, and Gather/Slice read only the rows they
+    output, not the whole table. Fused kernels use this too (``lilou.latency.kernel``).
+    """
+    if node.op in VIEW_OPS or node.op in ("ConstantOfShape", "Range", "EyeLike"):
+        return []
+    inputs = [t for t in node.inputs if t is not None]
+    if node.op == "CastLike":
+        inputs = inputs[:1]  # the second input lends its type only
+    if node.op in ("Gather", "GatherElements", "GatherND", "Slice") and inputs:
+        selected = _bytes(node.outputs)
+        rest = [] if node.op == "Slice" else inputs[1:]
+        return [(inputs[0], selected)] + [(t, t.nbytes or 0) for t in rest]
+    return [(t, t.nbytes or 0) for t in inputs]
+
+
 def node_bytes(node: CostInput) -> tuple[int, int]:
     """(bytes read, bytes written) by the node as one kernel."""
     if node.op in VIEW_OPS:
         return 0, 0
-    written = _bytes(node.outputs)
-    if node.op in ("Gather", "GatherElements", "GatherND", "Slice"):
-        # Reads the indices and only the selected data, not the whole table.
-        indices = [t for t in node.inputs[1:] if t is not None] if node.op != "Slice" else []
-        return written + _bytes(indices), written
-    if node.op in ("Shape", "Size", "ConstantOfShape", "Range", "EyeLike"):
-        return 0, written  # they read metadata only
-    if node.op == "CastLike":
-        return _bytes(node.inputs[:1]), written  # the second input lends its type only
-    return _bytes(node.inputs), written
+    return sum(nbytes for _, nbytes in input_reads(node)), _bytes(node.outputs)
 
 
 def node_cost(node: CostInput) -> NodeCost:

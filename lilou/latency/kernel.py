@@ -17,7 +17,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from lilou.graph.costs import ELEMENTWISE_FLOPS, VIEW_OPS, CostInput, TensorInfo, node_cost
+from lilou.graph.costs import ELEMENTWISE_FLOPS, VIEW_OPS, CostInput, input_reads, node_cost
 from lilou.graph.dag import ModelGraph
 
 #: Kernel families, in the order used for one-hot features.
@@ -77,7 +77,7 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
     consumed = {t.name for node in nodes for t in node.inputs if t is not None}
     reads: dict[str, int] = {}
     for node in nodes:
-        for tensor, nbytes in _value_inputs(node):
+        for tensor, nbytes in input_reads(node):
             if tensor.name not in produced:
                 reads[tensor.name] = max(reads.get(tensor.name, 0), nbytes)
     outputs = [t for node in nodes for t in node.outputs]
@@ -104,21 +104,6 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
     elif family in ("layernorm", "softmax", "reduction"):
         spec["rows"], spec["cols"] = _row_dims(main)
     return KernelSpec(**spec)
-
-
-def _value_inputs(node: CostInput) -> list[tuple[TensorInfo, int]]:
-    """(tensor, bytes the kernel reads of it): Shape-like inputs lend only metadata, and
-    Gather/Slice read only the rows they output, not the whole table."""
-    if node.op in VIEW_OPS or node.op in ("ConstantOfShape", "Range", "EyeLike"):
-        return []
-    inputs = [t for t in node.inputs if t is not None]
-    if node.op == "CastLike":
-        inputs = inputs[:1]
-    if node.op in ("Gather", "GatherElements", "GatherND", "Slice") and inputs:
-        selected = sum(t.nbytes or 0 for t in node.outputs)
-        rest = [] if node.op == "Slice" else inputs[1:]
-        return [(inputs[0], selected)] + [(t, t.nbytes or 0) for t in rest]
-    return [(t, t.nbytes or 0) for t in inputs]
 
 
 def _family(op: str) -> str:
