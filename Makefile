@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-graph bench-kernels train-kernels clean
+.PHONY: install lint test demo bench bench-graph bench-kernels bench-fusion train-kernels fusion-data train-fusion clean
 
 install: $(STAMP)
 
@@ -30,7 +30,7 @@ demo: install
 	$(LILOU) graph examples/resnet18.onnx
 	$(LILOU) gpus
 
-bench: bench-graph bench-kernels
+bench: bench-graph bench-kernels bench-fusion
 
 bench-graph: install
 	$(PY) scripts/bench_graph.py
@@ -38,6 +38,20 @@ bench-graph: install
 # Leave-one-GPU-out and unseen-GPU test rows on the NeuSight measurements.
 bench-kernels: install
 	$(PY) scripts/bench_kernels.py
+
+# Fusion GNN vs the rule baseline on held-out model families (needs `make fusion-data`).
+bench-fusion: install
+	$(PY) scripts/bench_fusion.py
+
+# Zoo graphs labelled by the eager and TVM oracles, into datasets/fusion (resumable, not committed).
+fusion-data: install
+	$(PY) scripts/build_fusion_data.py --out datasets/fusion
+
+# The shipped fusion GNN and tuned rule tables: checkpoints/fusion_gnn, checkpoints/fusion_rules
+# (config conf/experiment/fusion_gnn.yaml).
+train-fusion: install
+	$(PY) -m lilou.train experiment=fusion_gnn
+	$(PY) scripts/tune_fusion_rules.py --data datasets/fusion --out checkpoints/fusion_rules
 
 # The shipped per-kernel model: checkpoints/kernel_latency (config conf/experiment/kernel_latency.yaml).
 train-kernels: install

@@ -101,6 +101,16 @@ KNOWN_PARAMETERS = {
     "bert-base": 109_482_240,
     "gpt2": 124_439_808,
     "opt-125m": 125_239_296,
+    "roberta-base": 124_645_632,
+    "distilbert-base": 66_362_880,
+    "albert-base": 11_683_584,
+    "gpt-neo-125m": 125_198_592,
+    "tinyllama-1.1b": 1_100_048_384,
+    "bloom-560m": 559_214_592,
+    "mobilevit-small": 5_578_632,
+    "beit-base": 86_530_984,
+    "poolformer-s12": 11_915_176,
+    "segformer-b0": 3_752_694,
 }
 
 

@@ -22,13 +22,13 @@ def _stub(name: str, help_text: str, subparsers: argparse._SubParsersAction) -> 
 
 
 def register_all(subparsers: argparse._SubParsersAction) -> None:
-    from lilou.commands import data, graph, gpus, zoo
+    from lilou.commands import data, fuse, graph, gpus, zoo
 
     graph.register(subparsers)
     gpus.register(subparsers)
     zoo.register(subparsers)
     data.register(subparsers)
     _stub("infer", "predict end-to-end latency of a model on a GPU", subparsers)
-    _stub("fuse", "predict kernel groups (fused ONNX nodes)", subparsers)
+    fuse.register(subparsers)
     _stub("rank", "rank GPUs and MIG slices by predicted latency", subparsers)
     _stub("eval", "evaluate predictions against measured labels", subparsers)

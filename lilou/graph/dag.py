@@ -118,7 +118,7 @@ def _check_structure(model: onnx.ModelProto) -> None:
 
 
 def _check_acyclic(graph: onnx.GraphProto) -> None:
-    names = _unique_node_names(graph)
+    names = unique_node_names(graph)
     producer = {out: name for name, node in zip(names, graph.node) for out in node.output if out}
     links = nx.DiGraph()
     links.add_nodes_from(names)
@@ -168,7 +168,7 @@ def _make_info(name: str, shape: tuple[int, ...] | None, elem_type: int) -> Tens
         return TensorInfo(name=name, shape=shape, dtype="unknown", itemsize=0)
 
 
-def _unique_node_names(graph: onnx.GraphProto) -> list[str]:
+def unique_node_names(graph: onnx.GraphProto) -> list[str]:
     """ONNX node names may be empty or repeated; make them unique and keep good ones as they are."""
     seen: set[str] = set()
     names: list[str] = []
@@ -203,7 +203,7 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> nx.
     graph = model.graph
     dag = nx.DiGraph()
     producer: dict[str, str] = {}
-    names = _unique_node_names(graph)
+    names = unique_node_names(graph)
     for order, (node, name) in enumerate(zip(graph.node, names)):
         inputs = [tensors.get(t) or _unknown(t) if t else None for t in node.input]
         outputs = [tensors.get(t) or _unknown(t) for t in node.output]

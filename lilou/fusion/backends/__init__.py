@@ -1,0 +1,1 @@
+"""Fusion oracles: ground-truth kernel groups per backend (see DESIGN.md, "Backends")."""

@@ -1,0 +1,58 @@
+"""Score fusion predictors (GNN, rules) against oracle labels on a family split."""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from lilou.fusion.dataset import split_of
+from lilou.fusion.evaluation import FusionScore
+from lilou.fusion.partition import Partition, fused_edge_labels
+from lilou.fusion.rules import RuleTable, tune_rules
+from lilou.graph.dag import ModelGraph, build_graph
+from lilou.graph.loading import load_onnx
+
+
+@dataclass
+class LabelledGraph:
+    spec_id: str
+    family: str
+    exporter: str
+    graph: ModelGraph
+    truth: Partition
+
+
+def iter_labelled(root: Path, split: str, backend: str) -> Iterator[LabelledGraph]:
+    for label in sorted(root.glob(f"*/*.{backend}.json")):
+        family = label.parent.name
+        if split != "all" and split_of(family) != split:
+            continue
+        model = label.with_name(label.name.removesuffix(f".{backend}.json") + ".onnx")
+        spec_id = model.stem
+        graph = build_graph(load_onnx(model), name=spec_id)
+        truth = Partition.from_json(json.loads(label.read_text()))
+        yield LabelledGraph(spec_id, family, spec_id.rsplit("-", 1)[1], graph, truth)
+
+
+def tuned_rule_table(root: Path, backend: str) -> RuleTable:
+    """The rule baseline tuned on the training families only."""
+    labelled = ((g.graph, fused_edge_labels(g.graph, g.truth)) for g in iter_labelled(root, "train", backend))
+    return tune_rules(backend, labelled)
+
+
+def score(graphs: list[LabelledGraph], predict: Callable[[ModelGraph], Partition]) -> dict[str, dict]:
+    """Metrics overall and by exporter group ("dynamo" = dynamo exports, "torchscript"), plus ms per graph."""
+    groups = {"all": FusionScore(), "dynamo": FusionScore(), "torchscript": FusionScore()}
+    seconds = 0.0
+    for item in graphs:
+        start = time.perf_counter()
+        predicted = predict(item.graph)
+        seconds += time.perf_counter() - start
+        for key in ("all", "torchscript" if item.exporter == "ts" else "dynamo"):
+            groups[key].add_partitions(item.graph, item.truth, predicted)
+    result = {key: s.as_dict() for key, s in groups.items() if s.graphs}
+    if graphs:
+        result["all"]["ms_per_graph"] = 1000 * seconds / len(graphs)
+    return result

@@ -1,0 +1,47 @@
+"""Lightning data module over the fusion dataset: family-split PyG loaders, one item per (graph, backend)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import to_absolute_path
+from torch_geometric.loader import DataLoader
+
+from lilou.errors import MissingDataError
+from lilou.fusion.dataset import FusionSample, load_split, to_training_items
+
+
+class FusionDataModule(L.LightningDataModule):
+    def __init__(self, root: str = "datasets/fusion", backends: Sequence[str] = ("eager", "tvm"),
+                 batch_size: int = 16, exporters: Sequence[str] | None = None) -> None:
+        super().__init__()
+        self.root = Path(to_absolute_path(root)) if not Path(root).is_absolute() else Path(root)
+        self.backends = tuple(backends)
+        self.batch_size = batch_size
+        self.exporters = tuple(exporters) if exporters else None
+        self.samples: dict[str, list[FusionSample]] = {}
+
+    def _load(self, split: str) -> list[FusionSample]:
+        samples = load_split(self.root, split, self.backends)
+        if self.exporters:
+            samples = [s for s in samples if s.exporter in self.exporters]
+        return samples
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.samples:
+            return
+        for split in ("train", "val", "test"):
+            self.samples[split] = self._load(split)
+        if not self.samples["train"]:
+            raise MissingDataError(f"no labelled fusion graphs under {self.root}; build them with `make fusion-data`")
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        items = to_training_items(self.samples[split], self.backends)
+        return DataLoader(items, batch_size=self.batch_size, shuffle=shuffle)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)

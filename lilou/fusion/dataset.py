@@ -1,0 +1,239 @@
+"""The fusion dataset: zoo graphs labelled by the backend oracles, split by family.
+
+``build_fusion_dataset`` exports every sample of :func:`catalogue` (weight-free)
+into ``<root>/<family>/<id>.onnx`` and labels it with each oracle into
+``<id>.<backend>.json``. Work already on disk is skipped, so an interrupted build
+resumes; a sample that fails records why in ``<id>.failed`` and is not retried
+unless asked. Eager labels need the dynamo exporter's metadata, so TorchScript
+exports (``-ts``) are labelled by ``tvm`` only.
+
+Splits are by family (:data:`TEST_FAMILIES`, :data:`VAL_FAMILIES`): no graph of a
+held-out family, at any size or exporter, is seen in training.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch_geometric.data import Data
+
+from lilou.fusion.features import fusion_data
+from lilou.fusion.oracles import oracle_partition
+from lilou.fusion.partition import Partition
+from lilou.graph.dag import build_graph
+from lilou.graph.loading import load_onnx
+
+#: Held out for the benchmark: never in training or validation.
+TEST_FAMILIES = frozenset({"convnext", "swin", "t5", "gptneo", "mobilevit", "electra", "nas201"})
+#: Used for early stopping and model selection.
+VAL_FAMILIES = frozenset({"regnet", "bloom", "poolformer"})
+EXPORTERS = ("dynamo", "opt", "ts")  # dynamo optimize=False, dynamo optimize=True, TorchScript
+FEATURE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """One graph of the dataset: a zoo model with architecture overrides, shapes and exporter."""
+
+    family: str
+    model: str
+    variant: int
+    exporter: str
+    batch: int = 1
+    seq: int | None = None
+    image_size: int | None = None
+    overrides: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}-v{self.variant}-{self.exporter}"
+
+    @property
+    def split(self) -> str:
+        return "test" if self.family in TEST_FAMILIES else "val" if self.family in VAL_FAMILIES else "train"
+
+    def backends(self) -> tuple[str, ...]:
+        return ("tvm",) if self.exporter == "ts" else ("eager", "tvm")
+
+
+# family -> (zoo model, architecture overrides to try, shape options)
+_TEXT = {"seq": (32, 64, 128)}
+_HF_FAMILIES: dict[str, tuple[str, Sequence[dict[str, Any]], dict[str, Sequence[int]]]] = {
+    "bert": ("bert-base", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2, "hidden_size": 512,
+                                                      "num_attention_heads": 8, "intermediate_size": 2048}], _TEXT),
+    "roberta": ("roberta-base", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], _TEXT),
+    "distilbert": ("distilbert-base", [{"n_layers": 1}, {"n_layers": 2}], _TEXT),
+    "albert": ("albert-base", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], _TEXT),
+    "electra": ("electra-small", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], _TEXT),
+    "gpt2": ("gpt2", [{"n_layer": 1}, {"n_layer": 2, "n_embd": 512, "n_head": 8}], _TEXT),
+    "opt": ("opt-125m", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], _TEXT),
+    "gptneo": ("gpt-neo-125m", [{"num_layers": 2, "attention_types": [[["global", "local"], 1]]}], _TEXT),
+    "llama": ("tinyllama-1.1b", [{"num_hidden_layers": 1, "hidden_size": 256, "intermediate_size": 688,
+                                  "num_attention_heads": 8, "num_key_value_heads": 2},
+                                 {"num_hidden_layers": 2, "hidden_size": 512, "intermediate_size": 1376,
+                                  "num_attention_heads": 8, "num_key_value_heads": 8}], _TEXT),
+    "bloom": ("bloom-560m", [{"n_layer": 1, "hidden_size": 256, "n_head": 4},
+                             {"n_layer": 2, "hidden_size": 512, "n_head": 8}], _TEXT),
+    "t5": ("t5-base-encoder", [{"num_layers": 1}, {"num_layers": 2}], _TEXT),
+    "bart": ("bart-base-encoder", [{"encoder_layers": 1}, {"encoder_layers": 2}], _TEXT),
+    "resnet": ("resnet18", [{"depths": [1, 1, 1, 1]}, {"depths": [2, 2, 2, 2]}], {"image_size": (64, 128, 224)}),
+    "resnet-bottleneck": ("resnet50", [{"depths": [1, 1, 1, 1]}], {"image_size": (64, 128, 224)}),
+    "convnext": ("convnext-tiny", [{"depths": [1, 1, 1, 1]}, {"depths": [1, 1, 2, 1]}], {"image_size": (64, 128, 224)}),
+    "mobilenet": ("mobilenetv2", [{"depth_multiplier": 0.5}, {"depth_multiplier": 1.0}], {"image_size": (96, 160, 224)}),
+    "efficientnet": ("efficientnet-b0", [{"depth_coefficient": 0.5}, {"depth_coefficient": 1.0}],
+                     {"image_size": (96, 160, 224)}),
+    "regnet": ("regnety-400mf", [{"depths": [1, 1, 1, 1]}, {"depths": [1, 2, 2, 1]}], {"image_size": (64, 128, 224)}),
+    "vit": ("vit-b16", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], {"image_size": (96, 160, 224)}),
+    "deit": ("deit-small", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], {"image_size": (96, 160, 224)}),
+    "beit": ("beit-base", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], {"image_size": (96, 160, 224)}),
+    "dinov2": ("dinov2-small", [{"num_hidden_layers": 1}, {"num_hidden_layers": 2}], {"image_size": (98, 154, 224)}),
+    "swin": ("swin-tiny", [{"depths": [1, 1, 1, 1]}, {"depths": [2, 2, 2, 2]}], {"image_size": (224,)}),
+    "mobilevit": ("mobilevit-small", [{}], {"image_size": (128, 192, 256)}),
+    "poolformer": ("poolformer-s12", [{"depths": [1, 1, 1, 1]}, {"depths": [2, 2, 2, 2]}],
+                   {"image_size": (64, 128, 224)}),
+    "segformer": ("segformer-b0", [{"depths": [1, 1, 1, 1]}, {"depths": [2, 2, 2, 2]}], {"image_size": (64, 128, 224)}),
+}
+_GENERATOR_SEEDS = {"cnn": 24, "mlp": 16, "nas201": 20, "randdag": 24}
+
+
+def catalogue() -> list[SampleSpec]:
+    """Every sample, in a fixed order: ~430 graphs from 30 families."""
+    specs: list[SampleSpec] = []
+    for family, (model, overrides, shapes) in _HF_FAMILIES.items():
+        (shape_key, sizes), = shapes.items()
+        grid = list(itertools.product(range(len(overrides)), sizes, (1, 4)))
+        for variant, (which, size, batch) in enumerate(grid):
+            # Every variant with the plain dynamo export; TorchScript and optimised exports on a rotating subset.
+            exporters = ["dynamo"] + (["ts"] if variant % 3 == 0 else []) + (["opt"] if variant % 4 == 1 else [])
+            for exporter in exporters:
+                specs.append(SampleSpec(family, model, variant, exporter, batch=batch, overrides=overrides[which],
+                                        **{shape_key: size}))
+    for family, seeds in _GENERATOR_SEEDS.items():
+        for seed in range(seeds):
+            exporters = ["dynamo"] + (["ts"] if seed % 4 == 0 else [])
+            for exporter in exporters:
+                specs.append(SampleSpec(family, f"{family}-{seed}", 0, exporter, batch=1 + 3 * (seed % 2)))
+    return specs
+
+
+def sample_path(root: Path, spec: SampleSpec) -> Path:
+    return root / spec.family / f"{spec.id}.onnx"
+
+
+def export_sample(spec: SampleSpec, path: Path) -> None:
+    from lilou.zoo.export import export_onnx
+    from lilou.zoo.registry import build
+
+    built = build(spec.model, batch=spec.batch, seq=spec.seq, image_size=spec.image_size, **spec.overrides)
+    export_onnx(built, path, strip_weights=True, dynamo=spec.exporter != "ts", optimize=spec.exporter == "opt")
+
+
+def build_fusion_dataset(root: Path, backends: Iterable[str] = ("eager", "tvm"), retry_failed: bool = False,
+                         limit: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Export and label the catalogue under ``root``; returns counts of done/skipped/failed samples."""
+    backends = tuple(backends)
+    counts = {"graphs": 0, "labels": 0, "failed": 0}
+    specs = catalogue()[:limit]
+    for spec in specs:
+        if progress:
+            progress(spec.id)
+        path = sample_path(root, spec)
+        failed = path.with_suffix(".failed")
+        if failed.exists() and not retry_failed:
+            counts["failed"] += 1
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if not path.exists():
+                export_sample(spec, path)
+            graph = None
+            for backend in (b for b in spec.backends() if b in backends):
+                label = path.with_suffix(f".{backend}.json")
+                if label.exists():
+                    continue
+                graph = graph or build_graph(load_onnx(path), name=spec.id)
+                partition = oracle_partition(backend, path, graph)
+                label.write_text(json.dumps(partition.to_json()) + "\n")
+                counts["labels"] += 1
+            counts["graphs"] += 1
+        except Exception as exc:  # noqa: BLE001 - record any failure, keep building the rest
+            failed.write_text(f"{type(exc).__name__}: {exc}\n")
+            counts["failed"] += 1
+    return counts
+
+
+@dataclass
+class FusionSample:
+    spec_id: str
+    family: str
+    exporter: str
+    data: Data
+    backends: tuple[str, ...]
+
+
+_TENSOR_KEYS = ("x", "edge_index", "edge_attr", "edge_mask")
+
+
+def load_sample(path: Path, family: str, backends: Sequence[str] = ("eager", "tvm")) -> FusionSample | None:
+    """Features and labels of one exported graph (cached beside it as safetensors, no pickle)."""
+    labels = {b: path.with_suffix(f".{b}.json") for b in backends}
+    labels = {b: p for b, p in labels.items() if p.exists()}
+    if not labels:
+        return None
+    cache = path.with_suffix(".features.safetensors")
+    keys = tuple(sorted(labels))
+    if cache.exists():
+        tensors = load_file(cache)
+        meta = json.loads(cache.with_suffix(".json").read_text()) if cache.with_suffix(".json").exists() else {}
+        if meta.get("version") == FEATURE_VERSION and tuple(meta.get("backends", ())) == keys:
+            data = Data(**{k: tensors[k] for k in _TENSOR_KEYS}, num_nodes=tensors["x"].shape[0])
+            for b in keys:
+                data[f"y_{b}"] = tensors[f"y_{b}"]
+            return FusionSample(path.stem, family, path.stem.rsplit("-", 1)[1], data, keys)
+    graph = build_graph(load_onnx(path), name=path.stem)
+    partitions = {b: Partition.from_json(json.loads(p.read_text())) for b, p in labels.items()}
+    data = fusion_data(graph, partitions)
+    save_file({k: data[k].contiguous() for k in (*_TENSOR_KEYS, *(f"y_{b}" for b in keys))}, cache)
+    cache.with_suffix(".json").write_text(json.dumps({"version": FEATURE_VERSION, "backends": list(keys)}))
+    return FusionSample(path.stem, family, path.stem.rsplit("-", 1)[1], data, keys)
+
+
+def split_of(family: str) -> str:
+    return "test" if family in TEST_FAMILIES else "val" if family in VAL_FAMILIES else "train"
+
+
+def load_split(root: Path, split: str, backends: Sequence[str] = ("eager", "tvm"),
+               families: Iterable[str] | None = None) -> list[FusionSample]:
+    """All labelled samples of a split (``train``/``val``/``test``/``all``) found under ``root``."""
+    wanted = set(families) if families is not None else None
+    samples = []
+    for path in sorted(root.glob("*/*.onnx")):
+        family = path.parent.name
+        if (split != "all" and split_of(family) != split) or (wanted is not None and family not in wanted):
+            continue
+        sample = load_sample(path, family, backends)
+        if sample is not None:
+            samples.append(sample)
+    return samples
+
+
+def to_training_items(samples: Iterable[FusionSample], backends: Sequence[str]) -> list[Data]:
+    """One PyG item per (graph, backend): features, ``backend`` index and ``y`` labels."""
+    from lilou.fusion.features import backend_index
+
+    items = []
+    for sample in samples:
+        for backend in backends:
+            if backend not in sample.backends:
+                continue
+            d = sample.data
+            item = Data(x=d.x, edge_index=d.edge_index, edge_attr=d.edge_attr, edge_mask=d.edge_mask,
+                        y=d[f"y_{backend}"], backend=torch.tensor([backend_index(backend)]), num_nodes=d.num_nodes)
+            items.append(item)
+    return items

@@ -1,0 +1,57 @@
+"""Fusion metrics: edge accuracy, precision/recall/F1 of fused edges, exact-partition rate."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lilou.fusion.partition import Partition, fused_edge_labels
+from lilou.graph.dag import ModelGraph
+
+
+def node_groups(graph: ModelGraph, partition: Partition) -> frozenset[frozenset[str]]:
+    """The partition of runtime nodes (launching or not) as a set of node sets."""
+    runtime = set(graph.runtime_nodes())
+    return frozenset(frozenset(n for n in g.nodes if n in runtime) for g in partition.groups
+                     if any(n in runtime for n in g.nodes))
+
+
+@dataclass
+class FusionScore:
+    graphs: int = 0
+    exact: int = 0
+    edges: int = 0
+    correct: int = 0
+    true_positive: int = 0
+    predicted_positive: int = 0
+    actual_positive: int = 0
+
+    def add(self, truth: Sequence[bool], predicted: Sequence[bool], exact: bool) -> None:
+        self.graphs += 1
+        self.exact += int(exact)
+        self.edges += len(truth)
+        self.correct += sum(t == p for t, p in zip(truth, predicted))
+        self.true_positive += sum(t and p for t, p in zip(truth, predicted))
+        self.predicted_positive += sum(predicted)
+        self.actual_positive += sum(truth)
+
+    def add_partitions(self, graph: ModelGraph, truth: Partition, predicted: Partition) -> None:
+        t, p = fused_edge_labels(graph, truth), fused_edge_labels(graph, predicted)
+        edges = list(t)
+        self.add([t[e] for e in edges], [p[e] for e in edges], node_groups(graph, truth) == node_groups(graph, predicted))
+
+    def as_dict(self) -> dict[str, float]:
+        precision = self.true_positive / self.predicted_positive if self.predicted_positive else 1.0
+        recall = self.true_positive / self.actual_positive if self.actual_positive else 1.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"graphs": self.graphs, "edges": self.edges,
+                "edge_accuracy": self.correct / self.edges if self.edges else 1.0,
+                "precision": precision, "recall": recall, "f1": f1,
+                "exact_partition": self.exact / self.graphs if self.graphs else 1.0}
+
+
+def merge(scores: Iterable[FusionScore]) -> FusionScore:
+    total = FusionScore()
+    for s in scores:
+        for field in total.__dataclass_fields__:
+            setattr(total, field, getattr(total, field) + getattr(s, field))
+    return total

@@ -1,0 +1,46 @@
+"""LightningModule for the fusion GNN: binary cross-entropy on runtime edges."""
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch.nn import functional as F
+
+from lilou.fusion.features import BACKENDS, FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES
+from lilou.fusion.gnn import FusionGNN
+
+
+class FusionModule(L.LightningModule):
+    def __init__(self, hidden: int = 64, layers: int = 4, conv: str = "gine", dropout: float = 0.0,
+                 lr: float = 3e-3, weight_decay: float = 1e-4, node_feature_mask: list[int] | None = None) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = FusionGNN(FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES, num_backends=len(BACKENDS),
+                             hidden=hidden, layers=layers, conv=conv, dropout=dropout)
+        mask = torch.ones(FUSION_NODE_FEATURES)
+        for i in node_feature_mask or []:
+            mask[i] = 0.0
+        self.register_buffer("feature_mask", mask, persistent=False)
+
+    def forward(self, batch) -> torch.Tensor:
+        return self.net(batch.x * self.feature_mask, batch.edge_index, batch.edge_attr, batch.backend, batch.batch)
+
+    def _step(self, batch, stage: str) -> torch.Tensor:
+        logits = self(batch)[batch.edge_mask]
+        target = batch.y[batch.edge_mask]
+        loss = F.binary_cross_entropy_with_logits(logits, target)
+        accuracy = ((logits > 0).float() == target).float().mean()
+        self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs, prog_bar=stage == "val")
+        self.log(f"{stage}/edge_acc", accuracy, batch_size=batch.num_graphs, prog_bar=stage == "val")
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "val")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        steps = self.trainer.estimated_stepping_batches if self.trainer else 1000
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=max(1, steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,210 @@
+"""Kernel groups: which ONNX nodes run together as one GPU kernel.
+
+A :class:`Partition` covers every node of a :class:`~lilou.graph.dag.ModelGraph`
+exactly once. Groups that launch a kernel are listed in execution order; nodes
+that launch none (view/shape-only ops, constant subgraphs a runtime folds) sit in
+groups with ``launches=False`` so nothing is dropped silently.
+
+Oracles (``lilou.fusion.backends``), the rule baseline and the GNN all produce
+partitions; the GNN and the rules produce them from *fused edges* through
+:func:`partition_from_fused_edges`, which keeps every group convex: contracting a
+group never creates a cycle, so the kernels can run in some order.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from lilou.errors import LilouInputError
+from lilou.graph.costs import VIEW_OPS
+from lilou.graph.dag import ModelGraph
+
+Edge = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    """ONNX node names (file order) that one kernel computes, or that launch none."""
+
+    nodes: tuple[str, ...]
+    launches: bool = True
+    #: Why no kernel is launched: "view" (metadata-only ops) or "constant" (folded before run time).
+    reason: str = ""
+
+
+@dataclass
+class Partition:
+    backend: str
+    groups: list[KernelGroup]
+    #: Where the grouping came from: "oracle", "gnn" or "rules".
+    source: str = "oracle"
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def kernels(self) -> list[KernelGroup]:
+        """Groups that launch a GPU kernel, in execution order."""
+        return [g for g in self.groups if g.launches]
+
+    def group_index(self) -> dict[str, int]:
+        return {node: i for i, group in enumerate(self.groups) for node in group.nodes}
+
+    def to_json(self) -> dict:
+        return {
+            "backend": self.backend,
+            "kernels": [{"nodes": list(g.nodes)} for g in self.kernels],
+            "no_kernel": [{"nodes": list(g.nodes), "reason": g.reason} for g in self.groups if not g.launches],
+        }
+
+    @classmethod
+    def from_json(cls, payload: Mapping, source: str = "oracle") -> Partition:
+        groups = [KernelGroup(tuple(k["nodes"])) for k in payload["kernels"]]
+        groups += [KernelGroup(tuple(k["nodes"]), launches=False, reason=k.get("reason", ""))
+                   for k in payload.get("no_kernel", [])]
+        return cls(backend=payload["backend"], groups=groups, source=source)
+
+
+def check_covers(graph: ModelGraph, partition: Partition) -> None:
+    """Raise ValueError unless every node of ``graph`` is in exactly one group."""
+    seen: dict[str, int] = {}
+    for i, group in enumerate(partition.groups):
+        for node in group.nodes:
+            if node in seen:
+                raise ValueError(f"node {node!r} is in groups {seen[node]} and {i}")
+            seen[node] = i
+    missing = set(graph.dag.nodes) - set(seen)
+    extra = set(seen) - set(graph.dag.nodes)
+    if missing or extra:
+        raise ValueError(f"partition misses {sorted(missing)[:5]} and has unknown nodes {sorted(extra)[:5]}")
+
+
+def runtime_edges(graph: ModelGraph) -> list[Edge]:
+    """Producer -> consumer edges between nodes a runtime executes, in file order.
+
+    These are the edges the fusion models classify; edges from constant subgraphs
+    carry no decision (the constant side is folded).
+    """
+    dag = graph.dag
+    order = {n: dag.nodes[n]["order"] for n in dag.nodes}
+    edges = [(u, v) for u, v in dag.edges if not dag.nodes[u]["constant"] and not dag.nodes[v]["constant"]]
+    return sorted(edges, key=lambda e: (order[e[0]], order[e[1]]))
+
+
+def fused_edge_labels(graph: ModelGraph, partition: Partition) -> dict[Edge, bool]:
+    """For each runtime edge: do both ends sit in the same kernel group?"""
+    group = partition.group_index()
+    return {(u, v): group[u] == group[v] for u, v in runtime_edges(graph)}
+
+
+def _is_view_only(graph: ModelGraph, nodes: Iterable[str]) -> bool:
+    return all(graph.dag.nodes[n]["op"] in VIEW_OPS for n in nodes)
+
+
+def partition_from_groups(graph: ModelGraph, runtime_groups: Iterable[Iterable[str]], backend: str,
+                          source: str = "oracle", no_kernel: Iterable[Iterable[str]] = ()) -> Partition:
+    """Order groups of runtime nodes for execution and add the no-kernel groups.
+
+    Runtime nodes missing from ``runtime_groups`` become singleton groups; constant
+    nodes each get a ``launches=False`` group; view-only groups (all ops in
+    ``VIEW_OPS``) and the groups in ``no_kernel`` launch nothing.
+    """
+    dag = graph.dag
+    order = {n: dag.nodes[n]["order"] for n in dag.nodes}
+    member: dict[str, int] = {}
+    groups: list[list[str]] = []
+    silent: set[int] = set()
+    labelled = [(nodes, True) for nodes in no_kernel] + [(nodes, False) for nodes in runtime_groups]
+    for nodes, is_silent in labelled:
+        nodes = [n for n in nodes if n in dag and not dag.nodes[n]["constant"] and n not in member]
+        if nodes:
+            if is_silent:
+                silent.add(len(groups))
+            for n in nodes:
+                member[n] = len(groups)
+            groups.append(sorted(nodes, key=order.__getitem__))
+    for n in graph.runtime_nodes():
+        if n not in member:
+            member[n] = len(groups)
+            groups.append([n])
+
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(groups)))
+    quotient.add_edges_from((member[u], member[v]) for u, v in runtime_edges(graph) if member[u] != member[v])
+    try:
+        ordered = list(nx.lexicographical_topological_sort(quotient, key=lambda g: order[groups[g][0]]))
+    except nx.NetworkXUnfeasible as exc:
+        raise LilouInputError(f"{backend} kernel groups of {graph.name} are not convex: they form a cycle") from exc
+
+    result = []
+    for g in ordered:
+        launches = g not in silent and not _is_view_only(graph, groups[g])
+        result.append(KernelGroup(tuple(groups[g]), launches=launches, reason="" if launches else "view"))
+    result += [KernelGroup((n,), launches=False, reason="constant")
+               for n in graph.nodes_in_order() if dag.nodes[n]["constant"]]
+    return Partition(backend=backend, groups=result, source=source)
+
+
+def partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], backend: str,
+                               source: str = "gnn", scores: Mapping[Edge, float] | None = None) -> Partition:
+    """Groups = nodes joined by fused edges, repaired so every group stays convex.
+
+    Nodes are visited in topological order; a node joins the group of each fused
+    predecessor unless the merged group would have a path that leaves it and comes
+    back (which no single kernel can compute). Predecessors are tried by
+    decreasing ``scores`` (e.g. GNN confidence) when given, else in file order.
+    Ancestor/descendant sets are Python-int bitsets, so a check is a few big-int ops.
+    """
+    dag = graph.dag
+    nodes = graph.runtime_nodes()
+    index = {n: i for i, n in enumerate(nodes)}
+    fused_set = set(fused)
+    ancestors = [0] * len(nodes)
+    for n in nodes:
+        i = index[n]
+        for p in dag.predecessors(n):
+            if p in index:
+                ancestors[i] |= ancestors[index[p]] | (1 << index[p])
+    descendants = [0] * len(nodes)
+    for n in reversed(nodes):
+        i = index[n]
+        for s in dag.successors(n):
+            if s in index:
+                descendants[i] |= descendants[index[s]] | (1 << index[s])
+
+    group_of = list(range(len(nodes)))
+    members: dict[int, int] = {i: 1 << i for i in range(len(nodes))}
+    anc_of: dict[int, int] = {i: ancestors[i] for i in range(len(nodes))}
+    desc_of: dict[int, int] = {i: descendants[i] for i in range(len(nodes))}
+
+    def convex(bits: int, anc: int, desc: int) -> bool:
+        return (anc & desc & ~bits) == 0
+
+    for n in nodes:
+        v = index[n]
+        preds = [p for p in dag.predecessors(n) if p in index and (p, n) in fused_set]
+        if scores is not None:
+            preds.sort(key=lambda p: -scores.get((p, n), 0.0))
+        else:
+            preds.sort(key=index.__getitem__)
+        for p in preds:
+            g, h = group_of[index[p]], group_of[v]
+            if g == h:
+                continue
+            bits, anc, desc = members[g] | members[h], anc_of[g] | anc_of[h], desc_of[g] | desc_of[h]
+            if not convex(bits, anc, desc):
+                continue
+            for i in _bits(members[h]):
+                group_of[i] = g
+            members[g], anc_of[g], desc_of[g] = bits, anc, desc
+            del members[h], anc_of[h], desc_of[h]
+
+    groups = [[nodes[i] for i in _bits(bits)] for bits in members.values()]
+    return partition_from_groups(graph, groups, backend, source=source)
+
+
+def _bits(value: int) -> Iterable[int]:
+    while value:
+        low = value & -value
+        yield low.bit_length() - 1
+        value ^= low

@@ -1,0 +1,51 @@
+"""Predicted kernel groups for a graph and backend: the default path of ``lilou fuse``.
+
+Uses the trained fusion GNN when its checkpoint is present, else the rule
+baseline (tuned table when shipped, hand-written defaults otherwise). Either way
+op types the models never saw are named in the partition's warnings.
+"""
+from __future__ import annotations
+
+import functools
+
+from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_path
+from lilou.errors import LilouInputError
+from lilou.fusion.partition import Partition
+from lilou.fusion.rules import RuleTable, rule_partition
+from lilou.graph.dag import ModelGraph
+from lilou.graph.pyg import OP_VOCABULARY
+
+BACKENDS = ("eager", "tvm")
+
+
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise LilouInputError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    return backend
+
+
+@functools.lru_cache(maxsize=4)
+def rule_table(backend: str) -> RuleTable:
+    path = checkpoint_path(FUSION_RULES, required=False) / f"{backend}.json"
+    return RuleTable.load(path) if path.exists() else RuleTable(backend)
+
+
+def unknown_ops(graph: ModelGraph) -> list[str]:
+    known = set(OP_VOCABULARY)
+    return sorted({graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()} - known)
+
+
+def predict_partition(graph: ModelGraph, backend: str = "eager", method: str = "auto") -> Partition:
+    """Kernel groups predicted from the ONNX graph alone (``method``: auto, gnn or rules)."""
+    check_backend(backend)
+    gnn_folder = checkpoint_path(FUSION_GNN, required=method == "gnn")
+    if method in ("auto", "gnn") and gnn_folder.exists():
+        from lilou.fusion.gnn_predictor import FusionPredictor  # torch model, loaded on demand
+        partition = FusionPredictor.load_shipped().predict(graph, backend)
+    else:
+        partition = rule_partition(graph, rule_table(backend))
+    unknown = unknown_ops(graph)
+    if unknown:
+        partition.warnings.append(f"op(s) the fusion model never saw: {', '.join(unknown)}; "
+                                  "they are treated as a generic op")
+    return partition

@@ -1,0 +1,78 @@
+"""Train the fusion GNN from a Hydra config; shared by `lilou.train` and the fusion benchmark."""
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate, to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from lilou.fusion.benchmark import iter_labelled, score, tuned_rule_table
+from lilou.fusion.datamodule import FusionDataModule
+from lilou.fusion.gnn_predictor import FusionPredictor
+from lilou.fusion.rules import rule_partition
+
+
+def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDataModule]:
+    L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    datamodule: FusionDataModule = instantiate(cfg.data)
+    datamodule.setup()
+    module = instantiate(cfg.model)
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger)
+    trainer.fit(module, datamodule=datamodule)
+    architecture = {k: module.hparams[k] for k in ("hidden", "layers", "conv", "dropout")}
+    config = {"architecture": architecture, "node_feature_mask": list(module.hparams.node_feature_mask or []),
+              "backends": list(datamodule.backends),
+              "trained_on": sorted({s.family for s in datamodule.samples["train"]}),
+              "config": OmegaConf.to_container(cfg, resolve=False)}
+    predictor = FusionPredictor(module.net, config)
+    return predictor, datamodule
+
+
+def held_out_metrics(predictor: FusionPredictor, root: Path, backends: list[str], split: str = "test",
+                     with_rules: bool = True) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
+    for backend in backends:
+        graphs = list(iter_labelled(root, split, backend))
+        entry = {"families": sorted({g.family for g in graphs}),
+                 "gnn": score(graphs, lambda g, b=backend: predictor.predict(g, b))}
+        if with_rules:
+            table = tuned_rule_table(root, backend)
+            entry["rules"] = score(graphs, lambda g, t=table: rule_partition(g, t))
+        metrics[backend] = entry
+    return metrics
+
+
+def train_fusion_model(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    output_dir = Path(HydraConfig.get().runtime.output_dir)
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    predictor, datamodule = fit(cfg, logger=logger)
+    backends = list(datamodule.backends)
+    val = held_out_metrics(predictor, datamodule.root, backends, split="val", with_rules=False)
+    test = held_out_metrics(predictor, datamodule.root, backends, split="test", with_rules=cfg.get("score_rules", True))
+    metrics: dict[str, Any] = {
+        "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
+        "seed": cfg.seed,
+        "data": f"fusion graphs under {datamodule.root} (make fusion-data), labelled by the oracles",
+        "train_graphs": len(datamodule.samples["train"]),
+        "val": val,
+        "test": test,
+        "python": platform.python_version(),
+    }
+    predictor.save(output_dir / "checkpoint", metrics)
+    if cfg.get("output_checkpoint"):
+        predictor.save(to_absolute_path(cfg.output_checkpoint), metrics)
+    summary = {b: {k: round(v, 4) if isinstance(v, float) else v for k, v in m["gnn"].get("all", {}).items()}
+               for b, m in test.items()}
+    print(json.dumps(summary, indent=1))
+    val_acc = [m["gnn"]["all"]["edge_accuracy"] for m in val.values() if m["gnn"]]
+    return float(sum(val_acc) / len(val_acc)) if val_acc else None

@@ -1,0 +1,47 @@
+"""Build the fusion dataset (``make fusion-data``): export the zoo catalogue and label it with each oracle.
+
+Resumable: rerun after an interruption and finished graphs and labels are kept.
+Output goes to ``<data dir>/fusion`` (``datasets/fusion`` by default; never committed).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lilou.fusion.dataset import build_fusion_dataset, catalogue
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("datasets/fusion"))
+    parser.add_argument("--backends", default="eager,tvm", help="comma-separated oracles to label with")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N samples (smoke runs)")
+    parser.add_argument("--retry-failed", action="store_true", help="retry samples that failed before")
+    args = parser.parse_args(argv)
+    total = len(catalogue()[: args.limit])
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[sample]}"))
+    with Progress(*columns) as progress:
+        task = progress.add_task("fusion dataset", total=total, sample="")
+        first = True
+
+        def step(sample_id: str) -> None:
+            nonlocal first
+            if not first:
+                progress.advance(task)
+            first = False
+            progress.update(task, sample=sample_id)
+
+        counts = build_fusion_dataset(args.out, args.backends.split(","), retry_failed=args.retry_failed,
+                                      limit=args.limit, progress=step)
+        progress.advance(task)
+    print(f"{counts['graphs']} graphs ready, {counts['labels']} new labels, {counts['failed']} failed "
+          f"(see {args.out}/*/*.failed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

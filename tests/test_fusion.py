@@ -1,0 +1,187 @@
+"""Kernel groups: the eager oracle, convex grouping from fused edges, rules, GNN features and training."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from onnx import helper
+
+from lilou.fusion.backends.eager import eager_partition, launches_no_kernel
+from lilou.fusion.evaluation import FusionScore, node_groups
+from lilou.fusion.features import FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES, fusion_data
+from lilou.fusion.partition import (
+    Partition,
+    check_covers,
+    fused_edge_labels,
+    partition_from_fused_edges,
+    runtime_edges,
+)
+from lilou.fusion.rules import RuleTable, rule_partition, tune_rules
+from lilou.graph.dag import build_graph
+from lilou.graph.loading import load_onnx
+from tests.onnx_builders import make_model, tensor
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resnet18.onnx"
+TINY_BERT = dict(batch=1, seq=16, num_hidden_layers=1, hidden_size=64, num_attention_heads=2,
+                 intermediate_size=128, vocab_size=100, max_position_embeddings=32)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A one-layer BERT exported by the dynamo exporter (with its node metadata), weight-free."""
+    from lilou.zoo.export import export_onnx
+    from lilou.zoo.registry import build
+
+    path = export_onnx(build("bert-base", **TINY_BERT), tmp_path_factory.mktemp("fusion") / "bert.onnx",
+                       strip_weights=True)
+    model = load_onnx(path)
+    return path, model, build_graph(model, name="tiny-bert")
+
+
+def _ops(graph, group) -> str:
+    return " + ".join(graph.dag.nodes[n]["op"] for n in group.nodes)
+
+
+def test_eager_oracle_one_bert_layer(tiny_bert):
+    _, model, graph = tiny_bert
+    partition = eager_partition(model, graph)
+    check_covers(graph, partition)
+    assert [_ops(graph, k) for k in partition.kernels] == [
+        "Gather", "Add", "Add", "LayerNormalization",
+        "MatMul + Add", "MatMul + Add",                                   # query, key projections
+        "Reshape + Transpose + Reshape + Transpose + Transpose + MatMul",  # Q @ K^T reads both views in place
+        "MatMul + Add",                                                   # value projection
+        "Mul", "Add", "Softmax",
+        "Reshape + Transpose + MatMul",                                   # probs @ V
+        "Transpose + Identity",                                           # .contiguous(): one copy kernel
+        "Reshape + MatMul + Add", "Identity + Add", "LayerNormalization",
+        "MatMul + Add", "Gelu", "MatMul + Add", "Identity + Add", "LayerNormalization",
+    ]
+    # Eval-mode dropout read by several kernels launches nothing and is kept, not dropped.
+    silent = [g for g in partition.groups if not g.launches and g.reason == "view"]
+    assert [_ops(graph, g) for g in silent] == ["Identity", "Identity"]
+
+
+def test_eager_oracle_resnet18_one_kernel_per_layer():
+    model = load_onnx(EXAMPLE)
+    graph = build_graph(model, name="resnet18")
+    partition = eager_partition(model, graph)
+    check_covers(graph, partition)
+    ops = [_ops(graph, k) for k in partition.kernels]
+    # cuDNN conv, BN, ReLU and the residual add are separate eager kernels; flatten is read in place by the Gemm.
+    assert ops.count("Conv") == 20 and ops.count("BatchNormalization") == 20 and ops.count("Add") == 8
+    assert ops[-3:] == ["Relu", "ReduceMean", "Reshape + Gemm"]
+    assert len(partition.kernels) == len(graph.runtime_nodes()) - 1
+
+
+def test_aten_view_ops_launch_no_kernel():
+    assert launches_no_kernel("torch.ops.aten.transpose.int")
+    assert launches_no_kernel("dropout")
+    assert not launches_no_kernel("torch.ops.aten.clone.default")
+    assert not launches_no_kernel("torch.ops.aten.linear.default")
+
+
+def test_eager_oracle_needs_exporter_metadata(tiny_bert):
+    from lilou.errors import LilouInputError
+
+    _, model, graph = tiny_bert
+    stripped = type(model)()
+    stripped.CopyFrom(model)
+    for node in stripped.graph.node:
+        del node.metadata_props[:]
+    with pytest.raises(LilouInputError, match="dynamo exporter"):
+        eager_partition(stripped, graph)
+
+
+def _diamond():
+    """a -> b -> d and a -> c -> d: fusing a, b and d but not c would need c to run inside the kernel."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"), helper.make_node("Relu", ["a"], ["b"], name="b"),
+             helper.make_node("Exp", ["a"], ["c"], name="c"), helper.make_node("Add", ["b", "c"], ["d"], name="d")]
+    return build_graph(make_model(nodes, [tensor("x", [4, 8])], [tensor("d", [4, 8])]), name="diamond")
+
+
+def test_fused_edges_are_repaired_into_convex_groups():
+    graph = _diamond()
+    partition = partition_from_fused_edges(graph, [("a", "b"), ("b", "d")], "tvm")
+    check_covers(graph, partition)
+    assert node_groups(graph, partition) == {frozenset({"a", "b"}), frozenset({"c"}), frozenset({"d"})}
+    assert [k.nodes for k in partition.kernels] == [("a", "b"), ("c",), ("d",)]
+    # With the c edges fused too, the whole diamond is one convex kernel.
+    everything = partition_from_fused_edges(graph, runtime_edges(graph), "tvm")
+    assert [k.nodes for k in everything.kernels] == [("a", "b", "c", "d")]
+
+
+def test_partition_json_roundtrip_and_edge_labels(tiny_bert):
+    _, model, graph = tiny_bert
+    truth = eager_partition(model, graph)
+    again = Partition.from_json(truth.to_json())
+    assert node_groups(graph, again) == node_groups(graph, truth)
+    labels = fused_edge_labels(graph, truth)
+    rebuilt = partition_from_fused_edges(graph, [e for e, fused in labels.items() if fused], "eager")
+    assert node_groups(graph, rebuilt) == node_groups(graph, truth)
+    score = FusionScore()
+    score.add_partitions(graph, truth, rebuilt)
+    assert score.as_dict()["exact_partition"] == 1.0 and score.as_dict()["edge_accuracy"] == 1.0
+
+
+def test_tuned_rules_learn_majority_and_fall_back_to_defaults(tiny_bert):
+    _, model, graph = tiny_bert
+    truth = eager_partition(model, graph)
+    table = tune_rules("eager", [(graph, fused_edge_labels(graph, truth))])
+    assert table.rules[("MatMul", "Add", False)] is True
+    assert table.rules[("LayerNormalization", "MatMul", True)] is False
+    assert RuleTable("eager").fuses("Reshape", "MatMul", False)       # default: a view is read in place
+    assert not RuleTable("eager").fuses("Conv", "Relu", False)        # eager never fuses two aten calls
+    assert RuleTable("tvm").fuses("Conv", "Relu", False)              # TVM fuses elementwise into its producer
+    predicted = rule_partition(graph, table)
+    check_covers(graph, predicted)
+    score = FusionScore()
+    score.add_partitions(graph, truth, predicted)
+    assert score.as_dict()["edge_accuracy"] > 0.9
+
+
+def test_rule_table_save_load(tmp_path):
+    table = RuleTable("tvm", {("Conv", "Relu", False): True, ("MatMul", "Softmax", True): False})
+    table.save(tmp_path / "tvm.json")
+    assert RuleTable.load(tmp_path / "tvm.json") == table
+
+
+def test_fusion_features_and_labels(tiny_bert):
+    _, model, graph = tiny_bert
+    truth = eager_partition(model, graph)
+    data = fusion_data(graph, {"eager": truth})
+    assert data.x.shape == (len(graph.dag), FUSION_NODE_FEATURES)
+    assert data.edge_attr.shape == (graph.dag.number_of_edges(), FUSION_EDGE_FEATURES)
+    assert int(data.edge_mask.sum()) == len(runtime_edges(graph))
+    assert int(data.y_eager.sum()) == sum(fused_edge_labels(graph, truth).values())
+    assert not data.y_eager[~data.edge_mask].any()
+
+
+def test_gnn_learns_eager_fusion_of_a_real_graph(tiny_bert, tmp_path):
+    """A few hundred steps on one real graph must fit its labels: the model and loss are wired right."""
+    import lightning as L
+    from torch_geometric.loader import DataLoader
+
+    from lilou.fusion.dataset import FusionSample, to_training_items
+    from lilou.fusion.gnn_predictor import FusionPredictor
+    from lilou.fusion.lit_module import FusionModule
+
+    _, model, graph = tiny_bert
+    truth = eager_partition(model, graph)
+    sample = FusionSample("tiny", "bert", "dynamo", fusion_data(graph, {"eager": truth}), ("eager",))
+    items = to_training_items([sample], ["eager"])
+    L.seed_everything(0)
+    torch.set_num_threads(1)
+    module = FusionModule(hidden=32, layers=2, lr=1e-2)
+    trainer = L.Trainer(max_epochs=150, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu")
+    trainer.fit(module, DataLoader(items, batch_size=1))
+    predictor = FusionPredictor(module.net, {"architecture": {"hidden": 32, "layers": 2, "conv": "gine",
+                                                              "dropout": 0.0}})
+    predicted = predictor.predict(graph, "eager")
+    assert node_groups(graph, predicted) == node_groups(graph, truth)
+    predictor.save(tmp_path / "ckpt", {"note": "test"})
+    loaded = FusionPredictor.load(tmp_path / "ckpt")
+    data = fusion_data(graph)
+    assert torch.equal(loaded.edge_probabilities(data, "eager"), predictor.edge_probabilities(data, "eager"))
