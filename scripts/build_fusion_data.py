@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("datasets/fusion"))
     parser.add_argument("--backends", default="eager,tvm", help="comma-separated oracles to label with")
     parser.add_argument("--limit", type=int, default=None, help="only the first N samples (smoke runs)")
+    parser.add_argument("--label-only", action="store_true", help="label graphs already exported, export none")
     parser.add_argument("--retry-failed", action="store_true", help="retry samples that failed before")
     args = parser.parse_args(argv)
     total = len(catalogue()[: args.limit])
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(task, sample=sample_id)
 
         counts = build_fusion_dataset(args.out, args.backends.split(","), retry_failed=args.retry_failed,
-                                      limit=args.limit, progress=step)
+                                      limit=args.limit, progress=step, label_only=args.label_only)
         progress.advance(task)
     print(f"{counts['graphs']} graphs ready, {counts['labels']} new labels, {counts['failed']} failed "
           f"(see {args.out}/*/*.failed)")

@@ -3,8 +3,8 @@
 ``build_fusion_dataset`` exports every sample of :func:`catalogue` (weight-free)
 into ``<root>/<family>/<id>.onnx`` and labels it with each oracle into
 ``<id>.<backend>.json``. Work already on disk is skipped, so an interrupted build
-resumes; a sample that fails records why in ``<id>.failed`` and is not retried
-unless asked. Eager labels need the dynamo exporter's metadata, so TorchScript
+resumes; an export that fails records why in ``<id>.failed``, an oracle that
+cannot label a graph in ``<id>.<backend>.failed``; neither is retried unless asked. Eager labels need the dynamo exporter's metadata, so TorchScript
 exports (``-ts``) are labelled by ``tvm`` only.
 
 Splits are by family (:data:`TEST_FAMILIES`, :data:`VAL_FAMILIES`): no graph of a
@@ -135,8 +135,13 @@ def export_sample(spec: SampleSpec, path: Path) -> None:
 
 
 def build_fusion_dataset(root: Path, backends: Iterable[str] = ("eager", "tvm"), retry_failed: bool = False,
-                         limit: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, int]:
-    """Export and label the catalogue under ``root``; returns counts of done/skipped/failed samples."""
+                         limit: int | None = None, progress: Callable[[str], None] | None = None,
+                         label_only: bool = False) -> dict[str, int]:
+    """Export and label the catalogue under ``root``; returns counts of done/skipped/failed samples.
+
+    ``label_only`` labels graphs already exported and exports nothing (a second
+    process can label with one oracle while another exports).
+    """
     backends = tuple(backends)
     counts = {"graphs": 0, "labels": 0, "failed": 0}
     specs = catalogue()[:limit]
@@ -148,23 +153,32 @@ def build_fusion_dataset(root: Path, backends: Iterable[str] = ("eager", "tvm"),
         if failed.exists() and not retry_failed:
             counts["failed"] += 1
             continue
+        if label_only and not path.exists():
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if not path.exists():
                 export_sample(spec, path)
-            graph = None
-            for backend in (b for b in spec.backends() if b in backends):
-                label = path.with_suffix(f".{backend}.json")
-                if label.exists():
-                    continue
-                graph = graph or build_graph(load_onnx(path), name=spec.id)
-                partition = oracle_partition(backend, path, graph)
-                label.write_text(json.dumps(partition.to_json()) + "\n")
-                counts["labels"] += 1
-            counts["graphs"] += 1
         except Exception as exc:  # noqa: BLE001 - record any failure, keep building the rest
             failed.write_text(f"{type(exc).__name__}: {exc}\n")
             counts["failed"] += 1
+            continue
+        counts["graphs"] += 1
+        graph = None
+        for backend in (b for b in spec.backends() if b in backends):
+            label = path.with_suffix(f".{backend}.json")
+            label_failed = path.with_suffix(f".{backend}.failed")
+            if label.exists() or (label_failed.exists() and not retry_failed):
+                continue
+            try:
+                graph = graph or build_graph(load_onnx(path), name=spec.id)
+                partition = oracle_partition(backend, path, graph)
+            except Exception as exc:  # noqa: BLE001 - an oracle that cannot run on this graph
+                label_failed.write_text(f"{type(exc).__name__}: {exc}\n")
+                counts["failed"] += 1
+                continue
+            label.write_text(json.dumps(partition.to_json()) + "\n")
+            counts["labels"] += 1
     return counts
 
 
