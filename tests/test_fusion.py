@@ -185,3 +185,46 @@ def test_gnn_learns_eager_fusion_of_a_real_graph(tiny_bert, tmp_path):
     loaded = FusionPredictor.load(tmp_path / "ckpt")
     data = fusion_data(graph)
     assert torch.equal(loaded.edge_probabilities(data, "eager"), predictor.edge_probabilities(data, "eager"))
+
+
+def _celu_model(tmp_path) -> Path:
+    import onnx
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Celu", ["a"], ["b"], name="c"),
+             helper.make_node("Add", ["b", "x"], ["y"], name="add")]
+    path = tmp_path / "celu.onnx"
+    onnx.save(make_model(nodes, [tensor("x", [2, 8])], [tensor("y", [2, 8])]), path)
+    return path
+
+
+def test_fuse_cli_json_covers_every_runtime_node(capsys):
+    import json
+
+    from lilou.cli import main
+
+    assert main(["fuse", str(EXAMPLE), "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["backend"] == "eager"
+    graph = build_graph(load_onnx(EXAMPLE), name="resnet18")
+    listed = [n for k in payload["kernels"] + payload["no_kernel"] for n in k["nodes"]]
+    assert sorted(listed) == sorted(graph.dag.nodes)
+
+
+def test_fuse_cli_unknown_op_fails_the_tvm_oracle_but_the_model_still_predicts(tmp_path, capsys):
+    from lilou.cli import main
+
+    path = _celu_model(tmp_path)
+    assert main(["fuse", str(path), "--backend", "tvm", "--oracle"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["lilou: error: TVM cannot import op(s): Celu"]
+    assert main(["fuse", str(path), "--backend", "tvm"]) == 0
+    out = capsys.readouterr().out
+    assert "never saw: Celu" in out
+
+
+def test_fuse_cli_eager_oracle_without_metadata_is_a_clear_error(tmp_path, capsys):
+    from lilou.cli import main
+
+    assert main(["fuse", str(_celu_model(tmp_path)), "--oracle"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dynamo exporter" in err[0]
