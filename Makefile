@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-graph bench-kernels bench-fusion train-kernels fusion-data train-fusion clean
+.PHONY: install lint test demo bench bench-graph bench-kernels bench-fusion train-kernels fusion-data train-fusion fit-e2e clean
 
 install: $(STAMP)
 
@@ -26,9 +26,14 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q
 
+# Predictions on the shipped example: a whole A10G, then a 1g.10gb MIG slice of an A100-80GB
+# with the breakdown plot (outputs/ is git-ignored).
 demo: install
 	$(LILOU) graph examples/resnet18.onnx
 	$(LILOU) gpus
+	$(LILOU) infer examples/resnet18.onnx --gpu a10g
+	mkdir -p outputs/demo
+	$(LILOU) infer examples/resnet18.onnx --gpu a100-80gb --mig 1g.10gb --plot outputs/demo/resnet18-a100-80gb-1g.10gb.png
 
 bench: bench-graph bench-kernels bench-fusion
 
@@ -56,6 +61,12 @@ train-fusion: install
 # The shipped per-kernel model: checkpoints/kernel_latency (config conf/experiment/kernel_latency.yaml).
 train-kernels: install
 	$(PY) -m lilou.train experiment=kernel_latency
+
+# End-to-end side: memory-bound fallback and launch/gap overhead fitted on the real NeuSight
+# rows and eager end-to-end labels of the training GPUs -> checkpoints/e2e_overhead. Exports the
+# labelled models once into datasets/e2e_models (git-ignored; ~5 min the first time, ~1.5 min after).
+fit-e2e: install
+	$(PY) -m lilou.latency.calibrate
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,3 +1,14 @@
 """Lilou: predict how long an ONNX model takes to run inference on an NVIDIA GPU or MIG slice."""
 
 __version__ = "0.1.0"
+
+__all__ = ["Predictor"]
+
+
+def __getattr__(name: str):
+    # Lazy: `import lilou` stays light; the API (numpy, onnx, networkx) loads on first use.
+    if name == "Predictor":
+        from lilou.api import Predictor
+
+        return Predictor
+    raise AttributeError(f"module 'lilou' has no attribute {name!r}")

@@ -22,13 +22,13 @@ def _stub(name: str, help_text: str, subparsers: argparse._SubParsersAction) -> 
 
 
 def register_all(subparsers: argparse._SubParsersAction) -> None:
-    from lilou.commands import data, fuse, graph, gpus, zoo
+    from lilou.commands import data, fuse, graph, gpus, infer, rank, zoo
 
     graph.register(subparsers)
     gpus.register(subparsers)
     zoo.register(subparsers)
     data.register(subparsers)
-    _stub("infer", "predict end-to-end latency of a model on a GPU", subparsers)
+    infer.register(subparsers)
     fuse.register(subparsers)
-    _stub("rank", "rank GPUs and MIG slices by predicted latency", subparsers)
+    rank.register(subparsers)
     _stub("eval", "evaluate predictions against measured labels", subparsers)

@@ -34,3 +34,15 @@ def shape_overrides(args) -> dict[str, tuple[int, ...]]:
     from lilou.graph.shapes import parse_shape_overrides
 
     return parse_shape_overrides(args.shape)
+
+
+def add_backend_option(parser) -> None:
+    """--backend for commands that predict kernels: eager (the runtime of the real data) or tvm."""
+    parser.add_argument("--backend", choices=("eager", "tvm"), default="eager",
+                        help="runtime whose kernels are predicted: eager = PyTorch eager, the runtime of the "
+                             "real latency measurements (default); tvm = Apache TVM fused kernels")
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr (keeps stdout parseable)."""
+    print(f"lilou: warning: {message}", file=sys.stderr)

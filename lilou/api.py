@@ -1,0 +1,270 @@
+"""The Python API: ``Predictor`` loads the checkpoints once and predicts any model on any device.
+
+>>> from lilou import Predictor
+>>> p = Predictor(backend="eager")
+>>> result = p.predict("examples/resnet18.onnx", gpu="a10g")   # doctest: +SKIP
+>>> result.latency_ms, len(result.kernels), result.warnings     # doctest: +SKIP
+>>> [(r.gpu, r.mig, r.latency_ms) for r in p.rank("examples/resnet18.onnx")][:3]   # doctest: +SKIP
+
+``result.to_json()`` is exactly what ``lilou infer --format json`` prints and
+``p.rank(...).to_json()`` what ``lilou rank --format json`` prints; the CLI is a
+thin layer over this module. The graph is parsed, grouped into kernels and
+described once per call, whatever the number of devices.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
+from lilou.errors import LilouInputError
+from lilou.graph.dag import ModelGraph
+from lilou.hardware import Device, resolve_device
+from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
+from lilou.latency.fallback import FallbackModel, fallback_ops
+from lilou.latency.inference import KernelModel
+from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
+
+ModelInput = str | os.PathLike[str] | ModelGraph
+
+
+@dataclass(frozen=True)
+class KernelEstimate:
+    """One predicted kernel: its ONNX nodes and its share of the end-to-end time."""
+
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]
+    type: str             # kernel type from the kernel-type head, or "memory_fallback"
+    latency_ms: float     # share of the end-to-end latency (kernels sum to the total)
+    work_ms: float        # GPU time of the kernel alone
+    flops: int
+    bytes: int
+    compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
+    fallback: bool        # no measurements for this kind of kernel: memory-bound fallback
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_bound else "memory"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodes": list(self.nodes), "type": self.type, "latency_ms": self.latency_ms,
+                "flops": self.flops, "bytes": self.bytes}
+
+
+@dataclass
+class Prediction:
+    """End-to-end latency of one model on one device, kernel by kernel (execution order)."""
+
+    model: str
+    gpu: str
+    mig: str | None
+    backend: str
+    batch: int | None
+    latency_ms: float
+    kernels: list[KernelEstimate]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def device(self) -> str:
+        return self.gpu if self.mig is None else f"{self.gpu}/{self.mig}"
+
+    @property
+    def fallback_kernels(self) -> list[KernelEstimate]:
+        return [k for k in self.kernels if k.fallback]
+
+    @property
+    def fallback_share(self) -> float:
+        """Share (0..1) of the predicted time carried by fallback kernels."""
+        return sum(k.latency_ms for k in self.fallback_kernels) / self.latency_ms if self.latency_ms else 0.0
+
+    def top(self, n: int) -> list[KernelEstimate]:
+        return sorted(self.kernels, key=lambda k: -k.latency_ms)[:n]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``lilou infer --format json`` object (DESIGN.md)."""
+        return {"model": self.model, "gpu": self.gpu, "mig": self.mig, "backend": self.backend,
+                "batch": self.batch, "latency_ms": self.latency_ms,
+                "kernels": [k.to_json() for k in self.kernels], "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    gpu: str
+    mig: str | None
+    latency_ms: float
+
+    @property
+    def device(self) -> str:
+        return self.gpu if self.mig is None else f"{self.gpu}/{self.mig}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms}
+
+
+@dataclass
+class Ranking:
+    """Devices fastest first; iterating gives :class:`RankEntry` objects."""
+
+    model: str
+    backend: str
+    entries: list[RankEntry]
+    warnings: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[RankEntry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, index: int) -> RankEntry:
+        return self.entries[index]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The ``lilou rank --format json`` list (DESIGN.md)."""
+        return [entry.to_json() for entry in self.entries]
+
+
+def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
+    """Devices to rank: every GPU and MIG slice, or the named ones.
+
+    A name is a GPU (any alias: the whole GPU) or ``GPU/PROFILE`` for one MIG slice
+    (``a100-80gb/1g.10gb``); repeats are dropped.
+    """
+    if names is None:
+        from lilou.hardware import all_devices
+
+        return all_devices()
+    devices: dict[str, Device] = {}
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        gpu, _, profile = name.partition("/")
+        device = resolve_device(gpu.strip(), profile.strip() or None) if profile else resolve_device(gpu)
+        devices.setdefault(device.name, device)
+    if not devices:
+        raise LilouInputError("no GPU named; list GPUs like --gpus a10g,t4,a100-80gb/1g.10gb (see `lilou gpus`)")
+    return list(devices.values())
+
+
+class Predictor:
+    """Loads the per-kernel and end-to-end checkpoints once; predicts any number of models."""
+
+    def __init__(self, backend: str = "eager", kernel_checkpoint: str | os.PathLike[str] | None = None,
+                 overhead_checkpoint: str | os.PathLike[str] | None = None) -> None:
+        from lilou.fusion.predict import check_backend
+
+        self.backend = check_backend(backend)
+        kernel_model = KernelModel.load(kernel_checkpoint or checkpoint_path(KERNEL_LATENCY))
+        params = load_overhead(overhead_checkpoint or checkpoint_path(E2E_OVERHEAD))
+        self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
+                                   OverheadModel(**params["overhead"]))
+
+    # ----------------------------------------------------------------- public
+
+    def predict(self, model: ModelInput, gpu: str, mig: str | None = None, batch: int | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> Prediction:
+        """End-to-end latency of ``model`` (an ONNX path or a loaded graph) on one GPU or MIG slice."""
+        device = resolve_device(gpu, mig)  # bad names fail before the model is read
+        graph = self._graph(model, batch, shapes)
+        kernels, warnings = self._kernels(graph)
+        return self._predictions(graph, _model_name(model), kernels, warnings, [device], batch)[0]
+
+    def predict_many(self, model: ModelInput, devices: Sequence[Device], batch: int | None = None,
+                     shapes: Mapping[str, Sequence[int]] | None = None) -> list[Prediction]:
+        """:meth:`predict` for several devices; the graph is read and grouped once."""
+        graph = self._graph(model, batch, shapes)
+        kernels, warnings = self._kernels(graph)
+        return self._predictions(graph, _model_name(model), kernels, warnings, list(devices), batch)
+
+    def rank(self, model: ModelInput, gpus: Sequence[str] | None = None, batch: int | None = None,
+             shapes: Mapping[str, Sequence[int]] | None = None) -> Ranking:
+        """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
+        devices = rank_devices(gpus)
+        graph = self._graph(model, batch, shapes)
+        kernels, warnings = self._kernels(graph)
+        shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph)))
+        totals = shares.sum(axis=0)
+        entries = [RankEntry(d.gpu, d.mig, round(float(t), 4)) for d, t in zip(devices, totals)]
+        entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
+        return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
+                       warnings=warnings + _fallback_warning(kernels, shares))
+
+    # ---------------------------------------------------------------- helpers
+
+    def _graph(self, model: ModelInput, batch: int | None, shapes) -> ModelGraph:
+        if isinstance(model, ModelGraph):
+            if batch is not None or shapes:
+                raise LilouInputError("batch and shapes apply when loading a file; pass them to load_graph instead")
+            return model
+        from lilou.graph.dag import load_graph
+
+        return load_graph(model, batch=batch, shapes=shapes)
+
+    def _kernels(self, graph: ModelGraph) -> tuple[GraphKernels, list[str]]:
+        from lilou.fusion.predict import predict_partition
+
+        partition = predict_partition(graph, self.backend)
+        kernels = describe_kernels(graph, partition)
+        if len(kernels) == 0:
+            raise LilouInputError(f"{graph.name}: no node of the graph launches a GPU kernel, so there is no "
+                                  "latency to predict (is the graph empty, or only constants and reshapes?)")
+        warnings = [*graph.warnings, *partition.warnings]
+        unsupported = graph.unsupported_ops
+        if unsupported:
+            warnings.append(f"unsupported op(s) {', '.join(unsupported)}: their kernels are predicted with the "
+                            "memory-bound fallback")
+        if self.backend != "eager":
+            warnings.append(f"the per-kernel model and the launch overhead were fitted on PyTorch eager "
+                            f"measurements; {self.backend} kernels are predicted with them as they are")
+        return kernels, warnings
+
+    def _predictions(self, graph: ModelGraph, name: str, kernels: GraphKernels, warnings: list[str],
+                     devices: list[Device], batch: int | None) -> list[Prediction]:
+        work = self.model.kernel_work(kernels, devices, _leading_dim(graph))
+        shares = self.model.compose(work)
+        batch = batch if batch is not None else _leading_dim(graph)
+        return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
+                           latency_ms=round(float(shares[:, j].sum()), 4),
+                           kernels=_estimates(kernels, work, shares, j),
+                           warnings=warnings + _fallback_warning(kernels, shares[:, [j]]))
+                for j, device in enumerate(devices)]
+
+
+def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, column: int) -> list[KernelEstimate]:
+    return [KernelEstimate(nodes=tuple(nodes), ops=spec.ops, type=str(work.kernel_type[i, column]),
+                           latency_ms=round(float(shares[i, column]), 6), work_ms=float(work.work_ms[i, column]),
+                           flops=int(spec.flops), bytes=int(spec.bytes),
+                           compute_bound=bool(work.compute_bound[i, column]), fallback=bool(work.fallback[i]))
+            for i, (nodes, spec) in enumerate(zip(kernels.nodes, kernels.specs))]
+
+
+def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Which kernels rest on the fallback and their share of the time (a range over devices for rank)."""
+    mask = kernels.fallback
+    if not mask.any():
+        return []
+    ops = list(dict.fromkeys(op for spec, m in zip(kernels.specs, mask) if m for op in fallback_ops(spec)))
+    share = 100 * shares[mask].sum(axis=0) / shares.sum(axis=0)
+    low, high = float(np.min(share)), float(np.max(share))
+    text = f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
+    return [f"{int(mask.sum())} of {len(kernels)} kernels ({', '.join(ops)}) use the memory-bound fallback "
+            f"(no measurements of these op kinds): {text} of the predicted time"]
+
+
+def _leading_dim(graph: ModelGraph) -> int | None:
+    for tensor in graph.inputs:
+        if tensor.shape:
+            return int(tensor.shape[0])
+    return None
+
+
+def _model_name(model: ModelInput) -> str:
+    return model.name if isinstance(model, ModelGraph) else os.fspath(model)
+
+
+__all__ = ["KernelEstimate", "Prediction", "Predictor", "RankEntry", "Ranking", "rank_devices"]

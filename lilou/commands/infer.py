@@ -1,0 +1,92 @@
+"""`lilou infer MODEL.onnx --gpu NAME`: predicted end-to-end latency, kernel by kernel."""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+from rich.table import Table
+
+from lilou.commands._common import (add_backend_option, add_format_option, add_shape_options, console, print_json,
+                                    shape_overrides, warn)
+from lilou.graph.report import human
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "infer", help="predict end-to-end latency of a model on a GPU or MIG slice",
+        description="Predict the inference latency of an ONNX model (FP32) on one GPU or MIG slice, without the "
+                    "GPU: kernel groups of the backend -> per-kernel latency -> sum with launch overhead. "
+                    "Weight-free ONNX files work.")
+    parser.add_argument("model", help="path to an ONNX file")
+    parser.add_argument("--gpu", required=True, metavar="NAME", help="GPU name or alias, e.g. a10g (see `lilou gpus`)")
+    parser.add_argument("--mig", metavar="PROFILE", default=None, help="MIG profile of that GPU, e.g. 1g.10gb")
+    add_shape_options(parser)
+    add_backend_option(parser)
+    add_format_option(parser, ("table", "json", "csv"))
+    parser.add_argument("--plot", metavar="OUT.png", default=None,
+                        help="also write a bar chart of the kernels with the most predicted time")
+    parser.add_argument("--top", type=int, default=10, metavar="N", help="kernels listed in the table (default 10)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from lilou.api import Predictor
+    from lilou.errors import LilouInputError
+
+    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
+        raise LilouInputError(f"--plot: folder {os.path.dirname(os.path.abspath(args.plot))!r} does not exist")
+
+    prediction = Predictor(backend=args.backend).predict(args.model, gpu=args.gpu, mig=args.mig, batch=args.batch,
+                                                         shapes=shape_overrides(args))
+    if args.plot:
+        from lilou.report.plot import plot_breakdown
+
+        plot_breakdown(prediction, args.plot)
+    if args.format == "json":
+        print_json(prediction.to_json())
+    elif args.format == "csv":
+        _write_csv(prediction)
+        for message in prediction.warnings:
+            warn(message)
+    else:
+        _print_table(prediction, max(args.top, 0))
+    if args.plot and args.format == "table":
+        console().print(f"wrote {args.plot}")
+    return 0
+
+
+CSV_COLUMNS = ("index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "work_ms", "flops", "bytes")
+
+
+def _write_csv(prediction) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for i, k in enumerate(prediction.kernels):
+        writer.writerow([i, "+".join(k.ops), " ".join(k.nodes), k.type, k.bound, int(k.fallback),
+                         f"{k.latency_ms:.6f}", f"{k.work_ms:.6f}", k.flops, k.bytes])
+
+
+def _print_table(prediction, top: int) -> None:
+    out = console()
+    device = prediction.gpu if prediction.mig is None else f"{prediction.gpu} MIG {prediction.mig}"
+    batch = "" if prediction.batch is None else f", batch {prediction.batch}"
+    table = Table(title=f"top {min(top, len(prediction.kernels))} of {len(prediction.kernels)} kernels by predicted time")
+    for column in ("#", "ops", "first node", "type", "bound", "ms", "share"):
+        table.add_column(column, justify="right" if column in ("#", "ms", "share") else "left")
+    order = {id(k): i for i, k in enumerate(prediction.kernels)}
+    for k in prediction.top(top):
+        ops = "+".join(dict.fromkeys(k.ops))
+        table.add_row(str(order[id(k)]), ops if len(ops) <= 40 else ops[:39] + "…", k.nodes[0][:40],
+                      k.type, k.bound, f"{k.latency_ms:.4f}", f"{100 * k.latency_ms / prediction.latency_ms:.1f} %")
+    if top:
+        out.print(table)
+    out.print(f"[bold]{prediction.model}[/bold] on [bold]{device}[/bold] ({prediction.backend}{batch}): "
+              f"[bold]{prediction.latency_ms:.3f} ms[/bold], {len(prediction.kernels)} kernels, "
+              f"{human(sum(k.flops for k in prediction.kernels), 'FLOPs')}")
+    fallback = prediction.fallback_kernels
+    out.print(f"fallback: {len(fallback)} kernels, {100 * prediction.fallback_share:.1f} % of the predicted time")
+    for message in prediction.warnings:
+        out.print(f"[yellow]warning:[/yellow] {message}")

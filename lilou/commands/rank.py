@@ -1,0 +1,49 @@
+"""`lilou rank MODEL.onnx [--gpus a,b,...]`: predicted latency on every GPU and MIG slice, fastest first."""
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from lilou.commands._common import (add_backend_option, add_format_option, add_shape_options, console, print_json,
+                                    shape_overrides, warn)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "rank", help="rank GPUs and MIG slices by predicted latency",
+        description="Predicted end-to-end latency of an ONNX model on every GPU and MIG slice of the database "
+                    "(or the listed ones), fastest first. The graph is read and grouped into kernels once.")
+    parser.add_argument("model", help="path to an ONNX file")
+    parser.add_argument("--gpus", default=None, metavar="a,b,...",
+                        help="comma-separated GPUs (whole GPU) and MIG slices as GPU/PROFILE, "
+                             "e.g. a10g,t4,a100-80gb/1g.10gb (default: every GPU and MIG profile)")
+    add_shape_options(parser)
+    add_backend_option(parser)
+    add_format_option(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lilou.api import Predictor
+
+    gpus = None if args.gpus is None else args.gpus.split(",")
+    ranking = Predictor(backend=args.backend).rank(args.model, gpus=gpus, batch=args.batch,
+                                                   shapes=shape_overrides(args))
+    if args.format == "json":
+        print_json(ranking.to_json())
+        for message in ranking.warnings:
+            warn(message)
+        return 0
+    out = console()
+    table = Table(title=f"{ranking.model} ({ranking.backend}): {len(ranking)} devices, fastest first")
+    for column in ("#", "gpu", "mig", "ms", "vs fastest"):
+        table.add_column(column, justify="right" if column in ("#", "ms", "vs fastest") else "left")
+    fastest = ranking[0].latency_ms
+    for i, entry in enumerate(ranking, 1):
+        table.add_row(str(i), entry.gpu, entry.mig or "-", f"{entry.latency_ms:.3f}",
+                      f"{entry.latency_ms / fastest:.2f}x" if fastest else "-")
+    out.print(table)
+    for message in ranking.warnings:
+        out.print(f"[yellow]warning:[/yellow] {message}")
+    return 0

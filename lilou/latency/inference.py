@@ -1,0 +1,100 @@
+"""Torch-free inference of the shipped per-kernel model (numpy only).
+
+``lilou infer`` must answer in well under two seconds in a fresh process, and
+importing torch alone takes about 1.5 s on a small CPU. The network is a few
+dense layers (:class:`lilou.latency.model.KernelLatencyNet`), so its forward pass
+is re-done here in numpy from the same ``model.safetensors`` and ``config.json``.
+``tests/test_end_to_end.py`` checks that both give the same numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lilou.errors import LilouInputError
+from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_ms
+from lilou.latency.kernel_types import KERNEL_TYPES
+
+
+@dataclass(frozen=True)
+class KernelTimes:
+    """Per (kernel, device) row; the same fields as ``predictor.KernelPrediction``."""
+
+    latency_ms: np.ndarray     # floor + work: the kernel timed alone, as in the training data
+    work_ms: np.ndarray        # GPU time of the kernel alone
+    floor_ms: np.ndarray       # per-launch floor of its family
+    kernel_type: np.ndarray    # str per kernel
+    compute_bound: np.ndarray  # FLOPs / peak above bytes / bandwidth
+
+
+Layers = list[tuple[np.ndarray, np.ndarray]]
+
+
+def _linear_layers(state: dict[str, np.ndarray], prefix: str) -> Layers:
+    """(weight, bias) of every ``prefix<i>.weight`` in index order (Sequential of Linear, SiLU[, Dropout])."""
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.weight$")
+    indices = sorted(int(m[1]) for key in state if (m := pattern.match(key)))
+    return [(state[f"{prefix}{i}.weight"].T.copy(), state[f"{prefix}{i}.bias"]) for i in indices]
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(0.5 * x))  # x * sigmoid(x), without overflow
+
+
+def _mlp(x: np.ndarray, layers: Layers) -> np.ndarray:
+    for weight, bias in layers:
+        x = _silu(x @ weight + bias)
+    return x
+
+
+class KernelModel:
+    """The per-kernel latency and kernel-type model, loaded without torch."""
+
+    def __init__(self, state: dict[str, np.ndarray], config: dict[str, Any]) -> None:
+        self.config = config
+        self.feature_groups = tuple(config["feature_groups"])
+        self.type_feature_groups = tuple(config["type_feature_groups"])
+        self._mean, self._std = state["feature_mean"], state["feature_std"]
+        self._type_mean, self._type_std = state["type_feature_mean"], state["type_feature_std"]
+        self._trunk = _linear_layers(state, "trunk.")
+        self._slowdown = (state["slowdown.weight"].T.copy(), state["slowdown.bias"])
+        self._type_trunk = _linear_layers(state, "type_head.0.")
+        self._type_out = (state["type_head.1.weight"].T.copy(), state["type_head.1.bias"])
+        self.log_floor = state["log_floor"].astype(np.float64)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
+        from safetensors.numpy import load_file
+
+        folder = Path(folder)
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            state = load_file(folder / "model.safetensors")
+        except FileNotFoundError as exc:
+            raise LilouInputError(f"no kernel-latency checkpoint in {folder} ({exc.filename} missing); "
+                                  "train one with `make train-kernels`") from None
+        if tuple(config["kernel_types"]) != KERNEL_TYPES:
+            raise LilouInputError(f"checkpoint {folder} was trained with another kernel-type list; retrain it")
+        return cls(state, config)
+
+    def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelTimes:
+        compute, memory = roofline_ms(kernels, devices)
+        roofline = np.maximum(np.maximum(compute, memory), 1e-9)
+        features = kernel_features(kernels, devices, self.feature_groups)
+        hidden = _mlp((features - self._mean) / self._std, self._trunk)
+        slowdown = (hidden @ self._slowdown[0] + self._slowdown[1])[:, 0]
+        log_work = np.log(roofline).astype(np.float32) + np.logaddexp(0.0, slowdown)  # softplus
+        type_features = kernel_features(kernels, devices, self.type_feature_groups)
+        type_hidden = _mlp((type_features - self._type_mean) / self._type_std, self._type_trunk)
+        logits = type_hidden @ self._type_out[0] + self._type_out[1]
+        floor = np.exp(self.log_floor[kernels.family])
+        work = np.exp(log_work.astype(np.float64))
+        types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(axis=1)]
+        return KernelTimes(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,
+                           compute_bound=np.broadcast_to(compute >= memory, work.shape).copy())

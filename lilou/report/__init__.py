@@ -1,0 +1,1 @@
+"""Human-facing output of predictions (plots)."""

@@ -1,0 +1,167 @@
+"""`lilou infer`: the DESIGN.md contract, every option, and bad input (exit 2, one line, no traceback)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from lilou.cli import main
+from tests.conftest import REPO
+from tests.onnx_builders import make_model, tensor, weight
+
+EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
+JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "latency_ms", "kernels", "warnings"}
+KERNEL_FIELDS = {"nodes", "type", "latency_ms", "flops", "bytes"}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def infer_json(capsys, *argv: str) -> dict:
+    code, out, err = run(capsys, "infer", *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_json_has_exactly_the_design_fields(capsys):
+    result = infer_json(capsys, EXAMPLE, "--gpu", "a10g")
+    assert set(result) == JSON_FIELDS
+    assert (result["model"], result["gpu"], result["mig"], result["backend"], result["batch"]) == (
+        EXAMPLE, "a10g", None, "eager", 1)
+    assert len(result["kernels"]) == 68  # rule-fused eager groups of ResNet-18 that launch a kernel
+    assert all(set(k) == KERNEL_FIELDS for k in result["kernels"])
+    assert math.isclose(result["latency_ms"], sum(k["latency_ms"] for k in result["kernels"]), rel_tol=1e-4)
+    first = result["kernels"][0]
+    assert first["nodes"] == ["node_conv2d"] and first["flops"] == 236_830_720 and first["type"].startswith("conv_")
+    # Kernels the data never covered carry the fallback type, and a warning says how much time rests on them.
+    by_op = {k["nodes"][0]: k["type"] for k in result["kernels"]}
+    assert by_op["node_max_pool2d"] == "memory_fallback"
+    note = next(w for w in result["warnings"] if "fallback" in w)
+    assert "22 of 68 kernels" in note and "BatchNormalization" in note and "MaxPool" in note
+    share = sum(k["latency_ms"] for k in result["kernels"] if k["type"] == "memory_fallback") / result["latency_ms"]
+    assert f"{100 * share:.1f} %" in note
+
+
+def test_mig_slice(capsys):
+    whole = infer_json(capsys, EXAMPLE, "--gpu", "a100-80gb")
+    slice_ = infer_json(capsys, EXAMPLE, "--gpu", "a100-80gb", "--mig", "1g.10gb")
+    assert (slice_["gpu"], slice_["mig"]) == ("a100-sxm4-80gb", "1g.10gb")
+    assert slice_["latency_ms"] > whole["latency_ms"]
+
+
+def test_table_shows_total_count_top_kernels_and_bound(capsys):
+    code, out, _ = run(capsys, "infer", EXAMPLE, "--gpu", "a10g", "--top", "5")
+    assert code == 0
+    total = infer_json(capsys, EXAMPLE, "--gpu", "a10g")["latency_ms"]
+    assert f"{total:.3f} ms" in out and "68 kernels" in out and "top 5 of 68 kernels" in out
+    assert "conv_winograd" in out and ("compute" in out or "memory" in out)
+    assert "fallback: 22 kernels" in out
+
+
+def test_csv_one_row_per_kernel(capsys):
+    code, out, err = run(capsys, "infer", EXAMPLE, "--gpu", "t4", "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 68
+    assert set(rows[0]) == {"index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "work_ms", "flops",
+                            "bytes"}
+    assert {r["bound"] for r in rows} <= {"compute", "memory"}
+    assert "fallback" in err  # warnings go to stderr, stdout stays CSV
+
+
+def test_plot_writes_a_png(capsys, tmp_path):
+    target = tmp_path / "breakdown.png"
+    code, out, _ = run(capsys, "infer", EXAMPLE, "--gpu", "a100-80gb", "--mig", "1g.10gb", "--plot", str(target))
+    assert code == 0 and f"wrote {target}" in out
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tvm_backend_runs_and_says_what_it_was_fitted_on(capsys):
+    result = infer_json(capsys, EXAMPLE, "--gpu", "a10g", "--backend", "tvm")
+    assert result["backend"] == "tvm" and result["kernels"]
+    assert any("eager" in w for w in result["warnings"])
+
+
+def test_help_names_the_default_backend(capsys):
+    with pytest.raises(SystemExit):
+        main(["infer", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "eager = PyTorch eager, the runtime of the real latency measurements (default)" in text
+
+
+def test_python_api_matches_the_cli(capsys):
+    from lilou import Predictor
+
+    result = Predictor(backend="eager").predict(EXAMPLE, gpu="a10g")
+    assert result.to_json() == infer_json(capsys, EXAMPLE, "--gpu", "a10g")
+    assert 0 < result.fallback_share < 1
+
+
+@pytest.mark.slow
+def test_weight_free_transformer(capsys, zoo_onnx):
+    path = zoo_onnx("bert-base", batch=2, seq=64)  # stripped weights: no tensor bytes in the file
+    result = infer_json(capsys, str(path), "--gpu", "l4")
+    assert result["batch"] == 2
+    types = {k["type"] for k in result["kernels"]}
+    assert {"layernorm", "gemm_sgemm"} <= types and any(t.startswith("softmax") for t in types)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--gpu", "nosuchgpu"], "unknown GPU 'nosuchgpu'"),
+    (["--gpu", "a10g", "--mig", "1g.10gb"], "has no MIG support"),
+    (["--gpu", "a100-80gb", "--mig", "9g.99gb"], "has no MIG profile '9g.99gb'; valid profiles: 1g.10gb"),
+    (["--gpu", "a10g", "--batch", "0"], "--batch must be a positive integer"),
+    (["--gpu", "a10g", "--shape", "input=1x3xax4"], "cannot parse --shape"),
+    (["--gpu", "a10g", "--shape", "nonsense"], "cannot parse --shape"),
+    (["--gpu", "a10g", "--batch", "4"], "fixed shapes baked in"),
+    (["--gpu", "a10g", "--plot", "/nonexistent/folder/x.png"], "does not exist"),
+    (["--gpu", "a10g", "--backend", "inductor"], "invalid choice"),
+    ([], "--gpu"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code, out, err = run(capsys, "infer", EXAMPLE, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("lilou: error:") and err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
+
+
+def test_missing_file(capsys, tmp_path):
+    code, _, err = run(capsys, "infer", str(tmp_path / "none.onnx"), "--gpu", "a10g")
+    assert code == 2 and "no such file" in err
+
+
+def test_unsupported_op_is_predicted_with_the_fallback_and_named(capsys, tmp_path):
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                        helper.make_node("Hardmax", ["h"], ["y"], name="hm", axis=-1)],
+                       [tensor("x", [4, 64])], [tensor("y", [4, 32])], [weight("w", [64, 32])])
+    path = tmp_path / "hardmax.onnx"
+    onnx.save(model, path)
+    result = infer_json(capsys, str(path), "--gpu", "a10g")
+    assert [k["type"] for k in result["kernels"]] == ["gemm_sgemm", "memory_fallback"]
+    assert any("unsupported op(s) Hardmax" in w and "fallback" in w for w in result["warnings"])
+    assert result["latency_ms"] > 0
+
+
+@pytest.mark.parametrize("nodes", ["none", "views only"])
+def test_graph_without_kernels_exits_2(capsys, tmp_path, nodes):
+    if nodes == "none":
+        model = make_model([], [tensor("x", [4, 64])], [tensor("x", [4, 64])])
+    else:
+        model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")], [tensor("x", [4, 64])],
+                           [tensor("y", [256])], [helper.make_tensor("s", TensorProto.INT64, [1], [256])])
+    path = tmp_path / "empty.onnx"
+    onnx.save(model, path)
+    code, out, err = run(capsys, "infer", str(path), "--gpu", "a10g")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "empty graph" in err or "no node of the graph launches a GPU kernel" in err

@@ -1,0 +1,98 @@
+"""`lilou rank`: every device or the listed ones, fastest first; the graph is read and fused once."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lilou.cli import main
+from lilou.hardware import all_devices
+from tests.conftest import REPO
+
+EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rank_json(capsys, *argv: str) -> list[dict]:
+    code, out, err = run(capsys, "rank", EXAMPLE, *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_every_gpu_and_mig_profile_fastest_first(capsys):
+    ranking = rank_json(capsys)
+    devices = all_devices()
+    assert len(ranking) == len(devices)
+    assert {(r["gpu"], r["mig"]) for r in ranking} == {(d.gpu, d.mig) for d in devices}
+    assert all(set(r) == {"gpu", "mig", "latency_ms"} for r in ranking)
+    latencies = [r["latency_ms"] for r in ranking]
+    assert latencies == sorted(latencies) and latencies[0] > 0
+
+
+def test_listed_gpus_and_slices(capsys):
+    ranking = rank_json(capsys, "--gpus", "t4,a10g,a100-80gb/1g.10gb,NVIDIA A10G")
+    assert [(r["gpu"], r["mig"]) for r in ranking] == [("a10g", None), ("t4", None), ("a100-sxm4-80gb", "1g.10gb")]
+
+
+def test_rank_agrees_with_infer(capsys):
+    ranking = {(r["gpu"], r["mig"]): r["latency_ms"] for r in rank_json(capsys, "--gpus", "a10g,h100-sxm/3g.40gb")}
+    for gpu, mig in ranking:
+        argv = ["infer", EXAMPLE, "--gpu", gpu, "--format", "json"] + (["--mig", mig] if mig else [])
+        assert main(argv) == 0
+        assert json.loads(capsys.readouterr().out)["latency_ms"] == pytest.approx(ranking[(gpu, mig)], abs=1e-3)
+
+
+def test_graph_is_read_and_fused_once(capsys, monkeypatch):
+    import lilou.fusion.predict
+    import lilou.graph.dag
+
+    calls = {"load": 0, "fuse": 0}
+    load, fuse = lilou.graph.dag.load_graph, lilou.fusion.predict.predict_partition
+
+    def counted_load(*args, **kwargs):
+        calls["load"] += 1
+        return load(*args, **kwargs)
+
+    def counted_fuse(*args, **kwargs):
+        calls["fuse"] += 1
+        return fuse(*args, **kwargs)
+
+    monkeypatch.setattr(lilou.graph.dag, "load_graph", counted_load)
+    monkeypatch.setattr(lilou.fusion.predict, "predict_partition", counted_fuse)
+    assert len(rank_json(capsys)) == len(all_devices())
+    assert calls == {"load": 1, "fuse": 1}
+
+
+def test_table(capsys):
+    code, out, _ = run(capsys, "rank", EXAMPLE, "--gpus", "a10g,t4")
+    assert code == 0
+    assert "2 devices, fastest first" in out and "a10g" in out and "1.00x" in out
+
+
+def test_python_api(capsys):
+    from lilou import Predictor
+
+    ranking = Predictor().rank(EXAMPLE, gpus=["a10g", "t4"])
+    assert ranking.to_json() == rank_json(capsys, "--gpus", "a10g,t4")
+    assert [entry.device for entry in ranking] == ["a10g", "t4"]
+    assert any("fallback" in w for w in ranking.warnings)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--gpus", "a10g,nosuchgpu"], "unknown GPU 'nosuchgpu'"),
+    (["--gpus", "a10g/1g.10gb"], "has no MIG support"),
+    (["--gpus", "a100-80gb/9g.9gb"], "has no MIG profile '9g.9gb'"),
+    (["--gpus", ","], "no GPU named"),
+    (["--batch", "0"], "--batch must be a positive integer"),
+    (["--shape", "x=2xy"], "cannot parse --shape"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code, out, err = run(capsys, "rank", EXAMPLE, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("lilou: error:") and err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
