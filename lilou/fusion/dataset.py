@@ -4,8 +4,9 @@
 into ``<root>/<family>/<id>.onnx`` and labels it with each oracle into
 ``<id>.<backend>.json``. Work already on disk is skipped, so an interrupted build
 resumes; an export that fails records why in ``<id>.failed``, an oracle that
-cannot label a graph in ``<id>.<backend>.failed``; neither is retried unless asked. Eager labels need the dynamo exporter's metadata, so TorchScript
-exports (``-ts``) are labelled by ``tvm`` only.
+cannot label a graph in ``<id>.<backend>.failed``; neither is retried unless
+asked. Eager labels need the dynamo exporter's metadata, so TorchScript exports
+(``-ts``) are labelled by ``tvm`` only.
 
 Splits are by family (:data:`TEST_FAMILIES`, :data:`VAL_FAMILIES`): no graph of a
 held-out family, at any size or exporter, is seen in training.
