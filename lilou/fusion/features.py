@@ -1,4 +1,4 @@
-"""Graph -> PyG ``Data`` for the fusion GNN: node/edge features and fused-edge labels.
+"""Graph -> fusion GNN inputs (numpy arrays, or a PyG ``Data`` for training) and labels.
 
 Every ONNX node is a graph node (constant subgraphs included: a MatMul fed by a
 weight transpose looks different from one fed by two activations), but only
@@ -6,7 +6,7 @@ weight transpose looks different from one fed by two activations), but only
 classified; ``edge_mask`` marks them. Features come from the ONNX graph alone:
 the GNN never reads exporter metadata.
 
-Node features: the op one-hot and scalars of :func:`lilou.graph.pyg.to_pyg`, then
+Node features: the op one-hot and scalars of :mod:`lilou.graph.features`, then
 key attributes (kernel area, stride, depthwise), how many inputs are weights
 (initializers) or graph inputs, whether an output is a graph output, fan-in.
 Edge features: log bytes, producer fan-out, tensor rank (from ``to_pyg``), the
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-import torch
-from torch_geometric.data import Data
+import numpy as np
 
 from lilou.fusion.partition import Partition, fused_edge_labels, runtime_edges
 from lilou.graph.dag import ModelGraph
-from lilou.graph.pyg import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, to_pyg
+from lilou.graph.features import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, graph_arrays
 
 BACKENDS: tuple[str, ...] = ("eager", "tvm")
 NUM_EXTRA_NODE_FEATURES = 7
@@ -60,19 +60,29 @@ def graph_input_names(graph: ModelGraph) -> set[str]:
     return cached
 
 
-def fusion_data(graph: ModelGraph, labels: Mapping[str, Partition] | None = None) -> Data:
-    """Features for ``graph``; with ``labels`` (backend -> oracle partition) adds ``y_<backend>``."""
-    base = to_pyg(graph)
-    names: list[str] = base.node_names
-    index = {n: i for i, n in enumerate(names)}
+@dataclass
+class FusionArrays:
+    """Numpy features of one graph for the fusion GNN (see module docstring)."""
+
+    node_names: list[str]
+    edge_names: list[tuple[str, str]]
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_attr: np.ndarray
+    edge_mask: np.ndarray               # bool: runtime edges, the ones classified
+    labels: dict[str, np.ndarray]       # backend -> 0/1 per edge (0 off the mask)
+
+
+def fusion_arrays(graph: ModelGraph, labels: Mapping[str, Partition] | None = None) -> FusionArrays:
+    """Features for ``graph``; with ``labels`` (backend -> oracle partition) the fused-edge labels too."""
+    base = graph_arrays(graph)
+    names = base.node_names
     dag = graph.dag
     produced = {t.name for n in names for t in dag.nodes[n]["outputs"]}
     outputs = {t.name for t in graph.outputs}
-    extra = torch.tensor([_extra_node_features(graph, n, produced, outputs) for n in names],
-                         dtype=torch.float32).reshape(len(names), NUM_EXTRA_NODE_FEATURES)
-    x = torch.cat([base.x, extra], dim=1)
-
-    edges = [(names[u], names[v]) for u, v in base.edge_index.t().tolist()]
+    extra = np.array([_extra_node_features(graph, n, produced, outputs) for n in names],
+                     dtype=np.float32).reshape(len(names), NUM_EXTRA_NODE_FEATURES)
+    edges = base.edge_names
     runtime = set(runtime_edges(graph))
     edge_extra = []
     for u, v in edges:
@@ -84,14 +94,28 @@ def fusion_data(graph: ModelGraph, labels: Mapping[str, Partition] | None = None
         edge_extra.append([float(slot == 0), float(slot == 1), float(slot >= 2),
                            float(e["shape"] is not None and e["shape"] == out_shape),
                            float(any(t in outputs for t in e["tensors"]))])
-    edge_attr = torch.cat([base.edge_attr, torch.tensor(edge_extra, dtype=torch.float32)
-                           .reshape(len(edges), NUM_EXTRA_EDGE_FEATURES)], dim=1)
-    data = Data(x=x, edge_index=base.edge_index, edge_attr=edge_attr, num_nodes=len(names))
-    data.edge_mask = torch.tensor([e in runtime for e in edges], dtype=torch.bool)
-    data.node_names = names
-    data.edge_names = edges
+    edge_attr = np.concatenate([base.edge_attr, np.array(edge_extra, dtype=np.float32)
+                                .reshape(len(edges), NUM_EXTRA_EDGE_FEATURES)], axis=1)
+    mask = np.array([e in runtime for e in edges], dtype=bool)
+    label_arrays = {}
     for backend, partition in (labels or {}).items():
         fused = fused_edge_labels(graph, partition)
-        data[f"y_{backend}"] = torch.tensor([fused.get(e, False) for e in edges], dtype=torch.float32)
-    assert all(index[u] < index[v] for u, v in edges)  # file order is topological
+        label_arrays[backend] = np.array([fused.get(e, False) for e in edges], dtype=np.float32)
+    return FusionArrays(names, edges, np.concatenate([base.x, extra], axis=1), base.edge_index, edge_attr,
+                        mask, label_arrays)
+
+
+def fusion_data(graph: ModelGraph, labels: Mapping[str, Partition] | None = None):
+    """The same features as a PyG ``Data`` (``y_<backend>`` for each label) for training."""
+    import torch
+    from torch_geometric.data import Data
+
+    arrays = fusion_arrays(graph, labels)
+    data = Data(x=torch.from_numpy(arrays.x), edge_index=torch.from_numpy(arrays.edge_index),
+                edge_attr=torch.from_numpy(arrays.edge_attr), num_nodes=len(arrays.node_names))
+    data.edge_mask = torch.from_numpy(arrays.edge_mask)
+    data.node_names = arrays.node_names
+    data.edge_names = arrays.edge_names
+    for backend, y in arrays.labels.items():
+        data[f"y_{backend}"] = torch.from_numpy(y)
     return data

@@ -18,8 +18,13 @@ from torch_geometric.nn import GATConv, GCNConv, GINEConv, SAGEConv
 CONVS = ("gine", "gat", "sage", "gcn")
 
 
+def _gelu() -> nn.Module:
+    # The tanh form, so the numpy runtime (lilou.fusion.gnn_numpy) computes exactly the same function.
+    return nn.GELU(approximate="tanh")
+
+
 def _mlp(inp: int, hidden: int, out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inp, hidden), nn.GELU(), nn.Linear(hidden, out))
+    return nn.Sequential(nn.Linear(inp, hidden), _gelu(), nn.Linear(hidden, out))
 
 
 class _BidirectionalLayer(nn.Module):
@@ -51,7 +56,8 @@ class _BidirectionalLayer(nn.Module):
     def forward(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
         down = self._message(self.forward_conv, h, edge_index, edge_attr)
         up = self._message(self.backward_conv, h, edge_index.flip(0), edge_attr)
-        return self.norm(h + torch.nn.functional.gelu(self.combine(torch.cat([down, up], dim=-1))))
+        combined = torch.nn.functional.gelu(self.combine(torch.cat([down, up], dim=-1)), approximate="tanh")
+        return self.norm(h + combined)
 
 
 class FusionGNN(nn.Module):
@@ -63,7 +69,7 @@ class FusionGNN(nn.Module):
         self.backend = nn.Embedding(num_backends, hidden)
         self.layers = nn.ModuleList(_BidirectionalLayer(conv, hidden, hidden) for _ in range(layers))
         self.dropout = nn.Dropout(dropout)
-        self.edge_head = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.edge_head = nn.Sequential(nn.Linear(4 * hidden, hidden), _gelu(), nn.Linear(hidden, 1))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, backend: Tensor, batch: Tensor) -> Tensor:
         """Edge logits. ``backend`` holds one backend index per graph, ``batch`` the graph of each node."""

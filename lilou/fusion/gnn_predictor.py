@@ -1,4 +1,9 @@
-"""A trained fusion GNN on disk and in use: save, load (safetensors, no pickle), predict partitions."""
+"""A trained fusion GNN on disk and in use: save, load (safetensors, no pickle), predict partitions.
+
+Prediction runs in numpy (:mod:`lilou.fusion.gnn_numpy`) for the shipped
+``gine`` architecture, so it needs no torch import; other architectures (the
+ablations) run through torch.
+"""
 from __future__ import annotations
 
 import functools
@@ -7,32 +12,42 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import load_file, save_file
+import numpy as np
+from safetensors.numpy import load_file
 
 from lilou.checkpoints import FUSION_GNN, checkpoint_path
-from lilou.fusion.features import FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES, backend_index, fusion_data
-from lilou.fusion.gnn import FusionGNN
+from lilou.fusion.features import FUSION_NODE_FEATURES, FusionArrays, backend_index, fusion_arrays
+from lilou.fusion.gnn_numpy import edge_logits
 from lilou.fusion.partition import Partition, partition_from_fused_edges
 from lilou.graph.dag import ModelGraph
 
 
 class FusionPredictor:
-    def __init__(self, net: FusionGNN, config: dict[str, Any], threshold: float = 0.5) -> None:
-        self.net = net.eval()
+    def __init__(self, weights: dict[str, np.ndarray], config: dict[str, Any], threshold: float = 0.5) -> None:
+        self.weights = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in weights.items()}
         self.config = config
         self.threshold = threshold
-        self.feature_mask = torch.ones(FUSION_NODE_FEATURES)
+        self.feature_mask = np.ones(FUSION_NODE_FEATURES, dtype=np.float32)
         for i in config.get("node_feature_mask") or []:
             self.feature_mask[i] = 0.0
+        self._torch_net = None
+
+    @property
+    def architecture(self) -> dict[str, Any]:
+        return self.config["architecture"]
+
+    @classmethod
+    def from_torch(cls, net, config: dict[str, Any]) -> FusionPredictor:
+        weights = {k: v.detach().cpu().numpy() for k, v in net.state_dict().items()}
+        predictor = cls(weights, config)
+        predictor._torch_net = net.eval()
+        return predictor
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> FusionPredictor:
         folder = Path(folder)
         config = json.loads((folder / "config.json").read_text())
-        net = FusionGNN(FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES, **config["architecture"])
-        net.load_state_dict(load_file(folder / "model.safetensors"))
-        return cls(net, config)
+        return cls(load_file(folder / "model.safetensors"), config)
 
     @classmethod
     @functools.lru_cache(maxsize=1)
@@ -40,25 +55,45 @@ class FusionPredictor:
         return cls.load(checkpoint_path(FUSION_GNN))
 
     def save(self, folder: str | os.PathLike[str], metrics: dict[str, Any] | None = None) -> Path:
+        from safetensors.numpy import save_file
+
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, folder / "model.safetensors")
+        save_file({k: np.ascontiguousarray(v) for k, v in self.weights.items()}, folder / "model.safetensors")
         (folder / "config.json").write_text(json.dumps(self.config, indent=1, default=str) + "\n")
         if metrics is not None:
             (folder / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str) + "\n")
         return folder
 
-    @torch.no_grad()
-    def edge_probabilities(self, data, backend: str) -> torch.Tensor:
-        batch = torch.zeros(data.num_nodes, dtype=torch.long)
-        backend_ids = torch.tensor([backend_index(backend)])
-        logits = self.net(data.x * self.feature_mask, data.edge_index, data.edge_attr, backend_ids, batch)
-        return torch.sigmoid(logits)
+    def edge_probabilities(self, arrays: FusionArrays, backend: str) -> np.ndarray:
+        x = arrays.x * self.feature_mask
+        if self.architecture.get("conv", "gine") == "gine":
+            logits = edge_logits(self.weights, self.architecture["layers"], x, arrays.edge_index,
+                                 arrays.edge_attr, backend_index(backend))
+        else:
+            logits = self._torch_logits(x, arrays, backend)
+        return 1.0 / (1.0 + np.exp(-logits))
+
+    def _torch_logits(self, x: np.ndarray, arrays: FusionArrays, backend: str) -> np.ndarray:
+        import torch
+
+        from lilou.fusion.features import FUSION_EDGE_FEATURES
+        from lilou.fusion.gnn import FusionGNN
+
+        if self._torch_net is None:
+            net = FusionGNN(FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES, **self.architecture)
+            net.load_state_dict({k: torch.from_numpy(v) for k, v in self.weights.items()})
+            self._torch_net = net.eval()
+        with torch.no_grad():
+            logits = self._torch_net(torch.from_numpy(x), torch.from_numpy(arrays.edge_index),
+                                     torch.from_numpy(arrays.edge_attr), torch.tensor([backend_index(backend)]),
+                                     torch.zeros(x.shape[0], dtype=torch.long))
+        return logits.numpy()
 
     def predict(self, graph: ModelGraph, backend: str) -> Partition:
-        data = fusion_data(graph)
-        probabilities = self.edge_probabilities(data, backend).tolist()
-        scores = {edge: p for edge, p, runtime in zip(data.edge_names, probabilities, data.edge_mask.tolist())
+        arrays = fusion_arrays(graph)
+        probabilities = self.edge_probabilities(arrays, backend).tolist()
+        scores = {edge: p for edge, p, runtime in zip(arrays.edge_names, probabilities, arrays.edge_mask.tolist())
                   if runtime}
         fused = [edge for edge, p in scores.items() if p >= self.threshold]
         return partition_from_fused_edges(graph, fused, backend, source="gnn", scores=scores)

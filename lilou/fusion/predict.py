@@ -13,7 +13,7 @@ from lilou.errors import LilouInputError
 from lilou.fusion.partition import Partition
 from lilou.fusion.rules import RuleTable, rule_partition
 from lilou.graph.dag import ModelGraph
-from lilou.graph.pyg import OP_VOCABULARY
+from lilou.graph.features import OP_VOCABULARY
 
 BACKENDS = ("eager", "tvm")
 

@@ -32,7 +32,7 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDa
               "backends": list(datamodule.backends),
               "trained_on": sorted({s.family for s in datamodule.samples["train"]}),
               "config": OmegaConf.to_container(cfg, resolve=False)}
-    predictor = FusionPredictor(module.net, config)
+    predictor = FusionPredictor.from_torch(module.net, config)
     return predictor, datamodule
 
 

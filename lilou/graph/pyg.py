@@ -1,71 +1,23 @@
-"""ModelGraph -> torch_geometric ``Data`` with node and edge feature tensors.
-
-Node features: one-hot op type over :data:`OP_VOCABULARY` (unknown ops map to
-the last slot, ``"other"``), then log-scaled FLOPs, bytes read, bytes written,
-output elements, output rank, the constant-subgraph flag and the view-op flag.
-Edge features: log-scaled tensor bytes, the producer's fan-out (how many nodes
-read its outputs) and the tensor's rank. Node order is file order (a
-topological order), and ``data.node_names`` keeps the ONNX names.
-"""
+"""ModelGraph -> torch_geometric ``Data`` (features from :mod:`lilou.graph.features`)."""
 from __future__ import annotations
-
-import math
 
 import torch
 from torch_geometric.data import Data
 
-from lilou.graph.costs import VIEW_OPS
 from lilou.graph.dag import ModelGraph
-
-#: Op types with their own one-hot slot, roughly by frequency in vision and language models.
-OP_VOCABULARY: tuple[str, ...] = (
-    "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt",
-    "Reciprocal", "Neg", "Exp", "Log", "Erf", "Tanh", "Relu", "Sigmoid", "Gelu", "HardSwish",
-    "HardSigmoid", "Clip", "LeakyRelu", "Softmax", "LayerNormalization", "BatchNormalization",
-    "InstanceNormalization", "GroupNormalization", "MaxPool", "AveragePool",
-    "GlobalAveragePool", "ReduceMean", "ReduceSum", "ReduceMax", "Resize", "Concat", "Split",
-    "Slice", "Gather", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand",
-    "Cast", "CastLike", "Where", "Equal", "Shape", "Constant", "ConstantOfShape", "Range",
-    "Pad", "Identity", "Einsum", "Trilu", "Tile", "Min", "Max",
-    "other",
+from lilou.graph.features import (  # noqa: F401 - re-exported for callers of the PyG view
+    NUM_EDGE_FEATURES,
+    NUM_NODE_FEATURES,
+    NUM_NODE_SCALARS,
+    OP_VOCABULARY,
+    graph_arrays,
+    op_index,
 )
-_OP_INDEX = {op: i for i, op in enumerate(OP_VOCABULARY)}
-NUM_NODE_SCALARS = 7
-NUM_NODE_FEATURES = len(OP_VOCABULARY) + NUM_NODE_SCALARS
-NUM_EDGE_FEATURES = 3
-
-
-def op_index(op: str) -> int:
-    return _OP_INDEX.get(op, _OP_INDEX["other"])
-
-
-def _log(value: float) -> float:
-    return math.log1p(max(0.0, float(value)))
-
-
-def _node_scalars(data: dict) -> list[float]:
-    outputs = [t for t in data["outputs"] if t is not None]
-    elements = sum(t.elements or 0 for t in outputs)
-    rank = max((len(t.shape) for t in outputs if t.shape is not None), default=0)
-    return [
-        _log(data["flops"]), _log(data["bytes_read"]), _log(data["bytes_written"]), _log(elements),
-        float(rank), float(data["constant"]), float(data["op"] in VIEW_OPS),
-    ]
 
 
 def to_pyg(graph: ModelGraph) -> Data:
     """Convert to a PyG ``Data`` (x, edge_index, edge_attr, node_names)."""
-    names = graph.nodes_in_order()
-    index = {name: i for i, name in enumerate(names)}
-    x = torch.zeros((len(names), NUM_NODE_FEATURES), dtype=torch.float32)
-    for i, name in enumerate(names):
-        data = graph.dag.nodes[name]
-        x[i, op_index(data["op"])] = 1.0
-        x[i, len(OP_VOCABULARY):] = torch.tensor(_node_scalars(data))
-    edges = list(graph.dag.edges(data=True))
-    edge_index = torch.tensor([[index[u] for u, _, _ in edges], [index[v] for _, v, _ in edges]],
-                              dtype=torch.long).reshape(2, len(edges))
-    edge_attr = torch.tensor(
-        [[_log(e["bytes"]), float(graph.dag.out_degree(u)), float(len(e["shape"]) if e["shape"] else 0)]
-         for u, _, e in edges], dtype=torch.float32).reshape(len(edges), NUM_EDGE_FEATURES)
-    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, node_names=names, num_nodes=len(names))
+    arrays = graph_arrays(graph)
+    return Data(x=torch.from_numpy(arrays.x), edge_index=torch.from_numpy(arrays.edge_index),
+                edge_attr=torch.from_numpy(arrays.edge_attr), node_names=arrays.node_names,
+                num_nodes=len(arrays.node_names))
