@@ -118,3 +118,14 @@ def test_batch_sets_a_dynamic_batch_export(zoo_onnx):
     assert not four.warnings
     with pytest.raises(LilouInputError, match="dynamic dimensions"):
         load_graph(path)  # the symbol must be set
+
+
+@pytest.mark.slow
+def test_dynamic_batch_bert_has_every_shape_at_any_batch(zoo_onnx):
+    """The attention-mask broadcast once left 84 nodes with a stale symbolic batch at --batch 1."""
+    fixed = load_graph(zoo_onnx("bert-base", batch=1, seq=128))
+    path = zoo_onnx("bert-base", batch=2, seq=128, dynamic_batch=True)
+    one, four = load_graph(path, batch=1), load_graph(path, batch=4)
+    assert not one.warnings and not four.warnings
+    assert one.totals() == fixed.totals()
+    assert four.totals()["flops"] == 4 * one.totals()["flops"]

@@ -124,6 +124,11 @@ def _infer_folded(model: onnx.ModelProto, known: _Known) -> onnx.ModelProto:
     probe.graph.node.extend(n for i, n in enumerate(model.graph.node) if i not in known.folded)
     folded = _folded_outputs(model, known)
     probe.graph.initializer.extend(onnx.numpy_helper.from_array(known.values[name], name) for name in folded)
+    # Symbolic dims from an earlier pass (``unk__14``) would stick: ONNX inference keeps a stated
+    # dim_param over the value it could now infer. Keep only fully static shapes.
+    static = [v for v in model.graph.value_info if _static_shape(v.type) is not None and v.name not in known.computed]
+    probe.graph.ClearField("value_info")
+    probe.graph.value_info.extend(static)
     probe.graph.value_info.extend(info for name, info in known.computed.items() if name not in folded)
     return onnx.shape_inference.infer_shapes(probe, data_prop=True)
 
