@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-graph bench-kernels bench-fusion train-kernels fusion-data train-fusion fit-e2e clean
+.PHONY: install lint test demo bench bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e clean
 
 install: $(STAMP)
 
@@ -35,7 +35,12 @@ demo: install
 	mkdir -p outputs/demo
 	$(LILOU) infer examples/resnet18.onnx --gpu a100-80gb --mig 1g.10gb --plot outputs/demo/resnet18-a100-80gb-1g.10gb.png
 
-bench: bench-graph bench-kernels bench-fusion
+# Every benchmark, then one summary table of outputs/bench/*.json.
+bench: bench-graph bench-kernels bench-fusion bench-e2e bench-speed
+	$(PY) scripts/bench_summary.py
+
+bench-summary: install
+	$(PY) scripts/bench_summary.py
 
 bench-graph: install
 	$(PY) scripts/bench_graph.py
@@ -47,6 +52,15 @@ bench-kernels: install
 # Fusion GNN vs the rule baseline on held-out model families (needs `make fusion-data`).
 bench-fusion: install
 	$(PY) scripts/bench_fusion.py
+
+# `lilou eval` leave-one-GPU-out on the NeuSight eager end-to-end labels, with the roofline baseline
+# (fold checkpoints cached in outputs/logo; the first run trains five folds).
+bench-e2e: install
+	$(PY) scripts/bench_e2e.py
+
+# Wall clock of `lilou infer` / `lilou rank` in a fresh process, median of repeats.
+bench-speed: install
+	$(PY) scripts/bench_speed.py
 
 # Zoo graphs labelled by the eager and TVM oracles, into datasets/fusion (resumable, not committed).
 fusion-data: install
@@ -67,6 +81,12 @@ train-kernels: install
 # labelled models once into datasets/e2e_models (git-ignored; ~5 min the first time, ~1.5 min after).
 fit-e2e: install
 	$(PY) -m lilou.latency.calibrate
+
+# Ablation tables and figures -> outputs/results/, then docs/results.md and docs/results/*.png
+# (scripts/make_report.py; about an hour on 2 cores). `make report QUICK=1`: tiny configs, minutes, not for citing.
+.PHONY: report
+report: install
+	$(PY) scripts/make_report.py $(if $(QUICK),--quick,)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

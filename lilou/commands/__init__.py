@@ -23,6 +23,7 @@ def _stub(name: str, help_text: str, subparsers: argparse._SubParsersAction) -> 
 
 def register_all(subparsers: argparse._SubParsersAction) -> None:
     from lilou.commands import data, fuse, graph, gpus, infer, rank, zoo
+    from lilou.commands import eval as eval_cmd
 
     graph.register(subparsers)
     gpus.register(subparsers)
@@ -31,4 +32,4 @@ def register_all(subparsers: argparse._SubParsersAction) -> None:
     infer.register(subparsers)
     fuse.register(subparsers)
     rank.register(subparsers)
-    _stub("eval", "evaluate predictions against measured labels", subparsers)
+    eval_cmd.register(subparsers)

@@ -1,0 +1,118 @@
+"""Benchmark the speed of `lilou infer` and `lilou rank`: wall clock in a fresh process.
+
+Each case runs REPEATS times, every time in a new Python process (imports and
+checkpoint loading included, as a user sees it), and the median wall time and
+median peak RSS are reported:
+
+- `lilou infer` on BERT-large (NeuSight `bert_large`), seq 512, batch 8, on an A100 80GB;
+- `lilou infer` on ResNet-50, batch 1, on an A10G;
+- `lilou rank` on ResNet-50, batch 1, over every GPU and MIG slice of the database.
+
+The models are exported weight-free once (BERT-large shares `datasets/e2e_models`
+with `make fit-e2e` and `lilou eval`; ResNet-50 goes to `datasets/bench_models`).
+Writes outputs/bench/speed.json.
+
+    python scripts/bench_speed.py [--repeats 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "outputs" / "bench"
+MODELS_DIR = REPO / "datasets" / "bench_models"
+E2E_MODELS = REPO / "datasets" / "e2e_models"
+
+
+def bert_large() -> Path:
+    """NeuSight bert_large at seq 512, dynamic batch (the cache of `make fit-e2e`)."""
+    path = E2E_MODELS / "bert_large-512.onnx"
+    if not path.exists():
+        E2E_MODELS.mkdir(parents=True, exist_ok=True)
+        # The same command as lilou.latency.calibrate.export_models, so the cache is shared.
+        subprocess.run([sys.executable, "-m", "lilou.cli", "zoo", "export", "bert_large", "--seq", "512", "--batch",
+                        "8", "--dynamic-batch", "--strip-weights", "-o", str(path)], check=True)
+    return path
+
+
+def resnet50() -> Path:
+    path = MODELS_DIR / "resnet50-batch1.onnx"
+    if not path.exists():
+        MODELS_DIR.mkdir(parents=True, exist_ok=True)
+        from lilou.zoo.export import export_onnx
+
+        export_onnx("resnet50", path, batch=1, strip_weights=True)
+    return path
+
+
+# The child reports its own peak RSS (VmHWM), so each run is measured alone.
+_CHILD = ("import sys\n"
+          "from lilou.cli import main\n"
+          "status = main(sys.argv[1:])\n"
+          "peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+          "sys.stderr.write('PEAK_RSS_KB=' + peak.split()[1] + '\\n')\n"
+          "sys.exit(status)\n")
+
+
+def run_once(argv: list[str]) -> tuple[float, float, object]:
+    """Wall seconds, peak RSS (MiB) and the parsed JSON output of one fresh `lilou` process."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"lilou {' '.join(argv)} failed: {result.stderr.strip()}")
+    peak_kb = int(result.stderr.rsplit("PEAK_RSS_KB=", 1)[1].split()[0])
+    return wall, peak_kb / 1024, json.loads(result.stdout)
+
+
+def cases() -> list[tuple[str, list[str]]]:
+    bert, resnet = str(bert_large().relative_to(REPO)), str(resnet50().relative_to(REPO))
+    return [
+        ("infer BERT-large seq 512 batch 8 (a100-80gb)",
+         ["infer", bert, "--gpu", "a100-80gb", "--batch", "8", "--format", "json"]),
+        ("infer ResNet-50 batch 1 (a10g)", ["infer", resnet, "--gpu", "a10g", "--format", "json"]),
+        ("rank ResNet-50 batch 1 (all devices)", ["rank", resnet, "--format", "json"]),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="fresh processes per case (default 5)")
+    args = parser.parse_args()
+    results = []
+    for name, argv in cases():
+        run_once(argv)  # warm the file cache; not counted
+        walls, peaks = [], []
+        for _ in range(args.repeats):
+            wall, peak, output = run_once(argv)
+            walls.append(wall)
+            peaks.append(peak)
+        detail = (f"{output['latency_ms']:.2f} ms predicted, {len(output['kernels'])} kernels"
+                  if isinstance(output, dict) else f"{len(output)} devices, fastest {output[0]['gpu']}"
+                  f"{'/' + output[0]['mig'] if output[0]['mig'] else ''}")
+        results.append({"case": name, "command": "lilou " + " ".join(argv), "repeats": args.repeats,
+                        "median_s": statistics.median(walls), "min_s": min(walls), "max_s": max(walls),
+                        "median_peak_rss_mib": statistics.median(peaks), "detail": detail})
+        print(f"{name}: median {statistics.median(walls):.2f} s", flush=True)
+    table = Table(title=f"lilou speed: wall clock of a fresh process, median of {args.repeats}")
+    for column in ("case", "median s", "min s", "max s", "peak RSS MiB", "result"):
+        table.add_column(column, justify="left" if column in ("case", "result") else "right")
+    for r in results:
+        table.add_row(r["case"], f"{r['median_s']:.2f}", f"{r['min_s']:.2f}", f"{r['max_s']:.2f}",
+                      f"{r['median_peak_rss_mib']:.0f}", r["detail"])
+    Console(width=200).print(table)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "speed.json").write_text(json.dumps({"cases": results, "python": sys.version.split()[0]}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

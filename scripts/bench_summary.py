@@ -1,0 +1,141 @@
+"""One summary table of every benchmark that has written outputs/bench/<name>.json (``make bench``).
+
+Reads whichever exist of graph.json, kernels.json, fusion.json, e2e.json and speed.json
+and prints the headline figures with their targets (issue 5); a benchmark not run yet
+is listed as missing.
+
+    python scripts/bench_summary.py [--dir outputs/bench] [--format table|json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHES = ("graph", "kernels", "fusion", "e2e", "speed")
+# Issue 5 targets of the end-to-end evaluation.
+E2E_MAPE_TARGET, GPU_MAPE_TARGET, SPEARMAN_TARGET = 8.0, 12.0, 0.95
+
+Row = dict[str, Any]
+
+
+def _row(bench: str, metric: str, value: float | str | None, baseline: float | str | None = None,
+         target: str = "", ok: bool | None = None, unit: str = "") -> Row:
+    return {"bench": bench, "metric": metric, "value": value, "baseline": baseline, "unit": unit,
+            "target": target, "status": "" if ok is None else ("ok" if ok else "MISS")}
+
+
+def graph_rows(data: Any) -> list[Row]:
+    rows = data if isinstance(data, list) else data.get("rows", data.get("models", []))
+    return [_row("graph", f"lilou graph {r.get('model', '?')}", r.get("median_s", r.get("wall_s")), unit="s")
+            for r in rows]
+
+
+def kernel_rows(data: dict) -> list[Row]:
+    out = [_row("kernels", f"LOGO MAPE {s['family']}", s.get("model_mape"), s.get("roofline_mape"),
+                "10 %", s.get("model_mape", 1e9) <= 10, "%") for s in data.get("summary", [])]
+    if "speed_10k_kernels_s" in data:
+        out.append(_row("kernels", "predict 10k kernels x 1 GPU", 1000 * data["speed_10k_kernels_s"], unit="ms"))
+    return out
+
+
+def fusion_rows(data: list[dict]) -> list[Row]:
+    out = []
+    seen = set()
+    for r in data:
+        key = (r["backend"], r["method"])
+        if key in seen:  # the first group listed is the whole test split
+            continue
+        seen.add(key)
+        label = f"{r['backend']} {r['method']} ({r['graphs']}, {r['n']} graphs)"
+        out.append(_row("fusion", f"edge F1 {label}", r["f1"]))
+        out.append(_row("fusion", f"exact partition {label}", 100 * r["exact_partition"], unit="%"))
+    return out
+
+
+def e2e_rows(data: dict) -> list[Row]:
+    mode = data.get("mode", "?")
+    overall = data["overall"]
+    out = [_row("e2e", f"MAPE overall ({mode}, {overall['n']} labels, fusion {data.get('fusion')})",
+                overall["model_mape"], overall["roofline_mape"], f"<= {E2E_MAPE_TARGET:g} %",
+                overall["model_mape"] <= E2E_MAPE_TARGET, "%")]
+    for g in data["per_gpu"]:
+        out.append(_row("e2e", f"MAPE {g['gpu']} ({g['n']} labels)", g["model_mape"], g["roofline_mape"],
+                        f"<= {GPU_MAPE_TARGET:g} %", g["model_mape"] <= GPU_MAPE_TARGET, "%"))
+    for m in data.get("ranking_per_model", []):
+        sp, kt = m.get("model_spearman"), m.get("model_kendall")
+        out.append(_row("e2e", f"Spearman {m['model']} (up to {m['max_gpus']} GPUs)", sp, m.get("roofline_spearman"),
+                        f">= {SPEARMAN_TARGET:g}", None if sp is None else sp >= SPEARMAN_TARGET))
+        out.append(_row("e2e", f"Kendall {m['model']}", kt, m.get("roofline_kendall")))
+    return out
+
+
+def speed_rows(data: dict) -> list[Row]:
+    return [_row("speed", c["case"], c["median_s"], unit="s") for c in data.get("cases", [])]
+
+
+READERS = {"graph": graph_rows, "kernels": kernel_rows, "fusion": fusion_rows, "e2e": e2e_rows, "speed": speed_rows}
+
+
+def summary(folder: Path) -> tuple[list[Row], list[str]]:
+    rows, missing = [], []
+    for bench in BENCHES:
+        path = folder / f"{bench}.json"
+        if not path.exists():
+            missing.append(bench)
+            continue
+        try:
+            rows += READERS[bench](json.loads(path.read_text()))
+        except (KeyError, TypeError, ValueError) as exc:
+            rows.append(_row(bench, f"unreadable {path.name}: {exc!r}", None))
+    # Variants written by `scripts/bench_e2e.py --name e2e-...` (fusion ablation, in-sample): overall MAPE only.
+    for path in sorted(folder.glob("e2e-*.json")):
+        try:
+            data = json.loads(path.read_text())
+            overall = data["overall"]
+            rows.append(_row("e2e", f"MAPE overall ({data['mode']}, fusion {data['fusion']}; {path.name})",
+                             overall["model_mape"], overall["roofline_mape"], unit="%"))
+        except (KeyError, TypeError, ValueError) as exc:
+            rows.append(_row("e2e", f"unreadable {path.name}: {exc!r}", None))
+    return rows, missing
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 2 else f"{value:.1f}"
+    return str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, default=REPO / "outputs" / "bench")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    args = parser.parse_args(argv)
+    rows, missing = summary(args.dir)
+    if args.format == "json":
+        print(json.dumps({"rows": rows, "missing": missing}, indent=1))
+        return 0
+    table = Table(title=f"Lilou benchmarks ({args.dir})")
+    for column in ("bench", "metric", "value", "baseline", "unit", "target", "status"):
+        table.add_column(column, justify="right" if column in ("value", "baseline") else "left")
+    for r in rows:
+        status = {"ok": "[green]ok[/green]", "MISS": "[red]MISS[/red]"}.get(r["status"], "")
+        table.add_row(r["bench"], r["metric"], _fmt(r["value"]), _fmt(r["baseline"]), r["unit"], r["target"], status)
+    console = Console(width=160)
+    console.print(table)
+    console.print("baseline: the roofline baseline in the same harness (kernels, e2e); "
+                  "fusion rows list the GNN and the rule baseline separately")
+    if missing:
+        console.print(f"not run yet: {', '.join(missing)} ({', '.join(f'make bench-{m}' for m in missing)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
