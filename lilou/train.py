@@ -15,8 +15,10 @@ from lilou.errors import LilouInputError
 def _tasks():
     from lilou.fusion.training import train_fusion_model
     from lilou.latency.training import train_kernel_model
+    from lilou.research.e2e_task import train_e2e_calibration
 
-    return {"kernel_latency": train_kernel_model, "fusion_gnn": train_fusion_model}
+    return {"kernel_latency": train_kernel_model, "fusion_gnn": train_fusion_model,
+            "e2e_calibration": train_e2e_calibration}
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")

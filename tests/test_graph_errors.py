@@ -115,12 +115,6 @@ def test_unknown_option_is_one_line(capsys):
     assert_one_line_error(status, err, "--frobnicate")
 
 
-def test_stubbed_commands_say_not_available(capsys):
-    status, out, err = run_cli(capsys, "infer", str(EXAMPLE), "--gpu", "a10g")
-    assert_one_line_error(status, err, "not available yet")
-    assert out == ""
-
-
 def test_int_typed_input_mismatch_is_reported(capsys, tmp_path):
     nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"])]
     model = make_model(nodes, [tensor("ids", [2, 3], TensorProto.INT64)], [tensor("rows", None)],

@@ -148,7 +148,8 @@ def test_unsupported_op_is_predicted_with_the_fallback_and_named(capsys, tmp_pat
     path = tmp_path / "hardmax.onnx"
     onnx.save(model, path)
     result = infer_json(capsys, str(path), "--gpu", "a10g")
-    assert [k["type"] for k in result["kernels"]] == ["gemm_sgemm", "memory_fallback"]
+    # Whatever the fusion model groups it with, the kernel holding the unknown op uses the fallback.
+    assert [k["type"] for k in result["kernels"] if "hm" in k["nodes"]] == ["memory_fallback"]
     assert any("unsupported op(s) Hardmax" in w and "fallback" in w for w in result["warnings"])
     assert result["latency_ms"] > 0
 

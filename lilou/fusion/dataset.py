@@ -35,7 +35,7 @@ TEST_FAMILIES = frozenset({"convnext", "swin", "t5", "gptneo", "mobilevit", "ele
 #: Used for early stopping and model selection.
 VAL_FAMILIES = frozenset({"regnet", "bloom", "poolformer"})
 EXPORTERS = ("dynamo", "opt", "ts")  # dynamo optimize=False, dynamo optimize=True, TorchScript
-FEATURE_VERSION = "1"
+FEATURE_VERSION = "2"
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,15 @@ classified; ``edge_mask`` marks them. Features come from the ONNX graph alone:
 the GNN never reads exporter metadata.
 
 Node features: the op one-hot and scalars of :mod:`lilou.graph.features`, then
-key attributes (kernel area, stride, depthwise), how many inputs are weights
-(initializers) or graph inputs, whether an output is a graph output, fan-in.
-Edge features: log bytes, producer fan-out, tensor rank (from ``to_pyg``), the
-consumer input slot (one-hot 0/1/2+), whether the tensor has the consumer's
-output shape (no broadcast) and whether it is also a graph output.
+key attributes (kernel area, stride, depthwise), how many inputs are constants
+(weights, folded subgraphs) or graph inputs, whether an output is a graph output,
+fan-in and runtime fan-in/fan-out, the output/input size ratio and a coarse op
+kind (anchor, reduce, pool, movement, view, elementwise, other).
+Edge features: log bytes, producer fan-out, tensor rank, the consumer input slot
+(one-hot 0/1/2+), whether the tensor has the consumer's output shape, whether it
+is a graph output, whether producer and consumer share another input (x *
+sigmoid(x)), whether the consumer's other input is a constant, single reader /
+single producer flags, the consumer's broadcast ratio and same-kind flag.
 """
 from __future__ import annotations
 
@@ -22,21 +26,87 @@ from dataclasses import dataclass
 import numpy as np
 
 from lilou.fusion.partition import Partition, fused_edge_labels, runtime_edges
+from lilou.graph.costs import ELEMENTWISE_FLOPS, MOVEMENT_OPS, VIEW_OPS
 from lilou.graph.dag import ModelGraph
 from lilou.graph.features import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, graph_arrays
 
 BACKENDS: tuple[str, ...] = ("eager", "tvm")
-NUM_EXTRA_NODE_FEATURES = 7
-NUM_EXTRA_EDGE_FEATURES = 5
+
+# Coarse op kinds, close to the operator patterns compilers fuse by (TVM's elementwise /
+# injective / reduction / "anchor" whose output elementwise ops may join). They let the
+# model generalise to an op it saw rarely from what it knows of its kind.
+_KINDS: dict[str, str] = {
+    **{op: "anchor" for op in ("Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum")},
+    **{op: "reduce" for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+                                "ArgMax", "ArgMin", "Softmax", "LogSoftmax", "LayerNormalization",
+                                "GroupNormalization", "InstanceNormalization", "CumSum", "TopK")},
+    **{op: "pool" for op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize")},
+    **{op: "movement" for op in MOVEMENT_OPS},
+    **{op: "view" for op in VIEW_OPS},
+    **{op: "elementwise" for op in ELEMENTWISE_FLOPS},
+    "BatchNormalization": "elementwise",
+}
+KINDS: tuple[str, ...] = ("anchor", "reduce", "pool", "movement", "view", "elementwise", "other")
+NUM_EXTRA_NODE_FEATURES = 10 + len(KINDS)
+NUM_EXTRA_EDGE_FEATURES = 11
 FUSION_NODE_FEATURES = NUM_NODE_FEATURES + NUM_EXTRA_NODE_FEATURES
 FUSION_EDGE_FEATURES = NUM_EDGE_FEATURES + NUM_EXTRA_EDGE_FEATURES
+
+
+def node_feature_groups() -> dict[str, list[int]]:
+    """Node-feature columns by meaning, for ablations that zero one group at a time."""
+    from lilou.graph.features import NUM_NODE_SCALARS, OP_VOCABULARY
+
+    ops = len(OP_VOCABULARY)
+    e = ops + NUM_NODE_SCALARS  # first column of the fusion-specific features below
+    return {
+        "op type one-hot": list(range(ops)),
+        "costs (FLOPs, bytes, elements)": [ops, ops + 1, ops + 2, ops + 3],
+        "output rank": [ops + 4],
+        "constant / view flags": [ops + 5, ops + 6],
+        "conv attributes (area, stride, depthwise)": [e, e + 1, e + 2],
+        "graph I/O (constant inputs, graph inputs, output)": [e + 3, e + 4, e + 5],
+        "fan-in / fan-out": [e + 6, e + 7, e + 8],
+        "output/input size ratio": [e + 9],
+        "op kind one-hot": list(range(e + 10, e + 10 + len(KINDS))),
+    }
 
 
 def backend_index(backend: str) -> int:
     return BACKENDS.index(backend)
 
 
-def _extra_node_features(graph: ModelGraph, name: str, produced: set[str], outputs: set[str]) -> list[float]:
+def op_kind(op: str) -> str:
+    return _KINDS.get(op, "other")
+
+
+@dataclass
+class _GraphContext:
+    """Per-graph lookups shared by the node and edge features."""
+
+    constant_tensors: set[str]     # initializers and outputs of constant nodes
+    graph_inputs: set[str]
+    graph_outputs: set[str]
+    runtime_in: dict[str, int]     # runtime producers per node
+    runtime_out: dict[str, int]    # runtime consumers per node
+
+
+def _context(graph: ModelGraph) -> _GraphContext:
+    dag = graph.dag
+    produced = {t.name for n in dag.nodes for t in dag.nodes[n]["outputs"]}
+    constant = {t.name for n in dag.nodes if dag.nodes[n]["constant"] for t in dag.nodes[n]["outputs"]}
+    inputs = {t.name for t in graph.inputs}
+    for n in dag.nodes:
+        constant.update(t.name for t in dag.nodes[n]["inputs"]
+                        if t is not None and t.name not in produced and t.name not in inputs)
+    runtime = {n for n in dag.nodes if not dag.nodes[n]["constant"]}
+    return _GraphContext(
+        constant, inputs, {t.name for t in graph.outputs},
+        {n: sum(1 for p in dag.predecessors(n) if p in runtime) for n in runtime},
+        {n: sum(1 for s in dag.successors(n) if s in runtime) for n in runtime})
+
+
+def _extra_node_features(graph: ModelGraph, name: str, ctx: _GraphContext) -> list[float]:
     data = graph.dag.nodes[name]
     attrs = data["attributes"]
     kernel = attrs.get("kernel_shape") or []
@@ -45,19 +115,41 @@ def _extra_node_features(graph: ModelGraph, name: str, produced: set[str], outpu
     inputs = [t for t in data["inputs"] if t is not None]
     channels = inputs[0].shape[1] if inputs and inputs[0].shape and len(inputs[0].shape) > 1 else 0
     depthwise = float(data["op"] == "Conv" and attrs.get("group", 1) > 1 and attrs.get("group", 1) == channels)
-    weights = sum(1 for t in inputs if t.name not in produced and t.name not in graph_input_names(graph))
-    from_inputs = sum(1 for t in inputs if t.name in graph_input_names(graph))
-    is_output = float(any(t.name in outputs for t in data["outputs"]))
-    return [math.log1p(area), float(max(strides, default=1)), depthwise, float(weights), float(from_inputs),
-            is_output, float(graph.dag.in_degree(name))]
+    constant_inputs = sum(1 for t in inputs if t.name in ctx.constant_tensors)
+    from_inputs = sum(1 for t in inputs if t.name in ctx.graph_inputs)
+    is_output = float(any(t.name in ctx.graph_outputs for t in data["outputs"]))
+    kind = op_kind(data["op"])
+    out_elements = sum(t.elements or 0 for t in data["outputs"])
+    in_elements = max((t.elements or 0 for t in inputs if t.name not in ctx.constant_tensors), default=0)
+    return [math.log1p(area), float(max(strides, default=1)), depthwise, float(constant_inputs), float(from_inputs),
+            is_output, float(graph.dag.in_degree(name)), float(ctx.runtime_in.get(name, 0)),
+            float(ctx.runtime_out.get(name, 0)),
+            math.log((out_elements + 1) / (in_elements + 1)),  # < 0 reduces, > 0 expands
+            *(float(kind == k) for k in KINDS)]
 
 
-def graph_input_names(graph: ModelGraph) -> set[str]:
-    cached = getattr(graph, "_input_names", None)
-    if cached is None:
-        cached = {t.name for t in graph.inputs}
-        graph._input_names = cached  # type: ignore[attr-defined]
-    return cached
+def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext) -> list[float]:
+    dag = graph.dag
+    e = dag.edges[u, v]
+    producer, consumer = dag.nodes[u], dag.nodes[v]
+    slots = [i for i, t in enumerate(consumer["inputs"]) if t is not None and t.name in e["tensors"]]
+    slot = min(slots, default=0)
+    out_shape = consumer["outputs"][0].shape if consumer["outputs"] else None
+    producer_inputs = {t.name for t in producer["inputs"] if t is not None}
+    others = [t for t in consumer["inputs"] if t is not None and t.name not in e["tensors"]]
+    shares_input = any(t.name in producer_inputs and t.name not in ctx.constant_tensors for t in others)
+    other_constant = any(t.name in ctx.constant_tensors for t in others)
+    tensor_elements = max(1, math.prod(e["shape"])) if e["shape"] else 1
+    out_elements = max(1, math.prod(out_shape)) if out_shape else 1
+    return [float(slot == 0), float(slot == 1), float(slot >= 2),
+            float(e["shape"] is not None and e["shape"] == out_shape),
+            float(any(t in ctx.graph_outputs for t in e["tensors"])),
+            float(shares_input),                              # x * sigmoid(x): one aten call, one kernel
+            float(other_constant),                            # e.g. a bias or weight beside the tensor
+            float(ctx.runtime_out.get(u, 0) == 1),            # the producer's only reader
+            float(ctx.runtime_in.get(v, 0) == 1),             # the consumer's only producer
+            math.log(out_elements / tensor_elements),         # > 0: the consumer broadcasts this input
+            float(op_kind(producer["op"]) == op_kind(consumer["op"]))]
 
 
 @dataclass
@@ -77,23 +169,12 @@ def fusion_arrays(graph: ModelGraph, labels: Mapping[str, Partition] | None = No
     """Features for ``graph``; with ``labels`` (backend -> oracle partition) the fused-edge labels too."""
     base = graph_arrays(graph)
     names = base.node_names
-    dag = graph.dag
-    produced = {t.name for n in names for t in dag.nodes[n]["outputs"]}
-    outputs = {t.name for t in graph.outputs}
-    extra = np.array([_extra_node_features(graph, n, produced, outputs) for n in names],
+    ctx = _context(graph)
+    extra = np.array([_extra_node_features(graph, n, ctx) for n in names],
                      dtype=np.float32).reshape(len(names), NUM_EXTRA_NODE_FEATURES)
     edges = base.edge_names
     runtime = set(runtime_edges(graph))
-    edge_extra = []
-    for u, v in edges:
-        e = dag.edges[u, v]
-        consumer = dag.nodes[v]
-        slots = [i for i, t in enumerate(consumer["inputs"]) if t is not None and t.name in e["tensors"]]
-        slot = min(slots, default=0)
-        out_shape = consumer["outputs"][0].shape if consumer["outputs"] else None
-        edge_extra.append([float(slot == 0), float(slot == 1), float(slot >= 2),
-                           float(e["shape"] is not None and e["shape"] == out_shape),
-                           float(any(t in outputs for t in e["tensors"]))])
+    edge_extra = [_extra_edge_features(graph, u, v, ctx) for u, v in edges]
     edge_attr = np.concatenate([base.edge_attr, np.array(edge_extra, dtype=np.float32)
                                 .reshape(len(edges), NUM_EXTRA_EDGE_FEATURES)], axis=1)
     mask = np.array([e in runtime for e in edges], dtype=bool)

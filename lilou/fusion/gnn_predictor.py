@@ -72,7 +72,7 @@ class FusionPredictor:
                                  arrays.edge_attr, backend_index(backend))
         else:
             logits = self._torch_logits(x, arrays, backend)
-        return 1.0 / (1.0 + np.exp(-logits))
+        return 0.5 * (1.0 + np.tanh(0.5 * logits))  # the logistic function, without overflow
 
     def _torch_logits(self, x: np.ndarray, arrays: FusionArrays, backend: str) -> np.ndarray:
         import torch

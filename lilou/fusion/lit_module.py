@@ -1,4 +1,9 @@
-"""LightningModule for the fusion GNN: binary cross-entropy on runtime edges."""
+"""LightningModule for the fusion GNN: binary cross-entropy on runtime edges.
+
+With ``keep_best`` the weights of the epoch with the lowest loss on the validation
+families are restored when training ends (early stopping without cutting the
+learning-rate schedule short).
+"""
 from __future__ import annotations
 
 import lightning as L
@@ -11,7 +16,8 @@ from lilou.fusion.gnn import FusionGNN
 
 class FusionModule(L.LightningModule):
     def __init__(self, hidden: int = 64, layers: int = 4, conv: str = "gine", dropout: float = 0.0,
-                 lr: float = 3e-3, weight_decay: float = 1e-4, node_feature_mask: list[int] | None = None) -> None:
+                 lr: float = 3e-3, weight_decay: float = 1e-4, node_feature_mask: list[int] | None = None,
+                 keep_best: bool = True) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = FusionGNN(FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES, num_backends=len(BACKENDS),
@@ -20,6 +26,7 @@ class FusionModule(L.LightningModule):
         for i in node_feature_mask or []:
             mask[i] = 0.0
         self.register_buffer("feature_mask", mask, persistent=False)
+        self._best: tuple[float, dict] | None = None
 
     def forward(self, batch) -> torch.Tensor:
         return self.net(batch.x * self.feature_mask, batch.edge_index, batch.edge_attr, batch.backend, batch.batch)
@@ -38,6 +45,18 @@ class FusionModule(L.LightningModule):
 
     def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        """Remember the weights of the epoch with the lowest validation loss (held-out families)."""
+        loss = self.trainer.callback_metrics.get("val/loss")
+        if not self.hparams.keep_best or loss is None or self.trainer.sanity_checking:
+            return
+        if self._best is None or float(loss) < self._best[0]:
+            self._best = (float(loss), {k: v.detach().clone() for k, v in self.net.state_dict().items()})
+
+    def on_fit_end(self) -> None:
+        if self._best is not None:
+            self.net.load_state_dict(self._best[1])
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
 import torch
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
@@ -56,6 +57,8 @@ def train_fusion_model(cfg: DictConfig) -> float | None:
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     predictor, datamodule = fit(cfg, logger=logger)
+    if rank_zero_only.rank != 0:  # under DDP only the first process evaluates and writes
+        return None
     backends = list(datamodule.backends)
     val = held_out_metrics(predictor, datamodule.root, backends, split="val", with_rules=False)
     test = held_out_metrics(predictor, datamodule.root, backends, split="test", with_rules=cfg.get("score_rules", True))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
 import numpy as np
 import torch
 from hydra.utils import instantiate, to_absolute_path
@@ -51,6 +52,8 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     predictor, datamodule = fit(cfg, logger=logger)
+    if rank_zero_only.rank != 0:  # under DDP only the first process evaluates and writes
+        return None
     metrics: dict[str, Any] = {
         "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
         "seed": cfg.seed,
