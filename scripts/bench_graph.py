@@ -11,11 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from lilou.research.fresh_process import run_lilou
 from rich.console import Console
 from rich.table import Table
 
@@ -39,28 +37,6 @@ def export(name: str, options: dict) -> Path:
     return path
 
 
-# The child reports its own peak RSS (VmHWM: ru_maxrss would carry the parent's peak
-# across fork and exec), so each run is measured alone.
-_CHILD = ("import sys\n"
-          "from lilou.cli import main\n"
-          "status = main(sys.argv[1:])\n"
-          "peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-          "sys.stderr.write('PEAK_RSS_KB=' + peak.split()[1] + '\\n')\n"
-          "sys.exit(status)\n")
-
-
-def run_once(model: Path) -> tuple[float, float, dict]:
-    """Wall seconds, peak RSS in MiB and the JSON totals of one fresh `lilou graph` process."""
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", _CHILD, "graph", str(model), "--format", "json"],
-                            capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"lilou graph failed on {model}: {result.stderr.strip()}")
-    peak_kb = int(result.stderr.rsplit("PEAK_RSS_KB=", 1)[1].split()[0])
-    return wall, peak_kb / 1024, json.loads(result.stdout)["totals"]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -69,14 +45,20 @@ def main() -> None:
     table = Table(title=f"lilou graph, fresh process, median of {args.repeats}")
     for column in ("model", "ONNX MiB", "nodes", "GFLOPs", "wall s (median)", "peak RSS MiB"):
         table.add_column(column, justify="right" if column != "model" else "left")
+    rows = []
     for name in args.models.split(","):
         path = export(name, MODELS[name])
-        runs = [run_once(path) for _ in range(args.repeats)]
-        totals = runs[0][2]
-        table.add_row(name, f"{path.stat().st_size / 2**20:.2f}", str(totals["nodes"]),
-                      f"{totals['flops'] / 1e9:.2f}", f"{statistics.median(r[0] for r in runs):.2f}",
-                      f"{max(r[1] for r in runs):.0f}")
+        runs = [run_lilou(["graph", str(path), "--format", "json"]) for _ in range(args.repeats)]
+        totals = runs[0][2]["totals"]
+        rows.append({"model": name, "onnx_mib": path.stat().st_size / 2**20, "nodes": totals["nodes"],
+                     "gflops": totals["flops"] / 1e9, "median_s": statistics.median(r[0] for r in runs),
+                     "peak_rss_mib": max(r[1] for r in runs), "repeats": args.repeats})
+        table.add_row(name, f"{rows[-1]['onnx_mib']:.2f}", str(totals["nodes"]), f"{rows[-1]['gflops']:.2f}",
+                      f"{rows[-1]['median_s']:.2f}", f"{rows[-1]['peak_rss_mib']:.0f}")
     Console().print(table)
+    out = REPO / "outputs" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "graph.json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

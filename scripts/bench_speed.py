@@ -21,9 +21,9 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from lilou.research.fresh_process import run_lilou
 from rich.console import Console
 from rich.table import Table
 
@@ -54,26 +54,6 @@ def resnet50() -> Path:
     return path
 
 
-# The child reports its own peak RSS (VmHWM), so each run is measured alone.
-_CHILD = ("import sys\n"
-          "from lilou.cli import main\n"
-          "status = main(sys.argv[1:])\n"
-          "peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-          "sys.stderr.write('PEAK_RSS_KB=' + peak.split()[1] + '\\n')\n"
-          "sys.exit(status)\n")
-
-
-def run_once(argv: list[str]) -> tuple[float, float, object]:
-    """Wall seconds, peak RSS (MiB) and the parsed JSON output of one fresh `lilou` process."""
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"lilou {' '.join(argv)} failed: {result.stderr.strip()}")
-    peak_kb = int(result.stderr.rsplit("PEAK_RSS_KB=", 1)[1].split()[0])
-    return wall, peak_kb / 1024, json.loads(result.stdout)
-
-
 def cases() -> list[tuple[str, list[str]]]:
     bert, resnet = str(bert_large().relative_to(REPO)), str(resnet50().relative_to(REPO))
     return [
@@ -90,10 +70,10 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     for name, argv in cases():
-        run_once(argv)  # warm the file cache; not counted
+        run_lilou(argv)  # warm the file cache; not counted
         walls, peaks = [], []
         for _ in range(args.repeats):
-            wall, peak, output = run_once(argv)
+            wall, peak, output = run_lilou(argv)
             walls.append(wall)
             peaks.append(peak)
         detail = (f"{output['latency_ms']:.2f} ms predicted, {len(output['kernels'])} kernels"

@@ -8,16 +8,14 @@ is re-done here in numpy from the same ``model.safetensors`` and ``config.json``
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lilou.errors import LilouInputError
+from lilou.latency.checkpoint import read_kernel_checkpoint
 from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_ms
 from lilou.latency.kernel_types import KERNEL_TYPES
 
@@ -72,15 +70,8 @@ class KernelModel:
     def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
         from safetensors.numpy import load_file
 
-        folder = Path(folder)
-        try:
-            config = json.loads((folder / "config.json").read_text())
-            state = load_file(folder / "model.safetensors")
-        except FileNotFoundError as exc:
-            raise LilouInputError(f"no kernel-latency checkpoint in {folder} ({exc.filename} missing); "
-                                  "train one with `make train-kernels`") from None
-        if tuple(config["kernel_types"]) != KERNEL_TYPES:
-            raise LilouInputError(f"checkpoint {folder} was trained with another kernel-type list; retrain it")
+        config, weights = read_kernel_checkpoint(folder)
+        state = load_file(weights)
         return cls(state, config)
 
     def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelTimes:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from lilou.errors import LilouInputError
+from lilou.latency.checkpoint import read_kernel_checkpoint
 from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_ms
 from lilou.latency.kernel_types import KERNEL_TYPES
 from lilou.latency.model import KernelLatencyNet
@@ -42,15 +42,8 @@ class KernelLatencyPredictor:
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> KernelLatencyPredictor:
-        folder = Path(folder)
-        try:
-            config = json.loads((folder / "config.json").read_text())
-            state = load_file(folder / "model.safetensors")
-        except FileNotFoundError as exc:
-            raise LilouInputError(f"no kernel-latency checkpoint in {folder} ({exc.filename} missing); "
-                                  "train one with `make train-kernels`") from None
-        if tuple(config["kernel_types"]) != KERNEL_TYPES:
-            raise LilouInputError(f"checkpoint {folder} was trained with another kernel-type list; retrain it")
+        config, weights = read_kernel_checkpoint(folder)
+        state = load_file(weights)
         net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"])
         net.load_state_dict(state)
         return cls(net, config["feature_groups"], config["type_feature_groups"], config)

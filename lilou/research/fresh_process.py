@@ -1,0 +1,30 @@
+"""Run one `lilou` command in a fresh Python process and measure it (speed benchmarks).
+
+A fresh process is what a user pays for: imports, checkpoint loading and the work.
+The child reports its own peak RSS (VmHWM: ``ru_maxrss`` would carry the parent's
+peak across fork and exec), so each run is measured alone.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+_CHILD = ("import sys\n"
+          "from lilou.cli import main\n"
+          "status = main(sys.argv[1:])\n"
+          "peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+          "sys.stderr.write('PEAK_RSS_KB=' + peak.split()[1] + '\\n')\n"
+          "sys.exit(status)\n")
+
+
+def run_lilou(argv: list[str]) -> tuple[float, float, object]:
+    """Wall seconds, peak RSS (MiB) and the parsed JSON output of ``lilou *argv`` in a fresh process."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"lilou {' '.join(argv)} failed: {result.stderr.strip()}")
+    peak_kb = int(result.stderr.rsplit("PEAK_RSS_KB=", 1)[1].split()[0])
+    return wall, peak_kb / 1024, json.loads(result.stdout)
