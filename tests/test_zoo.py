@@ -64,7 +64,7 @@ def test_catalogue_covers_the_required_families() -> None:
                 "vit-b16", "swin-tiny", "deit-small", "bert-base", "bert-large", "gpt2", "opt-125m",
                 "t5-base-encoder", "bart-base-encoder",
                 "bert_large", "gpt2_large", "gpt3_xl", "gpt3_27", "opt_13", "switchxl4",
-                "cnn-0", "mlp-0", "nas201-0", "randdag-0"}
+                "cnn-0", "mlp-0", "nas201-0", "randdag-0", "darts-0"}
     assert required <= set(names)
     for entry in entries:
         assert entry.kind in ("vision", "text", "generator")
@@ -155,7 +155,7 @@ def test_switch_static_dispatch_matches_transformers() -> None:
 # --- generators -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["cnn", "mlp", "nas201", "randdag"])
+@pytest.mark.parametrize("family", ["cnn", "mlp", "nas201", "randdag", "darts"])
 def test_generators_are_deterministic_per_seed_and_differ_across_seeds(family: str) -> None:
     def fingerprint(seed: int) -> tuple:
         module = build(f"{family}-{seed}").module

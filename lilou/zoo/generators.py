@@ -275,6 +275,99 @@ class NAS201Net(nn.Module):
         return self.head(self.cells(self.stem(x)))
 
 
+# --- DARTS cells ------------------------------------------------------------------------
+
+DARTS_OPS = ("sep_conv_3x3", "sep_conv_5x5", "dil_conv_3x3", "dil_conv_5x5", "max_pool_3x3", "avg_pool_3x3",
+             "skip_connect")
+
+
+@dataclass(frozen=True)
+class DARTSSpec:
+    """A DARTS-space network: each cell has 4 nodes; node j sums two ops applied to earlier nodes.
+
+    ``genotype[2j]`` and ``genotype[2j+1]`` are (op, input) pairs of node j, inputs 0 and 1
+    being the two previous cells' outputs (the DARTS search space of Liu et al., 2019).
+    """
+
+    genotype: tuple[tuple[str, int], ...]
+    channels: int = 16
+    cells: int = 4
+    image_size: int = 32
+    num_classes: int = 10
+
+
+def sample_darts(seed: int) -> DARTSSpec:
+    rng = random.Random(seed)
+    genotype = []
+    for node in range(4):
+        for _ in range(2):
+            genotype.append((rng.choice(DARTS_OPS), rng.randrange(node + 2)))
+    return DARTSSpec(genotype=tuple(genotype), cells=rng.choice((3, 4, 5)), channels=rng.choice((8, 16, 24)))
+
+
+class SepConv(nn.Sequential):
+    def __init__(self, channels: int, kernel: int) -> None:
+        pad = kernel // 2
+        super().__init__(
+            nn.ReLU(), nn.Conv2d(channels, channels, kernel, 1, pad, groups=channels, bias=False),
+            nn.Conv2d(channels, channels, 1, bias=False), nn.BatchNorm2d(channels),
+            nn.ReLU(), nn.Conv2d(channels, channels, kernel, 1, pad, groups=channels, bias=False),
+            nn.Conv2d(channels, channels, 1, bias=False), nn.BatchNorm2d(channels))
+
+
+class DilConv(nn.Sequential):
+    def __init__(self, channels: int, kernel: int) -> None:
+        super().__init__(
+            nn.ReLU(), nn.Conv2d(channels, channels, kernel, 1, kernel - 1, dilation=2, groups=channels, bias=False),
+            nn.Conv2d(channels, channels, 1, bias=False), nn.BatchNorm2d(channels))
+
+
+def _darts_op(name: str, channels: int) -> nn.Module:
+    if name.startswith("sep_conv_"):
+        return SepConv(channels, int(name[-1]))
+    if name.startswith("dil_conv_"):
+        return DilConv(channels, int(name[-1]))
+    if name == "max_pool_3x3":
+        return nn.MaxPool2d(3, 1, 1)
+    if name == "avg_pool_3x3":
+        return nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+    if name == "skip_connect":
+        return nn.Identity()
+    raise ValueError(f"unknown DARTS op {name!r}; choose from {DARTS_OPS}")
+
+
+class DARTSCell(nn.Module):
+    def __init__(self, genotype: tuple[tuple[str, int], ...], channels: int) -> None:
+        super().__init__()
+        self.pre0 = ReLUConvBN(channels, channels, 1)
+        self.pre1 = ReLUConvBN(channels, channels, 1)
+        self.inputs = [index for _, index in genotype]
+        self.ops = nn.ModuleList(_darts_op(op, channels) for op, _ in genotype)
+        self.project = nn.Conv2d(4 * channels, channels, 1, bias=False)
+
+    def forward(self, s0: torch.Tensor, s1: torch.Tensor) -> torch.Tensor:
+        states = [self.pre0(s0), self.pre1(s1)]
+        for node in range(4):
+            a, b = 2 * node, 2 * node + 1
+            states.append(self.ops[a](states[self.inputs[a]]) + self.ops[b](states[self.inputs[b]]))
+        return self.project(torch.cat(states[2:], dim=1))
+
+
+class DARTSNet(nn.Module):
+    def __init__(self, spec: DARTSSpec) -> None:
+        super().__init__()
+        c = spec.channels
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c))
+        self.cells = nn.ModuleList(DARTSCell(spec.genotype, c) for _ in range(spec.cells))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, spec.num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s0 = s1 = self.stem(x)
+        for cell in self.cells:
+            s0, s1 = s1, cell(s0, s1)
+        return self.head(s1)
+
+
 # --- random DAGs -----------------------------------------------------------------------
 
 UNARY_OPS = ("conv3x3", "conv1x1", "conv5x5", "dwconv3x3", "bn_relu", "maxpool3x3", "avgpool3x3", "gelu")

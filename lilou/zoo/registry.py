@@ -108,6 +108,7 @@ _GENERATORS: dict[str, tuple[Callable[[int], Any], Callable[[Any], nn.Module], s
     "cnn": (generators.sample_cnn, generators.CNN, "random CNN: depth/width/kernel/stride/block/residual/norm"),
     "mlp": (generators.sample_mlp, generators.MLP, "random MLP: widths, activation, optional LayerNorm"),
     "nas201": (generators.sample_nas201, generators.NAS201Net, "NAS-Bench-201 cell (5 ops, 4 nodes) stacked 3x5"),
+    "darts": (generators.sample_darts, generators.DARTSNet, "DARTS-space cells (sep/dil convs, pools, skips), 3-5 cells"),
     "randdag": (generators.sample_randdag, generators.RandDAG, "random DAG with branches, gates and residual adds"),
 }
 _GENERATOR_NAME = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<seed>\d+)$")
