@@ -235,3 +235,22 @@ def test_fuse_cli_eager_oracle_without_metadata_is_a_clear_error(tmp_path, capsy
     assert main(["fuse", str(_celu_model(tmp_path)), "--oracle"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dynamo exporter" in err[0]
+
+
+def test_a_stale_fusion_checkpoint_is_a_clear_error(tmp_path):
+    """A checkpoint trained on another feature layout must not crash inside numpy."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from lilou.errors import MissingDataError
+    from lilou.fusion.gnn_predictor import FusionPredictor
+
+    save_file({"node_in.0.weight": np.zeros((8, 75), np.float32),
+               "edge_in.0.weight": np.zeros((8, FUSION_EDGE_FEATURES), np.float32)}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": {"layers": 1}}))
+    with pytest.raises(MissingDataError, match="trained on 75 node"):
+        FusionPredictor.load(tmp_path)
+    with pytest.raises(MissingDataError, match="no fusion checkpoint"):
+        FusionPredictor.load(tmp_path / "absent")

@@ -16,7 +16,14 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from lilou.checkpoints import FUSION_GNN, checkpoint_path
-from lilou.fusion.features import FUSION_NODE_FEATURES, FusionArrays, backend_index, fusion_arrays
+from lilou.errors import MissingDataError
+from lilou.fusion.features import (
+    FUSION_EDGE_FEATURES,
+    FUSION_NODE_FEATURES,
+    FusionArrays,
+    backend_index,
+    fusion_arrays,
+)
 from lilou.fusion.gnn_numpy import edge_logits
 from lilou.fusion.partition import Partition, partition_from_fused_edges
 from lilou.graph.dag import ModelGraph
@@ -46,8 +53,18 @@ class FusionPredictor:
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> FusionPredictor:
         folder = Path(folder)
-        config = json.loads((folder / "config.json").read_text())
-        return cls(load_file(folder / "model.safetensors"), config)
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            weights = load_file(folder / "model.safetensors")
+        except FileNotFoundError as exc:
+            raise MissingDataError(f"no fusion checkpoint in {folder} ({exc.filename} missing); "
+                                   "train one with `make train-fusion`") from None
+        node_in, edge_in = weights["node_in.0.weight"].shape[1], weights["edge_in.0.weight"].shape[1]
+        if (node_in, edge_in) != (FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES):
+            raise MissingDataError(
+                f"fusion checkpoint {folder} was trained on {node_in} node / {edge_in} edge features, but this "
+                f"version computes {FUSION_NODE_FEATURES} / {FUSION_EDGE_FEATURES}: retrain it with `make train-fusion`")
+        return cls(weights, config)
 
     @classmethod
     @functools.lru_cache(maxsize=1)
@@ -77,7 +94,6 @@ class FusionPredictor:
     def _torch_logits(self, x: np.ndarray, arrays: FusionArrays, backend: str) -> np.ndarray:
         import torch
 
-        from lilou.fusion.features import FUSION_EDGE_FEATURES
         from lilou.fusion.gnn import FusionGNN
 
         if self._torch_net is None:
