@@ -1,0 +1,63 @@
+"""Hydra entry point for evaluation: ``python -m lilou.eval experiment=fusion_gnn checkpoint=DIR``.
+
+Scores a trained checkpoint (default: the shipped one) on the held-out data its
+experiment defines and writes ``metrics.json`` into the run folder
+(``outputs/eval/<date>/<time>/``). Use it on the checkpoints a sweep wrote to
+``multirun/``. End-to-end evaluation against measured labels is ``lilou eval``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.utils import instantiate, to_absolute_path
+from omegaconf import DictConfig
+
+from lilou.checkpoints import checkpoint_path
+from lilou.errors import LilouInputError
+
+
+def _checkpoint(cfg: DictConfig) -> Path:
+    return Path(to_absolute_path(cfg.checkpoint)) if cfg.get("checkpoint") else checkpoint_path(cfg.task)
+
+
+def evaluate_fusion(cfg: DictConfig) -> dict[str, Any]:
+    from lilou.fusion.gnn_predictor import FusionPredictor
+    from lilou.fusion.training import held_out_metrics
+
+    predictor = FusionPredictor.load(_checkpoint(cfg))
+    datamodule = instantiate(cfg.data)
+    return held_out_metrics(predictor, datamodule.root, list(datamodule.backends), split=cfg.split)
+
+
+def evaluate_kernels(cfg: DictConfig) -> dict[str, Any]:
+    from lilou.latency.predictor import KernelLatencyPredictor
+    from lilou.latency.training import held_out_metrics
+
+    predictor = KernelLatencyPredictor.load(_checkpoint(cfg))
+    datamodule = instantiate(cfg.data)
+    datamodule.setup()
+    return {"held_out_gpus": list(cfg.data.get("held_out_gpus") or []),
+            "rows": held_out_metrics(predictor, datamodule)}
+
+
+TASKS = {"fusion_gnn": evaluate_fusion, "kernel_latency": evaluate_kernels}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    if cfg.task not in TASKS:
+        raise LilouInputError(f"no evaluation for task {cfg.task!r}; known: {', '.join(TASKS)}")
+    metrics = {"task": cfg.task, "checkpoint": str(_checkpoint(cfg)), "result": TASKS[cfg.task](cfg)}
+    out = Path(HydraConfig.get().runtime.output_dir) / "metrics.json"
+    out.write_text(json.dumps(metrics, indent=1, default=str) + "\n")
+    print(json.dumps(metrics, indent=1, default=str)[:4000])
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
