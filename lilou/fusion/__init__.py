@@ -1,1 +1,7 @@
-"""fusion"""
+"""Fusion: which ONNX nodes run together as one GPU kernel, per backend.
+
+- :mod:`lilou.fusion.partition`: kernel groups (``Partition``), fused-edge labels, convex repair.
+- :mod:`lilou.fusion.backends`: ground-truth oracles (``eager`` from exporter metadata, ``tvm`` from TVM's FuseOps).
+- :mod:`lilou.fusion.rules`: the rule baseline; :mod:`lilou.fusion.gnn` and friends: the GNN edge classifier.
+- :func:`lilou.fusion.predict.predict_partition`: the default prediction path of ``lilou fuse`` and ``lilou infer``.
+"""
