@@ -19,19 +19,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lilou.latency.folds import KERNEL_FOLDS  # noqa: E402
 from lilou.research.ablation import (RESULTS, cached_kernel_rows, compose, pyplot,  # noqa: E402
                                      quiet_lightning, write_result)
 
 NAME = "ablate_kernels"
-# One fold per training GPU; NeuSight measured conv on the A100 80GB instead of the 40GB,
-# so the A100 fold holds out both (as scripts/bench_kernels.py).
-FOLDS: dict[str, list[str]] = {
-    "a100": ["a100-pcie-40gb", "a100-pcie-80gb"],
-    "p100": ["p100-pcie-16gb"],
-    "p4": ["p4"],
-    "t4": ["t4"],
-    "v100": ["v100-pcie-32gb"],
-}
+# Leave-one-GPU-out folds, shared with lilou eval and the kernel ablation.
+FOLDS = KERNEL_FOLDS
 ALL = "family,shape,roofline,waves,cache,gpu"
 # (variant, ablation, overrides on top of experiment=kernel_latency)
 VARIANTS: list[tuple[str, str, list[str]]] = [

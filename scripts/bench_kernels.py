@@ -30,20 +30,14 @@ from lilou.hardware import resolve_device
 from lilou.latency.dataset import build_dataset
 from lilou.latency.evaluation import error_table
 from lilou.latency.features import DeviceColumns
+from lilou.latency.folds import KERNEL_FOLDS
 from lilou.latency.roofline import RooflineBaseline
 from lilou.latency.training import fit, held_out_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
-# One fold per training GPU; NeuSight measured conv on the A100 80GB instead of the 40GB,
-# so the A100 fold holds out both.
-FOLDS: dict[str, list[str]] = {
-    "a100": ["a100-pcie-40gb", "a100-pcie-80gb"],
-    "p100": ["p100-pcie-16gb"],
-    "p4": ["p4"],
-    "t4": ["t4"],
-    "v100": ["v100-pcie-32gb"],
-}
+# Leave-one-GPU-out folds, shared with lilou eval and the kernel ablation.
+FOLDS = KERNEL_FOLDS
 FAMILY_ORDER = ("gemm", "conv", "elementwise", "softmax", "layernorm")
 
 

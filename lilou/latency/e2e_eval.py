@@ -29,14 +29,11 @@ shipped overhead instead: in-sample figures, labelled as such.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
 import math
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +43,8 @@ import numpy as np
 
 from lilou.errors import LilouInputError, MissingDataError
 from lilou.hardware import resolve_device
+from lilou.latency.folds import KERNEL_FOLDS
+from lilou.quiet import quiet_lightning
 
 REPO = Path(__file__).resolve().parents[2]
 #: Fold checkpoints (git-ignored).
@@ -54,13 +53,7 @@ LOGO_DIR = REPO / "outputs" / "logo"
 MODELS_DIR = REPO / "datasets" / "e2e_models"
 FUSION_MODES = ("predicted", "oracle", "none")
 #: Held-out GPU of the end-to-end labels -> (fold name, kernel-row GPUs held out with it).
-FOLDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "a100-pcie-40gb": ("a100", ("a100-pcie-40gb", "a100-pcie-80gb")),
-    "p100-pcie-16gb": ("p100", ("p100-pcie-16gb",)),
-    "p4": ("p4", ("p4",)),
-    "t4": ("t4", ("t4",)),
-    "v100-pcie-32gb": ("v100", ("v100-pcie-32gb",)),
-}
+FOLDS: dict[str, tuple[str, tuple[str, ...]]] = {gpus[0]: (fold, gpus) for fold, gpus in KERNEL_FOLDS.items()}
 PREDICTORS = ("model", "roofline")
 
 Log = Callable[[str], None]
@@ -377,7 +370,7 @@ def logo_parts(held_out_gpu: str, overrides: Sequence[str] = (), data_dir=None, 
 
         started = time.perf_counter()
         log(f"fold {fold}: training the per-kernel model without {', '.join(held_out)} (cache {folder})")
-        with _quiet_lightning():
+        with quiet_lightning():
             predictor, datamodule = fit(cfg)
         if set(predictor.config["trained_on"]) & set(held_out):
             raise RuntimeError(f"fold {fold}: held-out GPU rows leaked into training")
@@ -401,22 +394,6 @@ def logo_parts(held_out_gpu: str, overrides: Sequence[str] = (), data_dir=None, 
                      provenance={"kernel_checkpoint": str(folder.relative_to(REPO) if folder.is_relative_to(REPO)
                                                           else folder),
                                  "key": key, "cached": cached, "held_out_kernel_rows": list(held_out)})
-
-
-@contextlib.contextmanager
-def _quiet_lightning():
-    """Lightning's banners and tips say nothing about the fold; keep stderr to Lilou's own lines."""
-    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
 
 
 def shipped_parts(data_dir=None, log: Log = _stderr) -> FoldParts:

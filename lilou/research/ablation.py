@@ -11,16 +11,16 @@ import contextlib
 import csv
 import functools
 import json
-import logging
 import os
 import platform
 import shlex
 import sys
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from lilou.quiet import quiet_lightning  # noqa: F401 - re-exported for the ablation scripts
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -43,22 +43,6 @@ def command_line() -> str:
         path = Path(argv[0]).resolve()
         argv[0] = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
     return " ".join(shlex.quote(a) for a in ["python", *argv])
-
-
-@contextlib.contextmanager
-def quiet_lightning() -> Iterator[None]:
-    """Lightning's banners and warnings say nothing about an ablation; keep the output to the tables."""
-    loggers = [logging.getLogger(n) for n in ("lightning", "lightning.pytorch", "lightning.fabric")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,16 @@
+"""Leave-one-GPU-out folds over the five NeuSight training GPUs.
+
+One fold per GPU. NeuSight measured conv on the A100 80GB instead of the 40GB, so the
+A100 fold holds out both cards' kernel rows. Shared by the kernel benchmark, the
+kernel ablation and ``lilou eval``.
+"""
+from __future__ import annotations
+
+#: Fold name -> GPUs whose kernel rows the fold holds out (the first is the fold's GPU).
+KERNEL_FOLDS: dict[str, tuple[str, ...]] = {
+    "a100": ("a100-pcie-40gb", "a100-pcie-80gb"),
+    "p100": ("p100-pcie-16gb",),
+    "p4": ("p4",),
+    "t4": ("t4",),
+    "v100": ("v100-pcie-32gb",),
+}
