@@ -1,11 +1,12 @@
-"""Fusion-GNN ablation: architecture, depth, node-feature groups removed one at a time, rule baseline.
+"""Fusion-GNN ablation: architecture, depth, feature groups removed one at a time, baselines.
 
 Every variant is the shipped config (``experiment=fusion_gnn``: one GNN for both
 backends) with a few Hydra overrides (``model.conv``, ``model.layers``,
-``model.node_feature_mask``), trained on the training families of the fusion
+``model.node_feature_mask``, ``model.edge_feature_mask``), trained on the training families of the fusion
 dataset and scored per backend on the held-out test families (never seen in
 training, at any size or exporter). The rule baseline is tuned on the training
-families only. Prints edge accuracy, fused-edge F1 and exact-partition rate and
+families only; the TVM FuseOps replay (the prior the GNN reads for tvm) is scored
+alone as a second baseline. Prints edge accuracy, fused-edge F1 and exact-partition rate and
 writes outputs/results/ablate_fusion.{csv,png,json}.
 
     python scripts/ablate_fusion.py [--quick] [--epochs N] [--seed S] [--data datasets/fusion] [overrides ...]
@@ -49,6 +50,10 @@ def variants() -> list[tuple[str, str, list[str]]]:
             if n != shipped.layers]
     out += [(f"- {group}", "features", [f"model.node_feature_mask=[{','.join(map(str, cols))}]"])
             for group, cols in feature_groups().items()]
+    from lilou.fusion.features import edge_feature_groups
+
+    out += [(f"- {group}", "features", [f"model.edge_feature_mask=[{','.join(map(str, cols))}]"])
+            for group, cols in edge_feature_groups().items()]
     return out
 
 
@@ -118,7 +123,12 @@ def run(overrides: list[str], root: Path, backends: list[str], limit: int | None
         table = tuned_rule_table(root, backend)
         results += rows_for("rule baseline (tuned on train families)", "baseline",
                             {backend: score(graphs[backend], lambda g, t=table: rule_partition(g, t))}, None)
-    log(f"rule baseline: {time.perf_counter() - started:.0f} s")
+    if "tvm" in backends:
+        from lilou.fusion.tvm_replay import replay_partition
+
+        results += rows_for("TVM FuseOps replay alone (no learning)", "baseline",
+                            {"tvm": score(graphs["tvm"], replay_partition)}, None)
+    log(f"baselines: {time.perf_counter() - started:.0f} s")
     with cached_fusion_samples(), cached_arrays(), quiet_lightning():
         for variant, ablation, extra in variants():
             cfg = compose(["experiment=fusion_gnn", f"data.root={root}", f"data.backends=[{','.join(backends)}]",

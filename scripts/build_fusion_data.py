@@ -6,6 +6,7 @@ Output goes to ``<data dir>/fusion`` (``datasets/fusion`` by default; never comm
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -21,24 +22,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="only the first N samples (smoke runs)")
     parser.add_argument("--label-only", action="store_true", help="label graphs already exported, export none")
     parser.add_argument("--retry-failed", action="store_true", help="retry samples that failed before")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes (default: one per CPU core)")
     args = parser.parse_args(argv)
     total = len(catalogue()[: args.limit])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[sample]}"))
     with Progress(*columns) as progress:
         task = progress.add_task("fusion dataset", total=total, sample="")
-        first = True
 
         def step(sample_id: str) -> None:
-            nonlocal first
-            if not first:
-                progress.advance(task)
-            first = False
-            progress.update(task, sample=sample_id)
+            progress.update(task, advance=1, sample=sample_id)
 
         counts = build_fusion_dataset(args.out, args.backends.split(","), retry_failed=args.retry_failed,
-                                      limit=args.limit, progress=step, label_only=args.label_only)
-        progress.advance(task)
+                                      limit=args.limit, progress=step, label_only=args.label_only, jobs=args.jobs)
     print(f"{counts['graphs']} graphs ready, {counts['labels']} new labels, {counts['failed']} failed "
           f"(see {args.out}/*/*.failed)")
     return 0

@@ -9,7 +9,14 @@ from onnx import helper
 
 from lilou.fusion.backends.eager import eager_partition, launches_no_kernel
 from lilou.fusion.evaluation import FusionScore, node_groups
-from lilou.fusion.features import FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES, fusion_arrays, fusion_data
+from lilou.fusion.features import (
+    FUSION_EDGE_FEATURES,
+    FUSION_NODE_FEATURES,
+    TVM_PRIOR_COLUMN,
+    fusion_arrays,
+    fusion_data,
+    with_backend_prior,
+)
 from lilou.fusion.partition import (
     Partition,
     check_covers,
@@ -181,10 +188,12 @@ def test_gnn_learns_eager_fusion_of_a_real_graph(tiny_bert, tmp_path):
     predictor = FusionPredictor.from_torch(module.net, config)
     predicted = predictor.predict(graph, "eager")
     assert node_groups(graph, predicted) == node_groups(graph, truth)
-    # The numpy runtime (what the CLI uses) computes what the torch model computes.
+    # The numpy runtime (what the CLI uses) computes what the torch model computes (for eager, without
+    # the TVM prior column, as in training).
     data = fusion_data(graph)
+    assert data.edge_attr[:, TVM_PRIOR_COLUMN].any()
     with torch.no_grad():
-        logits = module.net(data.x, data.edge_index, data.edge_attr, torch.tensor([0]),
+        logits = module.net(data.x, data.edge_index, with_backend_prior(data.edge_attr, "eager"), torch.tensor([0]),
                             torch.zeros(data.num_nodes, dtype=torch.long))
     arrays = fusion_arrays(graph)
     numpy_probabilities = predictor.edge_probabilities(arrays, "eager")

@@ -13,6 +13,7 @@ held-out family, at any size or exporter, is seen in training.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -35,7 +36,7 @@ TEST_FAMILIES = frozenset({"convnext", "swin", "t5", "gptneo", "mobilevit", "ele
 #: Used for early stopping and model selection.
 VAL_FAMILIES = frozenset({"regnet", "bloom", "poolformer"})
 EXPORTERS = ("dynamo", "opt", "ts")  # dynamo optimize=False, dynamo optimize=True, TorchScript
-FEATURE_VERSION = "2"
+FEATURE_VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -139,49 +140,78 @@ def export_sample(spec: SampleSpec, path: Path) -> None:
 
 def build_fusion_dataset(root: Path, backends: Iterable[str] = ("eager", "tvm"), retry_failed: bool = False,
                          limit: int | None = None, progress: Callable[[str], None] | None = None,
-                         label_only: bool = False) -> dict[str, int]:
+                         label_only: bool = False, jobs: int = 1) -> dict[str, int]:
     """Export and label the catalogue under ``root``; returns counts of done/skipped/failed samples.
 
-    ``label_only`` labels graphs already exported and exports nothing (a second
-    process can label with one oracle while another exports).
+    ``label_only`` labels graphs already exported and exports nothing. ``jobs`` > 1
+    builds samples in that many worker processes (each sample writes only its own
+    files, so workers never collide); ``progress`` is called with each finished
+    sample's id.
     """
     backends = tuple(backends)
     counts = {"graphs": 0, "labels": 0, "failed": 0}
     specs = catalogue()[:limit]
-    for spec in specs:
-        if progress:
-            progress(spec.id)
-        path = sample_path(root, spec)
-        failed = path.with_suffix(".failed")
-        if failed.exists() and not retry_failed:
-            counts["failed"] += 1
+    work = functools.partial(build_sample, root=root, backends=backends, retry_failed=retry_failed,
+                             label_only=label_only)
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn, not fork: torch and TVM hold threads that a forked child must not inherit.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(work, spec): spec for spec in specs}
+            done = ((futures[f], f.result()) for f in as_completed(futures))
+            for spec, sample_counts in done:
+                _add(counts, sample_counts, progress, spec)
+    else:
+        for spec in specs:
+            _add(counts, work(spec), progress, spec)
+    return counts
+
+
+def _add(counts: dict[str, int], more: dict[str, int], progress: Callable[[str], None] | None,
+         spec: SampleSpec) -> None:
+    for key, value in more.items():
+        counts[key] += value
+    if progress:
+        progress(spec.id)
+
+
+def build_sample(spec: SampleSpec, root: Path, backends: tuple[str, ...], retry_failed: bool = False,
+                 label_only: bool = False) -> dict[str, int]:
+    """Export one catalogue sample and label it with each oracle (see the module docstring)."""
+    counts = {"graphs": 0, "labels": 0, "failed": 0}
+    path = sample_path(root, spec)
+    failed = path.with_suffix(".failed")
+    if failed.exists() and not retry_failed:
+        counts["failed"] += 1
+        return counts
+    if label_only and not path.exists():
+        return counts
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if not path.exists():
+            export_sample(spec, path)
+    except Exception as exc:  # noqa: BLE001 - record any failure, keep building the rest
+        failed.write_text(f"{type(exc).__name__}: {exc}\n")
+        counts["failed"] += 1
+        return counts
+    counts["graphs"] += 1
+    graph = None
+    for backend in (b for b in spec.backends() if b in backends):
+        label = path.with_suffix(f".{backend}.json")
+        label_failed = path.with_suffix(f".{backend}.failed")
+        if label.exists() or (label_failed.exists() and not retry_failed):
             continue
-        if label_only and not path.exists():
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            if not path.exists():
-                export_sample(spec, path)
-        except Exception as exc:  # noqa: BLE001 - record any failure, keep building the rest
-            failed.write_text(f"{type(exc).__name__}: {exc}\n")
+            graph = graph or build_graph(load_onnx(path), name=spec.id)
+            partition = oracle_partition(backend, path, graph, strict=True)
+        except Exception as exc:  # noqa: BLE001 - an oracle that cannot run on this graph
+            label_failed.write_text(f"{type(exc).__name__}: {exc}\n")
             counts["failed"] += 1
             continue
-        counts["graphs"] += 1
-        graph = None
-        for backend in (b for b in spec.backends() if b in backends):
-            label = path.with_suffix(f".{backend}.json")
-            label_failed = path.with_suffix(f".{backend}.failed")
-            if label.exists() or (label_failed.exists() and not retry_failed):
-                continue
-            try:
-                graph = graph or build_graph(load_onnx(path), name=spec.id)
-                partition = oracle_partition(backend, path, graph)
-            except Exception as exc:  # noqa: BLE001 - an oracle that cannot run on this graph
-                label_failed.write_text(f"{type(exc).__name__}: {exc}\n")
-                counts["failed"] += 1
-                continue
-            label.write_text(json.dumps(partition.to_json()) + "\n")
-            counts["labels"] += 1
+        label.write_text(json.dumps(partition.to_json()) + "\n")
+        counts["labels"] += 1
     return counts
 
 
@@ -242,7 +272,7 @@ def load_split(root: Path, split: str, backends: Sequence[str] = ("eager", "tvm"
 
 def to_training_items(samples: Iterable[FusionSample], backends: Sequence[str]) -> list[Data]:
     """One PyG item per (graph, backend): features, ``backend`` index and ``y`` labels."""
-    from lilou.fusion.features import backend_index
+    from lilou.fusion.features import backend_index, with_backend_prior
 
     items = []
     for sample in samples:
@@ -250,7 +280,8 @@ def to_training_items(samples: Iterable[FusionSample], backends: Sequence[str]) 
             if backend not in sample.backends:
                 continue
             d = sample.data
-            item = Data(x=d.x, edge_index=d.edge_index, edge_attr=d.edge_attr, edge_mask=d.edge_mask,
+            item = Data(x=d.x, edge_index=d.edge_index, edge_attr=with_backend_prior(d.edge_attr, backend),
+                        edge_mask=d.edge_mask,
                         y=d[f"y_{backend}"], backend=torch.tensor([backend_index(backend)]), num_nodes=d.num_nodes)
             items.append(item)
     return items

@@ -10,12 +10,16 @@ Node features: the op one-hot and scalars of :mod:`lilou.graph.features`, then
 key attributes (kernel area, stride, depthwise), how many inputs are constants
 (weights, folded subgraphs) or graph inputs, whether an output is a graph output,
 fan-in and runtime fan-in/fan-out, the output/input size ratio and a coarse op
-kind (anchor, reduce, pool, movement, view, elementwise, other).
+kind (anchor, reduce, pool, movement, view, elementwise, other), and the op's TVM
+pattern (:mod:`lilou.fusion.tvm_replay`).
 Edge features: log bytes, producer fan-out, tensor rank, the consumer input slot
 (one-hot 0/1/2+), whether the tensor has the consumer's output shape, whether it
 is a graph output, whether producer and consumer share another input (x *
 sigmoid(x)), whether the consumer's other input is a constant, single reader /
-single producer flags, the consumer's broadcast ratio and same-kind flag.
+single producer flags, the consumer's broadcast ratio and same-kind flag, and whether
+a replay of TVM's FuseOps on this graph fuses the edge (a compiler prior the model
+can trust or correct; it is computed from the graph alone, without TVM). The GNN
+sees that prior only when it predicts for ``tvm`` (:func:`with_backend_prior`).
 """
 from __future__ import annotations
 
@@ -26,6 +30,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from lilou.fusion.partition import Partition, fused_edge_labels, runtime_edges
+from lilou.fusion.tvm_replay import (
+    COMM_REDUCE,
+    ELEMWISE,
+    INJECTIVE,
+    OPAQUE,
+    OUT_EWISE_FUSABLE,
+    replayed_fused_edges,
+    tvm_pattern,
+)
 from lilou.graph.costs import ELEMENTWISE_FLOPS, MOVEMENT_OPS, VIEW_OPS
 from lilou.graph.dag import ModelGraph
 from lilou.graph.features import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, graph_arrays
@@ -47,8 +60,10 @@ _KINDS: dict[str, str] = {
     "BatchNormalization": "elementwise",
 }
 KINDS: tuple[str, ...] = ("anchor", "reduce", "pool", "movement", "view", "elementwise", "other")
-NUM_EXTRA_NODE_FEATURES = 10 + len(KINDS)
-NUM_EXTRA_EDGE_FEATURES = 11
+#: TVM pattern one-hot columns; BROADCAST never occurs (Relax marks broadcasting adds elementwise).
+TVM_PATTERN_COLUMNS: tuple[int | None, ...] = (None, ELEMWISE, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, OPAQUE)
+NUM_EXTRA_NODE_FEATURES = 10 + len(KINDS) + len(TVM_PATTERN_COLUMNS)
+NUM_EXTRA_EDGE_FEATURES = 12
 FUSION_NODE_FEATURES = NUM_NODE_FEATURES + NUM_EXTRA_NODE_FEATURES
 FUSION_EDGE_FEATURES = NUM_EDGE_FEATURES + NUM_EXTRA_EDGE_FEATURES
 
@@ -69,7 +84,26 @@ def node_feature_groups() -> dict[str, list[int]]:
         "fan-in / fan-out": [e + 6, e + 7, e + 8],
         "output/input size ratio": [e + 9],
         "op kind one-hot": list(range(e + 10, e + 10 + len(KINDS))),
+        "TVM op pattern one-hot": list(range(e + 10 + len(KINDS), e + 10 + len(KINDS) + len(TVM_PATTERN_COLUMNS))),
     }
+
+
+#: Edge column of the TVM FuseOps replay: a prior about TVM only, zeroed for any other backend.
+TVM_PRIOR_COLUMN = FUSION_EDGE_FEATURES - 1
+
+
+def with_backend_prior(edge_attr, backend: str):
+    """``edge_attr`` (numpy or torch) as the GNN sees it for ``backend``: the TVM prior only for ``tvm``."""
+    if backend == "tvm":
+        return edge_attr
+    out = edge_attr.clone() if hasattr(edge_attr, "clone") else edge_attr.copy()
+    out[:, TVM_PRIOR_COLUMN] = 0
+    return out
+
+
+def edge_feature_groups() -> dict[str, list[int]]:
+    """Edge-feature columns that ablations zero (``model.edge_feature_mask``)."""
+    return {"TVM FuseOps replay flag": [TVM_PRIOR_COLUMN]}
 
 
 def backend_index(backend: str) -> int:
@@ -119,16 +153,18 @@ def _extra_node_features(graph: ModelGraph, name: str, ctx: _GraphContext) -> li
     from_inputs = sum(1 for t in inputs if t.name in ctx.graph_inputs)
     is_output = float(any(t.name in ctx.graph_outputs for t in data["outputs"]))
     kind = op_kind(data["op"])
+    pattern = tvm_pattern(data["op"], attrs)
     out_elements = sum(t.elements or 0 for t in data["outputs"])
     in_elements = max((t.elements or 0 for t in inputs if t.name not in ctx.constant_tensors), default=0)
     return [math.log1p(area), float(max(strides, default=1)), depthwise, float(constant_inputs), float(from_inputs),
             is_output, float(graph.dag.in_degree(name)), float(ctx.runtime_in.get(name, 0)),
             float(ctx.runtime_out.get(name, 0)),
             math.log((out_elements + 1) / (in_elements + 1)),  # < 0 reduces, > 0 expands
-            *(float(kind == k) for k in KINDS)]
+            *(float(kind == k) for k in KINDS),
+            *(float(pattern == p) for p in TVM_PATTERN_COLUMNS)]
 
 
-def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext) -> list[float]:
+def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext, replayed: bool) -> list[float]:
     dag = graph.dag
     e = dag.edges[u, v]
     producer, consumer = dag.nodes[u], dag.nodes[v]
@@ -149,7 +185,8 @@ def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext) 
             float(ctx.runtime_out.get(u, 0) == 1),            # the producer's only reader
             float(ctx.runtime_in.get(v, 0) == 1),             # the consumer's only producer
             math.log(out_elements / tensor_elements),         # > 0: the consumer broadcasts this input
-            float(op_kind(producer["op"]) == op_kind(consumer["op"]))]
+            float(op_kind(producer["op"]) == op_kind(consumer["op"])),
+            float(replayed)]                                  # keep last: TVM_PRIOR_COLUMN
 
 
 @dataclass
@@ -174,7 +211,8 @@ def fusion_arrays(graph: ModelGraph, labels: Mapping[str, Partition] | None = No
                      dtype=np.float32).reshape(len(names), NUM_EXTRA_NODE_FEATURES)
     edges = base.edge_names
     runtime = set(runtime_edges(graph))
-    edge_extra = [_extra_edge_features(graph, u, v, ctx) for u, v in edges]
+    replayed = replayed_fused_edges(graph)
+    edge_extra = [_extra_edge_features(graph, u, v, ctx, replayed.get((u, v), False)) for u, v in edges]
     edge_attr = np.concatenate([base.edge_attr, np.array(edge_extra, dtype=np.float32)
                                 .reshape(len(edges), NUM_EXTRA_EDGE_FEATURES)], axis=1)
     mask = np.array([e in runtime for e in edges], dtype=bool)

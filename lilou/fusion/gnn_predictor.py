@@ -7,6 +7,7 @@ ablations) run through torch.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 import json
 import os
 from pathlib import Path
@@ -23,6 +24,7 @@ from lilou.fusion.features import (
     FusionArrays,
     backend_index,
     fusion_arrays,
+    with_backend_prior,
 )
 from lilou.fusion.gnn_numpy import edge_logits
 from lilou.fusion.partition import Partition, partition_from_fused_edges
@@ -37,6 +39,9 @@ class FusionPredictor:
         self.feature_mask = np.ones(FUSION_NODE_FEATURES, dtype=np.float32)
         for i in config.get("node_feature_mask") or []:
             self.feature_mask[i] = 0.0
+        self.edge_feature_mask = np.ones(FUSION_EDGE_FEATURES, dtype=np.float32)
+        for i in config.get("edge_feature_mask") or []:
+            self.edge_feature_mask[i] = 0.0
         self._torch_net = None
 
     @property
@@ -84,6 +89,7 @@ class FusionPredictor:
 
     def edge_probabilities(self, arrays: FusionArrays, backend: str) -> np.ndarray:
         x = arrays.x * self.feature_mask
+        arrays = replace(arrays, edge_attr=with_backend_prior(arrays.edge_attr, backend) * self.edge_feature_mask)
         if self.architecture.get("conv", "gine") == "gine":
             logits = edge_logits(self.weights, self.architecture["layers"], x, arrays.edge_index,
                                  arrays.edge_attr, backend_index(backend))

@@ -17,7 +17,7 @@ from lilou.fusion.gnn import FusionGNN
 class FusionModule(L.LightningModule):
     def __init__(self, hidden: int = 64, layers: int = 4, conv: str = "gine", dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, node_feature_mask: list[int] | None = None,
-                 keep_best: bool = True) -> None:
+                 edge_feature_mask: list[int] | None = None, keep_best: bool = True) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = FusionGNN(FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES, num_backends=len(BACKENDS),
@@ -26,10 +26,15 @@ class FusionModule(L.LightningModule):
         for i in node_feature_mask or []:
             mask[i] = 0.0
         self.register_buffer("feature_mask", mask, persistent=False)
+        edge_mask = torch.ones(FUSION_EDGE_FEATURES)
+        for i in edge_feature_mask or []:
+            edge_mask[i] = 0.0
+        self.register_buffer("edge_feature_mask", edge_mask, persistent=False)
         self._best: tuple[float, dict] | None = None
 
     def forward(self, batch) -> torch.Tensor:
-        return self.net(batch.x * self.feature_mask, batch.edge_index, batch.edge_attr, batch.backend, batch.batch)
+        return self.net(batch.x * self.feature_mask, batch.edge_index, batch.edge_attr * self.edge_feature_mask,
+                        batch.backend, batch.batch)
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         logits = self(batch)[batch.edge_mask]

@@ -30,6 +30,7 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDa
     trainer.fit(module, datamodule=datamodule)
     architecture = {k: module.hparams[k] for k in ("hidden", "layers", "conv", "dropout")}
     config = {"architecture": architecture, "node_feature_mask": list(module.hparams.node_feature_mask or []),
+              "edge_feature_mask": list(module.hparams.get("edge_feature_mask") or []),
               "backends": list(datamodule.backends),
               "trained_on": sorted({s.family for s in datamodule.samples["train"]}),
               "config": OmegaConf.to_container(cfg, resolve=False)}

@@ -429,19 +429,35 @@ def _fused_members(pre_main, fused_mod) -> dict[Any, list]:
             return ("global", expr.name_hint)
         return ("expr", tvm_ffi.structural_hash(expr))
 
+    # Value numbering: bindings that compute the same expression of the same values share an id, so a
+    # duplicated computation (sigmoid(x) written twice) does not break the matching of what uses it.
     ids: dict[Any, int] = {}
-    pre_env: dict[Any, int] = {}
+    pre_env: dict[Any, Any] = {}
     for param in pre_main.params:
-        pre_env[param] = ("id", ids.setdefault(param, len(ids)))
+        pre_env[param] = ("id", ids.setdefault(("param", param), len(ids)))
     candidates: dict[Any, list[Any]] = {}
+    readers: dict[Any, set] = {}   # pre Var -> keys of the bindings that read it
     for binding in _bindings(pre_main):
-        candidates.setdefault(key(binding.value, pre_env), []).append(binding.var)
-        pre_env[binding.var] = ("id", ids.setdefault(binding.var, len(ids)))
+        value_key = key(binding.value, pre_env)
+        candidates.setdefault(value_key, []).append(binding.var)
+        for var in _free_vars(binding.value):
+            readers.setdefault(var, set()).add(value_key)
+        pre_env[binding.var] = ("id", ids.setdefault(value_key, len(ids)))
 
-    def match(expr, env: dict) -> Any:
-        """The pre-FuseOps binding Var that computes ``expr`` (consumed once matched), or None."""
+    def match(expr, env: dict, later: frozenset = frozenset(), name: str = "") -> Any:
+        """The pre-FuseOps binding Var that computes ``expr`` (consumed once matched), or None.
+
+        Among duplicates, the one read by a binding of ``later`` (keys computed further on in the same
+        fused function) is the one this function computes; then the one of the same name (FuseOps keeps
+        the names of the bindings it leaves alone).
+        """
         found = candidates.get(key(expr, env))
-        return found.pop(0) if found else None
+        if not found:
+            return None
+        chosen = next((v for v in found if readers.get(v, set()) & later),
+                      next((v for v in found if v.name == name), found[0]))
+        found.remove(chosen)
+        return chosen
 
     fused_main = fused_mod["main"]
     env: dict[Any, Any] = {q: pre_env[p] for p, q in zip(pre_main.params, fused_main.params)}
@@ -452,11 +468,15 @@ def _fused_members(pre_main, fused_mod) -> dict[Any, list]:
         func = fused_mod[value.op] if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar) else None
         if isinstance(func, relax.Function):
             inner = {p: key(a, env) for p, a in zip(func.params, value.args)}
+            inner_keys = []
+            for b in _bindings(func):  # ids follow from keys alone (value numbering): no matching needed yet
+                inner_keys.append(key(b.value, inner))
+                if inner_keys[-1] in ids:
+                    inner[b.var] = ("id", ids[inner_keys[-1]])
             computed: list[Any] = []
-            for b in _bindings(func):
-                found = match(b.value, inner)
+            for i, b in enumerate(_bindings(func)):
+                found = match(b.value, inner, frozenset(inner_keys[i + 1:]), b.var.name)
                 if found is not None:
-                    inner[b.var] = pre_env[found]
                     computed.append(found)
             members[var] = computed
             out = func.body.body
@@ -470,11 +490,26 @@ def _fused_members(pre_main, fused_mod) -> dict[Any, list]:
             if value.index < len(outputs) and outputs[value.index] is not None:
                 env[var] = outputs[value.index]
             continue
-        found = match(value, env)
+        found = match(value, env, name=var.name)
         if found is not None:
             env[var] = pre_env[found]
             members[var] = [found]
     return members
+
+
+def _free_vars(expr) -> list:
+    """Relax Vars an expression reads (through tuples and tuple items)."""
+    from tvm import relax
+
+    if isinstance(expr, relax.Var):
+        return [expr]
+    if isinstance(expr, relax.Call):
+        return [v for a in expr.args for v in _free_vars(a)]
+    if isinstance(expr, relax.Tuple):
+        return [v for f in expr.fields for v in _free_vars(f)]
+    if isinstance(expr, relax.TupleGetItem):
+        return _free_vars(expr.tuple_value)
+    return []
 
 
 def _launches(value, mod) -> bool:

@@ -1,0 +1,92 @@
+"""The FuseOps replay (a GNN feature) against TVM's own grouping, on hand-built and zoo graphs."""
+from __future__ import annotations
+
+import pytest
+from onnx import helper
+
+from lilou.fusion.partition import fused_edge_labels
+from lilou.fusion.tvm_replay import INJECTIVE, OPAQUE, OUT_EWISE_FUSABLE, replay_tvm_fusion, replayed_fused_edges, \
+    tvm_pattern
+from lilou.graph.dag import build_graph, load_graph
+from tests.onnx_builders import make_model, tensor, weight
+from tests.test_fusion_tvm import TINY_BERT, conv_mlp_model
+
+
+def groups_of(graph) -> set[frozenset[str]]:
+    replay = replay_tvm_fusion(graph)
+    return {frozenset(n for n, g in replay.items() if g == gid) for gid in set(replay.values())}
+
+
+def pool_branch_model():
+    """A NAS-Bench-201-like cell: bn = BN(conv(x)); y = relu(bn + avgpool(x))."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"], name="bn"),
+        helper.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["bn", "p"], ["sum"], name="add"),
+        helper.make_node("Relu", ["sum"], ["y"], name="relu"),
+    ]
+    return make_model(nodes, [tensor("x", [1, 8, 8, 8])], [tensor("y", [1, 8, 8, 8])],
+                      [weight("w", [8, 8, 3, 3])] + [weight(n, [8]) for n in "sbmv"])
+
+
+def test_patterns_follow_relax_legalisation():
+    assert tvm_pattern("Conv") == OUT_EWISE_FUSABLE and tvm_pattern("Softmax") == OUT_EWISE_FUSABLE
+    assert tvm_pattern("BatchNormalization") == INJECTIVE  # batch_norm returns a tuple: injective, not elementwise
+    assert tvm_pattern("Identity") is None and tvm_pattern("NoSuchOp") == OPAQUE
+
+
+def test_conv_takes_its_elementwise_tail_and_softmax_stays_alone():
+    graph = build_graph(conv_mlp_model())
+    assert groups_of(graph) == {frozenset({"conv", "bias", "relu"}), frozenset({"flatten"}),
+                                frozenset({"matmul", "bias2"}), frozenset({"softmax"})}
+
+
+def test_injective_node_never_joins_an_anchored_group():
+    # The pool (an anchor) takes add and relu in phase 0; batch norm is injective and may only join an
+    # injective group in phase 1, so it stays alone, as do the conv (its post-dominator is not elementwise).
+    graph = build_graph(pool_branch_model())
+    assert groups_of(graph) == {frozenset({"conv"}), frozenset({"bn"}), frozenset({"pool", "add", "relu"})}
+    pytest.importorskip("tvm")
+    from lilou.fusion.backends.tvm import tvm_partition
+
+    assert {frozenset(g.nodes) for g in tvm_partition(pool_branch_model()).kernels} == groups_of(graph)
+
+
+def test_pass_through_between_fused_nodes_joins_them():
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+             helper.make_node("Identity", ["a"], ["i"], name="dropout"),
+             helper.make_node("Relu", ["i"], ["r"], name="relu"),
+             helper.make_node("Identity", ["r"], ["y"], name="out")]
+    graph = build_graph(make_model(nodes, [tensor("x", [4, 64])], [tensor("y", [4, 64])]))
+    assert groups_of(graph) == {frozenset({"add", "dropout", "relu"})}  # "out" sits in no group
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_matches_the_tvm_oracle_on_tiny_bert(tmp_path, dynamo):
+    pytest.importorskip("tvm")
+    from lilou.fusion.backends.tvm import tvm_partition
+    from lilou.zoo.export import export_onnx
+    from lilou.zoo.registry import build
+
+    path = export_onnx(build("bert-base", **TINY_BERT), tmp_path / "bert.onnx", strip_weights=True, dynamo=dynamo)
+    graph = load_graph(path)
+    truth = fused_edge_labels(graph, tvm_partition(path, graph))
+    assert replayed_fused_edges(graph) == truth
+    assert sum(truth.values()) >= 10
+
+
+def test_matches_the_tvm_oracle_on_a_cell_with_duplicate_pools(tmp_path):
+    # NAS-Bench-201 cell 3 averages the same tensor twice into one sum: TVM fuses the first pool into
+    # the add. This graph also exercises the oracle's matching of duplicated computations.
+    pytest.importorskip("tvm")
+    from lilou.fusion.backends.tvm import tvm_partition_with_stats
+    from lilou.zoo.export import export_onnx
+    from lilou.zoo.registry import build
+
+    path = export_onnx(build("nas201-3"), tmp_path / "cell.onnx", strip_weights=True, dynamo=True)
+    graph = load_graph(path)
+    partition, stats = tvm_partition_with_stats(path, graph)
+    assert stats.untagged_kernels == 0
+    truth = fused_edge_labels(graph, partition)
+    assert replayed_fused_edges(graph) == truth
