@@ -90,3 +90,22 @@ def test_matches_the_tvm_oracle_on_a_cell_with_duplicate_pools(tmp_path):
     assert stats.untagged_kernels == 0
     truth = fused_edge_labels(graph, partition)
     assert replayed_fused_edges(graph) == truth
+
+
+def test_long_residual_chain_respects_tvm_fuse_depth_without_recursion_limits():
+    # a0 feeds the final Add directly and through 2000 Relus: its post-dominator is 2000 nodes away
+    # (deeper than Python's recursion limit), and TVM caps a fused function at 256 ops.
+    depth = 2000
+    nodes = [helper.make_node("Relu", ["x"], ["a0"], name="r0")]
+    nodes += [helper.make_node("Relu", [f"a{i - 1}"], [f"a{i}"], name=f"r{i}") for i in range(1, depth)]
+    nodes.append(helper.make_node("Add", [f"a{depth - 1}", "a0"], ["y"], name="add"))
+    model = make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8])])
+    graph = build_graph(model)
+    groups = groups_of(graph)
+    # From the end backwards, groups fill to 256; a0 cannot join the Add's full group and stays alone.
+    assert sorted(len(g) for g in groups) == [1, 208] + [256] * 7
+    assert frozenset({"r0"}) in groups
+    pytest.importorskip("tvm")
+    from lilou.fusion.backends.tvm import tvm_partition
+
+    assert {frozenset(k.nodes) for k in tvm_partition(model, graph).kernels} == groups

@@ -223,18 +223,25 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
     node_of = {id(tree[n]): n for n in g.order}
     groups = {n: _Group(g.pattern[n], g.pattern[n] == OUT_EWISE_FUSABLE) for n in g.order}
 
+    def downstream(src: str, sink: str) -> list[str]:
+        """Nodes on the paths from ``src`` (excluded) to its post-dominator ``sink`` (included).
+
+        Iterative: a node feeding a graph output can have the output as post-dominator, thousands of
+        nodes away, which would overflow Python's recursion limit.
+        """
+        seen: set[str] = set()
+        stack = [c for c, _ in g.outputs[src]]
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if node != sink:
+                stack.extend(c for c, _ in g.outputs[node])
+        return list(seen)
+
     def check_path(src: str, sink: str, cond: Callable[[int, bool], bool]) -> bool:
-        visited: set[str] = set()
-
-        def visit(node: str) -> bool:
-            if node in visited:
-                return True
-            visited.add(node)
-            if not cond(groups[node].root().pattern, node == sink):
-                return False
-            return node == sink or all(visit(c) for c, _ in g.outputs[node])
-
-        return all(visit(c) for c, _ in g.outputs[src])
+        return all(cond(groups[n].root().pattern, n == sink) for n in downstream(src, sink))
 
     def merge(child: _Group, parent: _Group) -> None:
         child, parent = child.root(), parent.root()
@@ -247,23 +254,12 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
             parent.pattern = max(child.pattern, parent.pattern)
 
     def commit(src: str, sink: str) -> None:
-        target, visited = groups[sink], set()
+        for node in [src, *downstream(src, sink)]:
+            if node != sink:
+                merge(groups[node], groups[sink])
 
-        def visit(node: str) -> None:
-            if node == sink or node in visited:
-                return
-            visited.add(node)
-            merge(groups[node], target)
-            for c, _ in g.outputs[node]:
-                visit(c)
-
-        visit(src)
-
-    def nodes_up_to(src: str, sink: str, visited: set[str]) -> int:
-        if src == sink or src in visited:
-            return 0
-        visited.add(src)
-        return groups[src].num_nodes + sum(nodes_up_to(c, sink, visited) for c, _ in g.outputs[src])
+    def nodes_up_to(src: str, sink: str) -> int:
+        return sum(groups[n].num_nodes for n in [src, *downstream(src, sink)] if n != sink)
 
     for phase in (0, 1):  # phase 2 fuses into tuples, which this graph has none of
         for name in g.order:
@@ -271,7 +267,7 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
             if group.pattern == OPAQUE or dom.parent is None:
                 continue
             sink = node_of[id(dom.parent)]
-            if groups[sink].root().num_nodes + nodes_up_to(name, sink, set()) > MAX_FUSED_OPS:
+            if groups[sink].root().num_nodes + nodes_up_to(name, sink) > MAX_FUSED_OPS:
                 continue
             if group.root() is groups[sink].root():
                 continue
