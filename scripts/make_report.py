@@ -114,7 +114,9 @@ def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+        # The report's own outputs (written before this stamp) do not count as uncommitted changes.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!docs/results.md", ":!docs/results"],
+                               cwd=REPO, capture_output=True, text=True).stdout
         return out + (" (working tree with uncommitted changes)" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
