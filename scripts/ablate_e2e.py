@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lilou.research.ablation import RESULTS, data_dir, pyplot, quiet_lightning, write_result  # noqa: E402
+from lilou.research.ablation import (RESULTS, data_dir, pyplot, quiet_lightning, save_figure,  # noqa: E402
+                                     write_result)
 
 NAME = "ablate_e2e"
 MODES = ("oracle", "predicted", "none")
@@ -66,9 +67,7 @@ def plot(per_gpu: list[dict], path: Path, mode: str) -> None:
     ax.set_ylabel("end-to-end MAPE (%)")
     ax.set_title(f"End-to-end latency by kernel grouping ({mode})")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lilou.research.ablation import (REPO, RESULTS, cached_fusion_samples, compose, data_dir,  # noqa: E402
-                                     pyplot, quiet_lightning, write_result)
+                                     pyplot, quiet_lightning, save_figure, write_result)
 
 NAME = "ablate_fusion"
 METRICS = ("edge_accuracy", "f1", "exact_partition")
@@ -167,9 +167,7 @@ def plot(table: list[dict], backends: list[str], path: Path) -> None:
         ax.set_xlim(0, 100)
         ax.legend(fontsize=7, loc="lower right")
     axes[0][0].set_yticks(y, [r["variant"] for r in table], fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

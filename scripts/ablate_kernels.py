@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lilou.latency.folds import KERNEL_FOLDS  # noqa: E402
 from lilou.research.ablation import (RESULTS, cached_kernel_rows, compose, pyplot,  # noqa: E402
-                                     quiet_lightning, write_result)
+                                     quiet_lightning, save_figure, write_result)
 
 NAME = "ablate_kernels"
 # Leave-one-GPU-out folds, shared with lilou eval and the kernel ablation.
@@ -111,9 +111,7 @@ def plot(table: list[dict], folds: list[str], path: Path) -> None:
     ax.set_xlabel("MAPE on the held-out GPU's kernels (%, log scale)")
     ax.set_title("Per-kernel latency, leave-one-GPU-out")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lilou.research.ablation import REPO, RESULTS, pyplot, write_result  # noqa: E402
+from lilou.research.ablation import REPO, RESULTS, pyplot, save_figure, write_result  # noqa: E402
 
 NAME = "plot_resources"
 GPUS = ("a100-80gb", "h100-sxm")
@@ -95,9 +95,7 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.set_title(f"{gpu}: MIG slices and whole GPU")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,6 @@ limit) used as a *feature*, not as the prediction: the GNN learns where it is wr
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lilou.fusion.partition import Edge, Partition, partition_from_groups, runtime_edges
@@ -64,6 +63,7 @@ def tvm_pattern(op: str, attributes: dict | None = None) -> int | None:
 
 @dataclass(eq=False)
 class _DomNode:
+    name: str
     depth: int = 1
     parent: _DomNode | None = None
     pattern: int = ELEMWISE
@@ -173,17 +173,17 @@ def _post_dominator_tree(g: _Graph) -> dict[str, _DomNode]:
 
     for name in reversed(g.order):
         if name in g.extern:
-            tree[name] = _DomNode(1, None, OPAQUE)
+            tree[name] = _DomNode(name, 1, None, OPAQUE)
             continue
         outs = g.outputs[name]
         if not outs:
-            tree[name] = _DomNode(1, None, ELEMWISE)
+            tree[name] = _DomNode(name, 1, None, ELEMWISE)
             continue
         parent, pattern = tree[outs[0][0]], max(ELEMWISE, outs[0][1])
         for consumer, edge_pattern in outs[1:]:
             parent, pattern = lca(parent, tree[consumer], pattern)
             pattern = max(pattern, edge_pattern)
-        tree[name] = _DomNode(parent.depth + 1 if parent else 1, parent, pattern)
+        tree[name] = _DomNode(name, parent.depth + 1 if parent else 1, parent, pattern)
     return tree
 
 
@@ -220,7 +220,6 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
     """
     g, pre_ops = _compute_graph(graph)
     tree = _post_dominator_tree(g)
-    node_of = {id(tree[n]): n for n in g.order}
     groups = {n: _Group(g.pattern[n], g.pattern[n] == OUT_EWISE_FUSABLE) for n in g.order}
 
     def downstream(src: str, sink: str) -> list[str]:
@@ -240,9 +239,6 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
                 stack.extend(c for c, _ in g.outputs[node])
         return list(seen)
 
-    def check_path(src: str, sink: str, cond: Callable[[int, bool], bool]) -> bool:
-        return all(cond(groups[n].root().pattern, n == sink) for n in downstream(src, sink))
-
     def merge(child: _Group, parent: _Group) -> None:
         child, parent = child.root(), parent.root()
         if child is parent:
@@ -253,27 +249,22 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
             parent.anchor = True
             parent.pattern = max(child.pattern, parent.pattern)
 
-    def commit(src: str, sink: str) -> None:
-        for node in [src, *downstream(src, sink)]:
-            if node != sink:
-                merge(groups[node], groups[sink])
-
-    def nodes_up_to(src: str, sink: str) -> int:
-        return sum(groups[n].num_nodes for n in [src, *downstream(src, sink)] if n != sink)
-
     for phase in (0, 1):  # phase 2 fuses into tuples, which this graph has none of
         for name in g.order:
             group, dom = groups[name], tree[name]
             if group.pattern == OPAQUE or dom.parent is None:
                 continue
-            sink = node_of[id(dom.parent)]
-            if groups[sink].root().num_nodes + nodes_up_to(name, sink) > MAX_FUSED_OPS:
-                continue
-            if group.root() is groups[sink].root():
-                continue
+            sink = dom.parent.name
             rule = _path_rule(group.pattern, dom.pattern, phase)
-            if rule is not None and check_path(name, sink, rule):
-                commit(name, sink)
+            if rule is None or group.root() is groups[sink].root():
+                continue
+            between = downstream(name, sink)  # the paths TVM checks (CheckPath) and fuses (CommitFuse)
+            inside = [name, *(n for n in between if n != sink)]
+            if groups[sink].root().num_nodes + sum(groups[n].num_nodes for n in inside) > MAX_FUSED_OPS:
+                continue
+            if all(rule(groups[n].root().pattern, n == sink) for n in between):
+                for node in inside:
+                    merge(groups[node], groups[sink])
     for pre, owner in pre_ops.items():  # an ONNX node computed in two groups counts as one group
         merge(groups[pre], groups[owner])
     roots: dict[int, int] = {}

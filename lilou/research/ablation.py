@@ -175,3 +175,10 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write (PNG, 120 dpi) and close an ablation figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
