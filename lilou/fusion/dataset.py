@@ -3,7 +3,8 @@
 ``build_fusion_dataset`` exports every sample of :func:`catalogue` (weight-free)
 into ``<root>/<family>/<id>.onnx`` and labels it with each oracle into
 ``<id>.<backend>.json``. Work already on disk is skipped, so an interrupted build
-resumes; an export that fails records why in ``<id>.failed``, an oracle that
+resumes (a label written by an older oracle version, :data:`ORACLE_VERSIONS`, is
+redone); an export that fails records why in ``<id>.failed``, an oracle that
 cannot label a graph in ``<id>.<backend>.failed``; neither is retried unless
 asked. Eager labels need the dynamo exporter's metadata, so TorchScript exports
 (``-ts``) are labelled by ``tvm`` only.
@@ -14,6 +15,7 @@ held-out family, at any size or exporter, is seen in training.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -36,7 +38,10 @@ TEST_FAMILIES = frozenset({"convnext", "swin", "t5", "gptneo", "mobilevit", "ele
 #: Used for early stopping and model selection.
 VAL_FAMILIES = frozenset({"regnet", "bloom", "poolformer"})
 EXPORTERS = ("dynamo", "opt", "ts")  # dynamo optimize=False, dynamo optimize=True, TorchScript
-FEATURE_VERSION = "3"
+FEATURE_VERSION = "4"
+#: Bumped when an oracle's labelling changes; labels on disk from another version are redone.
+#: eager 2: ``_unsafe_view``, ``operator.getitem`` and functional dropout's ``clone`` launch no kernel.
+ORACLE_VERSIONS = {"eager": 2, "tvm": 1}
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ def build_sample(spec: SampleSpec, root: Path, backends: tuple[str, ...], retry_
     for backend in (b for b in spec.backends() if b in backends):
         label = path.with_suffix(f".{backend}.json")
         label_failed = path.with_suffix(f".{backend}.failed")
-        if label.exists() or (label_failed.exists() and not retry_failed):
+        if label_is_current(label, backend) or (label_failed.exists() and not retry_failed):
             continue
         try:
             graph = graph or build_graph(load_onnx(path), name=spec.id)
@@ -210,9 +215,16 @@ def build_sample(spec: SampleSpec, root: Path, backends: tuple[str, ...], retry_
             label_failed.write_text(f"{type(exc).__name__}: {exc}\n")
             counts["failed"] += 1
             continue
-        label.write_text(json.dumps(partition.to_json()) + "\n")
+        label.write_text(json.dumps({**partition.to_json(), "oracle_version": ORACLE_VERSIONS[backend]}) + "\n")
         counts["labels"] += 1
     return counts
+
+
+def label_is_current(label: Path, backend: str) -> bool:
+    """Is ``label`` on disk and written by the current version of the backend's oracle (unversioned = 1)?"""
+    if not label.exists():
+        return False
+    return json.loads(label.read_text()).get("oracle_version", 1) == ORACLE_VERSIONS[backend]
 
 
 @dataclass
@@ -235,10 +247,12 @@ def load_sample(path: Path, family: str, backends: Sequence[str] = ("eager", "tv
         return None
     cache = path.with_suffix(".features.safetensors")
     keys = tuple(sorted(labels))
+    # The cache holds the labels too: a relabelled graph must not reuse it.
+    digests = {b: hashlib.sha256(labels[b].read_bytes()).hexdigest()[:16] for b in keys}
     if cache.exists():
         tensors = load_file(cache)
         meta = json.loads(cache.with_suffix(".json").read_text()) if cache.with_suffix(".json").exists() else {}
-        if meta.get("version") == FEATURE_VERSION and tuple(meta.get("backends", ())) == keys:
+        if meta.get("version") == FEATURE_VERSION and meta.get("labels") == digests:
             data = Data(**{k: tensors[k] for k in _TENSOR_KEYS}, num_nodes=tensors["x"].shape[0])
             for b in keys:
                 data[f"y_{b}"] = tensors[f"y_{b}"]
@@ -247,7 +261,7 @@ def load_sample(path: Path, family: str, backends: Sequence[str] = ("eager", "tv
     partitions = {b: Partition.from_json(json.loads(p.read_text())) for b, p in labels.items()}
     data = fusion_data(graph, partitions)
     save_file({k: data[k].contiguous() for k in (*_TENSOR_KEYS, *(f"y_{b}" for b in keys))}, cache)
-    cache.with_suffix(".json").write_text(json.dumps({"version": FEATURE_VERSION, "backends": list(keys)}))
+    cache.with_suffix(".json").write_text(json.dumps({"version": FEATURE_VERSION, "labels": digests}))
     return FusionSample(path.stem, family, path.stem.rsplit("-", 1)[1], data, keys)
 
 

@@ -6,8 +6,11 @@ PyTorch launches one kernel per aten call, so the ONNX nodes of one call form on
 group. Three refinements make the groups match what eager really launches:
 
 * aten *view* ops (``transpose``, ``view``, ``expand``, ``slice`` ... — those whose
-  ``OpOverload.is_view`` is true) and ``clone`` inside a ``Dropout`` module (what
-  eval-mode dropout traces to) launch no kernel: they only change strides. The
+  ``OpOverload.is_view`` is true), the ``clone`` that eval-mode dropout traces to
+  (see :func:`_is_dropout_clone`), ``_unsafe_view`` (the view ``reshape`` and
+  ``matmul`` emit after a copy; torch leaves it unmarked because autograd must
+  not track it as a view) and ``operator.getitem`` (picking one tensor of a
+  ``split``) launch no kernel: they only change strides. The
   ONNX nodes of such a call are merged into the kernel that reads them when a
   single kernel does (a MatMul reading a transposed view reads it in place), and
   are otherwise kept as a ``launches=False`` group.
@@ -31,6 +34,8 @@ from lilou.graph.dag import ModelGraph, unique_node_names
 
 FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
+#: Targets that launch no kernel although ``OpOverload.is_view`` is false (see the module docstring).
+METADATA_ONLY_TARGETS = frozenset({"torch.ops.aten._unsafe_view.default", "operator.getitem"})
 
 
 def aten_calls(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
@@ -43,16 +48,30 @@ def aten_calls(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
             continue
         fx_name = fx.split(" : ", 1)[0].strip()
         target = fx.split("target=", 1)[1].split("]", 1)[0] if "target=" in fx else ""
-        if "Dropout" in meta.get(CLASS_HIERARCHY_KEY, "") and target.endswith("aten.clone.default"):
+        if target.endswith("aten.clone.default") and _is_dropout_clone(fx, meta.get(CLASS_HIERARCHY_KEY, "")):
             target = "dropout"
         calls[name] = (fx_name, target)
     return calls
 
 
+def _is_dropout_clone(fx_node: str, class_hierarchy: str) -> bool:
+    """Is this ``aten.clone`` what eval-mode dropout traces to?
+
+    ``F.dropout(x, training=False)`` returns ``x`` in eager, but the export
+    decomposition writes ``clone(x)``; ``.contiguous()`` writes
+    ``clone(x, memory_format=...)``, a real copy. A plain ``clone`` inside an
+    ``nn.Dropout`` module, or without a memory format (functional dropout, as in
+    the attention of Hugging Face models), is therefore taken as dropout. An
+    explicit ``x.clone()`` in model code would be mistaken for one; none of the
+    zoo models has one outside constant subgraphs.
+    """
+    return "Dropout" in class_hierarchy or "memory_format" not in fx_node
+
+
 @functools.lru_cache(maxsize=512)
 def launches_no_kernel(target: str) -> bool:
     """Does this aten target only create a view (strides/metadata, no kernel) in eager?"""
-    if target == "dropout":
+    if target == "dropout" or target in METADATA_ONLY_TARGETS:
         return True
     if not target.startswith("torch.ops.aten."):
         return False
