@@ -5,8 +5,8 @@ backends) with a few Hydra overrides (``model.conv``, ``model.layers``,
 ``model.node_feature_mask``, ``model.edge_feature_mask``), trained on the training families of the fusion
 dataset and scored per backend on the held-out test families (never seen in
 training, at any size or exporter). The rule baseline is tuned on the training
-families only; the TVM FuseOps replay (the prior the GNN reads for tvm) is scored
-alone as a second baseline. Prints edge accuracy, fused-edge F1 and exact-partition rate and
+families only; each backend's replay (the prior the GNN reads: TVM's FuseOps, eager's
+view semantics) is scored alone as a second baseline. Prints edge accuracy, fused-edge F1 and exact-partition rate and
 writes outputs/results/ablate_fusion.{csv,png,json}.
 
     python scripts/ablate_fusion.py [--quick] [--epochs N] [--seed S] [--data datasets/fusion] [overrides ...]
@@ -128,6 +128,11 @@ def run(overrides: list[str], root: Path, backends: list[str], limit: int | None
 
         results += rows_for("TVM FuseOps replay alone (no learning)", "baseline",
                             {"tvm": score(graphs["tvm"], replay_partition)}, None)
+    if "eager" in backends:
+        from lilou.fusion.eager_replay import replay_eager_partition
+
+        results += rows_for("eager view replay alone (no learning)", "baseline",
+                            {"eager": score(graphs["eager"], replay_eager_partition)}, None)
     log(f"baselines: {time.perf_counter() - started:.0f} s")
     with cached_fusion_samples(), cached_arrays(), quiet_lightning():
         for variant, ablation, extra in variants():

@@ -2,7 +2,8 @@
 
 For each backend, on the test families (never seen in training): the shipped GNN
 (checkpoints/fusion_gnn), the rule baseline tuned on the training families only
-and, for tvm, the FuseOps replay alone (the compiler prior the GNN reads). Edge
+and each backend's replay alone (the prior the GNN reads: eager's view semantics,
+TVM's FuseOps). Edge
 accuracy, precision/recall/F1 of fused edges, exact-partition rate and
 prediction time per graph, overall and for TorchScript exports separately.
 Writes outputs/bench/fusion.{json,csv}.
@@ -23,6 +24,7 @@ from lilou.errors import MissingDataError
 from lilou.fusion.benchmark import iter_labelled, score, tuned_rule_table
 from lilou.fusion.gnn_predictor import FusionPredictor
 from lilou.fusion.rules import rule_partition
+from lilou.fusion.eager_replay import replay_eager_partition
 from lilou.fusion.tvm_replay import replay_partition
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,8 +41,7 @@ def run(data: Path, checkpoint: Path, split: str, backends: list[str]) -> list[d
         table = tuned_rule_table(data, backend)
         results = {"gnn": score(graphs, lambda g, b=backend: predictor.predict(g, b)),
                    "rules": score(graphs, lambda g, t=table: rule_partition(g, t))}
-        if backend == "tvm":
-            results["replay"] = score(graphs, replay_partition)
+        results["replay"] = score(graphs, replay_partition if backend == "tvm" else replay_eager_partition)
         for method, by_group in results.items():
             for group, metrics in by_group.items():
                 rows.append({"backend": backend, "method": method, "graphs": group, "n": metrics["graphs"],

@@ -34,7 +34,7 @@ ABLATIONS = {
     "plot_resources": "Resources: predicted latency across MIG slices",
     "ablate_kernels": "Kernel latency: feature groups, model size, leave-one-GPU-out",
     "ablate_e2e": "End to end: oracle vs predicted vs no fusion",
-    "ablate_fusion": "Fusion: GNN architecture, depth, features, rule baseline and TVM FuseOps replay",
+    "ablate_fusion": "Fusion: GNN architecture, depth, features, rule baseline and the two replays",
 }
 NOTES = {
     "plot_resources": (
@@ -62,9 +62,9 @@ NOTES = {
         "JSON beside the CSV, trained on the training families only and scored per backend on the held-out "
         "test families. `edge acc` = accuracy on runtime edges, `F1` = F1 of fused edges, `exact` = share of "
         "graphs whose whole kernel grouping is right. Feature rows zero one node-feature group "
-        "(`model.node_feature_mask`) or the edge column of the TVM FuseOps replay (`model.edge_feature_mask`) in "
-        "training and at prediction. `TVM FuseOps replay alone` scores the compiler prior without any learning "
-        "(tvm only); variants train 8 epochs with the shipped seed, so they show direction, not the shipped "
+        "(`model.node_feature_mask`) or the edge column of one replay prior (`model.edge_feature_mask`) in "
+        "training and at prediction. `TVM FuseOps replay alone` and `eager view replay alone` score each prior "
+        "without any learning; variants train 8 epochs with the shipped seed, so they show direction, not the shipped "
         "model's figures."),
 }
 LIMITS = """\

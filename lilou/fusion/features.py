@@ -16,10 +16,12 @@ Edge features: log bytes, producer fan-out, tensor rank, the consumer input slot
 (one-hot 0/1/2+), whether the tensor has the consumer's output shape, whether it
 is a graph output, whether producer and consumer share another input (x *
 sigmoid(x)), whether the consumer's other input is a constant, single reader /
-single producer flags, the consumer's broadcast ratio and same-kind flag, and whether
-a replay of TVM's FuseOps on this graph fuses the edge (a compiler prior the model
-can trust or correct; it is computed from the graph alone, without TVM). The GNN
-sees that prior only when it predicts for ``tvm`` (:func:`with_backend_prior`).
+single producer flags, the consumer's broadcast ratio and same-kind flag, and two
+backend priors computed from the graph alone: whether a replay of eager's view
+semantics (:mod:`lilou.fusion.eager_replay`) and a replay of TVM's FuseOps
+(:mod:`lilou.fusion.tvm_replay`, without TVM) put the edge inside one kernel. The
+model can trust or correct them; it sees each only when it predicts for that
+backend (:func:`with_backend_prior`).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lilou.fusion.eager_replay import replayed_eager_fused_edges
 from lilou.fusion.partition import Partition, fused_edge_labels, runtime_edges
 from lilou.fusion.tvm_replay import (
     COMM_REDUCE,
@@ -63,7 +66,7 @@ KINDS: tuple[str, ...] = ("anchor", "reduce", "pool", "movement", "view", "eleme
 #: TVM pattern one-hot columns; BROADCAST never occurs (Relax marks broadcasting adds elementwise).
 TVM_PATTERN_COLUMNS: tuple[int | None, ...] = (None, ELEMWISE, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, OPAQUE)
 NUM_EXTRA_NODE_FEATURES = 10 + len(KINDS) + len(TVM_PATTERN_COLUMNS)
-NUM_EXTRA_EDGE_FEATURES = 12
+NUM_EXTRA_EDGE_FEATURES = 13
 FUSION_NODE_FEATURES = NUM_NODE_FEATURES + NUM_EXTRA_NODE_FEATURES
 FUSION_EDGE_FEATURES = NUM_EDGE_FEATURES + NUM_EXTRA_EDGE_FEATURES
 
@@ -88,22 +91,24 @@ def node_feature_groups() -> dict[str, list[int]]:
     }
 
 
-#: Edge column of the TVM FuseOps replay: a prior about TVM only, zeroed for any other backend.
+#: Edge columns of the backend priors (the last two): each is zeroed when predicting for another backend.
+EAGER_PRIOR_COLUMN = FUSION_EDGE_FEATURES - 2
 TVM_PRIOR_COLUMN = FUSION_EDGE_FEATURES - 1
+PRIOR_COLUMNS: dict[str, int] = {"eager": EAGER_PRIOR_COLUMN, "tvm": TVM_PRIOR_COLUMN}
 
 
 def with_backend_prior(edge_attr, backend: str):
-    """``edge_attr`` (numpy or torch) as the GNN sees it for ``backend``: the TVM prior only for ``tvm``."""
-    if backend == "tvm":
-        return edge_attr
+    """``edge_attr`` (numpy or torch) as the GNN sees it for ``backend``: only that backend's prior column."""
     out = edge_attr.clone() if hasattr(edge_attr, "clone") else edge_attr.copy()
-    out[:, TVM_PRIOR_COLUMN] = 0
+    for other, column in PRIOR_COLUMNS.items():
+        if other != backend:
+            out[:, column] = 0
     return out
 
 
 def edge_feature_groups() -> dict[str, list[int]]:
     """Edge-feature columns that ablations zero (``model.edge_feature_mask``)."""
-    return {"TVM FuseOps replay flag": [TVM_PRIOR_COLUMN]}
+    return {"eager view replay flag": [EAGER_PRIOR_COLUMN], "TVM FuseOps replay flag": [TVM_PRIOR_COLUMN]}
 
 
 def backend_index(backend: str) -> int:
@@ -164,7 +169,8 @@ def _extra_node_features(graph: ModelGraph, name: str, ctx: _GraphContext) -> li
             *(float(pattern == p) for p in TVM_PATTERN_COLUMNS)]
 
 
-def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext, replayed: bool) -> list[float]:
+def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext,
+                         eager_prior: bool, tvm_prior: bool) -> list[float]:
     dag = graph.dag
     e = dag.edges[u, v]
     producer, consumer = dag.nodes[u], dag.nodes[v]
@@ -186,7 +192,8 @@ def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext, 
             float(ctx.runtime_in.get(v, 0) == 1),             # the consumer's only producer
             math.log(out_elements / tensor_elements),         # > 0: the consumer broadcasts this input
             float(op_kind(producer["op"]) == op_kind(consumer["op"])),
-            float(replayed)]                                  # keep last: TVM_PRIOR_COLUMN
+            float(eager_prior),                               # keep last two: PRIOR_COLUMNS
+            float(tvm_prior)]
 
 
 @dataclass
@@ -211,8 +218,9 @@ def fusion_arrays(graph: ModelGraph, labels: Mapping[str, Partition] | None = No
                      dtype=np.float32).reshape(len(names), NUM_EXTRA_NODE_FEATURES)
     edges = base.edge_names
     runtime = set(runtime_edges(graph))
-    replayed = replayed_fused_edges(graph)
-    edge_extra = [_extra_edge_features(graph, u, v, ctx, replayed.get((u, v), False)) for u, v in edges]
+    eager_prior, tvm_prior = replayed_eager_fused_edges(graph), replayed_fused_edges(graph)
+    edge_extra = [_extra_edge_features(graph, u, v, ctx, eager_prior.get((u, v), False), tvm_prior.get((u, v), False))
+                  for u, v in edges]
     edge_attr = np.concatenate([base.edge_attr, np.array(edge_extra, dtype=np.float32)
                                 .reshape(len(edges), NUM_EXTRA_EDGE_FEATURES)], axis=1)
     mask = np.array([e in runtime for e in edges], dtype=bool)

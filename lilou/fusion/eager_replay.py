@@ -1,0 +1,162 @@
+"""PyTorch eager's view semantics replayed on the ONNX graph: a prior for the fusion GNN.
+
+In eager, reshapes, transposes, slices, squeezes, expands and eval-mode dropout
+launch no kernel: they change strides, and the kernel that reads them reads the
+view in place (:mod:`lilou.fusion.backends.eager` labels them so). Whether an ONNX
+``Reshape`` or ``Identity`` is such a view depends on a chain of nodes around it,
+which a few rounds of message passing learn poorly on families never seen in
+training (Swin's patch merging: one view read by four slices read by one concat).
+
+This module replays the oracle's rule from the ONNX graph alone, without exporter
+metadata:
+
+* view-like ONNX ops (:data:`VIEW_LIKE_OPS`) launch no kernel, except an
+  ``Identity`` that reads a non-contiguous view (a transpose, slice or expand,
+  possibly behind reshapes): that is ``.contiguous()``, a copy kernel;
+* in reverse topological order, a no-kernel node joins the group of its readers
+  when they all sit in one group and it feeds no graph output, so a chain of views
+  collapses into the kernel at its end.
+
+Before that, the edges inside a few common multi-node aten decompositions
+(:data:`DECOMPOSITIONS`: ``linear`` as ``MatMul`` + bias ``Add``, ``silu``,
+``rsqrt``, ``softmax`` with a dtype, ``group_norm``) are joined. Others (``roll``,
+``baddbmm``, ``gelu`` in its tanh form) are left to the GNN, which learns them from
+op types. Like the TVM replay, this is a *feature*, not the prediction.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from lilou.fusion.partition import Edge, Partition, partition_from_groups, runtime_edges
+from lilou.graph.dag import ModelGraph
+
+#: ONNX ops that the dynamo exporter writes for aten views (and eval-mode dropout).
+VIEW_LIKE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Slice", "Split",
+                           "SplitToSequence", "SequenceAt", "Expand", "Identity", "Dropout"})
+#: Views whose result is not contiguous: a copy of them is a real kernel.
+_STRIDED_OPS = frozenset({"Transpose", "Slice", "Expand"})
+#: Views that keep whatever layout their input has.
+_LAYOUT_KEEPING_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def _strided_outputs(graph: ModelGraph, runtime: list[str]) -> dict[str, bool]:
+    """Runtime node (topological order) -> is its output a non-contiguous view?"""
+    dag = graph.dag
+    strided: dict[str, bool] = {}
+    for node in runtime:
+        op = dag.nodes[node]["op"]
+        strided[node] = op in _STRIDED_OPS or (
+            op in _LAYOUT_KEEPING_OPS and any(strided.get(p, False) for p in dag.predecessors(node)))
+    return strided
+
+
+def _launches_no_kernel(graph: ModelGraph, node: str, strided: dict[str, bool]) -> bool:
+    op = graph.dag.nodes[node]["op"]
+    if op not in VIEW_LIKE_OPS:
+        return False
+    if op in ("Identity", "Dropout"):  # a copy of a strided view is .contiguous(); otherwise dropout
+        return not any(strided.get(p, False) for p in graph.dag.predecessors(node))
+    return True
+
+
+def _constant_tensors(graph: ModelGraph) -> set[str]:
+    """Initializers and outputs of constant subgraphs (weights, biases, folded shapes)."""
+    dag = graph.dag
+    produced = {t.name for n in dag.nodes for t in dag.nodes[n]["outputs"]}
+    inputs = {t.name for t in graph.inputs}
+    constant = {t.name for n in dag.nodes if dag.nodes[n]["constant"] for t in dag.nodes[n]["outputs"]}
+    constant.update(t.name for n in dag.nodes for t in dag.nodes[n]["inputs"]
+                    if t is not None and t.name not in produced and t.name not in inputs)
+    return constant
+
+
+def _one_aten_call(graph: ModelGraph, producer: str, consumer: str, constant: set[str]) -> bool:
+    """Is this edge inside the ONNX decomposition of one aten call (see :data:`DECOMPOSITIONS`)?"""
+    dag = graph.dag
+    pair = (dag.nodes[producer]["op"], dag.nodes[consumer]["op"])
+    inputs = [t.name if t is not None else "" for t in dag.nodes[consumer]["inputs"]]
+    produced = {t.name for t in dag.nodes[producer]["outputs"]}
+    others = [name for name in inputs if name not in produced]
+    if pair == ("MatMul", "Add"):  # aten.linear: x @ W^T + b, weight and bias constant
+        weights = [t.name for t in dag.nodes[producer]["inputs"][1:2] if t is not None]
+        return bool(weights) and weights[0] in constant and len(others) == 1 and others[0] in constant
+    if pair == ("Sigmoid", "Mul"):  # aten.silu: x * sigmoid(x)
+        sigmoid_input = {t.name for t in dag.nodes[producer]["inputs"] if t is not None}
+        return len(others) == 1 and others[0] in sigmoid_input
+    if pair in (("Reshape", "Mul"), ("Mul", "Add")):  # aten.group_norm's affine: normalised * weight + bias
+        return len(others) == 1 and others[0] in constant and _after_instance_norm(graph, producer)
+    return pair in _ALWAYS_ONE_CALL
+
+
+def _after_instance_norm(graph: ModelGraph, node: str) -> bool:
+    """Is ``node`` the reshape back after a group norm's InstanceNormalization, or the Mul that scales it?"""
+    dag = graph.dag
+    for _ in range(2):
+        if dag.nodes[node]["op"] == "Reshape":
+            return any(dag.nodes[p]["op"] == "InstanceNormalization" for p in dag.predecessors(node))
+        runtime = [p for p in dag.predecessors(node) if not dag.nodes[p]["constant"]]
+        if dag.nodes[node]["op"] != "Mul" or len(runtime) != 1:
+            return False
+        node = runtime[0]
+    return False
+
+
+#: Producer -> consumer pairs the dynamo exporter only writes inside one aten call.
+_ALWAYS_ONE_CALL = frozenset({
+    ("Sqrt", "Reciprocal"),                # aten.rsqrt
+    ("Softmax", "Cast"),                   # aten.softmax with a dtype
+    ("Reshape", "InstanceNormalization"),  # aten.group_norm: reshape to (N, groups, -1), normalise, reshape back
+    ("InstanceNormalization", "Reshape"),
+})
+#: The multi-node aten decompositions the replay knows (others are left to the GNN).
+DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sigmoid + Mul",
+                  "rsqrt: Sqrt + Reciprocal", "softmax with dtype: Softmax + Cast",
+                  "group_norm: Reshape + InstanceNormalization + Reshape + Mul + Add (constant weight and bias)")
+
+
+def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
+    """Runtime node -> a representative node of the kernel that runs it.
+
+    Decompositions of one aten call are joined first; then, in reverse
+    topological order, a view joins its readers' kernel when there is one.
+    """
+    dag = graph.dag
+    runtime = [n for n in nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n]["order"])
+               if not dag.nodes[n]["constant"]]
+    strided = _strided_outputs(graph, runtime)
+    constant = _constant_tensors(graph)
+    outputs = {t.name for t in graph.outputs}
+    parent = {n: n for n in runtime}
+
+    def find(node: str) -> str:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for u, v in runtime_edges(graph):
+        if _one_aten_call(graph, u, v, constant):
+            parent[find(u)] = find(v)
+    for node in reversed(runtime):
+        if not _launches_no_kernel(graph, node, strided):
+            continue
+        if any(t.name in outputs for t in dag.nodes[node]["outputs"]):
+            continue
+        readers = {find(s) for s in dag.successors(node) if s in parent}
+        if len(readers) == 1:
+            parent[find(node)] = readers.pop()
+    return {n: find(n) for n in runtime}
+
+
+def replayed_eager_fused_edges(graph: ModelGraph) -> dict[Edge, bool]:
+    """For each runtime edge: does the replay put both ends in one kernel?"""
+    group = replay_eager_groups(graph)
+    return {(u, v): group[u] == group[v] for u, v in runtime_edges(graph)}
+
+
+def replay_eager_partition(graph: ModelGraph) -> Partition:
+    """The replay's grouping alone, as a partition (a baseline in ``make bench-fusion``)."""
+    members: dict[str, list[str]] = {}
+    for node, root in replay_eager_groups(graph).items():
+        members.setdefault(root, []).append(node)
+    return partition_from_groups(graph, members.values(), "eager", source="eager-replay")

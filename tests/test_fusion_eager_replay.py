@@ -1,0 +1,103 @@
+"""The eager view replay (a GNN feature) against the eager oracle, on hand-built and zoo graphs."""
+from __future__ import annotations
+
+from onnx import helper
+
+from lilou.fusion.backends.eager import eager_partition
+from lilou.fusion.eager_replay import replay_eager_groups, replayed_eager_fused_edges
+from lilou.fusion.features import EAGER_PRIOR_COLUMN, TVM_PRIOR_COLUMN, fusion_arrays, with_backend_prior
+from lilou.fusion.partition import fused_edge_labels
+from lilou.graph.dag import build_graph
+from tests.onnx_builders import ints, make_model, tensor, weight
+from tests.test_fusion import tiny_bert  # noqa: F401 - pytest fixture
+
+
+def groups_of(graph) -> set[frozenset[str]]:
+    replay = replay_eager_groups(graph)
+    return {frozenset(n for n, g in replay.items() if g == root) for root in set(replay.values())}
+
+
+def merge_heads_model():
+    """Attention's head merge: softmax -> dropout -> transpose -> .contiguous() -> view -> relu."""
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["s"], name="softmax"),
+        helper.make_node("Identity", ["s"], ["d"], name="dropout"),
+        helper.make_node("Transpose", ["d"], ["t"], name="transpose", perm=[0, 2, 1, 3]),
+        helper.make_node("Identity", ["t"], ["c"], name="contiguous"),
+        helper.make_node("Reshape", ["c", "shape"], ["v"], name="view"),
+        helper.make_node("Relu", ["v"], ["y"], name="relu"),
+    ]
+    return make_model(nodes, [tensor("x", [1, 2, 4, 8])], [tensor("y", [1, 4, 16])], [ints("shape", [1, 4, 16])])
+
+
+def patch_merge_model():
+    """Swin's patch merging: one view read by two strided slices, both read by one concat."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["v"], name="view"),
+        helper.make_node("Slice", ["v", "s0", "e", "ax", "st"], ["a"], name="slice_even"),
+        helper.make_node("Slice", ["v", "s1", "e", "ax", "st"], ["b"], name="slice_odd"),
+        helper.make_node("Concat", ["a", "b"], ["y"], name="cat", axis=-1),
+    ]
+    inits = [ints("shape", [1, 4, 4, 8]), ints("s0", [0]), ints("s1", [1]), ints("e", [4]), ints("ax", [1]),
+             ints("st", [2])]
+    return make_model(nodes, [tensor("x", [1, 16, 8])], [tensor("y", [1, 2, 4, 16])], inits)
+
+
+def test_contiguous_copy_is_a_kernel_and_dropout_is_not():
+    # Dropout and the transpose are views, read in place by the copy; the view after the copy is read by relu.
+    assert groups_of(build_graph(merge_heads_model())) == {
+        frozenset({"softmax"}), frozenset({"dropout", "transpose", "contiguous"}), frozenset({"view", "relu"})}
+
+
+def test_a_view_read_by_views_of_one_kernel_collapses_into_it():
+    assert groups_of(build_graph(patch_merge_model())) == {frozenset({"view", "slice_even", "slice_odd", "cat"})}
+
+
+def test_replay_matches_the_oracle_on_a_dynamo_bert_layer(tiny_bert):  # noqa: F811
+    """Views, dropout, the .contiguous() copy and each linear's bias Add: every edge as the oracle has it."""
+    _, model, graph = tiny_bert
+    assert replayed_eager_fused_edges(graph) == fused_edge_labels(graph, eager_partition(model, graph))
+
+
+def test_decompositions_need_their_exact_shape():
+    """MatMul + Add is one aten.linear only with a constant weight and bias; x * sigmoid(x) only on the same x."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="linear_matmul"),
+        helper.make_node("Add", ["m", "b"], ["l"], name="linear_bias"),
+        helper.make_node("MatMul", ["l", "x2"], ["s"], name="scores"),  # activation @ activation
+        helper.make_node("Add", ["s", "b2"], ["a"], name="mask_add"),
+        helper.make_node("Sigmoid", ["a"], ["g"], name="sigmoid"),
+        helper.make_node("Mul", ["a", "g"], ["silu"], name="silu_mul"),
+        helper.make_node("Mul", ["silu", "g"], ["y"], name="gate_mul"),  # reads the sigmoid, but not of its input
+    ]
+    model = make_model(nodes, [tensor("x", [4, 8]), tensor("x2", [8, 8])], [tensor("y", [4, 8])],
+                       [weight("w", [8, 8]), weight("b", [8]), weight("b2", [8])])
+    assert groups_of(build_graph(model)) == {
+        frozenset({"linear_matmul", "linear_bias"}), frozenset({"scores"}), frozenset({"mask_add"}),
+        frozenset({"sigmoid", "silu_mul"}), frozenset({"gate_mul"})}
+
+
+def test_group_norm_decomposition_is_one_kernel():
+    """aten.group_norm: reshape to groups, InstanceNormalization, reshape back, affine Mul + Add."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "groups"], ["g"], name="to_groups"),
+        helper.make_node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], name="normalise"),
+        helper.make_node("Reshape", ["n", "back"], ["r"], name="from_groups"),
+        helper.make_node("Mul", ["r", "w"], ["m"], name="scale"),
+        helper.make_node("Add", ["m", "b"], ["a"], name="shift"),
+        helper.make_node("Mul", ["a", "a"], ["y"], name="square"),
+    ]
+    model = make_model(nodes, [tensor("x", [1, 8, 4, 4])], [tensor("y", [1, 8, 4, 4])],
+                       [ints("groups", [1, 2, -1]), ints("back", [1, 8, 4, 4]), weight("ones", [2]),
+                        weight("zeros", [2]), weight("w", [8, 1, 1]), weight("b", [8, 1, 1])])
+    assert groups_of(build_graph(model)) == {
+        frozenset({"to_groups", "normalise", "from_groups", "scale", "shift"}), frozenset({"square"})}
+
+
+def test_each_backend_sees_only_its_own_prior():
+    arrays = fusion_arrays(build_graph(merge_heads_model()))
+    assert arrays.edge_attr[:, EAGER_PRIOR_COLUMN].any() and arrays.edge_attr[:, TVM_PRIOR_COLUMN].any()
+    full = arrays.edge_attr
+    eager, tvm = with_backend_prior(full, "eager"), with_backend_prior(full, "tvm")
+    assert not eager[:, TVM_PRIOR_COLUMN].any() and (eager[:, EAGER_PRIOR_COLUMN] == full[:, EAGER_PRIOR_COLUMN]).all()
+    assert not tvm[:, EAGER_PRIOR_COLUMN].any() and (tvm[:, TVM_PRIOR_COLUMN] == full[:, TVM_PRIOR_COLUMN]).all()
