@@ -13,6 +13,7 @@ from lilou.cli import main
 from lilou.errors import LilouInputError
 from lilou.zoo import build, export_onnx, get_entry, list_models, parameter_count, strip_weights
 from lilou.zoo.export import SMALL_INITIALIZER_BYTES, is_stripped
+from lilou.zoo.generators import sample_mlp
 from lilou.zoo.hf import SPECS
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "resnet18.onnx"
@@ -253,6 +254,16 @@ def test_weight_free_build_exports_the_same_graph_as_a_real_one(tmp_path: Path) 
     assert {"MatMul", "Softmax"} <= {n.op_type for n in a.graph.node}  # eager attention, no fused SDPA
     with pytest.raises(LilouInputError):
         export_onnx(fake, tmp_path / "full.onnx")  # fake weights cannot be written
+
+
+def test_mlp_family_includes_bias_free_per_token_blocks(tmp_path: Path) -> None:
+    """mlp-2 is a T5-style feed-forward block: (batch, tokens, features) input, no bias, ReLU."""
+    built = build("mlp-2", batch=2)
+    assert tuple(built.args[0].shape) == (2, 16, built.module.layers[0].in_features)
+    model = onnx.load(export_onnx("mlp-2", tmp_path / "mlp.onnx", strip_weights=True), load_external_data=False)
+    ops = [n.op_type for n in model.graph.node]
+    assert "MatMul" in ops and "Gemm" not in ops and "Add" not in ops and "Relu" in ops
+    assert {sample_mlp(seed).tokens for seed in range(16)} == {0, 16, 64}
 
 
 def test_torchscript_exporter_option(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ function (seed -> spec, deterministic), and an ``nn.Module`` built from a spec.
 Overriding a spec field (``dataclasses.replace``) gives a controlled variant.
 
 - ``cnn-<seed>``: stage-wise CNNs (depth, width, kernel, stride, block type, residual, norm, activation).
-- ``mlp-<seed>``: stacks of Linear layers (widths, activation, optional LayerNorm).
+- ``mlp-<seed>``: stacks of Linear layers (widths, activation, optional LayerNorm, bias, and
+  per-token inputs as a transformer's feed-forward block sees them).
 - ``nas201-<seed>``: NAS-Bench-201 networks: one 4-node cell (6 edges, 5 op choices) stacked
   3 x N times with residual reduction blocks, as in Dong & Yang, ICLR 2020.
 - ``randdag-<seed>``: random DAGs of conv / pool / norm ops with branches, residual adds,
@@ -138,6 +139,9 @@ class MLPSpec:
     activation: str
     layer_norm: bool
     bias: bool
+    #: 0: a ``(batch, features)`` input; otherwise ``(batch, tokens, features)``, where
+    #: exporters write ``MatMul`` (+ ``Add``) instead of ``Gemm``.
+    tokens: int = 0
 
 
 def sample_mlp(seed: int) -> MLPSpec:
@@ -149,7 +153,8 @@ def sample_mlp(seed: int) -> MLPSpec:
         out_features=rng.choice([10, 100, 1000]),
         activation=rng.choice(["relu", "relu", "gelu", "silu", "tanh", "sigmoid"]),
         layer_norm=rng.random() < 0.3,
-        bias=rng.random() < 0.85,
+        bias=rng.random() < 0.5,  # transformer feed-forward blocks (T5, LLaMA) often drop it
+        tokens=rng.choice([0, 0, 16, 64]),
     )
 
 

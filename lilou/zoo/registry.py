@@ -239,7 +239,8 @@ def _build_generator(entry: ZooEntry, batch: int, image_size: int | None, overri
         raise LilouInputError(f"bad override for {entry.name}: {exc}") from None
     module = make(spec).eval()
     if isinstance(spec, generators.MLPSpec):
-        args: tuple[torch.Tensor, ...] = (torch.zeros(batch, spec.in_features),)
+        tokens = (spec.tokens,) if spec.tokens else ()
+        args: tuple[torch.Tensor, ...] = (torch.zeros(batch, *tokens, spec.in_features),)
     else:
         args = (torch.zeros(batch, 3, spec.image_size, spec.image_size),)
     return BuiltModel(entry.name, module, args, ("x",), "output")
