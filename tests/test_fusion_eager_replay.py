@@ -92,6 +92,11 @@ def test_group_norm_decomposition_is_one_kernel():
                         weight("zeros", [2]), weight("w", [8, 1, 1]), weight("b", [8, 1, 1])])
     assert groups_of(build_graph(model)) == {
         frozenset({"to_groups", "normalise", "from_groups", "scale", "shift"}), frozenset({"square"})}
+    # Without the affine, the reshape back still belongs to the norm's kernel, which does not join its reader.
+    del model.graph.node[3:5]
+    model.graph.node[3].input[:] = ["r", "r"]
+    assert groups_of(build_graph(model)) == {frozenset({"to_groups", "normalise", "from_groups"}),
+                                             frozenset({"square"})}
 
 
 def test_each_backend_sees_only_its_own_prior():

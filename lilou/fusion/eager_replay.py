@@ -134,11 +134,14 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
             node = parent[node]
         return node
 
+    in_decomposition: set[str] = set()
     for u, v in runtime_edges(graph):
         if _one_aten_call(graph, u, v, constant):
             parent[find(u)] = find(v)
+            in_decomposition.update((u, v))
     for node in reversed(runtime):
-        if not _launches_no_kernel(graph, node, strided):
+        # A reshape inside group_norm's decomposition is part of that kernel, not a view of its own.
+        if node in in_decomposition or not _launches_no_kernel(graph, node, strided):
             continue
         if any(t.name in outputs for t in dag.nodes[node]["outputs"]):
             continue

@@ -2,7 +2,8 @@
 
 With ``keep_best`` the weights of the epoch with the lowest loss on the validation
 families are restored when training ends (early stopping without cutting the
-learning-rate schedule short).
+learning-rate schedule short). The shipped config keeps the last epoch instead:
+see docs/fusion.md for why.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from lilou.fusion.gnn import FusionGNN
 class FusionModule(L.LightningModule):
     def __init__(self, hidden: int = 64, layers: int = 4, conv: str = "gine", dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, node_feature_mask: list[int] | None = None,
-                 edge_feature_mask: list[int] | None = None, keep_best: bool = True) -> None:
+                 edge_feature_mask: list[int] | None = None, keep_best: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = FusionGNN(FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES, num_backends=len(BACKENDS),
