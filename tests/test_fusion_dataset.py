@@ -57,6 +57,10 @@ def test_a_label_from_an_older_oracle_is_redone_and_the_feature_cache_follows(tm
     payload["kernels"] = [{"nodes": nodes} for nodes in payload["kernels"] if nodes] + [{"nodes": [dropout]}]
     label.write_text(json.dumps(payload))
     assert not label_is_current(label, "eager") and label_is_current(label, "tvm")  # unversioned = 1
+    assert not label_is_current(label.with_name("missing.json"), "eager")
+    truncated = label.with_name("truncated.json")
+    truncated.write_text(label.read_text()[:40])  # an interrupted build
+    assert not label_is_current(truncated, "eager")
     stale = load_sample(label.with_name(f"{spec.id}.onnx"), spec.family, ("eager",)).data.y_eager
     assert int(stale.sum()) == int(cached.sum()) - 1  # the cache noticed the edited label
 

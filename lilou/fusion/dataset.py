@@ -35,7 +35,7 @@ from lilou.graph.loading import load_onnx
 
 #: Held out for the benchmark: never in training or validation.
 TEST_FAMILIES = frozenset({"convnext", "swin", "t5", "gptneo", "mobilevit", "electra", "nas201"})
-#: Used for early stopping and model selection.
+#: Used for model selection (which seed ships) and to monitor training.
 VAL_FAMILIES = frozenset({"regnet", "bloom", "poolformer"})
 EXPORTERS = ("dynamo", "opt", "ts")  # dynamo optimize=False, dynamo optimize=True, TorchScript
 FEATURE_VERSION = "4"
@@ -222,9 +222,11 @@ def build_sample(spec: SampleSpec, root: Path, backends: tuple[str, ...], retry_
 
 def label_is_current(label: Path, backend: str) -> bool:
     """Is ``label`` on disk and written by the current version of the backend's oracle (unversioned = 1)?"""
-    if not label.exists():
+    try:
+        payload = json.loads(label.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # missing, or cut short by an interrupted build
         return False
-    return json.loads(label.read_text()).get("oracle_version", 1) == ORACLE_VERSIONS[backend]
+    return payload.get("oracle_version", 1) == ORACLE_VERSIONS[backend]
 
 
 @dataclass
