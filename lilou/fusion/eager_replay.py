@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from lilou.fusion.partition import Edge, Partition, partition_from_groups, runtime_edges
+from lilou.fusion.partition import Edge, Partition, partition_from_group_ids, runtime_edges
 from lilou.graph.dag import ModelGraph
 
 #: ONNX ops that the dynamo exporter writes for aten views (and eval-mode dropout).
@@ -57,17 +57,6 @@ def _launches_no_kernel(graph: ModelGraph, node: str, strided: dict[str, bool]) 
     if op in ("Identity", "Dropout"):  # a copy of a strided view is .contiguous(); otherwise dropout
         return not any(strided.get(p, False) for p in graph.dag.predecessors(node))
     return True
-
-
-def _constant_tensors(graph: ModelGraph) -> set[str]:
-    """Initializers and outputs of constant subgraphs (weights, biases, folded shapes)."""
-    dag = graph.dag
-    produced = {t.name for n in dag.nodes for t in dag.nodes[n]["outputs"]}
-    inputs = {t.name for t in graph.inputs}
-    constant = {t.name for n in dag.nodes if dag.nodes[n]["constant"] for t in dag.nodes[n]["outputs"]}
-    constant.update(t.name for n in dag.nodes for t in dag.nodes[n]["inputs"]
-                    if t is not None and t.name not in produced and t.name not in inputs)
-    return constant
 
 
 def _one_aten_call(graph: ModelGraph, producer: str, consumer: str, constant: set[str]) -> bool:
@@ -124,7 +113,7 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
     runtime = [n for n in nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n]["order"])
                if not dag.nodes[n]["constant"]]
     strided = _strided_outputs(graph, runtime)
-    constant = _constant_tensors(graph)
+    constant = graph.constant_tensors()
     outputs = {t.name for t in graph.outputs}
     parent = {n: n for n in runtime}
 
@@ -159,7 +148,4 @@ def replayed_eager_fused_edges(graph: ModelGraph) -> dict[Edge, bool]:
 
 def replay_eager_partition(graph: ModelGraph) -> Partition:
     """The replay's grouping alone, as a partition (a baseline in ``make bench-fusion``)."""
-    members: dict[str, list[str]] = {}
-    for node, root in replay_eager_groups(graph).items():
-        members.setdefault(root, []).append(node)
-    return partition_from_groups(graph, members.values(), "eager", source="eager-replay")
+    return partition_from_group_ids(graph, replay_eager_groups(graph), "eager", source="eager-replay")

@@ -132,15 +132,9 @@ class _GraphContext:
 
 def _context(graph: ModelGraph) -> _GraphContext:
     dag = graph.dag
-    produced = {t.name for n in dag.nodes for t in dag.nodes[n]["outputs"]}
-    constant = {t.name for n in dag.nodes if dag.nodes[n]["constant"] for t in dag.nodes[n]["outputs"]}
-    inputs = {t.name for t in graph.inputs}
-    for n in dag.nodes:
-        constant.update(t.name for t in dag.nodes[n]["inputs"]
-                        if t is not None and t.name not in produced and t.name not in inputs)
     runtime = {n for n in dag.nodes if not dag.nodes[n]["constant"]}
     return _GraphContext(
-        constant, inputs, {t.name for t in graph.outputs},
+        graph.constant_tensors(), {t.name for t in graph.inputs}, {t.name for t in graph.outputs},
         {n: sum(1 for p in dag.predecessors(n) if p in runtime) for n in runtime},
         {n: sum(1 for s in dag.successors(n) if s in runtime) for n in runtime})
 

@@ -12,7 +12,7 @@ group never creates a cycle, so the kernels can run in some order.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -143,6 +143,15 @@ def partition_from_groups(graph: ModelGraph, runtime_groups: Iterable[Iterable[s
     result += [KernelGroup((n,), launches=False, reason="constant")
                for n in graph.nodes_in_order() if dag.nodes[n]["constant"]]
     return Partition(backend=backend, groups=result, source=source)
+
+
+def partition_from_group_ids(graph: ModelGraph, group_of: Mapping[str, Hashable], backend: str,
+                             source: str) -> Partition:
+    """Kernel groups from a group id per runtime node (what the replays compute)."""
+    members: dict[Hashable, list[str]] = {}
+    for node, group in group_of.items():
+        members.setdefault(group, []).append(node)
+    return partition_from_groups(graph, members.values(), backend, source=source)
 
 
 def partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], backend: str,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lilou.fusion.partition import Edge, Partition, partition_from_groups, runtime_edges
+from lilou.fusion.partition import Edge, Partition, partition_from_group_ids, runtime_edges
 from lilou.graph.dag import ModelGraph
 
 # tvm.relax OpPatternKind values.
@@ -301,7 +301,4 @@ def replayed_fused_edges(graph: ModelGraph) -> dict[Edge, bool]:
 
 def replay_partition(graph: ModelGraph) -> Partition:
     """The replay as kernel groups (a baseline beside the GNN in ``make bench-fusion``)."""
-    members: dict[int, list[str]] = {}
-    for node, group in replay_tvm_fusion(graph).items():
-        members.setdefault(group, []).append(node)
-    return partition_from_groups(graph, members.values(), "tvm", source="tvm-replay")
+    return partition_from_group_ids(graph, replay_tvm_fusion(graph), "tvm", source="tvm-replay")

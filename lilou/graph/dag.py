@@ -49,6 +49,16 @@ class ModelGraph:
         """Nodes a runtime executes (constant/shape subgraphs excluded), in file order."""
         return [n for n in self.nodes_in_order() if not self.dag.nodes[n]["constant"]]
 
+    def constant_tensors(self) -> set[str]:
+        """Initializers and outputs of constant subgraphs (weights, biases, folded shapes)."""
+        data = self.dag.nodes
+        produced = {t.name for n in data for t in data[n]["outputs"]}
+        inputs = {t.name for t in self.inputs}
+        constant = {t.name for n in data if data[n]["constant"] for t in data[n]["outputs"]}
+        constant.update(t.name for n in data for t in data[n]["inputs"]
+                        if t is not None and t.name not in produced and t.name not in inputs)
+        return constant
+
     def totals(self) -> dict[str, int]:
         nodes = self.runtime_nodes()
         data = self.dag.nodes
