@@ -27,7 +27,7 @@ from lilou.hardware import Device, resolve_device
 from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.fallback import FallbackModel, fallback_ops
 from lilou.latency.inference import KernelModel
-from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
+from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, compute_slowdown, load_overhead
 
 ModelInput = str | os.PathLike[str] | ModelGraph
 
@@ -231,7 +231,8 @@ class Predictor:
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, j),
-                           warnings=warnings + _fallback_warning(kernels, shares[:, [j]]))
+                           warnings=warnings + _fallback_warning(kernels, shares[:, [j]])
+                           + _sustained_power_note(self.model.overhead, device))
                 for j, device in enumerate(devices)]
 
 
@@ -254,6 +255,16 @@ def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
     text = f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
     return [f"{int(mask.sum())} of {len(kernels)} kernels ({', '.join(ops)}) use the memory-bound fallback "
             f"(no measurements of these op kinds): {text} of the predicted time"]
+
+
+def _sustained_power_note(overhead: OverheadModel, device: Device) -> list[str]:
+    """Say so when a low-power board's compute is slowed for sustained load (see lilou.latency.overhead)."""
+    slowdown = float(compute_slowdown(device.board_power_w, overhead.power_exponent, overhead.reference_power_w))
+    if slowdown <= 1.0:
+        return []
+    return [f"{device.gpu} is a {device.board_power_w:g} W board: compute-bound kernels are predicted "
+            f"{slowdown:.2f}x slower for its power limit under sustained load (fitted on end-to-end labels of "
+            f"low-power boards; docs/end_to_end.md)"]
 
 
 def _leading_dim(graph: ModelGraph) -> int | None:

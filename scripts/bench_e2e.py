@@ -1,12 +1,12 @@
 """Benchmark end-to-end latency on NeuSight's eager labels, leave-one-GPU-out (``make bench-e2e``).
 
 Runs :func:`lilou.latency.e2e_eval.evaluate` (what `lilou eval` runs): for each of the
-five labelled GPUs, the per-kernel model, fallback, dispatch gap and overhead scale
-fitted without it, the roofline baseline fitted the same way; prints the tables and
+five labelled GPUs, the per-kernel model, fallback, dispatch gap, overhead scale and
+sustained-power exponent fitted without it, the roofline baseline fitted the same way; prints the tables and
 writes outputs/bench/e2e.{json,csv}. Fold checkpoints are cached in outputs/logo
 (the first run trains five folds, a few minutes on 2 cores).
 
-    python scripts/bench_e2e.py [--fusion predicted|oracle|none] [--no-logo] [--models a,b] [--gpus a,b]
+    python scripts/bench_e2e.py [--fusion predicted|oracle|none] [--no-logo] [--no-power] [--models a,b] [--gpus a,b]
 """
 from __future__ import annotations
 
@@ -25,13 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fusion", choices=FUSION_MODES, default="predicted")
     parser.add_argument("--no-logo", dest="logo", action="store_false", help="shipped checkpoints (in-sample)")
+    parser.add_argument("--no-power", dest="fit_power", action="store_false",
+                        help="ablation: fit the overhead without the sustained-power slowdown")
     parser.add_argument("--models", default=None)
     parser.add_argument("--gpus", default=None)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--name", default="e2e", help="output stem under outputs/bench (default e2e)")
     args = parser.parse_args(argv)
     result = evaluate(data_dir=args.data_dir, models=args.models.split(",") if args.models else None,
-                      gpus=args.gpus.split(",") if args.gpus else None, fusion=args.fusion, logo=args.logo)
+                      gpus=args.gpus.split(",") if args.gpus else None, fusion=args.fusion, logo=args.logo,
+                      fit_power=args.fit_power)
     print_tables(result)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{args.name}.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")

@@ -31,6 +31,7 @@ class Device:
     sm_fraction: float  # share of the parent's SMs (1.0 for a whole GPU)
     l2_fraction: float
     bandwidth_fraction: float
+    board_power_w: float  # the board's TDP; a MIG slice keeps its parent's (the slices share one board)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,4 +90,5 @@ def _device(spec: GPUSpec, *, name: str, mig: str | None, sms: int, memory_gb: f
         sm_fraction=sm_fraction,
         l2_fraction=l2_fraction,
         bandwidth_fraction=bandwidth_fraction,
+        board_power_w=float(spec.tdp_w),
     )

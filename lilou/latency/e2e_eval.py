@@ -317,7 +317,7 @@ class FoldParts:
     roofline: Any              # RooflineBaseline
     trained_on: list[str]
     provenance: dict[str, Any]
-    shipped_scale: float | None = None  # in-sample: the shipped overhead scale
+    shipped_overhead: Any = None  # in-sample: the shipped OverheadModel
 
 
 def kernel_config(held_out: Sequence[str], overrides: Sequence[str] = (), data_dir=None):
@@ -401,7 +401,7 @@ def shipped_parts(data_dir=None, log: Log = _stderr) -> FoldParts:
     from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
     from lilou.latency.fallback import FallbackModel
     from lilou.latency.inference import KernelModel
-    from lilou.latency.overhead import E2E_OVERHEAD, load_overhead
+    from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 
     kernel_model = KernelModel.load(checkpoint_path(KERNEL_LATENCY))
     params = load_overhead(checkpoint_path(E2E_OVERHEAD))
@@ -411,7 +411,7 @@ def shipped_parts(data_dir=None, log: Log = _stderr) -> FoldParts:
                      gap_ms=float(params["overhead"]["gap_ms"]), roofline=roofline, trained_on=trained_on,
                      provenance={"kernel_checkpoint": f"checkpoints/{KERNEL_LATENCY}",
                                  "overhead_checkpoint": f"checkpoints/{E2E_OVERHEAD}"},
-                     shipped_scale=float(params["overhead"]["scale"]))
+                     shipped_overhead=OverheadModel(**params["overhead"]))
 
 
 def _cached_roofline(trained_on: Sequence[str], data_dir, log: Log):
@@ -437,8 +437,9 @@ def _cached_roofline(trained_on: Sequence[str], data_dir, log: Log):
 # ------------------------------------------------------------------ prediction
 
 
-def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> dict[str, np.ndarray]:
-    """Per-kernel work [kernels, len(gpus)] of the model and of the roofline baseline."""
+def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> dict[str, Any]:
+    """Per-kernel work [kernels, len(gpus)] of the model and of the roofline baseline, the kernels'
+    compute ratio on each GPU and the GPUs' board power (what the overhead model needs)."""
     from lilou.latency.end_to_end import EndToEndModel
     from lilou.latency.features import DeviceColumns, KernelBatch
     from lilou.latency.overhead import OverheadModel
@@ -446,7 +447,7 @@ def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> 
     devices = [resolve_device(g) for g in gpus]
     kernels = workload.kernels
     end_to_end = EndToEndModel(parts.kernel_model, parts.fallback, OverheadModel(1.0, parts.gap_ms))
-    model = end_to_end.kernel_work(kernels, devices, workload.batch).work_ms
+    kernel_work = end_to_end.kernel_work(kernels, devices, workload.batch)
     # Roofline: efficiency-scaled roofline of every distinct kernel, the fallback where the model uses it.
     unique = KernelBatch.from_specs(kernels.unique)
     n = len(kernels.unique)
@@ -457,15 +458,24 @@ def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> 
     roof = (parts.roofline.predict(repeated, device_rows) - floor).reshape(len(devices), n).T
     fallback = parts.fallback.work_ms(repeated, device_rows).reshape(len(devices), n).T
     roof = np.where(kernels.unique_fallback[:, None], fallback, roof)
-    return {"model": model, "roofline": roof[kernels.index]}
+    return {"model": kernel_work.work_ms, "roofline": roof[kernels.index],
+            "compute_ratio": kernel_work.compute_ratio, "board_power_w": kernel_work.board_power_w}
+
+
+def _graph_work(work: dict[str, Any], predictor: str, column: int):
+    from lilou.latency.overhead import GraphWork
+
+    return GraphWork(work[predictor][:, column], work["compute_ratio"][:, column], float(work["board_power_w"][column]))
 
 
 def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[str] | None = None,
              fusion: str = "predicted", logo: bool = True, kernel_overrides: Sequence[str] = (),
              models_dir: Path = MODELS_DIR, cache_dir: Path = LOGO_DIR, retrain: bool = False,
-             log: Log = _stderr) -> EvalResult:
-    """Predict every selected label, leave-one-GPU-out (or in-sample with ``logo=False``)."""
-    from lilou.latency.overhead import OverheadModel, fit_scale
+             fit_power: bool = True, log: Log = _stderr) -> EvalResult:
+    """Predict every selected label, leave-one-GPU-out (or in-sample with ``logo=False``).
+
+    ``fit_power=False`` fits the overhead without the sustained-power term (an ablation)."""
+    from lilou.latency.overhead import fit_overhead
 
     if fusion not in FUSION_MODES:
         raise LilouInputError(f"unknown fusion mode {fusion!r}; choose one of: {', '.join(FUSION_MODES)}")
@@ -492,16 +502,18 @@ def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[
                                      "calibration_gpus": sorted({label.gpu for label in calibration})}
         overheads = {}
         for predictor in PREDICTORS:
-            if predictor == "model" and parts.shipped_scale is not None:
-                scale = parts.shipped_scale  # the shipped overhead, as `lilou infer` uses it
+            if predictor == "model" and parts.shipped_overhead is not None:
+                overhead = parts.shipped_overhead  # as `lilou infer` uses it
             else:
                 if not calibration:
                     raise LilouInputError("no end-to-end labels left to fit the overhead on; evaluate more GPUs "
                                           "or models")
-                scale = fit_scale([work[(lb.model, lb.seq, lb.batch)][predictor][:, column[lb.gpu]]
-                                   for lb in calibration], [lb.latency_ms for lb in calibration], parts.gap_ms)
-            overheads[predictor] = OverheadModel(scale, parts.gap_ms)
-            fold_info[f"{predictor}_scale"] = round(scale, 5)
+                overhead = fit_overhead([_graph_work(work[(lb.model, lb.seq, lb.batch)], predictor, column[lb.gpu])
+                                         for lb in calibration], [lb.latency_ms for lb in calibration],
+                                        parts.gap_ms, fit_power)
+            overheads[predictor] = overhead
+            fold_info[f"{predictor}_scale"] = round(overhead.scale, 5)
+            fold_info[f"{predictor}_power_exponent"] = overhead.power_exponent
         for label in tested:
             if label.gpu not in test_on:
                 continue
@@ -509,7 +521,8 @@ def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[
             row = EvalRow(gpu=label.gpu, model=label.model, seq=label.seq, batch=label.batch,
                           measured_ms=label.latency_ms, fold=parts.name, kernels=len(workloads[key].kernels))
             for predictor in PREDICTORS:
-                row.predicted_ms[predictor] = overheads[predictor].total_ms(work[key][predictor][:, column[label.gpu]])
+                row.predicted_ms[predictor] = overheads[predictor].total_ms(
+                    _graph_work(work[key], predictor, column[label.gpu]))
             rows.append(row)
         folds[held_out or "in-sample"] = fold_info
         log(f"fold {parts.name}: done ({time.perf_counter() - started:.0f} s)")

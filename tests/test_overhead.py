@@ -1,0 +1,94 @@
+"""The launch/gap overhead and the sustained-power slowdown: formula, fit, and what `infer` reports."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lilou.api import Predictor
+from lilou.checkpoints import checkpoint_path
+from lilou.fusion.predict import predict_partition
+from lilou.graph.dag import load_graph
+from lilou.hardware import resolve_device
+from lilou.latency.end_to_end import describe_kernels
+from lilou.latency.overhead import (E2E_OVERHEAD, REFERENCE_POWER_W, GraphWork, OverheadModel, _best_scale,
+                                    compute_slowdown, fit_overhead, sustained_slowdown)
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "examples" / "resnet18.onnx"
+SHIPPED = json.loads((checkpoint_path(E2E_OVERHEAD) / "model.json").read_text())["overhead"]
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor()
+
+
+@pytest.fixture(scope="module")
+def example_work(predictor):
+    """ResNet-18's real kernels on three boards: 70 W, 75 W and 250 W."""
+    graph = load_graph(EXAMPLE)
+    kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+    devices = [resolve_device(name) for name in ("t4", "p4", "v100-pcie-32gb")]
+    return predictor.model.kernel_work(kernels, devices, 1)
+
+
+def test_boards_at_or_above_the_reference_power_are_never_slowed():
+    ratios = np.array([0.0, 0.01, 1.0, 7.0, 1e6])
+    for power in (REFERENCE_POWER_W, 250.0, 700.0):
+        np.testing.assert_array_equal(sustained_slowdown(ratios, power, exponent=1.3), np.ones(5))
+
+
+def test_slowdown_is_the_power_factor_on_compute_bound_kernels_and_fades_to_one():
+    f = (150 / 70) ** 0.75
+    assert float(compute_slowdown(70.0, 0.75)) == pytest.approx(f)
+    ratios = np.array([0.0, 0.2, 1 / f, 0.9, 1.0, 2.0, 50.0])
+    slowdown = sustained_slowdown(ratios, 70.0, 0.75)
+    # Far from compute-bound: untouched; from compute time = memory time / f on, compute sets the pace.
+    np.testing.assert_allclose(slowdown, [1.0, 1.0, 1.0, 0.9 * f, f, f, f])
+    assert (np.diff(slowdown) >= 0).all()  # a larger kernel (higher ratio) is never relatively faster
+    np.testing.assert_array_equal(sustained_slowdown(ratios, 70.0, 0.0), np.ones(len(ratios)))
+
+
+def test_best_scale_equals_the_direct_sum(example_work):
+    work = [example_work.work_ms[:, j] for j in range(3)]
+    gap = SHIPPED["gap_ms"]
+    labels = np.array([w.sum() for w in work])  # any positive targets: this checks the search, not a fit
+    scale, error = _best_scale(work, labels, gap)
+    direct = [np.maximum(scale * w, gap).sum() for w in work]
+    assert error == pytest.approx(100 * np.mean(np.abs(np.array(direct) - labels) / labels), rel=1e-9)
+    # No scale on a fine grid around it does better.
+    for other in np.linspace(0.5 * scale, 1.5 * scale, 101):
+        totals = [np.maximum(other * w, gap).sum() for w in work]
+        assert 100 * np.mean(np.abs(np.array(totals) - labels) / labels) >= error - 1e-9
+
+
+def test_fit_recovers_scale_and_exponent_of_a_known_overhead(example_work):
+    """Targets computed from a known OverheadModel (not measurements): the fit must find it again."""
+    truth = OverheadModel(scale=0.9, gap_ms=SHIPPED["gap_ms"], power_exponent=0.6)
+    graphs = [GraphWork(example_work.work_ms[:, j] * size, example_work.compute_ratio[:, j],
+                        float(example_work.board_power_w[j])) for j in range(3) for size in (1.0, 8.0)]
+    fitted = fit_overhead(graphs, [truth.total_ms(g) for g in graphs], truth.gap_ms)
+    assert fitted.power_exponent == pytest.approx(0.6, abs=0.011)
+    assert fitted.scale == pytest.approx(0.9, rel=0.01)
+
+
+def test_exponent_stays_zero_without_a_low_power_board(example_work):
+    v100 = GraphWork(example_work.work_ms[:, 2], example_work.compute_ratio[:, 2], 250.0)
+    fitted = fit_overhead([v100], [1.3 * v100.work_ms.sum()], SHIPPED["gap_ms"])
+    assert fitted.power_exponent == 0.0
+
+
+def test_infer_on_a_low_power_board_applies_and_reports_the_slowdown(predictor):
+    t4 = predictor.predict(EXAMPLE, gpu="t4")
+    f = (REFERENCE_POWER_W / 70) ** SHIPPED["power_exponent"]
+    assert SHIPPED["power_exponent"] > 0
+    notes = [w for w in t4.warnings if "70 W board" in w]
+    assert len(notes) == 1 and f"{f:.2f}x slower" in notes[0]
+    for kernel in t4.kernels:
+        if kernel.compute_bound:
+            assert kernel.latency_ms == pytest.approx(max(SHIPPED["scale"] * f * kernel.work_ms, SHIPPED["gap_ms"]),
+                                                      rel=1e-4)
+    for gpu, mig in (("a10g", None), ("a100-80gb", "1g.10gb")):
+        assert not any("W board" in w for w in predictor.predict(EXAMPLE, gpu=gpu, mig=mig).warnings)
