@@ -40,7 +40,8 @@ class KernelEstimate:
     ops: tuple[str, ...]
     type: str             # kernel type from the kernel-type head, or "memory_fallback"
     latency_ms: float     # share of the end-to-end latency (kernels sum to the total)
-    work_ms: float        # GPU time of the kernel alone
+    work_ms: float        # GPU time of the kernel alone, as the per-kernel model predicts it
+    host_wait_ms: float   # part of latency_ms the GPU idles before it, waiting for the host to launch it
     flops: int
     bytes: int
     compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
@@ -80,6 +81,11 @@ class Prediction:
     def fallback_share(self) -> float:
         """Share (0..1) of the predicted time carried by fallback kernels."""
         return sum(k.latency_ms for k in self.fallback_kernels) / self.latency_ms if self.latency_ms else 0.0
+
+    @property
+    def host_wait_share(self) -> float:
+        """Share (0..1) of the predicted time the GPU waits for kernel launches (1 - GPU busy share)."""
+        return sum(k.host_wait_ms for k in self.kernels) / self.latency_ms if self.latency_ms else 0.0
 
     def top(self, n: int) -> list[KernelEstimate]:
         return sorted(self.kernels, key=lambda k: -k.latency_ms)[:n]
@@ -227,18 +233,21 @@ class Predictor:
                      devices: list[Device], batch: int | None) -> list[Prediction]:
         work = self.model.kernel_work(kernels, devices, _leading_dim(graph))
         shares = self.model.compose(work)
+        waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
-                           kernels=_estimates(kernels, work, shares, j),
+                           kernels=_estimates(kernels, work, shares, waits, j),
                            warnings=warnings + _fallback_warning(kernels, shares[:, [j]])
                            + _sustained_power_note(self.model.overhead, device))
                 for j, device in enumerate(devices)]
 
 
-def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, column: int) -> list[KernelEstimate]:
+def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,
+               column: int) -> list[KernelEstimate]:
     return [KernelEstimate(nodes=tuple(nodes), ops=spec.ops, type=str(work.kernel_type[i, column]),
                            latency_ms=round(float(shares[i, column]), 6), work_ms=float(work.work_ms[i, column]),
+                           host_wait_ms=round(float(waits[i, column]), 6),
                            flops=int(spec.flops), bytes=int(spec.bytes),
                            compute_bound=bool(work.compute_bound[i, column]), fallback=bool(work.fallback[i]))
             for i, (nodes, spec) in enumerate(zip(kernels.nodes, kernels.specs))]

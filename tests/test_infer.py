@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import re
 
 import onnx
 import pytest
@@ -64,6 +65,9 @@ def test_table_shows_total_count_top_kernels_and_bound(capsys):
     assert f"{total:.3f} ms" in out and "68 kernels" in out and "top 5 of 68 kernels" in out
     assert "conv_winograd" in out and ("compute" in out or "memory" in out)
     assert "fallback: 22 kernels" in out
+    # ResNet-18 at batch 1 is launch-bound: most of the time the GPU waits for the host.
+    share = float(re.search(r"waits for the host to launch kernels ([0-9.]+) %", out).group(1))
+    assert 50 < share < 90 and "launch wait" in out
 
 
 def test_csv_one_row_per_kernel(capsys):
@@ -71,9 +75,11 @@ def test_csv_one_row_per_kernel(capsys):
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 68
-    assert set(rows[0]) == {"index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "work_ms", "flops",
-                            "bytes"}
+    assert set(rows[0]) == {"index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "launch_wait_ms",
+                            "work_ms", "flops", "bytes"}
     assert {r["bound"] for r in rows} <= {"compute", "memory"}
+    assert all(0 <= float(r["launch_wait_ms"]) <= float(r["latency_ms"]) for r in rows)
+    assert float(rows[0]["launch_wait_ms"]) > 0  # the GPU is idle until the host has issued the first kernel
     assert "fallback" in err  # warnings go to stderr, stdout stays CSV
 
 

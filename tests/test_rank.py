@@ -36,7 +36,11 @@ def test_every_gpu_and_mig_profile_fastest_first(capsys):
 
 def test_listed_gpus_and_slices(capsys):
     ranking = rank_json(capsys, "--gpus", "t4,a10g,a100-80gb/1g.10gb,NVIDIA A10G")
-    assert [(r["gpu"], r["mig"]) for r in ranking] == [("a10g", None), ("t4", None), ("a100-sxm4-80gb", "1g.10gb")]
+    # "NVIDIA A10G" is the a10g again: listed once. ResNet-18 at batch 1 waits on the host on all three, so
+    # the T4 and the 1g.10gb slice come within 1 % of each other; only the order by latency is asserted.
+    assert len(ranking) == 3 and ranking[0]["gpu"] == "a10g"
+    assert {(r["gpu"], r["mig"]) for r in ranking} == {("a10g", None), ("t4", None), ("a100-sxm4-80gb", "1g.10gb")}
+    assert [r["latency_ms"] for r in ranking] == sorted(r["latency_ms"] for r in ranking)
 
 
 def test_rank_agrees_with_infer(capsys):

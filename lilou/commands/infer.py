@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-CSV_COLUMNS = ("index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "work_ms", "flops", "bytes")
+CSV_COLUMNS = ("index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "launch_wait_ms", "work_ms", "flops",
+               "bytes")
 
 
 def _write_csv(prediction) -> None:
@@ -66,7 +67,7 @@ def _write_csv(prediction) -> None:
     writer.writerow(CSV_COLUMNS)
     for i, k in enumerate(prediction.kernels):
         writer.writerow([i, "+".join(k.ops), " ".join(k.nodes), k.type, k.bound, int(k.fallback),
-                         f"{k.latency_ms:.6f}", f"{k.work_ms:.6f}", k.flops, k.bytes])
+                         f"{k.latency_ms:.6f}", f"{k.host_wait_ms:.6f}", f"{k.work_ms:.6f}", k.flops, k.bytes])
 
 
 def _print_table(prediction, top: int) -> None:
@@ -74,13 +75,14 @@ def _print_table(prediction, top: int) -> None:
     device = prediction.gpu if prediction.mig is None else f"{prediction.gpu} MIG {prediction.mig}"
     batch = "" if prediction.batch is None else f", batch {prediction.batch}"
     table = Table(title=f"top {min(top, len(prediction.kernels))} of {len(prediction.kernels)} kernels by predicted time")
-    for column in ("#", "ops", "first node", "type", "bound", "ms", "share"):
-        table.add_column(column, justify="right" if column in ("#", "ms", "share") else "left")
+    for column in ("#", "ops", "first node", "type", "bound", "ms", "launch wait", "share"):
+        table.add_column(column, justify="right" if column in ("#", "ms", "launch wait", "share") else "left")
     order = {id(k): i for i, k in enumerate(prediction.kernels)}
     for k in prediction.top(top):
         ops = "+".join(dict.fromkeys(k.ops))
         table.add_row(str(order[id(k)]), ops if len(ops) <= 40 else ops[:39] + "…", k.nodes[0][:40],
-                      k.type, k.bound, f"{k.latency_ms:.4f}", f"{100 * k.latency_ms / prediction.latency_ms:.1f} %")
+                      k.type, k.bound, f"{k.latency_ms:.4f}", f"{k.host_wait_ms:.4f}",
+                      f"{100 * k.latency_ms / prediction.latency_ms:.1f} %")
     if top:
         out.print(table)
     out.print(f"[bold]{prediction.model}[/bold] on [bold]{device}[/bold] ({prediction.backend}{batch}): "
@@ -88,5 +90,7 @@ def _print_table(prediction, top: int) -> None:
               f"{human(sum(k.flops for k in prediction.kernels), 'FLOPs')}")
     fallback = prediction.fallback_kernels
     out.print(f"fallback: {len(fallback)} kernels, {100 * prediction.fallback_share:.1f} % of the predicted time")
+    out.print(f"launch-bound: the GPU waits for the host to launch kernels {100 * prediction.host_wait_share:.1f} % "
+              "of the time")
     for message in prediction.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")

@@ -163,6 +163,11 @@ class EndToEndModel:
             types[model_rows] = predicted.kernel_type.reshape(d, rungs, m)[:, 0, :].T
         return work, types, (compute / np.maximum(memory, 1e-12)).reshape(d, n).T
 
+    def gpu_ms(self, work: KernelWork) -> np.ndarray:
+        """Each kernel's GPU time in the running model [kernels, devices] (its share without the wait for
+        the host)."""
+        return self.overhead.gpu_ms(work.work_ms, work.compute_ratio, work.board_power_w)
+
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
         return self.overhead.kernel_ms(work.work_ms, work.compute_ratio, work.board_power_w)

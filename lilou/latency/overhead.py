@@ -1,24 +1,27 @@
-"""Launch/gap overhead: how per-kernel GPU work adds up to end-to-end time in eager mode.
+"""Launch overhead: how per-kernel GPU work adds up to end-to-end time in eager mode.
 
-In eager PyTorch the host issues one kernel after another. While kernels are
-longer than the time the host needs to dispatch an op, launches hide behind the
-running kernel and the GPU is never idle; when they are shorter, the GPU waits
-for the host. Each kernel therefore occupies
+In eager PyTorch the host issues kernels one after another, asynchronously: issuing
+one takes the host ``gap_ms``, and the GPU runs the queued kernels in order. While
+the queue holds work the host's issue time hides behind it; when kernels are
+shorter than the issue time the GPU idles, waiting for the host. With kernel ``i``
+issued at ``(i + 1) * gap_ms`` and taking ``g_i = scale * work_i`` on the GPU,
 
-    kernel_ms = max(scale * work_ms, gap_ms)
+    end_i = max(end_{i-1}, (i + 1) * gap_ms) + g_i
 
-of the end-to-end time, and the end-to-end latency is the sum over kernels.
+and the end-to-end latency is the last kernel's end. Each kernel's share of it is
+its GPU time plus the GPU's wait for the host just before it, so the shares add up
+to the total. A model of long kernels costs the sum of its GPU work (the host runs
+ahead); one of tiny kernels costs ``gap_ms`` per kernel (the host is the bottleneck).
 
-- ``gap_ms`` is the host's dispatch time per op. It is read from the real
+- ``gap_ms`` is the host's issue time per kernel. It is read from the real
   per-kernel rows, not from end-to-end labels: an op timed alone with CUDA events
   (as NeuSight did) takes the dispatch time when the kernel itself is tiny, so
   ``gap_ms`` is the median, over the training GPUs, of the median latency of
   elementwise calls whose DRAM traffic takes under 1 µs. The end-to-end labels
-  (large transformers, kernels of milliseconds) cannot pin it down.
+  (large transformers whose big kernels keep the queue full) cannot pin it down.
 - ``scale`` corrects the per-kernel model's bias when its kernels run back to back
   in real models; it is fitted on the end-to-end labels of the training GPUs by
   minimising the mean absolute percentage error.
-
 - ``power_exponent`` slows compute on low-power boards under sustained load. The
   per-kernel rows were timed in short bursts; a whole model keeps the GPU busy for
   seconds, and the 70–75 W inference boards (P4, T4) then run under their power limit
@@ -55,6 +58,8 @@ FLOOR_BOUND_MS = 1e-3
 
 #: Boards below this power (W) slow down under sustained compute; see the module docstring.
 REFERENCE_POWER_W = 150.0
+#: Range of the overhead ``scale`` searched when fitting.
+GRID_LOW, GRID_HIGH = 0.1, 10.0
 #: Exponents tried when fitting; 0 (no slowdown) comes first, so it wins ties.
 POWER_EXPONENTS = np.round(np.arange(0.0, 2.0 + 1e-9, 0.01), 2)
 
@@ -96,16 +101,33 @@ class OverheadModel:
 
     def kernel_ms(self, work_ms: np.ndarray, compute_ratio: np.ndarray,
                   board_power_w: np.ndarray | float) -> np.ndarray:
-        """Each kernel's share of the end-to-end time (the shape of ``work_ms``: [kernels] or
-        [kernels, devices] with ``board_power_w`` per device)."""
+        """Each kernel's share of the end-to-end time (the shape of ``work_ms``: [kernels] in execution
+        order, or [kernels, devices] with ``board_power_w`` per device); the shares sum to the total."""
+        return queue_shares(self.gpu_ms(work_ms, compute_ratio, board_power_w), self.gap_ms)
+
+    def gpu_ms(self, work_ms: np.ndarray, compute_ratio: np.ndarray, board_power_w: np.ndarray | float) -> np.ndarray:
+        """Each kernel's time on the GPU in a running model: its work, scaled and slowed."""
         slowdown = sustained_slowdown(compute_ratio, board_power_w, self.power_exponent, self.reference_power_w)
-        return np.maximum(self.scale * np.asarray(work_ms) * slowdown, self.gap_ms)
+        return self.scale * np.asarray(work_ms, dtype=np.float64) * slowdown
 
     def total_ms(self, graph: GraphWork) -> float:
         return float(self.kernel_ms(graph.work_ms, graph.compute_ratio, graph.board_power_w).sum())
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+def queue_shares(gpu_ms: np.ndarray, issue_ms: float) -> np.ndarray:
+    """Each kernel's GPU time plus the GPU's wait for the host before it (see the module docstring).
+
+    ``end_i = max over k <= i of ((k + 1) * issue_ms + sum(gpu_ms[k..i]))``, computed with prefix sums
+    along axis 0; the shares are the increments of ``end``.
+    """
+    gpu = np.asarray(gpu_ms, dtype=np.float64)
+    issued = (np.arange(1, len(gpu) + 1, dtype=np.float64) * issue_ms).reshape((-1,) + (1,) * (gpu.ndim - 1))
+    done = np.cumsum(gpu, axis=0)
+    end = done + np.maximum.accumulate(issued - (done - gpu), axis=0)
+    return np.diff(end, axis=0, prepend=np.zeros((1,) + gpu.shape[1:]))
 
 
 def dispatch_gap_ms(latency_ms: np.ndarray, memory_ms: np.ndarray, gpu: np.ndarray) -> float:
@@ -122,39 +144,64 @@ def dispatch_gap_ms(latency_ms: np.ndarray, memory_ms: np.ndarray, gpu: np.ndarr
 
 def fit_overhead(graphs: Sequence[GraphWork], labels_ms: Sequence[float], gap_ms: float,
                  fit_power: bool = True) -> OverheadModel:
-    """``scale`` and ``power_exponent`` minimising the MAPE of the summed kernel times against the labels
-    (a grid over the exponent, each with its best scale); ``fit_power=False`` keeps the exponent at 0."""
+    """``scale`` and ``power_exponent`` minimising the MAPE of the queue's total times against the labels;
+    ``fit_power=False`` keeps the exponent at 0.
+
+    The exponent is searched on a grid of 0.05, then of 0.01 around the best point, each with its best scale.
+    """
     labels = np.asarray(labels_ms, dtype=np.float64)
-    best, best_error = OverheadModel(1.0, gap_ms), np.inf
-    for exponent in POWER_EXPONENTS if fit_power else POWER_EXPONENTS[:1]:
-        work = [g.work_ms * sustained_slowdown(g.compute_ratio, g.board_power_w, float(exponent)) for g in graphs]
-        scale, error = _best_scale(work, labels, gap_ms)
-        if error < best_error - 1e-9:
-            best, best_error = OverheadModel(scale, gap_ms, float(exponent)), error
-    return best
+    tried: dict[float, tuple[float, float]] = {}  # exponent -> (MAPE, scale)
+
+    def attempt(exponents: np.ndarray) -> float:
+        for exponent in map(float, exponents):
+            if exponent not in tried:
+                work = [g.work_ms * sustained_slowdown(g.compute_ratio, g.board_power_w, exponent) for g in graphs]
+                scale, error = _best_scale(work, labels, gap_ms)
+                tried[exponent] = (error, scale)
+        # Lowest error; among equal errors (no low-power board in the labels) the smallest exponent.
+        return min(tried, key=lambda e: (round(tried[e][0], 9), e))
+
+    if not fit_power:
+        best = attempt(POWER_EXPONENTS[:1])
+    else:
+        coarse = attempt(POWER_EXPONENTS[::5])
+        best = attempt(POWER_EXPONENTS[np.abs(POWER_EXPONENTS - coarse) <= 0.05 + 1e-9])
+    return OverheadModel(tried[best][1], gap_ms, best)
 
 
 def _best_scale(work: Sequence[np.ndarray], labels: np.ndarray, gap_ms: float) -> tuple[float, float]:
-    """The ``scale`` minimising the MAPE of ``sum(max(scale * work, gap))``, and that MAPE."""
-    # sum(max(s w, gap)) = gap * #(w <= gap / s) + s * sum(w > gap / s): one search per scale.
-    ordered = [np.sort(np.asarray(w, dtype=np.float64)) for w in work]
-    tails = [np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]]) for w in ordered]
+    """The ``scale`` minimising the MAPE of the queue's total time (``queue_shares(scale * work).sum()``)
+    against the labels, and that MAPE."""
+    # The total is max over k of ((k + 1) * gap + scale * (work from kernel k on)): lines in the scale.
+    # Only kernels where the GPU can wait for the host (issued after all the work before them could
+    # finish at the smallest scale tried) can set the maximum besides the first one.
+    lines = []
+    for w in work:
+        w = np.asarray(w, dtype=np.float64)
+        remaining = np.cumsum(w[::-1])[::-1]
+        issued = np.arange(1, len(w) + 1) * gap_ms
+        keep = issued - GRID_LOW * (remaining[0] - remaining) > gap_ms - 1e-12
+        keep[0] = True
+        lines.append((issued[keep], remaining[keep]))
 
     def errors(scales: np.ndarray) -> np.ndarray:
-        totals = np.empty((len(ordered), len(scales)))
-        for i, (w, tail) in enumerate(zip(ordered, tails)):
-            below = np.searchsorted(w, gap_ms / scales, side="right")
-            totals[i] = gap_ms * below + scales * tail[below]
+        totals = np.empty((len(lines), len(scales)))
+        for i, (issued, remaining) in enumerate(lines):
+            totals[i] = np.max(issued[:, None] + remaining[:, None] * scales[None, :], axis=0)
         return 100 * np.mean(np.abs(totals - labels[:, None]) / labels[:, None], axis=0)
 
-    grid = np.exp(np.linspace(np.log(0.1), np.log(10.0), 801))
-    best, best_error = 1.0, np.inf
-    for _ in range(2):  # coarse grid, then a fine one around the best point
-        e = errors(grid)
-        i = int(np.argmin(e))
-        if e[i] < best_error:
-            best, best_error = float(grid[i]), float(e[i])
-        grid = np.linspace(grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)], 201)
+    # The MAPE is piecewise linear in the scale and may have several local minima: a coarse grid, then a
+    # fine one around each of its three best local minima.
+    coarse = np.exp(np.linspace(np.log(GRID_LOW), np.log(GRID_HIGH), 801))
+    e = errors(coarse)
+    padded = np.concatenate([[np.inf], e, [np.inf]])
+    minima = np.flatnonzero((padded[1:-1] <= padded[:-2]) & (padded[1:-1] <= padded[2:]))
+    best, best_error = float(coarse[np.argmin(e)]), float(np.min(e))
+    for i in minima[np.argsort(e[minima])][:3]:
+        fine = np.linspace(coarse[max(i - 1, 0)], coarse[min(i + 1, len(coarse) - 1)], 201)
+        f = errors(fine)
+        if f.min() < best_error:
+            best, best_error = float(fine[np.argmin(f)]), float(f.min())
     return best, best_error
 
 

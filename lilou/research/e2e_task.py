@@ -1,13 +1,13 @@
 """Hydra task ``e2e_calibration``: the end-to-end fit of ``make fit-e2e`` as a Hydra run.
 
-Fits the memory-bound fallback, the dispatch gap and the overhead scale
+Fits the memory-bound fallback, the dispatch gap, the overhead scale and the sustained-power exponent
 (:mod:`lilou.latency.calibrate`) against the shipped per-kernel checkpoint and writes the
 result (``model.json``, ``config.json``, ``metrics.json``) to ``<run dir>/checkpoint``;
 ``output_checkpoint=checkpoints/e2e_overhead`` also replaces the shipped one. The fit is
 closed-form (no random state); ``seed`` is recorded only.
 
     python -m lilou.research.e2e_task experiment=e2e_calibration
-    python -m lilou.train experiment=e2e_calibration      # once lilou/train.py registers the task
+    python -m lilou.train experiment=e2e_calibration
 """
 from __future__ import annotations
 
