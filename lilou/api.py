@@ -198,7 +198,8 @@ class Predictor:
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4)) for d, t in zip(devices, totals)]
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
         return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
-                       warnings=warnings + _fallback_warning(kernels, shares))
+                       warnings=warnings + _fallback_warning(kernels, shares)
+                       + _sustained_power_note(self.model.overhead, devices))
 
     # ---------------------------------------------------------------- helpers
 
@@ -239,7 +240,7 @@ class Predictor:
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j),
                            warnings=warnings + _fallback_warning(kernels, shares[:, [j]])
-                           + _sustained_power_note(self.model.overhead, device))
+                           + _sustained_power_note(self.model.overhead, [device]))
                 for j, device in enumerate(devices)]
 
 
@@ -266,14 +267,23 @@ def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
             f"(no measurements of these op kinds): {text} of the predicted time"]
 
 
-def _sustained_power_note(overhead: OverheadModel, device: Device) -> list[str]:
-    """Say so when a low-power board's compute is slowed for sustained load (see lilou.latency.overhead)."""
-    slowdown = float(compute_slowdown(device.board_power_w, overhead.power_exponent, overhead.reference_power_w))
-    if slowdown <= 1.0:
-        return []
-    return [f"{device.gpu} is a {device.board_power_w:g} W board: compute-bound kernels are predicted "
-            f"{slowdown:.2f}x slower for its power limit under sustained load (fitted on end-to-end labels of "
-            f"low-power boards; docs/end_to_end.md)"]
+def _sustained_power_note(overhead: OverheadModel, devices: Sequence[Device]) -> list[str]:
+    """Say so when low-power boards' compute is slowed for sustained load (see lilou.latency.overhead)."""
+    slowed: dict[str, tuple[float, float]] = {}  # board -> (power W, factor)
+    for device in devices:
+        factor = float(compute_slowdown(device.board_power_w, overhead.power_exponent, overhead.reference_power_w))
+        if factor > 1.0:
+            slowed[device.gpu] = (device.board_power_w, factor)
+    if len(slowed) == 1:
+        (gpu, (power, factor)), = slowed.items()
+        return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {factor:.2f}x slower for its "
+                "power limit under sustained load (fitted on end-to-end labels of low-power boards; "
+                "docs/end_to_end.md)"]
+    if slowed:
+        boards = ", ".join(f"{gpu} ({power:g} W) {factor:.2f}x" for gpu, (power, factor) in slowed.items())
+        return [f"compute-bound kernels are predicted slower on low-power boards, for their power limit under "
+                f"sustained load: {boards} (docs/end_to_end.md)"]
+    return []
 
 
 def _leading_dim(graph: ModelGraph) -> int | None:

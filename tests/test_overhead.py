@@ -107,3 +107,11 @@ def test_infer_on_a_low_power_board_applies_and_reports_the_slowdown(predictor, 
     assert (ratio >= 1).any()
     for gpu_name, mig in (("a10g", None), ("a100-80gb", "1g.10gb")):
         assert not any("W board" in w for w in predictor.predict(EXAMPLE, gpu=gpu_name, mig=mig).warnings)
+
+
+def test_rank_names_every_slowed_board_once(predictor):
+    ranking = predictor.rank(EXAMPLE, gpus=["t4", "a10g", "p4", "a100-80gb/1g.10gb"])
+    notes = [w for w in ranking.warnings if "low-power boards" in w]
+    assert len(notes) == 1
+    assert "t4 (70 W)" in notes[0] and "p4 (75 W)" in notes[0] and "a10g" not in notes[0] and "a100" not in notes[0]
+    assert not any("low-power" in w for w in predictor.rank(EXAMPLE, gpus=["a10g", "h100-sxm"]).warnings)
