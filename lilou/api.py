@@ -27,7 +27,8 @@ from lilou.hardware import Device, resolve_device
 from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.fallback import FallbackModel, fallback_ops
 from lilou.latency.inference import KernelModel
-from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, compute_slowdown, load_overhead
+from lilou.latency.features import power_factor
+from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 
 ModelInput = str | os.PathLike[str] | ModelGraph
 
@@ -199,7 +200,7 @@ class Predictor:
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
         return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
                        warnings=warnings + _fallback_warning(kernels, shares)
-                       + _sustained_power_note(self.model.overhead, devices))
+                       + _power_note(self.model.kernel_model.power_exponent, devices))
 
     # ---------------------------------------------------------------- helpers
 
@@ -240,7 +241,7 @@ class Predictor:
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j),
                            warnings=warnings + _fallback_warning(kernels, shares[:, [j]])
-                           + _sustained_power_note(self.model.overhead, [device]))
+                           + _power_note(self.model.kernel_model.power_exponent, [device]))
                 for j, device in enumerate(devices)]
 
 
@@ -267,22 +268,21 @@ def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
             f"(no measurements of these op kinds): {text} of the predicted time"]
 
 
-def _sustained_power_note(overhead: OverheadModel, devices: Sequence[Device]) -> list[str]:
-    """Say so when low-power boards' compute is slowed for sustained load (see lilou.latency.overhead)."""
+def _power_note(exponent: float, devices: Sequence[Device]) -> list[str]:
+    """Say so when low-power boards compute below their peak in the model (lilou.latency.model)."""
     slowed: dict[str, tuple[float, float]] = {}  # board -> (power W, factor)
     for device in devices:
-        factor = float(compute_slowdown(device.board_power_w, overhead.power_exponent, overhead.reference_power_w))
+        factor = float(power_factor(device.board_power_w, exponent))
         if factor > 1.0:
             slowed[device.gpu] = (device.board_power_w, factor)
     if len(slowed) == 1:
         (gpu, (power, factor)), = slowed.items()
-        return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {factor:.2f}x slower for its "
-                "power limit under sustained load (fitted on end-to-end labels of low-power boards; "
-                "docs/end_to_end.md)"]
+        return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {factor:.2f}x slower than its "
+                "spec-sheet peak, for its power limit (learned from the P4 and T4 kernel rows; docs/kernel_model.md)"]
     if slowed:
         boards = ", ".join(f"{gpu} ({power:g} W) {factor:.2f}x" for gpu, (power, factor) in slowed.items())
-        return [f"compute-bound kernels are predicted slower on low-power boards, for their power limit under "
-                f"sustained load: {boards} (docs/end_to_end.md)"]
+        return [f"compute-bound kernels are predicted slower than spec-sheet peak on low-power boards, for their "
+                f"power limit: {boards} (docs/kernel_model.md)"]
     return []
 
 

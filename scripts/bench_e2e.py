@@ -1,8 +1,8 @@
 """Benchmark end-to-end latency on NeuSight's eager labels, leave-one-GPU-out (``make bench-e2e``).
 
 Runs :func:`lilou.latency.e2e_eval.evaluate` (what `lilou eval` runs): for each of the
-five labelled GPUs, the per-kernel model, fallback, dispatch gap, overhead scale and
-sustained-power exponent fitted without it, the roofline baseline fitted the same way; prints the tables and
+five labelled GPUs, the per-kernel model, fallback, dispatch gap and overhead scale
+fitted without it, the roofline baseline fitted the same way; prints the tables and
 writes outputs/bench/e2e.{json,csv}. Fold checkpoints are cached in outputs/logo
 (the first run trains five folds, a few minutes on 2 cores).
 
@@ -22,19 +22,26 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
 
 
-def seeded(seed: int | None) -> dict:
-    """evaluate() arguments for fold kernel models trained with another seed, cached apart from the default."""
-    if seed is None:
-        return {}
-    return {"kernel_overrides": [f"seed={seed}"], "cache_dir": REPO / "outputs" / f"logo_seed{seed}"}
+def fold_options(seed: int | None, power: bool) -> dict:
+    """evaluate() arguments for fold kernel models of another seed or without the power term, cached apart
+    from the default ones."""
+    overrides, suffix = [], ""
+    if seed is not None:
+        overrides.append(f"seed={seed}")
+        suffix += f"_seed{seed}"
+    if not power:
+        overrides.append("model.power_limited=false")
+        suffix += "_nopower"
+    return {"kernel_overrides": overrides, "cache_dir": REPO / "outputs" / f"logo{suffix}"} if overrides else {}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fusion", choices=FUSION_MODES, default="predicted")
     parser.add_argument("--no-logo", dest="logo", action="store_false", help="shipped checkpoints (in-sample)")
-    parser.add_argument("--no-power", dest="fit_power", action="store_false",
-                        help="ablation: fit the overhead without the sustained-power slowdown")
+    parser.add_argument("--no-power", dest="power", action="store_false",
+                        help="ablation: fold kernel models without the low-power compute term "
+                             "(model.power_limited=false; cached in outputs/logo_nopower)")
     parser.add_argument("--seed", type=int, default=None,
                         help="train the fold kernel models with this seed (cached in outputs/logo_seed<N>) instead of "
                              "the shipped config's")
@@ -45,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = evaluate(data_dir=args.data_dir, models=args.models.split(",") if args.models else None,
                       gpus=args.gpus.split(",") if args.gpus else None, fusion=args.fusion, logo=args.logo,
-                      fit_power=args.fit_power, **seeded(args.seed))
+                      **fold_options(args.seed, args.power))
     print_tables(result)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{args.name}.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")

@@ -118,6 +118,6 @@ def print_tables(result, out=None) -> None:
                           _fmt(m["model_spearman"], 3), _fmt(m["model_kendall"], 3), _fmt(m["roofline_spearman"], 3),
                           _fmt(m["roofline_kendall"], 3))
         out.print(table)
-    out.print(f"{len(result.rows)} labels in {result.seconds:.0f} s; overhead scale / sustained-power exponent per "
-              "fold: " + ", ".join(f"{k} {v['model_scale']:.3f} / {v['model_power_exponent']:.2f}"
+    out.print(f"{len(result.rows)} labels in {result.seconds:.0f} s; overhead scale / kernel power exponent per "
+              "fold: " + ", ".join(f"{k} {v['model_scale']:.3f} / {v['kernel_power_exponent']:.2f}"
                                    for k, v in result.folds.items()))

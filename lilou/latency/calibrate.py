@@ -7,7 +7,7 @@ Everything is fitted on real measurements of the per-kernel model's training GPU
 1. The memory-bound fallback (:mod:`lilou.latency.fallback`) on NeuSight's
    elementwise rows of ``kernels/train``; the dispatch gap (:mod:`lilou.latency.overhead`)
    from the floor-bound ones among them.
-2. The overhead ``scale`` and ``power_exponent`` on NeuSight's eager end-to-end labels (``e2e/<GPU>/*.json``
+2. The overhead ``scale`` on NeuSight's eager end-to-end labels (``e2e/<GPU>/*.json``
    without ``-fusion``). Each labelled model is a zoo entry of the same name (its
    NeuSight config), exported weight-free with a dynamic batch, once per sequence
    length, into ``--models-dir`` (default ``datasets/e2e_models``, git-ignored; about
@@ -15,8 +15,8 @@ Everything is fitted on real measurements of the per-kernel model's training GPU
    :func:`lilou.fusion.predict.predict_partition` for the eager backend, as at
    inference time; refit when the fusion model or the per-kernel model changes.
 
-``metrics.json`` holds the fit on all labels and a leave-one-GPU-out check (scale and
-exponent refitted without each GPU, then scored on it).
+``metrics.json`` holds the fit on all labels and a leave-one-GPU-out check (the
+scale refitted without each GPU, then scored on it).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from lilou.hardware import resolve_device
 from lilou.latency.end_to_end import EndToEndModel, describe_kernels
 from lilou.latency.fallback import FIT_MIN_MEMORY_MS, FallbackModel, fallback_mape, fit_fallback
 from lilou.latency.inference import KernelModel
-from lilou.latency.overhead import E2E_OVERHEAD, GraphWork, OverheadModel, dispatch_gap_ms, fit_overhead, mape
+from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, dispatch_gap_ms, fit_overhead, mape
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = "python -m lilou.latency.calibrate"
@@ -80,7 +80,7 @@ def export_models(labels, models_dir: Path) -> dict[tuple[str, int], Path]:
     return paths
 
 
-def label_work(labels, paths, model: EndToEndModel, backend: str = "eager") -> tuple[list[GraphWork], set[str]]:
+def label_work(labels, paths, model: EndToEndModel, backend: str = "eager") -> tuple[list[np.ndarray], set[str]]:
     """Per-kernel work of each label's model on its GPU (kernel groups predicted, not from an oracle),
     and where the groups came from (``gnn`` or ``rules``)."""
     from lilou.fusion.predict import predict_partition
@@ -92,9 +92,7 @@ def label_work(labels, paths, model: EndToEndModel, backend: str = "eager") -> t
         partition = predict_partition(graph, backend)
         sources.add(partition.source)
         devices = [resolve_device(label.gpu)]
-        kernel_work = model.kernel_work(describe_kernels(graph, partition), devices, label.batch)
-        work.append(GraphWork(kernel_work.work_ms[:, 0], kernel_work.compute_ratio[:, 0],
-                              float(kernel_work.board_power_w[0])))
+        work.append(model.kernel_work(describe_kernels(graph, partition), devices, label.batch).work_ms[:, 0])
     return work, sources
 
 
@@ -127,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         per_gpu[gpu] = round(mape(predicted[rows], observed[rows]), 2)
         fold = fit_overhead([w for w, r in zip(work, rows) if not r], observed[~rows], gap)
         all_held_out[rows] = [fold.total_ms(w) for w, r in zip(work, rows) if r]
-        held_out[gpu] = {"scale": round(fold.scale, 4), "power_exponent": fold.power_exponent,
-                         "mape": round(mape(all_held_out[rows], observed[rows]), 2)}
+        held_out[gpu] = {"scale": round(fold.scale, 4), "mape": round(mape(all_held_out[rows], observed[rows]), 2)}
 
     output = args.output or checkpoint_path(E2E_OVERHEAD, required=False)
     output.mkdir(parents=True, exist_ok=True)
@@ -148,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         "e2e_mape": round(mape(predicted, observed), 2),
         "e2e_mape_per_gpu": per_gpu,
         "leave_one_gpu_out": {"mape": round(mape(all_held_out, observed), 2), "per_gpu": held_out},
-        "sum_of_work_mape": round(mape([w.work_ms.sum() for w in work], observed), 2),
+        "sum_of_work_mape": round(mape([w.sum() for w in work], observed), 2),
         "fallback": fallback_metrics,
         "rows": [{"gpu": label.gpu, "model": label.model, "seq": label.seq, "batch": label.batch,
                   "measured_ms": round(label.latency_ms, 2), "predicted_ms": round(float(p), 2),
-                  "kernels": int(len(w.work_ms))}
+                  "kernels": int(len(w))}
                  for label, p, w in zip(labels, predicted, work)],
         "seconds": round(time.time() - started, 1),
     }

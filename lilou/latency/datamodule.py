@@ -11,7 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 
 from lilou.data.neusight import load_kernels
 from lilou.latency.dataset import KernelDataset, build_dataset
-from lilou.latency.features import FEATURE_GROUPS, kernel_features, roofline_ms
+from lilou.latency.features import FEATURE_GROUPS, kernel_features, roofline_inputs
 
 
 @dataclass(frozen=True)
@@ -21,24 +21,22 @@ class KernelTensors:
     features: torch.Tensor      # float32 [n, d]: latency features
     type_features: torch.Tensor  # float32 [n, d_type]: kernel-type features
     family: torch.Tensor        # int64 [n]
-    log_roofline: torch.Tensor  # float32 [n], natural log of ms
+    roofline: torch.Tensor      # float32 [n, 3]: features.roofline_inputs
     log_latency: torch.Tensor   # float32 [n], natural log of ms
     kernel_type: torch.Tensor   # int64 [n]
 
     def dataset(self) -> TensorDataset:
-        return TensorDataset(self.features, self.type_features, self.family, self.log_roofline, self.log_latency,
+        return TensorDataset(self.features, self.type_features, self.family, self.roofline, self.log_latency,
                              self.kernel_type)
 
 
 def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROUPS,
                type_feature_groups: Sequence[str] = FEATURE_GROUPS) -> KernelTensors:
-    compute, memory = roofline_ms(data.kernels, data.devices)
-    roofline = np.maximum(np.maximum(compute, memory), 1e-9)
     return KernelTensors(
         features=torch.from_numpy(kernel_features(data.kernels, data.devices, feature_groups)),
         type_features=torch.from_numpy(kernel_features(data.kernels, data.devices, type_feature_groups)),
         family=torch.from_numpy(data.kernels.family),
-        log_roofline=torch.from_numpy(np.log(roofline).astype(np.float32)),
+        roofline=torch.from_numpy(roofline_inputs(data.kernels, data.devices)),
         log_latency=torch.from_numpy(np.log(data.latency_ms).astype(np.float32)),
         kernel_type=torch.from_numpy(data.kernel_type),
     )

@@ -437,9 +437,8 @@ def _cached_roofline(trained_on: Sequence[str], data_dir, log: Log):
 # ------------------------------------------------------------------ prediction
 
 
-def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> dict[str, Any]:
-    """Per-kernel work [kernels, len(gpus)] of the model and of the roofline baseline, the kernels'
-    compute ratio on each GPU and the GPUs' board power (what the overhead model needs)."""
+def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per-kernel work [kernels, len(gpus)] of the model and of the roofline baseline."""
     from lilou.latency.end_to_end import EndToEndModel
     from lilou.latency.features import DeviceColumns, KernelBatch
     from lilou.latency.overhead import OverheadModel
@@ -447,7 +446,7 @@ def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> 
     devices = [resolve_device(g) for g in gpus]
     kernels = workload.kernels
     end_to_end = EndToEndModel(parts.kernel_model, parts.fallback, OverheadModel(1.0, parts.gap_ms))
-    kernel_work = end_to_end.kernel_work(kernels, devices, workload.batch)
+    model = end_to_end.kernel_work(kernels, devices, workload.batch).work_ms
     # Roofline: efficiency-scaled roofline of every distinct kernel, the fallback where the model uses it.
     unique = KernelBatch.from_specs(kernels.unique)
     n = len(kernels.unique)
@@ -458,23 +457,14 @@ def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> 
     roof = (parts.roofline.predict(repeated, device_rows) - floor).reshape(len(devices), n).T
     fallback = parts.fallback.work_ms(repeated, device_rows).reshape(len(devices), n).T
     roof = np.where(kernels.unique_fallback[:, None], fallback, roof)
-    return {"model": kernel_work.work_ms, "roofline": roof[kernels.index],
-            "compute_ratio": kernel_work.compute_ratio, "board_power_w": kernel_work.board_power_w}
-
-
-def _graph_work(work: dict[str, Any], predictor: str, column: int):
-    from lilou.latency.overhead import GraphWork
-
-    return GraphWork(work[predictor][:, column], work["compute_ratio"][:, column], float(work["board_power_w"][column]))
+    return {"model": model, "roofline": roof[kernels.index]}
 
 
 def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[str] | None = None,
              fusion: str = "predicted", logo: bool = True, kernel_overrides: Sequence[str] = (),
              models_dir: Path = MODELS_DIR, cache_dir: Path = LOGO_DIR, retrain: bool = False,
-             fit_power: bool = True, log: Log = _stderr) -> EvalResult:
-    """Predict every selected label, leave-one-GPU-out (or in-sample with ``logo=False``).
-
-    ``fit_power=False`` fits the overhead without the sustained-power term (an ablation)."""
+             log: Log = _stderr) -> EvalResult:
+    """Predict every selected label, leave-one-GPU-out (or in-sample with ``logo=False``)."""
     from lilou.latency.overhead import fit_overhead
 
     if fusion not in FUSION_MODES:
@@ -497,6 +487,7 @@ def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[
         column = {g: j for j, g in enumerate(all_gpus)}
         calibration = [label for label in labels if label.gpu not in test_on or not logo]
         fold_info: dict[str, Any] = {"trained_on_kernel_rows": parts.trained_on, "gap_ms": round(parts.gap_ms, 5),
+                                     "kernel_power_exponent": round(parts.kernel_model.power_exponent, 4),
                                      "fallback": parts.fallback.to_dict(), **parts.provenance,
                                      "calibration_labels": len(calibration),
                                      "calibration_gpus": sorted({label.gpu for label in calibration})}
@@ -508,12 +499,10 @@ def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[
                 if not calibration:
                     raise LilouInputError("no end-to-end labels left to fit the overhead on; evaluate more GPUs "
                                           "or models")
-                overhead = fit_overhead([_graph_work(work[(lb.model, lb.seq, lb.batch)], predictor, column[lb.gpu])
-                                         for lb in calibration], [lb.latency_ms for lb in calibration],
-                                        parts.gap_ms, fit_power)
+                overhead = fit_overhead([work[(lb.model, lb.seq, lb.batch)][predictor][:, column[lb.gpu]]
+                                         for lb in calibration], [lb.latency_ms for lb in calibration], parts.gap_ms)
             overheads[predictor] = overhead
             fold_info[f"{predictor}_scale"] = round(overhead.scale, 5)
-            fold_info[f"{predictor}_power_exponent"] = overhead.power_exponent
         for label in tested:
             if label.gpu not in test_on:
                 continue
@@ -521,8 +510,7 @@ def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[
             row = EvalRow(gpu=label.gpu, model=label.model, seq=label.seq, batch=label.batch,
                           measured_ms=label.latency_ms, fold=parts.name, kernels=len(workloads[key].kernels))
             for predictor in PREDICTORS:
-                row.predicted_ms[predictor] = overheads[predictor].total_ms(
-                    _graph_work(work[key], predictor, column[label.gpu]))
+                row.predicted_ms[predictor] = overheads[predictor].total_ms(work[key][predictor][:, column[label.gpu]])
             rows.append(row)
         folds[held_out or "in-sample"] = fold_info
         log(f"fold {parts.name}: done ({time.perf_counter() - started:.0f} s)")

@@ -101,7 +101,6 @@ class KernelWork:
     kernel_type: np.ndarray    # str
     compute_ratio: np.ndarray  # FLOPs / peak over bytes / bandwidth
     fallback: np.ndarray       # bool per kernel (rows)
-    board_power_w: np.ndarray  # per device (columns)
 
     @property
     def compute_bound(self) -> np.ndarray:
@@ -135,8 +134,7 @@ class EndToEndModel:
         keep = [column[d.name] for d in wanted]
         rows = kernels.index
         return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows], compute_ratio=ratio[:, keep][rows],
-                          fallback=kernels.fallback.copy(),
-                          board_power_w=np.array([d.board_power_w for d in wanted], dtype=np.float64))
+                          fallback=kernels.fallback.copy())
 
     def _unique_work(self, kernels: GraphKernels, devices: list[Device], factors: tuple[float, ...]):
         """(work, kernel type, compute ratio) arrays [distinct kernels, devices]."""
@@ -166,8 +164,8 @@ class EndToEndModel:
     def gpu_ms(self, work: KernelWork) -> np.ndarray:
         """Each kernel's GPU time in the running model [kernels, devices] (its share without the wait for
         the host)."""
-        return self.overhead.gpu_ms(work.work_ms, work.compute_ratio, work.board_power_w)
+        return self.overhead.gpu_ms(work.work_ms)
 
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
-        return self.overhead.kernel_ms(work.work_ms, work.compute_ratio, work.board_power_w)
+        return self.overhead.kernel_ms(work.work_ms)

@@ -79,6 +79,7 @@ class DeviceColumns:
     clock_mhz: np.ndarray
     l2_mb: np.ndarray
     fp32_tflops: np.ndarray
+    board_power_w: np.ndarray
 
     @classmethod
     def from_devices(cls, devices: Sequence[Device]) -> DeviceColumns:
@@ -88,6 +89,7 @@ class DeviceColumns:
             clock_mhz=np.array([d.boost_clock_mhz for d in devices], dtype=np.float64),
             l2_mb=np.array([d.l2_mb for d in devices], dtype=np.float64),
             fp32_tflops=np.array([d.fp32_tflops for d in devices], dtype=np.float64),
+            board_power_w=np.array([d.board_power_w for d in devices], dtype=np.float64),
         )
 
 
@@ -96,6 +98,26 @@ def roofline_ms(kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarra
     compute = kernels.flops / (devices.fp32_tflops * 1e9)   # TFLOP/s = 1e9 FLOP/ms
     memory = kernels.bytes / (devices.bandwidth_gbs * 1e6)  # GB/s = 1e6 B/ms
     return compute, memory
+
+
+#: Boards below this power (W) may run compute below peak: the model learns how much (see model.py).
+REFERENCE_POWER_W = 150.0
+
+
+def power_factor(board_power_w: np.ndarray | float, exponent: float) -> np.ndarray:
+    """(REFERENCE_POWER_W / power) ** exponent below the reference, else 1: how much slower than its
+    spec-sheet peak a board computes (the model learns the exponent)."""
+    power = np.asarray(board_power_w, dtype=np.float64)
+    return (REFERENCE_POWER_W / np.minimum(power, REFERENCE_POWER_W)) ** exponent
+
+
+def roofline_inputs(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
+    """float32 [n, 3]: natural logs of the compute time and memory time (ms, floored at 1 ns) and of
+    max(1, REFERENCE_POWER_W / board power), what the network's roofline is built from."""
+    compute, memory = roofline_ms(kernels, devices)
+    power = np.log(REFERENCE_POWER_W / np.minimum(devices.board_power_w, REFERENCE_POWER_W))
+    columns = [np.log(np.maximum(compute, 1e-9)), np.log(np.maximum(memory, 1e-9)), power]
+    return np.stack(np.broadcast_arrays(*columns), axis=1).astype(np.float32)
 
 
 def _log2(values: np.ndarray) -> np.ndarray:

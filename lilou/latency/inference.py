@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lilou.latency.checkpoint import read_kernel_checkpoint
-from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_ms
+from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_inputs, roofline_ms
 from lilou.latency.kernel_types import KERNEL_TYPES
 
 
@@ -65,6 +65,8 @@ class KernelModel:
         self._type_trunk = _linear_layers(state, "type_head.0.")
         self._type_out = (state["type_head.1.weight"].T.copy(), state["type_head.1.bias"])
         self.log_floor = state["log_floor"].astype(np.float64)
+        # Learned power exponent (model.power_limited); checkpoints without it have none.
+        self.power_exponent = float(np.logaddexp(0.0, state["power_raw"])) if "power_raw" in state else 0.0
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
@@ -76,11 +78,12 @@ class KernelModel:
 
     def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelTimes:
         compute, memory = roofline_ms(kernels, devices)
-        roofline = np.maximum(np.maximum(compute, memory), 1e-9)
+        roofline = roofline_inputs(kernels, devices)
+        log_roofline = np.maximum(roofline[:, 0] + np.float32(self.power_exponent) * roofline[:, 2], roofline[:, 1])
         features = kernel_features(kernels, devices, self.feature_groups)
         hidden = _mlp((features - self._mean) / self._std, self._trunk)
         slowdown = (hidden @ self._slowdown[0] + self._slowdown[1])[:, 0]
-        log_work = np.log(roofline).astype(np.float32) + np.logaddexp(0.0, slowdown)  # softplus
+        log_work = log_roofline + np.logaddexp(0.0, slowdown)  # softplus
         type_features = kernel_features(kernels, devices, self.type_feature_groups)
         type_hidden = _mlp((type_features - self._type_mean) / self._type_std, self._type_trunk)
         logits = type_hidden @ self._type_out[0] + self._type_out[1]

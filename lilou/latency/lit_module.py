@@ -18,22 +18,23 @@ from lilou.latency.model import KernelLatencyNet
 class KernelLatencyModule(L.LightningModule):
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1,
-                 loss: str = "mape") -> None:
+                 loss: str = "mape", power_limited: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout)
+        self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout,
+                                    power_limited=power_limited)
 
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and datamodule.train is not None:
             self.net.set_normalisation(datamodule.train.features, datamodule.train.type_features)
 
-    def forward(self, features, type_features, family, log_roofline):
-        return self.net(features, type_features, family, log_roofline)
+    def forward(self, features, type_features, family, roofline):
+        return self.net(features, type_features, family, roofline)
 
     def _step(self, batch, stage: str) -> torch.Tensor:
-        features, type_features, family, log_roofline, log_latency, kernel_type = batch
-        log_pred, type_logits = self(features, type_features, family, log_roofline)
+        features, type_features, family, roofline, log_latency, kernel_type = batch
+        log_pred, type_logits = self(features, type_features, family, roofline)
         relative_error = ((log_pred - log_latency).exp() - 1).abs()
         latency_loss = relative_error.mean() if self.hparams.loss == "mape" else (log_pred - log_latency).abs().mean()
         type_loss = nn.functional.cross_entropy(type_logits, kernel_type)

@@ -5,8 +5,11 @@ through its specs, not memorised:
 
     latency = floor[family] + roofline(kernel, device) * exp(slowdown(features))
 
-``roofline`` is max(FLOPs / peak, bytes / bandwidth) of the device (a MIG slice's
-own SMs and bandwidth included); ``slowdown`` >= 0 is learned from device-normalised
+``roofline`` is max(f * FLOPs / peak, bytes / bandwidth) of the device (a MIG slice's
+own SMs and bandwidth included). ``f = (150 W / board power) ** power_exponent`` on
+boards under 150 W and 1 otherwise: the 70-75 W boards run large GEMMs at a third of
+their spec-sheet peak, which no device-normalised feature can tell (one learned
+exponent, 0 with ``power_limited=False``). ``slowdown`` >= 0 is learned from device-normalised
 features (waves, tile fill, size against L2, ...). ``floor`` is the per-launch
 latency a kernel never goes below in the measurements: host and driver overhead
 that no spec sheet gives, learned per family as a single figure over the training
@@ -38,14 +41,21 @@ class KernelLatencyNet(nn.Module):
 
     Inputs: latency features [n, d] (device-normalised), kernel-type features [n, d_type]
     (these may include absolute shapes: which algorithm cuDNN or cuBLAS picks depends on
-    them), the family index [n] and the natural log of the roofline time in ms [n].
+    them), the family index [n] and the roofline inputs [n, 3]
+    (:func:`lilou.latency.features.roofline_inputs`).
     Standardisation statistics are buffers, saved with the weights.
     """
 
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128),
                  type_hidden: Sequence[int] = (128, 64), dropout: float = 0.0,
-                 initial_floor_ms: float = 0.02) -> None:
+                 initial_floor_ms: float = 0.02, power_limited: bool = False) -> None:
         super().__init__()
+        # softplus(raw) is the power exponent; a buffer (fixed at 0) when not power-limited.
+        raw = torch.tensor(-2.0 if power_limited else float("-inf"))
+        if power_limited:
+            self.power_raw = nn.Parameter(raw)
+        else:
+            self.register_buffer("power_raw", raw, persistent=False)  # not saved: older checkpoints load
         self.register_buffer("feature_mean", torch.zeros(num_features))
         self.register_buffer("feature_std", torch.ones(num_features))
         self.register_buffer("type_feature_mean", torch.zeros(num_type_features))
@@ -62,15 +72,24 @@ class KernelLatencyNet(nn.Module):
         self.type_feature_mean.copy_(type_features.mean(dim=0))
         self.type_feature_std.copy_(type_features.std(dim=0).clamp_min(1e-6))
 
+    @property
+    def power_exponent(self) -> torch.Tensor:
+        return nn.functional.softplus(self.power_raw)
+
+    def log_roofline(self, roofline: torch.Tensor) -> torch.Tensor:
+        """log max(f * compute, memory) from the [n, 3] roofline inputs."""
+        return torch.maximum(roofline[:, 0] + self.power_exponent * roofline[:, 2], roofline[:, 1])
+
     def parts(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
-              log_roofline_ms: torch.Tensor):
+              roofline: torch.Tensor):
         """(log floor ms, log work ms, type logits) per kernel."""
+        log_roofline_ms = self.log_roofline(roofline)
         hidden = self.trunk((features - self.feature_mean) / self.feature_std)
         log_work = log_roofline_ms + nn.functional.softplus(self.slowdown(hidden).squeeze(-1))
         type_logits = self.type_head((type_features - self.type_feature_mean) / self.type_feature_std)
         return self.log_floor[family], log_work, type_logits
 
     def forward(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
-                log_roofline_ms: torch.Tensor):
-        log_floor, log_work, type_logits = self.parts(features, type_features, family, log_roofline_ms)
+                roofline: torch.Tensor):
+        log_floor, log_work, type_logits = self.parts(features, type_features, family, roofline)
         return torch.logaddexp(log_floor, log_work), type_logits

@@ -22,20 +22,11 @@ ahead); one of tiny kernels costs ``gap_ms`` per kernel (the host is the bottlen
 - ``scale`` corrects the per-kernel model's bias when its kernels run back to back
   in real models; it is fitted on the end-to-end labels of the training GPUs by
   minimising the mean absolute percentage error.
-- ``power_exponent`` slows compute on low-power boards under sustained load. The
-  per-kernel rows were timed in short bursts; a whole model keeps the GPU busy for
-  seconds, and the 70–75 W inference boards (P4, T4) then run under their power limit
-  at lower clocks: their end-to-end labels are 1.4–1.6x the summed kernel predictions,
-  against 0.9–1.1x on the 250 W boards. On a board of power ``P`` below
-  ``reference_power_w`` (150 W, between the two classes the labels cover) compute runs
-  at peak / f with ``f = (reference_power_w / P) ** power_exponent``; at or above it,
-  f = 1. A kernel whose compute time is r times its memory time takes
-  ``max(f r, 1) / max(r, 1)`` times its work: f when compute-bound, about 1 when far
-  from it, never decreasing as a kernel grows. A MIG slice keeps its board's power.
-  The exponent is fitted with ``scale`` on the end-to-end labels; it stays 0 when no
-  labelled board is below the reference.
+Low-power boards (P4, T4, L4) running compute below their spec-sheet peak are the
+per-kernel model's business (``power_limited`` in :mod:`lilou.latency.model`): their
+kernel rows show it, so it is learned there, not here.
 
-``make fit-e2e`` (:mod:`lilou.latency.calibrate`) fits them and writes
+``make fit-e2e`` (:mod:`lilou.latency.calibrate`) fits the scale and writes
 ``checkpoints/e2e_overhead``.
 """
 from __future__ import annotations
@@ -56,62 +47,26 @@ E2E_OVERHEAD = "e2e_overhead"
 FLOOR_BOUND_MS = 1e-3
 
 
-#: Boards below this power (W) slow down under sustained compute; see the module docstring.
-REFERENCE_POWER_W = 150.0
 #: Range of the overhead ``scale`` searched when fitting.
 GRID_LOW, GRID_HIGH = 0.1, 10.0
-#: Exponents tried when fitting; 0 (no slowdown) comes first, so it wins ties.
-POWER_EXPONENTS = np.round(np.arange(0.0, 2.0 + 1e-9, 0.01), 2)
-
-
-def sustained_slowdown(compute_ratio: np.ndarray, board_power_w: np.ndarray | float, exponent: float,
-                       reference_power_w: float = REFERENCE_POWER_W) -> np.ndarray:
-    """Factor (>= 1) on each kernel's work under sustained load; shapes broadcast as numpy does.
-
-    ``compute_ratio`` is the kernel's FLOPs / peak over its bytes / bandwidth on the device.
-    """
-    limited = compute_slowdown(board_power_w, exponent, reference_power_w)
-    ratio = np.asarray(compute_ratio, dtype=np.float64)
-    return np.maximum(limited * ratio, 1.0) / np.maximum(ratio, 1.0)
-
-
-def compute_slowdown(board_power_w: np.ndarray | float, exponent: float,
-                     reference_power_w: float = REFERENCE_POWER_W) -> np.ndarray:
-    """f = (reference / power) ** exponent below the reference power, else 1: how much slower a
-    compute-bound kernel runs under sustained load."""
-    power = np.asarray(board_power_w, dtype=np.float64)
-    return (reference_power_w / np.minimum(power, reference_power_w)) ** exponent
-
-
-@dataclass(frozen=True)
-class GraphWork:
-    """One graph's per-kernel work on one device, with what the overhead model needs of it."""
-
-    work_ms: np.ndarray        # [kernels]
-    compute_ratio: np.ndarray  # [kernels] FLOPs / peak over bytes / bandwidth
-    board_power_w: float
 
 
 @dataclass(frozen=True)
 class OverheadModel:
     scale: float
     gap_ms: float
-    power_exponent: float = 0.0
-    reference_power_w: float = REFERENCE_POWER_W
 
-    def kernel_ms(self, work_ms: np.ndarray, compute_ratio: np.ndarray,
-                  board_power_w: np.ndarray | float) -> np.ndarray:
+    def kernel_ms(self, work_ms: np.ndarray) -> np.ndarray:
         """Each kernel's share of the end-to-end time (the shape of ``work_ms``: [kernels] in execution
-        order, or [kernels, devices] with ``board_power_w`` per device); the shares sum to the total."""
-        return queue_shares(self.gpu_ms(work_ms, compute_ratio, board_power_w), self.gap_ms)
+        order, or [kernels, devices]); the shares sum to the total."""
+        return queue_shares(self.gpu_ms(work_ms), self.gap_ms)
 
-    def gpu_ms(self, work_ms: np.ndarray, compute_ratio: np.ndarray, board_power_w: np.ndarray | float) -> np.ndarray:
-        """Each kernel's time on the GPU in a running model: its work, scaled and slowed."""
-        slowdown = sustained_slowdown(compute_ratio, board_power_w, self.power_exponent, self.reference_power_w)
-        return self.scale * np.asarray(work_ms, dtype=np.float64) * slowdown
+    def gpu_ms(self, work_ms: np.ndarray) -> np.ndarray:
+        """Each kernel's time on the GPU in a running model: its work, scaled."""
+        return self.scale * np.asarray(work_ms, dtype=np.float64)
 
-    def total_ms(self, graph: GraphWork) -> float:
-        return float(self.kernel_ms(graph.work_ms, graph.compute_ratio, graph.board_power_w).sum())
+    def total_ms(self, work_ms: np.ndarray) -> float:
+        return float(self.kernel_ms(work_ms).sum())
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -142,31 +97,11 @@ def dispatch_gap_ms(latency_ms: np.ndarray, memory_ms: np.ndarray, gpu: np.ndarr
     return float(np.median(medians))
 
 
-def fit_overhead(graphs: Sequence[GraphWork], labels_ms: Sequence[float], gap_ms: float,
-                 fit_power: bool = True) -> OverheadModel:
-    """``scale`` and ``power_exponent`` minimising the MAPE of the queue's total times against the labels;
-    ``fit_power=False`` keeps the exponent at 0.
-
-    The exponent is searched on a grid of 0.05, then of 0.01 around the best point, each with its best scale.
-    """
-    labels = np.asarray(labels_ms, dtype=np.float64)
-    tried: dict[float, tuple[float, float]] = {}  # exponent -> (MAPE, scale)
-
-    def attempt(exponents: np.ndarray) -> float:
-        for exponent in map(float, exponents):
-            if exponent not in tried:
-                work = [g.work_ms * sustained_slowdown(g.compute_ratio, g.board_power_w, exponent) for g in graphs]
-                scale, error = _best_scale(work, labels, gap_ms)
-                tried[exponent] = (error, scale)
-        # Lowest error; among equal errors (no low-power board in the labels) the smallest exponent.
-        return min(tried, key=lambda e: (round(tried[e][0], 9), e))
-
-    if not fit_power:
-        best = attempt(POWER_EXPONENTS[:1])
-    else:
-        coarse = attempt(POWER_EXPONENTS[::5])
-        best = attempt(POWER_EXPONENTS[np.abs(POWER_EXPONENTS - coarse) <= 0.05 + 1e-9])
-    return OverheadModel(tried[best][1], gap_ms, best)
+def fit_overhead(work: Sequence[np.ndarray], labels_ms: Sequence[float], gap_ms: float) -> OverheadModel:
+    """The ``scale`` minimising the MAPE of the queue's total times (one work array per label) against
+    the labels."""
+    scale, _ = _best_scale(work, np.asarray(labels_ms, dtype=np.float64), gap_ms)
+    return OverheadModel(scale, gap_ms)
 
 
 def _best_scale(work: Sequence[np.ndarray], labels: np.ndarray, gap_ms: float) -> tuple[float, float]:

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lilou.latency.checkpoint import read_kernel_checkpoint
-from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_ms
+from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_inputs, roofline_ms
 from lilou.latency.kernel_types import KERNEL_TYPES
 from lilou.latency.model import KernelLatencyNet
 
@@ -44,7 +44,8 @@ class KernelLatencyPredictor:
     def load(cls, folder: str | os.PathLike[str]) -> KernelLatencyPredictor:
         config, weights = read_kernel_checkpoint(folder)
         state = load_file(weights)
-        net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"])
+        net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"],
+                               power_limited=config.get("power_limited", False))
         net.load_state_dict(state)
         return cls(net, config["feature_groups"], config["type_feature_groups"], config)
 
@@ -62,12 +63,11 @@ class KernelLatencyPredictor:
     @torch.no_grad()
     def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelPrediction:
         compute, memory = roofline_ms(kernels, devices)
-        roofline = np.maximum(np.maximum(compute, memory), 1e-9)
         features = torch.from_numpy(kernel_features(kernels, devices, self.feature_groups))
         type_features = torch.from_numpy(kernel_features(kernels, devices, self.type_feature_groups))
         family = torch.from_numpy(kernels.family)
-        log_roofline = torch.from_numpy(np.log(roofline)).float()
-        log_floor, log_work, logits = self.net.parts(features, type_features, family, log_roofline)
+        roofline = torch.from_numpy(roofline_inputs(kernels, devices))
+        log_floor, log_work, logits = self.net.parts(features, type_features, family, roofline)
         floor, work = log_floor.exp().double().numpy(), log_work.exp().double().numpy()
         types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(dim=1).numpy()]
         return KernelPrediction(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,
