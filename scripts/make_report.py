@@ -55,7 +55,7 @@ NOTES = {
         "metadata, `predicted` = what `lilou infer` uses (the fusion GNN checkpoint when shipped, else the rule "
         "baseline; the `kernel groups` column says which ran), `none` = one kernel per ONNX node (view-only nodes "
         "still launch nothing). Everything else is identical between rows; in leave-one-GPU-out mode the "
-        "overhead scale and sustained-power exponent are refitted per fold and per grouping, in-sample (quick) "
+        "overhead scale is refitted per fold and per grouping, in-sample (quick) "
         "the shipped overhead is used for all three. `model_*` = Lilou, `roofline_*` = the roofline baseline "
         "through the same pipeline."),
     "ablate_fusion": (

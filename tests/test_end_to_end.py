@@ -93,7 +93,7 @@ def _launch_queue(gpu_ms, issue_ms):
 
 
 def test_composition_is_the_launch_queue_of_the_kernels(predictor):
-    result = predictor.predict(EXAMPLE, gpu="a10g")  # a 300 W board: no sustained-power slowdown
+    result = predictor.predict(EXAMPLE, gpu="a10g")
     params = json.loads((OVERHEAD / "model.json").read_text())["overhead"]
     assert result.latency_ms == pytest.approx(sum(k.latency_ms for k in result.kernels), abs=1e-3)
     expected = _launch_queue([params["scale"] * k.work_ms for k in result.kernels], params["gap_ms"])

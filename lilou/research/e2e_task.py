@@ -1,6 +1,6 @@
 """Hydra task ``e2e_calibration``: the end-to-end fit of ``make fit-e2e`` as a Hydra run.
 
-Fits the memory-bound fallback, the dispatch gap, the overhead scale and the sustained-power exponent
+Fits the memory-bound fallback, the dispatch gap and the launch-queue scale
 (:mod:`lilou.latency.calibrate`) against the shipped per-kernel checkpoint and writes the
 result (``model.json``, ``config.json``, ``metrics.json``) to ``<run dir>/checkpoint``;
 ``output_checkpoint=checkpoints/e2e_overhead`` also replaces the shipped one. The fit is
