@@ -115,8 +115,8 @@ def roofline_inputs(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
     """float32 [n, 3]: natural logs of the compute time and memory time (ms, floored at 1 ns) and of
     max(1, REFERENCE_POWER_W / board power), what the network's roofline is built from."""
     compute, memory = roofline_ms(kernels, devices)
-    power = np.log(REFERENCE_POWER_W / np.minimum(devices.board_power_w, REFERENCE_POWER_W))
-    columns = [np.log(np.maximum(compute, 1e-9)), np.log(np.maximum(memory, 1e-9)), power]
+    columns = [np.log(np.maximum(compute, 1e-9)), np.log(np.maximum(memory, 1e-9)),
+               np.log(power_factor(devices.board_power_w, 1.0))]
     return np.stack(np.broadcast_arrays(*columns), axis=1).astype(np.float32)
 
 

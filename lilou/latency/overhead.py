@@ -22,6 +22,7 @@ ahead); one of tiny kernels costs ``gap_ms`` per kernel (the host is the bottlen
 - ``scale`` corrects the per-kernel model's bias when its kernels run back to back
   in real models; it is fitted on the end-to-end labels of the training GPUs by
   minimising the mean absolute percentage error.
+
 Low-power boards (P4, T4, L4) running compute below their spec-sheet peak are the
 per-kernel model's business (``power_limited`` in :mod:`lilou.latency.model`): their
 kernel rows show it, so it is learned there, not here.
