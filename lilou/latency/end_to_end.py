@@ -99,13 +99,8 @@ class KernelWork:
 
     work_ms: np.ndarray        # GPU time of the kernel alone, monotonic in size and MIG slice
     kernel_type: np.ndarray    # str
-    compute_ratio: np.ndarray  # FLOPs / peak over bytes / bandwidth
+    compute_bound: np.ndarray  # bool
     fallback: np.ndarray       # bool per kernel (rows)
-
-    @property
-    def compute_bound(self) -> np.ndarray:
-        """bool: FLOPs / peak at or above bytes / bandwidth."""
-        return self.compute_ratio >= 1.0
 
 
 class EndToEndModel:
@@ -128,20 +123,20 @@ class EndToEndModel:
             for other in dominating_devices(device):
                 every.setdefault(other.name, other)
         expanded = list(every.values())
-        work, types, ratio = self._unique_work(kernels, expanded, ladder_factors(batch))
+        work, types, bound = self._unique_work(kernels, expanded, ladder_factors(batch))
         work = mig_envelope(work, expanded, wanted)
         column = {d.name: j for j, d in enumerate(expanded)}
         keep = [column[d.name] for d in wanted]
         rows = kernels.index
-        return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows], compute_ratio=ratio[:, keep][rows],
-                          fallback=kernels.fallback.copy())
+        return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows],
+                          compute_bound=bound[:, keep][rows], fallback=kernels.fallback.copy())
 
     def _unique_work(self, kernels: GraphKernels, devices: list[Device], factors: tuple[float, ...]):
-        """(work, kernel type, compute ratio) arrays [distinct kernels, devices]."""
+        """(work, kernel type, compute-bound) arrays [distinct kernels, devices]."""
         specs, fallback = kernels.unique, kernels.unique_fallback
         n, d = len(specs), len(devices)
         if n == 0:
-            return np.zeros((0, d)), np.zeros((0, d), dtype=object), np.zeros((0, d))
+            return np.zeros((0, d)), np.zeros((0, d), dtype=object), np.zeros((0, d), dtype=bool)
         base = KernelBatch.from_specs(specs)
         device_columns = vars(DeviceColumns.from_devices(devices))
         pairs = base.take(np.tile(np.arange(n), d))  # device-major: row = device * n + kernel
@@ -159,7 +154,7 @@ class EndToEndModel:
             model_work = predicted.work_ms.reshape(d, rungs, m).min(axis=1).T
             work[model_rows] = model_work
             types[model_rows] = predicted.kernel_type.reshape(d, rungs, m)[:, 0, :].T
-        return work, types, (compute / np.maximum(memory, 1e-12)).reshape(d, n).T
+        return work, types, (compute >= memory).reshape(d, n).T
 
     def gpu_ms(self, work: KernelWork) -> np.ndarray:
         """Each kernel's GPU time in the running model [kernels, devices] (its share without the wait for
