@@ -6,6 +6,9 @@
 2. Train on all five, test on `kernels/test` rows of GPUs that are new for that op
    (A100 80GB PCIe for GEMM, elementwise, layer norm, softmax).
 3. Speed: predicting 10 000 kernels on one GPU, median of repeats.
+4. What limits it (diagnostics, never results): per held-out GPU and family, the MAPE
+   left once a launch offset and a speed scale are fitted in hindsight on that GPU's own
+   rows; and the fraction of FP32 peak large GEMMs reach against their ideal duration.
 
 Prints one table per part and writes outputs/bench/kernels.{json,csv}.
 
@@ -28,6 +31,7 @@ from rich.table import Table
 from lilou.data.neusight import load_kernels
 from lilou.hardware import resolve_device
 from lilou.latency.dataset import build_dataset
+from lilou.latency.diagnostics import gemm_efficiency_by_duration, limits_table
 from lilou.latency.evaluation import error_table
 from lilou.latency.features import DeviceColumns
 from lilou.latency.folds import KERNEL_FOLDS
@@ -46,7 +50,8 @@ def config(overrides: list[str]):
         return compose("train", overrides=["experiment=kernel_latency", *overrides])
 
 
-def evaluate_fold(held_out: list[str], overrides: list[str]) -> list[dict]:
+def evaluate_fold(held_out: list[str], overrides: list[str]) -> tuple[list[dict], list[dict]]:
+    """(error rows of the model and the roofline, limits rows of the model) on the held-out GPUs."""
     cfg = config([*overrides, f"data.held_out_gpus=[{','.join(held_out)}]", "trainer.enable_progress_bar=false"])
     predictor, datamodule = fit(cfg)
     rows = datamodule.test_rows
@@ -54,7 +59,16 @@ def evaluate_fold(held_out: list[str], overrides: list[str]) -> list[dict]:
     results = [{"predictor": "model", **row} for row in held_out_metrics(predictor, datamodule)]
     results += [{"predictor": "roofline", **row}
                 for row in error_table(rows, baseline.predict(rows.kernels, rows.devices))]
-    return results
+    limits = limits_table(rows, predictor.predict(rows.kernels, rows.devices).latency_ms)
+    return results, limits
+
+
+def summarise_limits(limits: list[dict]) -> list[dict]:
+    """Mean over held-out GPUs of each family's MAPE: the model's, then after each hindsight oracle."""
+    columns = ("mape", "scale_oracle_mape", "offset_scale_oracle_mape")
+    return [{"family": family, **{c: statistics.fmean(r[c] for r in limits if r["family"] == family)
+                                  for c in columns}}
+            for family in FAMILY_ORDER if any(r["family"] == family for r in limits)]
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -110,8 +124,22 @@ def print_table(title: str, rows: list[dict], columns: list[str]) -> None:
     for column in columns:
         table.add_column(column, justify="left" if column in ("family", "gpu", "split", "predictor") else "right")
     for row in rows:
-        table.add_row(*[f"{row[c]:.1f}" if isinstance(row.get(c), float) else str(row.get(c, "-")) for c in columns])
+        table.add_row(*[(f"{row[c]:.2f}" if "scale" in c else f"{row[c]:.1f}") if isinstance(row.get(c), float)
+                        else str(row.get(c, "-")) for c in columns])
     Console(width=200).print(table)
+
+
+def print_throttle(rows: list[dict]) -> None:
+    """GPUs down, half-decades of ideal time across: the median % of FP32 peak large GEMMs reach."""
+    bins = sorted({r["log10_ideal_ms"] for r in rows if r["n"] >= 20})
+    columns = [f"{10 ** b:.3g} ms" for b in bins]
+    pivot = []
+    for gpu in sorted({r["gpu"] for r in rows}):
+        cells = {f"{10 ** r['log10_ideal_ms']:.3g} ms": r["median_percent_of_peak"]
+                 for r in rows if r["gpu"] == gpu and r["n"] >= 20}
+        pivot.append({"gpu": gpu, **cells})
+    print_table("large GEMMs (every dim >= 512): median % of FP32 peak, by ideal time at peak (bin lower edge, "
+                "bins of >= 20 rows)", pivot, ["gpu", *columns])
 
 
 def main() -> None:
@@ -121,9 +149,11 @@ def main() -> None:
     args = parser.parse_args()
     overrides = list(args.overrides) + (["data.max_rows=30000", "trainer.max_epochs=2"] if args.quick else [])
     started = time.perf_counter()
-    logo = []
+    logo, limits = [], []
     for fold, gpus in FOLDS.items():
-        logo += [{"fold": fold, **r} for r in evaluate_fold(gpus, overrides)]
+        results, fold_limits = evaluate_fold(gpus, overrides)
+        logo += [{"fold": fold, **r} for r in results]
+        limits += [{"fold": fold, **r} for r in fold_limits]
         print(f"fold {fold} done ({time.perf_counter() - started:.0f} s)", flush=True)
     summary = summarise(logo)
     test_rows, predictor = unseen_gpu_test(overrides)
@@ -137,9 +167,18 @@ def main() -> None:
     print_table("train on all five, kernels/test rows", test_rows,
                 ["split", "gpu", "family", "n", "mape", "median_ape", "type_accuracy"])
     print(f"prediction speed: 10,000 kernels x 1 GPU in {seconds * 1000:.1f} ms (median of 7)")
+    limits_summary = summarise_limits(limits)
+    print_table("what limits it (diagnostic: constants fitted in hindsight on the held-out GPU's rows)", limits,
+                ["gpu", "family", "mape", "scale_oracle_mape", "offset_scale_oracle_mape", "offset_oracle_us",
+                 "offset_scale_oracle_scale"])
+    print_table("what limits it, mean over held-out GPUs (MAPE %)", limits_summary,
+                ["family", "mape", "scale_oracle_mape", "offset_scale_oracle_mape"])
+    throttle = gemm_efficiency_by_duration(build_dataset(load_kernels("train", ops=["linear", "bmm"])))
+    print_throttle(throttle)
     OUT.mkdir(parents=True, exist_ok=True)
     result = {"overrides": overrides, "leave_one_gpu_out": logo, "summary": summary, "test_split": test_rows,
-              "speed_10k_kernels_s": seconds, "wall_s": time.perf_counter() - started}
+              "speed_10k_kernels_s": seconds, "limits": limits, "limits_summary": limits_summary,
+              "gemm_efficiency_by_duration": throttle, "wall_s": time.perf_counter() - started}
     (OUT / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
     with open(OUT / "kernels.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["fold", "predictor", "gpu", "family", "n", "mape",
