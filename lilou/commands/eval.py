@@ -118,6 +118,30 @@ def print_tables(result, out=None) -> None:
                           _fmt(m["model_spearman"], 3), _fmt(m["model_kendall"], 3), _fmt(m["roofline_spearman"], 3),
                           _fmt(m["roofline_kendall"], 3))
         out.print(table)
+    print_breakdown(result, out)
     out.print(f"{len(result.rows)} labels in {result.seconds:.0f} s; overhead scale / kernel power exponent per "
               "fold: " + ", ".join(f"{k} {v['model_scale']:.3f} / {v['kernel_power_exponent']:.2f}"
                                    for k, v in result.folds.items()))
+
+
+def print_breakdown(result, out) -> None:
+    """Where the time goes, measured against predicted, on labels with NeuSight's per-node latencies."""
+    from lilou.latency.breakdown import CATEGORIES
+
+    summary = result.breakdown_summary()
+    if not summary or not summary[0]["labels"]:
+        return
+    table = Table(title="where the time goes: share of the forward pass, measured → predicted % "
+                        "(MAPE % of the category's ms)")
+    table.add_column("gpu")
+    table.add_column("labels", justify="right")
+    for category in CATEGORIES:
+        table.add_column(category, justify="right")
+    for gpu in dict.fromkeys(s["gpu"] for s in summary):
+        cells = {s["category"]: s for s in summary if s["gpu"] == gpu}
+        table.add_row(gpu, str(cells[CATEGORIES[0]]["labels"]),
+                      *[f"{cells[c]['measured_share']:.0f} → {cells[c]['model_share']:.0f} "
+                        f"({_fmt(cells[c]['model_mape'], 0)})" for c in CATEGORIES])
+    out.print(table)
+    out.print("Measured shares rebuild each forward pass from NeuSight's per-node CSV (first layer x num_layer); "
+              "'other' is embeddings, copies and fallback kernels.")

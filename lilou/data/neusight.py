@@ -423,6 +423,7 @@ class E2EMeasurement:
     fusion: bool          # True: torch.compile (``*-fusion.json``); False: eager
     path: Path
     node_csv: Path | None  # per-FX-node latencies beside it, when present
+    layers: int | None = None  # ``num_layer``: the node CSV times the first layer, which repeats this often
 
 
 _E2E_NAME = re.compile(r"^(?P<model>.+)-inf-(?P<seq>\d+)-(?P<batch>\d+)(?P<fusion>-fusion)?\.json$")
@@ -449,13 +450,15 @@ def load_e2e(data_dir: str | os.PathLike[str] | None = None) -> list[E2EMeasurem
         if not match:
             continue
         with path.open(encoding="utf-8") as handle:
-            latency = float(json.load(handle)["e2e_latency"])
+            record = json.load(handle)
+        latency = float(record["e2e_latency"])
+        layers = int(record["num_layer"]) if record.get("num_layer") else None
         device = _device_of_folder(path.parent.name, configs)
         node_csv = path.with_suffix(".csv")
         labels.append(E2EMeasurement(
             gpu=_gpu_name(device), device=device, model=match["model"], seq=int(match["seq"]),
             batch=int(match["batch"]), latency_ms=latency, fusion=match["fusion"] is not None, path=path,
-            node_csv=node_csv if not match["fusion"] and node_csv.is_file() else None))
+            node_csv=node_csv if not match["fusion"] and node_csv.is_file() else None, layers=layers))
     return labels
 
 

@@ -134,6 +134,8 @@ class EvalRow:
     fold: str
     kernels: int
     predicted_ms: dict[str, float] = field(default_factory=dict)  # predictor -> ms
+    # category -> (measured ms rebuilt from NeuSight's per-node CSV, the model's predicted ms); see breakdown.py
+    breakdown: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def workload(self) -> str:
@@ -148,6 +150,9 @@ class EvalRow:
         for predictor, value in self.predicted_ms.items():
             out[f"{predictor}_ms"] = round(value, 3)
             out[f"{predictor}_ape"] = round(self.ape(predictor), 2)
+        if self.breakdown:
+            out["breakdown_ms"] = {category: {"measured": round(measured, 3), "model": round(predicted, 3)}
+                                   for category, (measured, predicted) in self.breakdown.items()}
         return out
 
 
@@ -203,6 +208,28 @@ class EvalResult:
             out.append(entry)
         return out
 
+    def breakdown_summary(self) -> list[dict[str, Any]]:
+        """Per GPU (and "all") and category, over labels with per-node measurements: the mean share of the
+        forward pass measured and predicted (%), and the MAPE of the category's ms."""
+        from lilou.latency.breakdown import CATEGORIES
+
+        rows = [r for r in self.rows if r.breakdown]
+        out = []
+        for gpu in ["all", *sorted({r.gpu for r in rows})]:
+            picked = [r for r in rows if gpu in ("all", r.gpu)]
+            for category in CATEGORIES:
+                measured = np.array([r.breakdown[category][0] for r in picked])
+                predicted = np.array([r.breakdown[category][1] for r in picked])
+                measured_total = np.array([sum(m for m, _ in r.breakdown.values()) for r in picked])
+                predicted_total = np.array([sum(p for _, p in r.breakdown.values()) for r in picked])
+                used = measured > 0
+                out.append({"gpu": gpu, "category": category, "labels": len(picked),
+                            "measured_share": round(float(np.mean(100 * measured / measured_total)), 2),
+                            "model_share": round(float(np.mean(100 * predicted / predicted_total)), 2),
+                            "model_mape": _round(float(np.mean(100 * np.abs(predicted[used] - measured[used])
+                                                               / measured[used])) if used.any() else math.nan, 2)})
+        return out
+
     @staticmethod
     def _errors(rows: Sequence[EvalRow]) -> dict[str, float]:
         out = {}
@@ -218,7 +245,7 @@ class EvalResult:
                 "labels": "neusight e2e/<GPU>/<model>-inf-<seq>-<batch>.json (eager FP32, not -fusion)",
                 "overall": self.overall(), "per_gpu": self.per_gpu(), "ranking_per_model": self.ranking_per_model(),
                 "ranking": self.ranking(), "rows": [r.to_json() for r in self.rows], "folds": self.folds,
-                "kernel_groups": self.kernel_groups,
+                "kernel_groups": self.kernel_groups, "breakdown": self.breakdown_summary(),
                 "seconds": round(self.seconds, 1)}
 
 
@@ -460,6 +487,15 @@ def workload_work(parts: FoldParts, workload: Workload, gpus: Sequence[str]) -> 
     return {"model": model, "roofline": roof[kernels.index]}
 
 
+def compare_breakdown(label, kernels, kernel_ms: np.ndarray) -> dict[str, tuple[float, float]]:
+    """category -> (measured ms from the label's per-node CSV, predicted ms from the kernels' shares)."""
+    from lilou.latency.breakdown import CATEGORIES, measured_breakdown, predicted_breakdown
+
+    measured = measured_breakdown(label.node_csv, label.layers)
+    predicted = predicted_breakdown(kernels.specs, kernels.fallback, kernel_ms)
+    return {category: (measured[category], predicted[category]) for category in CATEGORIES}
+
+
 def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[str] | None = None,
              fusion: str = "predicted", logo: bool = True, kernel_overrides: Sequence[str] = (),
              models_dir: Path = MODELS_DIR, cache_dir: Path = LOGO_DIR, retrain: bool = False,
@@ -511,6 +547,9 @@ def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[
                           measured_ms=label.latency_ms, fold=parts.name, kernels=len(workloads[key].kernels))
             for predictor in PREDICTORS:
                 row.predicted_ms[predictor] = overheads[predictor].total_ms(work[key][predictor][:, column[label.gpu]])
+            if label.node_csv is not None and label.layers:
+                shares = overheads["model"].kernel_ms(work[key]["model"][:, column[label.gpu]])
+                row.breakdown = compare_breakdown(label, workloads[key].kernels, shares)
             rows.append(row)
         folds[held_out or "in-sample"] = fold_info
         log(f"fold {parts.name}: done ({time.perf_counter() - started:.0f} s)")
