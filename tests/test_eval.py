@@ -77,6 +77,7 @@ def test_aggregates_per_gpu_overall_and_ranking():
     assert ranking["measured_order"] == ["a", "b", "c"]
     payload = json.loads(json.dumps(result.to_json()))
     assert payload["rows"][0]["model_ape"] == 10.0
+    assert payload["breakdown"] == [] and "breakdown_ms" not in payload["rows"][0]  # no per-node measurements
 
 
 # ------------------------------------------------------------------ bad input

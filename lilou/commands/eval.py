@@ -129,7 +129,7 @@ def print_breakdown(result, out) -> None:
     from lilou.latency.breakdown import CATEGORIES
 
     summary = result.breakdown_summary()
-    if not summary or not summary[0]["labels"]:
+    if not summary:
         return
     table = Table(title="where the time goes: share of the forward pass, measured → predicted % "
                         "(MAPE % of the category's ms)")

@@ -214,6 +214,8 @@ class EvalResult:
         from lilou.latency.breakdown import CATEGORIES
 
         rows = [r for r in self.rows if r.breakdown]
+        if not rows:
+            return []
         out = []
         for gpu in ["all", *sorted({r.gpu for r in rows})]:
             picked = [r for r in rows if gpu in ("all", r.gpu)]
