@@ -24,9 +24,11 @@ CATEGORIES = ("gemm", "softmax", "layernorm", "elementwise", "other")
 # A node of the first repeated block: `bert.encoder.layer.0.`, GPT-2 `transformer.h.0.`, OPT `decoder.layers.0.`.
 _FIRST_LAYER = re.compile(r"\.(?:layer|layers|h|block)\.0[.']")
 _GEMM_FUNCTIONS = re.compile(r"\b(?:matmul|addmm|bmm|baddbmm|linear|einsum)\b")
+# Functions and methods (``add_``: in place) that launch one elementwise kernel. ``max``/``min`` appear as
+# torch.max(scores, floor) in OPT's attention, an elementwise clamp, not a reduction.
 _ELEMENTWISE_FUNCTIONS = re.compile(
     r"\b(?:add|iadd|mul|imul|truediv|sub|neg|pow|gelu|tanh|relu|silu|sigmoid|where|exp|sqrt|rsqrt|erf|"
-    r"masked_fill|clamp|abs|div)\b")
+    r"masked_fill|clamp|abs|div|max|min|maximum|minimum|lt|gt|le|ge|eq|ne)_?\b")
 _LAYERNORM_MODULE = re.compile(r"norm|(?:^|\.)ln_|(?:^|\.)ln_f$")
 _NON_GEMM_MODULE = re.compile(r"embed|(?:^|\.)wte$|(?:^|\.)wpe$|drop")
 _ACTIVATION_MODULE = re.compile(r"(?:^|\.)(?:activation|act|act_fn|activation_fn)$")
