@@ -24,6 +24,7 @@ from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
 from lilou.errors import LilouInputError
 from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device, resolve_device
+from lilou.latency.breakdown import CATEGORIES, kernel_category
 from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.fallback import FallbackModel, fallback_ops
 from lilou.latency.inference import KernelModel
@@ -47,6 +48,7 @@ class KernelEstimate:
     bytes: int
     compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
     fallback: bool        # no measurements for this kind of kernel: memory-bound fallback
+    category: str = "other"  # gemm | softmax | layernorm | elementwise | other (lilou.latency.breakdown)
 
     @property
     def bound(self) -> str:
@@ -87,6 +89,14 @@ class Prediction:
     def host_wait_share(self) -> float:
         """Share (0..1) of the predicted time the GPU waits for kernel launches (1 - GPU busy share)."""
         return sum(k.host_wait_ms for k in self.kernels) / self.latency_ms if self.latency_ms else 0.0
+
+    def category_shares(self) -> dict[str, float]:
+        """Share (0..1) of the predicted time per kernel category, launch waits included; the categories
+        `lilou eval` checks against NeuSight's per-node measurements."""
+        shares = dict.fromkeys(CATEGORIES, 0.0)
+        for k in self.kernels:
+            shares[k.category] += k.latency_ms / self.latency_ms if self.latency_ms else 0.0
+        return shares
 
     def top(self, n: int) -> list[KernelEstimate]:
         return sorted(self.kernels, key=lambda k: -k.latency_ms)[:n]
@@ -251,7 +261,8 @@ def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, wait
                            latency_ms=round(float(shares[i, column]), 6), work_ms=float(work.work_ms[i, column]),
                            host_wait_ms=round(float(waits[i, column]), 6),
                            flops=int(spec.flops), bytes=int(spec.bytes),
-                           compute_bound=bool(work.compute_bound[i, column]), fallback=bool(work.fallback[i]))
+                           compute_bound=bool(work.compute_bound[i, column]), fallback=bool(work.fallback[i]),
+                           category=kernel_category(spec, bool(work.fallback[i])))
             for i, (nodes, spec) in enumerate(zip(kernels.nodes, kernels.specs))]
 
 

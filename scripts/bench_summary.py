@@ -77,7 +77,7 @@ def e2e_rows(data: dict) -> list[Row]:
                         f">= {SPEARMAN_TARGET:g}", None if sp is None else sp >= SPEARMAN_TARGET))
         out.append(_row("e2e", f"Kendall {m['model']}", kt, m.get("roofline_kendall")))
     for s in data.get("breakdown", []):
-        if s["gpu"] == "all" and s["category"] != "other":
+        if s["gpu"] == "all" and s["category"] != "other" and s["measured_share"] > 0:
             out.append(_row("e2e", f"breakdown {s['category']}: share {s['measured_share']:.0f} % measured, "
                             f"{s['model_share']:.0f} % predicted ({s['labels']} labels); MAPE of its ms",
                             s["model_mape"], unit="%"))

@@ -68,6 +68,11 @@ def test_table_shows_total_count_top_kernels_and_bound(capsys):
     # ResNet-18 at batch 1 is launch-bound: most of the time the GPU waits for the host.
     share = float(re.search(r"waits for the host to launch kernels ([0-9.]+) %", out).group(1))
     assert 50 < share < 90 and "launch wait" in out
+    # Where the time goes by category: ResNet-18 is convolutions and fallback kernels (BatchNorm, pooling).
+    line = re.search(r"by category \(launch waits included\): (.*)", out).group(1)
+    shares = {name: float(value) for name, value in re.findall(r"(\w+) ([0-9.]+) %", line)}
+    assert set(shares) == {"conv", "elementwise", "other", "gemm"} and max(shares, key=shares.get) == "conv"
+    assert sum(shares.values()) == pytest.approx(100, abs=0.3)
 
 
 def test_csv_one_row_per_kernel(capsys):
@@ -75,8 +80,11 @@ def test_csv_one_row_per_kernel(capsys):
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 68
-    assert set(rows[0]) == {"index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "launch_wait_ms",
-                            "work_ms", "flops", "bytes"}
+    assert set(rows[0]) == {"index", "ops", "nodes", "type", "category", "bound", "fallback", "latency_ms",
+                            "launch_wait_ms", "work_ms", "flops", "bytes"}
+    assert {(r["ops"], r["category"]) for r in rows if r["ops"] in ("Conv", "Reshape+Gemm", "MaxPool")} == {
+        ("Conv", "conv"), ("Reshape+Gemm", "gemm"), ("MaxPool", "other")}
+    assert all(r["category"] == "other" for r in rows if r["fallback"] == "1")
     assert {r["bound"] for r in rows} <= {"compute", "memory"}
     assert all(0 <= float(r["launch_wait_ms"]) <= float(r["latency_ms"]) for r in rows)
     assert float(rows[0]["launch_wait_ms"]) > 0  # the GPU is idle until the host has issued the first kernel

@@ -133,15 +133,17 @@ def print_breakdown(result, out) -> None:
         return
     table = Table(title="where the time goes: share of the forward pass, measured → predicted % "
                         "(MAPE % of the category's ms)")
+    categories = [c for c in CATEGORIES if any(s["category"] == c and (s["measured_share"] or s["model_share"])
+                                               for s in summary)]
     table.add_column("gpu")
     table.add_column("labels", justify="right")
-    for category in CATEGORIES:
+    for category in categories:
         table.add_column(category, justify="right")
     for gpu in dict.fromkeys(s["gpu"] for s in summary):
         cells = {s["category"]: s for s in summary if s["gpu"] == gpu}
         table.add_row(gpu, str(cells[CATEGORIES[0]]["labels"]),
                       *[f"{cells[c]['measured_share']:.0f} → {cells[c]['model_share']:.0f} "
-                        f"({_fmt(cells[c]['model_mape'], 0)})" for c in CATEGORIES])
+                        f"({_fmt(cells[c]['model_mape'], 0)})" for c in categories])
     out.print(table)
     out.print("Measured shares rebuild each forward pass from NeuSight's per-node CSV (first layer x num_layer); "
               "'other' is embeddings, copies and fallback kernels.")

@@ -58,15 +58,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-CSV_COLUMNS = ("index", "ops", "nodes", "type", "bound", "fallback", "latency_ms", "launch_wait_ms", "work_ms", "flops",
-               "bytes")
+CSV_COLUMNS = ("index", "ops", "nodes", "type", "category", "bound", "fallback", "latency_ms", "launch_wait_ms",
+               "work_ms", "flops", "bytes")
 
 
 def _write_csv(prediction) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for i, k in enumerate(prediction.kernels):
-        writer.writerow([i, "+".join(k.ops), " ".join(k.nodes), k.type, k.bound, int(k.fallback),
+        writer.writerow([i, "+".join(k.ops), " ".join(k.nodes), k.type, k.category, k.bound, int(k.fallback),
                          f"{k.latency_ms:.6f}", f"{k.host_wait_ms:.6f}", f"{k.work_ms:.6f}", k.flops, k.bytes])
 
 
@@ -92,5 +92,8 @@ def _print_table(prediction, top: int) -> None:
     out.print(f"fallback: {len(fallback)} kernels, {100 * prediction.fallback_share:.1f} % of the predicted time")
     out.print(f"launch-bound: the GPU waits for the host to launch kernels {100 * prediction.host_wait_share:.1f} % "
               "of the time")
+    shares = sorted(prediction.category_shares().items(), key=lambda item: -item[1])
+    out.print("by category (launch waits included): " + ", ".join(f"{name} {100 * share:.1f} %"
+                                                                  for name, share in shares if share > 0))
     for message in prediction.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")

@@ -3,9 +3,10 @@
 Beside each eager label NeuSight keeps a CSV of per-FX-node latencies measured inside the
 running model, for the embeddings, the *first* transformer layer and the head. Counting the
 layer's nodes ``num_layer`` times rebuilds the forward pass by category (GEMM, softmax,
-layer norm, elementwise, other). That checks the breakdown `lilou infer` prints, not only
-its total. The rebuilt total is within about 10 % of the label on most GPUs (the A100's
-small BERT and GPT-2 runs are 1.2-1.5x over); compare shares where that matters.
+layer norm, elementwise, other; the transformers measured have no convolutions). That
+checks the breakdown `lilou infer` prints, not only its total. The rebuilt total is
+within about 10 % of the label on most GPUs (the A100's small BERT and GPT-2 runs are
+1.2-1.5x over); compare shares where that matters.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 from lilou.errors import MissingDataError
 from lilou.latency.kernel import KernelSpec
 
-CATEGORIES = ("gemm", "softmax", "layernorm", "elementwise", "other")
+CATEGORIES = ("gemm", "conv", "softmax", "layernorm", "elementwise", "other")  # NeuSight's e2e models have no conv
 
 # A node of the first repeated block: `bert.encoder.layer.0.`, GPT-2 `transformer.h.0.`, OPT `decoder.layers.0.`.
 _FIRST_LAYER = re.compile(r"\.(?:layer|layers|h|block)\.0[.']")
@@ -78,8 +79,7 @@ def kernel_category(spec: KernelSpec, fallback: bool) -> str:
     """Category of one predicted kernel; fallback kernels (gathers, copies, ...) count as other."""
     if fallback:
         return "other"
-    family = "gemm" if spec.family == "conv" else spec.family
-    return family if family in CATEGORIES else "other"
+    return spec.family if spec.family in CATEGORIES else "other"
 
 
 def predicted_breakdown(specs: Sequence[KernelSpec], fallback: np.ndarray, kernel_ms: np.ndarray) -> dict[str, float]:
