@@ -210,7 +210,7 @@ class Predictor:
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
         return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
                        warnings=warnings + _fallback_warning(kernels, shares)
-                       + _power_note(self.model.kernel_model.power_exponent, devices))
+                       + _power_note(self.model.kernel_model, devices))
 
     # ---------------------------------------------------------------- helpers
 
@@ -251,7 +251,7 @@ class Predictor:
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j),
                            warnings=warnings + _fallback_warning(kernels, shares[:, [j]])
-                           + _power_note(self.model.kernel_model.power_exponent, [device]))
+                           + _power_note(self.model.kernel_model, [device]))
                 for j, device in enumerate(devices)]
 
 
@@ -279,21 +279,28 @@ def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
             f"(no measurements of these op kinds): {text} of the predicted time"]
 
 
-def _power_note(exponent: float, devices: Sequence[Device]) -> list[str]:
+#: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.
+_NOTE_TIMES_MS = (0.1, 100.0)
+
+
+def _power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[str]:
     """Say so when low-power boards compute below their peak in the model (lilou.latency.model)."""
-    slowed: dict[str, tuple[float, float]] = {}  # board -> (power W, factor)
+    short, long = (float(e) for e in kernel_model.low_power_exponent(np.array(_NOTE_TIMES_MS)))
+    slowed: dict[str, tuple[float, float, float]] = {}  # board -> (power W, factor for short, for long kernels)
     for device in devices:
-        factor = float(power_factor(device.board_power_w, exponent))
-        if factor > 1.0:
-            slowed[device.gpu] = (device.board_power_w, factor)
+        low, high = float(power_factor(device.board_power_w, short)), float(power_factor(device.board_power_w, long))
+        if high > 1.0:
+            slowed[device.gpu] = (device.board_power_w, low, high)
+    span = (f"{_NOTE_TIMES_MS[0]:g} ms", f"{_NOTE_TIMES_MS[1]:g} ms")
     if len(slowed) == 1:
-        (gpu, (power, factor)), = slowed.items()
-        return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {factor:.2f}x slower than its "
-                "spec-sheet peak, for its power limit (learned from the P4 and T4 kernel rows; docs/kernel_model.md)"]
+        (gpu, (power, low, high)), = slowed.items()
+        return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {low:.2f}x (kernels of "
+                f"{span[0]} at peak) to {high:.2f}x ({span[1]}) slower than its spec-sheet peak, for its power "
+                "limit (learned from the P4 and T4 kernel rows; docs/kernel_model.md)"]
     if slowed:
-        boards = ", ".join(f"{gpu} ({power:g} W) {factor:.2f}x" for gpu, (power, factor) in slowed.items())
+        boards = ", ".join(f"{gpu} ({power:g} W) {low:.2f}-{high:.2f}x" for gpu, (power, low, high) in slowed.items())
         return [f"compute-bound kernels are predicted slower than spec-sheet peak on low-power boards, for their "
-                f"power limit: {boards} (docs/kernel_model.md)"]
+                f"power limit (kernels of {span[0]} to {span[1]} at peak): {boards} (docs/kernel_model.md)"]
     return []
 
 

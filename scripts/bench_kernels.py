@@ -124,7 +124,7 @@ def print_table(title: str, rows: list[dict], columns: list[str]) -> None:
     for column in columns:
         table.add_column(column, justify="left" if column in ("family", "gpu", "split", "predictor") else "right")
     for row in rows:
-        table.add_row(*[(f"{row[c]:.2f}" if "scale" in c else f"{row[c]:.1f}") if isinstance(row.get(c), float)
+        table.add_row(*[(f"{row[c]:.2f}" if c.endswith("_scale") else f"{row[c]:.1f}") if isinstance(row.get(c), float)
                         else str(row.get(c, "-")) for c in columns])
     Console(width=200).print(table)
 

@@ -13,7 +13,8 @@ from lilou.fusion.predict import predict_partition
 from lilou.graph.dag import load_graph
 from lilou.hardware import resolve_device
 from lilou.latency.end_to_end import describe_kernels
-from lilou.latency.features import REFERENCE_POWER_W, DeviceColumns, KernelBatch, power_factor, roofline_ms
+from lilou.latency.features import (REFERENCE_POWER_W, DeviceColumns, KernelBatch, low_power_exponent, power_factor,
+                                   roofline_ms)
 from lilou.latency.inference import KernelModel
 from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, _best_scale, fit_overhead, queue_shares
 from tests.conftest import REPO
@@ -76,11 +77,20 @@ def test_power_factor_is_one_at_or_above_the_reference():
     assert float(power_factor(70.0, 0.0)) == 1.0
 
 
+def test_low_power_exponent_grows_with_kernel_duration():
+    assert low_power_exponent(5.0, 0.4) == pytest.approx(0.4)  # no duration term
+    exponents = low_power_exponent(np.array([1e-3, 0.5, 1.0, 100.0]), 0.4, 0.1, np.log(0.5))
+    assert exponents[0] == pytest.approx(0.4 + 0.1 * np.log1p(1e-3 / 0.5))
+    assert exponents[1] == pytest.approx(0.4 + 0.1 * np.log(2.0))  # softplus(0) at the learned time
+    assert exponents[3] == pytest.approx(0.4 + 0.1 * np.log1p(200.0))
+    assert np.all(np.diff(exponents) > 0)
+
+
 def test_the_shipped_kernel_model_computes_below_peak_only_on_low_power_boards():
     """The same T4, told it is a 250 W board, differs only in the power input: compute-bound work scales by
-    the factor, memory-bound work does not move."""
+    the factor for its duration, memory-bound work does not move."""
     model = KernelModel.load(checkpoint_path(KERNEL_LATENCY))
-    assert 0.2 < model.power_exponent < 2.0
+    assert 0.2 < model.power_exponent < 2.0 and 0 < model.duration_exponent < 1.0
     graph = load_graph(EXAMPLE)
     kernels = KernelBatch.from_specs(describe_kernels(graph, predict_partition(graph, "eager")).unique)
     t4 = resolve_device("t4")
@@ -88,16 +98,19 @@ def test_the_shipped_kernel_model_computes_below_peak_only_on_low_power_boards()
     high = DeviceColumns.from_devices([dataclasses.replace(t4, board_power_w=250.0)] * len(kernels))
     ratio = model.predict(kernels, low).work_ms / model.predict(kernels, high).work_ms
     compute, memory = roofline_ms(kernels, low)
-    f = float(power_factor(70.0, model.power_exponent))
-    np.testing.assert_allclose(ratio[compute >= memory], f, rtol=1e-4)
+    f = power_factor(70.0, model.low_power_exponent(compute))
+    np.testing.assert_allclose(ratio[compute >= memory], f[compute >= memory], rtol=1e-4)
     np.testing.assert_allclose(ratio[f * compute <= memory], 1.0, rtol=1e-6)
     assert (compute >= memory).any() and (f * compute <= memory).any()
+    assert len(set(np.round(f[compute >= memory], 4))) > 1  # longer kernels, larger factor
 
 
 def test_infer_and_rank_say_when_a_board_computes_below_peak(predictor):
-    f = float(power_factor(70.0, predictor.model.kernel_model.power_exponent))
+    short, long = predictor.model.kernel_model.low_power_exponent(np.array([0.1, 100.0]))
+    low, high = float(power_factor(70.0, short)), float(power_factor(70.0, long))
     notes = [w for w in predictor.predict(EXAMPLE, gpu="t4").warnings if "70 W board" in w]
-    assert len(notes) == 1 and f"{f:.2f}x slower" in notes[0]
+    assert len(notes) == 1 and f"{low:.2f}x (kernels of 0.1 ms at peak) to {high:.2f}x (100 ms) slower" in notes[0]
+    assert 1.0 < low < high
     for gpu, mig in (("a10g", None), ("a100-80gb", "1g.10gb")):
         assert not any("W board" in w for w in predictor.predict(EXAMPLE, gpu=gpu, mig=mig).warnings)
     ranking = predictor.rank(EXAMPLE, gpus=["t4", "a10g", "p4", "a100-80gb/1g.10gb"])

@@ -119,9 +119,11 @@ def print_tables(result, out=None) -> None:
                           _fmt(m["roofline_kendall"], 3))
         out.print(table)
     print_breakdown(result, out)
-    out.print(f"{len(result.rows)} labels in {result.seconds:.0f} s; overhead scale / kernel power exponent per "
-              "fold: " + ", ".join(f"{k} {v['model_scale']:.3f} / {v['kernel_power_exponent']:.2f}"
-                                   for k, v in result.folds.items()))
+    out.print(f"{len(result.rows)} labels in {result.seconds:.0f} s; overhead scale / kernel power exponent / "
+              "duration exponent beyond tau ms, per fold: "
+              + ", ".join(f"{k} {v['model_scale']:.3f} / {v['kernel_power_exponent']:.2f} / "
+                          f"{v['kernel_duration_exponent']:.2f} beyond {v['kernel_duration_ms']:.2g}"
+                          for k, v in result.folds.items()))
 
 
 def print_breakdown(result, out) -> None:

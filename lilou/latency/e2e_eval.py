@@ -526,6 +526,8 @@ def evaluate(data_dir=None, models: Sequence[str] | None = None, gpus: Sequence[
         calibration = [label for label in labels if label.gpu not in test_on or not logo]
         fold_info: dict[str, Any] = {"trained_on_kernel_rows": parts.trained_on, "gap_ms": round(parts.gap_ms, 5),
                                      "kernel_power_exponent": round(parts.kernel_model.power_exponent, 4),
+                                     "kernel_duration_exponent": round(parts.kernel_model.duration_exponent, 4),
+                                     "kernel_duration_ms": round(math.exp(parts.kernel_model.log_duration_ms), 4),
                                      "fallback": parts.fallback.to_dict(), **parts.provenance,
                                      "calibration_labels": len(calibration),
                                      "calibration_gpus": sorted({label.gpu for label in calibration})}

@@ -111,6 +111,15 @@ def power_factor(board_power_w: np.ndarray | float, exponent: float) -> np.ndarr
     return (REFERENCE_POWER_W / np.minimum(power, REFERENCE_POWER_W)) ** exponent
 
 
+def low_power_exponent(compute_ms: np.ndarray | float, exponent: float, duration_exponent: float = 0.0,
+                       log_duration_ms: float = 0.0) -> np.ndarray:
+    """The exponent of :func:`power_factor` for kernels of this compute time at peak (ms): ``exponent`` plus
+    ``duration_exponent`` x softplus(log compute_ms - log_duration_ms), the model's growing slowdown of long
+    kernels on low-power boards (``model.power_duration``)."""
+    log_compute = np.log(np.maximum(np.asarray(compute_ms, dtype=np.float64), 1e-9))
+    return exponent + duration_exponent * np.logaddexp(0.0, log_compute - log_duration_ms)
+
+
 def roofline_inputs(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
     """float32 [n, 3]: natural logs of the compute time and memory time (ms, floored at 1 ns) and of
     max(1, REFERENCE_POWER_W / board power), what the network's roofline is built from."""

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from lilou.latency.checkpoint import read_kernel_checkpoint
-from lilou.latency.features import DeviceColumns, KernelBatch, kernel_features, roofline_inputs, roofline_ms
+from lilou.latency.features import (DeviceColumns, KernelBatch, kernel_features, low_power_exponent, roofline_inputs,
+                                   roofline_ms)
 from lilou.latency.kernel_types import KERNEL_TYPES
 
 
@@ -67,6 +68,9 @@ class KernelModel:
         self.log_floor = state["log_floor"].astype(np.float64)
         # Learned power exponent (model.power_limited); checkpoints without it have none.
         self.power_exponent = float(np.logaddexp(0.0, state["power_raw"])) if "power_raw" in state else 0.0
+        # Learned duration term (model.power_duration); 0 without it.
+        self.duration_exponent = float(np.logaddexp(0.0, state["duration_raw"])) if "duration_raw" in state else 0.0
+        self.log_duration_ms = float(state["log_duration_ms"]) if "log_duration_ms" in state else 0.0
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
@@ -76,10 +80,15 @@ class KernelModel:
         state = load_file(weights)
         return cls(state, config)
 
+    def low_power_exponent(self, compute_ms: np.ndarray | float) -> np.ndarray:
+        """Exponent of the low-power slowdown for kernels of this compute time at peak (see model.py)."""
+        return low_power_exponent(compute_ms, self.power_exponent, self.duration_exponent, self.log_duration_ms)
+
     def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelTimes:
         compute, memory = roofline_ms(kernels, devices)
         roofline = roofline_inputs(kernels, devices)
-        log_roofline = np.maximum(roofline[:, 0] + np.float32(self.power_exponent) * roofline[:, 2], roofline[:, 1])
+        exponent = self.low_power_exponent(compute).astype(np.float32)
+        log_roofline = np.maximum(roofline[:, 0] + exponent * roofline[:, 2], roofline[:, 1])
         features = kernel_features(kernels, devices, self.feature_groups)
         hidden = _mlp((features - self._mean) / self._std, self._trunk)
         slowdown = (hidden @ self._slowdown[0] + self._slowdown[1])[:, 0]

@@ -18,11 +18,11 @@ from lilou.latency.model import KernelLatencyNet
 class KernelLatencyModule(L.LightningModule):
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1,
-                 loss: str = "mape", power_limited: bool = False) -> None:
+                 loss: str = "mape", power_limited: bool = False, power_duration: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout,
-                                    power_limited=power_limited)
+                                    power_limited=power_limited, power_duration=power_duration)
 
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)

@@ -9,8 +9,11 @@ through its specs, not memorised:
 own SMs and bandwidth included). ``f = (150 W / board power) ** power_exponent`` on
 boards under 150 W and 1 otherwise: the 70-75 W boards run large GEMMs at a third of
 their spec-sheet peak, which no device-normalised feature can tell (one learned
-exponent, 0 with ``power_limited=False``). ``slowdown`` >= 0 is learned from device-normalised
-features (waves, tile fill, size against L2, ...). ``floor`` is the per-launch
+exponent, 0 with ``power_limited=False``). With ``power_duration``, the exponent grows by a
+second learned exponent times softplus(log compute time - log tau), tau learned: the 75 W
+P4 keeps slowing as a kernel runs longer (half of peak at 0.1 ms, 13 % at 300 ms).
+``slowdown`` >= 0 is learned from device-normalised features (waves, tile fill, size
+against L2, ...). ``floor`` is the per-launch
 latency a kernel never goes below in the measurements: host and driver overhead
 that no spec sheet gives, learned per family as a single figure over the training
 GPUs. The model reports the two parts separately (:meth:`KernelLatencyNet.parts`), so
@@ -48,7 +51,8 @@ class KernelLatencyNet(nn.Module):
 
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128),
                  type_hidden: Sequence[int] = (128, 64), dropout: float = 0.0,
-                 initial_floor_ms: float = 0.02, power_limited: bool = False) -> None:
+                 initial_floor_ms: float = 0.02, power_limited: bool = False,
+                 power_duration: bool = False) -> None:
         super().__init__()
         # softplus(raw) is the power exponent; a buffer (fixed at 0) when not power-limited.
         raw = torch.tensor(-2.0 if power_limited else float("-inf"))
@@ -56,6 +60,14 @@ class KernelLatencyNet(nn.Module):
             self.power_raw = nn.Parameter(raw)
         else:
             self.register_buffer("power_raw", raw, persistent=False)  # not saved: older checkpoints load
+        # softplus(duration_raw) scales an extra slowdown of low-power boards for kernels whose compute time at
+        # peak exceeds exp(log_duration_ms) (they keep slowing as they run); buffers (no effect) when off.
+        if power_duration:
+            self.duration_raw = nn.Parameter(torch.tensor(-2.0))
+            self.log_duration_ms = nn.Parameter(torch.tensor(0.0))
+        else:
+            self.register_buffer("duration_raw", torch.tensor(float("-inf")), persistent=False)
+            self.register_buffer("log_duration_ms", torch.tensor(0.0), persistent=False)
         self.register_buffer("feature_mean", torch.zeros(num_features))
         self.register_buffer("feature_std", torch.ones(num_features))
         self.register_buffer("type_feature_mean", torch.zeros(num_type_features))
@@ -76,9 +88,16 @@ class KernelLatencyNet(nn.Module):
     def power_exponent(self) -> torch.Tensor:
         return nn.functional.softplus(self.power_raw)
 
+    @property
+    def duration_exponent(self) -> torch.Tensor:
+        return nn.functional.softplus(self.duration_raw)
+
     def log_roofline(self, roofline: torch.Tensor) -> torch.Tensor:
         """log max(f * compute, memory) from the [n, 3] roofline inputs."""
-        return torch.maximum(roofline[:, 0] + self.power_exponent * roofline[:, 2], roofline[:, 1])
+        log_compute, log_memory, log_power = roofline[:, 0], roofline[:, 1], roofline[:, 2]
+        beyond = nn.functional.softplus(log_compute - self.log_duration_ms)
+        log_compute = log_compute + (self.power_exponent + self.duration_exponent * beyond) * log_power
+        return torch.maximum(log_compute, log_memory)
 
     def parts(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
               roofline: torch.Tensor):

@@ -45,7 +45,8 @@ class KernelLatencyPredictor:
         config, weights = read_kernel_checkpoint(folder)
         state = load_file(weights)
         net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"],
-                               power_limited=config.get("power_limited", False))
+                               power_limited=config.get("power_limited", False),
+                               power_duration=config.get("power_duration", False))
         net.load_state_dict(state)
         return cls(net, config["feature_groups"], config["type_feature_groups"], config)
 

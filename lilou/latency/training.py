@@ -33,6 +33,7 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[KernelLatencyPredictor, K
     config = {"num_features": int(datamodule.train.features.shape[1]),
               "num_type_features": int(datamodule.train.type_features.shape[1]), "hidden": list(cfg.model.hidden),
               "power_limited": bool(cfg.model.get("power_limited", False)),
+              "power_duration": bool(cfg.model.get("power_duration", False)),
               "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
               "config": OmegaConf.to_container(cfg, resolve=False)}
     predictor = KernelLatencyPredictor(module.net, datamodule.feature_groups, datamodule.type_feature_groups, config)
