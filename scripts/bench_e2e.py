@@ -30,7 +30,7 @@ def fold_options(seed: int | None, power: bool) -> dict:
         overrides.append(f"seed={seed}")
         suffix += f"_seed{seed}"
     if not power:
-        overrides.append("model.power_limited=false")
+        overrides += ["model.power_limited=false", "model.power_duration=false"]
         suffix += "_nopower"
     return {"kernel_overrides": overrides, "cache_dir": REPO / "outputs" / f"logo{suffix}"} if overrides else {}
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-logo", dest="logo", action="store_false", help="shipped checkpoints (in-sample)")
     parser.add_argument("--no-power", dest="power", action="store_false",
                         help="ablation: fold kernel models without the low-power compute term "
-                             "(model.power_limited=false; cached in outputs/logo_nopower)")
+                             "(model.power_limited=false model.power_duration=false; cached in outputs/logo_nopower)")
     parser.add_argument("--seed", type=int, default=None,
                         help="train the fold kernel models with this seed (cached in outputs/logo_seed<N>) instead of "
                              "the shipped config's")

@@ -77,8 +77,8 @@ LIMITS = """\
   monotonicity only (figure above), not against measurements.
 * **What limits the kernel model** is measured by `make bench-kernels`: with two constants of the held-out
   machine fitted in hindsight (its launch offset and speed scale), elementwise, softmax and layer norm reach
-  8-9 % leave-one-GPU-out, while GEMM and conv stay at 20-25 % (kernel choices differ by architecture, and the
-  P4's large GEMMs slow as they run longer). Those rows in the summary above are diagnostics, not results.
+  8-9 % leave-one-GPU-out, while GEMM and conv stay at 20-26 % (kernel choices differ by architecture, and the
+  P4's large GEMMs slow more than the T4's as they run longer). Those rows in the summary above are diagnostics, not results.
 * **Sixteen NeuSight ops** (GEMM/linear/bmm, conv, elementwise, softmax, layer norm ...); kernels of other
   kinds use the memory-bound fallback.
 * **Fusion labels** come from oracles, not from profiling: eager groups from the dynamo exporter's node
