@@ -48,7 +48,7 @@ class KernelEstimate:
     bytes: int
     compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
     fallback: bool        # no measurements for this kind of kernel: memory-bound fallback
-    category: str = "other"  # gemm | softmax | layernorm | elementwise | other (lilou.latency.breakdown)
+    category: str = "other"  # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.breakdown)
 
     @property
     def bound(self) -> str:

@@ -8,7 +8,7 @@
    they use the test labels.
 2. **Sustained throttling.** :func:`gemm_efficiency_by_duration` bins large GEMMs by
    their ideal time at peak and reports the median fraction of peak reached. A board that
-   throttles as it heats shows the fraction falling with duration.
+   throttles under sustained load (for heat or power) shows the fraction falling with duration.
 """
 from __future__ import annotations
 
