@@ -26,7 +26,7 @@ from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device, resolve_device
 from lilou.latency.breakdown import CATEGORIES, kernel_category
 from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
-from lilou.latency.fallback import FallbackModel, fallback_ops
+from lilou.latency.fallback import SEQUENCE_VIEW_OPS, FallbackModel, fallback_ops
 from lilou.latency.inference import KernelModel
 from lilou.latency.features import power_factor
 from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
@@ -232,7 +232,7 @@ class Predictor:
             raise LilouInputError(f"{graph.name}: no node of the graph launches a GPU kernel, so there is no "
                                   "latency to predict (is the graph empty, or only constants and reshapes?)")
         warnings = [*graph.warnings, *partition.warnings]
-        unsupported = graph.unsupported_ops
+        unsupported = [op for op in graph.unsupported_ops if op not in SEQUENCE_VIEW_OPS]  # those launch nothing
         if unsupported:
             warnings.append(f"unsupported op(s) {', '.join(unsupported)}: their kernels are predicted with the "
                             "memory-bound fallback")

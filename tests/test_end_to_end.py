@@ -193,3 +193,13 @@ def test_bert_large_against_real_end_to_end_labels(predictor, zoo_onnx, datasets
     for gpu in ("a100-pcie-40gb", "p100-pcie-16gb", "v100-pcie-32gb"):
         predicted = predictor.predict(path, gpu=gpu).latency_ms
         assert math.isclose(predicted, labels[gpu], rel_tol=0.2), (gpu, predicted, labels[gpu])
+
+
+def test_gpt2_attention_matmuls_behind_split_views_are_gemms(predictor, zoo_onnx):
+    """torch.split exports as SplitToSequence + SequenceAt, views in eager: the attention MatMuls they are
+    grouped with are predicted by the kernel model as GEMMs, not sent to the memory-bound fallback."""
+    result = predictor.predict(zoo_onnx("gpt2", batch=1, seq=128), gpu="a10g")
+    attention = [k for k in result.kernels if "SequenceAt" in k.ops and "MatMul" in k.ops]
+    assert len(attention) == 24  # QK^T and scores x V in each of the 12 layers
+    assert all(not k.fallback and k.category == "gemm" and k.type.startswith("gemm") for k in attention)
+    assert not any("SequenceAt" in w and "memory-bound fallback" in w for w in result.warnings)
