@@ -26,7 +26,7 @@ from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device, resolve_device
 from lilou.latency.breakdown import CATEGORIES, kernel_category
 from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
-from lilou.latency.fallback import SEQUENCE_VIEW_OPS, FallbackModel, fallback_ops
+from lilou.latency.fallback import FallbackModel, fallback_ops
 from lilou.latency.inference import KernelModel
 from lilou.latency.features import power_factor
 from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
@@ -48,7 +48,7 @@ class KernelEstimate:
     bytes: int
     compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
     fallback: bool        # no measurements for this kind of kernel: memory-bound fallback
-    category: str = "other"  # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.breakdown)
+    category: str         # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.breakdown)
 
     @property
     def bound(self) -> str:
@@ -232,7 +232,7 @@ class Predictor:
             raise LilouInputError(f"{graph.name}: no node of the graph launches a GPU kernel, so there is no "
                                   "latency to predict (is the graph empty, or only constants and reshapes?)")
         warnings = [*graph.warnings, *partition.warnings]
-        unsupported = [op for op in graph.unsupported_ops if op not in SEQUENCE_VIEW_OPS]  # those launch nothing
+        unsupported = graph.unsupported_ops
         if unsupported:
             warnings.append(f"unsupported op(s) {', '.join(unsupported)}: their kernels are predicted with the "
                             "memory-bound fallback")

@@ -67,6 +67,11 @@ VIEW_OPS = frozenset({
     "Constant", "Dropout", "Optional", "OptionalGetElement",
 })
 
+# torch.split exports as SplitToSequence + SequenceAt. In eager PyTorch both are views, and a sequence
+# element is a reference: no kernel, no FLOPs, no bytes. Kept out of VIEW_OPS, which also feeds the
+# fusion model's node features.
+SEQUENCE_OPS = frozenset({"SplitToSequence", "SequenceAt"})
+
 # Pure data movement: 0 FLOPs, bytes from tensors.
 MOVEMENT_OPS = frozenset({
     "Transpose", "Concat", "Split", "Slice", "Pad", "Expand", "Tile", "Cast", "CastLike",
@@ -239,7 +244,7 @@ _FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
 }
 
 #: Every op whose cost Lilou knows; anything else is reported as unsupported.
-SUPPORTED_OPS = frozenset(VIEW_OPS | MOVEMENT_OPS | set(ELEMENTWISE_FLOPS) | set(_FLOP_FORMULAS))
+SUPPORTED_OPS = frozenset(VIEW_OPS | SEQUENCE_OPS | MOVEMENT_OPS | set(ELEMENTWISE_FLOPS) | set(_FLOP_FORMULAS))
 
 
 def node_flops(node: CostInput) -> int:
@@ -255,7 +260,7 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
     Shape-like inputs lend only metadata, and Gather/Slice read only the rows they
     output, not the whole table. Fused kernels use this too (``lilou.latency.kernel``).
     """
-    if node.op in VIEW_OPS or node.op in ("ConstantOfShape", "Range", "EyeLike"):
+    if node.op in VIEW_OPS or node.op in SEQUENCE_OPS or node.op in ("ConstantOfShape", "Range", "EyeLike"):
         return []
     inputs = [t for t in node.inputs if t is not None]
     if node.op == "CastLike":
@@ -269,7 +274,7 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
 
 def node_bytes(node: CostInput) -> tuple[int, int]:
     """(bytes read, bytes written) by the node as one kernel."""
-    if node.op in VIEW_OPS:
+    if node.op in VIEW_OPS or node.op in SEQUENCE_OPS:
         return 0, 0
     return sum(nbytes for _, nbytes in input_reads(node)), _bytes(node.outputs)
 

@@ -34,11 +34,6 @@ from lilou.latency.kernel import KernelSpec
 #: Kernel families with real training rows (the main node of the group decides the family).
 COVERED_FAMILIES = frozenset({"gemm", "conv", "elementwise", "layernorm", "softmax"})
 
-#: Ops without a cost formula that launch nothing: ``torch.split`` exports as SplitToSequence +
-#: SequenceAt, views in eager PyTorch (both fusion replays treat them as no-ops). They must not send the
-#: kernel they are grouped with (GPT-2's attention MatMuls) to the fallback.
-SEQUENCE_VIEW_OPS = frozenset({"SplitToSequence", "SequenceAt"})
-
 FALLBACK_TYPE = "memory_fallback"
 #: Rows used to fit the efficiency: DRAM time at spec bandwidth of at least 10 µs.
 FIT_MIN_MEMORY_MS = 0.01
@@ -49,11 +44,9 @@ def uses_fallback(spec: KernelSpec, unsupported_ops: frozenset[str] = frozenset(
 
     That is when its family (that of its main node: a ``BatchNormalization`` or
     ``Transpose`` kernel is ``memory``, pooling is ``reduction``) was never measured,
-    or when it holds an op without a cost formula, whose FLOPs the features lack (other than
-    the sequence views of :data:`SEQUENCE_VIEW_OPS`).
+    or when it holds an op without a cost formula, whose FLOPs the features lack.
     """
-    return spec.family not in COVERED_FAMILIES or any(op in unsupported_ops and op not in SEQUENCE_VIEW_OPS
-                                                       for op in spec.ops)
+    return spec.family not in COVERED_FAMILIES or any(op in unsupported_ops for op in spec.ops)
 
 
 def fallback_ops(spec: KernelSpec) -> list[str]:

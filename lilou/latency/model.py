@@ -13,10 +13,9 @@ exponent, 0 with ``power_limited=False``). With ``power_duration``, the exponent
 second learned exponent times softplus(log compute time - log tau), tau learned: the 75 W
 P4 keeps slowing as a kernel runs longer (half of peak at 0.1 ms, 13 % at 300 ms).
 ``slowdown`` >= 0 is learned from device-normalised features (waves, tile fill, size
-against L2, ...). ``floor`` is the per-launch
-latency a kernel never goes below in the measurements: host and driver overhead
-that no spec sheet gives, learned per family as a single figure over the training
-GPUs. The model reports the two parts separately (:meth:`KernelLatencyNet.parts`), so
+against L2, ...). ``floor`` is the per-launch latency a kernel never goes below in the
+measurements: host and driver overhead that no spec sheet gives, learned per family as
+a single figure over the training GPUs. The model reports the two parts separately (:meth:`KernelLatencyNet.parts`), so
 end-to-end composition can use the GPU work alone and model launch gaps itself.
 """
 from __future__ import annotations
