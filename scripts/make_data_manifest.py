@@ -13,7 +13,12 @@ mapping is rebuilt here rather than written by hand:
   whose hash matches nothing are the ones with held-back rows: they are mapped by
   file name and folder names, and keep the upstream hash;
 * llm_energy has no sums: its sub-folders' ``SOURCE`` files list what was copied
-  verbatim from where; the rules below restate them and are checked against that text.
+  verbatim from where; the rules below restate them and are checked against that text;
+* aiconfigurator, vidur, deepbench, liger_kernel: their ``SOURCE`` states the layout as
+  "local path = upstream path without a prefix" (``PREFIXED`` below, checked against
+  that text). Every ``UPSTREAM_SHA256SUMS`` line maps to one local file, which must
+  match it byte for byte unless ``SOURCE`` says it was filtered (held-back); files the
+  sums do not list must be the mirror's derived tables (``*_tidy.csv``) or notes.
 
 Only paths, hashes and sizes are written, never data rows. The repository and
 commit of each upstream come from ``lilou.data.sources`` and are checked against
@@ -193,9 +198,92 @@ def map_llm_energy(folder: Path) -> list[Entry]:
     return entries
 
 
+@dataclass(frozen=True)
+class Prefixed:
+    """A dataset laid out as ``local path = upstream path without prefix`` (LICENSE at the root)."""
+
+    prefix: str                          # "" for the same relative paths
+    evidence: tuple[str, ...]            # text SOURCE must contain for the rule to hold
+    held_back: tuple[str, ...] = ()      # local paths SOURCE says were filtered
+    derived: str | None = None           # fnmatch pattern of the mirror's derived tables
+
+
+PREFIXED: dict[str, Prefixed] = {
+    "aiconfigurator": Prefixed(
+        "aic-core/src/aiconfigurator_core/systems/",
+        ("local path = upstream path without the prefix aic-core/src/aiconfigurator_core/systems/",)),
+    "vidur": Prefixed("data/profiling/", ("local path = upstream path without the prefix data/profiling/",)),
+    "deepbench": Prefixed("", ("Copied verbatim (same relative paths)", "gemm_tidy.csv, conv_tidy.csv, rnn_tidy.csv"),
+                          derived="*_tidy.csv"),
+    "liger_kernel": Prefixed(
+        "benchmark/data/",
+        ("benchmark/data/all_benchmark_data.csv -> all_benchmark_data.csv: FILTERED",
+         "benchmark/data/all_benchmark_data_cutile.csv -> all_benchmark_data_cutile.csv (verbatim",
+         "benchmark/data/all_benchmark_data_cutedsl.csv -> all_benchmark_data_cutedsl.csv (verbatim"),
+        held_back=("all_benchmark_data.csv",)),
+}
+
+
+def map_prefixed(name: str, folder: Path) -> list[Entry]:
+    """aiconfigurator, vidur, deepbench, liger_kernel: upstream path = prefix + local path."""
+    rule = PREFIXED[name]
+    (key, upstream), = DATASETS[name].upstreams.items()
+    source = (folder / "SOURCE").read_text(encoding="utf-8")
+    check_pin(source, upstream, name)
+    missing = [n for n in rule.evidence if n not in source]
+    if missing:
+        raise SystemExit(f"{name}/SOURCE no longer says {missing}: revise PREFIXED")
+
+    by_local: dict[str, tuple[str, str]] = {}  # local path -> (upstream path, upstream sha256)
+    for digest, upstream_path in read_sums(folder / "UPSTREAM_SHA256SUMS"):
+        if upstream_path.startswith(rule.prefix):
+            local = upstream_path[len(rule.prefix):]
+        elif "/" not in upstream_path:  # LICENSE and other root files keep their name
+            local = upstream_path
+        else:
+            raise SystemExit(f"{name}: upstream {upstream_path} is not under {rule.prefix!r}")
+        if local in by_local:
+            raise SystemExit(f"{name}: two upstream files map to {local}")
+        by_local[local] = (upstream_path, digest)
+
+    entries, seen = [], set()
+    for rel in local_files(folder):
+        size = (folder / rel).stat().st_size
+        if rel in NOTES:
+            entries.append(Entry(rel, None, None, None, None, "notes"))
+        elif rel in by_local:
+            seen.add(rel)
+            upstream_path, digest = by_local[rel]
+            local_digest = sha256_of(folder / rel)
+            if local_digest == digest:
+                entries.append(Entry(rel, key, upstream_path, digest, size, "verbatim"))
+            elif rel in rule.held_back:
+                # Rows held back locally: a download must match the upstream file, whose size is not published.
+                entries.append(Entry(rel, key, upstream_path, digest, None, "held-back"))
+            else:
+                raise SystemExit(f"{name}/{rel}: sha256 differs from UPSTREAM_SHA256SUMS and SOURCE does not "
+                                 "say it was filtered")
+        elif rule.derived and fnmatch.fnmatchcase(rel, rule.derived):
+            entries.append(Entry(rel, None, None, sha256_of(folder / rel), size, "derived"))
+        else:
+            raise SystemExit(f"{name}/{rel}: not in UPSTREAM_SHA256SUMS, not derived, not a note")
+    absent = sorted(set(by_local) - seen)
+    if absent:
+        raise SystemExit(f"{name}: {len(absent)} files of UPSTREAM_SHA256SUMS are not in the mirror (e.g. {absent[0]})")
+    stray = sorted(set(rule.held_back) - seen)
+    if stray:
+        raise SystemExit(f"{name}: held-back {stray} not in UPSTREAM_SHA256SUMS")
+    return entries
+
+
 def build(name: str, mirror: Path) -> dict:
     folder = mirror / name
-    entries = map_llm_energy(folder) if name == "llm_energy" else map_with_sums(name, folder)
+    if name == "llm_energy":
+        entries = map_llm_energy(folder)
+    elif name in PREFIXED:
+        entries = map_prefixed(name, folder)
+    else:
+        entries = map_with_sums(name, folder)
     dataset = DATASETS[name]
     used = sorted({e.upstream for e in entries if e.upstream})
     return {

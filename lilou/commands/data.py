@@ -31,6 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     fetch.set_defaults(handler=run_fetch)
 
+    verify = actions.add_parser("verify", help="hash a dataset's files on disk against its manifest")
+    verify.add_argument("name", choices=list(DATASETS), metavar="NAME", help=f"one of: {', '.join(DATASETS)}")
+    _add_data_dir(verify)
+    verify.add_argument("--files", nargs="+", metavar="PATTERN", default=None,
+                        help="only these local paths (fnmatch patterns)")
+    verify.set_defaults(handler=run_verify)
+
 
 def _add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR", default=None,
@@ -87,6 +94,29 @@ def run_fetch(args: argparse.Namespace) -> int:
     out.print(f"{dataset.name}: {len(report.downloaded)} downloaded ({_human_bytes(report.bytes)}), "
               f"{len(report.present)} already present, {len(report.not_downloadable)} not downloadable "
               f"(derived tables and mirror notes) -> {report.root / dataset.name}", highlight=False)
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from lilou.data.fetch import VerifyError, verify
+
+    report = verify(args.name, data_dir=args.data_dir, files=args.files)
+    out = console()
+    for path in report.missing:
+        out.print(f"missing     {path}", highlight=False)
+    for path, why in report.mismatched.items():
+        out.print(f"mismatch    {path}: {why}", highlight=False)
+    for path in report.held_back:
+        out.print(f"held back   {path}: differs from upstream as expected (rows held back in this mirror)",
+                  highlight=False)
+    out.print(f"{report.dataset}: {len(report.ok)} match the manifest, {len(report.held_back)} held back, "
+              f"{len(report.missing)} missing, {len(report.mismatched)} differ, {len(report.unchecked)} "
+              f"not checked (notes, derived tables not on disk) in {report.folder}", highlight=False)
+    if report.problems:
+        first = report.missing[0] if report.missing else next(iter(report.mismatched))
+        raise VerifyError(f"{report.problems} files of {report.dataset} are missing or differ from the manifest "
+                          f"(first: {first}): run `lilou data fetch {report.dataset} --data-dir "
+                          f"{report.folder.parent}` to download them again")
     return 0
 
 

@@ -10,11 +10,13 @@ No data rows are shipped: the project reads the measurements at run time.
 
 * ``verbatim``  the local file matches ``UPSTREAM_SHA256SUMS`` byte for byte;
 * ``held-back`` the local mirror holds back some rows (H100/L4 rows of NeuSight's
-  test kernels); the sha256 is the upstream one, ``size`` is unknown (None);
+  test kernels, H100 rows of Liger-Kernel's ``all_benchmark_data.csv``); the sha256
+  is the upstream one, ``size`` is unknown (None);
 * ``copied``    the upstream publishes no sums for it (licences, ML.ENERGY and
   Argonne files); ``SOURCE`` says it was copied verbatim, so the sha256 is the
   local copy's;
-* ``derived``   made for the mirror from verbatim files (``*_flat.csv``); not downloadable;
+* ``derived``   made for the mirror from verbatim files (``*_flat.csv``, DeepBench's
+  ``*_tidy.csv``); not downloadable;
 * ``notes``     the mirror's own notes (``SOURCE``, ``README.md``, ``UPSTREAM_SHA256SUMS``);
   not downloadable.
 """
@@ -118,6 +120,38 @@ DATASETS: dict[str, Dataset] = {
                                          "0cd52dab897c5d91a45f4d413038f3b8b4251b0f", "Apache-2.0"),
             "mlenergy_data": Upstream("ml-energy/data", "b37408f35fcdd08a9f5c3daf3dfedcd59a87a58b", "Apache-2.0"),
         },
+    ),
+    "aiconfigurator": Dataset(
+        name="aiconfigurator",
+        description="AIConfigurator: LLM-serving per-op latencies (GEMM, context/generation attention, MoE; "
+                    "CUDA-graph timed, vLLM/TRT-LLM/SGLang) on A100, L40S, H200, B200, GB200, B300, GB300, "
+                    "RTX PRO 6000, Arc Pro B60",
+        licence="Apache-2.0",
+        upstreams={"aiconfigurator": Upstream("ai-dynamo/aiconfigurator",
+                                              "095f58a51c4ca8e61b66ec108d86f223f8d559ce", "Apache-2.0")},
+    ),
+    "vidur": Dataset(
+        name="vidur",
+        description="Vidur (MLSys 2024): per-op GPU time (FP16, torch.profiler) of a transformer block's "
+                    "projections, norms, rope and MLP for 8 LLMs on A100 and A40 (no attention kernels)",
+        licence="MIT",
+        upstreams={"vidur": Upstream("microsoft/vidur", "7d47513363ec447a741ac5e47241580b47724fbf", "MIT")},
+    ),
+    "deepbench": Dataset(
+        name="deepbench",
+        description="DeepBench: cuBLAS/cuDNN GEMM, conv and RNN times on 8 older NVIDIA GPUs (M40 to V100/T4), "
+                    "upstream workbooks plus derived tidy tables",
+        licence="Apache-2.0",
+        upstreams={"deepbench": Upstream("baidu-research/DeepBench",
+                                         "da81ba7820739e2e506dc27f382d15be5479f98f", "Apache-2.0")},
+    ),
+    "liger_kernel": Dataset(
+        name="liger_kernel",
+        description="Liger-Kernel: speed and memory of Triton LLM-layer kernels vs PyTorch/HF "
+                    "(do_bench) on A100, RTX 3090/4090, B200",
+        licence="BSD-2-Clause",
+        upstreams={"liger_kernel": Upstream("linkedin/Liger-Kernel",
+                                            "ead96b618e5c67bddc6a6e9bcb99bfe6b5ab661c", "BSD-2-Clause")},
     ),
 }
 
