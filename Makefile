@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e clean
+.PHONY: install lint test demo bench bench-data bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e clean
 
 install: $(STAMP)
 
@@ -36,11 +36,16 @@ demo: install
 	$(LILOU) infer examples/resnet18.onnx --gpu a100-80gb --mig 1g.10gb --plot outputs/demo/resnet18-a100-80gb-1g.10gb.png
 
 # Every benchmark, then one summary table of outputs/bench/*.json.
-bench: bench-graph bench-kernels bench-fusion bench-e2e bench-speed
+bench: bench-data bench-graph bench-kernels bench-fusion bench-e2e bench-speed
 	$(PY) scripts/bench_summary.py
 
 bench-summary: install
 	$(PY) scripts/bench_summary.py
+
+# The kernel-measurement table: rows per source/GPU/dtype/family, rows left out and why, build and
+# query time and peak memory (a cold build into a fresh cache folder).
+bench-data: install
+	$(PY) scripts/bench_data.py
 
 bench-graph: install
 	$(PY) scripts/bench_graph.py

@@ -13,7 +13,8 @@ from lilou.cli import _ArgumentParser
 from lilou.commands import data as data_command
 from lilou.data import DATASETS, data_root, dataset_dir, get_dataset
 from lilou.data.fetch import ChecksumError, FetchError, fetch
-from lilou.data.neusight import cost_nodes, kernel_cost, load_device_configs, load_e2e, load_kernels
+from lilou.data.neusight import load_device_configs, load_e2e, load_kernels
+from lilou.latency.measured import cost_nodes, kernel_cost, table_costs
 from lilou.errors import LilouInputError, MissingDataError
 from lilou.graph.costs import CostInput, TensorInfo, node_cost
 
@@ -184,9 +185,10 @@ def test_first_linear_row_on_t4(datasets_dir: Path) -> None:
     assert row.kernel_name == "volta_sgemm_32x128_tn" and row.kernels == ("volta_sgemm_32x128_tn",)
     assert row.grid == (5, 1, 1) and row.block == (256, 1, 1)
     assert (row.warps_per_sm, row.blocks_per_sm) == (1.0, 0.125)
-    assert row.flops == 2 * 1 * 58 * 13 * 141 + 1 * 58 * 141
-    assert row.bytes_read == 4 * (58 * 13 + 13 * 141 + 141) and row.bytes_written == 4 * 58 * 141
     assert row.large is False
+    flops, read, written = table_costs(table)[0]
+    assert flops == 2 * 1 * 58 * 13 * 141 + 1 * 58 * 141
+    assert read == 4 * (58 * 13 + 13 * 141 + 141) and written == 4 * 58 * 141
 
 
 def test_row_counts_per_op_match_the_csv(datasets_dir: Path) -> None:
@@ -205,19 +207,23 @@ def test_test_split_reads_each_row_once(datasets_dir: Path) -> None:
     assert table.large.all()
     add = table.take(table.op == "add")
     row = add[0]
-    assert row.kernels == () and row.flops == row.shape["B"] * row.shape["H"]
-    addu = table[int((table.op == "addu").argmax())]
+    assert row.kernels == () and table_costs(add)[0, 0] == row.shape["B"] * row.shape["H"]
+    first_addu = int((table.op == "addu").argmax())
+    addu = table[first_addu]
     elements = addu.shape["B"] * addu.shape["H"]
-    assert (addu.bytes_read, addu.bytes_written) == (4 * elements + 4, 4 * elements)  # the scalar: a 0-d tensor
+    _, read, written = table_costs(table.take([first_addu]))[0]
+    assert (read, written) == (4 * elements + 4, 4 * elements)  # the scalar: a 0-d tensor
     assert len(load_kernels("test", ops=["conv"], data_dir=datasets_dir)) == 0  # no conv test file
 
 
 def test_conv_and_norm_costs_use_the_graph_formulas(datasets_dir: Path) -> None:
-    conv = load_kernels("train", ops=["conv"], devices=["Tesla_T4"], data_dir=datasets_dir, limit_per_file=1)[0]
+    convs = load_kernels("train", ops=["conv"], devices=["Tesla_T4"], data_dir=datasets_dir, limit_per_file=1)
+    conv = convs[0]
     assert conv.shape == {"B": 38, "C_in": 893, "C_out": 326, "kernel_size": 3, "input_size": 5,
                           "stride": 1, "padding": 1}
-    assert conv.flops == 2 * (38 * 326 * 5 * 5) * (893 * 3 * 3)
-    assert conv.bytes_read == 4 * (38 * 893 * 25 + 326 * 893 * 9) and conv.bytes_written == 4 * 38 * 326 * 25
+    flops, read, written = table_costs(convs)[0]
+    assert flops == 2 * (38 * 326 * 5 * 5) * (893 * 3 * 3)
+    assert read == 4 * (38 * 893 * 25 + 326 * 893 * 9) and written == 4 * 38 * 326 * 25
     assert len(conv.kernels) == 4 and "winograd" in conv.kernels[0]
     ln = kernel_cost("ln", {"B": 60, "H": 272})
     onnx = node_cost(CostInput("LayerNormalization", {"axis": -1}, [
@@ -277,7 +283,8 @@ def test_cli_list_json(datasets_dir: Path, capsys: pytest.CaptureFixture[str]) -
     assert args.handler(args) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert set(rows) == set(DATASETS)
-    assert rows["neusight"]["present"] == "complete" and rows["neusight"]["licence"] == "MIT"
+    assert rows["neusight"]["present"] is True and rows["neusight"]["state"] == "complete"
+    assert rows["neusight"]["licence"] == "MIT" and rows["neusight"]["kind"] == "kernels"
     assert rows["neusight"]["root"] == str(datasets_dir)
 
 

@@ -125,7 +125,7 @@ def test_pooch_registry_is_the_manifest() -> None:
 
 @pytest.mark.parametrize("name", NEW)
 def test_fetch_from_a_file_mirror_reproduces_files(datasets_dir: Path, tmp_path: Path, name: str) -> None:
-    report = fetch(name, data_dir=tmp_path, files=SAMPLES[name], progress=False, mirror=datasets_dir.as_uri())
+    report = fetch(name, data_dir=tmp_path, files=SAMPLES[name], progress=False, mirror=datasets_dir.resolve().as_uri())
     assert report.downloaded and not report.present
     umask = os.umask(0o022)
     os.umask(umask)
@@ -137,7 +137,7 @@ def test_fetch_from_a_file_mirror_reproduces_files(datasets_dir: Path, tmp_path:
     if name == "deepbench":
         assert report.not_downloadable == ["gemm_tidy.csv"]
     assert sorted(p.name for p in (tmp_path / name).rglob("tmp*")) == []  # no temporary file left
-    again = fetch(name, data_dir=tmp_path, files=SAMPLES[name], progress=False, mirror=datasets_dir.as_uri())
+    again = fetch(name, data_dir=tmp_path, files=SAMPLES[name], progress=False, mirror=datasets_dir.resolve().as_uri())
     assert again.downloaded == [] and sorted(again.present) == sorted(report.downloaded)
 
 
@@ -163,7 +163,7 @@ def test_a_truncated_mirror_file_is_rejected_and_leaves_nothing(datasets_dir: Pa
 
 def test_the_held_back_liger_file_fails_the_upstream_hash_from_the_mirror(datasets_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ChecksumError, match="held back in curated mirrors") as info:
-        fetch("liger_kernel", data_dir=tmp_path, progress=False, mirror=datasets_dir.as_uri())
+        fetch("liger_kernel", data_dir=tmp_path, progress=False, mirror=datasets_dir.resolve().as_uri())
     assert f"liger_kernel/{LIGER_HELD}" in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "liger_kernel" / LIGER_HELD).exists()
     assert sorted(p.name for p in (tmp_path / "liger_kernel").iterdir()) == [
@@ -176,7 +176,7 @@ def test_a_wrong_local_copy_is_replaced(datasets_dir: Path, tmp_path: Path) -> N
     target.parent.mkdir(parents=True)
     good = (datasets_dir / "vidur" / rel).read_bytes()
     target.write_bytes(good[:100])  # truncated by an interrupted copy
-    report = fetch("vidur", data_dir=tmp_path, files=[rel], progress=False, mirror=datasets_dir.as_uri())
+    report = fetch("vidur", data_dir=tmp_path, files=[rel], progress=False, mirror=datasets_dir.resolve().as_uri())
     assert report.downloaded == [rel] and target.read_bytes() == good
 
 
@@ -187,7 +187,7 @@ def test_a_curated_mirror_is_never_written(datasets_dir: Path, tmp_path: Path) -
     shutil.copy(datasets_dir / "liger_kernel" / LIGER_HELD, folder)
     before = sha256(folder / LIGER_HELD)
     with pytest.raises(LilouInputError, match="curated mirror"):
-        fetch("liger_kernel", data_dir=tmp_path, progress=False, mirror=datasets_dir.as_uri())
+        fetch("liger_kernel", data_dir=tmp_path, progress=False, mirror=datasets_dir.resolve().as_uri())
     assert sha256(folder / LIGER_HELD) == before and sorted(p.name for p in folder.iterdir()) == [
         "UPSTREAM_SHA256SUMS", LIGER_HELD]
 
@@ -251,7 +251,7 @@ def test_verify_the_mirror_expects_held_back_files(datasets_dir: Path, capsys: p
 
 def test_verify_reports_missing_and_truncated_files(datasets_dir: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    fetch("vidur", data_dir=tmp_path, files=["compute/a40/*"], progress=False, mirror=datasets_dir.as_uri())
+    fetch("vidur", data_dir=tmp_path, files=["compute/a40/*"], progress=False, mirror=datasets_dir.resolve().as_uri())
     rel = "compute/a40/microsoft/phi-2/mlp.csv"
     raw = (tmp_path / "vidur" / rel).read_bytes()
     (tmp_path / "vidur" / rel).write_bytes(raw[:-10])

@@ -69,19 +69,50 @@ def _status(dataset: Dataset, root: Path) -> dict:
 
 def run_list(args: argparse.Namespace) -> int:
     root = data_root(args.data_dir)
-    rows = [_status(dataset, root) for dataset in DATASETS.values()]
+    rows = [_listing(dataset, root) for dataset in DATASETS.values()]
     if args.format == "json":
         print_json(rows)
         return 0
+    out = console()
     table = Table(title=f"datasets (data root: {root})")
-    for column in ("name", "files", "size", "licence", "on disk", "upstream"):
-        table.add_column(column, justify="right" if column in ("files", "size") else "left")
+    for column in ("name", "licence", "on disk", "rows", "GPUs", "dtypes", "families", "timing", "dropped"):
+        table.add_column(column, justify="right" if column in ("rows", "dropped") else "left")
     for row in rows:
-        size = _human_bytes(row["bytes"]) + ("" if row["bytes_known"] else "+")
-        on_disk = row["present"] if row["present"] != "partial" else f"partial ({row['files_present']}/{row['files']})"
-        table.add_row(row["name"], str(row["files"]), size, row["licence"], on_disk, row["repository"])
-    console().print(table)
+        on_disk = row["state"] if row["state"] != "partial" else f"partial ({row['files_present']}/{row['files']})"
+        rows_text = "-" if row["rows"] is None else f"{row['rows']:,}"
+        dropped = sum(row["dropped"].values())
+        table.add_row(row["name"], row["licence"], on_disk, rows_text, str(len(row["gpus"])) if row["gpus"] else "-",
+                      ", ".join(row["dtypes"]) or "-", ", ".join(row["families"]) or "-", ", ".join(row["timing"]) or "-",
+                      f"{dropped:,}" if dropped else "-")
+    out.print(table)
+    for row in rows:
+        if row.get("error"):
+            out.print(f"{row['name']}: {row['error']}", highlight=False)
+        for reason, count in sorted(row["dropped"].items(), key=lambda item: -item[1]):
+            out.print(f"{row['name']}: {count:,} rows left out: {reason}", highlight=False)
     return 0
+
+
+def _listing(dataset: Dataset, root: Path) -> dict:
+    """One dataset's line of `lilou data list`: the DESIGN.md fields first, then the file status."""
+    from lilou.data.kernel_table import SOURCES, build_source, summarise
+    from lilou.errors import LilouInputError
+
+    status = _status(dataset, root)
+    entry = {"name": dataset.name, "licence": dataset.licence, "gpus": [], "dtypes": [], "families": [], "rows": None,
+             "timing": [], "present": status["present"] != "absent", "kind": "kernels" if dataset.name in SOURCES else
+             "other", "dropped": {}}
+    if dataset.name in SOURCES and entry["present"]:
+        try:
+            summary = summarise(build_source(dataset.name, root))
+        except LilouInputError as exc:
+            entry["error"] = str(exc)
+        else:
+            entry.update(gpus=summary.gpus, dtypes=summary.dtypes, families=summary.families, rows=summary.rows,
+                         timing=summary.timing, dropped=summary.dropped)
+    entry.update({"state" if key == "present" else key: value for key, value in status.items()
+                  if key not in ("name", "licence")})
+    return entry
 
 
 def run_fetch(args: argparse.Namespace) -> int:

@@ -1,10 +1,9 @@
 """Typed loaders for the NeuSight measurements (per-kernel and end-to-end latencies).
 
 Per-operator rows become a columnar :class:`KernelTable` (numpy arrays, one row
-view :class:`KernelMeasurement` at a time). FLOPs and bytes are not read from the
-data: they come from :func:`lilou.graph.costs.node_cost` applied to the ONNX nodes
-that express the same PyTorch call (:func:`cost_nodes`), so a measured row and an
-ONNX node of the same shapes get identical numbers.
+view :class:`KernelMeasurement` at a time). FLOPs and bytes are not in the data: the
+latency stage derives them from the ONNX nodes that express the same PyTorch call
+(:mod:`lilou.latency.measured`), so this module stays a leaf that imports no stage.
 
 Column meanings (datasets/README.md): ``linear`` is ``nn.Linear(N, K, bias=True)``
 on [B,M,N]; ``bmm`` is [B,M,N] x [B,N,K]; ``conv`` is ``nn.Conv2d`` without bias on a
@@ -29,8 +28,6 @@ import numpy as np
 
 from lilou.data.paths import dataset_dir, dataset_file, fetch_hint
 from lilou.errors import LilouInputError, MissingDataError
-from lilou.graph.costs import CostInput, NodeCost, TensorInfo
-from lilou.latency.kernel import describe_kernel
 
 DATASET = "neusight"
 
@@ -67,60 +64,6 @@ TEST_FILES: dict[str, tuple[str, ...]] = {
 SPLITS = ("train", "test")
 
 
-# ----------------------------------------------------------------------------- costs
-
-
-def _tensor(name: str, shape: Sequence[int]) -> TensorInfo:
-    return TensorInfo(name, tuple(int(d) for d in shape), "float32", 4)
-
-
-def cost_nodes(op: str, shape: dict[str, int]) -> list[CostInput]:
-    """The ONNX nodes (FP32) that compute what one NeuSight row measured."""
-    if op not in OPS:
-        raise LilouInputError(f"unknown NeuSight op {op!r}; known: {', '.join(OPS)}")
-    family, onnx_op = OPS[op]
-    if op == "linear":  # x @ W^T + b: MatMul then Add of the bias, as ONNX exporters write a 3-D Linear
-        b, m, n, k = shape["B"], shape["M"], shape["N"], shape["K"]
-        product = _tensor("matmul_out", (b, m, k))
-        return [CostInput("MatMul", {}, [_tensor("x", (b, m, n)), _tensor("weight", (n, k))], [product]),
-                CostInput("Add", {}, [product, _tensor("bias", (k,))], [_tensor("y", (b, m, k))])]
-    if op == "bmm":
-        b, m, n, k = shape["B"], shape["M"], shape["N"], shape["K"]
-        return [CostInput("MatMul", {}, [_tensor("a", (b, m, n)), _tensor("b", (b, n, k))],
-                          [_tensor("y", (b, m, k))])]
-    if op == "conv":
-        b, cin, cout = shape["B"], shape["C_in"], shape["C_out"]
-        k, size, stride, pad = shape["kernel_size"], shape["input_size"], shape["stride"], shape["padding"]
-        out = (size + 2 * pad - k) // stride + 1
-        attributes = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4}
-        return [CostInput("Conv", attributes, [_tensor("x", (b, cin, size, size)), _tensor("weight", (cout, cin, k, k))],
-                          [_tensor("y", (b, cout, out, out))])]
-    x, y = _tensor("x", (shape["B"], shape["H"])), _tensor("y", (shape["B"], shape["H"]))
-    if op in BINARY_OPS:
-        return [CostInput(onnx_op, {}, [x, _tensor("other", (shape["B"], shape["H"]))], [y])]
-    if op in SCALAR_OPS:  # the Python scalar becomes a 0-d constant in ONNX
-        return [CostInput(onnx_op, {}, [x, _tensor("scalar", ())], [y])]
-    if op == "ln":
-        h = shape["H"]
-        return [CostInput("LayerNormalization", {"axis": -1, "epsilon": 1e-5},
-                          [x, _tensor("scale", (h,)), _tensor("bias", (h,))], [y])]
-    if op == "softmax":
-        return [CostInput("Softmax", {"axis": -1}, [x], [y])]
-    return [CostInput(onnx_op, {}, [x], [y])]  # relu, gelu, tanh
-
-
-def kernel_cost(op: str, shape: dict[str, int]) -> NodeCost:
-    """FLOPs and bytes of one measured call, counted as **one kernel**.
-
-    FLOPs are the sum over :func:`cost_nodes`. Bytes are those of the tensors that
-    cross the group's boundary: for ``linear`` (cuBLAS applies the bias in the GEMM
-    epilogue) that is input, weight and bias read and the output written; the
-    MatMul's intermediate result is neither written nor read again.
-    """
-    spec = describe_kernel(cost_nodes(op, shape))
-    return NodeCost(flops=spec.flops, bytes_read=spec.bytes_read, bytes_written=spec.bytes_written)
-
-
 # ------------------------------------------------------------------------ row views
 
 
@@ -140,9 +83,6 @@ class KernelMeasurement:
     block: tuple[int, int, int]
     warps_per_sm: float
     blocks_per_sm: float
-    flops: int
-    bytes_read: int
-    bytes_written: int
     large: bool = False              # test files: NeuSight's "large" shapes
 
 
@@ -166,9 +106,6 @@ class KernelTable:
     block: np.ndarray                # (n, 3) int64
     warps_per_sm: np.ndarray
     blocks_per_sm: np.ndarray
-    flops: np.ndarray                # int64
-    bytes_read: np.ndarray
-    bytes_written: np.ndarray
     large: np.ndarray                # bool
     shape: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -185,7 +122,6 @@ class KernelTable:
             kernel_name=self.kernel_name[i], kernels=self.kernels[i],
             grid=tuple(int(v) for v in self.grid[i]), block=tuple(int(v) for v in self.block[i]),  # type: ignore[arg-type]
             warps_per_sm=float(self.warps_per_sm[i]), blocks_per_sm=float(self.blocks_per_sm[i]),
-            flops=int(self.flops[i]), bytes_read=int(self.bytes_read[i]), bytes_written=int(self.bytes_written[i]),
             large=bool(self.large[i]))
 
     def __iter__(self) -> Iterator[KernelMeasurement]:
@@ -202,7 +138,7 @@ class KernelTable:
 
 
 _ARRAY_FIELDS = ("op", "family", "device", "gpu", "latency_ms", "kernel_name", "kernels", "grid", "block",
-                 "warps_per_sm", "blocks_per_sm", "flops", "bytes_read", "bytes_written", "large")
+                 "warps_per_sm", "blocks_per_sm", "large")
 
 
 # --------------------------------------------------------------------------- loading
@@ -247,19 +183,6 @@ def _device_matcher(devices: Iterable[str] | None) -> Callable[[str], bool]:
 _LAUNCH_COLUMNS = ("Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z", "Block x", "Block y", "Block z")
 
 
-def _costs(ops: Sequence[str], shapes: dict[str, np.ndarray], cache: dict[tuple, tuple[int, int, int]]) -> np.ndarray:
-    """(n, 3) int64 FLOPs, bytes read, bytes written; one cost call per distinct (op, shape)."""
-    keys = list(shapes)
-    out = []
-    for row in zip(ops, *(shapes[k].tolist() for k in keys)):
-        cost = cache.get(row)
-        if cost is None:
-            c = kernel_cost(row[0], dict(zip(keys, row[1:])))
-            cost = cache[row] = (c.flops, c.bytes_read, c.bytes_written)
-        out.append(cost)
-    return np.array(out, dtype=np.int64).reshape(len(out), 3)
-
-
 def _ints(values: Sequence[str]) -> np.ndarray:
     return np.fromiter(map(int, values), dtype=np.int64, count=len(values))
 
@@ -274,8 +197,7 @@ def _objects(values: Sequence) -> np.ndarray:
     return array
 
 
-def _read_file(path: Path, ops: frozenset[str], match_device, limit: int | None,
-               cost_cache: dict[tuple, tuple[int, int, int]]) -> dict[str, Any] | None:
+def _read_file(path: Path, ops: frozenset[str], match_device, limit: int | None) -> dict[str, Any] | None:
     """The matching rows of one kernel CSV as column arrays (None when no row matches)."""
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
@@ -321,7 +243,6 @@ def _read_file(path: Path, ops: frozenset[str], match_device, limit: int | None,
     kernels = [split_kernels[k] for k in columns[index["Kernels"]]] if "Kernels" in index else [()] * n
     device = np.array(columns[i_dev])
     names, inverse = np.unique(device, return_inverse=True)
-    costs = _costs(op, {key: shape[key] for key in SHAPE_KEYS if key in _keys_of(families)}, cost_cache)
     return {
         "op": np.array(op, dtype="U8"), "family": family, "device": device,
         "gpu": np.array([_gpu_name(d) for d in names])[inverse],
@@ -332,14 +253,9 @@ def _read_file(path: Path, ops: frozenset[str], match_device, limit: int | None,
         "block": np.stack([_ints(launch[c]) for c in _LAUNCH_COLUMNS[5:8]], axis=1),
         "warps_per_sm": _floats(launch["Warps per SM"]),
         "blocks_per_sm": _floats(launch["Blocks per SM"]),
-        "flops": costs[:, 0], "bytes_read": costs[:, 1], "bytes_written": costs[:, 2],
         "large": (np.array(columns[index["large"]]) == "True") if "large" in index else np.zeros(n, dtype=bool),
         "shape": shape,
     }
-
-
-def _keys_of(families: Iterable[str]) -> set[str]:
-    return {key for fam in families for key in SHAPE_COLUMNS[fam].values()}
 
 
 def _concat(split: str, chunks: list[dict[str, Any]]) -> KernelTable:
@@ -396,12 +312,12 @@ def load_kernels(split: str = "train", ops: Iterable[str] | None = None, devices
     """
     wanted = _check_ops(ops)
     match = _device_matcher(devices)
-    chunks, cost_cache = [], {}  # type: ignore[var-annotated]
+    chunks = []
     for path in kernel_files(split, wanted, data_dir):
         # Training files hold one device each, named after it: skip the others unread.
         if split == "train" and not match(path.stem.replace("_", " ")):
             continue
-        chunk = _read_file(path, wanted, match, limit_per_file, cost_cache)
+        chunk = _read_file(path, wanted, match, limit_per_file)
         if chunk is not None:
             chunks.append(chunk)
     return _concat(split, chunks)

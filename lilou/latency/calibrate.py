@@ -32,6 +32,7 @@ import numpy as np
 
 from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
 from lilou.data.neusight import OPS, load_e2e, load_kernels
+from lilou.latency.measured import table_costs
 from lilou.hardware import resolve_device
 from lilou.latency.end_to_end import EndToEndModel, describe_kernels
 from lilou.latency.fallback import FIT_MIN_MEMORY_MS, FallbackModel, fallback_mape, fit_fallback
@@ -47,7 +48,8 @@ def fit_floor_side(trained_on: list[str], data_dir=None) -> tuple[FallbackModel,
     ops = [op for op, (family, _) in OPS.items() if family == "elementwise"]
     table = load_kernels("train", ops=ops, devices=trained_on, data_dir=data_dir)
     bandwidth = np.array([resolve_device(g).memory_bandwidth_gbs for g in table.gpu])
-    moved = (table.bytes_read + table.bytes_written).astype(np.float64)
+    costs = table_costs(table)
+    moved = (costs[:, 1] + costs[:, 2]).astype(np.float64)
     memory_ms = moved / (bandwidth * 1e6)
     fit = memory_ms >= FIT_MIN_MEMORY_MS
     fallback = fit_fallback(moved[fit], bandwidth[fit], table.latency_ms[fit])

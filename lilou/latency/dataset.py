@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lilou.data.neusight import SHAPE_COLUMNS, KernelTable, cost_nodes
+from lilou.data.neusight import SHAPE_COLUMNS, KernelTable
+from lilou.latency.measured import cost_nodes
 from lilou.hardware import resolve_device
 from lilou.latency.features import DeviceColumns, KernelBatch
 from lilou.latency.kernel import KernelSpec, describe_kernel

@@ -1,0 +1,267 @@
+"""The kernel-measurement table: every source's rows in one schema, cached as parquet, queried lazily.
+
+>>> from lilou.data.kernel_table import kernel_table
+>>> rows = kernel_table()                                   # doctest: +SKIP  (a DuckDB relation)
+>>> rows.filter("family = 'gemm' AND dtype = 'bf16'").count("*").fetchone()  # doctest: +SKIP
+
+Each source's reader (:mod:`lilou.data.readers`) turns its upstream files into rows of
+:mod:`lilou.data.kernel_schema`. Here the rows get their GPU (the database's canonical name),
+are checked against the schema, and are written once to ``<cache>/kernel_table/<source>-<key>.parquet``;
+``key`` hashes the source files' names, sizes and mtimes, the schema and the GPU database, so a
+changed mirror or database rebuilds that source and nothing else. Rows that cannot enter the table
+(unknown GPU or dtype, not NVIDIA, held back, memory rows, no latency ...) are counted per reason
+in ``<source>-<key>.json``, never dropped without a word.
+
+Every query afterwards is DuckDB over the parquet files: column and row filters are pushed down,
+so a trainer that wants the BF16 GEMMs never loads the 7 M other rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import import_module, resources
+from pathlib import Path
+
+import duckdb
+
+from lilou.data.kernel_schema import COLUMN_NAMES, DTYPES, FAMILIES, TIMING_METHODS
+from lilou.data.paths import data_root, dataset_dir
+from lilou.data.readers.base import SourceRows
+from lilou.errors import LilouInputError
+
+#: Sources of kernel measurements, in table order: dataset name -> reader module.
+SOURCES = {name: f"lilou.data.readers.{name}" for name in
+           ("neusight", "aiconfigurator", "vidur", "deepbench", "liger_kernel")}
+SCHEMA_VERSION = 1
+CACHE_ENV = "LILOU_CACHE_DIR"
+
+#: Device strings that are not NVIDIA GPUs: their rows stay out of the table, with this reason.
+NOT_NVIDIA = ("intel", "amd", "radeon", "instinct")
+
+
+@dataclass(frozen=True)
+class SourceBuild:
+    """One source's cached part of the table."""
+
+    name: str
+    parquet: Path
+    rows: int
+    dropped: dict[str, int]   # reason -> rows
+    seconds: float            # time the build took (0 when read from the cache)
+    cached: bool
+
+
+def cache_dir() -> Path:
+    """``$LILOU_CACHE_DIR`` or ``~/.cache/lilou``."""
+    return Path(os.environ.get(CACHE_ENV) or "~/.cache/lilou").expanduser()
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for the table: no progress bar, memory bounded for a 24 GB machine."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    con.execute("SET memory_limit = '6GB'")
+    con.execute(f"SET threads = {max(1, min(os.cpu_count() or 1, 4))}")
+    return con
+
+
+def check_sources(names: Iterable[str] | None) -> list[str]:
+    """The wanted source names (all when None); an unknown name is a one-line input error."""
+    if names is None:
+        return list(SOURCES)
+    wanted = list(dict.fromkeys(names))
+    unknown = [n for n in wanted if n not in SOURCES]
+    if unknown:
+        raise LilouInputError(f"unknown kernel source {', '.join(unknown)}; known: {', '.join(SOURCES)}")
+    return wanted
+
+
+def build_source(name: str, data_dir: str | os.PathLike[str] | None = None, refresh: bool = False) -> SourceBuild:
+    """Read one source into its cached parquet part (or find it already there).
+
+    A file DuckDB cannot parse (truncated, not parquet/CSV) is one line naming the source and
+    what to do, never a traceback.
+    """
+    check_sources([name])
+    folder = dataset_dir(name, data_dir)
+    reader = import_module(SOURCES[name])
+    con = connect()
+    try:
+        return _build(name, reader, folder, con, refresh)
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise LilouInputError(f"{name}: cannot read the files in {folder} ({first}): "
+                              f"check them with `lilou data verify {name}` and re-fetch with `lilou data fetch {name}`"
+                              ) from None
+    finally:
+        con.close()
+
+
+def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refresh: bool) -> SourceBuild:
+    rows: SourceRows = reader.read(folder, con)
+    key = _cache_key(name, rows.files, folder)
+    target = cache_dir() / "kernel_table" / f"{name}-{key}.parquet"
+    summary = target.with_suffix(".json")
+    if target.is_file() and summary.is_file() and not refresh:
+        meta = json.loads(summary.read_text(encoding="utf-8"))
+        return SourceBuild(name, target, meta["rows"], meta["dropped"], 0.0, cached=True)
+    start = time.perf_counter()
+    mapped = _with_gpus(con, rows)
+    dropped = dict(mapped.filter("drop_reason IS NOT NULL").aggregate("drop_reason, count(*)").fetchall())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".parquet.partial")
+    columns = ", ".join(f'"{c}"' for c in COLUMN_NAMES)
+    mapped.filter("drop_reason IS NULL").project(columns).write_parquet(str(partial), compression="zstd")
+    kept = con.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0]  # type: ignore[index]
+    seconds = time.perf_counter() - start
+    partial.replace(target)
+    summary.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)}, indent=1),
+                       encoding="utf-8")
+    return SourceBuild(name, target, kept, dropped, seconds, cached=False)
+
+
+def build_table(sources: Iterable[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
+                refresh: bool = False) -> list[SourceBuild]:
+    """Every wanted source's cached part (built where missing or stale)."""
+    return [build_source(name, data_dir, refresh) for name in check_sources(sources)]
+
+
+def kernel_table(sources: Iterable[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
+                 con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
+    """The table (the wanted sources) as a lazy DuckDB relation over the cached parquet parts."""
+    parts = [build.parquet for build in build_table(sources, data_dir)]
+    con = con or _shared_connection()
+    files = ", ".join(f"'{p}'" for p in parts)
+    return con.sql(f"SELECT * FROM read_parquet([{files}], union_by_name = true)")
+
+
+@cache
+def _shared_connection() -> duckdb.DuckDBPyConnection:
+    return connect()
+
+
+def load_rows(where: str | None = None, columns: Sequence[str] | None = None, sources: Iterable[str] | None = None,
+              data_dir: str | os.PathLike[str] | None = None):
+    """Rows of the table as a pyarrow Table: ``where`` is a SQL condition over the columns."""
+    relation = kernel_table(sources, data_dir)
+    if where:
+        relation = relation.filter(where)
+    if columns:
+        unknown = [c for c in columns if c not in COLUMN_NAMES]
+        if unknown:
+            raise LilouInputError(f"not columns of the kernel table: {', '.join(unknown)}")
+        relation = relation.project(", ".join(f'"{c}"' for c in columns))
+    return relation.to_arrow_table()
+
+
+# ------------------------------------------------------------------------------------- GPUs
+
+
+def _with_gpus(con: duckdb.DuckDBPyConnection, rows: SourceRows) -> duckdb.DuckDBPyRelation:
+    """``rows`` with ``gpu`` filled from the database and schema checks folded into ``drop_reason``."""
+    from lilou.hardware import find_gpu
+
+    con.register("lilou_reader_rows", rows.relation)
+    devices = [d for (d,) in con.sql("SELECT DISTINCT device FROM lilou_reader_rows WHERE gpu IS NULL").fetchall()]
+    mapping: list[tuple[str, str | None, str | None]] = []
+    for device in devices:
+        gpu, reason = None, None
+        if device is None:
+            reason = "no device recorded"
+        elif any(word in device.lower() for word in NOT_NVIDIA):
+            reason = f"not an NVIDIA GPU ({device})"
+        else:
+            try:
+                gpu = rows.gpu_overrides.get(device) or find_gpu(device).name
+            except LilouInputError:
+                reason = f"unknown GPU {device!r}"
+        mapping.append((device, gpu, reason))
+    for gpu in set(rows.gpu_overrides.values()):
+        find_gpu(gpu)  # an override naming no database entry is a bug here, not user input
+    con.execute("CREATE OR REPLACE TEMP TABLE lilou_device_gpu (device VARCHAR, mapped VARCHAR, reason VARCHAR)")
+    if mapping:
+        con.executemany("INSERT INTO lilou_device_gpu VALUES (?, ?, ?)", mapping)
+    dtypes = ", ".join(f"'{d}'" for d in DTYPES)
+    families = ", ".join(f"'{f}'" for f in FAMILIES)
+    timings = ", ".join(f"'{t}'" for t in TIMING_METHODS)
+    # A reader that names GPUs itself may use any alias: canonical names from the database.
+    named = [g for (g,) in con.sql("SELECT DISTINCT gpu FROM lilou_reader_rows WHERE gpu IS NOT NULL").fetchall()]
+    con.execute("CREATE OR REPLACE TEMP TABLE lilou_named_gpu (named VARCHAR, canonical VARCHAR)")
+    if named:
+        con.executemany("INSERT INTO lilou_named_gpu VALUES (?, ?)", [(g, find_gpu(g).name) for g in named])
+    gpu = "coalesce(n.canonical, m.mapped)"
+    held_back = "(starts_with(gpu, 'h100') OR gpu = 'l4')"  # kernel_schema.is_held_back, in SQL
+    columns = ", ".join(f'r."{c}"' if c != "gpu" else f"{gpu} AS gpu" for c in COLUMN_NAMES)
+    joined = (f"SELECT {columns}, coalesce(r.drop_reason, m.reason) AS drop_reason "
+              "FROM lilou_reader_rows r LEFT JOIN lilou_device_gpu m ON r.device = m.device AND r.gpu IS NULL "
+              "LEFT JOIN lilou_named_gpu n ON r.gpu = n.named")
+    return con.sql(
+        f"SELECT * REPLACE (CASE WHEN drop_reason IS NOT NULL THEN drop_reason "
+        f"WHEN {held_back} THEN 'H100/L4 row: held back for independent evaluation' "
+        f"WHEN dtype IS NULL OR dtype NOT IN ({dtypes}) THEN concat('unknown dtype ', coalesce(dtype, 'null')) "
+        f"WHEN family NOT IN ({families}) THEN concat('unknown family ', family) "
+        f"WHEN timing NOT IN ({timings}) THEN concat('unknown timing ', timing) "
+        "WHEN latency_ms IS NULL OR isnan(latency_ms) OR latency_ms <= 0 THEN 'no positive latency' "
+        f"END AS drop_reason) FROM ({joined})")
+
+
+# ------------------------------------------------------------------------------------ cache
+
+
+def _cache_key(name: str, files: Sequence[Path], folder: Path) -> str:
+    digest = hashlib.sha256(f"{SCHEMA_VERSION}:{name}".encode())
+    for path in sorted(files):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    digest.update(_reader_fingerprint(name))
+    return digest.hexdigest()[:16]
+
+
+@cache
+def _reader_fingerprint(name: str) -> bytes:
+    """The code and data that shape a source's rows: its reader, the shared modules, the GPU database."""
+    here = Path(__file__).parent
+    paths = [here / "readers" / f"{name}.py", here / "readers" / "base.py", here / "kernel_schema.py", Path(__file__)]
+    if name == "deepbench":
+        paths.append(here / "readers" / "deepbench_xlsx.py")
+    text = b"".join(p.read_bytes() for p in paths if p.is_file())
+    return text + resources.files("lilou.hardware").joinpath("gpus.yaml").read_bytes()
+
+
+def present(name: str, data_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Whether the source's folder is on disk under the data root."""
+    return (data_root(data_dir) / name).is_dir()
+
+
+# ---------------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    """What one source contributes to the table (``lilou data list``)."""
+
+    name: str
+    rows: int
+    gpus: list[str]
+    dtypes: list[str]
+    families: list[str]
+    timing: list[str]
+    dropped: dict[str, int]
+    build: SourceBuild
+
+
+def summarise(build: SourceBuild) -> SourceSummary:
+    """Distinct GPUs, dtypes, families and timing methods of one cached source part."""
+    con = _shared_connection()
+    scan = f"read_parquet('{build.parquet}')"
+
+    def distinct(column: str) -> list[str]:
+        return [v for (v,) in con.execute(f'SELECT DISTINCT "{column}" FROM {scan} ORDER BY 1').fetchall()]
+
+    return SourceSummary(name=build.name, rows=build.rows, gpus=distinct("gpu"), dtypes=distinct("dtype"),
+                         families=distinct("family"), timing=distinct("timing"), dropped=build.dropped, build=build)

@@ -1,0 +1,185 @@
+"""The kernel-measurement table on the real mirror: rows of every source, mapped to the schema exactly."""
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lilou.data.kernel_schema import COLUMN_NAMES, DTYPES, FAMILIES, FAMILY_SHAPES, SHAPE_FIELDS, TIMING_METHODS
+from lilou.data.kernel_table import SOURCES, build_source, kernel_table, load_rows, summarise
+from lilou.errors import LilouInputError, MissingDataError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def table(datasets_dir: Path):
+    return kernel_table(data_dir=datasets_dir)
+
+
+def one(table, where: str) -> dict:
+    rows = table.filter(where).fetchall()
+    assert len(rows) == 1, (where, len(rows))
+    return dict(zip(table.columns, rows[0]))
+
+
+def test_schema_is_consistent() -> None:
+    assert set(SHAPE_FIELDS) <= set(COLUMN_NAMES)
+    for family, fields in FAMILY_SHAPES.items():
+        assert set(fields) <= set(SHAPE_FIELDS), family
+    assert {"fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4"} <= set(DTYPES)
+
+
+def test_every_value_is_in_the_schema(table) -> None:
+    for column, allowed in (("dtype", DTYPES), ("family", FAMILIES), ("timing", TIMING_METHODS)):
+        values = {v for (v,) in table.aggregate(f'"{column}"').fetchall()}
+        assert values <= set(allowed), column
+    assert table.filter("latency_ms IS NULL OR latency_ms <= 0 OR gpu IS NULL").count("*").fetchall()[0][0] == 0
+    held_back = table.filter("starts_with(gpu, 'h100') OR gpu = 'l4'").count("*").fetchall()[0][0]
+    assert held_back == 0
+
+
+def test_neusight_linear_row(table) -> None:
+    row = one(table, "source = 'neusight' AND subset = 'train' AND gpu = 't4' AND op = 'linear' "
+                     "AND m = 58 AND n = 141 AND k = 13")
+    assert row["latency_ms"] == 0.052213333547115326 and row["device"] == "Tesla T4"
+    assert (row["family"], row["dtype"], row["unit"], row["batch"], row["bias"]) == ("gemm", "fp32", "fp32", 1, True)
+    assert row["timing"] == "cuda-events-eager" and row["provider"] == "volta_sgemm_32x128_tn"
+    assert row["framework"] == "PyTorch 2.1.0 cu121 cuDNN 8902"
+    assert row["rows"] is None and row["in_c"] is None
+
+
+def test_neusight_conv_and_counts(table, datasets_dir: Path) -> None:
+    conv = table.filter("source = 'neusight' AND gpu = 't4' AND family = 'conv'").order("latency_ms").limit(1)
+    assert conv.count("*").fetchall()[0][0] == 1
+    t4_conv = datasets_dir / "neusight" / "kernels" / "train" / "conv" / "Tesla_T4.csv"
+    lines = sum(1 for _ in t4_conv.open()) - 1
+    assert table.filter("source = 'neusight' AND gpu = 't4' AND family = 'conv'").count("*").fetchall()[0][0] == lines
+    row = table.filter("source = 'neusight' AND family = 'conv'").limit(1).fetchall()[0]
+    record = dict(zip(table.columns, row))
+    assert record["in_h"] == record["in_w"] and record["kernel_h"] == record["kernel_w"] and record["groups"] == 1
+    # kernels/test/vec.csv repeats elem + ln + softmax: it is not read
+    test_norms = table.filter("source = 'neusight' AND subset = 'test' AND family = 'norm'").count("*").fetchall()[0][0]
+    assert test_norms == sum(1 for _ in (datasets_dir / "neusight/kernels/test/ln.csv").open()) - 1
+
+
+def test_aiconfigurator_rows(table) -> None:
+    row = one(table, "source = 'aiconfigurator' AND gpu = 'h200' AND family = 'gemm' AND dtype = 'bf16' "
+                     "AND framework = 'TRTLLM 1.3.0rc20' AND m = 4353 AND n = 65536 AND k = 51200")
+    assert row["latency_ms"] == pytest.approx(41.099622090657554)
+    assert (row["unit"], row["timing"], row["subset"], row["device"]) == (
+        "bf16_tensor", "cuda-graph-replay", "h200_sxm", "NVIDIA H200")
+    fp8_block = table.filter("source = 'aiconfigurator' AND quant = 'fp8-block'").limit(1).fetchall()[0]
+    fp8 = dict(zip(table.columns, fp8_block))
+    assert (fp8["dtype"], fp8["unit"], fp8["includes"]) == ("fp8", "fp8_tensor", "activation quantisation")
+    decode = table.filter("source = 'aiconfigurator' AND family = 'attention-decode'").limit(1).fetchall()[0]
+    decode = dict(zip(table.columns, decode))
+    assert decode["kv_len"] is not None and decode["seq_len"] is None and decode["m"] is None
+
+
+def test_aiconfigurator_drops_are_counted(datasets_dir: Path) -> None:
+    build = build_source("aiconfigurator", datasets_dir)
+    assert build.dropped["not an NVIDIA GPU (Intel(R) Arc(TM) Pro B60 Graphics)"] == 66630
+    assert build.dropped["superseded by a newer version of the same shape"] == 19357
+    import pyarrow.parquet as pq
+
+    upstream = sum(pq.read_metadata(path).num_rows for path in (datasets_dir / "aiconfigurator").rglob("*.parquet"))
+    assert build.rows + sum(build.dropped.values()) == upstream == 7_647_259  # every row kept or counted
+
+
+def test_vidur_rows(table) -> None:
+    rows = table.filter("source = 'vidur' AND gpu = 'a100-sxm4-80gb' AND op = 'attn_pre_proj' "
+                        "AND subset = 'meta-llama/Llama-2-7b-hf' AND m = 4096 AND n = 12288").order("latency_ms")
+    assert [r[0] for r in rows.project("latency_ms").fetchall()] == [1.8865, 1.911]  # 4096 is listed twice upstream
+    record = dict(zip(table.columns, rows.limit(1).fetchall()[0]))
+    assert (record["k"], record["dtype"], record["unit"], record["timing"]) == (
+        4096, "fp16", "fp16_tensor", "profiler-kernel-time")
+    a40_up = table.filter("source = 'vidur' AND gpu = 'a40' AND op = 'mlp_up_proj' "
+                          "AND subset = 'meta-llama/Llama-2-7b-hf' AND m = 1 AND shape LIKE '%\"tp\":1}'")
+    assert a40_up.project("n, k").fetchall() == [(2 * 11008, 4096)]  # gated: up and gate in one GEMM
+
+
+def test_deepbench_rows(table) -> None:
+    row = one(table, "source = 'deepbench' AND gpu = 't4' AND dtype = 'int8' AND family = 'gemm' "
+                     "AND m = 5124 AND n = 700 AND k = 2048")
+    assert (row["latency_ms"], row["unit"], row["layout"], row["timing"]) == (0.999, "int8_tensor", "NN", "host-timer-loop")
+    pascal = table.filter("source = 'deepbench' AND gpu = 'gtx-1080-ti' AND dtype = 'int8'").aggregate("unit")
+    assert pascal.fetchall() == [("int8",)]  # DP4A, no tensor cores
+    p100 = table.filter("source = 'deepbench' AND gpu = 'p100-pcie-16gb' AND dtype = 'fp16'").aggregate("unit")
+    assert p100.fetchall() == [("fp32",)]  # "pseudo FP16": FP16 storage, FP32 math
+    modes = {m for (m,) in table.filter("source = 'deepbench' AND family = 'conv'").aggregate("mode").fetchall()}
+    assert modes == {"forward", "backward-data", "backward-filter"}
+
+
+def test_liger_rows_and_drops(table, datasets_dir: Path) -> None:
+    build = build_source("liger_kernel", datasets_dir)
+    assert build.dropped["memory metric, not a latency"] == 909
+    assert build.dropped["dtype not recorded (the benchmark script's default applies)"] == 300
+    rows = table.filter("source = 'liger_kernel' AND op = 'rms_norm' AND provider = 'huggingface' "
+                        "AND mode = 'forward'").order("cols").project("gpu, dtype, rows, cols, timing")
+    assert rows.fetchall()[0] == ("a100-sxm4-80gb", "bf16", 2048, 1024, "triton-do-bench")
+
+
+def test_summary_and_filters(datasets_dir: Path) -> None:
+    summary = summarise(build_source("deepbench", datasets_dir))
+    assert summary.dtypes == ["fp16", "fp32", "int8"] and summary.families == ["conv", "gemm", "rnn"]
+    assert len(summary.gpus) == 8 and summary.timing == ["host-timer-loop"]
+    bf16 = load_rows("family = 'gemm' AND dtype = 'bf16' AND gpu = 'l40s'", columns=["m", "n", "k", "latency_ms"],
+                     sources=["aiconfigurator"], data_dir=datasets_dir)
+    assert bf16.column_names == ["m", "n", "k", "latency_ms"] and bf16.num_rows > 50_000
+    with pytest.raises(LilouInputError, match="not columns"):
+        load_rows(columns=["latency"], sources=["deepbench"], data_dir=datasets_dir)
+    with pytest.raises(LilouInputError, match="unknown kernel source"):
+        kernel_table(["deepbenchx"], data_dir=datasets_dir)
+
+
+def test_data_list_json_reports_every_source(datasets_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lilou.cli import main
+
+    assert main(["data", "list", "--format", "json", "--data-dir", str(datasets_dir)]) == 0
+    entries = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
+    kernels = [e for e in entries.values() if e["kind"] == "kernels" and e["present"]]
+    assert {e["name"] for e in kernels} == set(SOURCES)
+    for entry in kernels:
+        assert set(entry) >= {"name", "licence", "gpus", "dtypes", "families", "rows", "timing", "present"}
+        assert entry["rows"] > 0 and entry["gpus"]
+    gpus = {g for e in kernels for g in e["gpus"]}
+    dtypes = {d for e in kernels for d in e["dtypes"]}
+    assert len(gpus) >= 20 and len(dtypes) >= 4
+    assert entries["aiconfigurator"]["timing"] == ["cuda-graph-replay"]
+    assert any("Intel" in reason for reason in entries["aiconfigurator"]["dropped"])
+
+
+def test_missing_and_unreadable_sources_give_one_line(datasets_dir: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(MissingDataError, match="vidur"):
+        build_source("vidur", tmp_path)
+    broken = tmp_path / "liger_kernel"
+    broken.mkdir()
+    (broken / "all_benchmark_data.csv").write_bytes(b"\x00\xff\x00garbage")
+    with pytest.raises(LilouInputError, match="liger_kernel"):
+        build_source("liger_kernel", tmp_path)
+    parquet = tmp_path / "aiconfigurator" / "data" / "h200_sxm" / "gemm" / "trtllm" / "1.0"
+    parquet.mkdir(parents=True)
+    source = next((datasets_dir / "aiconfigurator" / "data" / "h200_sxm").glob("gemm/*/*/gemm_perf.parquet"))
+    (parquet / "gemm_perf.parquet").write_bytes(source.read_bytes()[:1000])  # truncated
+    with pytest.raises(LilouInputError, match="aiconfigurator: cannot read") as error:
+        build_source("aiconfigurator", tmp_path)
+    assert "\n" not in str(error.value) and "lilou data fetch aiconfigurator" in str(error.value)
+    shutil.rmtree(tmp_path / "aiconfigurator")
+
+
+def test_data_and_hardware_are_leaves() -> None:
+    """lilou/data and lilou/hardware import no pipeline stage (DESIGN.md: data and hardware are leaves)."""
+    allowed = ("lilou.data", "lilou.hardware", "lilou.errors")
+    offenders = []
+    for folder in ("data", "hardware"):
+        for path in (REPO / "lilou" / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                offenders += [(path.name, n) for n in names if n and n.startswith("lilou") and not n.startswith(allowed)]
+    assert offenders == []
