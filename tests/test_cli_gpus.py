@@ -11,12 +11,25 @@ def test_table_lists_every_gpu_with_its_mig_profiles(capsys):
     assert main(["gpus"]) == 0
     out = capsys.readouterr().out
     assert f"{len(all_gpus())} GPUs" in out
-    for header in ("name", "arch", "SMs", "clock MHz", "memory GB", "GB/s", "L2 MB",
-                   "FP32 TFLOPS", "FP16 tensor TFLOPS", "MIG profiles"):
+    for header in ("name", "arch", "CC", "SMs", "clock MHz", "memory GB", "memory", "GB/s", "L2 MB",
+                   "FP32", "FP16 TC", "BF16 TC", "FP8 TC", "MIG", "MIG profiles"):
         assert header in out
+    assert "dense peak TFLOPS" in out and "FP32 accumulate" in out
     for gpu in all_gpus():
         assert gpu.name in out
-    assert "1g.5gb, 1g.5gb+me, 1g.10gb" in out
+    assert "1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb" in out
+    assert max(len(line) for line in out.splitlines()) <= 160  # fits the piped console, nothing wrapped
+
+
+def test_table_rows_show_the_new_key_figures(capsys):
+    assert main(["gpus", "b200", "rtx-4090", "m40"]) == 0
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("│")}
+    #          arch,  CC,  SMs, clock, GB, memory, GB/s, L2, FP32, FP16 TC, BF16 TC, FP8 TC, MIG
+    assert rows["b200"] == ["Blackwell", "10.0", "148", "1965", "180", "HBM3e", "7700", "126.5", "75",
+                            "2250", "2250", "4500", "-"]
+    assert rows["rtx-4090"][5:] == ["GDDR6X", "1008", "72", "82.6", "165.2", "165.2", "330.3", "-"]
+    assert rows["m40-24gb"][:2] == ["Maxwell", "5.2"] and rows["m40-24gb"][9:12] == ["-", "-", "-"]
 
 
 def test_json_is_the_database_with_mig_profiles(capsys):
@@ -27,6 +40,18 @@ def test_json_is_the_database_with_mig_profiles(capsys):
     assert [profile["name"] for profile in h100["mig_profiles"]] == [
         "1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
     assert h100["mig_profiles"][-1]["sms"] == 132
+    for entry in entries:
+        assert set(entry["peak_tflops"]) == {
+            "fp64", "fp32", "fp16", "bf16", "int8", "tf32_tensor", "fp16_tensor", "bf16_tensor",
+            "fp8_tensor", "int8_tensor", "int4_tensor", "fp4_tensor"}
+        assert {"memory_type", "fp32_lanes_per_sm", "int32_shares_fp32_datapath",
+                "tensor_core_generation"} <= set(entry)
+    assert h100["peak_tflops"]["bf16_tensor"] == 989.4 and h100["peak_tflops"]["fp8_tensor"] == 1978.9
+    assert (h100["memory_type"], h100["fp32_lanes_per_sm"], h100["int32_shares_fp32_datapath"],
+            h100["tensor_core_generation"]) == ("HBM3", 128, False, 4)
+    a100 = next(entry for entry in entries if entry["name"] == "a100-sxm4-80gb")
+    assert {key: a100["peak_tflops"][key] for key in ("fp64", "tf32_tensor", "bf16_tensor", "fp8_tensor")} == {
+        "fp64": 9.7, "tf32_tensor": 156, "bf16_tensor": 312, "fp8_tensor": None}
 
 
 def test_names_select_gpus_by_any_spelling(capsys):
@@ -34,6 +59,21 @@ def test_names_select_gpus_by_any_spelling(capsys):
     entries = json.loads(capsys.readouterr().out)
     assert [entry["name"] for entry in entries] == ["a10g", "t4"]
     assert entries[0]["mig_profiles"] == []
+
+
+def test_dataset_spellings_select_the_new_gpus(capsys):
+    assert main(["gpus", "NVIDIA B300 SXM6 AC", "TitanX", "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                 "--format", "json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert [entry["name"] for entry in entries] == ["b300", "gtx-titan-x", "rtx-pro-6000-blackwell-server"]
+    assert [entry["architecture"] for entry in entries] == ["Blackwell", "Maxwell", "Blackwell"]
+    assert entries[1]["fp16_tflops"] is None and entries[1]["peak_tflops"]["fp16"] is None
+
+
+def test_table_without_mig_gpus_prints_no_mig_table(capsys):
+    assert main(["gpus", "t4"]) == 0
+    out = capsys.readouterr().out
+    assert "1 GPUs" in out and "MIG profiles" not in out
 
 
 def test_unknown_gpu_exits_2_with_one_line_on_stderr(capsys):

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, fields
+import math
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from typing import Any, NamedTuple
 
@@ -12,6 +13,15 @@ from lilou.errors import LilouInputError
 from lilou.hardware.names import closest, gpu_key, mig_key
 
 DATA_FILE = "gpus.yaml"
+
+# Keys of ``GPUSpec.peak_tflops``: dense peaks (no sparsity), CUDA cores first, then tensor cores.
+# Integer rates (int8, int8_tensor, int4_tensor) are TOPS. See the header of gpus.yaml.
+PEAK_KEYS = (
+    "fp64", "fp32", "fp16", "bf16", "int8",
+    "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor", "int8_tensor", "int4_tensor", "fp4_tensor",
+)
+ARCHITECTURES = ("Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell")
+MEMORY_TYPES = ("GDDR5", "GDDR5X", "GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e")
 
 
 @dataclass(frozen=True)
@@ -45,10 +55,17 @@ class GPUSpec:
     memory_bandwidth_gbs: float
     l2_mb: float
     fp32_tflops: float
-    fp16_tflops: float
+    fp16_tflops: float | None  # None: no native FP16 arithmetic (Maxwell GM20x)
     tensor_tflops: float | None  # None: no tensor cores
     tdp_w: int
     source: tuple[str, ...]
+    memory_type: str  # "GDDR6X", "HBM3e", ...
+    # Dense peak per unit and dtype (keys: PEAK_KEYS), TFLOPS or TOPS; None where the unit or dtype
+    # does not exist. Left out of the hash (a dict is unhashable); it still takes part in ==.
+    peak_tflops: dict[str, float | None] = field(hash=False)
+    fp32_lanes_per_sm: int  # FP32 FMA lanes per SM (128 on Maxwell, GP10x, GA10x, AD10x, Hopper, Blackwell)
+    int32_shares_fp32_datapath: bool  # INT32 issues on FP32 lanes (GA10x, AD10x, GB20x): integer work costs FP32 slots
+    tensor_core_generation: int | None  # 1 Volta, 2 Turing, 3 Ampere, 4 Ada/Hopper, 5 Blackwell; None: no tensor cores
     mig_profiles: tuple[MIGProfile, ...] = ()
     mig_source: str | None = None
     notes: str | None = None
@@ -73,6 +90,7 @@ class GPUSpec:
         data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         data["aliases"] = list(self.aliases)
         data["source"] = list(self.source)
+        data["peak_tflops"] = dict(self.peak_tflops)
         data["mig_profiles"] = [profile.to_dict() for profile in self.mig_profiles]
         return data
 
@@ -131,11 +149,53 @@ def _parse_gpu(entry: dict[str, Any], mig_tables: dict[str, Any]) -> GPUSpec:
     entry = dict(entry)
     entry["aliases"] = tuple(entry["aliases"])
     entry["source"] = tuple(entry["source"])
+    raw_peaks = entry.get("peak_tflops") or {}
+    ordered = [key for key in PEAK_KEYS if key in raw_peaks] + [key for key in raw_peaks if key not in PEAK_KEYS]
+    entry["peak_tflops"] = {key: _peak(raw_peaks[key]) for key in ordered}
     table_name = entry.pop("mig")
     if table_name is None:
-        return GPUSpec(**entry)
-    table = mig_tables[table_name]
-    return GPUSpec(**entry, mig_profiles=_parse_mig_table(table), mig_source=table["source"])
+        gpu = GPUSpec(**entry)
+    else:
+        table = mig_tables[table_name]
+        gpu = GPUSpec(**entry, mig_profiles=_parse_mig_table(table), mig_source=table["source"])
+    _validate(gpu)
+    return gpu
+
+
+def _peak(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _validate(gpu: GPUSpec) -> None:
+    """Refuse an entry whose new fields are missing, mistyped or disagree with its legacy peaks."""
+    def fail(message: str) -> None:
+        raise ValueError(f"{DATA_FILE}: {gpu.name}: {message}")
+
+    if gpu.architecture not in ARCHITECTURES:
+        fail(f"architecture '{gpu.architecture}' is not one of {', '.join(ARCHITECTURES)}")
+    if gpu.memory_type not in MEMORY_TYPES:
+        fail(f"memory_type '{gpu.memory_type}' is not one of {', '.join(MEMORY_TYPES)}")
+    if set(gpu.peak_tflops) != set(PEAK_KEYS):
+        missing = sorted(set(PEAK_KEYS) - set(gpu.peak_tflops))
+        extra = sorted(set(gpu.peak_tflops) - set(PEAK_KEYS))
+        fail(f"peak_tflops needs exactly the keys {', '.join(PEAK_KEYS)} (missing: {missing}, unknown: {extra})")
+    for key, value in gpu.peak_tflops.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"peak_tflops.{key} must be a positive number or null, not {value}")
+    # The legacy single-figure fields are the same peaks under their old names.
+    legacy = {"fp32": gpu.fp32_tflops, "fp16": gpu.fp16_tflops, "fp16_tensor": gpu.tensor_tflops}
+    for key, value in legacy.items():
+        if gpu.peak_tflops[key] != value:
+            fail(f"peak_tflops.{key} = {gpu.peak_tflops[key]} disagrees with the entry's legacy figure {value}")
+    if type(gpu.fp32_lanes_per_sm) is not int or gpu.fp32_lanes_per_sm not in (64, 128):
+        fail(f"fp32_lanes_per_sm must be 64 or 128, not {gpu.fp32_lanes_per_sm!r}")
+    if type(gpu.int32_shares_fp32_datapath) is not bool:
+        fail(f"int32_shares_fp32_datapath must be true or false, not {gpu.int32_shares_fp32_datapath!r}")
+    generation = gpu.tensor_core_generation
+    if generation is not None and (type(generation) is not int or not 1 <= generation <= 5):
+        fail(f"tensor_core_generation must be 1-5 or null, not {generation!r}")
+    if (generation is None) != (gpu.tensor_tflops is None):
+        fail("tensor_core_generation and tensor_tflops must both be null (no tensor cores) or both set")
 
 
 def _parse_mig_table(table: dict[str, Any]) -> tuple[MIGProfile, ...]:

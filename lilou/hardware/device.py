@@ -1,11 +1,11 @@
 """Devices: the effective resources the latency model sees, a whole GPU or one MIG slice.
 
 A MIG slice is its parent GPU with the slice's share of SMs, L2 cache and DRAM bandwidth.
-Clock and architecture are the parent's; peak FLOPS scale with the share of SMs.
+Clock and architecture are the parent's; peak FLOPS (every unit and dtype) scale with the share of SMs.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, find_gpu
@@ -26,12 +26,18 @@ class Device:
     l2_mb: float
     boost_clock_mhz: int
     fp32_tflops: float
-    fp16_tflops: float
+    fp16_tflops: float | None  # None: no native FP16 arithmetic (Maxwell)
     tensor_tflops: float | None  # None: no tensor cores
     sm_fraction: float  # share of the parent's SMs (1.0 for a whole GPU)
     l2_fraction: float
     bandwidth_fraction: float
     board_power_w: float  # the board's TDP; a MIG slice keeps its parent's (the slices share one board)
+    # Dense peak per unit and dtype (the keys of GPUSpec.peak_tflops), scaled by sm_fraction; None where
+    # the unit or dtype does not exist. Left out of the hash (a dict is unhashable); it still takes part in ==.
+    peak_tflops: dict[str, float | None] = field(hash=False)
+    fp32_lanes_per_sm: int
+    int32_shares_fp32_datapath: bool
+    tensor_core_generation: int | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,10 +91,14 @@ def _device(spec: GPUSpec, *, name: str, mig: str | None, sms: int, memory_gb: f
         l2_mb=spec.l2_mb * l2_fraction,
         boost_clock_mhz=spec.boost_clock_mhz,
         fp32_tflops=spec.fp32_tflops * sm_fraction,
-        fp16_tflops=spec.fp16_tflops * sm_fraction,
+        fp16_tflops=None if spec.fp16_tflops is None else spec.fp16_tflops * sm_fraction,
         tensor_tflops=None if tensor is None else tensor * sm_fraction,
         sm_fraction=sm_fraction,
         l2_fraction=l2_fraction,
         bandwidth_fraction=bandwidth_fraction,
         board_power_w=float(spec.tdp_w),
+        peak_tflops={key: None if peak is None else peak * sm_fraction for key, peak in spec.peak_tflops.items()},
+        fp32_lanes_per_sm=spec.fp32_lanes_per_sm,
+        int32_shares_fp32_datapath=spec.int32_shares_fp32_datapath,
+        tensor_core_generation=spec.tensor_core_generation,
     )
