@@ -9,10 +9,17 @@
 4. What limits it (diagnostics, never results): per held-out GPU and family, the MAPE
    left once a launch offset and a speed scale are fitted in hindsight on that GPU's own
    rows; and the fraction of FP32 peak large GEMMs reach against their ideal duration.
+5. The folds that matter (lilou.latency.table_folds), on the whole kernel table (every
+   source, a fixed sample of at most --per-group rows per source x GPU x dtype x family):
+   leave-one-GPU-out per source, dtype and family over every GPU with >= 500 rows, and
+   leave-one-architecture-out. Each row is predicted by the shipped model where it never
+   trained on the row's GPU (architecture), else by the NeuSight fold model trained without
+   it (plus a Pascal fold without the P4 and P100). The roofline baseline uses the peak of
+   the row's unit (BF16/FP8 tensor cores ...) with the fold's fitted floor and efficiency.
 
 Prints one table per part and writes outputs/bench/kernels.{json,csv}.
 
-    python scripts/bench_kernels.py [--quick] [hydra overrides ...]
+    python scripts/bench_kernels.py [--quick] [--per-group N] [hydra overrides ...]
 """
 from __future__ import annotations
 
@@ -35,7 +42,9 @@ from lilou.latency.diagnostics import gemm_efficiency_by_duration, limits_table
 from lilou.latency.evaluation import error_table
 from lilou.latency.features import DeviceColumns
 from lilou.latency.folds import KERNEL_FOLDS
+from lilou.latency.predictor import KernelLatencyPredictor
 from lilou.latency.roofline import RooflineBaseline
+from lilou.latency.table_folds import Fold, logo_table, loao_table, per_architecture, sample_table, score
 from lilou.latency.training import fit, held_out_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,8 +59,8 @@ def config(overrides: list[str]):
         return compose("train", overrides=["experiment=kernel_latency", *overrides])
 
 
-def evaluate_fold(held_out: list[str], overrides: list[str]) -> tuple[list[dict], list[dict]]:
-    """(error rows of the model and the roofline, limits rows of the model) on the held-out GPUs."""
+def evaluate_fold(held_out: list[str], overrides: list[str]) -> tuple[list[dict], list[dict], Fold]:
+    """(error rows of the model and the roofline, limits rows of the model, the fold) on the held-out GPUs."""
     cfg = config([*overrides, f"data.held_out_gpus=[{','.join(held_out)}]", "trainer.enable_progress_bar=false"])
     predictor, datamodule = fit(cfg)
     rows = datamodule.test_rows
@@ -60,7 +69,35 @@ def evaluate_fold(held_out: list[str], overrides: list[str]) -> tuple[list[dict]
     results += [{"predictor": "roofline", **row}
                 for row in error_table(rows, baseline.predict(rows.kernels, rows.devices))]
     limits = limits_table(rows, predictor.predict(rows.kernels, rows.devices).latency_ms)
-    return results, limits
+    return results, limits, Fold(predictor, baseline)
+
+
+#: Architectures of the shipped model's training GPUs -> the NeuSight fold that holds all of them out.
+ARCHITECTURE_FOLDS = {"Volta": "v100", "Turing": "t4", "GA100": "a100"}
+
+
+def table_folds(folds: dict[str, Fold], overrides: list[str], per_group: int) -> dict:
+    """Part 5: the whole kernel table, leave-one-GPU-out and leave-one-architecture-out."""
+    from lilou.data.kernel_table import kernel_table
+
+    started = time.perf_counter()
+    pascal_cfg = config([*overrides, "data.held_out_gpus=[p4,p100-pcie-16gb]", "trainer.enable_progress_bar=false"])
+    pascal_predictor, pascal_data = fit(pascal_cfg)
+    pascal = Fold(pascal_predictor, RooflineBaseline.fit(pascal_data.train_rows))
+    shipped_cfg = config([*overrides, "trainer.enable_progress_bar=false"])
+    shipped_predictor = KernelLatencyPredictor.load(REPO / "checkpoints" / "kernel_latency")
+    shipped_baseline = RooflineBaseline.fit(build_dataset(load_kernels("train", data_dir=shipped_cfg.data.get("data_dir"))))
+    shipped = Fold(shipped_predictor, shipped_baseline)
+    logo_folds = {gpu: folds[name] for name, gpus in FOLDS.items() for gpu in gpus}
+    loao_folds = {"Pascal": pascal, **{arch: folds[name] for arch, name in ARCHITECTURE_FOLDS.items()}}
+    sample = sample_table(kernel_table(), per_group=per_group)
+    scored = score(sample, logo_folds, loao_folds, shipped)
+    logo = logo_table(scored)
+    neusight_five = [r for r in logo if r["source"] == "neusight"]
+    return {"per_group": per_group, "sampled_rows": len(sample["gpu"]), "priced_rows": len(scored.rows["gpu"]),
+            "skipped": scored.skipped, "leave_one_gpu_out": logo, "leave_one_architecture_out": loao_table(scored),
+            "per_architecture": per_architecture(scored), "neusight_five_folds": neusight_five,
+            "wall_s": time.perf_counter() - started}
 
 
 def summarise_limits(limits: list[dict]) -> list[dict]:
@@ -119,10 +156,13 @@ def unseen_gpu_test(overrides: list[str]) -> tuple[list[dict], object]:
     return results, predictor
 
 
+TEXT_COLUMNS = ("family", "gpu", "split", "predictor", "source", "dtype", "architecture", "worst_gpu")
+
+
 def print_table(title: str, rows: list[dict], columns: list[str]) -> None:
     table = Table(title=title)
     for column in columns:
-        table.add_column(column, justify="left" if column in ("family", "gpu", "split", "predictor") else "right")
+        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
     for row in rows:
         table.add_row(*[(f"{row[c]:.2f}" if c.endswith("_scale") else f"{row[c]:.1f}") if isinstance(row.get(c), float)
                         else str(row.get(c, "-")) for c in columns])
@@ -142,16 +182,55 @@ def print_throttle(rows: list[dict]) -> None:
                 "bins of >= 20 rows)", pivot, ["gpu", *columns])
 
 
+def markdown_folds(result: dict) -> str:
+    """The part-5 tables as markdown (outputs/bench/kernel_folds.md; pasted into docs/kernel_model.md)."""
+    def table(rows: list[dict], columns: list[str]) -> list[str]:
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        for row in rows:
+            cells = [f"{row[c]:.1f}" if isinstance(row.get(c), float) else str(row.get(c, "-")) for c in columns]
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
+
+    out = [f"{result['sampled_rows']:,} rows sampled (at most {result['per_group']} per source x GPU x dtype x family), "
+           f"{result['priced_rows']:,} of a family the model prices.", "",
+           "Leave-one-GPU-out (GPUs with >= 500 rows of the family; MAPE % is the mean over them of each GPU's MAPE):",
+           ""]
+    out += table(result["leave_one_gpu_out"], ["source", "dtype", "family", "gpus", "rows", "model_mape",
+                                               "model_median_ape", "roofline_mape", "worst_gpu", "worst_gpu_mape"])
+    out += ["", "Leave-one-architecture-out, all priced rows of each architecture (MAPE %):", ""]
+    out += table(result["per_architecture"], ["architecture", "gpus", "rows", "model_mape", "model_median_ape",
+                                              "roofline_mape"])
+    out += ["", "Leave-one-architecture-out by dtype and family (MAPE %):", ""]
+    out += table(result["leave_one_architecture_out"], ["architecture", "dtype", "family", "gpus", "rows",
+                                                        "model_mape", "model_median_ape", "roofline_mape"])
+    return "\n".join(out) + "\n"
+
+
+def print_table_folds(result: dict) -> None:
+    print(f"kernel table: {result['sampled_rows']:,} rows sampled (at most {result['per_group']} per source x GPU x "
+          f"dtype x family), {result['priced_rows']:,} priced; not priced: {result['skipped']}")
+    print_table("whole kernel table, leave-one-GPU-out (GPUs with >= 500 rows; mean over them of each GPU's MAPE %)",
+                result["leave_one_gpu_out"], ["source", "dtype", "family", "gpus", "rows", "model_mape",
+                                              "model_median_ape", "roofline_mape", "worst_gpu", "worst_gpu_mape"])
+    print_table("whole kernel table, leave-one-architecture-out (MAPE %)", result["per_architecture"],
+                ["architecture", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape"])
+    print_table("leave-one-architecture-out by dtype and family (MAPE %)", result["leave_one_architecture_out"],
+                ["architecture", "dtype", "family", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="subsample rows and epochs (minutes, not for reporting)")
+    parser.add_argument("--per-group", type=int, default=2000,
+                        help="kernel-table rows sampled per source x GPU x dtype x family for part 5")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.max_epochs=4")
     args = parser.parse_args()
     overrides = list(args.overrides) + (["data.max_rows=30000", "trainer.max_epochs=2"] if args.quick else [])
     started = time.perf_counter()
     logo, limits = [], []
+    fold_models: dict[str, Fold] = {}
     for fold, gpus in FOLDS.items():
-        results, fold_limits = evaluate_fold(gpus, overrides)
+        results, fold_limits, fold_models[fold] = evaluate_fold(gpus, overrides)
         logo += [{"fold": fold, **r} for r in results]
         limits += [{"fold": fold, **r} for r in fold_limits]
         print(f"fold {fold} done ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -175,11 +254,15 @@ def main() -> None:
                 ["family", "mape", "scale_oracle_mape", "offset_scale_oracle_mape"])
     throttle = gemm_efficiency_by_duration(build_dataset(load_kernels("train", ops=["linear", "bmm"])))
     print_throttle(throttle)
+    folds_result = table_folds(fold_models, overrides, args.per_group)
+    print_table_folds(folds_result)
     OUT.mkdir(parents=True, exist_ok=True)
     result = {"overrides": overrides, "leave_one_gpu_out": logo, "summary": summary, "test_split": test_rows,
               "speed_10k_kernels_s": seconds, "limits": limits, "limits_summary": limits_summary,
-              "gemm_efficiency_by_duration": throttle, "wall_s": time.perf_counter() - started}
+              "gemm_efficiency_by_duration": throttle, "table_folds": folds_result,
+              "wall_s": time.perf_counter() - started}
     (OUT / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
+    (OUT / "kernel_folds.md").write_text(markdown_folds(folds_result))
     with open(OUT / "kernels.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["fold", "predictor", "gpu", "family", "n", "mape",
                                                     "median_ape", "type_accuracy"])

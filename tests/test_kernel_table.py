@@ -183,3 +183,21 @@ def test_data_and_hardware_are_leaves() -> None:
                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
                 offenders += [(path.name, n) for n in names if n and n.startswith("lilou") and not n.startswith(allowed)]
     assert offenders == []
+
+
+def test_deepbench_reads_the_workbooks_without_the_tidy_csvs(datasets_dir: Path, tmp_path: Path) -> None:
+    """A fetched DeepBench copy has only the upstream xlsx workbooks: the same rows come out of them."""
+    copy = tmp_path / "deepbench"
+    shutil.copytree(datasets_dir / "deepbench" / "results", copy / "results")
+    from_workbooks = build_source("deepbench", tmp_path)
+    from_tidy = build_source("deepbench", datasets_dir)
+    assert from_workbooks.rows == from_tidy.rows == 6958
+    assert from_workbooks.dropped == from_tidy.dropped
+    columns = ", ".join(f'"{c}"' for c in COLUMN_NAMES if c != "latency_ms")
+    query = "SELECT {c}, round(latency_ms, 6) FROM read_parquet('{p}') ORDER BY ALL"
+    from lilou.data.kernel_table import connect
+
+    con = connect()
+    a = con.execute(query.format(c=columns, p=from_workbooks.parquet)).fetchall()
+    b = con.execute(query.format(c=columns, p=from_tidy.parquet)).fetchall()
+    assert a == b

@@ -1,4 +1,4 @@
-"""`lilou gpus [NAME...]`: the GPU database, MIG profiles included."""
+"""`lilou gpus [NAME...]`: the GPU database, MIG profiles included (``--format json``: every field)."""
 from __future__ import annotations
 
 import argparse
@@ -22,33 +22,61 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json([gpu.to_dict() for gpu in gpus])
     else:
-        console().print(_table(gpus))
+        out = console()
+        out.print(_table(gpus))
+        if any(gpu.supports_mig for gpu in gpus):
+            out.print(_mig_table(gpus))
     return 0
 
 
 def _table(gpus: list[GPUSpec]) -> Table:
-    table = Table(title=f"{len(gpus)} GPUs")
+    table = Table(title=f"{len(gpus)} GPUs",
+                  caption="FP32 / TC (tensor cores, FP32 accumulate): dense peak TFLOPS; - where the unit or dtype "
+                          "is absent; CC: compute capability; MIG: profiles")
     table.add_column("name", no_wrap=True)
-    table.add_column("arch")
-    for column in ("SMs", "clock MHz", "memory GB", "GB/s", "L2 MB", "FP32 TFLOPS", "FP16 tensor TFLOPS"):
+    table.add_column("arch", no_wrap=True)
+    for column in ("CC", "SMs", "clock MHz", "memory GB"):
         table.add_column(column, justify="right")
-    table.add_column("MIG profiles")
+    table.add_column("memory")
+    for column in ("GB/s", "L2 MB", "FP32", "FP16 TC", "BF16 TC", "FP8 TC", "MIG"):
+        table.add_column(column, justify="right")
     for gpu in gpus:
+        peaks = gpu.peak_tflops
         table.add_row(
             gpu.name,
             gpu.architecture,
+            gpu.compute_capability,
             str(gpu.sms),
             str(gpu.boost_clock_mhz),
             _number(gpu.memory_gb),
+            gpu.memory_type,
             _number(gpu.memory_bandwidth_gbs),
             _number(gpu.l2_mb),
             _number(gpu.fp32_tflops),
-            "-" if gpu.tensor_tflops is None else _number(gpu.tensor_tflops),
-            ", ".join(profile.name for profile in gpu.mig_profiles) or "-",
+            _optional(gpu.tensor_tflops),
+            _optional(peaks["bf16_tensor"]),
+            _optional(peaks["fp8_tensor"]),
+            str(len(gpu.mig_profiles)) if gpu.supports_mig else "-",
         )
+    return table
+
+
+def _mig_table(gpus: list[GPUSpec]) -> Table:
+    """The MIG profiles of the GPUs that have them, one row per GPU."""
+    table = Table(title="MIG profiles")
+    table.add_column("name", no_wrap=True)
+    table.add_column("MIG profiles")
+    for gpu in gpus:
+        if gpu.supports_mig:
+            table.add_row(gpu.name, ", ".join(profile.name for profile in gpu.mig_profiles))
     return table
 
 
 def _number(value: float) -> str:
     """Figures as the datasheets print them: 40, 5.5, 547.6 (no trailing .0)."""
     return f"{value:g}"
+
+
+def _optional(value: float | None) -> str:
+    """A peak, or "-" where the unit or dtype does not exist."""
+    return "-" if value is None else _number(value)

@@ -1,0 +1,67 @@
+"""Kernel-table rows as kernel-model inputs, and the GPU / architecture folds over them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lilou.latency.kernel import describe_kernel
+from lilou.latency.measured import cost_nodes
+from lilou.latency.table_folds import ARCHITECTURES, Scored, architecture_class, logo_table, loao_table, unit_peaks
+from lilou.latency.table_kernels import row_nodes, table_kernels
+
+
+def test_a_neusight_linear_row_is_the_same_kernel_as_the_loader_gives() -> None:
+    row = {"family": "gemm", "op": "linear", "dtype": "fp32", "batch": 1, "m": 58, "n": 141, "k": 13, "bias": True}
+    assert describe_kernel(row_nodes(row)) == describe_kernel(cost_nodes("linear", {"B": 1, "M": 58, "N": 13, "K": 141}))
+
+
+def test_precision_sets_the_bytes_not_the_flops() -> None:
+    base = {"family": "gemm", "op": "gemm", "batch": 1, "m": 4096, "n": 4096, "k": 4096, "bias": False}
+    fp32, bf16, fp8 = (describe_kernel(row_nodes({**base, "dtype": d})) for d in ("fp32", "bf16", "fp8"))
+    assert fp32.flops == bf16.flops == fp8.flops == 2 * 4096 ** 3
+    assert fp32.bytes == 2 * bf16.bytes == 4 * fp8.bytes == 4 * 3 * 4096 * 4096
+
+
+def test_rows_without_a_pinned_shape_are_skipped_and_counted() -> None:
+    columns = {"family": ["gemm", "moe", "conv", "norm"], "op": ["gemm", "moe", "conv2d", "rms_norm"],
+               "dtype": ["bf16", "bf16", "fp32", "bf16"], "gpu": ["h200", "h200", "t4", "a100-sxm4-80gb"],
+               "batch": [1, None, 2, None], "m": [8, None, None, None], "n": [16, None, None, None],
+               "k": [32, None, None, None], "bias": [False, None, None, None], "rows": [None, None, None, 2048],
+               "cols": [None, None, None, 4096]}
+    priced = table_kernels(columns)
+    assert priced.index.tolist() == [0, 3]
+    assert priced.skipped == {"family moe not priced by the model": 1, "conv shape not pinned down": 1}
+    assert priced.devices.sms.tolist() == [132.0, 108.0]
+
+
+def test_architecture_classes() -> None:
+    expected = {"m40-24gb": "Maxwell", "gtx-1080-ti": "Pascal", "v100-sxm2-16gb": "Volta", "t4": "Turing",
+                "a100-sxm4-80gb": "GA100", "a40": "GA10x", "rtx-3090": "GA10x", "l40s": "Ada", "h200": "Hopper",
+                "b200": "Blackwell", "rtx-pro-6000-blackwell-server": "Blackwell"}
+    assert {gpu: architecture_class(gpu) for gpu in expected} == expected
+    assert set(expected.values()) == set(ARCHITECTURES)
+
+
+def test_unit_peaks_follow_the_row_unit() -> None:
+    gpus = np.array(["h200", "h200", "h200", "t4"], dtype=object)
+    units = np.array(["bf16_tensor", "fp8_tensor", None, "int8_tensor"], dtype=object)
+    assert unit_peaks(gpus, units).tolist() == pytest.approx([989.4, 1978.9, 66.9, 130.0], rel=0.01)
+
+
+def _scored(gpus: list[str], predicted: list[float], measured: list[float]) -> Scored:
+    n = len(gpus)
+    rows = {"source": np.array(["s"] * n, dtype=object), "dtype": np.array(["bf16"] * n, dtype=object),
+            "family": np.array(["gemm"] * n, dtype=object), "gpu": np.array(gpus, dtype=object),
+            "architecture": np.array([architecture_class(g) for g in gpus], dtype=object),
+            "latency_ms": np.array(measured, dtype=object)}
+    return Scored(rows=rows, predicted_ms=np.array(predicted), loao_predicted_ms=np.array(predicted) * 2,
+                  roofline_ms=np.array(measured) * 1.5, skipped={})
+
+
+def test_logo_averages_per_gpu_and_needs_enough_rows() -> None:
+    scored = _scored(["h200"] * 3 + ["l40s"] * 3 + ["b200"], [1.1, 1.1, 1.1, 2.0, 2.0, 2.0, 9.0], [1.0] * 7)
+    (row,) = logo_table(scored, min_rows=3)
+    assert (row["gpus"], row["rows"], row["worst_gpu"]) == (2, 6, "l40s")  # the B200 has too few rows
+    assert row["model_mape"] == pytest.approx((10 + 100) / 2) and row["roofline_mape"] == pytest.approx(50)
+    loao = {r["architecture"]: r for r in loao_table(scored)}
+    assert loao["Hopper"]["model_mape"] == pytest.approx(120) and loao["Blackwell"]["rows"] == 1
