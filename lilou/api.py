@@ -30,6 +30,8 @@ from lilou.latency.fallback import FallbackModel, fallback_ops
 from lilou.latency.inference import KernelModel
 from lilou.latency.features import power_factor
 from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
+from lilou.latency.precision import PrecisionPath, check_precision, check_tf32, precision_path, precision_warnings
+from lilou.graph.precision import model_precision
 
 ModelInput = str | os.PathLike[str] | ModelGraph
 
@@ -71,6 +73,8 @@ class Prediction:
     latency_ms: float
     kernels: list[KernelEstimate]
     warnings: list[str] = field(default_factory=list)
+    precision: str = "fp32"   # what the model computes in (ONNX tensor types, or --precision)
+    tf32: str = "off"         # off | conv | on: what FP32 convolutions / matmuls run in on this device
 
     @property
     def device(self) -> str:
@@ -104,7 +108,7 @@ class Prediction:
     def to_json(self) -> dict[str, Any]:
         """The ``lilou infer --format json`` object (DESIGN.md)."""
         return {"model": self.model, "gpu": self.gpu, "mig": self.mig, "backend": self.backend,
-                "batch": self.batch, "latency_ms": self.latency_ms,
+                "batch": self.batch, "precision": self.precision, "tf32": self.tf32, "latency_ms": self.latency_ms,
                 "kernels": [k.to_json() for k in self.kernels], "warnings": list(self.warnings)}
 
 
@@ -113,13 +117,16 @@ class RankEntry:
     gpu: str
     mig: str | None
     latency_ms: float
+    precision: str = "fp32"
+    tf32: str = "off"
 
     @property
     def device(self) -> str:
         return self.gpu if self.mig is None else f"{self.gpu}/{self.mig}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms}
+        return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms, "precision": self.precision,
+                "tf32": self.tf32}
 
 
 @dataclass
@@ -184,32 +191,40 @@ class Predictor:
     # ----------------------------------------------------------------- public
 
     def predict(self, model: ModelInput, gpu: str, mig: str | None = None, batch: int | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> Prediction:
-        """End-to-end latency of ``model`` (an ONNX path or a loaded graph) on one GPU or MIG slice."""
+                shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
+                tf32: str | None = None) -> Prediction:
+        """End-to-end latency of ``model`` (an ONNX path or a loaded graph) on one GPU or MIG slice.
+
+        ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
+        ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.precision)."""
         device = resolve_device(gpu, mig)  # bad names fail before the model is read
-        graph = self._graph(model, batch, shapes)
-        kernels, warnings = self._kernels(graph)
-        return self._predictions(graph, _model_name(model), kernels, warnings, [device], batch)[0]
+        return self.predict_many(model, [device], batch, shapes, precision, tf32)[0]
 
     def predict_many(self, model: ModelInput, devices: Sequence[Device], batch: int | None = None,
-                     shapes: Mapping[str, Sequence[int]] | None = None) -> list[Prediction]:
+                     shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
+                     tf32: str | None = None) -> list[Prediction]:
         """:meth:`predict` for several devices; the graph is read and grouped once."""
+        precision, tf32 = check_precision(precision), check_tf32(tf32)
         graph = self._graph(model, batch, shapes)
         kernels, warnings = self._kernels(graph)
-        return self._predictions(graph, _model_name(model), kernels, warnings, list(devices), batch)
+        return self._predictions(graph, _model_name(model), kernels, warnings, list(devices), batch, precision, tf32)
 
     def rank(self, model: ModelInput, gpus: Sequence[str] | None = None, batch: int | None = None,
-             shapes: Mapping[str, Sequence[int]] | None = None) -> Ranking:
+             shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
+             tf32: str | None = None) -> Ranking:
         """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
+        precision, tf32 = check_precision(precision), check_tf32(tf32)
         devices = rank_devices(gpus)
         graph = self._graph(model, batch, shapes)
         kernels, warnings = self._kernels(graph)
         shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph)))
         totals = shares.sum(axis=0)
-        entries = [RankEntry(d.gpu, d.mig, round(float(t), 4)) for d, t in zip(devices, totals)]
+        paths, precision_notes = _precision(graph, devices, precision, tf32)
+        entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32)
+                   for d, t, path in zip(devices, totals, paths)]
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
         return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
-                       warnings=warnings + _fallback_warning(kernels, shares)
+                       warnings=warnings + precision_notes + _fallback_warning(kernels, shares)
                        + _power_note(self.model.kernel_model, devices))
 
     # ---------------------------------------------------------------- helpers
@@ -242,17 +257,37 @@ class Predictor:
         return kernels, warnings
 
     def _predictions(self, graph: ModelGraph, name: str, kernels: GraphKernels, warnings: list[str],
-                     devices: list[Device], batch: int | None) -> list[Prediction]:
+                     devices: list[Device], batch: int | None, precision: str | None = None,
+                     tf32: str | None = None) -> list[Prediction]:
         work = self.model.kernel_work(kernels, devices, _leading_dim(graph))
         shares = self.model.compose(work)
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
+        paths, _ = _precision(graph, devices, precision, tf32)
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j),
-                           warnings=warnings + _fallback_warning(kernels, shares[:, [j]])
-                           + _power_note(self.model.kernel_model, [device]))
+                           warnings=warnings + _precision_notes(graph, [paths[j]], precision)
+                           + _fallback_warning(kernels, shares[:, [j]])
+                           + _power_note(self.model.kernel_model, [device]),
+                           precision=paths[j].precision, tf32=paths[j].tf32)
                 for j, device in enumerate(devices)]
+
+
+def _precision(graph: ModelGraph, devices: Sequence[Device], precision: str | None,
+               tf32: str | None) -> tuple[list[PrecisionPath], list[str]]:
+    """Each device's precision path, and the warnings for what the shipped model cannot stand behind."""
+    detected = model_precision(graph)
+    paths = [precision_path(detected.precision, device, precision, tf32) for device in devices]
+    return paths, _precision_notes(graph, paths, precision)
+
+
+def _precision_notes(graph: ModelGraph, paths: list[PrecisionPath], precision: str | None) -> list[str]:
+    ops = {graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()}
+    detected = model_precision(graph)
+    return precision_warnings(paths, has_conv=bool(ops & {"Conv", "ConvTranspose"}),
+                              has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}),
+                              mixed=precision is None and detected.mixed, file_precision=detected.precision)
 
 
 def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,

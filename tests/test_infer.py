@@ -16,7 +16,7 @@ from tests.conftest import REPO
 from tests.onnx_builders import make_model, tensor, weight
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
-JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "latency_ms", "kernels", "warnings"}
+JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "kernels", "warnings"}
 KERNEL_FIELDS = {"nodes", "type", "latency_ms", "flops", "bytes"}
 
 

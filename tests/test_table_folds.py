@@ -65,3 +65,36 @@ def test_logo_averages_per_gpu_and_needs_enough_rows() -> None:
     assert row["model_mape"] == pytest.approx((10 + 100) / 2) and row["roofline_mape"] == pytest.approx(50)
     loao = {r["architecture"]: r for r in loao_table(scored)}
     assert loao["Hopper"]["model_mape"] == pytest.approx(120) and loao["Blackwell"]["rows"] == 1
+
+
+def test_table_rows_train_with_their_unit_peak_timing_and_kernel_names() -> None:
+    from lilou.latency.dataset import TIMINGS
+    from lilou.latency.table_datamodule import dataset_from_sample
+
+    sample = {"source": ["aiconfigurator", "neusight"], "gpu": ["h200", "t4"], "dtype": ["bf16", "fp32"],
+              "family": ["gemm", "gemm"], "op": ["gemm", "linear"], "unit": ["bf16_tensor", "fp32"],
+              "timing": ["cuda-graph-replay", "cuda-events-eager"], "provider": ["torch_flow", "volta_sgemm_32x128_tn"],
+              "batch": [1, 1], "m": [4096, 58], "n": [4096, 141], "k": [4096, 13], "bias": [False, True],
+              "latency_ms": [0.2, 0.05]}
+    data = dataset_from_sample(sample)
+    assert data.devices.compute_tflops.tolist() == pytest.approx([989.4, 8.1])
+    assert data.timing.tolist() == [TIMINGS.index("cuda-graph-replay"), TIMINGS.index("cuda-events-eager")]
+    assert data.kernel_type[0] == -1 and data.kernel_type[1] >= 0  # only NeuSight records kernel names
+    assert data.family.tolist() == ["gemm", "gemm"]
+
+
+def test_a_model_with_timing_floors_keeps_them_apart() -> None:
+    import torch
+
+    from lilou.latency.model import KernelLatencyNet
+
+    net = KernelLatencyNet(3, 2, hidden=(4,), type_hidden=(4,), num_timings=2)
+    with torch.no_grad():
+        net.log_floor[:] = torch.arange(2 * net.log_floor.numel() // 2, dtype=torch.float32)
+    family = torch.tensor([1, 1])
+    floors, _, _ = net.parts(torch.zeros(2, 3), torch.zeros(2, 2), family, torch.zeros(2, 3), torch.tensor([0, 1]))
+    from lilou.latency.kernel import FAMILIES
+
+    assert floors.tolist() == [1.0, 1.0 + len(FAMILIES)]
+    eager, _, _ = net.parts(torch.zeros(2, 3), torch.zeros(2, 2), family, torch.zeros(2, 3))
+    assert eager.tolist() == [1.0, 1.0]  # no timing given: eager CUDA events, as the end-to-end model assumes

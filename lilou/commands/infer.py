@@ -7,21 +7,22 @@ import sys
 
 from rich.table import Table
 
-from lilou.commands._common import (add_backend_option, add_format_option, add_shape_options, console, print_json,
-                                    shape_overrides, warn)
+from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
+                                    console, print_json, shape_overrides, warn)
 from lilou.graph.report import human
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "infer", help="predict end-to-end latency of a model on a GPU or MIG slice",
-        description="Predict the inference latency of an ONNX model (FP32) on one GPU or MIG slice, without the "
+        description="Predict the inference latency of an ONNX model on one GPU or MIG slice, without the "
                     "GPU: kernel groups of the backend -> per-kernel latency -> sum with launch overhead. "
                     "Weight-free ONNX files work.")
     parser.add_argument("model", help="path to an ONNX file")
     parser.add_argument("--gpu", required=True, metavar="NAME", help="GPU name or alias, e.g. a10g (see `lilou gpus`)")
     parser.add_argument("--mig", metavar="PROFILE", default=None, help="MIG profile of that GPU, e.g. 1g.10gb")
     add_shape_options(parser)
+    add_precision_options(parser)
     add_backend_option(parser)
     add_format_option(parser, ("table", "json", "csv"))
     parser.add_argument("--plot", metavar="OUT.png", default=None,
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         raise LilouInputError(f"--plot: folder {os.path.dirname(os.path.abspath(args.plot))!r} does not exist")
 
     prediction = Predictor(backend=args.backend).predict(args.model, gpu=args.gpu, mig=args.mig, batch=args.batch,
-                                                         shapes=shape_overrides(args))
+                                                         shapes=shape_overrides(args), precision=args.precision,
+                                                         tf32=args.tf32)
     if args.plot:
         from lilou.report.plot import plot_breakdown
 
@@ -85,7 +87,8 @@ def _print_table(prediction, top: int) -> None:
                       f"{100 * k.latency_ms / prediction.latency_ms:.1f} %")
     if top:
         out.print(table)
-    out.print(f"[bold]{prediction.model}[/bold] on [bold]{device}[/bold] ({prediction.backend}{batch}): "
+    out.print(f"[bold]{prediction.model}[/bold] on [bold]{device}[/bold] ({prediction.backend}{batch}, "
+              f"{prediction.precision.upper()}, TF32 {prediction.tf32}): "
               f"[bold]{prediction.latency_ms:.3f} ms[/bold], {len(prediction.kernels)} kernels, "
               f"{human(sum(k.flops for k in prediction.kernels), 'FLOPs')}")
     fallback = prediction.fallback_kernels

@@ -5,8 +5,8 @@ import argparse
 
 from rich.table import Table
 
-from lilou.commands._common import (add_backend_option, add_format_option, add_shape_options, console, print_json,
-                                    shape_overrides, warn)
+from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
+                                    console, print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comma-separated GPUs (whole GPU) and MIG slices as GPU/PROFILE, "
                              "e.g. a10g,t4,a100-80gb/1g.10gb (default: every GPU and MIG profile)")
     add_shape_options(parser)
+    add_precision_options(parser)
     add_backend_option(parser)
     add_format_option(parser)
     parser.set_defaults(handler=run)
@@ -29,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     gpus = None if args.gpus is None else args.gpus.split(",")
     ranking = Predictor(backend=args.backend).rank(args.model, gpus=gpus, batch=args.batch,
-                                                   shapes=shape_overrides(args))
+                                                   shapes=shape_overrides(args), precision=args.precision,
+                                                   tf32=args.tf32)
     if args.format == "json":
         print_json(ranking.to_json())
         for message in ranking.warnings:

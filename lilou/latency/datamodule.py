@@ -23,11 +23,12 @@ class KernelTensors:
     family: torch.Tensor        # int64 [n]
     roofline: torch.Tensor      # float32 [n, 3]: features.roofline_inputs
     log_latency: torch.Tensor   # float32 [n], natural log of ms
-    kernel_type: torch.Tensor   # int64 [n]
+    kernel_type: torch.Tensor   # int64 [n]; -1 where the row has no kernel name
+    timing: torch.Tensor        # int64 [n]: index of the timing method (lilou.latency.dataset.TIMINGS)
 
     def dataset(self) -> TensorDataset:
         return TensorDataset(self.features, self.type_features, self.family, self.roofline, self.log_latency,
-                             self.kernel_type)
+                             self.kernel_type, self.timing)
 
 
 def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROUPS,
@@ -39,6 +40,7 @@ def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROU
         roofline=torch.from_numpy(roofline_inputs(data.kernels, data.devices)),
         log_latency=torch.from_numpy(np.log(data.latency_ms).astype(np.float32)),
         kernel_type=torch.from_numpy(data.kernel_type),
+        timing=torch.from_numpy(data.timing),
     )
 
 
@@ -71,12 +73,21 @@ class KernelDataModule(L.LightningDataModule):
         self.val_rows: KernelDataset | None = None
         self.train_rows: KernelDataset | None = None
         self.train_gpus: tuple[str, ...] = ()
+        self.preloaded: KernelDataset | None = None  # rows a caller already loaded (benchmark folds)
+
+    def load_dataset(self) -> KernelDataset:
+        """Every row the module splits (subclasses read other data)."""
+        return build_dataset(load_kernels("train", ops=self.ops, data_dir=self.data_dir))
+
+    def held_out_mask(self, data: KernelDataset) -> np.ndarray:
+        """Rows of the test set: those of the held-out GPUs."""
+        return np.isin(data.gpu, self.held_out_gpus)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train is not None:
             return
-        data = build_dataset(load_kernels("train", ops=self.ops, data_dir=self.data_dir))
-        held_out = np.isin(data.gpu, self.held_out_gpus)
+        data = self.preloaded if self.preloaded is not None else self.load_dataset()
+        held_out = self.held_out_mask(data)
         rng = np.random.default_rng(self.seed)
         train_rows = np.flatnonzero(~held_out)
         if self.max_rows is not None and len(train_rows) > self.max_rows:

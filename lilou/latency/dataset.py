@@ -5,12 +5,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lilou.data.kernel_schema import TIMING_METHODS
 from lilou.data.neusight import SHAPE_COLUMNS, KernelTable
 from lilou.latency.measured import cost_nodes
 from lilou.hardware import resolve_device
 from lilou.latency.features import DeviceColumns, KernelBatch
 from lilou.latency.kernel import KernelSpec, describe_kernel
 from lilou.latency.kernel_types import type_index
+
+#: Timing methods of the measurements, in the order of the model's per-timing floors (eager first).
+TIMINGS: tuple[str, ...] = tuple(TIMING_METHODS)
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,8 @@ class KernelDataset:
     op: np.ndarray           # NeuSight op per row
     family: np.ndarray       # gemm | conv | elementwise | layernorm | softmax
     latency_ms: np.ndarray
-    kernel_type: np.ndarray  # index into KERNEL_TYPES
+    kernel_type: np.ndarray  # index into KERNEL_TYPES; -1 where the row records no kernel name
+    timing: np.ndarray       # index into TIMINGS: how the row was timed
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -31,7 +36,7 @@ class KernelDataset:
             kernels=self.kernels.take(index),
             devices=DeviceColumns(**{k: v[index] for k, v in vars(self.devices).items()}),
             gpu=self.gpu[index], op=self.op[index], family=self.family[index],
-            latency_ms=self.latency_ms[index], kernel_type=self.kernel_type[index])
+            latency_ms=self.latency_ms[index], kernel_type=self.kernel_type[index], timing=self.timing[index])
 
 
 def kernel_specs(table: KernelTable) -> list[KernelSpec]:
@@ -58,4 +63,5 @@ def build_dataset(table: KernelTable) -> KernelDataset:
         gpu=np.asarray(table.gpu), op=np.asarray(table.op), family=np.asarray(table.family),
         latency_ms=np.asarray(table.latency_ms, dtype=np.float64),
         kernel_type=np.array([names[n] for n in table.kernel_name], dtype=np.int64),
+        timing=np.zeros(len(table), dtype=np.int64),  # NeuSight: eager CUDA events
     )

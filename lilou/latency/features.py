@@ -23,7 +23,7 @@ ELEMENTWISE_BLOCK = 512
 # A small floor so empty kernels (views) keep finite logs: 1 ns.
 MIN_TIME_MS = 1e-6
 
-FEATURE_GROUPS = ("family", "shape", "roofline", "waves", "cache", "gpu")
+FEATURE_GROUPS = ("family", "shape", "roofline", "waves", "cache", "gpu", "precision", "arch")
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,19 @@ class KernelBatch:
         return KernelBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
+#: Units whose peak can bound a kernel's math (keys of the GPU database's ``peak_tflops``), in one-hot order.
+UNITS: tuple[str, ...] = ("fp32", "fp16", "int8", "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor",
+                          "int8_tensor", "int4_tensor", "fp4_tensor")
+
+
 @dataclass(frozen=True)
 class DeviceColumns:
-    """Device figures per row (or one row broadcast to all)."""
+    """Device figures per row (or one row broadcast to all).
+
+    ``compute_tflops`` is the peak of the unit that runs each kernel's math (``unit``, an index
+    into :data:`UNITS`): FP32 CUDA cores unless told otherwise, so FP32 rows keep the peak the
+    shipped model was trained with; a BF16 GEMM on tensor cores gets the BF16 tensor peak.
+    """
 
     sms: np.ndarray
     bandwidth_gbs: np.ndarray
@@ -80,9 +90,22 @@ class DeviceColumns:
     l2_mb: np.ndarray
     fp32_tflops: np.ndarray
     board_power_w: np.ndarray
+    compute_tflops: np.ndarray
+    unit: np.ndarray                   # int64 index into UNITS
+    tensor_core_generation: np.ndarray  # 0 without tensor cores
+    fp32_lanes_per_sm: np.ndarray
+    int32_shared: np.ndarray           # 1.0 where half the FP32 lanes share a datapath with INT32
 
     @classmethod
-    def from_devices(cls, devices: Sequence[Device]) -> DeviceColumns:
+    def from_devices(cls, devices: Sequence[Device], units: Sequence[str | None] | None = None) -> DeviceColumns:
+        """One row per device; ``units`` (one per row, None = FP32 CUDA cores) picks each row's compute peak.
+        A unit the device lacks (BF16 tensor cores on a T4) falls back to the FP32 peak."""
+        units = list(units) if units is not None else [None] * len(devices)
+        peaks, unit_index = [], []
+        for device, unit in zip(devices, units):
+            peak = device.peak_tflops.get(unit) if unit else None
+            peaks.append(peak if peak else device.fp32_tflops)
+            unit_index.append(UNITS.index(unit) if peak and unit in UNITS else 0)
         return cls(
             sms=np.array([d.sms for d in devices], dtype=np.float64),
             bandwidth_gbs=np.array([d.memory_bandwidth_gbs for d in devices], dtype=np.float64),
@@ -90,12 +113,17 @@ class DeviceColumns:
             l2_mb=np.array([d.l2_mb for d in devices], dtype=np.float64),
             fp32_tflops=np.array([d.fp32_tflops for d in devices], dtype=np.float64),
             board_power_w=np.array([d.board_power_w for d in devices], dtype=np.float64),
+            compute_tflops=np.array(peaks, dtype=np.float64),
+            unit=np.array(unit_index, dtype=np.int64),
+            tensor_core_generation=np.array([d.tensor_core_generation or 0 for d in devices], dtype=np.float64),
+            fp32_lanes_per_sm=np.array([d.fp32_lanes_per_sm for d in devices], dtype=np.float64),
+            int32_shared=np.array([float(d.int32_shares_fp32_datapath) for d in devices], dtype=np.float64),
         )
 
 
 def roofline_ms(kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarray, np.ndarray]:
-    """(compute time, memory time) in ms at the device's peak FP32 rate and DRAM bandwidth."""
-    compute = kernels.flops / (devices.fp32_tflops * 1e9)   # TFLOP/s = 1e9 FLOP/ms
+    """(compute time, memory time) in ms at the peak of each kernel's unit and the DRAM bandwidth."""
+    compute = kernels.flops / (devices.compute_tflops * 1e9)   # TFLOP/s = 1e9 FLOP/ms
     memory = kernels.bytes / (devices.bandwidth_gbs * 1e6)  # GB/s = 1e6 B/ms
     return compute, memory
 
@@ -152,6 +180,8 @@ def feature_names(groups: Sequence[str] = FEATURE_GROUPS) -> list[str]:
                  + ["log_elementwise_waves", "elementwise_fill", "log_row_waves", "row_fill"],
         "cache": ["log_bytes_over_l2", "fits_l2"],
         "gpu": ["log_sms", "log_bandwidth", "log_clock", "log_l2", "log_fp32_peak"],
+        "precision": [f"unit_{u}" for u in UNITS] + ["log_unit_over_fp32_peak"],
+        "arch": ["tensor_core_generation", "log_fp32_lanes_per_sm", "int32_shares_fp32_datapath"],
     }
     return [name for group in groups for name in names[group]]
 
@@ -191,4 +221,13 @@ def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
     if "gpu" in groups:
         columns += [np.broadcast_to(np.log2(v), (n,)) for v in (devices.sms, devices.bandwidth_gbs,
                     devices.clock_mhz, devices.l2_mb, devices.fp32_tflops)]
+    if "precision" in groups:
+        one_hot = np.zeros((n, len(UNITS)))
+        one_hot[np.arange(n), np.broadcast_to(devices.unit, (n,))] = 1.0
+        columns.extend(one_hot.T)
+        columns.append(np.broadcast_to(np.log2(devices.compute_tflops / devices.fp32_tflops), (n,)))
+    if "arch" in groups:
+        columns += [np.broadcast_to(devices.tensor_core_generation, (n,)),
+                    np.broadcast_to(np.log2(devices.fp32_lanes_per_sm), (n,)),
+                    np.broadcast_to(devices.int32_shared, (n,))]
     return np.stack(columns, axis=1).astype(np.float32)

@@ -18,29 +18,35 @@ from lilou.latency.model import KernelLatencyNet
 class KernelLatencyModule(L.LightningModule):
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1,
-                 loss: str = "mape", power_limited: bool = False, power_duration: bool = False) -> None:
+                 loss: str = "mape", power_limited: bool = False, power_duration: bool = False,
+                 num_timings: int = 1) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout,
-                                    power_limited=power_limited, power_duration=power_duration)
+                                    power_limited=power_limited, power_duration=power_duration,
+                                    num_timings=num_timings)
 
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and datamodule.train is not None:
             self.net.set_normalisation(datamodule.train.features, datamodule.train.type_features)
 
-    def forward(self, features, type_features, family, roofline):
-        return self.net(features, type_features, family, roofline)
+    def forward(self, features, type_features, family, roofline, timing=None):
+        return self.net(features, type_features, family, roofline, timing)
 
     def _step(self, batch, stage: str) -> torch.Tensor:
-        features, type_features, family, roofline, log_latency, kernel_type = batch
-        log_pred, type_logits = self(features, type_features, family, roofline)
+        features, type_features, family, roofline, log_latency, kernel_type, timing = batch
+        log_pred, type_logits = self(features, type_features, family, roofline,
+                                     timing if self.hparams.num_timings > 1 else None)
         relative_error = ((log_pred - log_latency).exp() - 1).abs()
         latency_loss = relative_error.mean() if self.hparams.loss == "mape" else (log_pred - log_latency).abs().mean()
-        type_loss = nn.functional.cross_entropy(type_logits, kernel_type)
+        labelled = kernel_type >= 0  # rows without a kernel name (most sources) train the latency only
+        type_loss = (nn.functional.cross_entropy(type_logits[labelled], kernel_type[labelled]) if labelled.any()
+                     else type_logits.sum() * 0.0)
         loss = latency_loss + self.hparams.type_weight * type_loss
         ape = relative_error.mean()
-        accuracy = (type_logits.argmax(dim=1) == kernel_type).float().mean()
+        accuracy = ((type_logits.argmax(dim=1) == kernel_type)[labelled].float().mean() if labelled.any()
+                    else torch.tensor(float("nan")))
         self.log_dict({f"{stage}/loss": loss, f"{stage}/mape": ape, f"{stage}/type_acc": accuracy},
                       prog_bar=stage != "train", on_epoch=True, on_step=False, batch_size=len(features))
         return loss

@@ -51,8 +51,9 @@ class KernelLatencyNet(nn.Module):
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128),
                  type_hidden: Sequence[int] = (128, 64), dropout: float = 0.0,
                  initial_floor_ms: float = 0.02, power_limited: bool = False,
-                 power_duration: bool = False) -> None:
+                 power_duration: bool = False, num_timings: int = 1) -> None:
         super().__init__()
+        self.num_timings = num_timings
         # softplus(raw) is the power exponent; a buffer (fixed at 0) when not power-limited.
         raw = torch.tensor(-2.0 if power_limited else float("-inf"))
         if power_limited:
@@ -75,7 +76,10 @@ class KernelLatencyNet(nn.Module):
         self.slowdown = nn.Linear(hidden[-1], 1)
         self.type_head = nn.Sequential(_mlp([num_type_features, *type_hidden], dropout),
                                        nn.Linear(type_hidden[-1], len(KERNEL_TYPES)))
-        self.log_floor = nn.Parameter(torch.full((len(FAMILIES),), float(torch.tensor(initial_floor_ms).log())))
+        # One floor per family, or per (timing method, family): graph replay and profiler kernel time carry no
+        # launch overhead, eager CUDA events do (index timing * len(FAMILIES) + family; timing 0 is eager).
+        self.log_floor = nn.Parameter(torch.full((num_timings * len(FAMILIES),),
+                                                 float(torch.tensor(initial_floor_ms).log())))
 
     def set_normalisation(self, features: torch.Tensor, type_features: torch.Tensor) -> None:
         self.feature_mean.copy_(features.mean(dim=0))
@@ -99,15 +103,17 @@ class KernelLatencyNet(nn.Module):
         return torch.maximum(log_compute, log_memory)
 
     def parts(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
-              roofline: torch.Tensor):
-        """(log floor ms, log work ms, type logits) per kernel."""
+              roofline: torch.Tensor, timing: torch.Tensor | None = None):
+        """(log floor ms, log work ms, type logits) per kernel; ``timing`` indexes the timing method
+        (None: the first, eager CUDA events)."""
         log_roofline_ms = self.log_roofline(roofline)
         hidden = self.trunk((features - self.feature_mean) / self.feature_std)
         log_work = log_roofline_ms + nn.functional.softplus(self.slowdown(hidden).squeeze(-1))
         type_logits = self.type_head((type_features - self.type_feature_mean) / self.type_feature_std)
-        return self.log_floor[family], log_work, type_logits
+        floor_index = family if timing is None else timing * len(FAMILIES) + family
+        return self.log_floor[floor_index], log_work, type_logits
 
     def forward(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
-                roofline: torch.Tensor):
-        log_floor, log_work, type_logits = self.parts(features, type_features, family, roofline)
+                roofline: torch.Tensor, timing: torch.Tensor | None = None):
+        log_floor, log_work, type_logits = self.parts(features, type_features, family, roofline, timing)
         return torch.logaddexp(log_floor, log_work), type_logits

@@ -46,7 +46,8 @@ class KernelLatencyPredictor:
         state = load_file(weights)
         net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"],
                                power_limited=config.get("power_limited", False),
-                               power_duration=config.get("power_duration", False))
+                               power_duration=config.get("power_duration", False),
+                               num_timings=config.get("num_timings", 1))
         net.load_state_dict(state)
         return cls(net, config["feature_groups"], config["type_feature_groups"], config)
 
@@ -62,13 +63,18 @@ class KernelLatencyPredictor:
         return folder
 
     @torch.no_grad()
-    def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelPrediction:
+    def predict(self, kernels: KernelBatch, devices: DeviceColumns, timing: np.ndarray | None = None) -> KernelPrediction:
+        """Per-kernel times; ``timing`` (indices into ``TIMINGS``) picks the launch floor of a timing method
+        where the model learned one per method (default: eager CUDA events)."""
         compute, memory = roofline_ms(kernels, devices)
         features = torch.from_numpy(kernel_features(kernels, devices, self.feature_groups))
         type_features = torch.from_numpy(kernel_features(kernels, devices, self.type_feature_groups))
         family = torch.from_numpy(kernels.family)
         roofline = torch.from_numpy(roofline_inputs(kernels, devices))
-        log_floor, log_work, logits = self.net.parts(features, type_features, family, roofline)
+        timing_index = None
+        if timing is not None and self.net.num_timings > 1:
+            timing_index = torch.from_numpy(np.broadcast_to(np.asarray(timing, dtype=np.int64), (len(kernels),)).copy())
+        log_floor, log_work, logits = self.net.parts(features, type_features, family, roofline, timing_index)
         floor, work = log_floor.exp().double().numpy(), log_work.exp().double().numpy()
         types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(dim=1).numpy()]
         return KernelPrediction(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,

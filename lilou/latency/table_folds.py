@@ -23,7 +23,7 @@ from lilou.latency.table_kernels import TableKernels, table_kernels
 
 MIN_GPU_ROWS = 500
 ARCHITECTURES = ("Maxwell", "Pascal", "Volta", "Turing", "GA100", "GA10x", "Ada", "Hopper", "Blackwell")
-_COLUMNS = ("source", "gpu", "dtype", "family", "op", "unit", "timing", "batch", "m", "n", "k", "bias", "in_c",
+_COLUMNS = ("source", "gpu", "dtype", "family", "op", "unit", "timing", "provider", "batch", "m", "n", "k", "bias", "in_c",
             "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "groups",
             "rows", "cols", "latency_ms")
 
@@ -42,7 +42,7 @@ def sample_table(relation, per_group: int = 2000) -> dict[str, list]:
     partition = "source, gpu, dtype, family"
     sampled = relation.filter("mode = 'forward'").project(
         f"{columns}, row_number() OVER (PARTITION BY {partition} ORDER BY hash(source, gpu, op, m, n, k, rows, cols, "
-        f"in_c, out_c, in_h, latency_ms)) AS pick").filter(f"pick <= {per_group}").order(partition)
+        f"in_c, out_c, in_h, latency_ms)) AS pick").filter(f"pick <= {per_group}").order(f"{partition}, pick")
     table = sampled.to_arrow_table()
     return {c: table.column(c).to_pylist() for c in _COLUMNS}
 
@@ -98,9 +98,11 @@ def unit_peaks(gpus: np.ndarray, units: np.ndarray) -> np.ndarray:
 
 
 def score(sample: dict[str, list], logo_folds: Mapping[str, Fold], loao_folds: Mapping[str, Fold],
-          shipped: Fold) -> Scored:
-    """Predict every priced row of ``sample`` with the fold that never saw its GPU (or architecture)."""
-    priced = table_kernels(sample)
+          shipped: Fold, use_units: bool = False) -> Scored:
+    """Predict every priced row of ``sample`` with the fold that never saw its GPU (or architecture).
+
+    ``use_units=False`` gives every row the FP32 CUDA-core peak, as the NeuSight-only model knows it."""
+    priced = table_kernels(sample, use_units=use_units)
     rows = {c: np.asarray(sample[c], dtype=object)[priced.index] for c in sample}
     rows["architecture"] = np.array([architecture_class(g) for g in rows["gpu"]], dtype=object)
     return Scored(rows=rows,

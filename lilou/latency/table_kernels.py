@@ -96,12 +96,15 @@ def row_nodes(row: dict) -> list[CostInput] | None:
     return [CostInput(_BINARY.get(op, "Mul"), {}, [x, t("other", (rows, cols))], [y])]
 
 
-def table_kernels(columns: dict[str, list]) -> TableKernels:
-    """Kernels and devices of the priced rows of a table slice given as ``{column: values}``."""
+def table_kernels(columns: dict[str, list], use_units: bool = True) -> TableKernels:
+    """Kernels and devices of the priced rows of a table slice given as ``{column: values}``.
+
+    With ``use_units`` each row's compute peak is that of its ``unit`` (BF16 tensor cores for a BF16
+    GEMM); without, every row gets the FP32 CUDA-core peak, as the NeuSight-only model was trained."""
     n = len(columns["family"])
     names = list(columns)
     cache: dict[tuple, KernelSpec | None] = {}
-    specs, index, gpus = [], [], []
+    specs, index, gpus, units = [], [], [], []
     skipped: Counter[str] = Counter()
     for i in range(n):
         row = {name: columns[name][i] for name in names}
@@ -121,6 +124,7 @@ def table_kernels(columns: dict[str, list]) -> TableKernels:
         specs.append(spec)
         index.append(i)
         gpus.append(row["gpu"])
+        units.append(row.get("unit") if use_units else None)
     devices = {g: resolve_device(g) for g in set(gpus)}
     return TableKernels(index=np.asarray(index, dtype=np.int64), kernels=KernelBatch.from_specs(specs),
-                        devices=DeviceColumns.from_devices([devices[g] for g in gpus]), skipped=dict(skipped))
+                        devices=DeviceColumns.from_devices([devices[g] for g in gpus], units), skipped=dict(skipped))

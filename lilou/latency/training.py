@@ -19,12 +19,17 @@ from lilou.latency.evaluation import error_table
 from lilou.latency.predictor import KernelLatencyPredictor
 
 
-def fit(cfg: DictConfig, logger: Any = False) -> tuple[KernelLatencyPredictor, KernelDataModule]:
-    """Seed, build data and model from ``cfg``, train; returns the predictor and its data."""
+def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[KernelLatencyPredictor, KernelDataModule]:
+    """Seed, build data and model from ``cfg``, train; returns the predictor and its data.
+
+    ``dataset``: rows already loaded (a :class:`~lilou.latency.dataset.KernelDataset`), so that folds of a
+    benchmark split one sample instead of reading it again."""
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
     datamodule: KernelDataModule = instantiate(cfg.data)
+    if dataset is not None:
+        datamodule.preloaded = dataset
     datamodule.setup()
     module = instantiate(cfg.model, num_features=datamodule.train.features.shape[1],
                          num_type_features=datamodule.train.type_features.shape[1])
@@ -34,6 +39,7 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[KernelLatencyPredictor, K
               "num_type_features": int(datamodule.train.type_features.shape[1]), "hidden": list(cfg.model.hidden),
               "power_limited": bool(cfg.model.get("power_limited", False)),
               "power_duration": bool(cfg.model.get("power_duration", False)),
+              "num_timings": int(cfg.model.get("num_timings", 1)),
               "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
               "config": OmegaConf.to_container(cfg, resolve=False)}
     predictor = KernelLatencyPredictor(module.net, datamodule.feature_groups, datamodule.type_feature_groups, config)
@@ -59,7 +65,9 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     metrics: dict[str, Any] = {
         "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
         "seed": cfg.seed,
-        "data": "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)",
+        "data": ("kernel-measurement table, every source (lilou.data.kernel_table)"
+                 if str(cfg.data.get("_target_", "")).endswith("KernelTableDataModule")
+                 else "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)"),
         "train_rows": int(len(datamodule.train.log_latency)),
         "trained_on": predictor.config["trained_on"],
         "held_out": held_out_metrics(predictor, datamodule),

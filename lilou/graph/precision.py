@@ -1,0 +1,55 @@
+"""The precision a model computes in, read from its ONNX tensor types.
+
+The precision of a model is that of its math-heavy nodes (MatMul, Gemm, Conv, ConvTranspose,
+Einsum, attention): the element type of their first input, weighted by FLOPs. An FP16 or BF16
+export is an FP16/BF16 model; a graph whose heavy nodes mix types is reported as mixed, with
+its dominant precision.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from lilou.graph.dag import ModelGraph
+
+#: ONNX/numpy element type names -> Lilou's precision names (those of the kernel table).
+PRECISION_OF_DTYPE = {
+    "float32": "fp32", "float64": "fp32", "float16": "fp16", "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2": "fp8", "float8_e5m2fnuz": "fp8",
+    "int8": "int8", "uint8": "int8", "int4": "int4", "uint4": "int4", "float4_e2m1": "fp4",
+}
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4")
+MATH_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "MatMulInteger", "ConvInteger",
+                      "QLinearMatMul", "QLinearConv", "Attention", "MultiHeadAttention"})
+
+
+@dataclass(frozen=True)
+class ModelPrecision:
+    """What the math-heavy nodes of a graph compute in."""
+
+    precision: str                 # the dominant one (by FLOPs); "fp32" for a graph without such nodes
+    shares: dict[str, float]       # precision -> share (0..1) of the math-heavy FLOPs
+
+    @property
+    def mixed(self) -> bool:
+        return sum(1 for share in self.shares.values() if share >= 0.01) > 1
+
+
+def model_precision(graph: ModelGraph) -> ModelPrecision:
+    """The FLOP-weighted precision of ``graph``'s math-heavy nodes."""
+    flops: Counter[str] = Counter()
+    for name in graph.runtime_nodes():
+        data = graph.dag.nodes[name]
+        if data["op"] not in MATH_OPS:
+            continue
+        first = next((t for t in data["inputs"] if t is not None), None)
+        if first is None:
+            continue
+        precision = PRECISION_OF_DTYPE.get(first.dtype)
+        if precision is not None:
+            flops[precision] += max(int(data.get("flops") or 0), 1)
+    total = sum(flops.values())
+    if not total:
+        return ModelPrecision("fp32", {})
+    shares = {p: flops[p] / total for p in PRECISIONS if flops[p]}
+    return ModelPrecision(max(shares, key=shares.__getitem__), shares)

@@ -1,0 +1,97 @@
+"""Which precision path a prediction takes, and what Lilou can and cannot stand behind there.
+
+The precision comes from the ONNX tensor types (:func:`lilou.graph.precision.model_precision`) or
+``--precision``. FP32 follows PyTorch eager's defaults: on compute capability 8.0 and newer,
+convolutions run in TF32 (``torch.backends.cudnn.allow_tf32`` defaults to True) and matmuls do not
+(``torch.backends.cuda.matmul.allow_tf32`` defaults to False). ``--tf32 on|off|conv`` sets it.
+
+The shipped kernel model learned from FP32 measurements only (NeuSight, TF32 off), so every other
+path is predicted at FP32 rates, and each prediction says so in its warnings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lilou.errors import LilouInputError
+from lilou.graph.precision import PRECISIONS
+from lilou.hardware import Device
+
+TF32_MODES = ("off", "conv", "on")
+#: Precisions the shipped kernel model has measurements of.
+MEASURED_PRECISIONS = frozenset({"fp32"})
+
+
+def compute_capability(device: Device) -> tuple[int, int]:
+    """``"8.6"`` -> (8, 6): compared as numbers ("10.0" is newer than "8.0")."""
+    major, _, minor = device.compute_capability.partition(".")
+    return int(major), int(minor or 0)
+
+
+def default_tf32(device: Device) -> str:
+    """PyTorch eager's TF32 default on ``device``: convolutions only, from compute capability 8.0 on."""
+    return "conv" if compute_capability(device) >= (8, 0) else "off"
+
+
+def check_precision(precision: str | None) -> str | None:
+    if precision is None:
+        return None
+    wanted = precision.strip().lower()
+    if wanted not in PRECISIONS:
+        raise LilouInputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    return wanted
+
+
+def check_tf32(tf32: str | None) -> str | None:
+    if tf32 is None:
+        return None
+    wanted = tf32.strip().lower()
+    if wanted not in TF32_MODES:
+        raise LilouInputError(f"unknown --tf32 {tf32!r}; use one of {', '.join(TF32_MODES)}")
+    return wanted
+
+
+@dataclass(frozen=True)
+class PrecisionPath:
+    """The precision of one prediction: the model's (or the override) and TF32 on that device."""
+
+    precision: str   # fp32 | tf32 | fp16 | bf16 | fp8 | int8 | int4 | fp4
+    tf32: str        # off | conv | on (what FP32 convolutions and matmuls run in on this device)
+    source: str      # "onnx" (tensor types) or "option" (--precision)
+
+
+def precision_path(model_precision: str, device: Device, precision: str | None = None,
+                   tf32: str | None = None) -> PrecisionPath:
+    """The path a prediction takes on ``device``; TF32 is off where the GPU has no TF32 (before 8.0)."""
+    chosen = precision or model_precision
+    mode = tf32 if tf32 is not None else default_tf32(device)
+    if chosen == "tf32":
+        mode = "on"
+    if compute_capability(device) < (8, 0):
+        mode = "off"
+    return PrecisionPath(precision=chosen, tf32=mode, source="option" if precision else "onnx")
+
+
+def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: bool, mixed: bool,
+                       file_precision: str | None = None) -> list[str]:
+    """What the shipped model cannot stand behind on these paths (one line each, devices pooled)."""
+    warnings = []
+    overridden = sorted({p.precision for p in paths if p.source == "option"} - {file_precision})
+    if file_precision and overridden:
+        warnings.append(f"--precision {overridden[0]} sets the compute path; tensor sizes still follow the file's "
+                        f"{file_precision.upper()} types (export the model in {overridden[0].upper()} for its bytes)")
+    unmeasured = sorted({p.precision for p in paths} - MEASURED_PRECISIONS)
+    if unmeasured:
+        names = ", ".join(p.upper() for p in unmeasured)
+        warnings.append(f"the model computes in {names}, but the shipped kernel model has FP32 measurements only: "
+                        f"its {names} kernels are predicted at FP32 rates on CUDA cores (on tensor-core GPUs, "
+                        "several times too slow; docs/kernel_model.md)")
+    if mixed:
+        warnings.append("the graph's matmuls and convolutions mix precisions: the dominant one is reported")
+    tf32_conv = has_conv and any(p.precision == "fp32" and p.tf32 in ("conv", "on") for p in paths)
+    tf32_matmul = has_matmul and any(p.precision == "fp32" and p.tf32 == "on" for p in paths)
+    if tf32_conv or tf32_matmul:
+        what = " and ".join(w for w, on in (("convolutions", tf32_conv), ("matmuls", tf32_matmul)) if on)
+        warnings.append(f"FP32 {what} run in TF32 on compute capability 8.0 and newer (PyTorch's default for "
+                        "convolutions), but the shipped kernel model has strict-FP32 measurements only (TF32 off): "
+                        "they are predicted at FP32 rates, an over-estimate; --tf32 off matches strict-FP32 runs")
+    return warnings
