@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-data bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e clean
+.PHONY: install lint test demo bench bench-data bench-kernel-table bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e clean
 
 install: $(STAMP)
 
@@ -53,6 +53,11 @@ bench-graph: install
 # Leave-one-GPU-out and unseen-GPU test rows on the NeuSight measurements.
 bench-kernels: install
 	$(PY) scripts/bench_kernels.py
+
+# The kernel model trained on the whole kernel table (experiment=kernel_table), one fold model per
+# architecture and per GPU with >= 500 rows of a family (about 5 min on 2 cores; not shipped yet).
+bench-kernel-table: install
+	$(PY) scripts/bench_kernel_table.py
 
 # Fusion GNN vs the rule baseline on held-out model families (needs `make fusion-data`).
 bench-fusion: install

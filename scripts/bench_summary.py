@@ -1,6 +1,7 @@
 """One summary table of every benchmark that has written outputs/bench/<name>.json (``make bench``).
 
-Reads whichever exist of graph.json, kernels.json, fusion.json, e2e.json and speed.json
+Reads whichever exist of data.json, graph.json, kernels.json, kernel_table.json, fusion.json, e2e.json and
+speed.json
 and prints the headline figures with their targets (issue 5); a benchmark not run yet
 is listed as missing.
 
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHES = ("graph", "kernels", "fusion", "e2e", "speed")
+BENCHES = ("data", "graph", "kernels", "kernel_table", "fusion", "e2e", "speed")
 # Issue 5 targets of the end-to-end evaluation.
 E2E_MAPE_TARGET, GPU_MAPE_TARGET, SPEARMAN_TARGET = 8.0, 12.0, 0.95
 
@@ -46,6 +47,30 @@ def kernel_rows(data: dict) -> list[Row]:
     if "speed_10k_kernels_s" in data:
         out.append(_row("kernels", "predict 10k kernels x 1 GPU", 1000 * data["speed_10k_kernels_s"], unit="ms"))
     return out
+
+
+def data_rows(data: dict) -> list[Row]:
+    """The kernel table (make bench-data): rows, sources, GPUs, dtypes, dropped rows, cost."""
+    build, query = data["build"], data["query"]
+    counts = query["counts"]
+    out = [_row("data", "kernel-table rows", sum(s["rows"] for s in build["sources"])),
+           _row("data", "kernel sources", len(build["sources"]), target=">= 5", ok=len(build["sources"]) >= 5),
+           _row("data", "distinct NVIDIA GPUs with rows", len({c["gpu"] for c in counts}), target=">= 20",
+                ok=len({c["gpu"] for c in counts}) >= 20),
+           _row("data", "dtypes", len({c["dtype"] for c in counts}), target=">= 4", ok=len({c["dtype"] for c in counts}) >= 4),
+           _row("data", "rows left out (every one counted by reason)",
+                sum(n for s in build["sources"] for n in s["dropped"].values())),
+           _row("data", "cold build of every source", build["wall_s"], unit="s"),
+           _row("data", "cold build peak RSS", build["peak_rss_mb"], unit="MB"),
+           _row("data", "whole table to Arrow", query["full_table_s"], unit="s"),
+           _row("data", "query peak RSS (whole table loaded)", query["peak_rss_mb"], unit="MB")]
+    return out
+
+
+def kernel_table_rows(data: dict) -> list[Row]:
+    """The kernel model trained on the whole table (scripts/bench_kernel_table.py), per architecture fold."""
+    return [_row("kernel_table", f"LOAO MAPE {r['architecture']} ({r['rows']} rows)", r["model_mape"],
+                 r["roofline_mape"], "15 %", r["model_mape"] <= 15, "%") for r in data.get("per_architecture", [])]
 
 
 def fusion_rows(data: list[dict]) -> list[Row]:
@@ -88,7 +113,8 @@ def speed_rows(data: dict) -> list[Row]:
     return [_row("speed", c["case"], c["median_s"], unit="s") for c in data.get("cases", [])]
 
 
-READERS = {"graph": graph_rows, "kernels": kernel_rows, "fusion": fusion_rows, "e2e": e2e_rows, "speed": speed_rows}
+READERS = {"data": data_rows, "kernel_table": kernel_table_rows,
+           "graph": graph_rows, "kernels": kernel_rows, "fusion": fusion_rows, "e2e": e2e_rows, "speed": speed_rows}
 
 
 def summary(folder: Path) -> tuple[list[Row], list[str]]:
