@@ -6,8 +6,9 @@ hash of the row) is split once per fold:
 - leave-one-GPU-out: every GPU with >= 500 priced rows of some source x dtype x family.
 
 A fold model is trained on every other row (all sources, every timing method) and predicts the
-held-out rows with the launch floor of their own timing method. The roofline baseline is refitted per
-fold on the same rows, at the peak of each row's unit. The tables have the same layout as part 5 of
+held-out rows with the launch floor of their own timing method. Two baselines are refitted per fold on
+the same rows: the roofline (fitted floor and efficiency per family) and the NeuSight-style tile/wave
+predictor (lilou/latency/neusight_baseline.py), both at the peak of each row's unit. The tables have the same layout as part 5 of
 ``scripts/bench_kernels.py`` (the shipped NeuSight-only model), so the two read side by side.
 
 Prints the tables and writes outputs/bench/kernel_table.{json,md}.
@@ -26,6 +27,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from lilou.data.kernel_table import kernel_table
+from lilou.latency.neusight_baseline import NeuSightBaseline
 from lilou.latency.roofline import RooflineBaseline
 from lilou.latency.table_datamodule import dataset_from_sample
 from lilou.latency.table_folds import (ARCHITECTURES, MIN_GPU_ROWS, Scored, architecture_class, logo_table, loao_table,
@@ -44,19 +46,20 @@ def config(overrides: list[str]):
         return compose("train", overrides=["experiment=kernel_table", "trainer.enable_progress_bar=false", *overrides])
 
 
-def fold_predictions(dataset, mask: np.ndarray, overrides: list[str], held_out: str) -> tuple[np.ndarray, np.ndarray]:
-    """(model, roofline) predictions of the rows in ``mask`` by a fold trained on all the others."""
+def fold_predictions(dataset, mask: np.ndarray, overrides: list[str], held_out: str) -> np.ndarray:
+    """[3, n] predictions (model, roofline, NeuSight-style) of the rows in ``mask`` by folds trained on the others."""
     predictor, datamodule = fit(config([*overrides, held_out]), dataset=dataset)
     rows = datamodule.test_rows
     assert len(rows) == int(mask.sum())
     model = predictor.predict(rows.kernels, rows.devices, rows.timing).latency_ms
     roofline = RooflineBaseline.fit(datamodule.train_rows).predict(rows.kernels, rows.devices)
-    return model, roofline
+    neusight = NeuSightBaseline.fit(datamodule.train_rows).predict(rows.kernels, rows.devices)
+    return np.stack([model, roofline, neusight])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-group", type=int, default=2000)
+    parser.add_argument("--per-group", type=int, default=6000)
     parser.add_argument("--only-architectures", action="store_true", help="skip the leave-one-GPU-out folds")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
@@ -68,15 +71,14 @@ def main() -> None:
     rows["architecture"] = np.array([architecture_class(g) for g in rows["gpu"]], dtype=object)
     overrides = [*args.overrides, f"data.per_group={args.per_group}"]
 
-    loao_model, loao_roof = np.full(len(dataset), np.nan), np.full(len(dataset), np.nan)
+    loao = np.full((3, len(dataset)), np.nan)
     for architecture in ARCHITECTURES:
         mask = rows["architecture"] == architecture
         if mask.any():
-            loao_model[mask], loao_roof[mask] = fold_predictions(
-                dataset, mask, overrides, f"data.held_out_architectures=[{architecture}]")
+            loao[:, mask] = fold_predictions(dataset, mask, overrides, f"data.held_out_architectures=[{architecture}]")
             print(f"fold {architecture} done ({time.perf_counter() - started:.0f} s)", flush=True)
 
-    logo_model, logo_roof = np.full(len(dataset), np.nan), np.full(len(dataset), np.nan)
+    logo = np.full((3, len(dataset)), np.nan)
     if not args.only_architectures:
         groups: dict[tuple, int] = {}
         for key in zip(rows["source"], rows["dtype"], rows["family"], rows["gpu"]):
@@ -84,19 +86,19 @@ def main() -> None:
         gpus = sorted({key[3] for key, n in groups.items() if n >= MIN_GPU_ROWS})
         for gpu in gpus:
             mask = rows["gpu"] == gpu
-            logo_model[mask], logo_roof[mask] = fold_predictions(dataset, mask, overrides,
-                                                                 f"data.held_out_gpus=[{gpu}]")
+            logo[:, mask] = fold_predictions(dataset, mask, overrides, f"data.held_out_gpus=[{gpu}]")
             print(f"fold {gpu} done ({time.perf_counter() - started:.0f} s)", flush=True)
 
-    def scored(model: np.ndarray, roofline: np.ndarray) -> Scored:
-        keep = ~np.isnan(model)
-        return Scored(rows={c: v[keep] for c, v in rows.items()}, predicted_ms=model[keep],
-                      loao_predicted_ms=model[keep], roofline_ms=roofline[keep], skipped=priced.skipped)
+    def scored(predictions: np.ndarray) -> Scored:
+        keep = ~np.isnan(predictions[0])
+        return Scored(rows={c: v[keep] for c, v in rows.items()}, predicted_ms=predictions[0, keep],
+                      loao_predicted_ms=predictions[0, keep], roofline_ms=predictions[1, keep], skipped=priced.skipped,
+                      baselines={"neusight": predictions[2, keep]})
 
-    by_architecture = scored(loao_model, loao_roof)
+    by_architecture = scored(loao)
     result = {"per_group": args.per_group, "sampled_rows": len(sample["gpu"]), "priced_rows": len(dataset),
               "skipped": priced.skipped, "overrides": overrides,
-              "leave_one_gpu_out": [] if args.only_architectures else logo_table(scored(logo_model, logo_roof)),
+              "leave_one_gpu_out": [] if args.only_architectures else logo_table(scored(logo)),
               "leave_one_architecture_out": loao_table(by_architecture),
               "per_architecture": per_architecture(by_architecture), "wall_s": time.perf_counter() - started}
     print_table_folds(result)

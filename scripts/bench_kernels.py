@@ -195,27 +195,32 @@ def markdown_folds(result: dict) -> str:
            f"{result['priced_rows']:,} of a family the model prices.", "",
            "Leave-one-GPU-out (GPUs with >= 500 rows of the family; MAPE % is the mean over them of each GPU's MAPE):",
            ""]
+    extra = ["neusight_mape"] if any("neusight_mape" in r for r in result["per_architecture"]) else []
     out += table(result["leave_one_gpu_out"], ["source", "dtype", "family", "gpus", "rows", "model_mape",
-                                               "model_median_ape", "roofline_mape", "worst_gpu", "worst_gpu_mape"])
+                                               "model_median_ape", "roofline_mape", *extra, "worst_gpu",
+                                               "worst_gpu_mape"])
     out += ["", "Leave-one-architecture-out, all priced rows of each architecture (MAPE %):", ""]
     out += table(result["per_architecture"], ["architecture", "gpus", "rows", "model_mape", "model_median_ape",
-                                              "roofline_mape"])
+                                              "roofline_mape", *extra])
     out += ["", "Leave-one-architecture-out by dtype and family (MAPE %):", ""]
     out += table(result["leave_one_architecture_out"], ["architecture", "dtype", "family", "gpus", "rows",
-                                                        "model_mape", "model_median_ape", "roofline_mape"])
+                                                        "model_mape", "model_median_ape", "roofline_mape", *extra])
     return "\n".join(out) + "\n"
 
 
 def print_table_folds(result: dict) -> None:
+    extra = ["neusight_mape"] if any("neusight_mape" in r for r in result["per_architecture"]) else []
     print(f"kernel table: {result['sampled_rows']:,} rows sampled (at most {result['per_group']} per source x GPU x "
           f"dtype x family), {result['priced_rows']:,} priced; not priced: {result['skipped']}")
     print_table("whole kernel table, leave-one-GPU-out (GPUs with >= 500 rows; mean over them of each GPU's MAPE %)",
                 result["leave_one_gpu_out"], ["source", "dtype", "family", "gpus", "rows", "model_mape",
-                                              "model_median_ape", "roofline_mape", "worst_gpu", "worst_gpu_mape"])
+                                              "model_median_ape", "roofline_mape", *extra, "worst_gpu",
+                                              "worst_gpu_mape"])
     print_table("whole kernel table, leave-one-architecture-out (MAPE %)", result["per_architecture"],
-                ["architecture", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape"])
+                ["architecture", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape", *extra])
     print_table("leave-one-architecture-out by dtype and family (MAPE %)", result["leave_one_architecture_out"],
-                ["architecture", "dtype", "family", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape"])
+                ["architecture", "dtype", "family", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape",
+                 *extra])
 
 
 def main() -> None:

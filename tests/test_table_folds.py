@@ -98,3 +98,21 @@ def test_a_model_with_timing_floors_keeps_them_apart() -> None:
     assert floors.tolist() == [1.0, 1.0 + len(FAMILIES)]
     eager, _, _ = net.parts(torch.zeros(2, 3), torch.zeros(2, 2), family, torch.zeros(2, 3))
     assert eager.tolist() == [1.0, 1.0]  # no timing given: eager CUDA events, as the end-to-end model assumes
+
+
+def test_the_neusight_style_baseline_is_bounded_by_the_roofline_and_learns(datasets_dir) -> None:
+    from lilou.data.neusight import load_kernels
+    from lilou.latency.dataset import build_dataset
+    from lilou.latency.neusight_baseline import NeuSightBaseline, tiles
+
+    data = build_dataset(load_kernels("train", ops=["linear", "bmm"], devices=["t4"], data_dir=datasets_dir,
+                                      limit_per_file=2000))
+    waves, wave_ms, _ = tiles(data.kernels, data.devices)
+    untrained = NeuSightBaseline.fit(data, epochs=0).predict(data.kernels, data.devices)
+    trained = NeuSightBaseline.fit(data, epochs=8).predict(data.kernels, data.devices)
+    assert np.all(trained >= waves * wave_ms * (1 - 1e-9))  # utilisation <= 1: never faster than the roofline
+
+    def mape(p):
+        return float(np.mean(np.abs(p - data.latency_ms) / data.latency_ms))
+
+    assert mape(trained) < 0.5 * mape(untrained)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,6 +56,7 @@ class Scored:
     loao_predicted_ms: np.ndarray  # ... or any GPU of its architecture (LOAO)
     roofline_ms: np.ndarray
     skipped: dict[str, int]
+    baselines: dict[str, np.ndarray] = field(default_factory=dict)  # other predictors of the same rows (ms)
 
 
 class Fold:
@@ -130,6 +131,7 @@ def logo_table(scored: Scored, min_rows: int = MIN_GPU_ROWS) -> list[dict]:
     """Per (source, dtype, family): the mean over held-out GPUs of each GPU's MAPE, model and roofline."""
     measured = scored.rows["latency_ms"].astype(np.float64)
     model, roof = _ape(scored.predicted_ms, measured), _ape(scored.roofline_ms, measured)
+    extra = {name: _ape(values, measured) for name, values in scored.baselines.items()}
     out = []
     for key in sorted({(s, d, f) for s, d, f in zip(scored.rows["source"], scored.rows["dtype"], scored.rows["family"])}):
         group = (scored.rows["source"] == key[0]) & (scored.rows["dtype"] == key[1]) & (scored.rows["family"] == key[2])
@@ -138,14 +140,15 @@ def logo_table(scored: Scored, min_rows: int = MIN_GPU_ROWS) -> list[dict]:
             mask = group & (scored.rows["gpu"] == gpu)
             if mask.sum() >= min_rows:
                 per_gpu.append((gpu, int(mask.sum()), float(model[mask].mean()), float(roof[mask].mean()),
-                                float(np.median(model[mask]))))
+                                float(np.median(model[mask])), {n: float(a[mask].mean()) for n, a in extra.items()}))
         if per_gpu:
             worst = max(per_gpu, key=lambda item: item[2])
             out.append({"source": key[0], "dtype": key[1], "family": key[2], "gpus": len(per_gpu),
                         "rows": sum(p[1] for p in per_gpu), "model_mape": statistics.fmean(p[2] for p in per_gpu),
                         "roofline_mape": statistics.fmean(p[3] for p in per_gpu),
                         "model_median_ape": statistics.fmean(p[4] for p in per_gpu), "worst_gpu": worst[0],
-                        "worst_gpu_mape": worst[2]})
+                        "worst_gpu_mape": worst[2],
+                        **{f"{n}_mape": statistics.fmean(p[5][n] for p in per_gpu) for n in extra}})
     return out
 
 
@@ -153,6 +156,7 @@ def loao_table(scored: Scored, group_by: Sequence[str] = ("dtype", "family")) ->
     """Per architecture and (dtype, family): MAPE of the model that never saw that architecture, and the roofline."""
     measured = scored.rows["latency_ms"].astype(np.float64)
     model, roof = _ape(scored.loao_predicted_ms, measured), _ape(scored.roofline_ms, measured)
+    extra = {name: _ape(values, measured) for name, values in scored.baselines.items()}
     keys = sorted({(a, *(scored.rows[g][i] for g in group_by)) for i, a in enumerate(scored.rows["architecture"])},
                   key=lambda k: (ARCHITECTURES.index(k[0]) if k[0] in ARCHITECTURES else 99, *k[1:]))
     out = []
@@ -163,7 +167,8 @@ def loao_table(scored: Scored, group_by: Sequence[str] = ("dtype", "family")) ->
         out.append({"architecture": key[0], **dict(zip(group_by, key[1:])), "rows": int(mask.sum()),
                     "gpus": len(set(scored.rows["gpu"][mask])), "model_mape": float(model[mask].mean()),
                     "model_median_ape": float(np.median(model[mask])),
-                    "roofline_mape": float(roof[mask].mean())})
+                    "roofline_mape": float(roof[mask].mean()),
+                    **{f"{n}_mape": float(a[mask].mean()) for n, a in extra.items()}})
     return out
 
 
