@@ -197,8 +197,14 @@ class Predictor:
 
         ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
         ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.precision)."""
+        from lilou.hardware.database import ambiguity_note
+
         device = resolve_device(gpu, mig)  # bad names fail before the model is read
-        return self.predict_many(model, [device], batch, shapes, precision, tf32)[0]
+        prediction = self.predict_many(model, [device], batch, shapes, precision, tf32)[0]
+        note = ambiguity_note(gpu)
+        if note:
+            prediction.warnings.insert(0, note)
+        return prediction
 
     def predict_many(self, model: ModelInput, devices: Sequence[Device], batch: int | None = None,
                      shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
@@ -224,8 +230,8 @@ class Predictor:
                    for d, t, path in zip(devices, totals, paths)]
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
         return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
-                       warnings=warnings + precision_notes + _fallback_warning(kernels, shares)
-                       + _power_note(self.model.kernel_model, devices))
+                       warnings=_ambiguity_notes(gpus) + warnings + precision_notes + _fallback_warning(kernels, shares)
+                       + _power_note(self.model.kernel_model, devices) + _memory_warning(graph, devices))
 
     # ---------------------------------------------------------------- helpers
 
@@ -269,7 +275,7 @@ class Predictor:
                            kernels=_estimates(kernels, work, shares, waits, j),
                            warnings=warnings + _precision_notes(graph, [paths[j]], precision)
                            + _fallback_warning(kernels, shares[:, [j]])
-                           + _power_note(self.model.kernel_model, [device]),
+                           + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device]),
                            precision=paths[j].precision, tf32=paths[j].tf32)
                 for j, device in enumerate(devices)]
 
@@ -337,6 +343,46 @@ def _power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[st
         return [f"compute-bound kernels are predicted slower than spec-sheet peak on low-power boards, for their "
                 f"power limit (kernels of {span[0]} to {span[1]} at peak): {boards} (docs/kernel_model.md)"]
     return []
+
+
+def _ambiguity_notes(names: Sequence[str] | None) -> list[str]:
+    from lilou.hardware.database import ambiguity_note
+
+    notes = []
+    for raw in names or ():
+        gpu = raw.partition("/")[0].strip()
+        note = ambiguity_note(gpu) if gpu else None
+        if note and note not in notes:
+            notes.append(note)
+    return notes
+
+
+def memory_needed(graph: ModelGraph) -> tuple[int, int]:
+    """(bytes of the weights as declared, bytes of the largest activation tensor); nothing is read."""
+    data = graph.dag.nodes
+    produced = {t.name: t for n in data for t in data[n]["outputs"]}
+    inputs = {t.name: t for t in graph.inputs}
+    weights: dict[str, int] = {}
+    for n in data:
+        for t in data[n]["inputs"]:
+            if t is not None and t.name not in produced and t.name not in inputs:
+                weights[t.name] = t.nbytes or 0
+    constant = {t.name for n in data if data[n]["constant"] for t in data[n]["outputs"]}
+    activations = [t.nbytes or 0 for name, t in {**inputs, **produced}.items() if name not in constant]
+    return sum(weights.values()), max(activations, default=0)
+
+
+def _memory_warning(graph: ModelGraph, devices: Sequence[Device]) -> list[str]:
+    """Say so when the weights and the largest activation cannot fit the device's memory."""
+    weights, activation = memory_needed(graph)
+    need = weights + activation
+    short = [d for d in devices if need > d.memory_gb * 2**30]
+    if not short:
+        return []
+    gib = 2**30
+    where = short[0].name if len(short) == 1 else f"{len(short)} of {len(devices)} devices ({short[0].name}, ...)"
+    return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + largest activation "
+            f"{activation / gib:,.2f} GiB > {short[0].memory_gb:g} GB; the prediction assumes it would run"]
 
 
 def _leading_dim(graph: ModelGraph) -> int | None:

@@ -7,7 +7,10 @@ line on stderr and exit status 2; anything else is an internal error (1).
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from lilou.errors import LilouInputError
@@ -33,15 +36,56 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
+        sys.stdout.flush()
+        return status
     except LilouInputError as exc:
-        print(f"lilou: error: {exc}", file=sys.stderr)
+        print(f"lilou: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("lilou: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        _silence_stdout()
         return 0
+    except OSError as exc:  # e.g. stdout on a full device (> /dev/full), or a file that cannot be written
+        _silence_stdout()
+        where = f": {exc.filename}" if exc.filename else ""
+        what = "cannot write output" if exc.errno in _WRITE_ERRNOS else "input/output failed"
+        print(f"lilou: error: {what} ({exc.strerror or exc}{where})", file=sys.stderr)
+        _debug_traceback()
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
+        print(f"lilou: internal error: {type(exc).__name__}: {_one_line(exc)} (set LILOU_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        _debug_traceback()
+        return 1
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:500]
+
+
+def _debug_traceback() -> None:
+    if os.environ.get("LILOU_DEBUG") == "1":
+        traceback.print_exc()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (captured by tests)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -53,8 +53,10 @@ def _list(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from lilou.zoo import export_onnx, get_entry
+    from lilou.zoo.export import check_destination
 
     get_entry(args.name)  # unknown names fail here, before any heavy import work
+    check_destination(args.output)  # and an unwritable destination, before minutes of export work
     path = export_onnx(
         args.name,
         args.output,

@@ -11,6 +11,7 @@ An edge ``u -> v`` means v consumes a tensor u produces; its attributes are
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,13 +23,17 @@ import onnx
 from onnx import helper
 
 from lilou.errors import LilouInputError
-from lilou.graph.costs import SUPPORTED_OPS, CostInput, TensorInfo, node_cost
+from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, node_cost
 from lilou.graph.loading import load_onnx
-from lilou.graph.shapes import apply_input_shapes, infer_shapes, runtime_inputs
+from lilou.graph.shapes import MAX_DIM, MAX_ELEMENTS, apply_input_shapes, infer_shapes, runtime_inputs
 
 # Ops whose output depends only on the *type or shape* of these input positions,
 # so they are constant once shapes are static.
 _METADATA_ONLY_INPUTS = {"Shape": {0}, "Size": {0}, "CastLike": {1}, "EyeLike": {0}}
+
+#: Ops that run subgraphs; their bodies are not nodes of the DAG.
+CONTROL_FLOW_OPS = frozenset({"Loop", "If", "Scan"})
+_WINDOW_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})
 
 
 @dataclass
@@ -83,14 +88,20 @@ def load_graph(path: str | os.PathLike[str], batch: int | None = None,
 
 def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
+    _check_opset(model)
+    _check_initializers(model)
     apply_input_shapes(model, batch=batch, shapes=shapes)
     _check_structure(model)
-    inferred = infer_shapes(model)
+    _sort_topologically(model)
+    notes: list[str] = []
+    inferred = infer_shapes(model, notes=notes)
     tensors = _tensor_table(inferred)
-    dag = _build_dag(inferred, tensors)
+    _check_sizes(tensors)
+    dag = _build_dag(inferred, tensors, notes)
     _check_reshapes(dag)
+    _check_windows(dag)
     _mark_constant_subgraphs(dag, initializers={t.name for t in inferred.graph.initializer})
-    warnings = _warnings(dag)
+    warnings = _warnings(dag) + notes
     return ModelGraph(
         name=name,
         dag=dag,
@@ -109,18 +120,179 @@ def _unknown(name: str) -> TensorInfo:
     return TensorInfo(name=name, shape=None, dtype="unknown", itemsize=0)
 
 
+def _check_opset(model: onnx.ModelProto) -> None:
+    """An opset this ONNX release does not know (a future or made-up one) cannot be read reliably."""
+    newest = onnx.defs.onnx_opset_version()
+    if model.ir_version > onnx.IR_VERSION:
+        raise LilouInputError(f"the model has ONNX IR version {model.ir_version}, newer than this ONNX release "
+                              f"reads (IR version {onnx.IR_VERSION} at most); re-export it with an older IR version")
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and not 1 <= entry.version <= newest:
+            raise LilouInputError(f"the model imports ONNX opset {entry.version}, which does not exist in "
+                                  f"this ONNX release (opsets 1 to {newest}); re-export it with opset <= {newest}")
+
+
+def _check_initializers(model: onnx.ModelProto) -> None:
+    """Initializer dims must be sane, and any shape the file states for them must agree (stale value_info)."""
+    graph = model.graph
+    dims = {}
+    for tensor in graph.initializer:
+        if any(d < 0 for d in tensor.dims):
+            raise LilouInputError(f"initializer {tensor.name!r} has negative dims {list(tensor.dims)}")
+        if math.prod(tensor.dims) > MAX_ELEMENTS:
+            raise LilouInputError(f"initializer {tensor.name!r} has dims {list(tensor.dims)}, "
+                                  f"{math.prod(tensor.dims):.3g} elements: above Lilou's limit of 2^48 per tensor")
+        dims[tensor.name] = tuple(tensor.dims)
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        if value.name not in dims or not value.type.tensor_type.HasField("shape"):
+            continue
+        stated = value.type.tensor_type.shape.dim
+        if not all(d.HasField("dim_value") for d in stated):
+            continue
+        shape = tuple(d.dim_value for d in stated)
+        if shape != dims[value.name]:
+            raise LilouInputError(f"the file states shape {list(shape)} for {value.name!r}, but its initializer has "
+                                  f"shape {list(dims[value.name])} (stale value_info); re-export the model")
+
+
+def _sort_topologically(model: onnx.ModelProto) -> None:
+    """Put nodes in a valid topological order (files in the wild break that rule), keeping file order
+    where it is already valid, so such a file gives the same answer as its sorted copy."""
+    graph = model.graph
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    needs = [sorted({producer[t] for t in _node_reads(node) if t in producer and producer[t] != i})
+             for i, node in enumerate(graph.node)]
+    if all(j < i for i, deps in enumerate(needs) for j in deps):
+        return
+    import heapq
+
+    waiting = [len(deps) for deps in needs]
+    users: list[list[int]] = [[] for _ in graph.node]
+    for i, deps in enumerate(needs):
+        for j in deps:
+            users[j].append(i)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users[i]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, user)
+    if len(order) != len(graph.node):
+        raise LilouInputError("the graph has a cycle through a subgraph's outer-scope inputs; "
+                              "an ONNX graph must be acyclic")
+    nodes = [graph.node[i] for i in order]
+    copies = [onnx.NodeProto() for _ in nodes]
+    for copy, node in zip(copies, nodes):
+        copy.CopyFrom(node)
+    graph.ClearField("node")
+    graph.node.extend(copies)
+
+
+def _node_reads(node: onnx.NodeProto) -> set[str]:
+    """Tensors a node reads: its inputs and the outer-scope names its subgraphs use."""
+    reads = {t for t in node.input if t}
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                    list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+            local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
+            local |= {out for n in sub.node for out in n.output}
+            inner = set().union(*(_node_reads(n) for n in sub.node)) if len(sub.node) else set()
+            inner |= {v.name for v in sub.output}
+            reads |= inner - local
+    return reads
+
+
+def _check_sizes(tensors: Mapping[str, TensorInfo]) -> None:
+    for info in tensors.values():
+        if info.shape is not None and math.prod(info.shape) > MAX_ELEMENTS:
+            raise LilouInputError(f"tensor {info.name!r} would have shape {list(info.shape)}, "
+                                  f"{math.prod(info.shape):.3g} elements: above Lilou's limit of 2^48 per tensor; "
+                                  "the model or its shapes are not realistic")
+
+
+def _ints(value: Any, rank: int, default: int) -> list[int]:
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) and value else [default] * rank
+
+
+def _check_windows(dag: nx.DiGraph) -> None:
+    """Conv and pooling geometry: a group, stride or dilation that makes no sense, or a window
+    larger than its padded input (which ONNX shape inference turns into 0 or negative sizes)."""
+    for name, data in dag.nodes(data=True):
+        op = data["op"]
+        if op not in _WINDOW_OPS and op != "ConvTranspose":
+            continue
+        attrs = data["attributes"]
+        group = attrs.get("group", 1)
+        if op in ("Conv", "ConvTranspose") and (not isinstance(group, int) or group < 1):
+            raise LilouInputError(f"{op} {name!r} has group={group}; group must be a positive integer")
+        inputs = data["inputs"]
+        x = inputs[0] if inputs else None
+        w = inputs[1] if len(inputs) > 1 and op in ("Conv", "ConvTranspose") else None
+        if x is None or x.shape is None or len(x.shape) < 3:
+            continue
+        spatial = x.shape[2:]
+        rank = len(spatial)
+        for key in ("strides", "dilations"):
+            values = _ints(attrs.get(key), rank, 1)
+            if any(v < 1 or v > MAX_DIM for v in values):
+                raise LilouInputError(f"{op} {name!r} has {key}={values}; each must be between 1 and 2^40")
+        if op == "ConvTranspose":
+            continue
+        if w is not None and w.shape is not None and len(w.shape) == len(x.shape):
+            if x.shape[1] != w.shape[1] * group:
+                raise LilouInputError(f"{op} {name!r}: input has {x.shape[1]} channels but the weight "
+                                      f"{list(w.shape)} with group={group} expects {w.shape[1] * group}")
+            kernel = list(w.shape[2:])
+        else:
+            kernel = _ints(attrs.get("kernel_shape"), rank, 1)
+        auto_pad = attrs.get("auto_pad", "NOTSET")
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            continue
+        pads = _ints(attrs.get("pads"), 2 * rank, 0) if auto_pad == "NOTSET" else [0] * (2 * rank)
+        dilations = _ints(attrs.get("dilations"), rank, 1)
+        for axis in range(min(rank, len(kernel), len(dilations))):
+            extent = (kernel[axis] - 1) * dilations[axis] + 1
+            padded = spatial[axis] + pads[axis] + pads[axis + rank] if len(pads) == 2 * rank else spatial[axis]
+            if extent > padded:
+                raise LilouInputError(
+                    f"{op} {name!r}: its window ({extent} with dilation {dilations[axis]}) is larger than its padded "
+                    f"input ({padded}) on spatial axis {axis}, so it has no output; check the model's shapes")
+        out = data["outputs"][0] if data["outputs"] else None
+        if out is not None and out.shape is not None and any(d <= 0 for d in out.shape):
+            raise LilouInputError(f"{op} {name!r} has an empty output {list(out.shape)}; check the model's shapes")
+
+
 def _check_structure(model: onnx.ModelProto) -> None:
-    """Dangling inputs and cycles are bad input; say which tensor or node."""
+    """Dangling inputs, tensors written twice and cycles are bad input; say which tensor or node."""
     graph = model.graph
     available = {v.name for v in graph.input} | {t.name for t in graph.initializer} | {""}
     available |= {t.values.name for t in graph.sparse_initializer}
     produced = {out for node in graph.node for out in node.output}
+    writers: dict[str, str] = {}
+    for index, node in enumerate(graph.node):
+        label = node.name or f"{node.op_type}_{index}"
+        for out in node.output:
+            if not out:
+                continue
+            if out in writers:
+                raise LilouInputError(f"tensor {out!r} is written by two nodes ({writers[out]!r} and {label!r}); "
+                                      "in ONNX every tensor has exactly one producer")
+            if out in available:
+                raise LilouInputError(f"node {label!r} writes tensor {out!r}, which is already a graph input or "
+                                      "initializer; in ONNX every tensor has exactly one producer")
+            writers[out] = label
     for node in graph.node:
         for tensor in node.input:
             if tensor not in available and tensor not in produced:
                 label = node.name or node.op_type
                 raise LilouInputError(
                     f"node {label!r} ({node.op_type}) reads tensor {tensor!r}, which no node, input or initializer provides")
+    if not graph.output:
+        raise LilouInputError("the graph declares no outputs; an ONNX graph must have at least one")
     for value in graph.output:
         if value.name not in available and value.name not in produced:
             raise LilouInputError(f"graph output {value.name!r} is produced by no node")
@@ -141,8 +313,11 @@ def _check_acyclic(graph: onnx.GraphProto) -> None:
 
 
 def _tensor_table(model: onnx.ModelProto) -> dict[str, TensorInfo]:
+    return _graph_tensor_table(model.graph)
+
+
+def _graph_tensor_table(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
     table: dict[str, TensorInfo] = {}
-    graph = model.graph
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
         info = _tensor_info_from_value(value)
         known = table.get(value.name)
@@ -209,17 +384,75 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
     return values
 
 
-def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> nx.DiGraph:
+def _small_int_constants(graph: onnx.GraphProto) -> dict[str, int]:
+    """Scalar integer constants of a graph (initializers and Constant nodes), e.g. Loop trip counts."""
+    values: dict[str, int] = {}
+    tensors = [(t.name, t) for t in graph.initializer]
+    tensors += [(n.output[0], a.t) for n in graph.node if n.op_type == "Constant" and n.output
+                for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR]
+    for name, tensor in tensors:
+        if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and math.prod(tensor.dims) == 1 \
+                and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            try:
+                values[name] = int(onnx.numpy_helper.to_array(tensor).reshape(-1)[0])
+            except (ValueError, TypeError):
+                continue
+    return values
+
+
+def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], constants: Mapping[str, int],
+                   notes: list[str]) -> NodeCost:
+    """Sum of the costs of a subgraph's nodes (control flow inside costed the same way)."""
+    tensors = {**outer, **_graph_tensor_table(graph)}
+    constants = {**constants, **_small_int_constants(graph)}
+    flops = read = written = 0
+    for node in graph.node:
+        cost = _node_cost(node, tensors, constants, notes)
+        flops, read, written = flops + cost.flops, read + cost.bytes_read, written + cost.bytes_written
+    return NodeCost(flops=flops, bytes_read=read, bytes_written=written)
+
+
+def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constants: Mapping[str, int],
+               notes: list[str]) -> NodeCost:
+    inputs = [tensors.get(t) or _unknown(t) if t else None for t in node.input]
+    outputs = [tensors.get(t) or _unknown(t) for t in node.output]
+    cost = node_cost(CostInput(op=node.op_type, attributes=_attributes(node), inputs=inputs, outputs=outputs))
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Loop", "If"):
+        return cost
+    graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    label = node.name or node.op_type
+    if node.op_type == "If" and "then_branch" in graphs and "else_branch" in graphs:
+        branches = [_subgraph_cost(graphs[b], tensors, constants, notes) for b in ("then_branch", "else_branch")]
+        larger = max(branches, key=lambda c: (c.flops, c.bytes_read + c.bytes_written))
+        notes.append(f"If {label!r} is costed as its larger branch (the condition is known only at run time)")
+        return larger
+    if node.op_type == "Loop" and "body" in graphs:
+        body = _subgraph_cost(graphs["body"], tensors, constants, notes)
+        trip = constants.get(node.input[0]) if node.input and node.input[0] else None
+        if trip is None or trip < 0:
+            notes.append(f"Loop {label!r} has no constant trip count: costed as one iteration of its body")
+            trip = 1
+        else:
+            notes.append(f"Loop {label!r} is costed as its body times its trip count ({trip}), as one kernel")
+        return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
+                        bytes_written=body.bytes_written * trip)
+    return cost
+
+
+def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
+               notes: list[str] | None = None) -> nx.DiGraph:
     graph = model.graph
     dag = nx.DiGraph()
     producer: dict[str, str] = {}
     names = unique_node_names(graph)
+    constants = _small_int_constants(graph) if any(n.op_type in CONTROL_FLOW_OPS for n in graph.node) else {}
+    notes = [] if notes is None else notes
     for order, (node, name) in enumerate(zip(graph.node, names)):
         inputs = [tensors.get(t) or _unknown(t) if t else None for t in node.input]
         outputs = [tensors.get(t) or _unknown(t) for t in node.output]
         attributes = _attributes(node)
         supported = node.domain in ("", "ai.onnx") and node.op_type in SUPPORTED_OPS
-        cost = node_cost(CostInput(op=node.op_type, attributes=attributes, inputs=inputs, outputs=outputs))
+        cost = _node_cost(node, tensors, constants, notes)
         dag.add_node(name, op=node.op_type, domain=node.domain, attributes=attributes,
                      inputs=inputs, outputs=outputs, flops=cost.flops, bytes_read=cost.bytes_read,
                      bytes_written=cost.bytes_written, constant=False, order=order, supported=supported)
@@ -271,9 +504,14 @@ def _mark_constant_subgraphs(dag: nx.DiGraph, initializers: set[str]) -> None:
 
 def _warnings(dag: nx.DiGraph) -> list[str]:
     warnings = []
-    unsupported = sorted({d["op"] for _, d in dag.nodes(data=True) if not d["supported"] and not d["constant"]})
+    unsupported = sorted({d["op"] for _, d in dag.nodes(data=True)
+                          if not d["supported"] and not d["constant"] and d["op"] not in ("Loop", "If")})
     if unsupported:
         warnings.append(f"no cost formula for op(s) {', '.join(unsupported)}: counted as 0 FLOPs, bytes from tensor sizes")
+    control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
+    if control:
+        warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "
+                        "trip count, an If its larger branch, a Scan is left out; each runs as one fallback kernel")
     unknown = [n for n, d in dag.nodes(data=True)
                if not d["constant"] and any(t.shape is None for t in d["outputs"])]
     if unknown:

@@ -10,11 +10,14 @@ same way.
 """
 from __future__ import annotations
 
+import errno
+import math
 import os
+import stat
 from pathlib import Path
 
-import numpy as np
 import onnx
+import onnx.inliner
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
@@ -25,15 +28,15 @@ _MAX_EXTERNAL_SHAPE_CONSTANT_ELEMENTS = 64
 _INTEGER_TYPES = {TensorProto.INT64, TensorProto.INT32}
 
 
+# Linux limits (NAME_MAX, PATH_MAX): checked before the file system is asked.
+_MAX_NAME_BYTES = 255
+_MAX_PATH_BYTES = 4096
+
+
 def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     """Parse an ONNX file without its weight bytes; raise a one-line error on bad input."""
     path = Path(path)
-    if not path.exists():
-        raise LilouInputError(f"no such file: {path}")
-    if path.is_dir():
-        raise LilouInputError(f"{path} is a directory, not an ONNX file")
-    if path.stat().st_size == 0:
-        raise LilouInputError(f"{path} is empty, not an ONNX model")
+    _check_regular_file(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
@@ -43,8 +46,83 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     _check_is_model(model, path)
     _load_small_external_integers(model, path.parent)
     if model.functions:
-        model = onnx.inliner.inline_local_functions(model)
+        model = _inline_functions(model, path)
     return model
+
+
+def _check_regular_file(path: Path) -> None:
+    """Say what the path is when it is not a readable regular file; never open a FIFO or device."""
+    raw = os.fsencode(path)
+    if len(raw) > _MAX_PATH_BYTES:
+        raise LilouInputError(f"path too long ({len(raw)} bytes; the limit is {_MAX_PATH_BYTES}): {_short(path)}")
+    for part in path.parts:
+        if len(os.fsencode(part)) > _MAX_NAME_BYTES:
+            raise LilouInputError(f"file name too long ({len(os.fsencode(part))} bytes; the limit is "
+                                  f"{_MAX_NAME_BYTES}): {_short(path)}")
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LilouInputError(f"{path} is a symbolic link loop (the links never reach a file)") from None
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            if os.path.islink(path):
+                raise LilouInputError(f"{path} is a broken symbolic link (its target does not exist)") from None
+            raise LilouInputError(f"no such file: {path}") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise LilouInputError(f"file name too long: {_short(path)}") from None
+        raise LilouInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    mode = info.st_mode
+    if stat.S_ISDIR(mode):
+        raise LilouInputError(f"{path} is a directory, not an ONNX file")
+    if stat.S_ISFIFO(mode):
+        raise LilouInputError(f"{path} is a FIFO (named pipe), not an ONNX file; save the model to a regular file")
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise LilouInputError(f"{path} is a device file, not an ONNX file")
+    if stat.S_ISSOCK(mode):
+        raise LilouInputError(f"{path} is a socket, not an ONNX file")
+    if not stat.S_ISREG(mode):
+        raise LilouInputError(f"{path} is not a regular file")
+    if info.st_size == 0:
+        raise LilouInputError(f"{path} is empty, not an ONNX model")
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 80 else text[:40] + "..." + text[-37:]
+
+
+def _inline_functions(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    """Inline the model's local functions; a recursive or malformed function is bad input."""
+    _check_functions_not_recursive(model, path)
+    try:
+        return onnx.inliner.inline_local_functions(model)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, RuntimeError, ValueError,
+            RecursionError) as exc:
+        raise LilouInputError(f"{path}: its local functions cannot be inlined ({_first_line(exc)[:200]})") from None
+
+
+def _check_functions_not_recursive(model: onnx.ModelProto, path: Path) -> None:
+    calls: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for function in model.functions:
+        calls[(function.domain, function.name)] = {(n.domain, n.op_type) for n in function.node}
+    state: dict[tuple[str, str], int] = {}
+
+    def visit(key: tuple[str, str], trail: list[str]) -> None:
+        state[key] = 1
+        for callee in calls[key]:
+            if callee not in calls:
+                continue
+            if state.get(callee) == 1:
+                chain = " -> ".join([*trail, key[1], callee[1]])
+                raise LilouInputError(f"{path}: local function {callee[1]!r} calls itself ({chain}); "
+                                      "recursive functions cannot be inlined")
+            if callee not in state:
+                visit(callee, [*trail, key[1]])
+        state[key] = 2
+
+    for key in calls:
+        if key not in state:
+            visit(key, [])
 
 
 def _first_line(exc: BaseException) -> str:
@@ -61,26 +139,49 @@ def _check_is_model(model: onnx.ModelProto, path: Path) -> None:
 
 
 def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> None:
-    """Inline tiny int tensors kept as external data; never follow paths out of ``model_dir``."""
+    """Inline tiny int tensors kept as external data; never follow paths out of ``model_dir``.
+
+    Offsets and lengths come from the file: they are checked against the data file's size,
+    and only the bytes the tensor needs are read."""
     root = model_dir.resolve()
     for tensor in model.graph.initializer:
         if tensor.data_location != TensorProto.EXTERNAL or tensor.data_type not in _INTEGER_TYPES:
             continue
-        if int(np.prod(tensor.dims, dtype=np.int64)) > _MAX_EXTERNAL_SHAPE_CONSTANT_ELEMENTS:
+        if any(d < 0 for d in tensor.dims) or math.prod(tensor.dims) > _MAX_EXTERNAL_SHAPE_CONSTANT_ELEMENTS:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
-        target = (root / location).resolve()
+        try:
+            target = (root / location).resolve()
+        except (OSError, RuntimeError, ValueError):
+            continue
         if not location or not target.is_relative_to(root) or not target.is_file():
             continue  # absent (stripped) or outside the model's folder: leave it unread
-        offset = int(info.get("offset", 0))
-        length = int(info.get("length", 0))
+        expected = math.prod(tensor.dims) * (8 if tensor.data_type == TensorProto.INT64 else 4)
+        offset = _external_number(tensor.name, "offset", info.get("offset", "0"))
+        length = _external_number(tensor.name, "length", info.get("length", str(expected)))
+        size = target.stat().st_size
+        if offset + length > size:
+            raise LilouInputError(
+                f"initializer {tensor.name!r}: external data offset {offset} + length {length} lies beyond the end "
+                f"of {location!r} ({size} bytes); the model and its data file do not match")
+        if length != expected:
+            raise LilouInputError(
+                f"initializer {tensor.name!r}: external data length {length} does not match its dims "
+                f"{list(tensor.dims)} ({expected} bytes)")
         with open(target, "rb") as handle:
             handle.seek(offset)
-            raw = handle.read(length) if length else handle.read()
-        expected = int(np.prod(tensor.dims, dtype=np.int64)) * (8 if tensor.data_type == TensorProto.INT64 else 4)
+            raw = handle.read(expected)
         if len(raw) != expected:
             continue
         tensor.raw_data = raw
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
+
+
+def _external_number(tensor: str, key: str, text: str) -> int:
+    value = text.strip()
+    if not value.isdigit() or len(value) > 19:
+        raise LilouInputError(f"initializer {tensor!r}: external data {key} {text[:40]!r} is not a non-negative "
+                              "integer; the file is corrupt")
+    return int(value)

@@ -14,6 +14,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+#: No constant above this many elements is ever materialised: its value stays unknown (shape only).
+MAX_FOLD_ELEMENTS = 1 << 20
+
+# Ops whose output has at most as many elements as all their inputs together (a safe size bound).
+_SHRINKING_OPS = frozenset({
+    "Shape", "Size", "Gather", "GatherElements", "GatherND", "Slice", "Squeeze", "Unsqueeze", "Reshape", "Flatten",
+    "Identity", "Cast", "CastLike", "Transpose", "Concat", "Split", "ReduceSum", "ReduceMean", "ReduceMax",
+    "ReduceMin", "ReduceProd", "ArgMax", "ArgMin", "Neg", "Abs", "Not", "Floor", "Ceil", "Round", "Sqrt",
+    "Reciprocal", "Exp", "Log", "Sign", "Relu", "Sigmoid", "Tanh", "Softmax", "Erf", "Sin", "Cos", "Clip",
+    "NonZero", "Compress", "Dropout", "Trilu", "IsNaN", "IsInf", "CumSum", "Constant",
+})
+# Elementwise ops with numpy broadcasting: the output has the broadcast shape of the inputs.
+_BROADCAST_OPS = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Mean", "Sum", "Equal", "Greater", "GreaterOrEqual",
+    "Less", "LessOrEqual", "And", "Or", "Xor", "Where", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+})
+
 
 def _static_shape(value_type: onnx.TypeProto) -> tuple[int, ...] | None:
     if not value_type.HasField("tensor_type") or not value_type.tensor_type.HasField("shape"):
@@ -38,6 +55,27 @@ def _known_types(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...]], di
     return shapes, elem_types
 
 
+def data_propagation_is_safe(model: onnx.ModelProto) -> bool:
+    """ONNX shape inference with ``data_prop`` materialises 1-D tensors as lists of dims (about 140 bytes
+    an element): a few-byte file with ``ConstantOfShape([10**8])`` would take gigabytes. Say whether no
+    constant-built tensor, and no graph input, of rank 1 exceeds the folding budget."""
+    graph = model.graph
+    values = _small_constants(model, 64)
+    values.update({n.output[0]: onnx.numpy_helper.to_array(a.t) for n in graph.node
+                   if n.op_type == "Constant" and n.output for a in n.attribute
+                   if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and math.prod(a.t.dims) <= 64})
+    for value in graph.input:
+        shape = _static_shape(value.type)
+        if shape is not None and len(shape) == 1 and shape[0] > MAX_FOLD_ELEMENTS:
+            return False
+    shapes = {t.name: tuple(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        shape = _value_shape(node, shapes, values)
+        if shape is not None and math.prod(shape) > MAX_FOLD_ELEMENTS:
+            return False
+    return True
+
+
 def _small_constants(model: onnx.ModelProto, max_elements: int) -> dict[str, np.ndarray]:
     return {
         t.name: onnx.numpy_helper.to_array(t)
@@ -56,11 +94,66 @@ def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int)
         return None
 
 
+def _value_shape(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
+                 values: dict[str, np.ndarray]) -> tuple[int, ...] | None:
+    """The first output's shape, worked out without evaluating the node, for ops that make big tensors."""
+    def value(i: int) -> np.ndarray | None:
+        return values.get(node.input[i]) if len(node.input) > i and node.input[i] else None
+
+    try:
+        if node.op_type == "ConstantOfShape" and value(0) is not None:
+            return tuple(int(d) for d in np.asarray(value(0)).reshape(-1))
+        if node.op_type == "Range" and all(value(i) is not None for i in range(3)):
+            start, limit, delta = (float(np.asarray(value(i)).reshape(-1)[0]) for i in range(3))
+            if delta == 0 or not all(np.isfinite([start, limit, delta])):
+                return None
+            return (max(int(math.ceil((limit - start) / delta)), 0),)
+        if node.op_type == "Expand" and node.input[0] in shapes and value(1) is not None:
+            target = tuple(int(d) for d in np.asarray(value(1)).reshape(-1))
+            return _broadcast([shapes[node.input[0]], target])
+        if node.op_type == "Tile" and node.input[0] in shapes and value(1) is not None:
+            repeats = [int(r) for r in np.asarray(value(1)).reshape(-1)]
+            return tuple(d * r for d, r in zip(shapes[node.input[0]], repeats))
+    except (ValueError, TypeError, OverflowError, IndexError):
+        return None
+    return None
+
+
+def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        dims = {s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0} - {1}
+        out.append(max(dims) if dims else 1)
+    return tuple(out)
+
+
+def _output_bound(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
+                  values: dict[str, np.ndarray]) -> int | None:
+    """An upper bound on the elements of each output, or None when it cannot be known beforehand."""
+    stated = [shapes.get(name) for name in node.output if name]
+    if stated and all(s is not None for s in stated):
+        return max(math.prod(s) for s in stated)
+    computed = _value_shape(node, shapes, values)
+    if computed is not None:
+        return math.prod(computed)
+    sizes = [math.prod(values[name].shape) for name in node.input if name and name in values]
+    if node.op_type in _SHRINKING_OPS:
+        return sum(sizes)
+    if node.op_type in _BROADCAST_OPS:
+        return math.prod(_broadcast([tuple(values[n].shape) for n in node.input if n and n in values]) or ())
+    return None
+
+
 def _constant_outputs(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], elem_types: dict[str, int],
                       values: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
     """The node's outputs when they follow from constants and static shapes alone, else None."""
     if node.domain not in ("", "ai.onnx"):
         return None
+    if node.op_type in ("Shape", "CastLike") or all(name in values for name in node.input if name):
+        bound = _output_bound(node, shapes, values)
+        if bound is None or bound > MAX_FOLD_ELEMENTS:
+            return None
     if node.op_type == "Shape" and node.input[0] in shapes:
         dims = np.array(shapes[node.input[0]], dtype=np.int64)
         attrs = {a.name: a.i for a in node.attribute}
@@ -82,6 +175,7 @@ class _Known:
     values: dict[str, np.ndarray] = field(default_factory=dict)  # small constant values
     computed: dict[str, onnx.ValueInfoProto] = field(default_factory=dict)  # outputs evaluated here
     folded: set[int] = field(default_factory=set)  # nodes whose outputs are all in ``values``
+    too_big: dict[str, int] = field(default_factory=dict)  # outputs left unevaluated: name -> elements
 
     def learn(self, inferred: onnx.ModelProto) -> int:
         """Take the shapes of an inferred model; returns how many were new."""
@@ -102,6 +196,7 @@ def _fold_constants(model: onnx.ModelProto, known: _Known, opset: int, max_eleme
                 continue
             results = _constant_outputs(node, known.shapes, known.elem_types, known.values, opset)
             if results is None:
+                _note_too_big(node, known)
                 continue
             evaluated += 1
             for name, result in zip(node.output, results):
@@ -114,6 +209,33 @@ def _fold_constants(model: onnx.ModelProto, known: _Known, opset: int, max_eleme
             if all(name in known.values for name in node.output if name):
                 known.folded.add(index)
     return evaluated
+
+
+def _note_too_big(node: onnx.NodeProto, known: _Known) -> None:
+    """A constant too big to evaluate: record its shape (when it follows from known values), not its value."""
+    if not node.output or not node.output[0] or not all(name in known.values for name in node.input if name):
+        return
+    shape = _value_shape(node, known.shapes, known.values)
+    bound = _output_bound(node, known.shapes, known.values)
+    if bound is None or bound <= MAX_FOLD_ELEMENTS:
+        return
+    name = node.output[0]
+    known.too_big[name] = bound
+    if shape is not None and name not in known.computed and all(d >= 0 for d in shape):
+        elem_type = _output_elem_type(node, known)
+        if elem_type:
+            known.shapes[name] = shape
+            known.computed[name] = onnx.helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def _output_elem_type(node: onnx.NodeProto, known: _Known) -> int:
+    if node.op_type == "ConstantOfShape":
+        for attr in node.attribute:
+            if attr.name == "value":
+                return attr.t.data_type
+        return onnx.TensorProto.FLOAT
+    source = node.input[0] if node.op_type in ("Range", "Expand", "Tile") else ""
+    return known.elem_types.get(source, 0)
 
 
 def _infer_folded(model: onnx.ModelProto, known: _Known) -> onnx.ModelProto:
@@ -130,14 +252,15 @@ def _infer_folded(model: onnx.ModelProto, known: _Known) -> onnx.ModelProto:
     probe.graph.ClearField("value_info")
     probe.graph.value_info.extend(static)
     probe.graph.value_info.extend(info for name, info in known.computed.items() if name not in folded)
-    return onnx.shape_inference.infer_shapes(probe, data_prop=True)
+    return onnx.shape_inference.infer_shapes(probe, data_prop=data_propagation_is_safe(probe))
 
 
 def _folded_outputs(model: onnx.ModelProto, known: _Known) -> list[str]:
     return [name for i in sorted(known.folded) for name in model.graph.node[i].output if name]
 
 
-def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rounds: int = 8) -> onnx.ModelProto:
+def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rounds: int = 8,
+                    notes: list[str] | None = None) -> onnx.ModelProto:
     """Give every node output a static shape in ``value_info`` (in place; returns ``model``).
 
     The dynamo exporter records the shape of each aten call's result, but not of the
@@ -154,7 +277,7 @@ def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rou
     serialises it).
     """
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
-    known = _Known(*_known_types(onnx.shape_inference.infer_shapes(model, data_prop=True)))
+    known = _Known(*_known_types(onnx.shape_inference.infer_shapes(model, data_prop=data_propagation_is_safe(model))))
     known.values = _small_constants(model, max_elements)
     inferred = model
     for _ in range(max_rounds):
@@ -162,6 +285,10 @@ def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rou
         inferred = _infer_folded(model, known)
         if known.learn(inferred) == 0 and evaluated == 0:
             break
+    if notes is not None and known.too_big:
+        shown = ", ".join(f"{name} ({elements:,} elements)" for name, elements in list(known.too_big.items())[:3])
+        notes.append(f"{len(known.too_big)} constant(s) above {MAX_FOLD_ELEMENTS:,} elements were not evaluated "
+                     f"({shown}{' ...' if len(known.too_big) > 3 else ''}): their values are unknown, shapes only")
     folded = _folded_outputs(model, known)
     model.graph.ClearField("value_info")
     model.graph.value_info.extend(inferred.graph.value_info)

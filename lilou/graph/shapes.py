@@ -6,6 +6,7 @@ hand-written pass: it is maintained with the operator set itself.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -13,7 +14,11 @@ import onnx
 from onnx import shape_inference
 
 from lilou.errors import LilouInputError
-from lilou.graph.shape_completion import complete_shapes
+from lilou.graph.shape_completion import complete_shapes, data_propagation_is_safe
+
+#: The largest dimension and element count Lilou accepts: far above any real model, far below int64.
+MAX_DIM = 1 << 40
+MAX_ELEMENTS = 1 << 48
 
 _SHAPE_SPEC = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[xX,]\s*\d+)*)\s*$")
 
@@ -28,6 +33,12 @@ def parse_shape_overrides(specs: Sequence[str] | None) -> dict[str, tuple[int, .
         dims = tuple(int(d) for d in re.split(r"\s*[xX,]\s*", match.group(2)))
         if any(d <= 0 for d in dims):
             raise LilouInputError(f"--shape {spec!r}: every dimension must be a positive integer")
+        if any(d > MAX_DIM for d in dims):
+            raise LilouInputError(f"--shape {spec[:80]!r}: a dimension above 2^40 is not a real model input; "
+                                  "use a realistic size")
+        if math.prod(dims) > MAX_ELEMENTS:
+            raise LilouInputError(f"--shape {spec[:80]!r}: {math.prod(dims):.3g} elements is above Lilou's limit "
+                                  "of 2^48 elements per tensor; use a realistic size")
         overrides[match.group(1)] = dims
     return overrides
 
@@ -46,6 +57,8 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
     """
     if batch is not None and batch <= 0:
         raise LilouInputError(f"--batch must be a positive integer, got {batch}")
+    if batch is not None and batch > MAX_DIM:
+        raise LilouInputError(f"--batch {batch} is above 2^40, not a real batch size; use a realistic one")
     shapes = dict(shapes or {})
     inputs = runtime_inputs(model)
     names = [value.name for value in inputs]
@@ -91,24 +104,29 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto]) -> None:
             raise LilouInputError(
                 f"input {value.name!r} has dynamic dimensions ({shown}); set them with "
                 f"--shape {value.name}=D1xD2... (or --batch N for the leading one)")
+        dims = [d.dim_value for d in tensor_type.shape.dim]
+        if math.prod(dims) > MAX_ELEMENTS:
+            raise LilouInputError(f"input {value.name!r} has shape {'x'.join(map(str, dims))}, "
+                                  f"{math.prod(dims):.3g} elements: above Lilou's limit of 2^48 elements per tensor")
 
 
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
     """ONNX shape inference with data propagation, then constant evaluation for any gaps.
 
     A contradiction (e.g. a --batch that a fixed Reshape cannot take) is bad input.
     """
     probe, unread = _unread_initializers_as_inputs(model)
     try:
-        inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=True)
-    except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as exc:
+        inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=True,
+                                                data_prop=data_propagation_is_safe(probe))
+    except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as exc:
         message = " ".join(str(exc).split())
         raise LilouInputError(
             f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model may have "
             "been exported with fixed shapes: re-export it with the shape you want") from None
     _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):
-        complete_shapes(inferred)
+        complete_shapes(inferred, notes=notes)
     return inferred
 
 

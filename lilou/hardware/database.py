@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from typing import Any, NamedTuple
@@ -107,6 +108,32 @@ def find_gpu(name: str) -> GPUSpec:
     if gpu is None:
         raise LilouInputError(_unknown_gpu_message(name))
     return gpu
+
+
+def ambiguity_note(name: str) -> str | None:
+    """A warning when ``name`` (an alias, not a canonical name) stands for a family of GPUs in the
+    database, e.g. ``a100`` for the PCIe and SXM4 boards of 40 and 80 GB: it still resolves to the
+    alias's GPU, as it always has, but the user should know which one and what else it could mean."""
+    gpu = find_gpu(name)
+    if gpu_key(name) == gpu_key(gpu.name):
+        return None
+    words = _name_words(name)
+    family = [other.name for other in _database().gpus if words and words <= _name_words(other.name)
+              and "ti" not in _name_words(other.name) - words]  # a 3090 is not a 3090 Ti
+    if gpu.name not in family:
+        family.append(gpu.name)
+    if len(family) < 2:
+        return None
+    others = ", ".join(n for n in family if n != gpu.name)
+    return (f"GPU name '{name}' is ambiguous; using {gpu.name} (other matches: {others}); "
+            "pass the full name to choose")
+
+
+def _name_words(name: str) -> frozenset[str]:
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    while words and words[0] in ("nvidia", "tesla", "geforce"):
+        words.pop(0)
+    return frozenset(words)
 
 
 def gpu_for_dataset_device(device_name: str) -> GPUSpec:

@@ -237,8 +237,7 @@ def export_onnx(
     ``lilou graph --batch N`` can set it later (dynamo exporter only).
     """
     path = Path(path)
-    if not path.parent.is_dir():
-        raise LilouInputError(f"output folder {str(path.parent)!r} does not exist")
+    check_destination(path)
     if dynamic_batch and not dynamo:
         raise LilouInputError("dynamic_batch needs the dynamo exporter")
     if optimize and not dynamo:
@@ -269,6 +268,34 @@ def export_onnx(
         proto.graph.value_info.extend(skeleton.graph.value_info)
     _save(proto, path)
     return path
+
+
+def check_destination(path: Path) -> None:
+    """Refuse, before any export work, a destination that cannot be written."""
+    try:
+        parent_is_dir = path.parent.is_dir()
+        exists = path.exists() or path.is_symlink()
+    except OSError as exc:
+        raise LilouInputError(f"cannot use output path {str(path)!r}: {exc.strerror or exc}") from None
+    if not parent_is_dir:
+        raise LilouInputError(f"output folder {str(path.parent)!r} does not exist")
+    if path.is_dir():
+        raise LilouInputError(f"output {str(path)!r} is a directory; give a file name such as {str(path / 'model.onnx')!r}")
+    if exists and not path.is_file():
+        raise LilouInputError(f"output {str(path)!r} exists and is not a regular file")
+    if len(os.fsencode(path.name)) > 255:
+        raise LilouInputError("output file name is longer than 255 bytes")
+    import tempfile
+
+    try:  # access() says yes to root even on a read-only file system: try for real
+        if exists:
+            with open(path, "ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".lilou-probe-"):
+                pass
+    except OSError as exc:
+        raise LilouInputError(f"cannot write {str(path)!r} ({exc.strerror or exc}); choose another -o") from None
 
 
 def _save(proto: onnx.ModelProto, path: Path) -> None:

@@ -1,0 +1,513 @@
+"""A hostile tester's corpus (issue #17): every bad input gives exit status 2 and ONE line on stderr that
+says what is wrong; odd but valid inputs work or carry a warning; nothing crashes with a traceback."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from lilou.cli import main
+from tests.onnx_builders import ints, make_model, tensor, weight
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def save(model: onnx.ModelProto, path: Path) -> str:
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def relu_model(shape=(1, 4)) -> onnx.ModelProto:
+    return make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", list(shape))],
+                      [tensor("y", list(shape))])
+
+
+def conv_model(x_shape=(1, 3, 8, 8), w_shape=(4, 3, 3, 3), **attrs) -> onnx.ModelProto:
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **attrs)
+    return make_model([node], [tensor("x", list(x_shape))], [tensor("y", None)], [weight("w", w_shape)])
+
+
+def pool_model(kernel, x_shape=(1, 3, 4, 4)) -> onnx.ModelProto:
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=list(kernel))
+    return make_model([node], [tensor("x", list(x_shape))], [tensor("y", None)])
+
+
+def external_int_model(tmp_path: Path, data: bytes, **info: str) -> str:
+    """A Reshape whose target shape is an int64 tensor stored as external data."""
+    (tmp_path / "shape.bin").write_bytes(data)
+    target = onnx.TensorProto(name="target", data_type=TensorProto.INT64, dims=[2])
+    target.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": "shape.bin", **info}.items():
+        entry = target.external_data.add()
+        entry.key, entry.value = key, value
+    node = helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape")
+    model = make_model([node], [tensor("x", [2, 8])], [tensor("y", None)], [target])
+    return save(model, tmp_path / "ext.onnx")
+
+
+def function_model(recursive: str | None = None) -> onnx.ModelProto:
+    """A model calling local function ``Double``; ``recursive`` makes it call itself (or a partner)."""
+    body = [helper.make_node("Add", ["a", "a"], ["b"])]
+    functions = []
+    if recursive == "self":
+        body = [helper.make_node("Double", ["a"], ["b"], domain="local")]
+    elif recursive == "mutual":
+        body = [helper.make_node("Twice", ["a"], ["b"], domain="local")]
+        functions.append(helper.make_function("local", "Twice", ["a"], ["b"],
+                                              [helper.make_node("Double", ["a"], ["b"], domain="local")],
+                                              [helper.make_opsetid("", 20)]))
+    functions.append(helper.make_function("local", "Double", ["a"], ["b"], body, [helper.make_opsetid("", 20)]))
+    graph = helper.make_graph([helper.make_node("Double", ["x"], ["y"], domain="local", name="call")], "f",
+                              [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    return helper.make_model(graph, functions=functions,
+                             opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("local", 1)])
+
+
+def unsorted_model() -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["h"], ["y"], name="second"),
+             helper.make_node("MatMul", ["x", "w"], ["h"], name="first")]
+    return make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 16])], [weight("w", [8, 16])])
+
+
+def sorted_model() -> onnx.ModelProto:
+    model = unsorted_model()
+    nodes = list(model.graph.node)[::-1]
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes)
+    return model
+
+
+def bomb_model(kind: str) -> onnx.ModelProto:
+    """Constants whose values would take gigabytes if folded (only their shapes are needed), beside an
+    ``Expand`` whose target ONNX shape inference cannot follow, so that constant evaluation runs."""
+    if kind == "broadcast_1d":  # ONNX's own data propagation would materialise this one
+        nodes = [helper.make_node("ConstantOfShape", ["dims"], ["big"], name="fill"),
+                 helper.make_node("Add", ["x1", "big"], ["y"], name="add")]
+        return make_model(nodes, [tensor("x1", [1])], [tensor("y", None)], [ints("dims", [10**8])])
+    if kind == "constant_of_shape":
+        nodes = [helper.make_node("ConstantOfShape", ["dims"], ["big"], name="fill")]
+        inits = [ints("dims", [28000, 28000])]
+    elif kind == "range":
+        nodes = [helper.make_node("Range", ["start", "limit", "delta"], ["big"], name="range")]
+        inits = [numpy_helper.from_array(np.array(v, dtype=np.float32), n)
+                 for n, v in (("start", 0.0), ("limit", 4e8), ("delta", 1.0))]
+    elif kind == "expand":
+        nodes = [helper.make_node("Expand", ["one", "dims"], ["big"], name="expand")]
+        inits = [numpy_helper.from_array(np.ones((1, 1), dtype=np.float32), "one"), ints("dims", [30000, 30000])]
+    else:  # tile
+        nodes = [helper.make_node("Tile", ["row", "reps"], ["big"], name="tile")]
+        inits = [numpy_helper.from_array(np.ones((1, 100), dtype=np.float32), "row"), ints("reps", [100000, 1000])]
+    nodes += [helper.make_node("ReduceMax", ["big"], ["peak"], keepdims=0, name="peak"),
+              helper.make_node("Add", ["x", "peak"], ["y"], name="add"),
+              helper.make_node("Mod", ["a", "b"], ["target"], name="mod"),
+              helper.make_node("Expand", ["x", "target"], ["z"], name="widen")]
+    inits += [ints("a", [3, 2]), ints("b", [5, 5])]
+    return make_model(nodes, [tensor("x", [1, 2])], [tensor("y", None), tensor("z", None)], inits)
+
+
+def loop_model() -> onnx.ModelProto:
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("MatMul", ["h_in", "w"], ["h_out"])], "body",
+        [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL), tensor("h_in", [4, 8])],
+        [tensor("cond_out", [], TensorProto.BOOL), tensor("h_out", [4, 8])])
+    loop = helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="loop", body=body)
+    inits = [ints("trip", 10), numpy_helper.from_array(np.array(True), "cond"), weight("w", [8, 8])]
+    return make_model([loop], [tensor("x", [4, 8])], [tensor("y", [4, 8])], inits)
+
+
+def if_model() -> onnx.ModelProto:
+    def branch(name, op):
+        return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_out"])], name, [],
+                                 [tensor(f"{name}_out", [4, 8])])
+    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("then", "Relu"),
+                            else_branch=branch("else", "Sigmoid"))
+    return make_model([node], [tensor("x", [4, 8]), tensor("c", [], TensorProto.BOOL)], [tensor("y", [4, 8])])
+
+
+def stripped_weight(name: str, dims) -> onnx.TensorProto:
+    """A weight as `zoo export --strip-weights` writes it: dims and type, bytes in an absent file."""
+    t = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(dims))
+    t.data_location = TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", "absent.weights"
+    return t
+
+
+def huge_weight_model(dims) -> onnx.ModelProto:
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    return make_model([node], [tensor("x", [1, dims[0]])], [tensor("y", [1, dims[1]])],
+                      [stripped_weight("w", dims)])
+
+
+# ----------------------------------------------------------------------------- the corpus
+# Each case builds its input in tmp_path and returns the argv; (case, status, fragment).
+
+
+def _long_name(tmp_path):
+    return ["graph", str(tmp_path / ("m" * 300 + ".onnx"))]
+
+
+def _long_path(tmp_path):
+    return ["graph", str(tmp_path / "/".join(["d" * 200] * 25) / "m.onnx")]
+
+
+def _symlink_loop(tmp_path):
+    (tmp_path / "a.onnx").symlink_to(tmp_path / "b.onnx")
+    (tmp_path / "b.onnx").symlink_to(tmp_path / "a.onnx")
+    return ["graph", str(tmp_path / "a.onnx")]
+
+
+def _broken_link(tmp_path):
+    (tmp_path / "l.onnx").symlink_to(tmp_path / "gone.onnx")
+    return ["graph", str(tmp_path / "l.onnx")]
+
+
+def _fifo(tmp_path):
+    os.mkfifo(tmp_path / "pipe.onnx")
+    return ["graph", str(tmp_path / "pipe.onnx")]
+
+
+def _modified(builder, mutate):
+    def build(tmp_path):
+        model = builder()
+        mutate(model)
+        return ["graph", save(model, tmp_path / "m.onnx")]
+    return build
+
+
+def _dup_writer(m):
+    m.graph.node.append(helper.make_node("Sigmoid", ["x"], ["y"], name="again"))
+
+
+def _writes_input(m):
+    m.graph.node.append(helper.make_node("Sigmoid", ["y"], ["x"], name="overwrite"))
+
+
+def _opset(version):
+    def mutate(m):
+        m.opset_import[0].version = version
+    return mutate
+
+
+def _stale_value_info(m):
+    m.graph.value_info.append(tensor("w", [5, 3, 3, 3]))
+
+
+def _stale_input(m):
+    m.graph.input.append(tensor("w", [4, 3, 1, 1]))
+
+
+def _cycle(tmp_path):
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second")]
+    return ["graph", save(make_model(nodes, [tensor("x", [2])], [tensor("a", [2])]), tmp_path / "c.onnx")]
+
+
+def _graph_of(model_builder, *extra):
+    return lambda tmp_path: ["graph", save(model_builder(), tmp_path / "m.onnx"), *extra]
+
+
+def _cmd_of(command, model_builder, *extra):
+    return lambda tmp_path: [command, save(model_builder(), tmp_path / "m.onnx"), *extra]
+
+
+def _ext(data: bytes, **info):
+    return lambda tmp_path: ["graph", external_int_model(tmp_path, data, **info)]
+
+
+def _written(path: Path, text: str) -> bool:
+    path.write_text(text)
+    return True
+
+
+SHAPE_BYTES = np.array([4, 4], dtype=np.int64).tobytes()
+dynamic_relu = lambda: make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],  # noqa: E731
+                                  [tensor("x", ["batch", 4])], [tensor("y", ["batch", 4])])
+
+ERROR_CASES = {
+    # kind 4: paths, file types, option values
+    "missing-file": (lambda p: ["graph", str(p / "absent.onnx")], "no such file"),
+    "long-file-name": (_long_name, "file name too long"),
+    "long-path": (_long_path, "path too long"),
+    "symlink-loop": (_symlink_loop, "symbolic link loop"),
+    "broken-symlink": (_broken_link, "broken symbolic link"),
+    "fifo": (_fifo, "FIFO"),
+    "dev-zero": (lambda p: ["graph", "/dev/zero"], "device file"),
+    "dev-null": (lambda p: ["graph", "/dev/null"], "device file"),
+    "directory": (lambda p: ["graph", str(p)], "is a directory"),
+    "empty-file": (lambda p: (p / "e.onnx").write_bytes(b"") or ["graph", str(p / "e.onnx")], "is empty"),
+    "text-file": (lambda p: _written(p / "t.onnx", "hello\n" * 50) and ["graph", str(p / "t.onnx")], "t.onnx"),
+    "infer-fifo": (lambda p: os.mkfifo(p / "f.onnx") or ["infer", str(p / "f.onnx"), "--gpu", "t4"], "FIFO"),
+    "fuse-symlink-loop": (lambda p: ["fuse", *_symlink_loop(p)[1:]], "symbolic link loop"),
+    "rank-long-name": (lambda p: ["rank", *_long_name(p)[1:]], "file name too long"),
+    "shape-2^63": (_graph_of(dynamic_relu, "--shape", f"x={2**63}x4"), "2^40"),
+    "shape-2^80": (_graph_of(dynamic_relu, "--shape", f"x={2**80}x4"), "2^40"),
+    "shape-product": (_graph_of(dynamic_relu, "--shape", f"x={2**30}x{2**30}"), "2^48"),
+    "shape-zero": (_graph_of(dynamic_relu, "--shape", "x=0x4"), "positive"),
+    "shape-syntax": (_graph_of(dynamic_relu, "--shape", "x=4by4"), "cannot parse"),
+    "shape-unknown-input": (_graph_of(dynamic_relu, "--shape", "nope=1x4"), "unknown input"),
+    "shape-rank": (_graph_of(dynamic_relu, "--shape", "x=1x4x4"), "rank"),
+    "batch-2^63": (_graph_of(dynamic_relu, "--batch", str(2**63)), "--batch"),
+    "batch-2^41": (_graph_of(dynamic_relu, "--batch", str(2**41)), "2^40"),
+    "batch-zero": (_graph_of(dynamic_relu, "--batch", "0"), "positive"),
+    "batch-negative": (_graph_of(dynamic_relu, "--batch", "-3"), "positive"),
+    "batch-not-int": (_graph_of(dynamic_relu, "--batch", "lots"), "invalid int value"),
+    "infer-batch-2^63": (_cmd_of("infer", dynamic_relu, "--gpu", "t4", "--batch", str(2**63)), "--batch"),
+    "infer-shape-2^64": (_cmd_of("infer", dynamic_relu, "--gpu", "t4", "--shape", f"x={2**64}x4"), "2^40"),
+    "rank-shape-2^63": (_cmd_of("rank", dynamic_relu, "--gpus", "t4", "--shape", f"x={2**63}x4"), "2^40"),
+    "fuse-batch-2^63": (_cmd_of("fuse", dynamic_relu, "--batch", str(2**63)), "--batch"),
+    "dynamic-unset": (_graph_of(dynamic_relu), "dynamic dimensions"),
+    # kind 1: local functions
+    "recursive-function": (_graph_of(lambda: function_model("self")), "calls itself"),
+    "mutually-recursive-functions": (_graph_of(lambda: function_model("mutual")), "calls itself"),
+    "infer-recursive-function": (_cmd_of("infer", lambda: function_model("self"), "--gpu", "t4"), "calls itself"),
+    # kind 2: order and cycles
+    "cycle": (_cycle, "cycle"),
+    "fuse-cycle": (lambda p: ["fuse", *_cycle(p)[1:]], "cycle"),
+    # kind 3: external data
+    "ext-negative-offset": (_ext(SHAPE_BYTES, offset="-8", length="16"), "offset '-8'"),
+    "ext-text-offset": (_ext(SHAPE_BYTES, offset="eight", length="16"), "not a non-negative integer"),
+    "ext-float-offset": (_ext(SHAPE_BYTES, offset="1.5", length="16"), "not a non-negative integer"),
+    "ext-huge-offset": (_ext(SHAPE_BYTES, offset=str(2**62), length="16"), "beyond the end"),
+    "ext-offset-past-end": (_ext(SHAPE_BYTES, offset="8", length="16"), "beyond the end"),
+    "ext-huge-length": (_ext(SHAPE_BYTES, offset="0", length=str(2**40)), "beyond the end"),
+    "ext-giant-length": (_ext(SHAPE_BYTES, offset="0", length="9" * 30), "not a non-negative integer"),
+    "ext-text-length": (_ext(SHAPE_BYTES, length="sixteen"), "not a non-negative integer"),
+    "ext-wrong-length": (_ext(SHAPE_BYTES + SHAPE_BYTES, offset="0", length="24"), "does not match its dims"),
+    "ext-short-file": (_ext(b"\x01\x02"), "beyond the end"),
+    # kind 7: invalid models
+    "two-writers": (_modified(relu_model, _dup_writer), "written by two nodes"),
+    "writes-graph-input": (_modified(relu_model, _writes_input), "already a graph input"),
+    "opset-99": (_modified(relu_model, _opset(99)), "opset 99"),
+    "ir-version-99": (_modified(relu_model, lambda m: setattr(m, "ir_version", 99)), "IR version 99"),
+    "no-graph-outputs": (_modified(relu_model, lambda m: m.graph.ClearField("output")), "no outputs"),
+    "infer-no-graph-outputs": (lambda p: ["infer", _modified(relu_model, lambda m: m.graph.ClearField("output"))(p)[1],
+                                          "--gpu", "t4"], "no outputs"),
+    "pad-to-2^81": (_graph_of(lambda: make_model([helper.make_node("Pad", ["x", "p"], ["y"], name="pad")],
+                                                 [tensor("x", [2, 2])], [tensor("y", None)],
+                                                 [ints("p", [0, 0, 2**40, 2**40])])), "2^48"),
+    "tile-to-2^62": (_graph_of(lambda: make_model([helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+                                                  [tensor("x", [2, 2])], [tensor("y", None)],
+                                                  [ints("r", [2**30, 2**30])])), "2^48"),
+    "constant-of-shape-2^62": (_graph_of(lambda: make_model(
+        [helper.make_node("ConstantOfShape", ["d"], ["b"], name="fill"), helper.make_node("Add", ["x", "b"], ["y"])],
+        [tensor("x", [1])], [tensor("y", None)], [ints("d", [2**62])])), "2^48"),
+    "opset-0": (_modified(relu_model, _opset(0)), "opset 0"),
+    "opset-huge": (_modified(relu_model, _opset(2**40)), "does not exist"),
+    "infer-opset-99": (lambda p: ["infer", _modified(relu_model, _opset(99))(p)[1], "--gpu", "t4"], "opset 99"),
+    "conv-group-0": (_graph_of(lambda: conv_model(group=0)), "group=0"),
+    "conv-group-negative": (_graph_of(lambda: conv_model(group=-2)), "group=-2"),
+    "conv-group-mismatch": (_graph_of(lambda: conv_model(group=2, w_shape=(4, 3, 3, 3))), "channels"),
+    "conv-kernel-too-big": (_graph_of(lambda: conv_model(w_shape=(4, 3, 9, 9))), "larger than its padded input"),
+    "conv-kernel-too-big-padded": (_graph_of(lambda: conv_model(w_shape=(4, 3, 11, 11), pads=[1, 1, 1, 1])),
+                                   "larger than its padded input"),
+    "conv-dilation-2^40": (_graph_of(lambda: conv_model(dilations=[2**40, 1])), "dilation 1099511627776"),
+    "conv-dilation-2^50": (_graph_of(lambda: conv_model(dilations=[2**50, 1])), "between 1 and 2^40"),
+    "conv-dilation-too-wide": (_graph_of(lambda: conv_model(dilations=[4, 1])), "larger than its padded input"),
+    "conv-stride-0": (_graph_of(lambda: conv_model(strides=[0, 1])), "strides"),
+    "conv-dilation-0": (_graph_of(lambda: conv_model(dilations=[0, 1])), "dilations"),
+    "infer-conv-group-0": (_cmd_of("infer", lambda: conv_model(group=0), "--gpu", "t4"), "group=0"),
+    "maxpool-too-big": (_graph_of(lambda: pool_model((5, 5))), "larger than its padded input"),
+    "stale-value-info": (_modified(conv_model, _stale_value_info), "stale value_info"),
+    "stale-initializer-input": (_modified(conv_model, _stale_input), "stale value_info"),
+    "input-2^80": (_graph_of(lambda: relu_model((2**40, 2**40))), "2^48"),
+    "infer-input-2^80": (_cmd_of("infer", lambda: relu_model((2**40, 2**40)), "--gpu", "t4"), "2^48"),
+    "weight-2^80": (_graph_of(lambda: huge_weight_model((2**40, 2**40))), "2^48"),
+    "dangling-input": (_graph_of(lambda: make_model([helper.make_node("Add", ["x", "ghost"], ["y"], name="a")],
+                                                    [tensor("x", [2])], [tensor("y", [2])])), "ghost"),
+    # GPU names
+    "unknown-gpu": (_cmd_of("infer", relu_model, "--gpu", "a1000000"), "unknown GPU"),
+    "unknown-mig": (_cmd_of("infer", relu_model, "--gpu", "a100-80gb", "--mig", "9g.9gb"), "no MIG profile"),
+    # kind 6: unwritable export destinations (checked before the export starts)
+    "zoo-export-proc": (lambda p: ["zoo", "export", "mlp-1", "-o", "/proc/lilou-hostile.onnx"], "cannot write"),
+    "zoo-export-no-folder": (lambda p: ["zoo", "export", "mlp-1", "-o", str(p / "nope" / "m.onnx")], "does not exist"),
+    "zoo-export-into-file": (lambda p: _written(p / "f", "x") and ["zoo", "export", "mlp-1", "-o",
+                                                                  str(p / "f" / "m.onnx")], "does not exist"),
+    "zoo-export-directory": (lambda p: ["zoo", "export", "mlp-1", "-o", str(p)], "is a directory"),
+    "zoo-export-dev-full": (lambda p: ["zoo", "export", "mlp-1", "-o", "/dev/full"], "not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_hostile_input_is_one_line_exit_2(case, tmp_path, capsys):
+    build, fragment = ERROR_CASES[case]
+    argv = build(tmp_path)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert status == 2, (status, err)
+    assert len(lines) == 1, err
+    assert lines[0].startswith("lilou: ") and "Traceback" not in err
+    assert fragment in lines[0], lines[0]
+
+
+# Valid but odd inputs: they work (exit 0), with a warning where the answer is approximate.
+def _success(command, builder, *extra, warning=None):
+    return (lambda p: [command, save(builder(), p / "m.onnx"), *extra], warning)
+
+
+SUCCESS_CASES = {
+    "local-function-graph": _success("graph", function_model, "--format", "json"),
+    "local-function-infer": _success("infer", function_model, "--gpu", "t4", "--format", "json"),
+    "local-function-fuse": _success("fuse", function_model, "--format", "json"),
+    "unsorted-graph": _success("graph", unsorted_model, "--format", "json"),
+    "unsorted-fuse": _success("fuse", unsorted_model, "--format", "json"),
+    "unsorted-fuse-tvm": _success("fuse", unsorted_model, "--backend", "tvm", "--format", "json"),
+    "unsorted-infer": _success("infer", unsorted_model, "--gpu", "t4", "--format", "json"),
+    "unsorted-infer-tvm": _success("infer", unsorted_model, "--gpu", "t4", "--backend", "tvm", "--format", "json"),
+    "bomb-constant-of-shape": _success("graph", lambda: bomb_model("constant_of_shape"), warning="not evaluated"),
+    "bomb-range": _success("graph", lambda: bomb_model("range"), warning="not evaluated"),
+    "bomb-expand": _success("graph", lambda: bomb_model("expand"), warning="not evaluated"),
+    "bomb-tile": _success("graph", lambda: bomb_model("tile"), warning="not evaluated"),
+    "bomb-broadcast-1d": _success("graph", lambda: bomb_model("broadcast_1d")),
+    "bomb-infer": _success("infer", lambda: bomb_model("constant_of_shape"), "--gpu", "t4", "--format", "json",
+                           warning="not evaluated"),
+    "loop-graph": _success("graph", loop_model, warning="control flow (Loop)"),
+    "loop-infer": _success("infer", loop_model, "--gpu", "t4", "--format", "json", warning="control flow (Loop)"),
+    "if-infer": _success("infer", if_model, "--gpu", "t4", "--format", "json", warning="control flow (If)"),
+    "weights-4tib": _success("infer", lambda: huge_weight_model((2**20, 2**20)), "--gpu", "h100", "--format",
+                             "json", warning="does not fit in memory"),
+    "activation-too-big": _success("infer", lambda: relu_model((2**36,)), "--gpu", "t4", "--format", "json",
+                                   warning="does not fit in memory"),
+    "weights-vs-mig-slice": _success("infer", lambda: huge_weight_model((2**16, 2**16)), "--gpu", "a100-sxm4-80gb",
+                                     "--mig", "1g.10gb", "--format", "json", warning="does not fit in memory"),
+    "ambiguous-a100": _success("infer", relu_model, "--gpu", "a100", "--format", "json", warning="ambiguous"),
+    "ambiguous-h100": _success("infer", relu_model, "--gpu", "h100", "--format", "json", warning="ambiguous"),
+    "ambiguous-v100": _success("infer", relu_model, "--gpu", "v100", "--format", "json", warning="ambiguous"),
+    "ambiguous-a100-80gb": _success("infer", relu_model, "--gpu", "a100-80gb", "--format", "json",
+                                    warning="ambiguous"),
+    "ambiguous-rank": _success("rank", relu_model, "--gpus", "a100,t4", "--format", "json", warning="ambiguous"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SUCCESS_CASES))
+def test_odd_but_valid_input_works(case, tmp_path, capsys):
+    build, warning = SUCCESS_CASES[case]
+    status = main(build(tmp_path))
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "Traceback" not in err
+    if warning:
+        assert warning in out + err
+
+
+def test_control_flow_is_estimated(tmp_path, capsys):
+    for builder, flops, note in ((loop_model, 10 * 2 * 4 * 8 * 8, "trip count (10)"),
+                                 (if_model, 4 * 4 * 8, "larger branch")):
+        assert main(["graph", save(builder(), tmp_path / "m.onnx"), "--format", "json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["totals"]["flops"] == flops
+        assert main(["graph", save(builder(), tmp_path / "m.onnx")]) == 0
+        assert note in capsys.readouterr().out
+
+
+def test_ambiguity_names_the_choice_and_the_alternatives(tmp_path, capsys):
+    path = save(relu_model(), tmp_path / "m.onnx")
+    assert main(["infer", path, "--gpu", "a100", "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["gpu"] == "a100-sxm4-40gb"  # the alias resolves as it always has
+    note = next(w for w in result["warnings"] if "ambiguous" in w)
+    for name in ("a100-sxm4-40gb", "a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-80gb"):
+        assert name in note
+    assert main(["infer", path, "--gpu", "a100-sxm4-40gb", "--format", "json"]) == 0
+    assert not any("ambiguous" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+
+
+@pytest.mark.parametrize("name", ["t4", "a10g", "l4", "h200", "3090", "a100-sxm4-80gb", "rtx-4090"])
+def test_unambiguous_names_give_no_ambiguity_warning(name):
+    from lilou.hardware.database import ambiguity_note
+
+    assert ambiguity_note(name) is None
+
+
+def test_memory_fit_is_silent_when_the_model_fits(tmp_path, capsys):
+    path = save(huge_weight_model((2**15, 2**16)), tmp_path / "m.onnx")  # 8 GiB of weights
+    assert main(["infer", path, "--gpu", "a100-sxm4-80gb", "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert not any("fit in memory" in w for w in result["warnings"])
+    assert set(result) == {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "kernels",
+                           "warnings"}
+
+
+@pytest.mark.parametrize("command", [["graph"], ["fuse"], ["fuse", "--backend", "tvm"], ["infer", "--gpu", "t4"],
+                                     ["infer", "--gpu", "t4", "--backend", "tvm"]])
+def test_unsorted_file_gives_the_sorted_files_answer(command, tmp_path, capsys):
+    outputs = []
+    for name, builder in (("unsorted", unsorted_model), ("sorted", sorted_model)):
+        path = save(builder(), tmp_path / "m.onnx")
+        assert main([command[0], path, *command[1:], "--format", "json"]) == 0, name
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+
+
+def test_location_without_length_reads_only_the_tensor(tmp_path, capsys):
+    path = external_int_model(tmp_path, SHAPE_BYTES + b"\0" * 4096)
+    assert main(["graph", path, "--format", "json"]) == 0
+    nodes = json.loads(capsys.readouterr().out)["nodes"]
+    assert nodes[0]["bytes_written"] == 0  # a view: the reshape target was read (4x4 keeps the elements)
+
+
+def test_internal_error_is_one_line_without_traceback(tmp_path, capsys, monkeypatch):
+    import lilou.commands.graph as graph_command
+
+    def boom(*args, **kwargs):
+        raise KeyError("deliberate")
+
+    monkeypatch.setattr(graph_command, "load_graph", boom)
+    monkeypatch.delenv("LILOU_DEBUG", raising=False)
+    assert main(["graph", save(relu_model(), tmp_path / "m.onnx")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("lilou: internal error: KeyError")
+    monkeypatch.setenv("LILOU_DEBUG", "1")
+    assert main(["graph", save(relu_model(), tmp_path / "m.onnx")]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def _lilou(*argv: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("LILOU_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "lilou.cli", *argv], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("command", [["graph", "--format", "json"], ["infer", "--gpu", "t4", "--format", "json"]])
+def test_stdout_on_a_full_device(command, tmp_path):
+    path = save(relu_model(), tmp_path / "m.onnx")
+    with open("/dev/full", "w") as full:
+        done = _lilou(command[0], path, *command[1:], stdout=full)
+    assert done.returncode == 1, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["constant_of_shape", "range", "broadcast_1d"])
+@pytest.mark.parametrize("command", [["graph"], ["infer", "--gpu", "t4"]])
+def test_constant_bombs_stay_under_1_gb(kind, command, tmp_path):
+    path = save(bomb_model(kind), tmp_path / "bomb.onnx")
+    script = ("import resource, subprocess, sys\n"
+              f"done = subprocess.run([sys.executable, '-m', 'lilou.cli', {command[0]!r}, {path!r}, "
+              f"*{command[1:]!r}], capture_output=True, text=True)\n"
+              "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+              "sys.stderr.write(done.stderr)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    status, peak_kib = (int(v) for v in done.stdout.split())
+    assert status == 0, done.stderr
+    assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
+    print(f"{kind} {command[0]}: peak RSS {peak_kib / 1024:.0f} MiB")
+
+
+def test_resource_module_available():
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
