@@ -356,8 +356,11 @@ def kernel_config(held_out: Sequence[str], overrides: Sequence[str] = (), data_d
              "output_checkpoint=null"]
     if data_dir is not None:
         extra.append(f"data.data_dir={Path(data_dir).resolve()}")
+    # An ``experiment=...`` among the overrides replaces the shipped one (e.g. experiment=kernel_table).
+    experiment = next((o for o in overrides if o.startswith("experiment=")), "experiment=kernel_latency")
+    rest = [o for o in overrides if not o.startswith("experiment=")]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("train", overrides=["experiment=kernel_latency", *overrides, *extra])
+        return compose("train", overrides=[experiment, *rest, *extra])
 
 
 def fold_key(cfg, data_dir=None) -> str:

@@ -16,8 +16,8 @@ The pipeline for one graph and any number of devices:
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,11 +26,12 @@ from lilou.graph.costs import CostInput, input_reads
 from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device
 from lilou.latency.fallback import FALLBACK_TYPE, FallbackModel, uses_fallback
-from lilou.latency.features import DeviceColumns, KernelBatch, roofline_ms
+from lilou.latency.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
 from lilou.latency.inference import KernelModel
 from lilou.latency.kernel import KernelSpec, describe_graph_kernel
 from lilou.latency.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
 from lilou.latency.overhead import OverheadModel
+from lilou.latency.precision import PrecisionPath, kernel_unit
 
 
 @dataclass(frozen=True)
@@ -111,11 +112,14 @@ class EndToEndModel:
         self.fallback = fallback
         self.overhead = overhead
 
-    def kernel_work(self, kernels: GraphKernels, devices: Sequence[Device], batch: int | None = None) -> KernelWork:
+    def kernel_work(self, kernels: GraphKernels, devices: Sequence[Device], batch: int | None = None,
+                    path_for: Callable[[Device], PrecisionPath] | None = None) -> KernelWork:
         """Work of every kernel on every device, one batched prediction for all of them.
 
         ``batch``: the graph's batch size when known; it sets the size ladder
-        (:func:`lilou.latency.monotone.ladder_factors`).
+        (:func:`lilou.latency.monotone.ladder_factors`). ``path_for``: each device's precision path; a
+        kernel model that learned the units of the kernel table (its features include ``precision``)
+        then prices GEMMs and convolutions at the peak of their unit (BF16 tensor cores ...).
         """
         wanted = list(devices)
         every = {d.name: d for d in wanted}
@@ -123,7 +127,7 @@ class EndToEndModel:
             for other in dominating_devices(device):
                 every.setdefault(other.name, other)
         expanded = list(every.values())
-        work, types, bound = self._unique_work(kernels, expanded, ladder_factors(batch))
+        work, types, bound = self._unique_work(kernels, expanded, ladder_factors(batch), path_for)
         work = mig_envelope(work, expanded, wanted)
         column = {d.name: j for j, d in enumerate(expanded)}
         keep = [column[d.name] for d in wanted]
@@ -131,7 +135,8 @@ class EndToEndModel:
         return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows],
                           compute_bound=bound[:, keep][rows], fallback=kernels.fallback.copy())
 
-    def _unique_work(self, kernels: GraphKernels, devices: list[Device], factors: tuple[float, ...]):
+    def _unique_work(self, kernels: GraphKernels, devices: list[Device], factors: tuple[float, ...],
+                     path_for: Callable[[Device], PrecisionPath] | None = None):
         """(work, kernel type, compute-bound) arrays [distinct kernels, devices]."""
         specs, fallback = kernels.unique, kernels.unique_fallback
         n, d = len(specs), len(devices)
@@ -150,6 +155,9 @@ class EndToEndModel:
             ladder = size_ladder(base.take(model_rows), kernels.unique_fixed_bytes[model_rows], factors)
             ladder_pairs = ladder.take(np.tile(np.arange(rungs * m), d))  # device, rung, kernel
             ladder_columns = DeviceColumns(**{k: np.repeat(v, rungs * m) for k, v in device_columns.items()})
+            if path_for is not None and self.kernel_model.uses_units:
+                ladder_columns = _with_units(ladder_columns, [specs[i].family for i in model_rows], devices,
+                                             path_for, rungs)
             predicted = self.kernel_model.predict(ladder_pairs, ladder_columns)
             model_work = predicted.work_ms.reshape(d, rungs, m).min(axis=1).T
             work[model_rows] = model_work
@@ -164,3 +172,20 @@ class EndToEndModel:
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
         return self.overhead.kernel_ms(work.work_ms)
+
+
+def _with_units(columns: DeviceColumns, families: list[str], devices: list[Device],
+                path_for: Callable[[Device], PrecisionPath], rungs: int) -> DeviceColumns:
+    """``columns`` (device-major, then rung, then kernel) with each GEMM/conv row's unit and its peak."""
+    m = len(families)
+    compute, unit = columns.compute_tflops.copy(), columns.unit.copy()
+    for j, device in enumerate(devices):
+        path = path_for(device)
+        for i, family in enumerate(families):
+            name = kernel_unit(family, path, device)
+            if name is None:
+                continue
+            rows = j * rungs * m + np.arange(rungs) * m + i
+            compute[rows] = device.peak_tflops[name]
+            unit[rows] = UNITS.index(name)
+    return replace(columns, compute_tflops=compute, unit=unit)

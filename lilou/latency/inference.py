@@ -80,6 +80,12 @@ class KernelModel:
         state = load_file(weights)
         return cls(state, config)
 
+    @property
+    def uses_units(self) -> bool:
+        """Whether the model learned the compute units of the kernel table (BF16 tensor cores ...); the shipped
+        NeuSight-only model did not, and every kernel keeps the FP32 peak it was trained with."""
+        return "precision" in self.feature_groups
+
     def low_power_exponent(self, compute_ms: np.ndarray | float) -> np.ndarray:
         """Exponent of the low-power slowdown for kernels of this compute time at peak (see model.py)."""
         return low_power_exponent(compute_ms, self.power_exponent, self.duration_exponent, self.log_duration_ms)

@@ -95,3 +95,26 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
                         "convolutions), but the shipped kernel model has strict-FP32 measurements only (TF32 off): "
                         "they are predicted at FP32 rates, an over-estimate; --tf32 off matches strict-FP32 runs")
     return warnings
+
+
+#: Tensor-core unit of each low precision, and the CUDA-core unit it falls back to on a GPU without it.
+_TENSOR_UNITS = {"fp16": ("fp16_tensor", "fp16"), "bf16": ("bf16_tensor", "fp32"), "fp8": ("fp8_tensor", None),
+                 "int8": ("int8_tensor", "int8"), "int4": ("int4_tensor", None), "fp4": ("fp4_tensor", None)}
+MATH_FAMILIES = frozenset({"gemm", "conv"})
+
+
+def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
+    """The unit whose peak bounds a kernel's math on ``device`` (a key of its ``peak_tflops``), or None for
+    the FP32 CUDA cores. Only GEMMs and convolutions change unit; memory-bound kernels keep FP32.
+
+    TF32 is not mapped to the TF32 tensor cores: no source in the kernel table measured TF32, so a model
+    has nothing to learn it from; FP32 convolutions under TF32 stay on the FP32 peak (with a warning)."""
+    if family not in MATH_FAMILIES or path.precision in ("fp32", "tf32"):
+        return None
+    tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
+    peaks = device.peak_tflops
+    if tensor and peaks.get(tensor):
+        return tensor
+    if path.precision in ("fp8", "int4", "fp4") and peaks.get("fp16_tensor"):
+        return "fp16_tensor"  # no unit for the format: the runtime upcasts to FP16 tensor cores
+    return fallback if fallback and peaks.get(fallback) else None
