@@ -223,7 +223,8 @@ class Predictor:
         devices = rank_devices(gpus)
         graph = self._graph(model, batch, shapes)
         kernels, warnings = self._kernels(graph)
-        shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph)))
+        shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph),
+                                                           _path_for(graph, precision, tf32)))
         totals = shares.sum(axis=0)
         paths, precision_notes = _precision(graph, devices, precision, tf32)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32)
@@ -265,7 +266,7 @@ class Predictor:
     def _predictions(self, graph: ModelGraph, name: str, kernels: GraphKernels, warnings: list[str],
                      devices: list[Device], batch: int | None, precision: str | None = None,
                      tf32: str | None = None) -> list[Prediction]:
-        work = self.model.kernel_work(kernels, devices, _leading_dim(graph))
+        work = self.model.kernel_work(kernels, devices, _leading_dim(graph), _path_for(graph, precision, tf32))
         shares = self.model.compose(work)
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
@@ -286,6 +287,12 @@ def _precision(graph: ModelGraph, devices: Sequence[Device], precision: str | No
     detected = model_precision(graph)
     paths = [precision_path(detected.precision, device, precision, tf32) for device in devices]
     return paths, _precision_notes(graph, paths, precision)
+
+
+def _path_for(graph: ModelGraph, precision: str | None, tf32: str | None):
+    """Each device's precision path, for a kernel model that prices GEMMs at the peak of their unit."""
+    detected = model_precision(graph).precision
+    return lambda device: precision_path(detected, device, precision, tf32)
 
 
 def _precision_notes(graph: ModelGraph, paths: list[PrecisionPath], precision: str | None) -> list[str]:

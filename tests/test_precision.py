@@ -97,3 +97,60 @@ def test_precision_override_and_rank(capsys) -> None:
     assert main(["infer", str(EXAMPLE), "--gpu", "t4", "--precision", "fp64"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--precision" in err
+
+
+def test_kernel_units_follow_precision_and_the_device() -> None:
+    from lilou.latency.precision import kernel_unit
+
+    h100, t4, p100 = resolve_device("h100-sxm"), resolve_device("t4"), resolve_device("p100-pcie-16gb")
+
+    def unit(family, precision, device):
+        return kernel_unit(family, precision_path(precision, device), device)
+
+    assert unit("gemm", "bf16", h100) == "bf16_tensor" and unit("conv", "fp8", h100) == "fp8_tensor"
+    assert unit("gemm", "fp32", h100) is None and unit("elementwise", "bf16", h100) is None
+    assert unit("gemm", "bf16", t4) == "fp32"          # no BF16 on Turing: emulated in FP32
+    assert unit("gemm", "fp8", t4) == "fp16_tensor"    # no FP8 unit: upcast to FP16 tensor cores
+    assert unit("gemm", "int8", t4) == "int8_tensor" and unit("gemm", "int8", p100) is None  # P100: no DP4A
+    assert unit("gemm", "fp16", p100) == "fp16"
+    assert unit("conv", "fp32", resolve_device("a10g")) is None  # TF32 has no measurements: stays on FP32
+
+
+def test_the_shipped_model_keeps_fp32_peaks_whatever_the_precision(tmp_path: Path) -> None:
+    predictor = Predictor()
+    assert not predictor.model.kernel_model.uses_units
+    path = tmp_path / "bf16.onnx"
+    onnx.save(matmul_model(TensorProto.BFLOAT16), path)
+    forced = predictor.predict(path, gpu="h200", precision="fp32").latency_ms
+    assert predictor.predict(path, gpu="h200").latency_ms == forced
+
+
+def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
+    """EndToEndModel hands a model that learned the kernel table's units the peak of each GEMM's unit."""
+    import numpy as np
+
+    from lilou.fusion.predict import predict_partition
+    from lilou.latency.end_to_end import describe_kernels
+    from lilou.latency.inference import KernelTimes
+
+    class PeakEcho:
+        """A stand-in kernel model: work = FLOPs at the peak it is handed."""
+
+        uses_units = True
+
+        def predict(self, kernels, devices):
+            work = kernels.flops / (devices.compute_tflops * 1e9)
+            n = len(work)
+            return KernelTimes(latency_ms=work, work_ms=work, floor_ms=np.zeros(n),
+                               kernel_type=np.array(["gemm"] * n, dtype=object), compute_bound=np.ones(n, dtype=bool))
+
+    predictor = Predictor()
+    predictor.model.kernel_model = PeakEcho()
+    graph = build_graph(matmul_model(TensorProto.BFLOAT16, m=4096, k=4096, n=4096))
+    kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+    h200 = resolve_device("h200")
+    flops = 2 * 4096 ** 3
+    bf16 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d)).work_ms
+    fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("fp32", d)).work_ms
+    assert float(bf16.max()) == pytest.approx(flops / (989.4 * 1e9), rel=1e-6)
+    assert float(fp32.max()) == pytest.approx(flops / (66.9 * 1e9), rel=1e-6)
