@@ -224,13 +224,16 @@ def _cache_key(name: str, files: Sequence[Path], folder: Path) -> str:
 
 @cache
 def _reader_fingerprint(name: str) -> bytes:
-    """The code and data that shape a source's rows: its reader, the shared modules, the GPU database."""
+    """The code and data that shape a source's rows: its reader, the shared modules, the GPU database (its
+    data file and the code that looks names up in it)."""
     here = Path(__file__).parent
     paths = [here / "readers" / f"{name}.py", here / "readers" / "base.py", here / "kernel_schema.py", Path(__file__)]
     if name == "deepbench":
         paths.append(here / "readers" / "deepbench_xlsx.py")
+    hardware = resources.files("lilou.hardware")
     text = b"".join(p.read_bytes() for p in paths if p.is_file())
-    return text + resources.files("lilou.hardware").joinpath("gpus.yaml").read_bytes()
+    # GPU names are mapped by the database's code as well as its data file.
+    return text + b"".join(hardware.joinpath(f).read_bytes() for f in ("gpus.yaml", "database.py", "names.py"))
 
 
 def present(name: str, data_dir: str | os.PathLike[str] | None = None) -> bool:
