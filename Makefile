@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-data bench-kernel-table bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e clean
+.PHONY: install lint test demo bench bench-data bench-kernel-table bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean
 
 install: $(STAMP)
 
@@ -34,6 +34,12 @@ demo: install
 	$(LILOU) infer examples/resnet18.onnx --gpu a10g
 	mkdir -p outputs/demo
 	$(LILOU) infer examples/resnet18.onnx --gpu a100-80gb --mig 1g.10gb --plot outputs/demo/resnet18-a100-80gb-1g.10gb.png
+
+# Hostile-input fuzzer: random ONNX graphs and mutants of real files through `lilou graph|fuse|infer`;
+# fails on any traceback, hang (> 30 s) or memory failure (> 1 GiB RSS). Failing cases: outputs/fuzz/.
+FUZZ_N ?= 2000
+fuzz: install
+	$(PY) scripts/fuzz.py --cases $(FUZZ_N) --zoo distilbert-base --out outputs/fuzz
 
 # Every benchmark, then one summary table of outputs/bench/*.json.
 bench: bench-data bench-graph bench-kernels bench-fusion bench-e2e bench-speed

@@ -327,6 +327,11 @@ ERROR_CASES = {
     "weight-2^80": (_graph_of(lambda: huge_weight_model((2**40, 2**40))), "2^48"),
     "dangling-input": (_graph_of(lambda: make_model([helper.make_node("Add", ["x", "ghost"], ["y"], name="a")],
                                                     [tensor("x", [2])], [tensor("y", [2])])), "ghost"),
+    # found by scripts/fuzz.py: ONNX's shape inference never returns on this Einsum equation
+    "einsum-bad-equation": (_graph_of(lambda: make_model([helper.make_node("Einsum", ["x", "x"], ["y"], name="e",
+                                                                           equation="ab?")],
+                                                         [tensor("x", [2, 2])], [tensor("y", None)])),
+                            "invalid equation"),
     # GPU names
     "unknown-gpu": (_cmd_of("infer", relu_model, "--gpu", "a1000000"), "unknown GPU"),
     "unknown-mig": (_cmd_of("infer", relu_model, "--gpu", "a100-80gb", "--mig", "9g.9gb"), "no MIG profile"),

@@ -139,11 +139,18 @@ def _context(graph: ModelGraph) -> _GraphContext:
         {n: sum(1 for s in dag.successors(n) if s in runtime) for n in runtime})
 
 
+def _ints(value) -> list[int]:
+    """An INTS attribute; [] when absent, or when a (hostile) file gives the name another type."""
+    if isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
+        return list(value)
+    return []
+
+
 def _extra_node_features(graph: ModelGraph, name: str, ctx: _GraphContext) -> list[float]:
     data = graph.dag.nodes[name]
     attrs = data["attributes"]
-    kernel = attrs.get("kernel_shape") or []
-    strides = attrs.get("strides") or []
+    kernel = _ints(attrs.get("kernel_shape"))
+    strides = _ints(attrs.get("strides"))
     area = math.prod(kernel) if kernel else 0
     inputs = [t for t in data["inputs"] if t is not None]
     channels = inputs[0].shape[1] if inputs and inputs[0].shape and len(inputs[0].shape) > 1 else 0

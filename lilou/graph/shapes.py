@@ -20,6 +20,10 @@ from lilou.graph.shape_completion import complete_shapes, data_propagation_is_sa
 MAX_DIM = 1 << 40
 MAX_ELEMENTS = 1 << 48
 
+#: An Einsum equation as the ONNX spec writes it: letters, commas, ellipses, spaces, at most one arrow.
+#: ONNX's shape inference loops forever on some other characters (e.g. 'ab?' with two inputs).
+_EINSUM_EQUATION = re.compile(r"^[A-Za-z,.\s]*(->[A-Za-z.\s]*)?$")
+
 _SHAPE_SPEC = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[xX,]\s*\d+)*)\s*$")
 
 
@@ -115,6 +119,7 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
 
     A contradiction (e.g. a --batch that a fixed Reshape cannot take) is bad input.
     """
+    _check_einsum_equations(model.graph, model.functions)
     probe, unread = _unread_initializers_as_inputs(model)
     try:
         inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=True,
@@ -128,6 +133,23 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
     if _outputs_without_static_shape(inferred):
         complete_shapes(inferred, notes=notes)
     return inferred
+
+
+def _check_einsum_equations(graph: onnx.GraphProto, functions=()) -> None:
+    """Reject Einsum equations ONNX's shape inference cannot parse (it may never return on them)."""
+    nodes = [*graph.node, *(n for f in functions for n in f.node)]
+    for node in nodes:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _check_einsum_equations(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _check_einsum_equations(g)
+            elif node.op_type == "Einsum" and attr.name == "equation":
+                equation = attr.s.decode("utf-8", "replace")
+                if not _EINSUM_EQUATION.match(equation):
+                    raise LilouInputError(f"Einsum {node.name!r} has an invalid equation {equation[:60]!r}: only "
+                                          "letters, commas, '...', spaces and one '->' are allowed")
 
 
 def _unread_initializers_as_inputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
