@@ -227,6 +227,31 @@ def _ext(data: bytes, **info):
     return lambda tmp_path: ["graph", external_int_model(tmp_path, data, **info)]
 
 
+def _loop_with_body_node(node) -> onnx.ModelProto:
+    """A Loop of 3 iterations whose body holds ``node`` (reading the carried ``h_in``, writing ``h_out``)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="c"), node], "body",
+        [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL), tensor("h_in", [4, 4])],
+        [tensor("cond_out", [], TensorProto.BOOL), tensor("h_out", [4, 4])])
+    loop = helper.make_node("Loop", ["n", "cond", "x"], ["y"], name="loop", body=body)
+    return make_model([loop], [tensor("x", [4, 4])], [tensor("y", [4, 4])],
+                      [ints("n", 3), numpy_helper.from_array(np.array(True), "cond")])
+
+
+def _retyped_initializer(data_type: int) -> onnx.ModelProto:
+    model = make_model([helper.make_node("Add", ["x", "b"], ["y"], name="a")], [tensor("x", [4])], [tensor("y", [4])],
+                       [weight("b", [4])])
+    model.graph.initializer[0].data_type = data_type
+    return model
+
+
+def _short_raw_data() -> onnx.ModelProto:
+    model = make_model([helper.make_node("Add", ["x", "b"], ["y"], name="a")], [tensor("x", [128])],
+                       [tensor("y", [128])], [weight("b", [128])])
+    model.graph.initializer[0].raw_data = b"\0" * 256  # 64 floats for 128 declared
+    return model
+
+
 def _written(path: Path, text: str) -> bool:
     path.write_text(text)
     return True
@@ -332,6 +357,15 @@ ERROR_CASES = {
                                                                            equation="ab?")],
                                                          [tensor("x", [2, 2])], [tensor("y", None)])),
                             "invalid equation"),
+    # found by scripts/fuzz.py (seed 4): bad input that used to end as an internal error
+    "conv-without-weight": (_graph_of(lambda: make_model([helper.make_node("Conv", ["x"], ["y"], name="c")],
+                                                         [tensor("x", [1, 3, 8, 8])], [tensor("y", None)])),
+                            "needs at least 2"),
+    "matmul-in-loop-body-missing-input": (_graph_of(lambda: _loop_with_body_node(
+        helper.make_node("MatMul", ["h_in"], ["h_out"], name="m"))), "needs at least 2"),
+    "initializer-undefined-type": (_graph_of(lambda: _retyped_initializer(0)), "not an ONNX tensor type"),
+    "initializer-unknown-type": (_graph_of(lambda: _retyped_initializer(99)), "not an ONNX tensor type"),
+    "initializer-short-raw-data": (_graph_of(lambda: _short_raw_data()), "the file is damaged"),
     # GPU names
     "unknown-gpu": (_cmd_of("infer", relu_model, "--gpu", "a1000000"), "unknown GPU"),
     "unknown-mig": (_cmd_of("infer", relu_model, "--gpu", "a100-80gb", "--mig", "9g.9gb"), "no MIG profile"),

@@ -136,13 +136,18 @@ def _check_initializers(model: onnx.ModelProto) -> None:
     """Initializer dims must be sane, and any shape the file states for them must agree (stale value_info)."""
     graph = model.graph
     dims = {}
+    known_types = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
     for tensor in graph.initializer:
+        if tensor.data_type not in known_types:
+            raise LilouInputError(f"initializer {tensor.name!r} has element type {tensor.data_type}, which is not an "
+                                  "ONNX tensor type; re-export the model")
         if any(d < 0 for d in tensor.dims):
             raise LilouInputError(f"initializer {tensor.name!r} has negative dims {list(tensor.dims)}")
         if math.prod(tensor.dims) > MAX_ELEMENTS:
             raise LilouInputError(f"initializer {tensor.name!r} has dims {list(tensor.dims)}, "
                                   f"{math.prod(tensor.dims):.3g} elements: above Lilou's limit of 2^48 per tensor")
         dims[tensor.name] = tuple(tensor.dims)
+        _check_raw_size(tensor)
     for value in (*graph.input, *graph.value_info, *graph.output):
         if value.name not in dims or not value.type.tensor_type.HasField("shape"):
             continue
@@ -266,6 +271,53 @@ def _check_windows(dag: nx.DiGraph) -> None:
             raise LilouInputError(f"{op} {name!r} has an empty output {list(out.shape)}; check the model's shapes")
 
 
+_PACKED_TYPES = frozenset(getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1")
+                          if hasattr(onnx.TensorProto, n))
+
+
+def _check_raw_size(tensor: onnx.TensorProto) -> None:
+    """Inline raw bytes must hold exactly the elements the dims declare (a weight-stripped or external
+    tensor has none, which is fine)."""
+    if not tensor.raw_data or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return
+    if tensor.data_type in (onnx.TensorProto.STRING,) or itemsize == 0:
+        return
+    expected = math.prod(tensor.dims) * itemsize
+    if tensor.data_type in _PACKED_TYPES:  # two 4-bit elements per byte
+        expected = (math.prod(tensor.dims) + 1) // 2
+    if len(tensor.raw_data) != expected:
+        raise LilouInputError(f"initializer {tensor.name!r} holds {len(tensor.raw_data)} bytes but its dims "
+                              f"{list(tensor.dims)} need {expected}; the file is damaged, re-export it")
+
+
+def _check_arity(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
+    """A node with fewer inputs than its operator requires (a Conv without its weight) is bad input."""
+    for index, node in enumerate(graph.node):
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        if domain not in opsets:
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets[domain], domain)
+        except onnx.defs.SchemaError:
+            continue
+        given = len(node.input)
+        while given and not node.input[given - 1]:
+            given -= 1
+        if given < schema.min_input:
+            label = node.name or f"{node.op_type}_{index}"
+            raise LilouInputError(f"node {label!r} ({node.op_type}) has {given} input(s) but needs at least "
+                                  f"{schema.min_input}; the model is incomplete")
+    for node in graph.node:  # Loop / If / Scan bodies
+        for attribute in node.attribute:
+            for subgraph in (attribute.g, *attribute.graphs) if attribute.type in (
+                    onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else ():
+                _check_arity(subgraph, opsets)
+
+
 def _check_structure(model: onnx.ModelProto) -> None:
     """Dangling inputs, tensors written twice and cycles are bad input; say which tensor or node."""
     graph = model.graph
@@ -291,6 +343,8 @@ def _check_structure(model: onnx.ModelProto) -> None:
                 label = node.name or node.op_type
                 raise LilouInputError(
                     f"node {label!r} ({node.op_type}) reads tensor {tensor!r}, which no node, input or initializer provides")
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    _check_arity(graph, opsets)
     if not graph.output:
         raise LilouInputError("the graph declares no outputs; an ONNX graph must have at least one")
     for value in graph.output:
