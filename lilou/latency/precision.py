@@ -32,22 +32,22 @@ def default_tf32(device: Device) -> str:
     return "conv" if compute_capability(device) >= (8, 0) else "off"
 
 
-def check_precision(precision: str | None) -> str | None:
-    if precision is None:
+def _choice(value: str | None, allowed: tuple[str, ...], what: str) -> str | None:
+    """``value`` normalised, if it is one of ``allowed``; None stays None; anything else is a one-line error."""
+    if value is None:
         return None
-    wanted = precision.strip().lower()
-    if wanted not in PRECISIONS:
-        raise LilouInputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    wanted = value.strip().lower()
+    if wanted not in allowed:
+        raise LilouInputError(f"unknown {what} {value!r}; use one of {', '.join(allowed)}")
     return wanted
+
+
+def check_precision(precision: str | None) -> str | None:
+    return _choice(precision, PRECISIONS, "precision")
 
 
 def check_tf32(tf32: str | None) -> str | None:
-    if tf32 is None:
-        return None
-    wanted = tf32.strip().lower()
-    if wanted not in TF32_MODES:
-        raise LilouInputError(f"unknown --tf32 {tf32!r}; use one of {', '.join(TF32_MODES)}")
-    return wanted
+    return _choice(tf32, TF32_MODES, "--tf32")
 
 
 @dataclass(frozen=True)
