@@ -31,7 +31,7 @@ from lilou.latency.inference import KernelModel
 from lilou.latency.features import power_factor
 from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 from lilou.latency.precision import PrecisionPath, check_precision, check_tf32, precision_path, precision_warnings
-from lilou.graph.precision import model_precision
+from lilou.graph.precision import ModelPrecision, model_precision
 
 ModelInput = str | os.PathLike[str] | ModelGraph
 
@@ -223,10 +223,11 @@ class Predictor:
         devices = rank_devices(gpus)
         graph = self._graph(model, batch, shapes)
         kernels, warnings = self._kernels(graph)
-        shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph),
-                                                           _path_for(graph, precision, tf32)))
+        reading = _GraphPrecision.of(graph, precision, tf32)
+        shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path))
         totals = shares.sum(axis=0)
-        paths, precision_notes = _precision(graph, devices, precision, tf32)
+        paths = [reading.path(d) for d in devices]
+        precision_notes = reading.notes(paths)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32)
                    for d, t, path in zip(devices, totals, paths)]
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
@@ -266,41 +267,46 @@ class Predictor:
     def _predictions(self, graph: ModelGraph, name: str, kernels: GraphKernels, warnings: list[str],
                      devices: list[Device], batch: int | None, precision: str | None = None,
                      tf32: str | None = None) -> list[Prediction]:
-        work = self.model.kernel_work(kernels, devices, _leading_dim(graph), _path_for(graph, precision, tf32))
+        reading = _GraphPrecision.of(graph, precision, tf32)
+        work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
         shares = self.model.compose(work)
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
-        paths, _ = _precision(graph, devices, precision, tf32)
+        paths = [reading.path(d) for d in devices]
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j),
-                           warnings=warnings + _precision_notes(graph, [paths[j]], precision)
+                           warnings=warnings + reading.notes([paths[j]])
                            + _fallback_warning(kernels, shares[:, [j]])
                            + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device]),
                            precision=paths[j].precision, tf32=paths[j].tf32)
                 for j, device in enumerate(devices)]
 
 
-def _precision(graph: ModelGraph, devices: Sequence[Device], precision: str | None,
-               tf32: str | None) -> tuple[list[PrecisionPath], list[str]]:
-    """Each device's precision path, and the warnings for what the shipped model cannot stand behind."""
-    detected = model_precision(graph)
-    paths = [precision_path(detected.precision, device, precision, tf32) for device in devices]
-    return paths, _precision_notes(graph, paths, precision)
+@dataclass(frozen=True)
+class _GraphPrecision:
+    """What a graph computes in and the options that override it, read once per call (not per device)."""
 
+    detected: ModelPrecision
+    precision: str | None   # --precision
+    tf32: str | None        # --tf32
+    has_conv: bool
+    has_matmul: bool
 
-def _path_for(graph: ModelGraph, precision: str | None, tf32: str | None):
-    """Each device's precision path, for a kernel model that prices GEMMs at the peak of their unit."""
-    detected = model_precision(graph).precision
-    return lambda device: precision_path(detected, device, precision, tf32)
+    @classmethod
+    def of(cls, graph: ModelGraph, precision: str | None, tf32: str | None) -> _GraphPrecision:
+        ops = {graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()}
+        return cls(model_precision(graph), precision, tf32, has_conv=bool(ops & {"Conv", "ConvTranspose"}),
+                   has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}))
 
+    def path(self, device: Device) -> PrecisionPath:
+        return precision_path(self.detected.precision, device, self.precision, self.tf32)
 
-def _precision_notes(graph: ModelGraph, paths: list[PrecisionPath], precision: str | None) -> list[str]:
-    ops = {graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()}
-    detected = model_precision(graph)
-    return precision_warnings(paths, has_conv=bool(ops & {"Conv", "ConvTranspose"}),
-                              has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}),
-                              mixed=precision is None and detected.mixed, file_precision=detected.precision)
+    def notes(self, paths: list[PrecisionPath]) -> list[str]:
+        """The warnings for what the shipped model cannot stand behind on these paths."""
+        return precision_warnings(paths, has_conv=self.has_conv, has_matmul=self.has_matmul,
+                                  mixed=self.precision is None and self.detected.mixed,
+                                  file_precision=self.detected.precision)
 
 
 def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,

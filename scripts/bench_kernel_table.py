@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -34,11 +33,10 @@ from lilou.latency.table_folds import (ARCHITECTURES, MIN_GPU_ROWS, Scored, arch
                                        per_architecture, sample_table)
 from lilou.latency.table_kernels import table_kernels
 from lilou.latency.training import fit
+from lilou.research.fold_tables import markdown_folds, print_table_folds
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
-sys.path.insert(0, str(REPO / "scripts"))
-from bench_kernels import markdown_folds, print_table_folds  # noqa: E402
 
 
 def config(overrides: list[str]):

@@ -32,8 +32,6 @@ from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
-from rich.console import Console
-from rich.table import Table
 
 from lilou.data.neusight import load_kernels
 from lilou.hardware import resolve_device
@@ -46,6 +44,7 @@ from lilou.latency.predictor import KernelLatencyPredictor
 from lilou.latency.roofline import RooflineBaseline
 from lilou.latency.table_folds import Fold, logo_table, loao_table, per_architecture, sample_table, score
 from lilou.latency.training import fit, held_out_metrics
+from lilou.research.fold_tables import markdown_folds, print_table, print_table_folds
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
@@ -156,19 +155,6 @@ def unseen_gpu_test(overrides: list[str]) -> tuple[list[dict], object]:
     return results, predictor
 
 
-TEXT_COLUMNS = ("family", "gpu", "split", "predictor", "source", "dtype", "architecture", "worst_gpu")
-
-
-def print_table(title: str, rows: list[dict], columns: list[str]) -> None:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
-    for row in rows:
-        table.add_row(*[(f"{row[c]:.2f}" if c.endswith("_scale") else f"{row[c]:.1f}") if isinstance(row.get(c), float)
-                        else str(row.get(c, "-")) for c in columns])
-    Console(width=200).print(table)
-
-
 def print_throttle(rows: list[dict]) -> None:
     """GPUs down, half-decades of ideal time across: the median % of FP32 peak large GEMMs reach."""
     bins = sorted({r["log10_ideal_ms"] for r in rows if r["n"] >= 20})
@@ -180,47 +166,6 @@ def print_throttle(rows: list[dict]) -> None:
         pivot.append({"gpu": gpu, **cells})
     print_table("large GEMMs (every dim >= 512): median % of FP32 peak, by ideal time at peak (bin lower edge, "
                 "bins of >= 20 rows)", pivot, ["gpu", *columns])
-
-
-def markdown_folds(result: dict) -> str:
-    """The part-5 tables as markdown (outputs/bench/kernel_folds.md; pasted into docs/kernel_model.md)."""
-    def table(rows: list[dict], columns: list[str]) -> list[str]:
-        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-        for row in rows:
-            cells = [f"{row[c]:.1f}" if isinstance(row.get(c), float) else str(row.get(c, "-")) for c in columns]
-            lines.append("| " + " | ".join(cells) + " |")
-        return lines
-
-    out = [f"{result['sampled_rows']:,} rows sampled (at most {result['per_group']} per source x GPU x dtype x family), "
-           f"{result['priced_rows']:,} of a family the model prices.", "",
-           "Leave-one-GPU-out (GPUs with >= 500 rows of the family; MAPE % is the mean over them of each GPU's MAPE):",
-           ""]
-    extra = ["neusight_mape"] if any("neusight_mape" in r for r in result["per_architecture"]) else []
-    out += table(result["leave_one_gpu_out"], ["source", "dtype", "family", "gpus", "rows", "model_mape",
-                                               "model_median_ape", "roofline_mape", *extra, "worst_gpu",
-                                               "worst_gpu_mape"])
-    out += ["", "Leave-one-architecture-out, all priced rows of each architecture (MAPE %):", ""]
-    out += table(result["per_architecture"], ["architecture", "gpus", "rows", "model_mape", "model_median_ape",
-                                              "roofline_mape", *extra])
-    out += ["", "Leave-one-architecture-out by dtype and family (MAPE %):", ""]
-    out += table(result["leave_one_architecture_out"], ["architecture", "dtype", "family", "gpus", "rows",
-                                                        "model_mape", "model_median_ape", "roofline_mape", *extra])
-    return "\n".join(out) + "\n"
-
-
-def print_table_folds(result: dict) -> None:
-    extra = ["neusight_mape"] if any("neusight_mape" in r for r in result["per_architecture"]) else []
-    print(f"kernel table: {result['sampled_rows']:,} rows sampled (at most {result['per_group']} per source x GPU x "
-          f"dtype x family), {result['priced_rows']:,} priced; not priced: {result['skipped']}")
-    print_table("whole kernel table, leave-one-GPU-out (GPUs with >= 500 rows; mean over them of each GPU's MAPE %)",
-                result["leave_one_gpu_out"], ["source", "dtype", "family", "gpus", "rows", "model_mape",
-                                              "model_median_ape", "roofline_mape", *extra, "worst_gpu",
-                                              "worst_gpu_mape"])
-    print_table("whole kernel table, leave-one-architecture-out (MAPE %)", result["per_architecture"],
-                ["architecture", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape", *extra])
-    print_table("leave-one-architecture-out by dtype and family (MAPE %)", result["leave_one_architecture_out"],
-                ["architecture", "dtype", "family", "gpus", "rows", "model_mape", "model_median_ape", "roofline_mape",
-                 *extra])
 
 
 def main() -> None:
