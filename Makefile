@@ -88,9 +88,13 @@ train-fusion: install
 	$(PY) -m lilou.train experiment=fusion_gnn
 	$(PY) scripts/tune_fusion_rules.py --data datasets/fusion --out checkpoints/fusion_rules
 
-# The shipped per-kernel model: checkpoints/kernel_latency (config conf/experiment/kernel_latency.yaml).
+# The shipped per-kernel models: checkpoints/kernel_latency (FP32, NeuSight; conf/experiment/kernel_latency.yaml)
+# and checkpoints/kernel_latency_tensor (every other unit, the whole kernel table; kernel_latency_tensor.yaml,
+# about 3 min on 2 cores) with its measured coverage (coverage.json).
 train-kernels: install
 	$(PY) -m lilou.train experiment=kernel_latency
+	$(PY) -m lilou.train experiment=kernel_latency_tensor
+	$(PY) scripts/kernel_coverage.py --out checkpoints/kernel_latency_tensor
 
 # End-to-end side: memory-bound fallback and launch/gap overhead fitted on the real NeuSight
 # rows and eager end-to-end labels of the training GPUs -> checkpoints/e2e_overhead. Exports the

@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
+from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.errors import LilouInputError
 from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device, resolve_device
 from lilou.latency.breakdown import CATEGORIES, kernel_category
+from lilou.latency.coverage import MeasuredCoverage
 from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.fallback import FallbackModel, fallback_ops
 from lilou.latency.inference import KernelModel
@@ -185,8 +186,14 @@ class Predictor:
         self.backend = check_backend(backend)
         kernel_model = KernelModel.load(kernel_checkpoint or checkpoint_path(KERNEL_LATENCY))
         params = load_overhead(overhead_checkpoint or checkpoint_path(E2E_OVERHEAD))
+        # Without the tensor-core model (a checkpoint folder that lacks it), every kernel is priced at FP32
+        # rates and the warnings say so.
+        tensor_folder = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
+        has_tensor = tensor_folder.exists()
+        self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
         self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
-                                   OverheadModel(**params["overhead"]))
+                                   OverheadModel(**params["overhead"]),
+                                   tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
 
     # ----------------------------------------------------------------- public
 
@@ -227,7 +234,7 @@ class Predictor:
         shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path))
         totals = shares.sum(axis=0)
         paths = [reading.path(d) for d in devices]
-        precision_notes = reading.notes(paths)
+        precision_notes = reading.notes(paths, devices, self.coverage)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32)
                    for d, t, path in zip(devices, totals, paths)]
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
@@ -276,7 +283,7 @@ class Predictor:
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j),
-                           warnings=warnings + reading.notes([paths[j]])
+                           warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
                            + _fallback_warning(kernels, shares[:, [j]])
                            + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device]),
                            precision=paths[j].precision, tf32=paths[j].tf32)
@@ -302,11 +309,12 @@ class _GraphPrecision:
     def path(self, device: Device) -> PrecisionPath:
         return precision_path(self.detected.precision, device, self.precision, self.tf32)
 
-    def notes(self, paths: list[PrecisionPath]) -> list[str]:
-        """The warnings for what the shipped model cannot stand behind on these paths."""
+    def notes(self, paths: list[PrecisionPath], devices: list[Device],
+              coverage: MeasuredCoverage | None) -> list[str]:
+        """The warnings for what the kernel models cannot stand behind on these paths (one per device)."""
         return precision_warnings(paths, has_conv=self.has_conv, has_matmul=self.has_matmul,
                                   mixed=self.precision is None and self.detected.mixed,
-                                  file_precision=self.detected.precision)
+                                  file_precision=self.detected.precision, devices=devices, coverage=coverage)
 
 
 def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,

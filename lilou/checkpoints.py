@@ -12,6 +12,8 @@ from pathlib import Path
 from lilou.errors import MissingDataError
 
 KERNEL_LATENCY = "kernel_latency"
+#: GEMMs and convolutions off the FP32 CUDA cores (BF16 tensor cores ...): trained on the whole kernel table.
+KERNEL_LATENCY_TENSOR = "kernel_latency_tensor"
 FUSION_GNN = "fusion_gnn"
 FUSION_RULES = "fusion_rules"
 

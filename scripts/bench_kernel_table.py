@@ -29,8 +29,8 @@ from lilou.data.kernel_table import kernel_table
 from lilou.latency.neusight_baseline import NeuSightBaseline
 from lilou.latency.roofline import RooflineBaseline
 from lilou.latency.table_datamodule import dataset_from_sample
-from lilou.latency.table_folds import (ARCHITECTURES, MIN_GPU_ROWS, Scored, architecture_class, logo_table, loao_table,
-                                       per_architecture, sample_table)
+from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
+from lilou.latency.table_folds import MIN_GPU_ROWS, Scored, logo_table, loao_table, per_architecture, sample_table
 from lilou.latency.table_kernels import table_kernels
 from lilou.latency.training import fit
 from lilou.research.fold_tables import markdown_folds, print_table_folds
@@ -70,7 +70,7 @@ def main() -> None:
     overrides = [*args.overrides, f"data.per_group={args.per_group}"]
 
     loao = np.full((3, len(dataset)), np.nan)
-    for architecture in ARCHITECTURES:
+    for architecture in ARCHITECTURE_CLASSES:
         mask = rows["architecture"] == architecture
         if mask.any():
             loao[:, mask] = fold_predictions(dataset, mask, overrides, f"data.held_out_architectures=[{architecture}]")

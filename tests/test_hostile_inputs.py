@@ -38,6 +38,18 @@ def conv_model(x_shape=(1, 3, 8, 8), w_shape=(4, 3, 3, 3), **attrs) -> onnx.Mode
     return make_model([node], [tensor("x", list(x_shape))], [tensor("y", None)], [weight("w", w_shape)])
 
 
+def split_model(sizes, as_attribute: bool = False) -> onnx.ModelProto:
+    """Split of a [4, 10] tensor on axis 1 into len(sizes) parts, sizes as the opset-18 input or the old attribute."""
+    outs = [f"y{i}" for i in range(len(sizes))]
+    if as_attribute:
+        node = helper.make_node("Split", ["x"], outs, name="split", axis=1, split=list(sizes))
+        model = make_model([node], [tensor("x", [4, 10])], [tensor(o, None) for o in outs], [], opset=11)
+    else:
+        node = helper.make_node("Split", ["x", "sizes"], outs, name="split", axis=1)
+        model = make_model([node], [tensor("x", [4, 10])], [tensor(o, None) for o in outs], [ints("sizes", sizes)])
+    return model
+
+
 def pool_model(kernel, x_shape=(1, 3, 4, 4)) -> onnx.ModelProto:
     node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=list(kernel))
     return make_model([node], [tensor("x", list(x_shape))], [tensor("y", None)])
@@ -332,6 +344,11 @@ ERROR_CASES = {
     "opset-0": (_modified(relu_model, _opset(0)), "opset 0"),
     "opset-huge": (_modified(relu_model, _opset(2**40)), "does not exist"),
     "infer-opset-99": (lambda p: ["infer", _modified(relu_model, _opset(99))(p)[1], "--gpu", "t4"], "opset 99"),
+    "split-negative-sizes": (_graph_of(lambda: split_model([-3, 13])), "negative split sizes [-3, 13]"),
+    "split-negative-sizes-attribute": (_graph_of(lambda: split_model([-3, 13], as_attribute=True)),
+                                       "negative split sizes"),
+    "infer-split-negative-sizes": (_cmd_of("infer", lambda: split_model([12, -2]), "--gpu", "t4"),
+                                   "negative split sizes"),
     "conv-group-0": (_graph_of(lambda: conv_model(group=0)), "group=0"),
     "conv-group-negative": (_graph_of(lambda: conv_model(group=-2)), "group=-2"),
     "conv-group-mismatch": (_graph_of(lambda: conv_model(group=2, w_shape=(4, 3, 3, 3))), "channels"),

@@ -67,7 +67,14 @@ def test_infer_json_carries_precision_and_says_what_is_unmeasured(tmp_path: Path
     assert main(["infer", str(path), "--gpu", "h200", "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["precision"], result["tf32"]) == ("bf16", "conv")
-    assert any("computes in BF16" in w and "FP32 measurements only" in w for w in result["warnings"])
+    assert not any("BF16" in w for w in result["warnings"])  # AIConfigurator measured BF16 GEMMs on the H200
+    # FP16 stands on BF16's measurements (one tensor-core rate); INT8 GEMMs were measured before Hopper only.
+    assert not any("neighbour" in w for w in Predictor().predict(path, gpu="h200", precision="fp16").warnings)
+    int8 = Predictor().predict(path, gpu="h200", precision="int8").warnings
+    assert ("INT8 GEMMs on Hopper GPUs have no measured neighbour in the kernel table (measured on Pascal, Turing, "
+            "GA100 only): extrapolated across architectures") in int8
+    assert "v100-sxm2-16gb: no unit for BF16 GEMMs; they are predicted at FP32 CUDA-core rates, as measured FP32 " \
+        "kernels" in Predictor().predict(path, gpu="v100-sxm2-16gb").warnings
 
 
 def test_fp32_on_ampere_warns_of_tf32_convolutions_unless_turned_off(capsys) -> None:
@@ -116,13 +123,18 @@ def test_kernel_units_follow_precision_and_the_device() -> None:
     assert unit("conv", "fp32", resolve_device("a10g")) is None  # TF32 has no measurements: stays on FP32
 
 
-def test_the_shipped_model_keeps_fp32_peaks_whatever_the_precision(tmp_path: Path) -> None:
+def test_a_bf16_gemm_is_predicted_faster_than_the_same_fp32_gemm_on_tensor_cores(tmp_path: Path) -> None:
     predictor = Predictor()
-    assert not predictor.model.kernel_model.uses_units
+    assert not predictor.model.kernel_model.uses_units and predictor.model.tensor_model.uses_units
     path = tmp_path / "bf16.onnx"
-    onnx.save(matmul_model(TensorProto.BFLOAT16), path)
-    forced = predictor.predict(path, gpu="h200", precision="fp32").latency_ms
-    assert predictor.predict(path, gpu="h200").latency_ms == forced
+    onnx.save(matmul_model(TensorProto.BFLOAT16, m=4096, k=4096, n=4096), path)
+    for gpu, peak_ratio in (("h200", 989.4 / 66.9), ("a100-sxm4-80gb", 312 / 19.5)):
+        bf16 = predictor.predict(path, gpu=gpu).latency_ms
+        fp32 = predictor.predict(path, gpu=gpu, precision="fp32").latency_ms
+        assert 4 < fp32 / bf16 < peak_ratio, gpu  # faster, but not beyond the ratio of the two peaks
+    # The V100 has no BF16 unit: the GEMM stays on the FP32 CUDA cores, priced by the FP32 model.
+    v100 = predictor.predict(path, gpu="v100-sxm2-16gb")
+    assert v100.latency_ms == predictor.predict(path, gpu="v100-sxm2-16gb", precision="fp32").latency_ms
 
 
 def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
@@ -154,3 +166,32 @@ def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
     fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("fp32", d)).work_ms
     assert float(bf16.max()) == pytest.approx(flops / (989.4 * 1e9), rel=1e-6)
     assert float(fp32.max()) == pytest.approx(flops / (66.9 * 1e9), rel=1e-6)
+
+
+def test_the_tensor_model_prices_only_what_runs_off_the_fp32_cores() -> None:
+    """The NeuSight-trained model keeps FP32 kernels; the tensor-core model gets BF16 GEMMs at their unit's peak."""
+    import numpy as np
+
+    from lilou.fusion.predict import predict_partition
+    from lilou.latency.end_to_end import describe_kernels
+    from lilou.latency.inference import KernelTimes
+
+    class PeakEcho:
+        uses_units = True
+
+        def predict(self, kernels, devices):
+            work = kernels.flops / (devices.compute_tflops * 1e9)
+            n = len(work)
+            return KernelTimes(latency_ms=work, work_ms=work, floor_ms=np.zeros(n),
+                               kernel_type=np.array(["gemm"] * n, dtype=object), compute_bound=np.ones(n, dtype=bool))
+
+    predictor = Predictor()
+    graph = build_graph(matmul_model(TensorProto.BFLOAT16, m=4096, k=4096, n=4096))
+    kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+    h200 = resolve_device("h200")
+    fp32_before = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("fp32", d)).work_ms
+    predictor.model.tensor_model = PeakEcho()
+    bf16 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d)).work_ms
+    fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("fp32", d)).work_ms
+    assert float(bf16.max()) == pytest.approx(2 * 4096 ** 3 / (989.4 * 1e9), rel=1e-6)
+    assert np.array_equal(fp32, fp32_before)

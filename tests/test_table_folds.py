@@ -6,7 +6,8 @@ import pytest
 
 from lilou.latency.kernel import describe_kernel
 from lilou.latency.measured import cost_nodes
-from lilou.latency.table_folds import ARCHITECTURES, Scored, architecture_class, logo_table, loao_table, unit_peaks
+from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
+from lilou.latency.table_folds import Scored, logo_table, loao_table, unit_peaks
 from lilou.latency.table_kernels import row_nodes, table_kernels
 
 
@@ -39,7 +40,7 @@ def test_architecture_classes() -> None:
                 "a100-sxm4-80gb": "GA100", "a40": "GA10x", "rtx-3090": "GA10x", "l40s": "Ada", "h200": "Hopper",
                 "b200": "Blackwell", "rtx-pro-6000-blackwell-server": "Blackwell"}
     assert {gpu: architecture_class(gpu) for gpu in expected} == expected
-    assert set(expected.values()) == set(ARCHITECTURES)
+    assert set(expected.values()) == set(ARCHITECTURE_CLASSES)
 
 
 def test_unit_peaks_follow_the_row_unit() -> None:

@@ -100,6 +100,7 @@ def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None =
     dag = _build_dag(inferred, tensors, notes)
     _check_reshapes(dag)
     _check_windows(dag)
+    _check_splits(inferred.graph, tensors)
     _mark_constant_subgraphs(dag, initializers={t.name for t in inferred.graph.initializer})
     warnings = _warnings(dag) + notes
     return ModelGraph(
@@ -269,6 +270,47 @@ def _check_windows(dag: nx.DiGraph) -> None:
         out = data["outputs"][0] if data["outputs"] else None
         if out is not None and out.shape is not None and any(d <= 0 for d in out.shape):
             raise LilouInputError(f"{op} {name!r} has an empty output {list(out.shape)}; check the model's shapes")
+
+
+def _split_sizes(node: onnx.NodeProto, graph: onnx.GraphProto) -> list[int] | None:
+    """A Split node's sizes, from its ``split`` attribute (opset < 13) or a constant second input."""
+    for attr in node.attribute:
+        if attr.name == "split" and attr.ints:
+            return list(attr.ints)
+    if len(node.input) < 2 or not node.input[1]:
+        return None
+    name = node.input[1]
+    found = next((t for t in graph.initializer if t.name == name), None)
+    if found is None:
+        found = next((a.t for n in graph.node if n.op_type == "Constant" and list(n.output) == [name]
+                      for a in n.attribute if a.name == "value"), None)
+    if found is None or math.prod(found.dims) > 4096 or found.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    try:
+        return [int(v) for v in onnx.numpy_helper.to_array(found).reshape(-1)]
+    except (ValueError, TypeError):
+        return None
+
+
+def _check_splits(graph: onnx.GraphProto, tensors: Mapping[str, TensorInfo]) -> None:
+    """Split sizes must be non-negative and add up to the split axis (ONNX shape inference accepts
+    negative sizes that add up, and gives the other outputs sizes larger than the input)."""
+    for node in graph.node:
+        if node.op_type != "Split" or node.domain not in ("", "ai.onnx"):
+            continue
+        sizes = _split_sizes(node, graph)
+        if sizes is None:
+            continue
+        label = f"Split {node.name or node.output[0]!r}"
+        if any(size < 0 for size in sizes):
+            raise LilouInputError(f"{label} has negative split sizes {sizes}; each must be 0 or more")
+        x = tensors.get(node.input[0]) if node.input else None
+        axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+        if x is not None and x.shape is not None and -len(x.shape) <= axis < len(x.shape):
+            dim = x.shape[axis]
+            if sum(sizes) != dim:
+                raise LilouInputError(f"{label} splits axis {axis} of size {dim} into {sizes}, which add up to "
+                                      f"{sum(sizes)}; the sizes must add up to the axis")
 
 
 _PACKED_TYPES = frozenset(getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1")

@@ -110,6 +110,19 @@ def find_gpu(name: str) -> GPUSpec:
     return gpu
 
 
+#: Architecture classes, oldest first: the folds of leave-one-architecture-out and the neighbourhoods of measured
+#: coverage. Ampere splits in two (GA100 datacenter parts against GA10x's doubled FP32 lanes).
+ARCHITECTURE_CLASSES = ("Maxwell", "Pascal", "Volta", "Turing", "GA100", "GA10x", "Ada", "Hopper", "Blackwell")
+
+
+def architecture_class(gpu: str) -> str:
+    """The class of ``gpu``'s architecture: Ampere splits into GA100 (8.0) and GA10x (8.6/8.7)."""
+    spec = find_gpu(gpu)
+    if spec.architecture == "Ampere":
+        return "GA100" if spec.compute_capability == "8.0" else "GA10x"
+    return spec.architecture.split()[0]  # "Ada Lovelace" -> "Ada"
+
+
 def ambiguity_note(name: str) -> str | None:
     """A warning when ``name`` (an alias, not a canonical name) stands for a family of GPUs in the
     database, e.g. ``a100`` for the PCIe and SXM4 boards of 40 and 80 GB: it still resolves to the

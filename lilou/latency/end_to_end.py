@@ -107,8 +107,14 @@ class KernelWork:
 class EndToEndModel:
     """Per-kernel model + fallback + launch/gap overhead: the whole latency side of Lilou."""
 
-    def __init__(self, kernel_model: KernelModel, fallback: FallbackModel, overhead: OverheadModel) -> None:
+    def __init__(self, kernel_model: KernelModel, fallback: FallbackModel, overhead: OverheadModel,
+                 tensor_model: KernelModel | None = None) -> None:
+        """``tensor_model``: a model that learned the compute units of the kernel table; it prices the GEMMs and
+        convolutions whose unit is not the FP32 CUDA cores (BF16 tensor cores ...), ``kernel_model`` the rest."""
+        if tensor_model is not None and not tensor_model.uses_units:
+            raise ValueError("the tensor-core kernel model must have the 'precision' feature group")
         self.kernel_model = kernel_model
+        self.tensor_model = tensor_model
         self.fallback = fallback
         self.overhead = overhead
 
@@ -155,11 +161,18 @@ class EndToEndModel:
             ladder = size_ladder(base.take(model_rows), kernels.unique_fixed_bytes[model_rows], factors)
             ladder_pairs = ladder.take(np.tile(np.arange(rungs * m), d))  # device, rung, kernel
             ladder_columns = DeviceColumns(**{k: np.repeat(v, rungs * m) for k, v in device_columns.items()})
-            if path_for is not None and self.kernel_model.uses_units:
-                ladder_columns = _with_units(ladder_columns, [specs[i].family for i in model_rows], devices,
-                                             path_for, rungs)
+            on_unit = np.zeros(len(ladder_pairs), dtype=bool)
+            if path_for is not None and (self.kernel_model.uses_units or self.tensor_model is not None):
+                unit_columns, on_unit = _with_units(ladder_columns, [specs[i].family for i in model_rows], devices,
+                                                    path_for, rungs)
+                if self.kernel_model.uses_units:
+                    ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
             predicted = self.kernel_model.predict(ladder_pairs, ladder_columns)
-            model_work = predicted.work_ms.reshape(d, rungs, m).min(axis=1).T
+            flat_work = predicted.work_ms.copy()
+            if on_unit.any():
+                rows = np.flatnonzero(on_unit)
+                flat_work[rows] = self.tensor_model.predict(ladder_pairs.take(rows), unit_columns.take(rows)).work_ms
+            model_work = flat_work.reshape(d, rungs, m).min(axis=1).T
             work[model_rows] = model_work
             types[model_rows] = predicted.kernel_type.reshape(d, rungs, m)[:, 0, :].T
         return work, types, (compute >= memory).reshape(d, n).T
@@ -175,8 +188,9 @@ class EndToEndModel:
 
 
 def _with_units(columns: DeviceColumns, families: list[str], devices: list[Device],
-                path_for: Callable[[Device], PrecisionPath], rungs: int) -> DeviceColumns:
-    """``columns`` (device-major, then rung, then kernel) with each GEMM/conv row's unit and its peak."""
+                path_for: Callable[[Device], PrecisionPath], rungs: int) -> tuple[DeviceColumns, np.ndarray]:
+    """``columns`` (device-major, then rung, then kernel) with each GEMM/conv row's unit and its peak, and
+    which rows run on a unit other than the FP32 CUDA cores."""
     m = len(families)
     compute, unit = columns.compute_tflops.copy(), columns.unit.copy()
     for j, device in enumerate(devices):
@@ -188,4 +202,4 @@ def _with_units(columns: DeviceColumns, families: list[str], devices: list[Devic
             rows = j * rungs * m + np.arange(rungs) * m + i
             compute[rows] = device.peak_tflops[name]
             unit[rows] = UNITS.index(name)
-    return replace(columns, compute_tflops=compute, unit=unit)
+    return replace(columns, compute_tflops=compute, unit=unit), unit != UNITS.index("fp32")

@@ -120,6 +120,9 @@ class DeviceColumns:
             int32_shared=np.array([float(d.int32_shares_fp32_datapath) for d in devices], dtype=np.float64),
         )
 
+    def take(self, index: np.ndarray) -> DeviceColumns:
+        return DeviceColumns(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
 
 def roofline_ms(kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarray, np.ndarray]:
     """(compute time, memory time) in ms at the peak of each kernel's unit and the DRAM bandwidth."""

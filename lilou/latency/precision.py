@@ -5,8 +5,10 @@ The precision comes from the ONNX tensor types (:func:`lilou.graph.precision.mod
 convolutions run in TF32 (``torch.backends.cudnn.allow_tf32`` defaults to True) and matmuls do not
 (``torch.backends.cuda.matmul.allow_tf32`` defaults to False). ``--tf32 on|off|conv`` sets it.
 
-The shipped kernel model learned from FP32 measurements only (NeuSight, TF32 off), so every other
-path is predicted at FP32 rates, and each prediction says so in its warnings.
+FP32 kernels are priced by the NeuSight-trained kernel model (TF32 off); GEMMs and convolutions on any
+other unit (FP16/BF16/FP8/INT8 tensor cores, DP4A ...) by the tensor-core kernel model trained on the
+whole kernel table, which says in the warnings where it has no measured neighbour
+(:mod:`lilou.latency.coverage`). TF32 was measured by no source: FP32 under TF32 keeps FP32 rates.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from lilou.errors import LilouInputError
 from lilou.graph.precision import PRECISIONS
 from lilou.hardware import Device
+from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
+from lilou.latency.coverage import MeasuredCoverage
 
 TF32_MODES = ("off", "conv", "on")
 #: Precisions the shipped kernel model has measurements of.
@@ -72,19 +76,28 @@ def precision_path(model_precision: str, device: Device, precision: str | None =
 
 
 def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: bool, mixed: bool,
-                       file_precision: str | None = None) -> list[str]:
-    """What the shipped model cannot stand behind on these paths (one line each, devices pooled)."""
+                       file_precision: str | None = None, devices: list[Device] | None = None,
+                       coverage: MeasuredCoverage | None = None) -> list[str]:
+    """What Lilou cannot stand behind on these paths (one line each, devices pooled).
+
+    ``devices`` (one per path) and ``coverage`` (what the tensor-core kernel model measured): with them,
+    GEMMs and convolutions off the FP32 CUDA cores are checked for a measured neighbour of their precision,
+    family and architecture class; without them every precision but FP32 is reported as unmeasured."""
     warnings = []
     overridden = sorted({p.precision for p in paths if p.source == "option"} - {file_precision})
     if file_precision and overridden:
         warnings.append(f"--precision {overridden[0]} sets the compute path; tensor sizes still follow the file's "
                         f"{file_precision.upper()} types (export the model in {overridden[0].upper()} for its bytes)")
-    unmeasured = sorted({p.precision for p in paths} - MEASURED_PRECISIONS)
-    if unmeasured:
-        names = ", ".join(p.upper() for p in unmeasured)
-        warnings.append(f"the model computes in {names}, but the shipped kernel model has FP32 measurements only: "
-                        f"its {names} kernels are predicted at FP32 rates on CUDA cores (on tensor-core GPUs, "
-                        "several times too slow; docs/kernel_model.md)")
+    if coverage is None or devices is None:
+        unmeasured = sorted({p.precision for p in paths} - MEASURED_PRECISIONS)
+        if unmeasured:
+            names = ", ".join(p.upper() for p in unmeasured)
+            warnings.append(f"the model computes in {names}, but the shipped kernel model has FP32 measurements only: "
+                            f"its {names} kernels are predicted at FP32 rates on CUDA cores (on tensor-core GPUs, "
+                            "several times too slow; docs/kernel_model.md)")
+    else:
+        families = [f for f, present in (("gemm", has_matmul), ("conv", has_conv)) if present]
+        warnings += _coverage_warnings(paths, devices, families, coverage)
     if mixed:
         warnings.append("the graph's matmuls and convolutions mix precisions: the dominant one is reported")
     tf32_conv = has_conv and any(p.precision == "fp32" and p.tf32 in ("conv", "on") for p in paths)
@@ -92,8 +105,8 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
     if tf32_conv or tf32_matmul:
         what = " and ".join(w for w, on in (("convolutions", tf32_conv), ("matmuls", tf32_matmul)) if on)
         warnings.append(f"FP32 {what} run in TF32 on compute capability 8.0 and newer (PyTorch's default for "
-                        "convolutions), but the shipped kernel model has strict-FP32 measurements only (TF32 off): "
-                        "they are predicted at FP32 rates, an over-estimate; --tf32 off matches strict-FP32 runs")
+                        "convolutions), but no source of the kernel table measured TF32: they are predicted at "
+                        "strict-FP32 rates, an over-estimate; --tf32 off matches strict-FP32 runs")
     return warnings
 
 
@@ -118,3 +131,36 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
     if path.precision in ("fp8", "int4", "fp4") and peaks.get("fp16_tensor"):
         return "fp16_tensor"  # no unit for the format: the runtime upcasts to FP16 tensor cores
     return fallback if fallback and peaks.get(fallback) else None
+
+
+#: Precisions whose measurements stand for each other: FP16 and BF16 run on the same tensor cores at one rate.
+_NEIGHBOURS = {"fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16")}
+
+
+def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], families: list[str],
+                       coverage: MeasuredCoverage) -> list[str]:
+    """One line per (precision, family) whose kernels, on some of ``devices``, have no measured neighbour."""
+    warnings = []
+    for precision in sorted({p.precision for p in paths} - {"fp32", "tf32"}):
+        for family in families:
+            no_unit, unmeasured = set(), set()
+            for path, device in zip(paths, devices):
+                if path.precision != precision:
+                    continue
+                unit = kernel_unit(family, path, device)
+                if unit is None or unit == "fp32":
+                    no_unit.add(device.gpu)
+                elif not any(coverage.count(p, family, architecture_class(device.gpu))
+                             for p in _NEIGHBOURS.get(precision, (precision,))):
+                    unmeasured.add(architecture_class(device.gpu))
+            name = f"{precision.upper()} {'GEMMs' if family == 'gemm' else 'convolutions'}"
+            if no_unit:
+                warnings.append(f"{', '.join(sorted(no_unit))}: no unit for {name}; they are predicted at FP32 "
+                                "CUDA-core rates, as measured FP32 kernels")
+            if unmeasured:
+                measured = sorted({a for p in _NEIGHBOURS.get(precision, (precision,))
+                                   for a in coverage.architectures(p, family)}, key=ARCHITECTURE_CLASSES.index)
+                where = f"measured on {', '.join(measured)} only" if measured else "measured on no GPU"
+                warnings.append(f"{name} on {', '.join(sorted(unmeasured))} GPUs have no measured neighbour in the "
+                                f"kernel table ({where}): extrapolated across architectures")
+    return warnings

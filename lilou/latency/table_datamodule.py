@@ -15,7 +15,8 @@ from lilou.latency.datamodule import KernelDataModule
 from lilou.latency.dataset import TIMINGS, KernelDataset
 from lilou.latency.features import FEATURE_GROUPS
 from lilou.latency.kernel_types import type_index
-from lilou.latency.table_folds import architecture_class, sample_table
+from lilou.hardware.database import architecture_class
+from lilou.latency.table_folds import sample_table
 from lilou.latency.table_kernels import PRICED_FAMILIES, table_kernels
 
 

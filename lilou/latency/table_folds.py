@@ -2,7 +2,7 @@
 
 Leave-one-GPU-out: for every (source, dtype, family), every GPU with at least
 :data:`MIN_GPU_ROWS` rows of it is held out in turn. Leave-one-architecture-out: every
-architecture class (:func:`architecture_class`) in turn. A row is always predicted by a
+architecture class (:func:`lilou.hardware.database.architecture_class`) in turn. A row is always predicted by a
 model that never saw its GPU (LOGO) or any GPU of its architecture (LOAO): the shipped model
 where it did not train on them, else a fold model trained without them (``models``).
 
@@ -18,22 +18,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lilou.hardware import find_gpu
+from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
 from lilou.latency.table_kernels import TableKernels, table_kernels
 
 MIN_GPU_ROWS = 500
-ARCHITECTURES = ("Maxwell", "Pascal", "Volta", "Turing", "GA100", "GA10x", "Ada", "Hopper", "Blackwell")
 _COLUMNS = ("source", "gpu", "dtype", "family", "op", "unit", "timing", "provider", "batch", "m", "n", "k", "bias", "in_c",
             "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "groups",
             "rows", "cols", "latency_ms")
-
-
-def architecture_class(gpu: str) -> str:
-    """The fold an architecture forms: Ampere splits into GA100 (8.0) and GA10x (8.6/8.7)."""
-    spec = find_gpu(gpu)
-    if spec.architecture == "Ampere":
-        return "GA100" if spec.compute_capability == "8.0" else "GA10x"
-    return spec.architecture.split()[0]  # "Ada Lovelace" -> "Ada"
 
 
 def sample_table(relation, per_group: int = 2000) -> dict[str, list]:
@@ -158,7 +149,7 @@ def loao_table(scored: Scored, group_by: Sequence[str] = ("dtype", "family")) ->
     model, roof = _ape(scored.loao_predicted_ms, measured), _ape(scored.roofline_ms, measured)
     extra = {name: _ape(values, measured) for name, values in scored.baselines.items()}
     keys = sorted({(a, *(scored.rows[g][i] for g in group_by)) for i, a in enumerate(scored.rows["architecture"])},
-                  key=lambda k: (ARCHITECTURES.index(k[0]) if k[0] in ARCHITECTURES else 99, *k[1:]))
+                  key=lambda k: (ARCHITECTURE_CLASSES.index(k[0]) if k[0] in ARCHITECTURE_CLASSES else 99, *k[1:]))
     out = []
     for key in keys:
         mask = scored.rows["architecture"] == key[0]

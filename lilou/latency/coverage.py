@@ -1,0 +1,63 @@
+"""Which precision x math family x architecture class the kernel table has measured.
+
+The tensor-core kernel model (``checkpoints/kernel_latency_tensor``) prices every GEMM and
+convolution off the FP32 CUDA cores, but it can only stand behind the combinations it has
+measured neighbours for. ``coverage.json`` beside its weights counts, for each precision, math
+family (``gemm``: GEMM and batched GEMM rows; ``conv``) and architecture class
+(:data:`lilou.hardware.database.ARCHITECTURE_CLASSES`), the table rows and GPUs behind it.
+``make train-kernels`` regenerates it (``scripts/kernel_coverage.py``) from the same table the
+model was trained on, H100 and L4 rows held back.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+COVERAGE_FILE = "coverage.json"
+#: Kernel-table families -> the math family a graph kernel belongs to.
+MATH_FAMILY_OF = {"gemm": "gemm", "bmm": "gemm", "conv": "conv"}
+
+
+@dataclass(frozen=True)
+class MeasuredCoverage:
+    """Rows and GPUs measured per (precision, math family, architecture class)."""
+
+    rows: dict[tuple[str, str, str], int]
+    gpus: dict[tuple[str, str, str], tuple[str, ...]]
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> MeasuredCoverage:
+        data = json.loads((Path(folder) / COVERAGE_FILE).read_text())
+        rows, gpus = {}, {}
+        for entry in data["entries"]:
+            key = (entry["dtype"], entry["family"], entry["architecture"])
+            rows[key] = int(entry["rows"])
+            gpus[key] = tuple(entry["gpus"])
+        return cls(rows, gpus)
+
+    def count(self, precision: str, family: str, architecture: str) -> int:
+        return self.rows.get((precision, family, architecture), 0)
+
+    def architectures(self, precision: str, family: str) -> list[str]:
+        """Architecture classes with measurements of ``precision`` ``family`` kernels, oldest first."""
+        from lilou.hardware.database import ARCHITECTURE_CLASSES
+
+        found = {arch for (p, f, arch), n in self.rows.items() if p == precision and f == family and n}
+        return [a for a in ARCHITECTURE_CLASSES if a in found]
+
+
+def coverage_entries(rows: list[tuple[str, str, str, str, int]]) -> dict[str, Any]:
+    """``coverage.json`` content from (dtype, table family, architecture class, gpu, rows) tuples."""
+    merged: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for dtype, family, architecture, gpu, count in rows:
+        math = MATH_FAMILY_OF.get(family)
+        if math is None:
+            continue
+        entry = merged.setdefault((dtype, math, architecture), {"rows": 0, "gpus": set()})
+        entry["rows"] += int(count)
+        entry["gpus"].add(gpu)
+    return {"entries": [{"dtype": d, "family": f, "architecture": a, "rows": e["rows"], "gpus": sorted(e["gpus"])}
+                        for (d, f, a), e in sorted(merged.items())]}
