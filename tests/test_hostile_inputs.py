@@ -139,6 +139,17 @@ def loop_model() -> onnx.ModelProto:
     return make_model([loop], [tensor("x", [4, 8])], [tensor("y", [4, 8])], inits)
 
 
+def scan_model() -> onnx.ModelProto:
+    """A Scan over 12 steps of a [12, 4, 8] input, carrying a [4, 8] state through a MatMul and an Add."""
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "w"], ["hw"]), helper.make_node("Add", ["hw", "x_t"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["y_t"])], "body",
+        [tensor("h_in", [4, 8]), tensor("x_t", [4, 8])], [tensor("h_out", [4, 8]), tensor("y_t", [4, 8])])
+    scan = helper.make_node("Scan", ["h0", "xs"], ["h", "ys"], name="scan", body=body, num_scan_inputs=1)
+    return make_model([scan], [tensor("h0", [4, 8]), tensor("xs", [12, 4, 8])],
+                      [tensor("h", [4, 8]), tensor("ys", [12, 4, 8])], [weight("w", [8, 8])])
+
+
 def if_model() -> onnx.ModelProto:
     def branch(name, op):
         return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_out"])], name, [],
@@ -461,6 +472,7 @@ def test_odd_but_valid_input_works(case, tmp_path, capsys):
 
 def test_control_flow_is_estimated(tmp_path, capsys):
     for builder, flops, note in ((loop_model, 10 * 2 * 4 * 8 * 8, "trip count (10)"),
+                                 (scan_model, 12 * (2 * 4 * 8 * 8 + 4 * 8), "scan length (12)"),
                                  (if_model, 4 * 4 * 8, "larger branch")):
         assert main(["graph", save(builder(), tmp_path / "m.onnx"), "--format", "json"]) == 0
         result = json.loads(capsys.readouterr().out)

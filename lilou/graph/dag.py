@@ -513,7 +513,7 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
     inputs = [tensors.get(t) or _unknown(t) if t else None for t in node.input]
     outputs = [tensors.get(t) or _unknown(t) for t in node.output]
     cost = node_cost(CostInput(op=node.op_type, attributes=_attributes(node), inputs=inputs, outputs=outputs))
-    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Loop", "If"):
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Loop", "If", "Scan"):
         return cost
     graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     label = node.name or node.op_type
@@ -532,7 +532,33 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
             notes.append(f"Loop {label!r} is costed as its body times its trip count ({trip}), as one kernel")
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
                         bytes_written=body.bytes_written * trip)
+    if node.op_type == "Scan" and "body" in graphs:
+        body = _subgraph_cost(graphs["body"], tensors, constants, notes)
+        trip = _scan_length(node, inputs)
+        if trip is None:
+            notes.append(f"Scan {label!r} has no scan length known from its input shapes: costed as one iteration "
+                         "of its body")
+            trip = 1
+        else:
+            notes.append(f"Scan {label!r} is costed as its body times its scan length ({trip}), as one kernel")
+        return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
+                        bytes_written=body.bytes_written * trip)
     return cost
+
+
+def _scan_length(node: onnx.NodeProto, inputs: Sequence[TensorInfo | None]) -> int | None:
+    """Iterations of a Scan (opset 9+): the length of its first scan input along its scan axis."""
+    attrs = {a.name: a for a in node.attribute}
+    count = int(attrs["num_scan_inputs"].i) if "num_scan_inputs" in attrs else 0
+    if count < 1 or count > len(inputs):
+        return None
+    first = inputs[len(inputs) - count]
+    axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else []
+    axis = int(axes[0]) if axes else 0
+    if first is None or first.shape is None or not -len(first.shape) <= axis < len(first.shape):
+        return None
+    length = int(first.shape[axis])
+    return length if length >= 0 else None
 
 
 def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
@@ -601,13 +627,14 @@ def _mark_constant_subgraphs(dag: nx.DiGraph, initializers: set[str]) -> None:
 def _warnings(dag: nx.DiGraph) -> list[str]:
     warnings = []
     unsupported = sorted({d["op"] for _, d in dag.nodes(data=True)
-                          if not d["supported"] and not d["constant"] and d["op"] not in ("Loop", "If")})
+                          if not d["supported"] and not d["constant"] and d["op"] not in CONTROL_FLOW_OPS})
     if unsupported:
         warnings.append(f"no cost formula for op(s) {', '.join(unsupported)}: counted as 0 FLOPs, bytes from tensor sizes")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "
-                        "trip count, an If its larger branch, a Scan is left out; each runs as one fallback kernel")
+                        "trip count, a Scan its body times its scan length, an If its larger branch; each runs as "
+                        "one fallback kernel")
     unknown = [n for n, d in dag.nodes(data=True)
                if not d["constant"] and any(t.shape is None for t in d["outputs"])]
     if unknown:
