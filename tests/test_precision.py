@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto
@@ -137,24 +138,24 @@ def test_a_bf16_gemm_is_predicted_faster_than_the_same_fp32_gemm_on_tensor_cores
     assert v100.latency_ms == predictor.predict(path, gpu="v100-sxm2-16gb", precision="fp32").latency_ms
 
 
+class PeakEcho:
+    """A stand-in kernel model: work = FLOPs at the peak it is handed."""
+
+    uses_units = True
+
+    def predict_work(self, kernels, devices):
+        work = kernels.flops / (devices.compute_tflops * 1e9)
+        return work, np.ones(len(work), dtype=bool)
+
+    def predict_types(self, kernels, devices):
+        return np.array(["gemm"] * len(kernels), dtype=object)
+
+
 def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
     """EndToEndModel hands a model that learned the kernel table's units the peak of each GEMM's unit."""
-    import numpy as np
-
     from lilou.fusion.predict import predict_partition
     from lilou.latency.end_to_end import describe_kernels
-    from lilou.latency.inference import KernelTimes
 
-    class PeakEcho:
-        """A stand-in kernel model: work = FLOPs at the peak it is handed."""
-
-        uses_units = True
-
-        def predict(self, kernels, devices):
-            work = kernels.flops / (devices.compute_tflops * 1e9)
-            n = len(work)
-            return KernelTimes(latency_ms=work, work_ms=work, floor_ms=np.zeros(n),
-                               kernel_type=np.array(["gemm"] * n, dtype=object), compute_bound=np.ones(n, dtype=bool))
 
     predictor = Predictor()
     predictor.model.kernel_model = PeakEcho()
@@ -170,20 +171,9 @@ def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
 
 def test_the_tensor_model_prices_only_what_runs_off_the_fp32_cores() -> None:
     """The NeuSight-trained model keeps FP32 kernels; the tensor-core model gets BF16 GEMMs at their unit's peak."""
-    import numpy as np
-
     from lilou.fusion.predict import predict_partition
     from lilou.latency.end_to_end import describe_kernels
-    from lilou.latency.inference import KernelTimes
 
-    class PeakEcho:
-        uses_units = True
-
-        def predict(self, kernels, devices):
-            work = kernels.flops / (devices.compute_tflops * 1e9)
-            n = len(work)
-            return KernelTimes(latency_ms=work, work_ms=work, floor_ms=np.zeros(n),
-                               kernel_type=np.array(["gemm"] * n, dtype=object), compute_bound=np.ones(n, dtype=bool))
 
     predictor = Predictor()
     graph = build_graph(matmul_model(TensorProto.BFLOAT16, m=4096, k=4096, n=4096))

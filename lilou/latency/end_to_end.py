@@ -167,14 +167,15 @@ class EndToEndModel:
                                                     path_for, rungs)
                 if self.kernel_model.uses_units:
                     ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
-            predicted = self.kernel_model.predict(ladder_pairs, ladder_columns)
-            flat_work = predicted.work_ms.copy()
+            flat_work, _ = self.kernel_model.predict_work(ladder_pairs, ladder_columns)
             if on_unit.any():
                 rows = np.flatnonzero(on_unit)
-                flat_work[rows] = self.tensor_model.predict(ladder_pairs.take(rows), unit_columns.take(rows)).work_ms
-            model_work = flat_work.reshape(d, rungs, m).min(axis=1).T
-            work[model_rows] = model_work
-            types[model_rows] = predicted.kernel_type.reshape(d, rungs, m)[:, 0, :].T
+                flat_work[rows] = self.tensor_model.predict_work(ladder_pairs.take(rows), unit_columns.take(rows))[0]
+            work[model_rows] = flat_work.reshape(d, rungs, m).min(axis=1).T
+            # The kernel type is that of the kernel itself (rung 0), not of its size ladder.
+            first = (np.arange(d)[:, None] * rungs * m + np.arange(m)[None, :]).reshape(-1)
+            kernel_types = self.kernel_model.predict_types(ladder_pairs.take(first), ladder_columns.take(first))
+            types[model_rows] = kernel_types.reshape(d, m).T
         return work, types, (compute >= memory).reshape(d, n).T
 
     def gpu_ms(self, work: KernelWork) -> np.ndarray:

@@ -43,12 +43,21 @@ def _linear_layers(state: dict[str, np.ndarray], prefix: str) -> Layers:
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(0.5 * x))  # x * sigmoid(x), without overflow
+    """x * sigmoid(x) as 0.5 x (1 + tanh(x / 2)), without overflow; in place on one temporary (``rank`` runs
+    it on tens of thousands of kernel x device rows, where the temporaries cost as much as the matmuls)."""
+    t = np.multiply(x, 0.5)
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= 0.5
+    t *= x
+    return t
 
 
 def _mlp(x: np.ndarray, layers: Layers) -> np.ndarray:
     for weight, bias in layers:
-        x = _silu(x @ weight + bias)
+        x = x @ weight
+        x += bias
+        x = _silu(x)
     return x
 
 
@@ -91,6 +100,13 @@ class KernelModel:
         return low_power_exponent(compute_ms, self.power_exponent, self.duration_exponent, self.log_duration_ms)
 
     def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelTimes:
+        work, compute_bound = self.predict_work(kernels, devices)
+        floor = np.exp(self.log_floor[kernels.family])
+        return KernelTimes(latency_ms=floor + work, work_ms=work, floor_ms=floor,
+                           kernel_type=self.predict_types(kernels, devices), compute_bound=compute_bound)
+
+    def predict_work(self, kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarray, np.ndarray]:
+        """(GPU work in ms, compute-bound) per row, without the kernel-type head."""
         compute, memory = roofline_ms(kernels, devices)
         roofline = roofline_inputs(kernels, devices)
         exponent = self.low_power_exponent(compute).astype(np.float32)
@@ -99,11 +115,12 @@ class KernelModel:
         hidden = _mlp((features - self._mean) / self._std, self._trunk)
         slowdown = (hidden @ self._slowdown[0] + self._slowdown[1])[:, 0]
         log_work = log_roofline + np.logaddexp(0.0, slowdown)  # softplus
+        work = np.exp(log_work.astype(np.float64))
+        return work, np.broadcast_to(compute >= memory, work.shape).copy()
+
+    def predict_types(self, kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
+        """The kernel-type head's class name per row (object array of str)."""
         type_features = kernel_features(kernels, devices, self.type_feature_groups)
         type_hidden = _mlp((type_features - self._type_mean) / self._type_std, self._type_trunk)
         logits = type_hidden @ self._type_out[0] + self._type_out[1]
-        floor = np.exp(self.log_floor[kernels.family])
-        work = np.exp(log_work.astype(np.float64))
-        types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(axis=1)]
-        return KernelTimes(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,
-                           compute_bound=np.broadcast_to(compute >= memory, work.shape).copy())
+        return np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(axis=1)]
