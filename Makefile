@@ -100,7 +100,7 @@ train-kernels: install
 # rows and eager end-to-end labels of the training GPUs -> checkpoints/e2e_overhead. Exports the
 # labelled models once into datasets/e2e_models (git-ignored; ~5 min the first time, ~1.5 min after).
 fit-e2e: install
-	$(PY) -m lilou.latency.calibrate
+	$(PY) -m lilou.latency.composition.calibrate
 
 # Ablation tables and figures -> outputs/results/, then docs/results.md and docs/results/*.png
 # (scripts/make_report.py; 25 min on 2 cores). `make report QUICK=1`: tiny configs, minutes, not for citing.

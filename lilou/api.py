@@ -24,14 +24,14 @@ from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_
 from lilou.errors import LilouInputError
 from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device, resolve_device
-from lilou.latency.breakdown import CATEGORIES, kernel_category
-from lilou.latency.coverage import MeasuredCoverage
-from lilou.latency.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
-from lilou.latency.fallback import FallbackModel, fallback_ops
-from lilou.latency.inference import KernelModel
-from lilou.latency.features import power_factor
-from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
-from lilou.latency.precision import PrecisionPath, check_precision, check_tf32, precision_path, precision_warnings
+from lilou.latency.composition.breakdown import CATEGORIES, kernel_category
+from lilou.latency.kernel_model.coverage import MeasuredCoverage
+from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
+from lilou.latency.composition.fallback import FallbackModel, fallback_ops
+from lilou.latency.kernel_model.inference import KernelModel
+from lilou.latency.kernel_model.features import power_factor
+from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
+from lilou.latency.kernel_model.precision import PrecisionPath, check_precision, check_tf32, precision_path, precision_warnings
 from lilou.graph.precision import ModelPrecision, model_precision
 
 ModelInput = str | os.PathLike[str] | ModelGraph
@@ -51,7 +51,7 @@ class KernelEstimate:
     bytes: int
     compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
     fallback: bool        # no measurements for this kind of kernel: memory-bound fallback
-    category: str         # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.breakdown)
+    category: str         # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.composition.breakdown)
 
     @property
     def bound(self) -> str:
@@ -203,7 +203,7 @@ class Predictor:
         """End-to-end latency of ``model`` (an ONNX path or a loaded graph) on one GPU or MIG slice.
 
         ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
-        ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.precision)."""
+        ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.kernel_model.precision)."""
         from lilou.hardware.database import ambiguity_note
 
         device = resolve_device(gpu, mig)  # bad names fail before the model is read
@@ -346,7 +346,7 @@ _NOTE_TIMES_MS = (0.1, 100.0)
 
 
 def _power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[str]:
-    """Say so when low-power boards compute below their peak in the model (lilou.latency.model)."""
+    """Say so when low-power boards compute below their peak in the model (lilou.latency.kernel_model.model)."""
     short, long = (float(e) for e in kernel_model.low_power_exponent(np.array(_NOTE_TIMES_MS)))
     slowed: dict[str, tuple[float, float, float]] = {}  # board -> (power W, factor for short, for long kernels)
     for device in devices:

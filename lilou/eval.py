@@ -33,8 +33,8 @@ def evaluate_fusion(cfg: DictConfig) -> dict[str, Any]:
 
 
 def evaluate_kernels(cfg: DictConfig) -> dict[str, Any]:
-    from lilou.latency.predictor import KernelLatencyPredictor
-    from lilou.latency.training import held_out_metrics
+    from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
+    from lilou.latency.kernel_model.training import held_out_metrics
 
     predictor = KernelLatencyPredictor.load(_checkpoint(cfg))
     datamodule = instantiate(cfg.data)

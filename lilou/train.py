@@ -14,7 +14,7 @@ from lilou.errors import LilouInputError
 
 def _tasks():
     from lilou.fusion.training import train_fusion_model
-    from lilou.latency.training import train_kernel_model
+    from lilou.latency.kernel_model.training import train_kernel_model
     from lilou.research.e2e_task import train_e2e_calibration
 
     return {"kernel_latency": train_kernel_model, "fusion_gnn": train_fusion_model,

@@ -1,6 +1,6 @@
 """End-to-end ablation: oracle fusion vs predicted fusion vs no fusion (one kernel per ONNX node).
 
-Runs the ``lilou eval`` pipeline (:func:`lilou.latency.e2e_eval.evaluate`) on NeuSight's
+Runs the ``lilou eval`` pipeline (:func:`lilou.latency.evaluation.e2e_eval.evaluate`) on NeuSight's
 eager end-to-end labels once per kernel-grouping mode; everything else (per-kernel
 model, fallback, dispatch gap, overhead scale fitted per fold) is the same, so the
 difference between the rows is what fusion prediction is worth end to end.
@@ -32,7 +32,7 @@ LABELS = {"oracle": "oracle fusion (eager exporter metadata)", "predicted": "pre
 def run(models, gpus, logo: bool, seed: int, log=print) -> tuple[list[dict], list[dict], dict]:
     import lightning as L
 
-    from lilou.latency.e2e_eval import evaluate
+    from lilou.latency.evaluation.e2e_eval import evaluate
 
     rows, per_gpu, info = [], [], {}
     for mode in MODES:

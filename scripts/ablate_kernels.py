@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lilou.latency.folds import KERNEL_FOLDS  # noqa: E402
+from lilou.latency.evaluation.folds import KERNEL_FOLDS  # noqa: E402
 from lilou.research.ablation import (RESULTS, cached_kernel_rows, compose, pyplot,  # noqa: E402
                                      quiet_lightning, save_figure, write_result)
 
@@ -61,8 +61,8 @@ def fold_rows(variant: str, ablation: str, fold: str, rows, predicted: np.ndarra
 
 
 def run(overrides: list[str], folds: dict[str, list[str]], variants=VARIANTS, log=print) -> list[dict]:
-    from lilou.latency.roofline import RooflineBaseline
-    from lilou.latency.training import fit
+    from lilou.latency.evaluation.roofline import RooflineBaseline
+    from lilou.latency.kernel_model.training import fit
 
     results: list[dict] = []
     started = time.perf_counter()

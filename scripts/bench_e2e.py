@@ -1,6 +1,6 @@
 """Benchmark end-to-end latency on NeuSight's eager labels, leave-one-GPU-out (``make bench-e2e``).
 
-Runs :func:`lilou.latency.e2e_eval.evaluate` (what `lilou eval` runs): for each of the
+Runs :func:`lilou.latency.evaluation.e2e_eval.evaluate` (what `lilou eval` runs): for each of the
 five labelled GPUs, the per-kernel model, fallback, dispatch gap and overhead scale
 fitted without it, the roofline baseline fitted the same way; prints the tables and
 writes outputs/bench/e2e.{json,csv}. Fold checkpoints are cached in outputs/logo
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from lilou.commands.eval import print_tables, write_csv
-from lilou.latency.e2e_eval import FUSION_MODES, evaluate
+from lilou.latency.evaluation.e2e_eval import FUSION_MODES, evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"

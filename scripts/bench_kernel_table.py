@@ -8,8 +8,9 @@ hash of the row) is split once per fold:
 A fold model is trained on every other row (all sources, every timing method) and predicts the
 held-out rows with the launch floor of their own timing method. Two baselines are refitted per fold on
 the same rows: the roofline (fitted floor and efficiency per family) and the NeuSight-style tile/wave
-predictor (lilou/latency/neusight_baseline.py), both at the peak of each row's unit. The tables have the same layout as part 5 of
-``scripts/bench_kernels.py`` (the shipped NeuSight-only model), so the two read side by side.
+predictor (lilou/latency/evaluation/neusight_baseline.py), both at the peak of each row's unit. The tables
+have the same layout as part 5 of ``scripts/bench_kernels.py`` (the shipped NeuSight-only model), so the
+two read side by side.
 
 Prints the tables and writes outputs/bench/kernel_table.{json,md}.
 
@@ -26,13 +27,14 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from lilou.data.kernel_table import kernel_table
-from lilou.latency.neusight_baseline import NeuSightBaseline
-from lilou.latency.roofline import RooflineBaseline
-from lilou.latency.table_datamodule import dataset_from_sample
+from lilou.latency.evaluation.neusight_baseline import NeuSightBaseline
+from lilou.latency.evaluation.roofline import RooflineBaseline
+from lilou.latency.kernel_model.table_datamodule import dataset_from_sample
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
-from lilou.latency.table_folds import MIN_GPU_ROWS, Scored, logo_table, loao_table, per_architecture, sample_table
-from lilou.latency.table_kernels import table_kernels
-from lilou.latency.training import fit
+from lilou.latency.evaluation.table_folds import MIN_GPU_ROWS, Scored, logo_table, loao_table, per_architecture
+from lilou.latency.kernel_model.table_sample import sample_table
+from lilou.latency.kernel_model.table_kernels import table_kernels
+from lilou.latency.kernel_model.training import fit
 from lilou.research.fold_tables import markdown_folds, print_table_folds
 
 REPO = Path(__file__).resolve().parents[1]

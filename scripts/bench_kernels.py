@@ -9,7 +9,7 @@
 4. What limits it (diagnostics, never results): per held-out GPU and family, the MAPE
    left once a launch offset and a speed scale are fitted in hindsight on that GPU's own
    rows; and the fraction of FP32 peak large GEMMs reach against their ideal duration.
-5. The folds that matter (lilou.latency.table_folds), on the whole kernel table (every
+5. The folds that matter (lilou.latency.evaluation.table_folds), on the whole kernel table (every
    source, a fixed sample of at most --per-group rows per source x GPU x dtype x family):
    leave-one-GPU-out per source, dtype and family over every GPU with >= 500 rows, and
    leave-one-architecture-out. Each row is predicted by the shipped model where it never
@@ -35,15 +35,16 @@ from hydra import compose, initialize_config_dir
 
 from lilou.data.neusight import load_kernels
 from lilou.hardware import resolve_device
-from lilou.latency.dataset import build_dataset
-from lilou.latency.diagnostics import gemm_efficiency_by_duration, limits_table
-from lilou.latency.evaluation import error_table
-from lilou.latency.features import DeviceColumns
-from lilou.latency.folds import KERNEL_FOLDS
-from lilou.latency.predictor import KernelLatencyPredictor
-from lilou.latency.roofline import RooflineBaseline
-from lilou.latency.table_folds import Fold, logo_table, loao_table, per_architecture, sample_table, score
-from lilou.latency.training import fit, held_out_metrics
+from lilou.latency.kernel_model.dataset import build_dataset
+from lilou.latency.evaluation.diagnostics import gemm_efficiency_by_duration, limits_table
+from lilou.latency.kernel_model.metrics import error_table
+from lilou.latency.kernel_model.features import DeviceColumns
+from lilou.latency.evaluation.folds import KERNEL_FOLDS
+from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
+from lilou.latency.evaluation.roofline import RooflineBaseline
+from lilou.latency.evaluation.table_folds import Fold, logo_table, loao_table, per_architecture, score
+from lilou.latency.kernel_model.table_sample import sample_table
+from lilou.latency.kernel_model.training import fit, held_out_metrics
 from lilou.research.fold_tables import markdown_folds, print_table, print_table_folds
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,7 +38,7 @@ def bert_large() -> Path:
     path = E2E_MODELS / "bert_large-512.onnx"
     if not path.exists():
         E2E_MODELS.mkdir(parents=True, exist_ok=True)
-        # The same command as lilou.latency.calibrate.export_models, so the cache is shared.
+        # The same command as lilou.latency.composition.calibrate.export_models, so the cache is shared.
         subprocess.run([sys.executable, "-m", "lilou.cli", "zoo", "export", "bert_large", "--seq", "512", "--batch",
                         "8", "--dynamic-batch", "--strip-weights", "-o", str(path)], check=True)
     return path

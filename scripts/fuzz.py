@@ -587,8 +587,8 @@ def preload() -> None:
     import lilou.commands.infer  # noqa: F401
     import lilou.fusion.predict  # noqa: F401
     import lilou.graph.loading  # noqa: F401
-    import lilou.latency.end_to_end  # noqa: F401
-    import lilou.latency.inference  # noqa: F401
+    import lilou.latency.composition.end_to_end  # noqa: F401
+    import lilou.latency.kernel_model.inference  # noqa: F401
 
     lilou.cli.build_parser()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lilou.data.kernel_table import kernel_table
 from lilou.hardware.database import architecture_class
-from lilou.latency.coverage import COVERAGE_FILE, coverage_entries
+from lilou.latency.kernel_model.coverage import COVERAGE_FILE, coverage_entries
 
 
 def main() -> None:

@@ -75,7 +75,7 @@ def test_ablate_kernels_tiny(tmp_path, datasets_dir, monkeypatch):
 @pytest.mark.parametrize("seed", [3])
 def test_same_seed_same_metrics(datasets_dir, seed):
     """Two fits of one tiny kernel config with the same seed give identical held-out metrics (CPU)."""
-    from lilou.latency.training import fit, held_out_metrics
+    from lilou.latency.kernel_model.training import fit, held_out_metrics
     from lilou.research.ablation import cached_kernel_rows, compose, quiet_lightning
 
     cfg = compose(["experiment=kernel_latency", f"seed={seed}", f"data.data_dir={datasets_dir}",

@@ -8,9 +8,10 @@ import pytest
 from lilou.data.neusight import load_e2e
 from lilou.fusion.predict import predict_partition
 from lilou.graph.dag import load_graph
-from lilou.latency.breakdown import CATEGORIES, kernel_category, measured_breakdown, node_category, predicted_breakdown
-from lilou.latency.e2e_eval import EvalResult, EvalRow
-from lilou.latency.end_to_end import describe_kernels
+from lilou.latency.composition.breakdown import (CATEGORIES, kernel_category, measured_breakdown, node_category,
+                                                predicted_breakdown)
+from lilou.latency.evaluation.e2e_eval import EvalResult, EvalRow
+from lilou.latency.composition.end_to_end import describe_kernels
 from tests.conftest import REPO
 
 

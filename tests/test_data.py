@@ -14,7 +14,7 @@ from lilou.commands import data as data_command
 from lilou.data import DATASETS, data_root, dataset_dir, get_dataset
 from lilou.data.fetch import ChecksumError, FetchError, fetch
 from lilou.data.neusight import load_device_configs, load_e2e, load_kernels
-from lilou.latency.measured import cost_nodes, kernel_cost, table_costs
+from lilou.latency.kernel_model.measured import cost_nodes, kernel_cost, table_costs
 from lilou.errors import LilouInputError, MissingDataError
 from lilou.graph.costs import CostInput, TensorInfo, node_cost
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from lilou.data.neusight import load_kernels
-from lilou.latency.dataset import build_dataset
-from lilou.latency.diagnostics import gemm_efficiency_by_duration, limits_table, oracle_offset_scale
-from lilou.latency.predictor import KernelLatencyPredictor
+from lilou.latency.kernel_model.dataset import build_dataset
+from lilou.latency.evaluation.diagnostics import gemm_efficiency_by_duration, limits_table, oracle_offset_scale
+from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
 
 REPO = Path(__file__).resolve().parents[1]
 

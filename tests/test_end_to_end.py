@@ -14,11 +14,11 @@ from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
 from lilou.fusion.predict import predict_partition
 from lilou.graph.dag import load_graph
 from lilou.hardware import all_devices, all_gpus, resolve_device
-from lilou.latency.end_to_end import describe_kernels
-from lilou.latency.features import DeviceColumns, KernelBatch
-from lilou.latency.inference import KernelModel
-from lilou.latency.monotone import dominates, dominating_devices, ladder_factors, scaled
-from lilou.latency.overhead import E2E_OVERHEAD
+from lilou.latency.composition.end_to_end import describe_kernels
+from lilou.latency.kernel_model.features import DeviceColumns, KernelBatch
+from lilou.latency.kernel_model.inference import KernelModel
+from lilou.latency.composition.monotone import dominates, dominating_devices, ladder_factors, scaled
+from lilou.latency.composition.overhead import E2E_OVERHEAD
 from tests.conftest import REPO
 from tests.onnx_builders import make_model, tensor
 
@@ -45,7 +45,7 @@ def _device(name: str):
 
 
 def test_numpy_model_matches_the_torch_predictor():
-    from lilou.latency.predictor import KernelLatencyPredictor
+    from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
 
     _, kernels = _kernels(EXAMPLE)
     devices = all_devices()[::7]
@@ -61,7 +61,7 @@ def test_numpy_model_matches_the_torch_predictor():
 
 
 def test_fallback_and_gap_are_reproduced_from_real_elementwise_rows(datasets_dir):
-    from lilou.latency.calibrate import fit_floor_side
+    from lilou.latency.composition.calibrate import fit_floor_side
 
     params = json.loads((OVERHEAD / "model.json").read_text())
     trained_on = json.loads((checkpoint_path(KERNEL_LATENCY) / "config.json").read_text())["trained_on"]

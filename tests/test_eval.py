@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lilou.cli import main
-from lilou.latency.e2e_eval import (FOLDS, EvalResult, EvalRow, ape, average_ranks, evaluate, kendall,
+from lilou.latency.evaluation.e2e_eval import (FOLDS, EvalResult, EvalRow, ape, average_ranks, evaluate, kendall,
                                     select_labels, spearman)
 
 # ------------------------------------------------------------------ metrics (exact, by hand)

@@ -6,11 +6,11 @@ import pytest
 from onnx import helper
 
 from lilou.data.neusight import load_kernels
-from lilou.latency.measured import cost_nodes
+from lilou.latency.kernel_model.measured import cost_nodes
 from lilou.graph import build_graph
 from lilou.hardware import resolve_device
-from lilou.latency.features import DeviceColumns, KernelBatch, feature_names, kernel_features, roofline_ms
-from lilou.latency.kernel import describe_graph_kernel, describe_kernel
+from lilou.latency.kernel_model.features import DeviceColumns, KernelBatch, feature_names, kernel_features, roofline_ms
+from lilou.latency.kernel_model.kernel import describe_graph_kernel, describe_kernel
 from tests.onnx_builders import make_model, tensor, weight
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from lilou.data.neusight import load_kernels
 from lilou.hardware import resolve_device
-from lilou.latency.dataset import build_dataset
-from lilou.latency.features import DeviceColumns
-from lilou.latency.kernel_types import KERNEL_TYPES
-from lilou.latency.predictor import KernelLatencyPredictor
-from lilou.latency.roofline import RooflineBaseline
+from lilou.latency.kernel_model.dataset import build_dataset
+from lilou.latency.kernel_model.features import DeviceColumns
+from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
+from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
+from lilou.latency.evaluation.roofline import RooflineBaseline
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lilou.latency.kernel_types import KERNEL_TYPES, kernel_type, tile_class, type_index
+from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES, kernel_type, tile_class, type_index
 
 # Literal kernel names as they appear in NeuSight's ``Kernel Name`` column (long C++ names
 # abbreviated after their template arguments: the rules only look at the start).
@@ -115,7 +115,7 @@ _FAMILY_PREFIX = {"gemm": "gemm_", "conv": "conv_", "elementwise": "elementwise_
 def test_every_measured_name_is_typed(datasets_dir, split: str) -> None:
     """Every main and helper kernel of the data has a type, and main kernels match their op family."""
     from lilou.data.neusight import load_kernels
-    from lilou.latency.kernel_types import table_types
+    from lilou.latency.kernel_model.kernel_types import table_types
 
     table = load_kernels(split, data_dir=datasets_dir)
     assert len(table) > 0

@@ -12,11 +12,11 @@ from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
 from lilou.fusion.predict import predict_partition
 from lilou.graph.dag import load_graph
 from lilou.hardware import resolve_device
-from lilou.latency.end_to_end import describe_kernels
-from lilou.latency.features import (REFERENCE_POWER_W, DeviceColumns, KernelBatch, low_power_exponent, power_factor,
+from lilou.latency.composition.end_to_end import describe_kernels
+from lilou.latency.kernel_model.features import (REFERENCE_POWER_W, DeviceColumns, KernelBatch, low_power_exponent, power_factor,
                                    roofline_ms)
-from lilou.latency.inference import KernelModel
-from lilou.latency.overhead import E2E_OVERHEAD, OverheadModel, _best_scale, fit_overhead, queue_shares
+from lilou.latency.kernel_model.inference import KernelModel
+from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, _best_scale, fit_overhead, queue_shares
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "resnet18.onnx"

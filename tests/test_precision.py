@@ -15,7 +15,7 @@ from lilou.errors import LilouInputError
 from lilou.graph.dag import build_graph
 from lilou.graph.precision import model_precision
 from lilou.hardware import resolve_device
-from lilou.latency.precision import default_tf32, precision_path
+from lilou.latency.kernel_model.precision import default_tf32, precision_path
 from tests.onnx_builders import make_model, tensor, weight
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resnet18.onnx"
@@ -108,7 +108,7 @@ def test_precision_override_and_rank(capsys) -> None:
 
 
 def test_kernel_units_follow_precision_and_the_device() -> None:
-    from lilou.latency.precision import kernel_unit
+    from lilou.latency.kernel_model.precision import kernel_unit
 
     h100, t4, p100 = resolve_device("h100-sxm"), resolve_device("t4"), resolve_device("p100-pcie-16gb")
 
@@ -154,7 +154,7 @@ class PeakEcho:
 def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
     """EndToEndModel hands a model that learned the kernel table's units the peak of each GEMM's unit."""
     from lilou.fusion.predict import predict_partition
-    from lilou.latency.end_to_end import describe_kernels
+    from lilou.latency.composition.end_to_end import describe_kernels
 
 
     predictor = Predictor()
@@ -172,7 +172,7 @@ def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
 def test_the_tensor_model_prices_only_what_runs_off_the_fp32_cores() -> None:
     """The NeuSight-trained model keeps FP32 kernels; the tensor-core model gets BF16 GEMMs at their unit's peak."""
     from lilou.fusion.predict import predict_partition
-    from lilou.latency.end_to_end import describe_kernels
+    from lilou.latency.composition.end_to_end import describe_kernels
 
 
     predictor = Predictor()

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lilou.latency.kernel import describe_kernel
-from lilou.latency.measured import cost_nodes
+from lilou.latency.kernel_model.kernel import describe_kernel
+from lilou.latency.kernel_model.measured import cost_nodes
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
-from lilou.latency.table_folds import Scored, logo_table, loao_table, unit_peaks
-from lilou.latency.table_kernels import row_nodes, table_kernels
+from lilou.latency.evaluation.table_folds import Scored, logo_table, loao_table, unit_peaks
+from lilou.latency.kernel_model.table_kernels import row_nodes, table_kernels
 
 
 def test_a_neusight_linear_row_is_the_same_kernel_as_the_loader_gives() -> None:
@@ -69,8 +69,8 @@ def test_logo_averages_per_gpu_and_needs_enough_rows() -> None:
 
 
 def test_table_rows_train_with_their_unit_peak_timing_and_kernel_names() -> None:
-    from lilou.latency.dataset import TIMINGS
-    from lilou.latency.table_datamodule import dataset_from_sample
+    from lilou.latency.kernel_model.dataset import TIMINGS
+    from lilou.latency.kernel_model.table_datamodule import dataset_from_sample
 
     sample = {"source": ["aiconfigurator", "neusight"], "gpu": ["h200", "t4"], "dtype": ["bf16", "fp32"],
               "family": ["gemm", "gemm"], "op": ["gemm", "linear"], "unit": ["bf16_tensor", "fp32"],
@@ -87,14 +87,14 @@ def test_table_rows_train_with_their_unit_peak_timing_and_kernel_names() -> None
 def test_a_model_with_timing_floors_keeps_them_apart() -> None:
     import torch
 
-    from lilou.latency.model import KernelLatencyNet
+    from lilou.latency.kernel_model.model import KernelLatencyNet
 
     net = KernelLatencyNet(3, 2, hidden=(4,), type_hidden=(4,), num_timings=2)
     with torch.no_grad():
         net.log_floor[:] = torch.arange(2 * net.log_floor.numel() // 2, dtype=torch.float32)
     family = torch.tensor([1, 1])
     floors, _, _ = net.parts(torch.zeros(2, 3), torch.zeros(2, 2), family, torch.zeros(2, 3), torch.tensor([0, 1]))
-    from lilou.latency.kernel import FAMILIES
+    from lilou.latency.kernel_model.kernel import FAMILIES
 
     assert floors.tolist() == [1.0, 1.0 + len(FAMILIES)]
     eager, _, _ = net.parts(torch.zeros(2, 3), torch.zeros(2, 2), family, torch.zeros(2, 3))
@@ -103,8 +103,8 @@ def test_a_model_with_timing_floors_keeps_them_apart() -> None:
 
 def test_the_neusight_style_baseline_is_bounded_by_the_roofline_and_learns(datasets_dir) -> None:
     from lilou.data.neusight import load_kernels
-    from lilou.latency.dataset import build_dataset
-    from lilou.latency.neusight_baseline import NeuSightBaseline, tiles
+    from lilou.latency.kernel_model.dataset import build_dataset
+    from lilou.latency.evaluation.neusight_baseline import NeuSightBaseline, tiles
 
     data = build_dataset(load_kernels("train", ops=["linear", "bmm"], devices=["t4"], data_dir=datasets_dir,
                                       limit_per_file=2000))

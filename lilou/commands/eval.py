@@ -5,7 +5,7 @@ fallback, the dispatch gap and the overhead scale are fitted without it (fold
 checkpoints cached in ``outputs/logo``; the first run trains five folds, a few
 minutes on 2 cores). ``--no-logo`` scores the shipped checkpoints in-sample.
 The roofline baseline is scored in the same pipeline (see
-:mod:`lilou.latency.e2e_eval`).
+:mod:`lilou.latency.evaluation.e2e_eval`).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _names(value: str | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lilou.latency.e2e_eval import evaluate
+    from lilou.latency.evaluation.e2e_eval import evaluate
 
     result = evaluate(data_dir=args.data_dir, models=_names(args.models), gpus=_names(args.gpus),
                       fusion=args.fusion, logo=args.logo, retrain=args.retrain)
@@ -128,7 +128,7 @@ def print_tables(result, out=None) -> None:
 
 def print_breakdown(result, out) -> None:
     """Where the time goes, measured against predicted, on labels with NeuSight's per-node latencies."""
-    from lilou.latency.breakdown import CATEGORIES
+    from lilou.latency.composition.breakdown import CATEGORIES
 
     summary = result.breakdown_summary()
     if not summary:

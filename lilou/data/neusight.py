@@ -3,7 +3,7 @@
 Per-operator rows become a columnar :class:`KernelTable` (numpy arrays, one row
 view :class:`KernelMeasurement` at a time). FLOPs and bytes are not in the data: the
 latency stage derives them from the ONNX nodes that express the same PyTorch call
-(:mod:`lilou.latency.measured`), so this module stays a leaf that imports no stage.
+(:mod:`lilou.latency.kernel_model.measured`), so this module stays a leaf that imports no stage.
 
 Column meanings (datasets/README.md): ``linear`` is ``nn.Linear(N, K, bias=True)``
 on [B,M,N]; ``bmm`` is [B,M,N] x [B,N,K]; ``conv`` is ``nn.Conv2d`` without bias on a

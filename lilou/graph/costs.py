@@ -258,7 +258,7 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
     """(input tensor, bytes a kernel reads of it) for every input the node reads by value.
 
     Shape-like inputs lend only metadata, and Gather/Slice read only the rows they
-    output, not the whole table. Fused kernels use this too (``lilou.latency.kernel``).
+    output, not the whole table. Fused kernels use this too (``lilou.latency.kernel_model.kernel``).
     """
     if node.op in VIEW_OPS or node.op in SEQUENCE_OPS or node.op in ("ConstantOfShape", "Range", "EyeLike"):
         return []

@@ -49,10 +49,10 @@ def command_line() -> str:
 def cached_kernel_rows() -> Iterator[None]:
     """Parse the NeuSight kernel CSVs once for every fit of a script (each fit would re-read them).
 
-    Patches the names :mod:`lilou.latency.datamodule` imported; the cached objects are
+    Patches the names :mod:`lilou.latency.kernel_model.datamodule` imported; the cached objects are
     never modified by the data module (it only indexes them).
     """
-    from lilou.latency import datamodule
+    from lilou.latency.kernel_model import datamodule
 
     original_load, original_build = datamodule.load_kernels, datamodule.build_dataset
     load = functools.lru_cache(maxsize=4)(lambda split, ops, data_dir: original_load(split, ops=ops,

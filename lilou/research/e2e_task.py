@@ -1,7 +1,7 @@
 """Hydra task ``e2e_calibration``: the end-to-end fit of ``make fit-e2e`` as a Hydra run.
 
 Fits the memory-bound fallback, the dispatch gap and the launch-queue scale
-(:mod:`lilou.latency.calibrate`) against the shipped per-kernel checkpoint and writes the
+(:mod:`lilou.latency.composition.calibrate`) against the shipped per-kernel checkpoint and writes the
 result (``model.json``, ``config.json``, ``metrics.json``) to ``<run dir>/checkpoint``;
 ``output_checkpoint=checkpoints/e2e_overhead`` also replaces the shipped one. The fit is
 closed-form (no random state); ``seed`` is recorded only.
@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 def train_e2e_calibration(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    from lilou.latency.calibrate import main as calibrate
+    from lilou.latency.composition.calibrate import main as calibrate
 
     output = Path(HydraConfig.get().runtime.output_dir) / "checkpoint"
     e2e = cfg.get("e2e") or {}
@@ -33,7 +33,7 @@ def train_e2e_calibration(cfg: DictConfig) -> float | None:
         argv += ["--models-dir", to_absolute_path(e2e.models_dir)]
     code = calibrate(argv)
     if code:
-        raise RuntimeError(f"lilou.latency.calibrate exited with {code}")
+        raise RuntimeError(f"lilou.latency.composition.calibrate exited with {code}")
     metrics_path = output / "metrics.json"
     metrics = json.loads(metrics_path.read_text())
     metrics.update({"hydra_command": " ".join(["python -m lilou.train", *sys.argv[1:]]), "seed": cfg.seed})

@@ -1,0 +1,206 @@
+"""End-to-end latency: kernel groups -> per-kernel GPU work -> sum with launch overhead.
+
+The pipeline for one graph and any number of devices:
+
+1. :func:`describe_kernels` describes every launching group of a partition once
+   (:class:`~lilou.latency.kernel_model.kernel.KernelSpec`), marks the groups the per-kernel model
+   has no data for (:mod:`lilou.latency.composition.fallback`) and deduplicates identical kernels
+   (a transformer repeats the same few dozen kernels per layer).
+2. :meth:`EndToEndModel.kernel_work` predicts the GPU work of every unique kernel
+   on every device in **one** batched call (the fallback's work for the others),
+   monotonic in problem size and across MIG slices by construction
+   (:mod:`lilou.latency.composition.monotone`).
+3. :meth:`EndToEndModel.compose` turns work into each kernel's share of the
+   end-to-end time with the launch/gap model fitted on real end-to-end labels
+   (:mod:`lilou.latency.composition.overhead`); the total is the sum over kernels.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from lilou.fusion.partition import Partition
+from lilou.graph.costs import CostInput, input_reads
+from lilou.graph.dag import ModelGraph
+from lilou.hardware import Device
+from lilou.latency.composition.fallback import FALLBACK_TYPE, FallbackModel, uses_fallback
+from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
+from lilou.latency.kernel_model.inference import KernelModel
+from lilou.latency.kernel_model.kernel import KernelSpec, describe_graph_kernel
+from lilou.latency.composition.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
+from lilou.latency.composition.overhead import OverheadModel
+from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit
+
+
+@dataclass(frozen=True)
+class GraphKernels:
+    """The launching kernels of one graph, in execution order, described once."""
+
+    nodes: list[tuple[str, ...]]  # ONNX node names per kernel
+    specs: list[KernelSpec]
+    unique: list[KernelSpec]      # distinct kernels
+    unique_fallback: np.ndarray   # bool per distinct kernel: the memory-bound fallback applies
+    unique_fixed_bytes: np.ndarray  # per distinct kernel: bytes read from weights/constants (batch-invariant)
+    index: np.ndarray             # kernel -> position in ``unique``
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    @property
+    def fallback(self) -> np.ndarray:
+        """bool per kernel: the memory-bound fallback applies."""
+        return self.unique_fallback[self.index]
+
+
+def describe_kernels(graph: ModelGraph, partition: Partition) -> GraphKernels:
+    """Describe the partition's launching kernels; kernels with ops lacking a cost formula or
+    outputs of unknown shape (incomplete features) are sent to the fallback."""
+    unsupported = frozenset(graph.unsupported_ops)
+    dag = graph.dag
+    activations = {t.name for t in graph.inputs}
+    activations.update(t.name for n in graph.runtime_nodes() for t in dag.nodes[n]["outputs"])
+    nodes = [group.nodes for group in partition.kernels]
+    specs = [describe_graph_kernel(graph, group) for group in nodes]
+    keys = [(spec, _incomplete(graph, group), _fixed_bytes(graph, group, activations))
+            for spec, group in zip(specs, nodes)]
+    position: dict[tuple[KernelSpec, bool, int], int] = {}
+    index = np.fromiter((position.setdefault(key, len(position)) for key in keys), dtype=np.int64, count=len(keys))
+    unique = [spec for spec, _, _ in position]
+    fallback = np.fromiter((bad or uses_fallback(spec, unsupported) for spec, bad, _ in position),
+                           dtype=bool, count=len(unique))
+    fixed = np.fromiter((fixed for _, _, fixed in position), dtype=np.float64, count=len(unique))
+    return GraphKernels(nodes=nodes, specs=specs, unique=unique, unique_fallback=fallback,
+                        unique_fixed_bytes=fixed, index=index)
+
+
+def _incomplete(graph: ModelGraph, group: Sequence[str]) -> bool:
+    """An output of unknown shape: the kernel's FLOPs and bytes are incomplete."""
+    return any(t.shape is None for n in group for t in graph.dag.nodes[n]["outputs"])
+
+
+def _fixed_bytes(graph: ModelGraph, group: Sequence[str], activations: set[str]) -> int:
+    """Bytes the kernel reads from weights and constants: they do not grow with the batch."""
+    dag = graph.dag
+    produced = {t.name for n in group for t in dag.nodes[n]["outputs"]}
+    reads: dict[str, int] = {}
+    for name in group:
+        data = dag.nodes[name]
+        node = CostInput(op=data["op"], attributes=data["attributes"], inputs=data["inputs"], outputs=data["outputs"])
+        for tensor, nbytes in input_reads(node):
+            if tensor.name not in produced and tensor.name not in activations:
+                reads[tensor.name] = max(reads.get(tensor.name, 0), nbytes)
+    return sum(reads.values())
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """Per kernel (rows) and device (columns)."""
+
+    work_ms: np.ndarray        # GPU time of the kernel alone, monotonic in size and MIG slice
+    kernel_type: np.ndarray    # str
+    compute_bound: np.ndarray  # bool
+    fallback: np.ndarray       # bool per kernel (rows)
+
+
+class EndToEndModel:
+    """Per-kernel model + fallback + launch/gap overhead: the whole latency side of Lilou."""
+
+    def __init__(self, kernel_model: KernelModel, fallback: FallbackModel, overhead: OverheadModel,
+                 tensor_model: KernelModel | None = None) -> None:
+        """``tensor_model``: a model that learned the compute units of the kernel table; it prices the GEMMs and
+        convolutions whose unit is not the FP32 CUDA cores (BF16 tensor cores ...), ``kernel_model`` the rest."""
+        if tensor_model is not None and not tensor_model.uses_units:
+            raise ValueError("the tensor-core kernel model must have the 'precision' feature group")
+        self.kernel_model = kernel_model
+        self.tensor_model = tensor_model
+        self.fallback = fallback
+        self.overhead = overhead
+
+    def kernel_work(self, kernels: GraphKernels, devices: Sequence[Device], batch: int | None = None,
+                    path_for: Callable[[Device], PrecisionPath] | None = None) -> KernelWork:
+        """Work of every kernel on every device, one batched prediction for all of them.
+
+        ``batch``: the graph's batch size when known; it sets the size ladder
+        (:func:`lilou.latency.composition.monotone.ladder_factors`). ``path_for``: each device's precision path; a
+        kernel model that learned the units of the kernel table (its features include ``precision``)
+        then prices GEMMs and convolutions at the peak of their unit (BF16 tensor cores ...).
+        """
+        wanted = list(devices)
+        every = {d.name: d for d in wanted}
+        for device in wanted:
+            for other in dominating_devices(device):
+                every.setdefault(other.name, other)
+        expanded = list(every.values())
+        work, types, bound = self._unique_work(kernels, expanded, ladder_factors(batch), path_for)
+        work = mig_envelope(work, expanded, wanted)
+        column = {d.name: j for j, d in enumerate(expanded)}
+        keep = [column[d.name] for d in wanted]
+        rows = kernels.index
+        return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows],
+                          compute_bound=bound[:, keep][rows], fallback=kernels.fallback.copy())
+
+    def _unique_work(self, kernels: GraphKernels, devices: list[Device], factors: tuple[float, ...],
+                     path_for: Callable[[Device], PrecisionPath] | None = None):
+        """(work, kernel type, compute-bound) arrays [distinct kernels, devices]."""
+        specs, fallback = kernels.unique, kernels.unique_fallback
+        n, d = len(specs), len(devices)
+        if n == 0:
+            return np.zeros((0, d)), np.zeros((0, d), dtype=object), np.zeros((0, d), dtype=bool)
+        base = KernelBatch.from_specs(specs)
+        device_columns = vars(DeviceColumns.from_devices(devices))
+        pairs = base.take(np.tile(np.arange(n), d))  # device-major: row = device * n + kernel
+        columns = DeviceColumns(**{k: np.repeat(v, n) for k, v in device_columns.items()})
+        compute, memory = roofline_ms(pairs, columns)
+        work = self.fallback.work_ms(pairs, columns).reshape(d, n).T
+        types = np.full((n, d), FALLBACK_TYPE, dtype=object)
+        model_rows = np.flatnonzero(~fallback)
+        if len(model_rows):
+            m, rungs = len(model_rows), len(factors)
+            ladder = size_ladder(base.take(model_rows), kernels.unique_fixed_bytes[model_rows], factors)
+            ladder_pairs = ladder.take(np.tile(np.arange(rungs * m), d))  # device, rung, kernel
+            ladder_columns = DeviceColumns(**{k: np.repeat(v, rungs * m) for k, v in device_columns.items()})
+            on_unit = np.zeros(len(ladder_pairs), dtype=bool)
+            if path_for is not None and (self.kernel_model.uses_units or self.tensor_model is not None):
+                unit_columns, on_unit = _with_units(ladder_columns, [specs[i].family for i in model_rows], devices,
+                                                    path_for, rungs)
+                if self.kernel_model.uses_units:
+                    ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
+            flat_work, _ = self.kernel_model.predict_work(ladder_pairs, ladder_columns)
+            if on_unit.any():
+                rows = np.flatnonzero(on_unit)
+                flat_work[rows] = self.tensor_model.predict_work(ladder_pairs.take(rows), unit_columns.take(rows))[0]
+            work[model_rows] = flat_work.reshape(d, rungs, m).min(axis=1).T
+            # The kernel type is that of the kernel itself (rung 0), not of its size ladder.
+            first = (np.arange(d)[:, None] * rungs * m + np.arange(m)[None, :]).reshape(-1)
+            kernel_types = self.kernel_model.predict_types(ladder_pairs.take(first), ladder_columns.take(first))
+            types[model_rows] = kernel_types.reshape(d, m).T
+        return work, types, (compute >= memory).reshape(d, n).T
+
+    def gpu_ms(self, work: KernelWork) -> np.ndarray:
+        """Each kernel's GPU time in the running model [kernels, devices] (its share without the wait for
+        the host)."""
+        return self.overhead.gpu_ms(work.work_ms)
+
+    def compose(self, work: KernelWork) -> np.ndarray:
+        """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
+        return self.overhead.kernel_ms(work.work_ms)
+
+
+def _with_units(columns: DeviceColumns, families: list[str], devices: list[Device],
+                path_for: Callable[[Device], PrecisionPath], rungs: int) -> tuple[DeviceColumns, np.ndarray]:
+    """``columns`` (device-major, then rung, then kernel) with each GEMM/conv row's unit and its peak, and
+    which rows run on a unit other than the FP32 CUDA cores."""
+    m = len(families)
+    compute, unit = columns.compute_tflops.copy(), columns.unit.copy()
+    for j, device in enumerate(devices):
+        path = path_for(device)
+        for i, family in enumerate(families):
+            name = kernel_unit(family, path, device)
+            if name is None:
+                continue
+            rows = j * rungs * m + np.arange(rungs) * m + i
+            compute[rows] = device.peak_tflops[name]
+            unit[rows] = UNITS.index(name)
+    return replace(columns, compute_tflops=compute, unit=unit), unit != UNITS.index("fp32")

@@ -1,0 +1,113 @@
+"""Monotonicity by construction: bigger problems and smaller MIG slices are never predicted faster.
+
+Two physical facts the per-kernel model does not know by itself:
+
+**Size.** A kernel never takes longer than the same kernel with *more independent
+work* (twice the output rows, twice the GEMM batch, twice the elements): the larger
+problem contains the smaller one, and a library could run the smaller one with the
+larger one's schedule. The model extrapolates poorly to tiny problems (a 3x3 conv
+on a 7x7 map at batch 1 has M = 49 output pixels; the measured convs had far more)
+and can predict such a kernel *slower* than its batch-2 twin. So each kernel's work
+is the minimum of the model's prediction over a ladder of scaled copies
+(:func:`ladder_factors`). A larger batch scales exactly that dimension (GEMM rows
+for ``Linear`` and conv, GEMM batch for attention ``bmm``, rows for norms, elements
+for elementwise ops), so the copies of a batch-``b`` kernel are the same kernel at
+batches ``b, b+1, ..., 16`` and 32 and 64: the ladder of a larger batch ``c <= 16``
+is a subset of that of ``b``, and the end-to-end latency at ``c`` can never be
+below that at ``b``. Above batch 16 the ladder is ``b, 2b, 4b``: exact along
+doublings. Without a known batch it is 1, 2, 4, 8, 16 times the work.
+
+**MIG.** A slice is a subset of its parent's SMs, L2 slices and memory controllers
+at the same clock, so any schedule of a kernel on a smaller slice also runs on a
+slice with at least as many of each: a kernel is never faster on the smaller one.
+Each kernel's work on a device is raised to the largest work predicted on any
+device of the same GPU whose SMs, bandwidth and L2 are all at least as large
+(:func:`dominating_devices`; the whole GPU dominates every slice).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from lilou.hardware import Device, find_gpu
+from lilou.hardware.device import mig_slice, whole_gpu
+from lilou.latency.kernel_model.features import KernelBatch
+from lilou.latency.kernel_model.kernel import FAMILIES
+
+#: Every batch up to this one is on the ladder of a smaller batch.
+DENSE_BATCH = 16
+#: Batches above it that are on the ladder of every batch up to it.
+FAR_BATCHES: tuple[int, ...] = (32, 64)
+
+
+def ladder_factors(batch: int | None) -> tuple[float, ...]:
+    """Scale factors of the independent work tried for every model-predicted kernel (1 first)."""
+    if batch is None or batch <= 0:
+        return (1.0, 2.0, 4.0, 8.0, 16.0)
+    if batch > DENSE_BATCH:
+        return (1.0, 2.0, 4.0)
+    return tuple(target / batch for target in (*range(batch, DENSE_BATCH + 1), *FAR_BATCHES))
+
+_GEMM, _CONV = FAMILIES.index("gemm"), FAMILIES.index("conv")
+
+
+def scaled(kernels: KernelBatch, fixed_bytes: np.ndarray, factor: float) -> KernelBatch:
+    """The same kernels with ``factor`` times their independent work.
+
+    GEMMs with a batch > 1 (``bmm``) scale the batch, other GEMMs and convolutions
+    scale M (rows / output pixels), row-wise ops their rows. FLOPs, output elements
+    and every byte scale, except ``fixed_bytes``: what the kernel reads from weights
+    and constants, which a larger batch reads once all the same.
+    """
+    if factor == 1:
+        return kernels
+    gemm_like = (kernels.family == _GEMM) | (kernels.family == _CONV)
+    by_batch = (kernels.family == _GEMM) & (kernels.gemm_batch > 1)
+    by_rows = gemm_like & ~by_batch
+    fixed = np.minimum(fixed_bytes, kernels.bytes)
+    return replace(
+        kernels,
+        flops=kernels.flops * factor,
+        bytes=fixed + (kernels.bytes - fixed) * factor,
+        out_elements=kernels.out_elements * factor,
+        gemm_batch=np.where(by_batch, kernels.gemm_batch * factor, kernels.gemm_batch),
+        gemm_m=np.where(by_rows, kernels.gemm_m * factor, kernels.gemm_m),
+        rows=kernels.rows * factor,
+    )
+
+
+def size_ladder(kernels: KernelBatch, fixed_bytes: np.ndarray, factors: tuple[float, ...]) -> KernelBatch:
+    """Copies scaled by each factor, stacked rung-major: ``len(factors) * len(kernels)`` rows."""
+    rungs = [scaled(kernels, fixed_bytes, factor) for factor in factors]
+    return KernelBatch(**{name: np.concatenate([getattr(r, name) for r in rungs])
+                          for name in vars(kernels)})
+
+
+def dominates(big: Device, small: Device) -> bool:
+    """Same GPU, and at least the SMs, DRAM bandwidth and L2 of ``small``."""
+    return (big.gpu == small.gpu and big.sms >= small.sms
+            and big.memory_bandwidth_gbs >= small.memory_bandwidth_gbs and big.l2_mb >= small.l2_mb)
+
+
+def dominating_devices(device: Device) -> list[Device]:
+    """Devices of the same GPU that dominate ``device`` (itself excluded); none for a whole GPU."""
+    if device.mig is None:
+        return []
+    spec = find_gpu(device.gpu)
+    candidates = [whole_gpu(spec), *(mig_slice(spec, profile) for profile in spec.mig_profiles)]
+    return [other for other in candidates if other.name != device.name and dominates(other, device)]
+
+
+def mig_envelope(work: np.ndarray, devices: list[Device], wanted: list[Device]) -> np.ndarray:
+    """Work [kernels, len(wanted)]: each wanted device's column raised to the max over its dominators.
+
+    ``work`` has one column per device of ``devices``, which must include the dominators of every wanted one.
+    """
+    column = {d.name: j for j, d in enumerate(devices)}
+    out = work[:, [column[d.name] for d in wanted]].copy()
+    for j, device in enumerate(wanted):
+        others = [column[o.name] for o in devices if o.name != device.name and dominates(o, device)]
+        if others:
+            out[:, j] = np.maximum(out[:, j], work[:, others].max(axis=1))
+    return out

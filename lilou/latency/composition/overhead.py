@@ -1,0 +1,155 @@
+"""Launch overhead: how per-kernel GPU work adds up to end-to-end time in eager mode.
+
+In eager PyTorch the host issues kernels one after another, asynchronously: issuing
+one takes the host ``gap_ms``, and the GPU runs the queued kernels in order. While
+the queue holds work the host's issue time hides behind it; when kernels are
+shorter than the issue time the GPU idles, waiting for the host. With kernel ``i``
+issued at ``(i + 1) * gap_ms`` and taking ``g_i = scale * work_i`` on the GPU,
+
+    end_i = max(end_{i-1}, (i + 1) * gap_ms) + g_i
+
+and the end-to-end latency is the last kernel's end. Each kernel's share of it is
+its GPU time plus the GPU's wait for the host just before it, so the shares add up
+to the total. A model of long kernels costs the sum of its GPU work (the host runs
+ahead); one of tiny kernels costs ``gap_ms`` per kernel (the host is the bottleneck).
+
+- ``gap_ms`` is the host's issue time per kernel. It is read from the real
+  per-kernel rows, not from end-to-end labels: an op timed alone with CUDA events
+  (as NeuSight did) takes the dispatch time when the kernel itself is tiny, so
+  ``gap_ms`` is the median, over the training GPUs, of the median latency of
+  elementwise calls whose DRAM traffic takes under 1 µs. The end-to-end labels
+  (large transformers whose big kernels keep the queue full) cannot pin it down.
+- ``scale`` corrects the per-kernel model's bias when its kernels run back to back
+  in real models; it is fitted on the end-to-end labels of the training GPUs by
+  minimising the mean absolute percentage error.
+
+Low-power boards (P4, T4, L4) running compute below their spec-sheet peak are the
+per-kernel model's business (``power_limited`` in :mod:`lilou.latency.kernel_model.model`): their
+kernel rows show it, so it is learned there, not here.
+
+``make fit-e2e`` (:mod:`lilou.latency.composition.calibrate`) fits the scale and writes
+``checkpoints/e2e_overhead``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lilou.errors import LilouInputError
+
+#: Checkpoint folder name (under ``checkpoints/``).
+E2E_OVERHEAD = "e2e_overhead"
+#: Elementwise calls whose bytes / bandwidth is below this (ms) are floor-bound.
+FLOOR_BOUND_MS = 1e-3
+
+
+#: Range of the overhead ``scale`` searched when fitting.
+GRID_LOW, GRID_HIGH = 0.1, 10.0
+
+
+@dataclass(frozen=True)
+class OverheadModel:
+    scale: float
+    gap_ms: float
+
+    def kernel_ms(self, work_ms: np.ndarray) -> np.ndarray:
+        """Each kernel's share of the end-to-end time (the shape of ``work_ms``: [kernels] in execution
+        order, or [kernels, devices]); the shares sum to the total."""
+        return queue_shares(self.gpu_ms(work_ms), self.gap_ms)
+
+    def gpu_ms(self, work_ms: np.ndarray) -> np.ndarray:
+        """Each kernel's time on the GPU in a running model: its work, scaled."""
+        return self.scale * np.asarray(work_ms, dtype=np.float64)
+
+    def total_ms(self, work_ms: np.ndarray) -> float:
+        return float(self.kernel_ms(work_ms).sum())
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def queue_shares(gpu_ms: np.ndarray, issue_ms: float) -> np.ndarray:
+    """Each kernel's GPU time plus the GPU's wait for the host before it (see the module docstring).
+
+    ``end_i = max over k <= i of ((k + 1) * issue_ms + sum(gpu_ms[k..i]))``, computed with prefix sums
+    along axis 0; the shares are the increments of ``end``.
+    """
+    gpu = np.asarray(gpu_ms, dtype=np.float64)
+    issued = (np.arange(1, len(gpu) + 1, dtype=np.float64) * issue_ms).reshape((-1,) + (1,) * (gpu.ndim - 1))
+    done = np.cumsum(gpu, axis=0)
+    end = done + np.maximum.accumulate(issued - (done - gpu), axis=0)
+    return np.diff(end, axis=0, prepend=np.zeros((1,) + gpu.shape[1:]))
+
+
+def dispatch_gap_ms(latency_ms: np.ndarray, memory_ms: np.ndarray, gpu: np.ndarray) -> float:
+    """Median over GPUs of the median latency of floor-bound calls (see the module docstring)."""
+    medians = []
+    for name in np.unique(gpu):
+        rows = (gpu == name) & (memory_ms < FLOOR_BOUND_MS)
+        if rows.any():
+            medians.append(float(np.median(latency_ms[rows])))
+    if not medians:
+        raise ValueError("no floor-bound elementwise rows to read the dispatch gap from")
+    return float(np.median(medians))
+
+
+def fit_overhead(work: Sequence[np.ndarray], labels_ms: Sequence[float], gap_ms: float) -> OverheadModel:
+    """The ``scale`` minimising the MAPE of the queue's total times (one work array per label) against
+    the labels."""
+    scale, _ = _best_scale(work, np.asarray(labels_ms, dtype=np.float64), gap_ms)
+    return OverheadModel(scale, gap_ms)
+
+
+def _best_scale(work: Sequence[np.ndarray], labels: np.ndarray, gap_ms: float) -> tuple[float, float]:
+    """The ``scale`` minimising the MAPE of the queue's total time (``queue_shares(scale * work).sum()``)
+    against the labels, and that MAPE."""
+    # The total is max over k of ((k + 1) * gap + scale * (work from kernel k on)): lines in the scale.
+    # Only kernels where the GPU can wait for the host (issued after all the work before them could
+    # finish at the smallest scale tried) can set the maximum besides the first one.
+    lines = []
+    for w in work:
+        w = np.asarray(w, dtype=np.float64)
+        remaining = np.cumsum(w[::-1])[::-1]
+        issued = np.arange(1, len(w) + 1) * gap_ms
+        keep = issued - GRID_LOW * (remaining[0] - remaining) > gap_ms - 1e-12
+        keep[0] = True
+        lines.append((issued[keep], remaining[keep]))
+
+    def errors(scales: np.ndarray) -> np.ndarray:
+        totals = np.empty((len(lines), len(scales)))
+        for i, (issued, remaining) in enumerate(lines):
+            totals[i] = np.max(issued[:, None] + remaining[:, None] * scales[None, :], axis=0)
+        return 100 * np.mean(np.abs(totals - labels[:, None]) / labels[:, None], axis=0)
+
+    # The MAPE is piecewise linear in the scale and may have several local minima: a coarse grid, then a
+    # fine one around each of its three best local minima.
+    coarse = np.exp(np.linspace(np.log(GRID_LOW), np.log(GRID_HIGH), 801))
+    e = errors(coarse)
+    padded = np.concatenate([[np.inf], e, [np.inf]])
+    minima = np.flatnonzero((padded[1:-1] <= padded[:-2]) & (padded[1:-1] <= padded[2:]))
+    best, best_error = float(coarse[np.argmin(e)]), float(np.min(e))
+    for i in minima[np.argsort(e[minima])][:3]:
+        fine = np.linspace(coarse[max(i - 1, 0)], coarse[min(i + 1, len(coarse) - 1)], 201)
+        f = errors(fine)
+        if f.min() < best_error:
+            best, best_error = float(fine[np.argmin(f)]), float(f.min())
+    return best, best_error
+
+
+def mape(predicted: Sequence[float], labels: Sequence[float]) -> float:
+    predicted, labels = np.asarray(predicted, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    return float(100 * np.mean(np.abs(predicted - labels) / labels))
+
+
+def load_overhead(folder: str | os.PathLike[str]) -> dict:
+    """The fitted parameters of ``checkpoints/e2e_overhead`` (``model.json``)."""
+    path = Path(folder) / "model.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LilouInputError(f"no end-to-end overhead checkpoint at {path}; fit one with `make fit-e2e`") from None

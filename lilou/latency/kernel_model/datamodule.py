@@ -1,0 +1,119 @@
+"""Lightning data module: NeuSight kernel rows as feature tensors, split by GPU."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
+
+from lilou.data.neusight import load_kernels
+from lilou.latency.kernel_model.dataset import KernelDataset, build_dataset
+from lilou.latency.kernel_model.features import FEATURE_GROUPS, kernel_features, roofline_inputs
+
+
+@dataclass(frozen=True)
+class KernelTensors:
+    """What the network consumes, one row per measured kernel."""
+
+    features: torch.Tensor      # float32 [n, d]: latency features
+    type_features: torch.Tensor  # float32 [n, d_type]: kernel-type features
+    family: torch.Tensor        # int64 [n]
+    roofline: torch.Tensor      # float32 [n, 3]: features.roofline_inputs
+    log_latency: torch.Tensor   # float32 [n], natural log of ms
+    kernel_type: torch.Tensor   # int64 [n]; -1 where the row has no kernel name
+    timing: torch.Tensor        # int64 [n]: index of the timing method (lilou.latency.kernel_model.dataset.TIMINGS)
+
+    def dataset(self) -> TensorDataset:
+        return TensorDataset(self.features, self.type_features, self.family, self.roofline, self.log_latency,
+                             self.kernel_type, self.timing)
+
+
+def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROUPS,
+               type_feature_groups: Sequence[str] = FEATURE_GROUPS) -> KernelTensors:
+    return KernelTensors(
+        features=torch.from_numpy(kernel_features(data.kernels, data.devices, feature_groups)),
+        type_features=torch.from_numpy(kernel_features(data.kernels, data.devices, type_feature_groups)),
+        family=torch.from_numpy(data.kernels.family),
+        roofline=torch.from_numpy(roofline_inputs(data.kernels, data.devices)),
+        log_latency=torch.from_numpy(np.log(data.latency_ms).astype(np.float32)),
+        kernel_type=torch.from_numpy(data.kernel_type),
+        timing=torch.from_numpy(data.timing),
+    )
+
+
+class KernelDataModule(L.LightningDataModule):
+    """Train on the NeuSight train split minus ``held_out_gpus``; test on those GPUs.
+
+    A random ``val_fraction`` of the training GPUs' rows is kept for validation.
+    ``max_rows`` subsamples the training rows (tests and quick runs).
+    """
+
+    def __init__(self, data_dir: str | None = None, held_out_gpus: Sequence[str] = (),
+                 feature_groups: Sequence[str] = FEATURE_GROUPS,
+                 type_feature_groups: Sequence[str] = FEATURE_GROUPS, ops: Sequence[str] | None = None,
+                 val_fraction: float = 0.05, max_rows: int | None = None, batch_size: int = 1024,
+                 seed: int = 0) -> None:
+        super().__init__()
+        self.data_dir = data_dir
+        self.held_out_gpus = tuple(held_out_gpus)
+        self.feature_groups = tuple(feature_groups)
+        self.type_feature_groups = tuple(type_feature_groups)
+        self.ops = tuple(ops) if ops else None
+        self.val_fraction = val_fraction
+        self.max_rows = max_rows
+        self.batch_size = batch_size
+        self.seed = seed
+        self.train: KernelTensors | None = None
+        self.val: KernelTensors | None = None
+        self.test: KernelTensors | None = None
+        self.test_rows: KernelDataset | None = None
+        self.val_rows: KernelDataset | None = None
+        self.train_rows: KernelDataset | None = None
+        self.train_gpus: tuple[str, ...] = ()
+        self.preloaded: KernelDataset | None = None  # rows a caller already loaded (benchmark folds)
+
+    def load_dataset(self) -> KernelDataset:
+        """Every row the module splits (subclasses read other data)."""
+        return build_dataset(load_kernels("train", ops=self.ops, data_dir=self.data_dir))
+
+    def held_out_mask(self, data: KernelDataset) -> np.ndarray:
+        """Rows of the test set: those of the held-out GPUs."""
+        return np.isin(data.gpu, self.held_out_gpus)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train is not None:
+            return
+        data = self.preloaded if self.preloaded is not None else self.load_dataset()
+        held_out = self.held_out_mask(data)
+        rng = np.random.default_rng(self.seed)
+        train_rows = np.flatnonzero(~held_out)
+        if self.max_rows is not None and len(train_rows) > self.max_rows:
+            train_rows = np.sort(rng.choice(train_rows, self.max_rows, replace=False))
+        rng.shuffle(train_rows)
+        n_val = int(len(train_rows) * self.val_fraction)
+        self.train_rows = data.take(np.sort(train_rows[n_val:]))
+        self.train_gpus = tuple(np.unique(self.train_rows.gpu))
+        self.train = to_tensors(self.train_rows, self.feature_groups, self.type_feature_groups)
+        self.val_rows = data.take(np.sort(train_rows[:n_val]))
+        self.val = to_tensors(self.val_rows, self.feature_groups, self.type_feature_groups)
+        self.test_rows = data.take(np.flatnonzero(held_out))
+        self.test = to_tensors(self.test_rows, self.feature_groups, self.type_feature_groups)
+
+    def _loader(self, tensors: KernelTensors, shuffle: bool) -> DataLoader:
+        """Whole batches sliced at once: per-row fetching and collation would dominate."""
+        generator = torch.Generator().manual_seed(self.seed)
+        base = RandomSampler(tensors.dataset(), generator=generator) if shuffle else SequentialSampler(tensors.dataset())
+        batches = BatchSampler(base, batch_size=self.batch_size, drop_last=False)
+        return DataLoader(tensors.dataset(), sampler=batches, batch_size=None)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test, shuffle=False)

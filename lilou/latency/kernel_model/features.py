@@ -1,0 +1,236 @@
+"""Feature matrix of (kernel, device) pairs for the latency and kernel-type models.
+
+With only five training GPUs, raw spec columns act like a GPU identifier, so most
+features are *normalised by the device*: roofline times (FLOPs / peak, bytes /
+bandwidth), waves of thread blocks over the SMs under plausible tile sizes, and
+bytes relative to L2. Features come in named groups so ablations can drop one.
+Everything is vectorised with numpy: 10 000 kernels take milliseconds.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from lilou.hardware import Device
+from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec
+
+# Output tiles cuBLAS / cuDNN SIMT kernels use (rows x cols of C per thread block).
+GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 64), (64, 64), (128, 32), (32, 32))
+# PyTorch's vectorized elementwise kernels: 128 threads x 4 elements per block.
+ELEMENTWISE_BLOCK = 512
+# A small floor so empty kernels (views) keep finite logs: 1 ns.
+MIN_TIME_MS = 1e-6
+
+FEATURE_GROUPS = ("family", "shape", "roofline", "waves", "cache", "gpu", "precision", "arch")
+
+
+@dataclass(frozen=True)
+class KernelBatch:
+    """Columns of many :class:`KernelSpec` (int64/float64 numpy arrays of one length)."""
+
+    family: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    out_elements: np.ndarray
+    gemm_batch: np.ndarray
+    gemm_m: np.ndarray
+    gemm_n: np.ndarray
+    gemm_k: np.ndarray
+    conv_window: np.ndarray
+    conv_stride: np.ndarray
+    conv_groups: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.family)
+
+    @classmethod
+    def from_specs(cls, specs: Sequence[KernelSpec]) -> KernelBatch:
+        def column(values) -> np.ndarray:
+            return np.fromiter(values, dtype=np.float64, count=len(specs))
+
+        gemm = [s.gemm or (0, 0, 0, 0) for s in specs]
+        conv = [s.conv or (0, 0, 0) for s in specs]
+        return cls(
+            family=np.fromiter((FAMILIES.index(s.family) for s in specs), dtype=np.int64, count=len(specs)),
+            flops=column(s.flops for s in specs),
+            bytes=column(s.bytes for s in specs),
+            out_elements=column(s.out_elements for s in specs),
+            gemm_batch=column(g[0] for g in gemm), gemm_m=column(g[1] for g in gemm),
+            gemm_n=column(g[2] for g in gemm), gemm_k=column(g[3] for g in gemm),
+            conv_window=column(c[0] for c in conv), conv_stride=column(c[1] for c in conv),
+            conv_groups=column(c[2] for c in conv),
+            rows=column(s.rows for s in specs), cols=column(s.cols for s in specs),
+        )
+
+    def take(self, index: np.ndarray) -> KernelBatch:
+        return KernelBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+#: Units whose peak can bound a kernel's math (keys of the GPU database's ``peak_tflops``), in one-hot order.
+UNITS: tuple[str, ...] = ("fp32", "fp16", "int8", "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor",
+                          "int8_tensor", "int4_tensor", "fp4_tensor")
+
+
+@dataclass(frozen=True)
+class DeviceColumns:
+    """Device figures per row (or one row broadcast to all).
+
+    ``compute_tflops`` is the peak of the unit that runs each kernel's math (``unit``, an index
+    into :data:`UNITS`): FP32 CUDA cores unless told otherwise, so FP32 rows keep the peak the
+    shipped model was trained with; a BF16 GEMM on tensor cores gets the BF16 tensor peak.
+    """
+
+    sms: np.ndarray
+    bandwidth_gbs: np.ndarray
+    clock_mhz: np.ndarray
+    l2_mb: np.ndarray
+    fp32_tflops: np.ndarray
+    board_power_w: np.ndarray
+    compute_tflops: np.ndarray
+    unit: np.ndarray                   # int64 index into UNITS
+    tensor_core_generation: np.ndarray  # 0 without tensor cores
+    fp32_lanes_per_sm: np.ndarray
+    int32_shared: np.ndarray           # 1.0 where half the FP32 lanes share a datapath with INT32
+
+    @classmethod
+    def from_devices(cls, devices: Sequence[Device], units: Sequence[str | None] | None = None) -> DeviceColumns:
+        """One row per device; ``units`` (one per row, None = FP32 CUDA cores) picks each row's compute peak.
+        A unit the device lacks (BF16 tensor cores on a T4) falls back to the FP32 peak."""
+        units = list(units) if units is not None else [None] * len(devices)
+        peaks, unit_index = [], []
+        for device, unit in zip(devices, units):
+            peak = device.peak_tflops.get(unit) if unit else None
+            peaks.append(peak if peak else device.fp32_tflops)
+            unit_index.append(UNITS.index(unit) if peak and unit in UNITS else 0)
+        return cls(
+            sms=np.array([d.sms for d in devices], dtype=np.float64),
+            bandwidth_gbs=np.array([d.memory_bandwidth_gbs for d in devices], dtype=np.float64),
+            clock_mhz=np.array([d.boost_clock_mhz for d in devices], dtype=np.float64),
+            l2_mb=np.array([d.l2_mb for d in devices], dtype=np.float64),
+            fp32_tflops=np.array([d.fp32_tflops for d in devices], dtype=np.float64),
+            board_power_w=np.array([d.board_power_w for d in devices], dtype=np.float64),
+            compute_tflops=np.array(peaks, dtype=np.float64),
+            unit=np.array(unit_index, dtype=np.int64),
+            tensor_core_generation=np.array([d.tensor_core_generation or 0 for d in devices], dtype=np.float64),
+            fp32_lanes_per_sm=np.array([d.fp32_lanes_per_sm for d in devices], dtype=np.float64),
+            int32_shared=np.array([float(d.int32_shares_fp32_datapath) for d in devices], dtype=np.float64),
+        )
+
+    def take(self, index: np.ndarray) -> DeviceColumns:
+        return DeviceColumns(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+def roofline_ms(kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarray, np.ndarray]:
+    """(compute time, memory time) in ms at the peak of each kernel's unit and the DRAM bandwidth."""
+    compute = kernels.flops / (devices.compute_tflops * 1e9)   # TFLOP/s = 1e9 FLOP/ms
+    memory = kernels.bytes / (devices.bandwidth_gbs * 1e6)  # GB/s = 1e6 B/ms
+    return compute, memory
+
+
+#: Boards below this power (W) may run compute below peak: the model learns how much (see model.py).
+REFERENCE_POWER_W = 150.0
+
+
+def power_factor(board_power_w: np.ndarray | float, exponent: float) -> np.ndarray:
+    """(REFERENCE_POWER_W / power) ** exponent below the reference, else 1: how much slower than its
+    spec-sheet peak a board computes (the model learns the exponent)."""
+    power = np.asarray(board_power_w, dtype=np.float64)
+    return (REFERENCE_POWER_W / np.minimum(power, REFERENCE_POWER_W)) ** exponent
+
+
+def low_power_exponent(compute_ms: np.ndarray | float, exponent: float, duration_exponent: float = 0.0,
+                       log_duration_ms: float = 0.0) -> np.ndarray:
+    """The exponent of :func:`power_factor` for kernels of this compute time at peak (ms): ``exponent`` plus
+    ``duration_exponent`` x softplus(log compute_ms - log_duration_ms), the model's growing slowdown of long
+    kernels on low-power boards (``model.power_duration``)."""
+    log_compute = np.log(np.maximum(np.asarray(compute_ms, dtype=np.float64), 1e-9))
+    return exponent + duration_exponent * np.logaddexp(0.0, log_compute - log_duration_ms)
+
+
+def roofline_inputs(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
+    """float32 [n, 3]: natural logs of the compute time and memory time (ms, floored at 1 ns) and of
+    max(1, REFERENCE_POWER_W / board power), what the network's roofline is built from."""
+    compute, memory = roofline_ms(kernels, devices)
+    columns = [np.log(np.maximum(compute, 1e-9)), np.log(np.maximum(memory, 1e-9)),
+               np.log(power_factor(devices.board_power_w, 1.0))]
+    return np.stack(np.broadcast_arrays(*columns), axis=1).astype(np.float32)
+
+
+def _log2(values: np.ndarray) -> np.ndarray:
+    return np.log2(np.maximum(values, 0.0) + 1.0)
+
+
+def _waves(blocks: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log2 of waves of blocks over the SMs, and the last wave's fill (1 = full)."""
+    waves = blocks / sms
+    full = np.maximum(np.ceil(waves), 1.0)
+    return np.log2(waves + 1.0), np.where(blocks > 0, waves / full, 0.0)
+
+
+def feature_names(groups: Sequence[str] = FEATURE_GROUPS) -> list[str]:
+    names = {
+        "family": [f"family_{f}" for f in FAMILIES],
+        "shape": [
+            "log_flops", "log_bytes", "log_out_elements", "log_intensity", "log_gemm_batch", "log_gemm_m",
+            "log_gemm_n", "log_gemm_k", "log_conv_window", "conv_stride", "log_conv_groups",
+            "winograd_eligible", "log_rows", "log_cols"],
+        "roofline": ["log_compute_ms", "log_memory_ms", "log_roofline_ms", "compute_minus_memory"],
+        "waves": [f"{kind}_{tm}x{tn}" for tm, tn in GEMM_TILES for kind in ("log_waves", "fill")]
+                 + ["log_elementwise_waves", "elementwise_fill", "log_row_waves", "row_fill"],
+        "cache": ["log_bytes_over_l2", "fits_l2"],
+        "gpu": ["log_sms", "log_bandwidth", "log_clock", "log_l2", "log_fp32_peak"],
+        "precision": [f"unit_{u}" for u in UNITS] + ["log_unit_over_fp32_peak"],
+        "arch": ["tensor_core_generation", "log_fp32_lanes_per_sm", "int32_shares_fp32_datapath"],
+    }
+    return [name for group in groups for name in names[group]]
+
+
+def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
+                    groups: Sequence[str] = FEATURE_GROUPS) -> np.ndarray:
+    """float32 matrix [len(kernels), len(feature_names(groups))]."""
+    n = len(kernels)
+    k = kernels
+    columns: list[np.ndarray] = []
+    if "family" in groups:
+        one_hot = np.zeros((n, len(FAMILIES)))
+        one_hot[np.arange(n), k.family] = 1.0
+        columns.extend(one_hot.T)
+    if "shape" in groups:
+        columns += [_log2(k.flops), _log2(k.bytes), _log2(k.out_elements),
+                    np.log2((k.flops + 1.0) / (k.bytes + 1.0)),
+                    _log2(k.gemm_batch), _log2(k.gemm_m), _log2(k.gemm_n), _log2(k.gemm_k),
+                    _log2(k.conv_window), k.conv_stride, _log2(k.conv_groups),
+                    ((k.conv_window == 9) & (k.conv_stride == 1)).astype(np.float64),
+                    _log2(k.rows), _log2(k.cols)]
+    compute, memory = roofline_ms(kernels, devices)
+    if "roofline" in groups:
+        columns += [np.log2(compute + MIN_TIME_MS), np.log2(memory + MIN_TIME_MS),
+                    np.log2(np.maximum(compute, memory) + MIN_TIME_MS),
+                    np.log2(compute + MIN_TIME_MS) - np.log2(memory + MIN_TIME_MS)]
+    sms = np.broadcast_to(devices.sms, (n,))
+    if "waves" in groups:
+        for tile_m, tile_n in GEMM_TILES:
+            blocks = k.gemm_batch * np.ceil(k.gemm_m / tile_m) * np.ceil(k.gemm_n / tile_n)
+            columns.extend(_waves(blocks, sms))
+        columns.extend(_waves(np.ceil(k.out_elements / ELEMENTWISE_BLOCK), sms))
+        columns.extend(_waves(k.rows, sms))
+    if "cache" in groups:
+        l2_bytes = np.broadcast_to(devices.l2_mb, (n,)) * 2**20
+        columns += [np.log2((k.bytes + 1.0) / l2_bytes), (k.bytes <= l2_bytes).astype(np.float64)]
+    if "gpu" in groups:
+        columns += [np.broadcast_to(np.log2(v), (n,)) for v in (devices.sms, devices.bandwidth_gbs,
+                    devices.clock_mhz, devices.l2_mb, devices.fp32_tflops)]
+    if "precision" in groups:
+        one_hot = np.zeros((n, len(UNITS)))
+        one_hot[np.arange(n), np.broadcast_to(devices.unit, (n,))] = 1.0
+        columns.extend(one_hot.T)
+        columns.append(np.broadcast_to(np.log2(devices.compute_tflops / devices.fp32_tflops), (n,)))
+    if "arch" in groups:
+        columns += [np.broadcast_to(devices.tensor_core_generation, (n,)),
+                    np.broadcast_to(np.log2(devices.fp32_lanes_per_sm), (n,)),
+                    np.broadcast_to(devices.int32_shared, (n,))]
+    return np.stack(columns, axis=1).astype(np.float32)

@@ -1,0 +1,126 @@
+"""Torch-free inference of the shipped per-kernel model (numpy only).
+
+``lilou infer`` must answer in well under two seconds in a fresh process, and
+importing torch alone takes about 1.5 s on a small CPU. The network is a few
+dense layers (:class:`lilou.latency.kernel_model.model.KernelLatencyNet`), so its forward pass
+is re-done here in numpy from the same ``model.safetensors`` and ``config.json``.
+``tests/test_end_to_end.py`` checks that both give the same numbers.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lilou.latency.kernel_model.checkpoint import read_kernel_checkpoint
+from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, kernel_features, low_power_exponent, roofline_inputs,
+                                   roofline_ms)
+from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
+
+
+@dataclass(frozen=True)
+class KernelTimes:
+    """Per (kernel, device) row; the same fields as ``predictor.KernelPrediction``."""
+
+    latency_ms: np.ndarray     # floor + work: the kernel timed alone, as in the training data
+    work_ms: np.ndarray        # GPU time of the kernel alone
+    floor_ms: np.ndarray       # per-launch floor of its family
+    kernel_type: np.ndarray    # str per kernel
+    compute_bound: np.ndarray  # FLOPs / peak above bytes / bandwidth
+
+
+Layers = list[tuple[np.ndarray, np.ndarray]]
+
+
+def _linear_layers(state: dict[str, np.ndarray], prefix: str) -> Layers:
+    """(weight, bias) of every ``prefix<i>.weight`` in index order (Sequential of Linear, SiLU[, Dropout])."""
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.weight$")
+    indices = sorted(int(m[1]) for key in state if (m := pattern.match(key)))
+    return [(state[f"{prefix}{i}.weight"].T.copy(), state[f"{prefix}{i}.bias"]) for i in indices]
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x) as 0.5 x (1 + tanh(x / 2)), without overflow; in place on one temporary (``rank`` runs
+    it on tens of thousands of kernel x device rows, where the temporaries cost as much as the matmuls)."""
+    t = np.multiply(x, 0.5)
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= 0.5
+    t *= x
+    return t
+
+
+def _mlp(x: np.ndarray, layers: Layers) -> np.ndarray:
+    for weight, bias in layers:
+        x = x @ weight
+        x += bias
+        x = _silu(x)
+    return x
+
+
+class KernelModel:
+    """The per-kernel latency and kernel-type model, loaded without torch."""
+
+    def __init__(self, state: dict[str, np.ndarray], config: dict[str, Any]) -> None:
+        self.config = config
+        self.feature_groups = tuple(config["feature_groups"])
+        self.type_feature_groups = tuple(config["type_feature_groups"])
+        self._mean, self._std = state["feature_mean"], state["feature_std"]
+        self._type_mean, self._type_std = state["type_feature_mean"], state["type_feature_std"]
+        self._trunk = _linear_layers(state, "trunk.")
+        self._slowdown = (state["slowdown.weight"].T.copy(), state["slowdown.bias"])
+        self._type_trunk = _linear_layers(state, "type_head.0.")
+        self._type_out = (state["type_head.1.weight"].T.copy(), state["type_head.1.bias"])
+        self.log_floor = state["log_floor"].astype(np.float64)
+        # Learned power exponent (model.power_limited); checkpoints without it have none.
+        self.power_exponent = float(np.logaddexp(0.0, state["power_raw"])) if "power_raw" in state else 0.0
+        # Learned duration term (model.power_duration); 0 without it.
+        self.duration_exponent = float(np.logaddexp(0.0, state["duration_raw"])) if "duration_raw" in state else 0.0
+        self.log_duration_ms = float(state["log_duration_ms"]) if "log_duration_ms" in state else 0.0
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
+        from safetensors.numpy import load_file
+
+        config, weights = read_kernel_checkpoint(folder)
+        state = load_file(weights)
+        return cls(state, config)
+
+    @property
+    def uses_units(self) -> bool:
+        """Whether the model learned the compute units of the kernel table (BF16 tensor cores ...); the shipped
+        NeuSight-only model did not, and every kernel keeps the FP32 peak it was trained with."""
+        return "precision" in self.feature_groups
+
+    def low_power_exponent(self, compute_ms: np.ndarray | float) -> np.ndarray:
+        """Exponent of the low-power slowdown for kernels of this compute time at peak (see model.py)."""
+        return low_power_exponent(compute_ms, self.power_exponent, self.duration_exponent, self.log_duration_ms)
+
+    def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelTimes:
+        work, compute_bound = self.predict_work(kernels, devices)
+        floor = np.exp(self.log_floor[kernels.family])
+        return KernelTimes(latency_ms=floor + work, work_ms=work, floor_ms=floor,
+                           kernel_type=self.predict_types(kernels, devices), compute_bound=compute_bound)
+
+    def predict_work(self, kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarray, np.ndarray]:
+        """(GPU work in ms, compute-bound) per row, without the kernel-type head."""
+        compute, memory = roofline_ms(kernels, devices)
+        roofline = roofline_inputs(kernels, devices)
+        exponent = self.low_power_exponent(compute).astype(np.float32)
+        log_roofline = np.maximum(roofline[:, 0] + exponent * roofline[:, 2], roofline[:, 1])
+        features = kernel_features(kernels, devices, self.feature_groups)
+        hidden = _mlp((features - self._mean) / self._std, self._trunk)
+        slowdown = (hidden @ self._slowdown[0] + self._slowdown[1])[:, 0]
+        log_work = log_roofline + np.logaddexp(0.0, slowdown)  # softplus
+        work = np.exp(log_work.astype(np.float64))
+        return work, np.broadcast_to(compute >= memory, work.shape).copy()
+
+    def predict_types(self, kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
+        """The kernel-type head's class name per row (object array of str)."""
+        type_features = kernel_features(kernels, devices, self.type_feature_groups)
+        type_hidden = _mlp((type_features - self._type_mean) / self._type_std, self._type_trunk)
+        logits = type_hidden @ self._type_out[0] + self._type_out[1]
+        return np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(axis=1)]

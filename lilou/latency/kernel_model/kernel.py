@@ -1,0 +1,198 @@
+"""One GPU kernel described the same way whatever it comes from.
+
+A kernel is a group of ONNX-level nodes (:class:`lilou.graph.costs.CostInput`)
+that a runtime runs as one launch: a kernel group predicted on an ONNX graph, or
+the nodes that express one measured NeuSight call (``lilou.data.neusight.cost_nodes``).
+:func:`describe_kernel` turns either into a :class:`KernelSpec`, so a measured
+``linear`` row and an ONNX ``MatMul`` + ``Add`` group with the same shapes get the
+same description, and therefore the same features.
+
+Bytes are those crossing the group's boundary: inputs produced outside it are
+read once, outputs consumed outside it (or by nobody inside) are written once;
+intermediates stay in registers or shared memory.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lilou.graph.costs import ELEMENTWISE_FLOPS, VIEW_OPS, CostInput, input_reads, node_cost
+
+if TYPE_CHECKING:  # kernels built without a graph (the kernel table, `lilou llm`) need no onnx
+    from lilou.graph.dag import ModelGraph
+
+#: Kernel families, in the order used for one-hot features.
+FAMILIES: tuple[str, ...] = ("gemm", "conv", "elementwise", "layernorm", "softmax", "reduction", "memory")
+
+_FAMILY_OF_OP = {
+    "MatMul": "gemm", "Gemm": "gemm", "Einsum": "gemm",
+    "Conv": "conv", "ConvTranspose": "conv",
+    "LayerNormalization": "layernorm", "SimplifiedLayerNormalization": "layernorm",
+    "RMSNormalization": "layernorm", "GroupNormalization": "layernorm", "InstanceNormalization": "layernorm",
+    "Softmax": "softmax", "LogSoftmax": "softmax",
+    "ReduceMean": "reduction", "ReduceSum": "reduction", "ReduceMax": "reduction", "ReduceMin": "reduction",
+    "ReduceProd": "reduction", "ReduceL1": "reduction", "ReduceL2": "reduction",
+    "ReduceSumSquare": "reduction", "ReduceLogSumExp": "reduction", "ArgMax": "reduction", "ArgMin": "reduction",
+    "GlobalAveragePool": "reduction", "GlobalMaxPool": "reduction", "MaxPool": "reduction",
+    "AveragePool": "reduction", "CumSum": "reduction",
+}
+# Families in order of precedence: a group's family is that of its "main" node.
+_PRECEDENCE = ("gemm", "conv", "layernorm", "softmax", "reduction", "elementwise", "memory")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What the latency model knows of one kernel.
+
+    ``gemm`` is ``(batch, m, n, k)``: ``batch`` independent ``[m, k] x [k, n]`` products
+    (for convolutions, the implicit GEMM: m = N*OH*OW, n = C_out / groups, k = C_in/groups*kh*kw,
+    batch = groups). ``rows, cols`` describe row-wise ops (norms, softmax, reductions):
+    ``rows`` independent reductions over ``cols`` elements.
+    """
+
+    family: str
+    ops: tuple[str, ...]
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    out_elements: int
+    gemm: tuple[int, int, int, int] | None = None
+    conv: tuple[int, int, int] | None = None  # (kernel height*width, stride, groups)
+    rows: int = 0
+    cols: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str] | None = None) -> KernelSpec:
+    """Describe the kernel that runs ``nodes`` (in execution order) as one launch.
+
+    ``external_outputs``: names of outputs read outside the group; default: the
+    outputs no node of the group reads.
+    """
+    if not nodes:
+        raise ValueError("a kernel needs at least one node")
+    produced = {t.name for node in nodes for t in node.outputs}
+    consumed = {t.name for node in nodes for t in node.inputs if t is not None}
+    reads: dict[str, int] = {}
+    for node in nodes:
+        for tensor, nbytes in input_reads(node):
+            if tensor.name not in produced:
+                reads[tensor.name] = max(reads.get(tensor.name, 0), nbytes)
+    outputs = [t for node in nodes for t in node.outputs]
+    if external_outputs is None:
+        writes = {t.name: t for t in outputs if t.name not in consumed}
+    else:
+        writes = {t.name: t for t in outputs if t.name in external_outputs or t.name not in consumed}
+    if all(node.op in VIEW_OPS for node in nodes):
+        writes = {}  # a view launches nothing and moves nothing
+    main = _main_node(nodes)
+    family = _family(main.op)
+    spec = dict(
+        family=family,
+        ops=tuple(node.op for node in nodes),
+        flops=sum(node_cost(node).flops for node in nodes),
+        bytes_read=sum(reads.values()),
+        bytes_written=sum(t.nbytes or 0 for t in writes.values()),
+        out_elements=sum(t.elements or 0 for t in writes.values()),
+    )
+    if family == "gemm":
+        spec["gemm"] = _matmul_dims(main)
+    elif family == "conv":
+        spec["gemm"], spec["conv"] = _conv_dims(main)
+    elif family in ("layernorm", "softmax", "reduction"):
+        spec["rows"], spec["cols"] = _row_dims(main)
+    return KernelSpec(**spec)
+
+
+def _family(op: str) -> str:
+    if op in _FAMILY_OF_OP:
+        return _FAMILY_OF_OP[op]
+    return "elementwise" if op in ELEMENTWISE_FLOPS else "memory"
+
+
+def _main_node(nodes: Sequence[CostInput]) -> CostInput:
+    """The node that decides the kernel's character: highest-precedence family, then most FLOPs."""
+    def rank(node: CostInput) -> tuple[int, int]:
+        return (-_PRECEDENCE.index(_family(node.op)), node_cost(node).flops)
+
+    return max(nodes, key=rank)
+
+
+def _shape(tensor) -> tuple[int, ...]:
+    return tensor.shape if tensor is not None and tensor.shape is not None else ()
+
+
+def _matmul_dims(node: CostInput) -> tuple[int, int, int, int]:
+    a, b = _shape(node.inputs[0]), _shape(node.inputs[1])
+    out = _shape(node.outputs[0])
+    if node.op == "Gemm" or len(b) <= 2:
+        # A shared 2-D weight: every leading dim of A folds into the GEMM's rows.
+        k = (a[0] if node.attributes.get("transA", 0) else a[-1]) if a else 1
+        n = out[-1] if out else 1
+        m = math.prod(out[:-1]) if out else 1
+        return 1, m, n, k
+    k = a[-1] if a else 1
+    m, n = (out[-2], out[-1]) if len(out) >= 2 else (1, out[-1] if out else 1)
+    batch = math.prod(out[:-2]) if len(out) > 2 else 1
+    return batch, m, n, k
+
+
+def _conv_dims(node: CostInput) -> tuple[tuple[int, int, int, int], tuple[int, int, int]]:
+    weight, out = _shape(node.inputs[1]), _shape(node.outputs[0])
+    groups = int(node.attributes.get("group", 1))
+    window = math.prod(weight[2:]) if len(weight) > 2 else 1
+    strides = node.attributes.get("strides") or [1]
+    if node.op == "ConvTranspose":
+        c_out = weight[1] * groups if len(weight) > 1 else 1
+        c_in_per_group = weight[0] // groups if weight else 1
+    else:
+        c_out = weight[0] if weight else 1
+        c_in_per_group = weight[1] if len(weight) > 1 else 1
+    pixels = math.prod(out[2:]) * (out[0] if out else 1)
+    gemm = (groups, pixels, c_out // max(groups, 1), c_in_per_group * window)
+    return gemm, (window, int(max(strides)), groups)
+
+
+def _row_dims(node: CostInput) -> tuple[int, int]:
+    data = _shape(node.inputs[0])
+    if not data:
+        return 1, 1
+    if node.op in ("GlobalAveragePool", "GlobalMaxPool"):
+        return math.prod(data[:2]), math.prod(data[2:])
+    if node.op in ("MaxPool", "AveragePool"):
+        out = _shape(node.outputs[0])
+        return math.prod(out), math.prod(node.attributes.get("kernel_shape") or [1])
+    axis = node.attributes.get("axis", -1)
+    axes = node.attributes.get("axes")
+    # Reduce ops of opset >= 18 take axes as an input whose value the graph does not carry
+    # here: the last axis is assumed, as in most normalisation-style reductions.
+    if node.op.startswith("Reduce") or node.op in ("ArgMax", "ArgMin", "CumSum"):
+        reduced = [a % len(data) for a in (axes or [axis])]
+    elif node.op in ("LayerNormalization", "GroupNormalization", "InstanceNormalization"):
+        start = axis % len(data) if node.op == "LayerNormalization" else 2
+        reduced = list(range(start, len(data)))
+    else:  # Softmax: one axis
+        reduced = [axis % len(data)]
+    cols = math.prod(data[a] for a in reduced)
+    return math.prod(data) // max(cols, 1), cols
+
+
+def describe_graph_kernel(graph: ModelGraph, node_names: Sequence[str]) -> KernelSpec:
+    """Describe the kernel that runs ``node_names`` of an ONNX graph as one launch."""
+    members = set(node_names)
+    dag = graph.dag
+    nodes = [CostInput(op=dag.nodes[n]["op"], attributes=dag.nodes[n]["attributes"],
+                       inputs=dag.nodes[n]["inputs"], outputs=dag.nodes[n]["outputs"])
+             for n in sorted(members, key=lambda n: dag.nodes[n]["order"])]
+    graph_outputs = {t.name for t in graph.outputs}
+    external = set(graph_outputs)
+    for name in members:
+        for consumer in dag.successors(name):
+            if consumer not in members:
+                external.update(dag.edges[name, consumer]["tensors"])
+    return describe_kernel(nodes, external_outputs=external)

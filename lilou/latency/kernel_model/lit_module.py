@@ -1,0 +1,67 @@
+"""Lightning module training :class:`KernelLatencyNet` on measured kernels.
+
+Loss: the mean absolute percentage error (``loss: mape``, what the benchmark reports)
+or L1 on log latency (``loss: log_l1``), plus ``type_weight`` x cross-entropy of the
+kernel type.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import lightning as L
+import torch
+from torch import nn
+
+from lilou.latency.kernel_model.model import KernelLatencyNet
+
+
+class KernelLatencyModule(L.LightningModule):
+    def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
+                 lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1,
+                 loss: str = "mape", power_limited: bool = False, power_duration: bool = False,
+                 num_timings: int = 1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout,
+                                    power_limited=power_limited, power_duration=power_duration,
+                                    num_timings=num_timings)
+
+    def on_fit_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and datamodule.train is not None:
+            self.net.set_normalisation(datamodule.train.features, datamodule.train.type_features)
+
+    def forward(self, features, type_features, family, roofline, timing=None):
+        return self.net(features, type_features, family, roofline, timing)
+
+    def _step(self, batch, stage: str) -> torch.Tensor:
+        features, type_features, family, roofline, log_latency, kernel_type, timing = batch
+        log_pred, type_logits = self(features, type_features, family, roofline,
+                                     timing if self.hparams.num_timings > 1 else None)
+        relative_error = ((log_pred - log_latency).exp() - 1).abs()
+        latency_loss = relative_error.mean() if self.hparams.loss == "mape" else (log_pred - log_latency).abs().mean()
+        labelled = kernel_type >= 0  # rows without a kernel name (most sources) train the latency only
+        type_loss = (nn.functional.cross_entropy(type_logits[labelled], kernel_type[labelled]) if labelled.any()
+                     else type_logits.sum() * 0.0)
+        loss = latency_loss + self.hparams.type_weight * type_loss
+        ape = relative_error.mean()
+        accuracy = ((type_logits.argmax(dim=1) == kernel_type)[labelled].float().mean() if labelled.any()
+                    else torch.tensor(float("nan")))
+        self.log_dict({f"{stage}/loss": loss, f"{stage}/mape": ape, f"{stage}/type_acc": accuracy},
+                      prog_bar=stage != "train", on_epoch=True, on_step=False, batch_size=len(features))
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        total = self.trainer.estimated_stepping_batches
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=int(total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,0 +1,119 @@
+"""The per-kernel network: log-latency regressor and kernel-type classifier.
+
+Latency is composed physically so that a GPU outside the training set is reached
+through its specs, not memorised:
+
+    latency = floor[family] + roofline(kernel, device) * exp(slowdown(features))
+
+``roofline`` is max(f * FLOPs / peak, bytes / bandwidth) of the device (a MIG slice's
+own SMs and bandwidth included). ``f = (150 W / board power) ** power_exponent`` on
+boards under 150 W and 1 otherwise: the 70-75 W boards run large GEMMs at a third of
+their spec-sheet peak, which no device-normalised feature can tell (one learned
+exponent, 0 with ``power_limited=False``). With ``power_duration``, the exponent grows by a
+second learned exponent times softplus(log compute time - log tau), tau learned: the 75 W
+P4 keeps slowing as a kernel runs longer (half of peak at 0.1 ms, 13 % at 300 ms).
+``slowdown`` >= 0 is learned from device-normalised features (waves, tile fill, size
+against L2, ...). ``floor`` is the per-launch latency a kernel never goes below in the
+measurements: host and driver overhead that no spec sheet gives, learned per family as
+a single figure over the training GPUs. The model reports the two parts separately (:meth:`KernelLatencyNet.parts`), so
+end-to-end composition can use the GPU work alone and model launch gaps itself.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from lilou.latency.kernel_model.kernel import FAMILIES
+from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
+
+
+def _mlp(sizes: Sequence[int], dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(fan_in, fan_out), nn.SiLU()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
+
+
+class KernelLatencyNet(nn.Module):
+    """Features -> (log latency in ms, kernel-type logits).
+
+    Inputs: latency features [n, d] (device-normalised), kernel-type features [n, d_type]
+    (these may include absolute shapes: which algorithm cuDNN or cuBLAS picks depends on
+    them), the family index [n] and the roofline inputs [n, 3]
+    (:func:`lilou.latency.kernel_model.features.roofline_inputs`).
+    Standardisation statistics are buffers, saved with the weights.
+    """
+
+    def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128),
+                 type_hidden: Sequence[int] = (128, 64), dropout: float = 0.0,
+                 initial_floor_ms: float = 0.02, power_limited: bool = False,
+                 power_duration: bool = False, num_timings: int = 1) -> None:
+        super().__init__()
+        self.num_timings = num_timings
+        # softplus(raw) is the power exponent; a buffer (fixed at 0) when not power-limited.
+        raw = torch.tensor(-2.0 if power_limited else float("-inf"))
+        if power_limited:
+            self.power_raw = nn.Parameter(raw)
+        else:
+            self.register_buffer("power_raw", raw, persistent=False)  # not saved: older checkpoints load
+        # softplus(duration_raw) scales an extra slowdown of low-power boards for kernels whose compute time at
+        # peak exceeds exp(log_duration_ms) (they keep slowing as they run); buffers (no effect) when off.
+        if power_duration:
+            self.duration_raw = nn.Parameter(torch.tensor(-2.0))
+            self.log_duration_ms = nn.Parameter(torch.tensor(0.0))
+        else:
+            self.register_buffer("duration_raw", torch.tensor(float("-inf")), persistent=False)
+            self.register_buffer("log_duration_ms", torch.tensor(0.0), persistent=False)
+        self.register_buffer("feature_mean", torch.zeros(num_features))
+        self.register_buffer("feature_std", torch.ones(num_features))
+        self.register_buffer("type_feature_mean", torch.zeros(num_type_features))
+        self.register_buffer("type_feature_std", torch.ones(num_type_features))
+        self.trunk = _mlp([num_features, *hidden], dropout)
+        self.slowdown = nn.Linear(hidden[-1], 1)
+        self.type_head = nn.Sequential(_mlp([num_type_features, *type_hidden], dropout),
+                                       nn.Linear(type_hidden[-1], len(KERNEL_TYPES)))
+        # One floor per family, or per (timing method, family): graph replay and profiler kernel time carry no
+        # launch overhead, eager CUDA events do (index timing * len(FAMILIES) + family; timing 0 is eager).
+        self.log_floor = nn.Parameter(torch.full((num_timings * len(FAMILIES),),
+                                                 float(torch.tensor(initial_floor_ms).log())))
+
+    def set_normalisation(self, features: torch.Tensor, type_features: torch.Tensor) -> None:
+        self.feature_mean.copy_(features.mean(dim=0))
+        self.feature_std.copy_(features.std(dim=0).clamp_min(1e-6))
+        self.type_feature_mean.copy_(type_features.mean(dim=0))
+        self.type_feature_std.copy_(type_features.std(dim=0).clamp_min(1e-6))
+
+    @property
+    def power_exponent(self) -> torch.Tensor:
+        return nn.functional.softplus(self.power_raw)
+
+    @property
+    def duration_exponent(self) -> torch.Tensor:
+        return nn.functional.softplus(self.duration_raw)
+
+    def log_roofline(self, roofline: torch.Tensor) -> torch.Tensor:
+        """log max(f * compute, memory) from the [n, 3] roofline inputs."""
+        log_compute, log_memory, log_power = roofline[:, 0], roofline[:, 1], roofline[:, 2]
+        beyond = nn.functional.softplus(log_compute - self.log_duration_ms)
+        log_compute = log_compute + (self.power_exponent + self.duration_exponent * beyond) * log_power
+        return torch.maximum(log_compute, log_memory)
+
+    def parts(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
+              roofline: torch.Tensor, timing: torch.Tensor | None = None):
+        """(log floor ms, log work ms, type logits) per kernel; ``timing`` indexes the timing method
+        (None: the first, eager CUDA events)."""
+        log_roofline_ms = self.log_roofline(roofline)
+        hidden = self.trunk((features - self.feature_mean) / self.feature_std)
+        log_work = log_roofline_ms + nn.functional.softplus(self.slowdown(hidden).squeeze(-1))
+        type_logits = self.type_head((type_features - self.type_feature_mean) / self.type_feature_std)
+        floor_index = family if timing is None else timing * len(FAMILIES) + family
+        return self.log_floor[floor_index], log_work, type_logits
+
+    def forward(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
+                roofline: torch.Tensor, timing: torch.Tensor | None = None):
+        log_floor, log_work, type_logits = self.parts(features, type_features, family, roofline, timing)
+        return torch.logaddexp(log_floor, log_work), type_logits

@@ -1,0 +1,166 @@
+"""Which precision path a prediction takes, and what Lilou can and cannot stand behind there.
+
+The precision comes from the ONNX tensor types (:func:`lilou.graph.precision.model_precision`) or
+``--precision``. FP32 follows PyTorch eager's defaults: on compute capability 8.0 and newer,
+convolutions run in TF32 (``torch.backends.cudnn.allow_tf32`` defaults to True) and matmuls do not
+(``torch.backends.cuda.matmul.allow_tf32`` defaults to False). ``--tf32 on|off|conv`` sets it.
+
+FP32 kernels are priced by the NeuSight-trained kernel model (TF32 off); GEMMs and convolutions on any
+other unit (FP16/BF16/FP8/INT8 tensor cores, DP4A ...) by the tensor-core kernel model trained on the
+whole kernel table, which says in the warnings where it has no measured neighbour
+(:mod:`lilou.latency.kernel_model.coverage`). TF32 was measured by no source: FP32 under TF32 keeps FP32 rates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lilou.errors import LilouInputError
+from lilou.graph.precision import PRECISIONS
+from lilou.hardware import Device
+from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
+from lilou.latency.kernel_model.coverage import MeasuredCoverage
+
+TF32_MODES = ("off", "conv", "on")
+#: Precisions the shipped kernel model has measurements of.
+MEASURED_PRECISIONS = frozenset({"fp32"})
+
+
+def compute_capability(device: Device) -> tuple[int, int]:
+    """``"8.6"`` -> (8, 6): compared as numbers ("10.0" is newer than "8.0")."""
+    major, _, minor = device.compute_capability.partition(".")
+    return int(major), int(minor or 0)
+
+
+def default_tf32(device: Device) -> str:
+    """PyTorch eager's TF32 default on ``device``: convolutions only, from compute capability 8.0 on."""
+    return "conv" if compute_capability(device) >= (8, 0) else "off"
+
+
+def _choice(value: str | None, allowed: tuple[str, ...], what: str) -> str | None:
+    """``value`` normalised, if it is one of ``allowed``; None stays None; anything else is a one-line error."""
+    if value is None:
+        return None
+    wanted = value.strip().lower()
+    if wanted not in allowed:
+        raise LilouInputError(f"unknown {what} {value!r}; use one of {', '.join(allowed)}")
+    return wanted
+
+
+def check_precision(precision: str | None) -> str | None:
+    return _choice(precision, PRECISIONS, "precision")
+
+
+def check_tf32(tf32: str | None) -> str | None:
+    return _choice(tf32, TF32_MODES, "--tf32")
+
+
+@dataclass(frozen=True)
+class PrecisionPath:
+    """The precision of one prediction: the model's (or the override) and TF32 on that device."""
+
+    precision: str   # fp32 | tf32 | fp16 | bf16 | fp8 | int8 | int4 | fp4
+    tf32: str        # off | conv | on (what FP32 convolutions and matmuls run in on this device)
+    source: str      # "onnx" (tensor types) or "option" (--precision)
+
+
+def precision_path(model_precision: str, device: Device, precision: str | None = None,
+                   tf32: str | None = None) -> PrecisionPath:
+    """The path a prediction takes on ``device``; TF32 is off where the GPU has no TF32 (before 8.0)."""
+    chosen = precision or model_precision
+    mode = tf32 if tf32 is not None else default_tf32(device)
+    if chosen == "tf32":
+        mode = "on"
+    if compute_capability(device) < (8, 0):
+        mode = "off"
+    return PrecisionPath(precision=chosen, tf32=mode, source="option" if precision else "onnx")
+
+
+def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: bool, mixed: bool,
+                       file_precision: str | None = None, devices: list[Device] | None = None,
+                       coverage: MeasuredCoverage | None = None) -> list[str]:
+    """What Lilou cannot stand behind on these paths (one line each, devices pooled).
+
+    ``devices`` (one per path) and ``coverage`` (what the tensor-core kernel model measured): with them,
+    GEMMs and convolutions off the FP32 CUDA cores are checked for a measured neighbour of their precision,
+    family and architecture class; without them every precision but FP32 is reported as unmeasured."""
+    warnings = []
+    overridden = sorted({p.precision for p in paths if p.source == "option"} - {file_precision})
+    if file_precision and overridden:
+        warnings.append(f"--precision {overridden[0]} sets the compute path; tensor sizes still follow the file's "
+                        f"{file_precision.upper()} types (export the model in {overridden[0].upper()} for its bytes)")
+    if coverage is None or devices is None:
+        unmeasured = sorted({p.precision for p in paths} - MEASURED_PRECISIONS)
+        if unmeasured:
+            names = ", ".join(p.upper() for p in unmeasured)
+            warnings.append(f"the model computes in {names}, but the shipped kernel model has FP32 measurements only: "
+                            f"its {names} kernels are predicted at FP32 rates on CUDA cores (on tensor-core GPUs, "
+                            "several times too slow; docs/kernel_model.md)")
+    else:
+        families = [f for f, present in (("gemm", has_matmul), ("conv", has_conv)) if present]
+        warnings += _coverage_warnings(paths, devices, families, coverage)
+    if mixed:
+        warnings.append("the graph's matmuls and convolutions mix precisions: the dominant one is reported")
+    tf32_conv = has_conv and any(p.precision == "fp32" and p.tf32 in ("conv", "on") for p in paths)
+    tf32_matmul = has_matmul and any(p.precision == "fp32" and p.tf32 == "on" for p in paths)
+    if tf32_conv or tf32_matmul:
+        what = " and ".join(w for w, on in (("convolutions", tf32_conv), ("matmuls", tf32_matmul)) if on)
+        warnings.append(f"FP32 {what} run in TF32 on compute capability 8.0 and newer (PyTorch's default for "
+                        "convolutions), but no source of the kernel table measured TF32: they are predicted at "
+                        "strict-FP32 rates, an over-estimate; --tf32 off matches strict-FP32 runs")
+    return warnings
+
+
+#: Tensor-core unit of each low precision, and the CUDA-core unit it falls back to on a GPU without it.
+_TENSOR_UNITS = {"fp16": ("fp16_tensor", "fp16"), "bf16": ("bf16_tensor", "fp32"), "fp8": ("fp8_tensor", None),
+                 "int8": ("int8_tensor", "int8"), "int4": ("int4_tensor", None), "fp4": ("fp4_tensor", None)}
+MATH_FAMILIES = frozenset({"gemm", "conv"})
+
+
+def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
+    """The unit whose peak bounds a kernel's math on ``device`` (a key of its ``peak_tflops``), or None for
+    the FP32 CUDA cores. Only GEMMs and convolutions change unit; memory-bound kernels keep FP32.
+
+    TF32 is not mapped to the TF32 tensor cores: no source in the kernel table measured TF32, so a model
+    has nothing to learn it from; FP32 convolutions under TF32 stay on the FP32 peak (with a warning)."""
+    if family not in MATH_FAMILIES or path.precision in ("fp32", "tf32"):
+        return None
+    tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
+    peaks = device.peak_tflops
+    if tensor and peaks.get(tensor):
+        return tensor
+    if path.precision in ("fp8", "int4", "fp4") and peaks.get("fp16_tensor"):
+        return "fp16_tensor"  # no unit for the format: the runtime upcasts to FP16 tensor cores
+    return fallback if fallback and peaks.get(fallback) else None
+
+
+#: Precisions whose measurements stand for each other: FP16 and BF16 run on the same tensor cores at one rate.
+_NEIGHBOURS = {"fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16")}
+
+
+def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], families: list[str],
+                       coverage: MeasuredCoverage) -> list[str]:
+    """One line per (precision, family) whose kernels, on some of ``devices``, have no measured neighbour."""
+    warnings = []
+    for precision in sorted({p.precision for p in paths} - {"fp32", "tf32"}):
+        for family in families:
+            no_unit, unmeasured = set(), set()
+            for path, device in zip(paths, devices):
+                if path.precision != precision:
+                    continue
+                unit = kernel_unit(family, path, device)
+                if unit is None or unit == "fp32":
+                    no_unit.add(device.gpu)
+                elif not any(coverage.count(p, family, architecture_class(device.gpu))
+                             for p in _NEIGHBOURS.get(precision, (precision,))):
+                    unmeasured.add(architecture_class(device.gpu))
+            name = f"{precision.upper()} {'GEMMs' if family == 'gemm' else 'convolutions'}"
+            if no_unit:
+                warnings.append(f"{', '.join(sorted(no_unit))}: no unit for {name}; they are predicted at FP32 "
+                                "CUDA-core rates, as measured FP32 kernels")
+            if unmeasured:
+                measured = sorted({a for p in _NEIGHBOURS.get(precision, (precision,))
+                                   for a in coverage.architectures(p, family)}, key=ARCHITECTURE_CLASSES.index)
+                where = f"measured on {', '.join(measured)} only" if measured else "measured on no GPU"
+                warnings.append(f"{name} on {', '.join(sorted(unmeasured))} GPUs have no measured neighbour in the "
+                                f"kernel table ({where}): extrapolated across architectures")
+    return warnings

@@ -1,0 +1,62 @@
+"""Lightning data module over the whole kernel-measurement table, split by GPU or architecture.
+
+Every source trains the same GPU-work model: each row carries its timing method (the model learns
+a launch floor per method) and the unit whose peak bounds its math (the roofline uses that peak).
+A fixed hash sample keeps at most ``per_group`` rows of each (source, GPU, dtype, family), so the
+7.5 M AIConfigurator rows do not drown the other sources.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from lilou.latency.kernel_model.datamodule import KernelDataModule
+from lilou.latency.kernel_model.dataset import TIMINGS, KernelDataset
+from lilou.latency.kernel_model.features import FEATURE_GROUPS
+from lilou.latency.kernel_model.kernel_types import type_index
+from lilou.hardware.database import architecture_class
+from lilou.latency.kernel_model.table_sample import sample_table
+from lilou.latency.kernel_model.table_kernels import PRICED_FAMILIES, table_kernels
+
+
+def dataset_from_sample(sample: dict[str, list]) -> KernelDataset:
+    """The priced rows of a table sample as a :class:`KernelDataset` (kernel types from NeuSight's names)."""
+    priced = table_kernels(sample, use_units=True)
+    rows = {c: np.asarray(sample[c], dtype=object)[priced.index] for c in sample}
+    names = {}
+    kernel_type = np.full(len(priced.index), -1, dtype=np.int64)
+    for i, (source, name) in enumerate(zip(rows["source"], rows["provider"])):
+        if source == "neusight" and name:
+            kernel_type[i] = names[name] if name in names else names.setdefault(name, type_index(name))
+    return KernelDataset(
+        kernels=priced.kernels, devices=priced.devices, gpu=rows["gpu"].astype(str), op=rows["op"].astype(str),
+        family=np.array([PRICED_FAMILIES[f] for f in rows["family"]]),
+        latency_ms=rows["latency_ms"].astype(np.float64), kernel_type=kernel_type,
+        timing=np.array([TIMINGS.index(t) for t in rows["timing"]], dtype=np.int64))
+
+
+class KernelTableDataModule(KernelDataModule):
+    """Train on the kernel table minus ``held_out_gpus`` and ``held_out_architectures``; test on those."""
+
+    def __init__(self, data_dir: str | None = None, held_out_gpus: Sequence[str] = (),
+                 held_out_architectures: Sequence[str] = (), sources: Sequence[str] | None = None,
+                 per_group: int = 4000, feature_groups: Sequence[str] = FEATURE_GROUPS,
+                 type_feature_groups: Sequence[str] = FEATURE_GROUPS, val_fraction: float = 0.05,
+                 max_rows: int | None = None, batch_size: int = 1024, seed: int = 0) -> None:
+        super().__init__(data_dir=data_dir, held_out_gpus=held_out_gpus, feature_groups=feature_groups,
+                         type_feature_groups=type_feature_groups, val_fraction=val_fraction, max_rows=max_rows,
+                         batch_size=batch_size, seed=seed)
+        self.held_out_architectures = tuple(held_out_architectures)
+        self.sources = tuple(sources) if sources else None
+        self.per_group = per_group
+
+    def load_dataset(self) -> KernelDataset:
+        from lilou.data.kernel_table import kernel_table
+
+        return dataset_from_sample(sample_table(kernel_table(self.sources, self.data_dir), self.per_group))
+
+    def held_out_mask(self, data: KernelDataset) -> np.ndarray:
+        architectures = {gpu: architecture_class(gpu) for gpu in set(data.gpu)}
+        by_architecture = np.array([architectures[g] in self.held_out_architectures for g in data.gpu], dtype=bool)
+        return np.isin(data.gpu, self.held_out_gpus) | by_architecture

@@ -1,0 +1,21 @@
+"""A fixed sample of the kernel table: at most ``per_group`` rows per (source, GPU, dtype, family).
+
+The table is large (millions of AIConfigurator rows); the rows are picked by a hash of the row, so the
+sample is the same on every run, for training (``experiment=kernel_table``) and for the folds.
+"""
+from __future__ import annotations
+
+_COLUMNS = ("source", "gpu", "dtype", "family", "op", "unit", "timing", "provider", "batch", "m", "n", "k", "bias", "in_c",
+            "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "groups",
+            "rows", "cols", "latency_ms")
+
+
+def sample_table(relation, per_group: int = 2000) -> dict[str, list]:
+    """At most ``per_group`` forward-pass rows per (source, GPU, dtype, family), as ``{column: values}``."""
+    columns = ", ".join(f'"{c}"' for c in _COLUMNS)
+    partition = "source, gpu, dtype, family"
+    sampled = relation.filter("mode = 'forward'").project(
+        f"{columns}, row_number() OVER (PARTITION BY {partition} ORDER BY hash(source, gpu, op, m, n, k, rows, cols, "
+        f"in_c, out_c, in_h, latency_ms)) AS pick").filter(f"pick <= {per_group}").order(f"{partition}, pick")
+    table = sampled.to_arrow_table()
+    return {c: table.column(c).to_pylist() for c in _COLUMNS}

@@ -1,0 +1,88 @@
+"""Train the kernel model from a Hydra config; shared by `lilou.train` and the benchmark."""
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
+import numpy as np
+import torch
+from hydra.utils import instantiate, to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from lilou.latency.kernel_model.datamodule import KernelDataModule
+from lilou.latency.kernel_model.metrics import error_table
+from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
+
+
+def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[KernelLatencyPredictor, KernelDataModule]:
+    """Seed, build data and model from ``cfg``, train; returns the predictor and its data.
+
+    ``dataset``: rows already loaded (a :class:`~lilou.latency.kernel_model.dataset.KernelDataset`), so that folds of a
+    benchmark split one sample instead of reading it again."""
+    L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    datamodule: KernelDataModule = instantiate(cfg.data)
+    if dataset is not None:
+        datamodule.preloaded = dataset
+    datamodule.setup()
+    module = instantiate(cfg.model, num_features=datamodule.train.features.shape[1],
+                         num_type_features=datamodule.train.type_features.shape[1])
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger)
+    trainer.fit(module, datamodule=datamodule)
+    config = {"num_features": int(datamodule.train.features.shape[1]),
+              "num_type_features": int(datamodule.train.type_features.shape[1]), "hidden": list(cfg.model.hidden),
+              "power_limited": bool(cfg.model.get("power_limited", False)),
+              "power_duration": bool(cfg.model.get("power_duration", False)),
+              "num_timings": int(cfg.model.get("num_timings", 1)),
+              "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
+              "config": OmegaConf.to_container(cfg, resolve=False)}
+    predictor = KernelLatencyPredictor(module.net, datamodule.feature_groups, datamodule.type_feature_groups, config)
+    return predictor, datamodule
+
+
+def held_out_metrics(predictor: KernelLatencyPredictor, datamodule: KernelDataModule) -> list[dict[str, Any]]:
+    rows = datamodule.test_rows
+    if rows is None or len(rows) == 0:
+        return []
+    prediction = predictor.predict(rows.kernels, rows.devices)
+    return error_table(rows, prediction.latency_ms, prediction.kernel_type)
+
+
+def train_kernel_model(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    output_dir = Path(HydraConfig.get().runtime.output_dir)
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    predictor, datamodule = fit(cfg, logger=logger)
+    if rank_zero_only.rank != 0:  # under DDP only the first process evaluates and writes
+        return None
+    metrics: dict[str, Any] = {
+        "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
+        "seed": cfg.seed,
+        "data": ("kernel-measurement table, every source (lilou.data.kernel_table)"
+                 if str(cfg.data.get("_target_", "")).endswith("KernelTableDataModule")
+                 else "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)"),
+        "train_rows": int(len(datamodule.train.log_latency)),
+        "trained_on": predictor.config["trained_on"],
+        "held_out": held_out_metrics(predictor, datamodule),
+        "benchmark": "leave-one-GPU-out figures: make bench-kernels (see docs/kernel_model.md)",
+        "python": platform.python_version(),
+    }
+    val = datamodule.val_rows
+    if val is not None and len(val):
+        predicted = predictor.predict(val.kernels, val.devices).latency_ms
+        metrics["val_mape"] = float(100 * np.mean(np.abs(predicted - val.latency_ms) / val.latency_ms))
+    predictor.save(output_dir / "checkpoint", metrics)
+    if cfg.get("output_checkpoint"):
+        predictor.save(to_absolute_path(cfg.output_checkpoint), metrics)
+    print(json.dumps({k: v for k, v in metrics.items() if k != "held_out"}, indent=2))
+    return metrics.get("val_mape")
+
+
+
