@@ -33,6 +33,8 @@ from lilou.latency.kernel_model.features import power_factor
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 from lilou.latency.kernel_model.precision import PrecisionPath, check_precision, check_tf32, precision_path, precision_warnings
 from lilou.graph.precision import ModelPrecision, model_precision
+from lilou.plan.calibration import CALIBRATION_FILE, Calibration
+from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
 
 ModelInput = str | os.PathLike[str] | ModelGraph
 
@@ -52,6 +54,8 @@ class KernelEstimate:
     compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
     fallback: bool        # no measurements for this kind of kernel: memory-bound fallback
     category: str         # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.composition.breakdown)
+    interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (lilou.plan.intervals)
+    extrapolated: bool = False  # features outside the measured range for its GPU class and dtype (or fallback)
 
     @property
     def bound(self) -> str:
@@ -59,6 +63,7 @@ class KernelEstimate:
 
     def to_json(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "type": self.type, "latency_ms": self.latency_ms,
+                "interval_ms": list(self.interval_ms), "extrapolated": self.extrapolated,
                 "flops": self.flops, "bytes": self.bytes}
 
 
@@ -76,6 +81,8 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)
     precision: str = "fp32"   # what the model computes in (ONNX tensor types, or --precision)
     tf32: str = "off"         # off | conv | on: what FP32 convolutions / matmuls run in on this device
+    interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (docs/intervals.md)
+    extrapolated_share: float = 0.0  # share (0..1) of the predicted time on extrapolated kernels
 
     @property
     def device(self) -> str:
@@ -110,6 +117,7 @@ class Prediction:
         """The ``lilou infer --format json`` object (DESIGN.md)."""
         return {"model": self.model, "gpu": self.gpu, "mig": self.mig, "backend": self.backend,
                 "batch": self.batch, "precision": self.precision, "tf32": self.tf32, "latency_ms": self.latency_ms,
+                "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
                 "kernels": [k.to_json() for k in self.kernels], "warnings": list(self.warnings)}
 
 
@@ -120,14 +128,17 @@ class RankEntry:
     latency_ms: float
     precision: str = "fp32"
     tf32: str = "off"
+    interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms
+    extrapolated_share: float = 0.0
 
     @property
     def device(self) -> str:
         return self.gpu if self.mig is None else f"{self.gpu}/{self.mig}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms, "precision": self.precision,
-                "tf32": self.tf32}
+        return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
+                "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
+                "precision": self.precision, "tf32": self.tf32}
 
 
 @dataclass
@@ -194,6 +205,8 @@ class Predictor:
         self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
                                    OverheadModel(**params["overhead"]),
                                    tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
+        self._interval_notes, self._tensor_interval_note = _calibration_notes(
+            kernel_checkpoint or checkpoint_path(KERNEL_LATENCY), has_tensor)
 
     # ----------------------------------------------------------------- public
 
@@ -235,12 +248,15 @@ class Predictor:
         totals = shares.sum(axis=0)
         paths = [reading.path(d) for d in devices]
         precision_notes = reading.notes(paths, devices, self.coverage)
-        entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32)
-                   for d, t, path in zip(devices, totals, paths)]
+        bounds = self._intervals(kernels, shares, devices, paths)
+        entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
+                             round(float(bounds.extrapolated_share[j]), 4))
+                   for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
         return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
                        warnings=_ambiguity_notes(gpus) + warnings + precision_notes + _fallback_warning(kernels, shares)
-                       + _power_note(self.model.kernel_model, devices) + _memory_warning(graph, devices))
+                       + _power_note(self.model.kernel_model, devices) + _memory_warning(graph, devices)
+                       + self._interval_warnings(bounds))
 
     # ---------------------------------------------------------------- helpers
 
@@ -280,14 +296,38 @@ class Predictor:
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
         paths = [reading.path(d) for d in devices]
+        bounds = self._intervals(kernels, shares, devices, paths)
+        need = memory_needed(graph)  # once, not once per device
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
-                           kernels=_estimates(kernels, work, shares, waits, j),
+                           kernels=_estimates(kernels, work, shares, waits, j, bounds),
                            warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
                            + _fallback_warning(kernels, shares[:, [j]])
-                           + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device]),
-                           precision=paths[j].precision, tf32=paths[j].tf32)
+                           + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device], need)
+                           + self._interval_warnings(bounds),
+                           precision=paths[j].precision, tf32=paths[j].tf32,
+                           interval_ms=_rounded(bounds.interval(j)),
+                           extrapolated_share=round(float(bounds.extrapolated_share[j]), 4))
                 for j, device in enumerate(devices)]
+
+    def _intervals(self, kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device],
+                   paths: Sequence[PrecisionPath]) -> Intervals:
+        """90 % intervals and extrapolation flags (lilou.plan.intervals) of every kernel on every device."""
+        dtypes = [p.precision for p in paths]
+        calibration = _calibration()
+        if calibration is None:
+            return no_intervals(shares, dtypes)
+        return compute_intervals(kernels, shares, devices, dtypes, calibration,
+                                 self.model.kernel_model.config.get("trained_on", []))
+
+    def _interval_warnings(self, bounds: Intervals) -> list[str]:
+        notes = list(self._interval_notes)
+        if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes):
+            notes.append(self._tensor_interval_note)
+        if bounds.uncalibrated:
+            notes.append(f"no held-out measurements of {', '.join(bounds.uncalibrated)} kernels: their 90 % "
+                         "interval is the widest of their family (docs/intervals.md)")
+        return notes
 
 
 @dataclass(frozen=True)
@@ -318,14 +358,57 @@ class _GraphPrecision:
 
 
 def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,
-               column: int) -> list[KernelEstimate]:
+               column: int, bounds: Intervals) -> list[KernelEstimate]:
     return [KernelEstimate(nodes=tuple(nodes), ops=spec.ops, type=str(work.kernel_type[i, column]),
                            latency_ms=round(float(shares[i, column]), 6), work_ms=float(work.work_ms[i, column]),
                            host_wait_ms=round(float(waits[i, column]), 6),
                            flops=int(spec.flops), bytes=int(spec.bytes),
                            compute_bound=bool(work.compute_bound[i, column]), fallback=bool(work.fallback[i]),
-                           category=kernel_category(spec, bool(work.fallback[i])))
+                           category=kernel_category(spec, bool(work.fallback[i])),
+                           interval_ms=(round(float(bounds.kernel_lo[i, column]), 6),
+                                        round(float(bounds.kernel_hi[i, column]), 6)),
+                           extrapolated=bool(bounds.extrapolated[i, column]))
             for i, (nodes, spec) in enumerate(zip(kernels.nodes, kernels.specs))]
+
+
+def _calibration() -> Calibration | None:
+    """The shipped interval calibration, or None when its file is missing (intervals then collapse to the
+    estimate, and a warning says so)."""
+    from lilou.errors import MissingDataError
+
+    try:
+        return Calibration.load()
+    except MissingDataError:
+        return None
+
+
+def _rounded(interval: tuple[float, float]) -> tuple[float, float]:
+    return round(interval[0], 4), round(interval[1], 4)
+
+
+def _calibration_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: bool) -> tuple[list[str], str | None]:
+    """(warnings for every prediction, a warning for non-FP32 ones) when the interval calibration was made for
+    other kernel models than the ones loaded."""
+    from lilou.plan.calibration import checkpoint_fingerprint
+
+    calibration = _calibration()
+    if calibration is None:
+        return [f"no interval calibration file ({CALIBRATION_FILE}): every interval is the estimate itself; "
+                "regenerate it with `make calibrate`"], None
+    notes = []
+    if checkpoint_fingerprint(os.fspath(kernel_checkpoint)) != calibration.fingerprint:
+        notes.append(f"the 90 % intervals were calibrated for another kernel model "
+                     f"({calibration.data['kernel_model']['checkpoint']}, {calibration.fingerprint}); regenerate "
+                     "them for this one with `make calibrate`")
+    tensor = None
+    shipped = calibration.data.get("tensor_model")
+    if has_tensor and shipped is None:
+        tensor = ("the 90 % intervals of non-FP32 kernels come from the FP32 model's held-out residuals, not the "
+                  "tensor-core model's that priced them (docs/intervals.md)")
+    elif has_tensor and checkpoint_fingerprint(os.fspath(checkpoint_path(KERNEL_LATENCY_TENSOR))) != shipped["fingerprint"]:
+        tensor = ("the 90 % intervals of non-FP32 GEMMs and convolutions were calibrated for another tensor-core "
+                  f"model ({shipped['fingerprint']}); regenerate them with `make calibrate`")
+    return notes, tensor
 
 
 def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
@@ -393,9 +476,10 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
     return sum(weights.values()), max(activations, default=0)
 
 
-def _memory_warning(graph: ModelGraph, devices: Sequence[Device]) -> list[str]:
-    """Say so when the weights and the largest activation cannot fit the device's memory."""
-    weights, activation = memory_needed(graph)
+def _memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int, int] | None = None) -> list[str]:
+    """Say so when the weights and the largest activation cannot fit the device's memory (``need``: what
+    :func:`memory_needed` returns, when already computed)."""
+    weights, activation = need or memory_needed(graph)
     need = weights + activation
     short = [d for d in devices if need > d.memory_gb * 2**30]
     if not short:

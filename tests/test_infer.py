@@ -16,8 +16,9 @@ from tests.conftest import REPO
 from tests.onnx_builders import make_model, tensor, weight
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
-JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "kernels", "warnings"}
-KERNEL_FIELDS = {"nodes", "type", "latency_ms", "flops", "bytes"}
+JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "interval_ms",
+               "extrapolated_share", "kernels", "warnings"}
+KERNEL_FIELDS = {"nodes", "type", "latency_ms", "interval_ms", "extrapolated", "flops", "bytes"}
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -77,20 +77,27 @@ def _print_table(prediction, top: int) -> None:
     device = prediction.gpu if prediction.mig is None else f"{prediction.gpu} MIG {prediction.mig}"
     batch = "" if prediction.batch is None else f", batch {prediction.batch}"
     table = Table(title=f"top {min(top, len(prediction.kernels))} of {len(prediction.kernels)} kernels by predicted time")
-    for column in ("#", "ops", "first node", "type", "bound", "ms", "launch wait", "share"):
-        table.add_column(column, justify="right" if column in ("#", "ms", "launch wait", "share") else "left")
+    for column in ("#", "ops", "first node", "type", "bound", "ms", "90 % interval", "launch wait", "share"):
+        table.add_column(column, justify="right" if column in ("#", "ms", "90 % interval", "launch wait", "share")
+                         else "left")
     order = {id(k): i for i, k in enumerate(prediction.kernels)}
     for k in prediction.top(top):
         ops = "+".join(dict.fromkeys(k.ops))
         table.add_row(str(order[id(k)]), ops if len(ops) <= 40 else ops[:39] + "…", k.nodes[0][:40],
-                      k.type, k.bound, f"{k.latency_ms:.4f}", f"{k.host_wait_ms:.4f}",
+                      k.type, k.bound, f"{k.latency_ms:.4f}",
+                      f"{k.interval_ms[0]:.4f}-{k.interval_ms[1]:.4f}" + (" *" if k.extrapolated else ""),
+                      f"{k.host_wait_ms:.4f}",
                       f"{100 * k.latency_ms / prediction.latency_ms:.1f} %")
     if top:
         out.print(table)
     out.print(f"[bold]{prediction.model}[/bold] on [bold]{device}[/bold] ({prediction.backend}{batch}, "
               f"{prediction.precision.upper()}, TF32 {prediction.tf32}): "
-              f"[bold]{prediction.latency_ms:.3f} ms[/bold], {len(prediction.kernels)} kernels, "
+              f"[bold]{prediction.latency_ms:.3f} ms[/bold] (90 % interval {prediction.interval_ms[0]:.3f} to "
+              f"{prediction.interval_ms[1]:.3f} ms), {len(prediction.kernels)} kernels, "
               f"{human(sum(k.flops for k in prediction.kernels), 'FLOPs')}")
+    extrapolated = [k for k in prediction.kernels if k.extrapolated]
+    out.print(f"extrapolated: {len(extrapolated)} kernels (* in the table: outside the measured range for this GPU "
+              f"class and dtype, or on the fallback), {100 * prediction.extrapolated_share:.1f} % of the predicted time")
     fallback = prediction.fallback_kernels
     out.print(f"fallback: {len(fallback)} kernels, {100 * prediction.fallback_share:.1f} % of the predicted time")
     out.print(f"launch-bound: the GPU waits for the host to launch kernels {100 * prediction.host_wait_share:.1f} % "

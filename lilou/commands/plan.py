@@ -1,0 +1,137 @@
+"""`lilou plan MODEL.onnx --slo-ms T`: per GPU and MIG slice, the largest batch whose 90 % upper bound meets
+the SLO, its throughput, memory fit, cost and Kubernetes resource (``--llm`` for decoder LLMs)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.table import Table
+
+from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, console,
+                                    print_json, shape_overrides, warn)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan", help="capacity plan: the device, batch and cost that meet a latency SLO",
+        description="For every GPU and MIG slice (or the listed ones): the largest batch whose 90 %% upper "
+                    "bound meets the SLO, its throughput, memory fit, $ per million inferences (with --prices) "
+                    "and the Kubernetes resource that requests it; sorted by cost, or by throughput without "
+                    "prices. The graph is read once per batch, not once per device.")
+    parser.add_argument("model", help="ONNX file, or with --llm a built-in LLM name or a config.json")
+    parser.add_argument("--slo-ms", type=float, default=None, metavar="T", help="end-to-end latency SLO (ms)")
+    parser.add_argument("--gpus", default=None, metavar="a,b,...",
+                        help="GPUs (whole) and MIG slices as GPU/PROFILE, e.g. a10g,t4,a100-80gb/1g.10gb "
+                             "(default: every GPU and MIG profile)")
+    parser.add_argument("--batches", default=None, metavar="1,2,4,...",
+                        help="batch sizes to try (default 1,2,4,8,16,32,64,128)")
+    parser.add_argument("--prices", default=None, metavar="FILE.csv",
+                        help="CSV with a header line device,usd_per_hour; MIG slices without a line cost their "
+                             "GPU's price times their share of its compute slices")
+    parser.add_argument("--plot", default=None, metavar="OUT.png",
+                        help="also write latency and its interval against batch per device, with the SLO line")
+    parser.add_argument("--shape", action="append", default=[], metavar="INPUT=D1xD2...",
+                        help="set one input's full shape, e.g. input_ids=1x512; its leading dim follows each batch "
+                             "tried (repeatable)")
+    add_precision_options(parser)
+    add_backend_option(parser)
+    llm = parser.add_argument_group("decoder LLMs (lilou llm)")
+    llm.add_argument("--llm", action="store_true", help="MODEL is a decoder LLM: plan over `lilou llm`")
+    llm.add_argument("--itl-slo-ms", type=float, default=None, metavar="T", help="inter-token latency SLO (ms)")
+    llm.add_argument("--input-len", type=int, default=None, metavar="I", help="prompt tokens per request")
+    llm.add_argument("--output-len", type=int, default=None, metavar="O", help="generated tokens per request")
+    llm.add_argument("--dtype", default=None, metavar="D", help="LLM weight/compute dtype (default: lilou llm's)")
+    llm.add_argument("--engine", default="vllm", choices=("vllm", "hf"), help="serving engine (default vllm)")
+    add_format_option(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lilou.errors import LilouInputError
+    from lilou.plan.planner import parse_batches
+
+    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
+        raise LilouInputError(f"--plot: folder {os.path.dirname(os.path.abspath(args.plot))!r} does not exist")
+    gpus = None if args.gpus is None else args.gpus.split(",")
+    batches = parse_batches(args.batches)
+    prices = None
+    if args.prices is not None:
+        from lilou.plan.prices import read_prices
+
+        prices = read_prices(args.prices)
+    if args.llm:
+        plan = _plan_llm(args, gpus, batches, prices)
+    else:
+        from lilou.api import Predictor
+        from lilou.plan.planner import plan_model
+
+        if args.slo_ms is None:
+            raise LilouInputError("plan needs --slo-ms T (or --llm MODEL --itl-slo-ms T --input-len I --output-len O)")
+        plan = plan_model(args.model, args.slo_ms, gpus=gpus, batches=batches, prices=prices,
+                          predictor=Predictor(backend=args.backend), shapes=shape_overrides(args),
+                          precision=args.precision, tf32=args.tf32)
+    if args.plot:
+        from lilou.plan.plot import plot_plan
+
+        plot_plan(plan, args.plot)
+    if args.format == "json":
+        print_json(plan.to_json())
+        for message in plan.warnings:
+            warn(message)
+        if plan.message:
+            warn(plan.message)
+        return 0
+    _print_table(plan)
+    if args.plot:
+        console().print(f"wrote {args.plot}")
+    return 0
+
+
+def _plan_llm(args, gpus, batches, prices):
+    from lilou.errors import LilouInputError
+    from lilou.plan.planner import plan_llm
+
+    missing = [flag for flag, value in (("--itl-slo-ms", args.itl_slo_ms), ("--input-len", args.input_len),
+                                        ("--output-len", args.output_len)) if value is None]
+    if missing:
+        raise LilouInputError(f"plan --llm needs {', '.join(missing)}")
+    return plan_llm(args.model, args.itl_slo_ms, input_len=args.input_len, output_len=args.output_len, gpus=gpus,
+                    batches=batches, prices=prices, dtype=args.dtype, engine=args.engine)
+
+
+def _print_table(plan) -> None:
+    out = console()
+    llm = plan.kind == "llm"
+    what = "ITL SLO" if llm else "SLO"
+    order = "cheapest first ($ at the upper bound's throughput)" if plan.sort == "cost" else \
+        "highest throughput at the upper bound first"
+    if plan.entries:
+        table = Table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices meet the {what} of "
+                            f"{plan.slo_ms:g} ms (90 % upper bound), {order}")
+        rate = "tokens/s" if llm else "inf/s"
+        columns = ["#", "device", "k8s resource", "batch", "ms", "90 % interval", rate, "memory GiB"]
+        if plan.sort == "cost":
+            columns += ["$/h", "$/M tokens" if llm else "$/M inf"]
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("device", "k8s resource") else "right")
+        for i, entry in enumerate(plan.entries, 1):
+            point = entry.point
+            row = [str(i), entry.device.name, _resource(entry), str(point.batch), f"{point.latency_ms:.3f}",
+                   f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
+                   f"{entry.throughput_per_s:,.1f}", f"{point.memory_gb:.2f} / {entry.device.memory_gb:g}"]
+            if plan.sort == "cost":
+                cost = entry.usd_per_million
+                row += ["-" if entry.usd_per_hour is None else f"{entry.usd_per_hour:.3f}",
+                        "-" if cost is None else f"{cost:,.3f}"]
+            table.add_row(*row)
+        out.print(table)
+    else:
+        out.print(plan.message)
+    for message in plan.warnings:
+        out.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def _resource(entry) -> str:
+    from lilou.plan.kubernetes import resource_name
+
+    return resource_name(entry.device)

@@ -1,0 +1,127 @@
+"""The shipped interval calibration (``calibration.json`` beside this module) and its lookups.
+
+The file is written by ``make calibrate`` (:mod:`lilou.plan.fit`); reading it needs numpy only. It
+holds, for a 90 % coverage:
+
+* ``kernel``: conformal log bands ``{"lo", "hi"}`` per ``family|dtype|tier`` (tier: ``trained`` = the
+  GPU itself is in the kernel model's training data, ``arch_seen`` = another GPU of its architecture
+  class is, ``arch_unseen`` = none is; ``any`` pools the unseen tiers);
+* ``extrapolated``: per family, the band of held-out kernels outside the range their model trained on;
+* ``e2e``: the band of end-to-end predictions on held-out GPUs;
+* ``ranges``: the measured feature ranges per ``architecture|dtype|family`` (lilou.plan.extrapolation).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lilou.errors import MissingDataError
+
+CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration.json"
+#: Where a tier looks when its own pool is missing, widest last.
+_FALLBACK_TIERS = {"trained": ("trained", "arch_seen", "any", "arch_unseen"),
+                   "arch_seen": ("arch_seen", "any", "arch_unseen"),
+                   "arch_unseen": ("arch_unseen", "any")}
+#: Tiers from the nearest to the farthest from the measured GPUs.
+_TIER_ORDER = ("trained", "arch_seen", "arch_unseen")
+#: Kernel kinds without measurements run on the memory-bound fallback, fitted on elementwise rows.
+FALLBACK_FAMILY = "elementwise"
+
+
+@dataclass(frozen=True)
+class Band:
+    """Log bounds: a prediction ``p`` has the interval ``[p * exp(lo), p * exp(hi)]``."""
+
+    lo: float
+    hi: float
+    calibrated: bool = True   # False: no held-out residual of this family and dtype; the family's widest band
+
+    @property
+    def width(self) -> float:
+        return self.hi - self.lo
+
+    def hull(self, other: Band) -> Band:
+        return Band(min(self.lo, other.lo), max(self.hi, other.hi), self.calibrated and other.calibrated)
+
+
+class Calibration:
+    """Lookups over the calibration file's bands and ranges."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.coverage = float(data["coverage"])
+        self.ranges: dict[str, dict[str, Any]] = data["ranges"]
+        self._kernel = {key: Band(v["lo"], v["hi"]) for key, v in data["kernel"].items()}
+        self._extrapolated = {key: Band(v["lo"], v["hi"]) for key, v in data["extrapolated"].items()}
+        self.e2e = Band(data["e2e"]["lo"], data["e2e"]["hi"])
+        self._cache: dict[tuple[str, str, str, bool], Band] = {}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None = None) -> Calibration:
+        return _load(str(path or CALIBRATION_FILE))
+
+    @property
+    def fingerprint(self) -> str:
+        return self.data["kernel_model"]["fingerprint"]
+
+    @property
+    def trained_on(self) -> list[str]:
+        return list(self.data["kernel_model"]["trained_on"])
+
+    def kernel_band(self, family: str, dtype: str, tier: str, extrapolated: bool = False) -> Band:
+        """The band of one kernel: its family, dtype and tier, widened to the extrapolated pool's when it is
+        outside the measured range."""
+        key = (family, dtype, tier, extrapolated)
+        if key not in self._cache:
+            self._cache[key] = self._kernel_band(*key)
+        return self._cache[key]
+
+    def _kernel_band(self, family: str, dtype: str, tier: str, extrapolated: bool) -> Band:
+        if not any(k.startswith(f"{family}|") for k in self._kernel):
+            family = FALLBACK_FAMILY
+        # A tier farther from the measured GPUs is never narrower than a nearer one: with two or three held-out
+        # GPUs per pool, a pool of near GPUs can come out wider (the P4's quirks), and the hull keeps the order.
+        found = None
+        for nearer in _TIER_ORDER[:_TIER_ORDER.index(tier) + 1]:
+            band = next((self._kernel[f"{family}|{dtype}|{t}"] for t in _FALLBACK_TIERS[nearer]
+                         if f"{family}|{dtype}|{t}" in self._kernel), None)
+            if band is not None:
+                found = band if found is None else found.hull(band)
+        if found is None:  # no held-out residual of this dtype: the widest band the family has
+            bands = [b for k, b in self._kernel.items() if k.startswith(f"{family}|")]
+            found = Band(min(b.lo for b in bands), max(b.hi for b in bands), calibrated=False)
+        if extrapolated:
+            wider = self._extrapolated.get(family) or self.widest(family, dtype)
+            found = found.hull(wider)
+        return found
+
+    def widest(self, family: str, dtype: str) -> Band:
+        bands = [b for k, b in self._kernel.items() if k.startswith(f"{family}|{dtype}|")] or \
+                [b for k, b in self._kernel.items() if k.startswith(f"{family}|")]
+        return Band(min(b.lo for b in bands), max(b.hi for b in bands))
+
+    def pooled_band(self, family: str, dtype: str) -> Band | None:
+        """The band over every unseen tier of a family and dtype (what the end-to-end band is set against)."""
+        if not any(k.startswith(f"{family}|") for k in self._kernel):
+            family = FALLBACK_FAMILY
+        return self._kernel.get(f"{family}|{dtype}|any")
+
+
+@functools.cache
+def _load(path: str) -> Calibration:
+    file = Path(path)
+    if not file.exists():
+        raise MissingDataError(f"interval calibration {file} not found; regenerate it with `make calibrate`")
+    return Calibration(json.loads(file.read_text()))
+
+
+@functools.cache
+def checkpoint_fingerprint(folder: str) -> str:
+    """sha256 (16 hex) of a kernel checkpoint's weights, as :mod:`lilou.plan.fit` records it. The weights
+    alone: config.json also records where the training code lived, which a refactor may move."""
+    return hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:16]

@@ -1,0 +1,77 @@
+"""Extrapolation flags: does a kernel lie inside the measured range for GPUs of its class and dtype?
+
+A kernel is described by four numbers that decide how a GPU runs it: log2 FLOPs, log2 bytes, log2
+arithmetic intensity (FLOPs per byte) and log2 waves of thread blocks over the device's SMs (output
+tiles of 128 x 128 for GEMMs and convolutions, blocks of 512 elements for elementwise kernels, one row
+per block for norms and softmax, as :mod:`lilou.latency.kernel_model.features` counts them). The calibration file
+stores, per (architecture class, dtype, family), the range of each over the rows of the kernel table
+(:mod:`lilou.data.kernel_table`; H100 and L4 rows are held back from it). A kernel is *extrapolated*
+when its architecture class has no row of that dtype and family, or any of its four numbers falls
+outside the stored range. Kernels on the memory-bound fallback have no measured kind at all and are
+always extrapolated.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from lilou.latency.kernel_model.features import ELEMENTWISE_BLOCK, KernelBatch
+from lilou.latency.kernel_model.kernel import FAMILIES
+
+#: The features whose measured range is checked, in column order.
+RANGE_FEATURES: tuple[str, ...] = ("log2_flops", "log2_bytes", "log2_intensity", "log2_waves")
+#: GEMM / implicit-GEMM output tile used to count waves.
+WAVE_TILE = (128, 128)
+_ROW_FAMILIES = frozenset({FAMILIES.index("layernorm"), FAMILIES.index("softmax"), FAMILIES.index("reduction")})
+_GEMM_FAMILIES = frozenset({FAMILIES.index("gemm"), FAMILIES.index("conv")})
+
+
+def range_features(kernels: KernelBatch, sms: np.ndarray | float) -> np.ndarray:
+    """float64 [len(kernels), 4]: the :data:`RANGE_FEATURES` of each kernel on a device with ``sms`` SMs
+    (one value, or one per kernel)."""
+    k = kernels
+    sms = np.broadcast_to(np.asarray(sms, dtype=np.float64), (len(k),))
+    gemm_blocks = np.maximum(k.gemm_batch, 1.0) * np.ceil(k.gemm_m / WAVE_TILE[0]) * np.ceil(k.gemm_n / WAVE_TILE[1])
+    element_blocks = np.ceil(k.out_elements / ELEMENTWISE_BLOCK)
+    family = k.family
+    blocks = np.where(np.isin(family, list(_GEMM_FAMILIES)), gemm_blocks,
+                      np.where(np.isin(family, list(_ROW_FAMILIES)), k.rows, element_blocks))
+    return np.stack([np.log2(k.flops + 1.0), np.log2(k.bytes + 1.0),
+                     np.log2((k.flops + 1.0) / (k.bytes + 1.0)), np.log2(blocks / sms + 1e-6)], axis=1)
+
+
+def range_key(architecture: str, dtype: str, family: str) -> str:
+    return f"{architecture}|{dtype}|{family}"
+
+
+def measured_ranges(features: np.ndarray, keys: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """``{key: {feature: [min, max]}}`` over the rows of each key (what the calibration file stores)."""
+    keys = np.asarray(keys, dtype=object)
+    out = {}
+    for key in sorted(set(keys)):
+        rows = features[keys == key]
+        out[str(key)] = {name: [round(float(rows[:, i].min()), 4), round(float(rows[:, i].max()), 4)]
+                         for i, name in enumerate(RANGE_FEATURES)}
+        out[str(key)]["rows"] = int(len(rows))
+    return out
+
+
+def outside(features: np.ndarray, family_names: Sequence[str], architecture: str, dtype: str,
+            ranges: Mapping[str, Mapping[str, Sequence[float]]]) -> np.ndarray:
+    """bool per kernel (rows of ``features``): outside the measured range of (architecture, dtype, family),
+    or no measured row of it at all."""
+    out = np.ones(len(features), dtype=bool)
+    families = np.asarray(family_names, dtype=object)
+    for family in set(families):
+        entry = ranges.get(range_key(architecture, dtype, family))
+        if entry is None:
+            continue
+        rows = families == family
+        inside = np.ones(int(rows.sum()), dtype=bool)
+        for i, name in enumerate(RANGE_FEATURES):
+            low, high = entry[name]
+            values = features[rows, i]
+            inside &= (values >= low - 1e-9) & (values <= high + 1e-9)
+        out[rows] = ~inside
+    return out

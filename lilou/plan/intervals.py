@@ -1,0 +1,141 @@
+"""90 % intervals and extrapolation flags of one graph's kernels on many devices (numpy only).
+
+Per kernel: its predicted share of the end-to-end time times ``exp`` of the conformal band of its
+family, dtype and tier (:mod:`lilou.plan.calibration`), widened when it is extrapolated.
+
+End to end, the kernel bands are **not** summed as if independent (that would shrink the interval
+with the number of kernels, while one GPU's errors are shared by all its kernels). The end-to-end
+band comes from end-to-end residuals on held-out GPUs, and is widened two ways:
+
+* by the time-weighted ratio of each kernel's tier band to its family's pooled band (>= 1): an
+  architecture with no measured GPU gets the wider band its kernels have;
+* the share of time on kernels the end-to-end labels never covered (extrapolated kernels, dtypes other
+  than FP32) takes its kernels' own bands, added up as fully correlated (bounds summed), not in
+  quadrature.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lilou.hardware import Device
+from lilou.latency.composition.end_to_end import GraphKernels
+from lilou.latency.kernel_model.features import KernelBatch
+from lilou.plan.calibration import FALLBACK_FAMILY, Calibration
+from lilou.plan.extrapolation import outside, range_features
+
+#: Dtypes the end-to-end labels measured (NeuSight: FP32 PyTorch eager).
+E2E_DTYPES = frozenset({"fp32"})
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """Per kernel (rows) and device (columns), and per device."""
+
+    kernel_lo: np.ndarray     # ms
+    kernel_hi: np.ndarray
+    extrapolated: np.ndarray  # bool
+    total_lo: np.ndarray      # ms per device
+    total_hi: np.ndarray
+    extrapolated_share: np.ndarray  # 0..1 per device: share of the predicted time on extrapolated kernels
+    uncalibrated: list[str]   # "family dtype" pairs with no held-out residuals (widest band used)
+    dtypes: list[str]         # each device's precision
+
+    def interval(self, column: int) -> tuple[float, float]:
+        return float(self.total_lo[column]), float(self.total_hi[column])
+
+
+def architecture_class(device: Device) -> str:
+    """The architecture class of a device (a MIG slice: its GPU's): Maxwell ... Blackwell, GA100 / GA10x."""
+    return _arch(device.gpu)
+
+
+def device_tier(device: Device, trained_on: Sequence[str]) -> str:
+    """``trained`` (this very GPU, whole, is in the kernel model's data), ``arch_seen`` or ``arch_unseen``."""
+    if device.mig is None and device.gpu in trained_on:
+        return "trained"
+    seen = {_arch(g) for g in trained_on}
+    return "arch_seen" if architecture_class(device) in seen else "arch_unseen"
+
+
+def _arch(gpu: str) -> str:
+    from lilou.hardware.database import architecture_class as arch
+
+    return arch(gpu)
+
+
+def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device], dtypes: Sequence[str],
+                      calibration: Calibration, trained_on: Sequence[str]) -> Intervals:
+    """Intervals of every kernel share ``shares`` [kernels, devices] (ms) on ``devices``; ``dtypes``: each
+    device's precision (the prediction's path)."""
+    unique = kernels.unique
+    batch = KernelBatch.from_specs(unique)
+    families = np.array([FALLBACK_FAMILY if fb else spec.family for spec, fb in zip(unique, kernels.unique_fallback)],
+                        dtype=object)
+    n_unique, d = len(unique), len(devices)
+    lo_log = np.zeros((n_unique, d))
+    hi_log = np.zeros((n_unique, d))
+    ratio = np.ones((n_unique, d))
+    flags = np.zeros((n_unique, d), dtype=bool)
+    uncalibrated: set[str] = set()
+    shape_features = range_features(batch, 1.0)
+    trained_archs = frozenset(_arch(g) for g in trained_on)
+    bands: dict[tuple[str, str, str], tuple[np.ndarray, ...]] = {}  # (architecture, dtype, tier) -> per kernel
+    for j, device in enumerate(devices):
+        dtype, architecture = dtypes[j], architecture_class(device)
+        tier = ("trained" if device.mig is None and device.gpu in trained_on
+                else "arch_seen" if architecture in trained_archs else "arch_unseen")
+        key = (architecture, dtype, tier)
+        if key not in bands:
+            bands[key] = _family_bands(families, dtype, tier, calibration, uncalibrated)
+        lo_in, hi_in, lo_out, hi_out, width_ratio = bands[key]
+        features = shape_features.copy()
+        features[:, 3] = range_features(batch, float(device.sms))[:, 3]
+        flag = outside(features, families, architecture, dtype, calibration.ranges) | kernels.unique_fallback
+        flags[:, j] = flag
+        lo_log[:, j], hi_log[:, j] = np.where(flag, lo_out, lo_in), np.where(flag, hi_out, hi_in)
+        ratio[:, j] = width_ratio
+    rows = kernels.index
+    lo, hi = shares * np.exp(lo_log[rows]), shares * np.exp(hi_log[rows])
+    extrapolated = flags[rows]
+    in_e2e = ~extrapolated & np.array([[dt in E2E_DTYPES for dt in dtypes]], dtype=bool)
+    total = shares.sum(axis=0)
+    covered_ms = np.where(in_e2e, shares, 0.0).sum(axis=0)
+    weight = np.where(in_e2e, shares, 0.0)
+    widen = np.divide((weight * ratio[rows]).sum(axis=0), covered_ms, out=np.ones(d), where=covered_ms > 0)
+    e2e = calibration.e2e
+    centre, half = (e2e.lo + e2e.hi) / 2, (e2e.hi - e2e.lo) / 2
+    base_lo, base_hi = np.exp(centre - half * widen), np.exp(centre + half * widen)
+    off_lo = np.where(in_e2e, 0.0, lo).sum(axis=0)
+    off_hi = np.where(in_e2e, 0.0, hi).sum(axis=0)
+    total_lo = np.minimum(covered_ms * base_lo + off_lo, total * base_lo)
+    total_hi = np.maximum(covered_ms * base_hi + off_hi, total * base_hi)
+    share = np.divide(np.where(extrapolated, shares, 0.0).sum(axis=0), total, out=np.zeros(d), where=total > 0)
+    return Intervals(kernel_lo=lo, kernel_hi=hi, extrapolated=extrapolated, total_lo=total_lo, total_hi=total_hi,
+                     extrapolated_share=share, uncalibrated=sorted(uncalibrated), dtypes=list(dtypes))
+
+
+def _family_bands(families: np.ndarray, dtype: str, tier: str, calibration: Calibration,
+                  uncalibrated: set[str]) -> tuple[np.ndarray, ...]:
+    """Per kernel: (lo, hi) inside the measured range, (lo, hi) extrapolated, and the width ratio of its band to
+    its family's pooled band (>= 1); each family is looked up once."""
+    found = {}
+    for family in set(families):
+        inside, extrapolated = (calibration.kernel_band(family, dtype, tier, flag) for flag in (False, True))
+        if not inside.calibrated:
+            uncalibrated.add(f"{family} {dtype}")
+        pooled = calibration.pooled_band(family, dtype)
+        ratio = max(inside.width / pooled.width, 1.0) if pooled is not None and pooled.width > 0 else 1.0
+        found[family] = (inside.lo, inside.hi, extrapolated.lo, extrapolated.hi, ratio)
+    columns = np.array([found[f] for f in families], dtype=np.float64).reshape(len(families), 5)
+    return tuple(columns[:, i] for i in range(5))
+
+
+def no_intervals(shares: np.ndarray, dtypes: Sequence[str]) -> Intervals:
+    """Intervals collapsed to the estimates, for when no calibration file exists (the caller warns)."""
+    total = shares.sum(axis=0)
+    return Intervals(kernel_lo=shares.copy(), kernel_hi=shares.copy(), extrapolated=np.zeros(shares.shape, dtype=bool),
+                     total_lo=total.copy(), total_hi=total.copy(), extrapolated_share=np.zeros(shares.shape[1]),
+                     uncalibrated=[], dtypes=list(dtypes))

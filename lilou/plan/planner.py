@@ -1,0 +1,285 @@
+"""Capacity plans: per device, the largest batch whose 90 % upper bound meets a latency SLO.
+
+For every GPU and MIG slice (or the listed ones) and every batch size, the model is predicted with
+its interval (:class:`lilou.api.Predictor`); the graph is read and grouped into kernels once per
+batch, then priced on every device at once. Batches go up in size; a device whose upper bound passes the
+SLO (or whose memory is exceeded) is not predicted at larger batches. A device's plan is its largest batch whose upper
+bound is within the SLO and whose weights and largest activation fit its memory, with the throughput
+that batch gives (``batch / latency``, at the estimate and at the upper bound), the Kubernetes resource
+that requests the device and, with prices, the dollars per million inferences at the upper bound's
+throughput (the rate the plan can promise). Entries are sorted by that cost, cheapest first (devices
+without a price after the priced ones), or by throughput, highest first, when no price is given.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lilou.errors import LilouInputError
+from lilou.hardware import Device
+from lilou.plan.kubernetes import resource_name
+from lilou.plan.prices import device_price
+
+#: Batch sizes tried when none are given.
+DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+_GIB = 2**30
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """One device at one batch."""
+
+    batch: int
+    latency_ms: float
+    interval_ms: tuple[float, float]
+    memory_gb: float       # weights + largest activation (GiB)
+    fits: bool             # ... within the device's memory
+    extrapolated_share: float = 0.0
+    # LLM plans: output tokens per second at the estimate and at the upper bounds (None: batch / latency)
+    rate_per_s: float | None = None
+    rate_per_s_at_upper: float | None = None
+    precision: str | None = None   # what the model computes in on this device (the prediction's path)
+
+
+@dataclass
+class PlanEntry:
+    """The plan of one device: its largest batch within the SLO."""
+
+    device: Device
+    point: PlanPoint
+    usd_per_hour: float | None = None
+    price_source: str | None = None
+
+    @property
+    def throughput_per_s(self) -> float:
+        if self.point.rate_per_s is not None:
+            return self.point.rate_per_s
+        return 1000.0 * self.point.batch / self.point.latency_ms if self.point.latency_ms else 0.0
+
+    @property
+    def throughput_per_s_at_upper(self) -> float:
+        if self.point.rate_per_s_at_upper is not None:
+            return self.point.rate_per_s_at_upper
+        upper = self.point.interval_ms[1]
+        return 1000.0 * self.point.batch / upper if upper else 0.0
+
+    @property
+    def usd_per_million(self) -> float | None:
+        if self.usd_per_hour is None or not self.throughput_per_s_at_upper:
+            return None
+        return self.usd_per_hour / (3600.0 * self.throughput_per_s_at_upper) * 1e6
+
+    def to_json(self) -> dict[str, Any]:
+        cost = self.usd_per_million
+        return {"device": self.device.name, "gpu": self.device.gpu, "mig": self.device.mig,
+                "resource": resource_name(self.device), "batch": self.point.batch, "precision": self.point.precision,
+                "latency_ms": self.point.latency_ms, "interval_ms": list(self.point.interval_ms),
+                "throughput_per_s": round(self.throughput_per_s, 3),
+                "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
+                "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": self.device.memory_gb,
+                "fits": self.point.fits, "extrapolated_share": self.point.extrapolated_share,
+                "usd_per_hour": None if self.usd_per_hour is None else round(self.usd_per_hour, 6),
+                "price_source": self.price_source,
+                "usd_per_million": None if cost is None else round(cost, 6)}
+
+
+@dataclass
+class CapacityPlan:
+    """Devices that meet the SLO, best first, and every (device, batch) point priced on the way."""
+
+    model: str
+    slo_ms: float
+    batches: list[int]
+    sort: str                     # "cost" or "throughput"
+    entries: list[PlanEntry]
+    curves: dict[str, list[PlanPoint]]  # device name -> points in batch order (for the plot)
+    devices: list[Device]
+    unmet: list[dict[str, Any]] = field(default_factory=list)  # devices without a plan, and why
+    warnings: list[str] = field(default_factory=list)
+    kind: str = "model"           # "model" (ONNX) or "llm" (lilou.llm, ITL SLO)
+
+    @property
+    def message(self) -> str | None:
+        """The line to print when no device meets the SLO (None otherwise)."""
+        if self.entries:
+            return None
+        best = min(((points[0].interval_ms[1], name) for name, points in self.curves.items() if points), default=None)
+        what = "ITL SLO" if self.kind == "llm" else "SLO"
+        if best is None:
+            return f"no device meets the {what} of {self.slo_ms:g} ms: nothing could be predicted"
+        return (f"no device meets the {what} of {self.slo_ms:g} ms at any batch: the lowest 90 % upper bound is "
+                f"{best[0]:.3f} ms ({best[1]}, batch {self.batches[0]})")
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``lilou plan --format json`` prints."""
+        precisions = sorted({p.precision for points in self.curves.values() for p in points if p.precision})
+        return {"model": self.model, "kind": self.kind, "slo_ms": self.slo_ms, "batches": list(self.batches),
+                "precision": precisions[0] if len(precisions) == 1 else precisions or None,
+                "sort": self.sort, "devices": len(self.devices), "plan": [e.to_json() for e in self.entries],
+                "unmet": list(self.unmet), "message": self.message, "warnings": list(self.warnings)}
+
+
+def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
+    try:
+        value = float(slo_ms)
+    except (TypeError, ValueError):
+        raise LilouInputError(f"{what} must be a number of milliseconds, not {slo_ms!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise LilouInputError(f"{what} must be a positive number of milliseconds, not {slo_ms!r}")
+    return value
+
+
+def check_batches(batches: Sequence[int] | None) -> list[int]:
+    if batches is None:
+        return list(DEFAULT_BATCHES)
+    values = sorted(set(int(b) for b in batches))
+    if not values or values[0] < 1:
+        raise LilouInputError("--batches: list positive batch sizes, e.g. --batches 1,2,4,8")
+    if values[-1] > 65536:
+        raise LilouInputError(f"--batches: batch {values[-1]} is larger than 65536")
+    return values
+
+
+def parse_batches(text: str | None) -> list[int] | None:
+    """``"1,2,4"`` -> [1, 2, 4]; a bad list is a one-line input error."""
+    if text is None:
+        return None
+    try:
+        return check_batches([int(part) for part in text.split(",") if part.strip()])
+    except ValueError:
+        raise LilouInputError(f"--batches: {text!r} is not a comma-separated list of integers") from None
+
+
+def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[str] | None = None,
+               batches: Sequence[int] | None = None, prices: Mapping[str, float] | None = None, predictor=None,
+               shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
+               tf32: str | None = None) -> CapacityPlan:
+    """The capacity plan of an ONNX model for a latency SLO (ms) over devices and batch sizes."""
+    from lilou.api import Predictor, memory_needed, rank_devices
+    from lilou.graph.dag import load_graph
+
+    slo = check_slo(slo_ms)
+    sizes = check_batches(batches)
+    devices = rank_devices(gpus)
+    predictor = predictor or Predictor()
+    curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
+    warnings: list[str] = []
+    tried: list[int] = []
+    active = list(devices)  # devices still within the SLO and memory at the last batch tried
+    for batch in sizes:
+        if not active:
+            break
+        try:
+            # --shape pins whole inputs; in a plan their leading (batch) dimension follows the batch tried.
+            graph = load_graph(model, batch=batch,
+                               shapes={k: (batch, *tuple(v)[1:]) for k, v in shapes.items()} if shapes else None)
+        except LilouInputError as error:
+            if not tried and batch == sizes[-1]:
+                raise
+            warnings.append(f"batch {batch} skipped: {error}")
+            continue
+        # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
+        ranking = predictor.rank(graph, gpus=[d.name for d in active], precision=precision, tf32=tf32)
+        by_device = {(e.gpu, e.mig): e for e in ranking}
+        weights, activation = memory_needed(graph)
+        need = (weights + activation) / _GIB
+        for device in active:
+            entry = by_device[(device.gpu, device.mig)]
+            curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), need,
+                                                 need <= device.memory_gb, entry.extrapolated_share,
+                                                 precision=entry.precision))
+        # A device past the SLO or out of memory at this batch is past them at every larger one (the kernel model
+        # is monotone in size by construction, memory grows with the batch): it is not predicted again.
+        active = [d for d in active if curves[d.name][-1].interval_ms[1] <= slo and curves[d.name][-1].fits]
+        if not tried:
+            warnings += [w for w in ranking.warnings if not w.startswith("the model does not fit")]
+        tried.append(batch)
+    if not tried:
+        raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
+    return _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")
+
+
+def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],
+              prices: Mapping[str, float] | None, warnings: list[str], kind: str) -> CapacityPlan:
+    entries, unmet = [], []
+    for device in devices:
+        points = curves[device.name]
+        meeting = [p for p in points if p.interval_ms[1] <= slo]
+        fitting = [p for p in meeting if p.fits]
+        if not fitting:
+            reason = ("memory: no batch within the SLO fits" if meeting else
+                      f"latency: upper bound {points[0].interval_ms[1]:.3f} ms at batch {points[0].batch}"
+                      if points else "not predicted")
+            unmet.append({"device": device.name, "reason": reason})
+            continue
+        best = max(fitting, key=lambda p: p.batch)
+        price, source = device_price(device, prices or {})
+        entries.append(PlanEntry(device, best, price, source))
+    sort = "cost" if prices else "throughput"
+    if prices:
+        entries.sort(key=lambda e: (e.usd_per_million is None, e.usd_per_million or 0.0, -e.throughput_per_s,
+                                    e.device.name))
+    else:
+        entries.sort(key=lambda e: (-e.throughput_per_s_at_upper, e.device.name))
+    if prices:
+        unused = sorted(set(prices) - {d.name for d in devices} - {d.gpu for d in devices})
+        if unused:
+            warnings = warnings + [f"--prices names {len(unused)} device(s) not planned: {', '.join(unused[:5])}"
+                                   + (" ..." if len(unused) > 5 else "")]
+    return CapacityPlan(model=model, slo_ms=slo, batches=batches, sort=sort, entries=entries, curves=curves,
+                        devices=devices, unmet=unmet, warnings=warnings, kind=kind)
+
+
+def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int, output_len: int,
+             gpus: Sequence[str] | None = None, batches: Sequence[int] | None = None,
+             prices: Mapping[str, float] | None = None, dtype: str | None = None, engine: str = "vllm",
+             llm_predictor=None) -> CapacityPlan:
+    """The capacity plan of a decoder LLM (:mod:`lilou.llm`) for an inter-token-latency SLO: per device the
+    largest batch whose ITL upper bound meets it and whose weights and KV cache fit; throughput is output
+    tokens per second (prefill included), so the cost is dollars per million output tokens."""
+    from lilou.api import rank_devices
+    from lilou.llm import LLMPredictor
+
+    slo = check_slo(itl_slo_ms, "--itl-slo-ms")
+    sizes = check_batches(batches)
+    devices = rank_devices(gpus)
+    llm = llm_predictor or LLMPredictor()
+    curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
+    warnings: list[str] = []
+    refused: dict[str, str] = {}
+    for device in devices:
+        for batch in sizes:
+            try:
+                result = llm.predict(model, device.gpu, mig=device.mig, batch=batch, input_len=input_len,
+                                     output_len=output_len, dtype=dtype, engine=engine)
+            except LilouInputError as error:
+                refused.setdefault(device.name, str(error))
+                break
+            if result.itl_ms is None or result.ttft_ms is None:
+                refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
+                                                                     else "no latency"))
+                break
+            curves[device.name].append(_llm_point(result, batch, input_len, output_len))
+            if not warnings:
+                warnings = [w for w in result.warnings if not w.startswith("no --dtype given")]
+    if len(refused) == len(devices):
+        raise LilouInputError(next(iter(refused.values())))
+    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm")
+    plan.unmet = [u if u["device"] not in refused else {"device": u["device"], "reason": refused[u["device"]]}
+                  for u in plan.unmet]
+    return plan
+
+
+def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint:
+    itl = float(result.itl_ms or 0.0)
+    intervals = result.intervals or {}
+    itl_band = intervals.get("itl_ms") or [itl, itl]
+    ttft = float(result.ttft_ms or 0.0)
+    ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
+    upper_e2e = float(ttft_band[1]) + (output_len - 1) * float(itl_band[1])
+    return PlanPoint(batch, round(itl, 4), (float(itl_band[0]), float(itl_band[1])),
+                     float(result.memory.total_gb), bool(result.memory.fits), 0.0, precision=result.dtype,
+                     rate_per_s=float(result.tokens_per_s or 0.0),
+                     rate_per_s_at_upper=batch * output_len / (upper_e2e / 1000) if upper_e2e > 0 else 0.0)

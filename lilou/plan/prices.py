@@ -1,0 +1,78 @@
+"""Price files for ``lilou plan --prices``: CSV ``device,usd_per_hour``, one device per line.
+
+``device`` is a GPU name or alias (the whole GPU, ``a10g``) or ``GPU/PROFILE`` for one MIG slice
+(``a100-80gb/1g.10gb``). A MIG slice without a line of its own costs its parent GPU's price times its
+share of the GPU's compute slices (``1g`` of a 7-slice A100: 1/7); the plan says where a price was derived.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+
+from lilou.errors import LilouInputError
+from lilou.hardware import Device
+
+COLUMNS = ("device", "usd_per_hour")
+MAX_BYTES = 1 << 20
+
+
+def read_prices(path: str | os.PathLike[str]) -> dict[str, float]:
+    """``{device name: USD per hour}`` keyed by :attr:`lilou.hardware.Device.name`; a bad file is one
+    :class:`LilouInputError` line naming the file, the line and what is wrong."""
+    from lilou.api import rank_devices
+
+    file = Path(path)
+    if not file.is_file():
+        raise LilouInputError(f"--prices: {file} is not a readable file")
+    if file.stat().st_size > MAX_BYTES:
+        raise LilouInputError(f"--prices: {file} is larger than {MAX_BYTES >> 20} MiB; a price file has one line per device")
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise LilouInputError(f"--prices: cannot read {file} as UTF-8 text ({error.__class__.__name__})") from None
+    reader = csv.reader(text.splitlines())
+    header = next(reader, None)
+    if header is None or [h.strip().lower() for h in header] != list(COLUMNS):
+        raise LilouInputError(f"--prices: {file} must start with the header line 'device,usd_per_hour' "
+                              f"(found {','.join(header) if header else 'an empty file'!r})")
+    prices: dict[str, float] = {}
+    for number, row in enumerate(reader, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != 2:
+            raise LilouInputError(f"--prices: {file} line {number}: expected 2 fields (device,usd_per_hour), "
+                                  f"found {len(row)}")
+        name, raw = row[0].strip(), row[1].strip()
+        try:
+            price = float(raw)
+        except ValueError:
+            raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} is not a number") from None
+        if not math.isfinite(price) or price <= 0:
+            raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} must be a positive number")
+        try:
+            device = rank_devices([name])[0]
+        except LilouInputError as error:
+            raise LilouInputError(f"--prices: {file} line {number}: {error}") from None
+        if device.name in prices:
+            raise LilouInputError(f"--prices: {file} line {number}: {device.name} is priced twice")
+        prices[device.name] = price
+    if not prices:
+        raise LilouInputError(f"--prices: {file} lists no device")
+    return prices
+
+
+def device_price(device: Device, prices: dict[str, float]) -> tuple[float | None, str | None]:
+    """(USD per hour, where it comes from) of ``device``: its own line, or its parent GPU's price times the
+    slice's share of compute slices; (None, None) when neither is priced."""
+    if device.name in prices:
+        return prices[device.name], "price file"
+    if device.mig is not None and device.gpu in prices:
+        from lilou.hardware import find_gpu
+
+        spec = find_gpu(device.gpu)
+        slices = spec.mig_profile(device.mig).compute_slices
+        total = max(p.compute_slices for p in spec.mig_profiles)
+        return prices[device.gpu] * slices / total, f"{device.gpu} x {slices}/{total} compute slices"
+    return None, None

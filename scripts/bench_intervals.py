@@ -1,0 +1,198 @@
+"""Benchmark the 90 % intervals and `lilou plan` (``make bench-intervals``).
+
+1. Coverage, leave-one-GPU-out, nested: for each NeuSight fold, the bands are rebuilt (lilou.plan.fit)
+   from every *other* fold's residuals and applied to the held-out fold's kernel rows, exactly as the
+   runtime looks them up (family, dtype, tier, extrapolated); the same for the end-to-end labels. Coverage
+   per family is the mean over folds of each fold's share of rows inside its interval (every GPU counts
+   once), with the pooled share of rows beside it; width is the median of ``e^hi - e^lo`` (relative to the
+   estimate). Other dtypes (kernel table) are scored the same way with ``--table``: held-out groups are GPUs,
+   and non-FP32 GEMMs/convs come from the tensor-core model's leave-one-architecture-out folds (as in
+   ``make calibrate``; about 10 min more).
+2. Speed: ``lilou plan`` over every GPU and MIG slice and 8 batch sizes vs one ``lilou infer``, each in a
+   fresh process (median of ``--repeats``), on ResNet-50 exported with a dynamic batch.
+
+Writes outputs/bench/intervals.json. The fold checkpoints are those of ``make bench-e2e`` (outputs/logo).
+
+    python scripts/bench_intervals.py [--table] [--e2e-json outputs/bench/e2e.json] [--repeats 3] [--no-speed]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from lilou.plan.calibration import Calibration
+from lilou.plan.conformal import COVERAGE
+from lilou.checkpoints import KERNEL_LATENCY_TENSOR, checkpoint_path
+from lilou.plan.fit import (E2E_MIN_LABELS, RESIDUALS_FILE, TENSOR_FAMILIES, Residuals, band, e2e_residuals, extrapolated_bands,
+                            kernel_bands, load_residuals, neusight_residuals, table_residuals, tensor_residuals)
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "outputs" / "bench"
+MODELS_DIR = REPO / "datasets" / "bench_models"
+TARGET = (0.86, 0.94)
+
+
+def nested_kernel_coverage(residuals: Residuals, coverage: float = COVERAGE) -> tuple[list[dict], list[dict]]:
+    """(per fold x family rows, per family summary) of leave-one-group-out coverage of held-out residuals."""
+    held = residuals.take(residuals.tier != "trained")
+    per_fold = []
+    for group in sorted(set(held.group)):
+        rest = residuals.take(residuals.group != group)
+        calibration = Calibration({"coverage": coverage, "ranges": {}, "kernel": kernel_bands(rest, coverage),
+                                   "extrapolated": extrapolated_bands(rest, coverage), "e2e": {"lo": 0.0, "hi": 0.0},
+                                   "kernel_model": {"fingerprint": "", "trained_on": []}})
+        test = held.take(held.group == group)
+        for family, dtype in sorted({(f, d) for f, d in zip(test.family, test.dtype)}):
+            rows = test.take((test.family == family) & (test.dtype == dtype))
+            lo, hi = np.empty(len(rows)), np.empty(len(rows))
+            for i, (tier, extrapolated) in enumerate(zip(rows.tier, rows.extrapolated)):
+                found = calibration.kernel_band(family, dtype, tier, bool(extrapolated))
+                lo[i], hi[i] = found.lo, found.hi
+            inside = (rows.residual >= lo) & (rows.residual <= hi)
+            per_fold.append({"group": str(group), "family": str(family), "dtype": str(dtype),
+                             "tier": ",".join(sorted(set(rows.tier))), "rows": int(len(rows)),
+                             "coverage": float(inside.mean()), "median_width": float(np.median(np.exp(hi) - np.exp(lo))),
+                             "extrapolated_rows": int(rows.extrapolated.sum()), "_inside": int(inside.sum())})
+    summary = []
+    for family, dtype in sorted({(r["family"], r["dtype"]) for r in per_fold}):
+        rows = [r for r in per_fold if (r["family"], r["dtype"]) == (family, dtype)]
+        total = sum(r["rows"] for r in rows)
+        summary.append({"family": family, "dtype": dtype, "groups": len(rows), "rows": total,
+                        "coverage": statistics.fmean(r["coverage"] for r in rows),
+                        "pooled_coverage": sum(r["_inside"] for r in rows) / total,
+                        "min_group_coverage": min(r["coverage"] for r in rows),
+                        "max_group_coverage": max(r["coverage"] for r in rows),
+                        "median_width": statistics.median(r["median_width"] for r in rows)})
+    for r in per_fold:
+        r.pop("_inside")
+    return per_fold, summary
+
+
+def nested_e2e_coverage(e2e: Residuals, coverage: float = COVERAGE) -> tuple[list[dict], dict]:
+    per_fold = []
+    for group in sorted(set(e2e.group)):
+        found = band(e2e.take(e2e.group != group), coverage, min_rows=E2E_MIN_LABELS)
+        test = e2e.take(e2e.group == group)
+        if found is None:
+            continue
+        inside = (test.residual >= found["lo"]) & (test.residual <= found["hi"])
+        per_fold.append({"group": str(group), "labels": int(len(test)), "lo": found["lo"], "hi": found["hi"],
+                         "coverage": float(inside.mean()), "inside": int(inside.sum()),
+                         "width": float(np.exp(found["hi"]) - np.exp(found["lo"]))})
+    total = sum(r["labels"] for r in per_fold)
+    return per_fold, {"folds": len(per_fold), "labels": total,
+                      "coverage": statistics.fmean(r["coverage"] for r in per_fold),
+                      "pooled_coverage": sum(r["inside"] for r in per_fold) / total,
+                      "median_width": statistics.median(r["width"] for r in per_fold)}
+
+
+def resnet50_dynamic() -> Path:
+    path = MODELS_DIR / "resnet50-dynamic.onnx"
+    if not path.exists():
+        from lilou.zoo.export import export_onnx
+
+        MODELS_DIR.mkdir(parents=True, exist_ok=True)
+        export_onnx("resnet50", path, batch=1, strip_weights=True, dynamic_batch=True)
+    return path
+
+
+def speed(repeats: int) -> dict:
+    from lilou.research.fresh_process import run_lilou
+
+    model = str(resnet50_dynamic().relative_to(REPO))
+    cases = {"infer": ["infer", model, "--gpu", "a10g", "--batch", "1", "--format", "json"],
+             "plan": ["plan", model, "--slo-ms", "20", "--batches", "1,2,4,8,16,32,64,128", "--format", "json"]}
+    out = {}
+    for name, argv in cases.items():
+        run_lilou(argv)  # warm the file cache; not counted
+        walls = []
+        for _ in range(repeats):
+            wall, peak, output = run_lilou(argv)
+            walls.append(wall)
+        out[name] = {"command": "lilou " + " ".join(argv), "median_s": statistics.median(walls), "walls_s": walls,
+                     "peak_rss_mib": peak}
+        if name == "plan":
+            out[name]["devices"] = output["devices"]
+            out[name]["planned"] = len(output["plan"])
+    out["ratio"] = out["plan"]["median_s"] / out["infer"]["median_s"]
+    return out
+
+
+def print_rows(title: str, rows: list[dict], columns: list[str]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("family", "dtype", "group", "tier") else "right")
+    for row in rows:
+        table.add_row(*[f"{100 * row[c]:.1f} %" if "coverage" in c else f"{row[c]:.3f}" if isinstance(row[c], float)
+                        else str(row[c]) for c in columns])
+    Console(width=200).print(table)
+
+
+def recompute(args) -> tuple[Residuals, Residuals]:
+    """The residual pools, from the fold checkpoints (as ``make calibrate`` builds them)."""
+    kernel = neusight_residuals()
+    if args.table:
+        # As make calibrate pools them: other dtypes from the table, their GEMMs/convs from the tensor-core folds.
+        scan = table_residuals(args.per_group)
+        other = scan.residuals.take(scan.residuals.dtype != "fp32")
+        parts = [kernel]
+        if checkpoint_path(KERNEL_LATENCY_TENSOR, required=False).exists():
+            other = other.take(~np.isin(other.family, TENSOR_FAMILIES))
+            parts.append(tensor_residuals())
+        kernel = Residuals.concat([*parts, other])
+    return kernel, e2e_residuals(args.e2e_json)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", action="store_true", help="also score the kernel table's other dtypes")
+    parser.add_argument("--recompute", action="store_true",
+                        help=f"redo the folds instead of reading {RESIDUALS_FILE.relative_to(REPO)} (make calibrate)")
+    parser.add_argument("--per-group", type=int, default=4000)
+    parser.add_argument("--e2e-json", type=Path, default=None, help="reuse a `make bench-e2e` result")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-speed", dest="speed", action="store_false")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    if args.recompute or not RESIDUALS_FILE.exists():
+        kernel, e2e = recompute(args)
+        source = "recomputed from the fold checkpoints"
+    else:  # the residuals `make calibrate` pooled from the same folds, as it saved them
+        kernel, e2e, _ = load_residuals(RESIDUALS_FILE)
+        source = f"{RESIDUALS_FILE.relative_to(REPO)} (written by make calibrate)"
+        if not args.table:
+            kernel = kernel.take(kernel.source == "neusight")
+    print(f"residuals: {source}")
+    per_fold, summary = nested_kernel_coverage(kernel)
+    e2e_folds, e2e_summary = nested_e2e_coverage(e2e)
+    print_rows("kernels, leave-one-GPU-out nested coverage of the 90 % interval (mean over held-out groups)", summary,
+               ["family", "dtype", "groups", "rows", "coverage", "pooled_coverage", "min_group_coverage",
+                "max_group_coverage", "median_width"])
+    print_rows("kernels, per held-out fold", [r for r in per_fold if r["dtype"] == "fp32"],
+               ["group", "family", "tier", "rows", "coverage", "median_width", "extrapolated_rows"])
+    print_rows("end to end, leave-one-GPU-out nested coverage", e2e_folds,
+               ["group", "labels", "coverage", "lo", "hi", "width"])
+    print(f"end to end: coverage {100 * e2e_summary['coverage']:.1f} % (mean over folds), pooled "
+          f"{100 * e2e_summary['pooled_coverage']:.1f} %, median width {100 * e2e_summary['median_width']:.1f} %")
+    result = {"residuals": source, "coverage_target": list(TARGET), "nominal": COVERAGE, "kernel_summary": summary,
+              "kernel_per_fold": per_fold, "e2e_per_fold": e2e_folds, "e2e_summary": e2e_summary}
+    if args.speed:
+        result["speed"] = speed(args.repeats)
+        s = result["speed"]
+        print(f"speed: plan {s['plan']['median_s']:.2f} s ({s['plan']['devices']} devices x 8 batches) vs infer "
+              f"{s['infer']['median_s']:.2f} s: {s['ratio']:.2f}x (target <= 3x)")
+    result["wall_s"] = time.perf_counter() - started
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "intervals.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {OUT / 'intervals.json'}")
+
+
+if __name__ == "__main__":
+    main()

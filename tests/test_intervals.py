@@ -1,0 +1,162 @@
+"""Calibrated 90 % intervals: conformal bounds and coverage on real rows, the shipped calibration's lookups,
+extrapolation flags, and the intervals infer/rank carry."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lilou.cli import main
+from lilou.hardware import resolve_device
+from lilou.plan.calibration import Band, Calibration
+from lilou.plan.conformal import conformal_bounds, coverage, covered, group_weights, log_residuals, median_width
+from lilou.plan.extrapolation import RANGE_FEATURES, outside, range_key
+from lilou.plan.intervals import device_tier
+from tests.conftest import REPO
+
+EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
+
+
+@pytest.fixture(scope="module")
+def t4_linear_rows(datasets_dir):
+    """The first 100 real NeuSight T4 linear rows of the test split, predicted by the shipped kernel model."""
+    from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
+    from lilou.data.neusight import load_kernels
+    from lilou.latency.kernel_model.dataset import build_dataset
+    from lilou.latency.kernel_model.inference import KernelModel
+
+    data = build_dataset(load_kernels("test", ops=["linear"], devices=["t4"], data_dir=datasets_dir,
+                                      limit_per_file=100))
+    predicted = KernelModel.load(checkpoint_path(KERNEL_LATENCY)).predict(data.kernels, data.devices).latency_ms
+    return predicted, data.latency_ms
+
+
+def test_conformal_ranks_are_exact():
+    # n = 20, alpha = 0.1: the ceil(21 * 0.05) = 2nd and ceil(21 * 0.95) = 20th smallest.
+    assert conformal_bounds(np.arange(1.0, 21.0)) == (2.0, 20.0)
+    # n = 100: the 6th and 96th smallest, whatever the order given.
+    values = np.random.default_rng(0).permutation(np.arange(100.0))
+    assert conformal_bounds(values) == (5.0, 95.0)
+    with pytest.raises(ValueError, match="too few"):
+        conformal_bounds(np.arange(18.0))  # ceil(19 * 0.95) = 19 > 18: unbounded
+
+
+def test_equal_weights_give_the_unweighted_bounds_and_groups_count_once():
+    values = np.random.default_rng(1).normal(size=200)
+    assert conformal_bounds(values, weights=np.full(200, 3.0)) == conformal_bounds(values)
+    assert group_weights(["t4", "t4", "t4", "p4"]).tolist() == [1 / 3, 1 / 3, 1 / 3, 1.0]
+    # One group of 190 rows at 0 and one of 10 rows at 5: weighted by group, the upper bound is in the small group.
+    residuals = np.r_[np.zeros(190), np.full(10, 5.0)]
+    groups = ["a"] * 190 + ["b"] * 10
+    assert conformal_bounds(residuals)[1] == 5.0 and conformal_bounds(residuals, weights=group_weights(groups)) == (0, 5)
+
+
+def test_coverage_on_real_rows_is_what_the_ranks_promise(t4_linear_rows):
+    predicted, measured = t4_linear_rows
+    assert len(measured) == 100
+    residuals = log_residuals(predicted, measured)
+    assert len(set(residuals.tolist())) == 100  # no ties: ranks 6..96 are exactly 91 rows
+    lo, hi = conformal_bounds(residuals)
+    assert coverage(predicted, measured, lo, hi) == pytest.approx(0.91, abs=1e-12)
+    inside = covered(predicted, measured, lo, hi)
+    assert inside.sum() == 91
+    # The 9 rows outside are the 5 lowest and 4 highest residuals.
+    order = np.argsort(residuals)
+    assert set(np.flatnonzero(~inside)) == set(order[:5]) | set(order[-4:])
+    # A band of [0, 0] covers only exact predictions: none of 100 real rows.
+    assert coverage(predicted, measured, 0.0, 0.0) == 0.0
+    assert median_width(lo, hi) == pytest.approx(math.exp(hi) - math.exp(lo))
+
+
+SMALL = {"coverage": 0.9, "ranges": {"GA10x|fp32|gemm": {name: [0.0, 10.0] for name in RANGE_FEATURES}},
+         "kernel": {"gemm|fp32|trained": {"lo": -0.1, "hi": 0.1}, "gemm|fp32|any": {"lo": -0.3, "hi": 0.2},
+                    "gemm|fp32|arch_unseen": {"lo": -0.5, "hi": 0.4}, "elementwise|fp32|any": {"lo": -0.2, "hi": 0.2},
+                    "gemm|bf16|any": {"lo": -1.0, "hi": 2.0}},
+         "extrapolated": {"gemm": {"lo": -0.6, "hi": 0.9}}, "e2e": {"lo": -0.1, "hi": 0.15},
+         "kernel_model": {"fingerprint": "x", "trained_on": ["t4"]}}
+
+
+def test_lookup_falls_back_from_tier_to_pool_and_widens_when_extrapolated():
+    calibration = Calibration(SMALL)
+    assert calibration.kernel_band("gemm", "fp32", "trained") == Band(-0.1, 0.1)
+    assert calibration.kernel_band("gemm", "fp32", "arch_seen") == Band(-0.3, 0.2)   # no arch_seen pool: any
+    assert calibration.kernel_band("gemm", "fp32", "arch_unseen") == Band(-0.5, 0.4)
+    assert calibration.kernel_band("gemm", "fp32", "trained", extrapolated=True) == Band(-0.6, 0.9)
+    # No FP8 GEMM residual at all: the widest GEMM band, marked uncalibrated.
+    assert calibration.kernel_band("gemm", "fp8", "arch_seen") == Band(-1.0, 2.0, calibrated=False)
+    # Kernel kinds without bands (the fallback's) use the elementwise family.
+    assert calibration.kernel_band("memory", "fp32", "arch_seen") == Band(-0.2, 0.2)
+
+
+def test_extrapolation_flags_against_measured_ranges():
+    features = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 11.0, 1.0, 1.0], [5.0, 5.0, 5.0, 5.0]])
+    flags = outside(features, ["gemm", "gemm", "conv"], "GA10x", "fp32", SMALL["ranges"])
+    assert flags.tolist() == [False, True, True]  # inside; bytes above the range; no GA10x FP32 conv row at all
+    assert outside(features[:1], ["gemm"], "Ada", "fp32", SMALL["ranges"]).tolist() == [True]
+    assert range_key("Ada", "bf16", "gemm") == "Ada|bf16|gemm"
+
+
+def test_tiers_of_devices():
+    trained = ["a100-pcie-40gb", "a100-pcie-80gb", "p100-pcie-16gb", "p4", "t4", "v100-pcie-32gb"]
+    assert device_tier(resolve_device("t4"), trained) == "trained"
+    assert device_tier(resolve_device("a100-80gb", "1g.10gb"), trained) == "arch_seen"  # a slice is not measured
+    assert device_tier(resolve_device("a100-sxm4-80gb"), trained) == "arch_seen"
+    assert device_tier(resolve_device("l40s"), trained) == "arch_unseen"
+    assert device_tier(resolve_device("h100-sxm"), trained) == "arch_unseen"
+
+
+def test_shipped_calibration_is_for_the_shipped_model():
+    from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
+    from lilou.plan.calibration import checkpoint_fingerprint
+
+    calibration = Calibration.load()
+    assert calibration.coverage == 0.9
+    assert calibration.fingerprint == checkpoint_fingerprint(str(checkpoint_path(KERNEL_LATENCY)))
+    assert calibration.e2e.lo < 0 < calibration.e2e.hi
+    for family in ("gemm", "conv", "elementwise", "layernorm", "softmax"):
+        assert calibration.kernel_band(family, "fp32", "arch_unseen").width >= \
+            calibration.kernel_band(family, "fp32", "trained").width > 0
+
+
+def infer_json(capsys, *argv):
+    assert main(["infer", *argv, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_infer_carries_intervals_and_extrapolation(capsys):
+    t4 = infer_json(capsys, EXAMPLE, "--gpu", "t4")
+    lo, hi = t4["interval_ms"]
+    assert 0 < lo < t4["latency_ms"] < hi
+    assert all(k["interval_ms"][0] <= k["interval_ms"][1] and isinstance(k["extrapolated"], bool) for k in t4["kernels"])
+    fallback = [k for k in t4["kernels"] if k["type"] == "memory_fallback"]
+    assert fallback and all(k["extrapolated"] for k in fallback)  # no measured kind: always extrapolated
+    share = sum(k["latency_ms"] for k in t4["kernels"] if k["extrapolated"]) / t4["latency_ms"]
+    assert t4["extrapolated_share"] == pytest.approx(share, abs=1e-3)
+    # An architecture with no measured GPU gets an interval at least as wide, relative to its estimate.
+    l40s = infer_json(capsys, EXAMPLE, "--gpu", "l40s")
+    assert (l40s["interval_ms"][1] - l40s["interval_ms"][0]) / l40s["latency_ms"] >= (hi - lo) / t4["latency_ms"]
+
+
+def test_rank_table_shows_intervals(capsys):
+    assert main(["rank", EXAMPLE, "--gpus", "t4,l40s"]) == 0
+    out = capsys.readouterr().out
+    assert "90 % interval" in out and "extrapolated" in out
+
+
+def test_infer_table_prints_the_extrapolated_share(capsys):
+    assert main(["infer", EXAMPLE, "--gpu", "t4", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "90 % interval" in out and "% of the predicted time" in out.split("extrapolated:")[1]
+
+
+def test_plan_and_infer_do_not_import_torch():
+    code = ("import sys\nfrom lilou.cli import main\n"
+            f"assert main(['plan', {EXAMPLE!r}, '--slo-ms', '50', '--gpus', 't4,a10g', '--format', 'json']) == 0\n"
+            f"assert main(['infer', {EXAMPLE!r}, '--gpu', 'a10g', '--format', 'json']) == 0\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr

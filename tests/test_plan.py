@@ -1,0 +1,178 @@
+"""`lilou plan`: Kubernetes names, ordering with and without prices, SLOs nobody meets, bad price files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lilou.cli import main
+from lilou.errors import LilouInputError
+from lilou.hardware import all_devices, find_gpu, resolve_device
+from lilou.plan.kubernetes import resource_name
+from lilou.plan.prices import device_price, read_prices
+from tests.conftest import REPO
+
+EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
+GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
+PLAN_KEYS = {"model", "kind", "slo_ms", "batches", "precision", "sort", "devices", "plan", "unmet", "message",
+             "warnings"}
+ENTRY_KEYS = {"device", "gpu", "mig", "resource", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
+              "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
+              "usd_per_hour", "price_source", "usd_per_million"}
+
+
+@pytest.fixture(scope="module")
+def resnet_dynamic(zoo_onnx):
+    return str(zoo_onnx("resnet18", batch=1, dynamic_batch=True))
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def plan_json(capsys, *argv: str) -> dict:
+    code, out, err = run(capsys, "plan", *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_kubernetes_name_of_every_mig_profile():
+    slices = [d for d in all_devices() if d.mig is not None]
+    profiles = {(d.gpu, d.mig) for d in slices}
+    assert len(profiles) == sum(len(find_gpu(d.gpu).mig_profiles) for d in all_devices() if d.mig is None)
+    for device in slices:
+        assert resource_name(device) == f"nvidia.com/mig-{device.mig}"
+    assert all(resource_name(d) == "nvidia.com/gpu" for d in all_devices() if d.mig is None)
+    assert resource_name(resolve_device("a100-80gb", "1g.10gb")) == "nvidia.com/mig-1g.10gb"
+    assert resource_name(resolve_device("a100-40gb", "1g.5gb+me")) == "nvidia.com/mig-1g.5gb+me"
+    assert resource_name(resolve_device("a30", "4g.24gb")) == "nvidia.com/mig-4g.24gb"
+    assert resource_name(resolve_device("h200", "7g.141gb")) == "nvidia.com/mig-7g.141gb"
+    assert resource_name(resolve_device("h100-nvl", "1g.12gb")) == "nvidia.com/mig-1g.12gb"
+
+
+def test_plan_without_prices_is_sorted_by_throughput(capsys, resnet_dynamic):
+    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--gpus", GPUS, "--batches", "1,4,16,64")
+    assert set(plan) == PLAN_KEYS and plan["sort"] == "throughput" and plan["message"] is None
+    assert plan["precision"] == "fp32" and all(e["precision"] == "fp32" for e in plan["plan"])
+    entries = plan["plan"]
+    assert entries and all(set(e) == ENTRY_KEYS for e in entries)
+    rates = [e["throughput_per_s_at_upper"] for e in entries]
+    assert rates == sorted(rates, reverse=True)
+    for e in entries:
+        assert e["interval_ms"][1] <= 30 and e["fits"] and e["batch"] in (1, 4, 16, 64)
+        assert e["throughput_per_s"] == pytest.approx(1000 * e["batch"] / e["latency_ms"], rel=1e-3)
+        assert e["resource"] == ("nvidia.com/gpu" if e["mig"] is None else f"nvidia.com/mig-{e['mig']}")
+        assert e["usd_per_million"] is None
+    # The largest batch within the SLO: the next batch up, where tried, breaks it on that device.
+    by_device = {e["device"]: e for e in entries}
+    a100 = by_device["a100-sxm4-80gb"]
+    assert a100["batch"] >= by_device["a100-sxm4-80gb/1g.10gb"]["batch"]
+
+
+def test_plan_with_prices_is_sorted_by_cost(capsys, tmp_path, resnet_dynamic):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nt4,0.35\na10g,1.01\nl4,0.80\na100-80gb,3.67\n")
+    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--gpus", GPUS, "--batches", "1,4,16,64",
+                     "--prices", str(prices))
+    assert plan["sort"] == "cost"
+    costs = [e["usd_per_million"] for e in plan["plan"]]
+    assert None not in costs and costs == sorted(costs)
+    for e in plan["plan"]:
+        expected = e["usd_per_hour"] / (3600 * e["throughput_per_s_at_upper"]) * 1e6
+        assert e["usd_per_million"] == pytest.approx(expected, rel=1e-4)
+    slice_ = next(e for e in plan["plan"] if e["device"] == "a100-sxm4-80gb/3g.40gb")
+    assert slice_["usd_per_hour"] == pytest.approx(3.67 * 3 / 7, abs=1e-6)
+    assert slice_["price_source"] == "a100-sxm4-80gb x 3/7 compute slices"
+
+
+def test_slo_no_device_meets_is_an_empty_plan_and_exit_0(capsys):
+    plan = plan_json(capsys, EXAMPLE, "--slo-ms", "0.01", "--gpus", "t4,a10g")
+    assert plan["plan"] == [] and len(plan["unmet"]) == 2
+    assert plan["message"].startswith("no device meets the SLO of 0.01 ms at any batch")
+    code, out, _ = run(capsys, "plan", EXAMPLE, "--slo-ms", "0.01", "--gpus", "t4,a10g")
+    assert code == 0 and out.strip().splitlines()[0].startswith("no device meets the SLO of 0.01 ms")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gpu,price\nt4,0.35\n", "must start with the header line 'device,usd_per_hour'"),
+    ("device,usd_per_hour\nt4,cheap\n", "line 2: price 'cheap' is not a number"),
+    ("device,usd_per_hour\nt4,-1\n", "line 2: price '-1' must be a positive number"),
+    ("device,usd_per_hour\nt4,nan\n", "line 2: price 'nan' must be a positive number"),
+    ("device,usd_per_hour\nt4,0.35\nTesla T4,0.40\n", "line 3: t4 is priced twice"),
+    ("device,usd_per_hour\nnot-a-gpu,1.0\n", "line 2: "),
+    ("device,usd_per_hour\nt4,1,2\n", "line 2: expected 2 fields"),
+    ("device,usd_per_hour\n", "lists no device"),
+    ("", "found 'an empty file'"),
+])
+def test_bad_price_files_exit_2_with_one_line(capsys, tmp_path, text, message):
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    with pytest.raises(LilouInputError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        read_prices(path)
+    code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "50", "--prices", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_missing_price_file_and_bad_options_exit_2(capsys, tmp_path):
+    for argv in (["--slo-ms", "50", "--prices", str(tmp_path / "none.csv")], ["--slo-ms", "-3"], [],
+                 ["--slo-ms", "50", "--batches", "1,x"], ["--slo-ms", "50", "--batches", "0,2"],
+                 ["--slo-ms", "50", "--gpus", "not-a-gpu"]):
+        code, out, err = run(capsys, "plan", EXAMPLE, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_mig_price_derivation():
+    prices = {"a100-sxm4-80gb": 7.0, "t4": 0.35}
+    assert device_price(resolve_device("a100-80gb", "1g.10gb"), prices) == (1.0, "a100-sxm4-80gb x 1/7 compute slices")
+    assert device_price(resolve_device("a30", "2g.12gb"), {"a30": 2.0}) == (1.0, "a30 x 2/4 compute slices")
+    assert device_price(resolve_device("t4"), prices) == (0.35, "price file")
+    assert device_price(resolve_device("l4"), prices) == (None, None)
+
+
+def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
+    out = tmp_path / "plan.png"
+    code, stdout, err = run(capsys, "plan", resnet_dynamic, "--slo-ms", "30", "--gpus", "t4,a10g",
+                            "--batches", "1,8", "--plot", str(out))
+    assert code == 0, err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in stdout
+
+
+def test_graph_work_once_per_batch_not_per_device(capsys, monkeypatch, resnet_dynamic):
+    import lilou.fusion.predict
+    import lilou.graph.dag
+
+    calls = {"load": 0, "fuse": 0}
+    load, fuse = lilou.graph.dag.load_graph, lilou.fusion.predict.predict_partition
+
+    def counted_load(*args, **kwargs):
+        calls["load"] += 1
+        return load(*args, **kwargs)
+
+    def counted_fuse(*args, **kwargs):
+        calls["fuse"] += 1
+        return fuse(*args, **kwargs)
+
+    monkeypatch.setattr(lilou.graph.dag, "load_graph", counted_load)
+    monkeypatch.setattr(lilou.fusion.predict, "predict_partition", counted_fuse)
+    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--batches", "1,2,4")
+    assert plan["devices"] == len(all_devices())
+    assert calls == {"load": 3, "fuse": 3}
+
+
+def test_llm_plan_over_lilou_llm(capsys):
+    from lilou.llm import LLMPredictor
+
+    plan = plan_json(capsys, "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40", "--input-len", "512",
+                     "--output-len", "128", "--gpus", "h100-sxm,t4", "--batches", "1,8")
+    assert plan["kind"] == "llm" and set(plan) == PLAN_KEYS
+    (entry,) = plan["plan"]  # 15 GiB of FP16 weights do not fit a T4: no latency, listed with the reason
+    assert entry["device"] == "h100-sxm" and entry["batch"] == 8 and entry["interval_ms"][1] <= 40
+    expected = LLMPredictor().predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=8, input_len=512,
+                                      output_len=128)
+    assert entry["latency_ms"] == pytest.approx(expected.itl_ms, abs=1e-3)
+    assert entry["throughput_per_s"] == pytest.approx(expected.tokens_per_s, rel=1e-6)
+    assert [u["device"] for u in plan["unmet"]] == ["t4"] and "does not fit on t4" in plan["unmet"][0]["reason"]
+    code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40")
+    assert code == 2 and "--input-len, --output-len" in err
