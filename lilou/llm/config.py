@@ -1,0 +1,228 @@
+"""Decoder-LLM architectures: the built-in table (``models.yaml``) or a Hugging Face ``config.json``.
+
+Only the fields that size the kernels and the memory are read. Hugging Face configs spell them
+differently per family (Llama/Mistral/Qwen/Mixtral ``num_hidden_layers``, GPT-NeoX/OPT/Falcon
+``n_layer``/``ffn_dim``/``n_head_kv`` ...); :data:`_ALIASES` maps every spelling to one name, and a
+config lacking one is refused with the missing fields named.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from lilou.errors import LilouInputError
+
+#: Model types whose MLP is one up projection + activation + down (no gate), and those with LayerNorm.
+UNGATED_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron",
+                           "gpt_bigcode"})
+LAYERNORM_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2",
+                             "nemotron", "gpt_bigcode", "olmo"})
+#: Layer kinds the step composition models; the others resolve by name but are refused at predict time.
+MODELLED_KINDS = frozenset({"transformer"})
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """What one decoder LLM's kernels and memory depend on."""
+
+    name: str
+    model_type: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int          # dense MLP width (per expert for MoE models without moe_intermediate)
+    vocab: int
+    tied_embeddings: bool = False
+    gated_mlp: bool = True     # gate + up + down (SwiGLU / GeGLU) or up + down
+    norm: str = "rmsnorm"      # rmsnorm | layernorm
+    experts: int = 0           # routed experts (0: dense)
+    experts_per_token: int = 0
+    moe_intermediate: int = 0  # width of one routed expert
+    shared_expert_intermediate: int = 0
+    kind: str = "transformer"  # transformer | mamba | hybrid | rwkv
+    source: str = ""
+    params_b: float | None = None   # published total parameters (billions), where the source gives it
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def expert_width(self) -> int:
+        return self.moe_intermediate or self.intermediate
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    def parameters(self) -> dict[str, int]:
+        """Parameter counts by part (embedding, LM head, attention, MLP/experts, norms), biases left out."""
+        h = self.hidden
+        attention = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
+        if self.moe:
+            mlp = self.experts * self.mlp_matrices * h * self.expert_width + h * self.experts
+            mlp += self.mlp_matrices * h * self.shared_expert_intermediate
+        else:
+            mlp = self.mlp_matrices * h * self.intermediate
+        return {"embedding": self.vocab * h, "lm_head": 0 if self.tied_embeddings else self.vocab * h,
+                "attention": self.layers * attention, "mlp": self.layers * mlp, "norms": (2 * self.layers + 1) * h}
+
+    @property
+    def total_parameters(self) -> int:
+        return sum(self.parameters().values())
+
+
+# ----------------------------------------------------------------------------------- built-in table
+
+
+@functools.cache
+def _table() -> dict[str, LLMConfig]:
+    text = resources.files("lilou.llm").joinpath("models.yaml").read_text(encoding="utf-8")
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    entries = yaml.load(text, Loader=loader)["models"]
+    return {entry["name"]: LLMConfig(**entry) for entry in entries}
+
+
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+@functools.cache
+def _index() -> dict[str, str]:
+    """Spellings -> canonical name: the full Hugging Face id and the part after the organisation."""
+    index: dict[str, str] = {}
+    short: dict[str, list[str]] = {}
+    for name in _table():
+        index[_key(name)] = name
+        short.setdefault(_key(name.rsplit("/", 1)[-1]), []).append(name)
+    for key, names in short.items():
+        if len(names) == 1:
+            index.setdefault(key, names[0])
+    return index
+
+
+def builtin_models() -> list[str]:
+    """Names of the built-in configs (Hugging Face ids), sorted."""
+    return sorted(_table(), key=str.lower)
+
+
+def builtin_config(name: str) -> LLMConfig:
+    """A built-in config by Hugging Face id or its model part (``Llama-3.1-8B-Instruct``), any case."""
+    found = _index().get(_key(name))
+    if found is None:
+        spellings: dict[str, list[str]] = {}  # lower-case full id or model part -> full ids
+        for full in builtin_models():
+            for spelling in (full.lower(), full.rsplit("/", 1)[-1].lower()):
+                spellings.setdefault(spelling, []).append(full)
+        close = difflib.get_close_matches(name.lower(), list(spellings), n=5, cutoff=0.5)
+        suggestions = list(dict.fromkeys(full for spelling in close for full in spellings[spelling]))[:3]
+        hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+        raise LilouInputError(f"unknown LLM {name!r}{hint} (a built-in name from `lilou llm --list`, or the path "
+                              "of a Hugging Face config.json)")
+    return _table()[found]
+
+
+# ------------------------------------------------------------------------------- Hugging Face configs
+
+#: Field -> the spellings of it in Hugging Face configs, first match wins.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model", "dim"),
+    "heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "kv_heads": ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "n_kv_heads"),
+    "head_dim": ("head_dim", "kv_channels"),
+    "intermediate": ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "d_ff"),
+    "vocab": ("vocab_size", "padded_vocab_size"),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
+    "moe_intermediate": ("moe_intermediate_size",),
+    "shared_expert_intermediate": ("shared_expert_intermediate_size",),
+}
+_REQUIRED = ("layers", "hidden", "heads", "vocab")
+
+
+def _first(config: dict[str, Any], field: str) -> Any:
+    for key in _ALIASES[field]:
+        if config.get(key) is not None:
+            return config[key]
+    return None
+
+
+def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
+    """An :class:`LLMConfig` from a parsed Hugging Face config (a nested ``text_config`` is used when present)."""
+    if isinstance(config.get("text_config"), dict):
+        config = {**config, **config["text_config"]}
+    model_type = str(config.get("model_type") or "unknown")
+    values = {field: _first(config, field) for field in _ALIASES}
+    missing = [f"{field} ({' / '.join(_ALIASES[field])})" for field in _REQUIRED if values[field] is None]
+    if model_type == "falcon" and not config.get("new_decoder_architecture", False):
+        # Falcon-7B style: one KV head with multi_query, else one per query head (num_kv_heads is ignored)
+        values["kv_heads"] = 1 if config.get("multi_query", True) else values["heads"]
+    hidden = values["hidden"]
+    if values["intermediate"] is None:
+        if model_type in ("falcon", "gpt_neox", "gptj", "gpt2", "bloom", "opt") and hidden is not None:
+            values["intermediate"] = 4 * int(hidden)  # their configs leave the 4x MLP implicit
+        else:
+            missing.append(f"intermediate ({' / '.join(_ALIASES['intermediate'])})")
+    if missing:
+        raise LilouInputError(f"{name}: the config lacks {', '.join(missing)}")
+    try:
+        ints = {field: int(value) for field, value in values.items() if value is not None}
+    except (TypeError, ValueError):
+        raise LilouInputError(f"{name}: an architecture field is not a number") from None
+    heads = ints["heads"]
+    if min(ints["layers"], ints["hidden"], heads, ints["vocab"], ints["intermediate"]) <= 0:
+        raise LilouInputError(f"{name}: layers, hidden size, heads, vocabulary and MLP width must be positive")
+    head_dim = ints.get("head_dim") or ints["hidden"] // heads
+    kind = "mamba" if "mamba" in model_type else "rwkv" if "rwkv" in model_type else "transformer"
+    if model_type.endswith("_h") or config.get("hybrid_override_pattern"):
+        kind = "hybrid"
+    tied = config.get("tie_word_embeddings")
+    return LLMConfig(
+        name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
+        kv_heads=ints.get("kv_heads") or heads, head_dim=head_dim, intermediate=ints["intermediate"],
+        vocab=ints["vocab"], tied_embeddings=bool(True if tied is None and model_type in ("opt", "bloom") else tied),
+        gated_mlp=model_type not in UNGATED_TYPES, norm="layernorm" if model_type in LAYERNORM_TYPES else "rmsnorm",
+        experts=ints.get("experts", 0), experts_per_token=ints.get("experts_per_token", 0),
+        moe_intermediate=ints.get("moe_intermediate", 0),
+        shared_expert_intermediate=ints.get("shared_expert_intermediate", 0), kind=kind, source=name)
+
+
+def load_config(model: str | os.PathLike[str]) -> LLMConfig:
+    """A built-in name, or the path of a Hugging Face ``config.json`` (or of the folder holding one)."""
+    text = os.fspath(model)
+    path = Path(text)
+    looks_like_path = text.endswith(".json") or os.sep in text and path.exists() or path.is_dir()
+    if not looks_like_path:
+        return builtin_config(text)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        if path.stat().st_size > 16 * 2**20:
+            raise LilouInputError(f"{path}: larger than 16 MiB; not a model config")
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LilouInputError(f"no such config file: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LilouInputError(f"{path}: not a readable JSON config ({type(error).__name__})") from None
+    if not isinstance(config, dict):
+        raise LilouInputError(f"{path}: a config.json holds one JSON object")
+    return config_from_dict(config, path.parent.name if path.name == "config.json" else path.stem)

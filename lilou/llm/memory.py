@@ -1,0 +1,116 @@
+"""Memory fit of an LLM serving configuration on one GPU (or MIG slice) of a tensor-parallel group.
+
+Per GPU: weights / TP + KV cache + activation workspace, against the engine's budget:
+
+- weights: every parameter (:meth:`LLMConfig.parameters`) at the weight dtype, divided by TP (vLLM shards
+  the embedding and LM head over the vocabulary too; norms are replicated and negligible);
+- KV cache: ``layers x 2 x KV heads per GPU x head dim x tokens x bytes``, tokens = batch x (input + output).
+  With TP larger than the KV heads, vLLM replicates each KV head over ``TP / KV heads`` GPUs, so a GPU holds
+  ``max(1, KV heads / TP)``;
+- activation workspace: the largest step's live tensors (the widest of QKV, gate+up and the attention
+  output, the residual stream twice) plus the FP32 logits of the sampled rows. vLLM sizes it in its
+  profiling run with ``max_num_batched_tokens`` tokens (:data:`VLLM_MAX_BATCHED_TOKENS`); HF eager runs
+  the whole prompt of the whole batch in one step.
+
+Budget: vLLM keeps ``gpu_memory_utilization`` (0.9 by default) of the device for everything it allocates;
+HF eager can use all of it but the CUDA context (:data:`CUDA_CONTEXT_GIB`). Sizes are GiB (2^30 bytes), as
+``memory_gb`` of the GPU database is read everywhere in Lilou.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from lilou.llm.config import LLMConfig
+
+GIB = 2**30
+#: vLLM's default ``gpu_memory_utilization``.
+VLLM_MEMORY_UTILIZATION = 0.9
+#: Tokens per scheduler step with chunked prefill (vLLM's ``max_num_batched_tokens`` for online serving).
+VLLM_MAX_BATCHED_TOKENS = 8192
+#: CUDA context + cuBLAS workspace an eager PyTorch process holds before any tensor (about 0.5 GiB on
+#: recent drivers; an assumption, not a measurement of each GPU).
+CUDA_CONTEXT_GIB = 0.5
+#: Bytes per element of the weight / KV dtypes.
+ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    weights_gb: float
+    kv_cache_gb: float
+    activations_gb: float
+    total_gb: float
+    device_gb: float     # the device's (or slice's) memory
+    budget_gb: float     # what the engine may use of it
+    fits: bool
+
+    def to_json(self) -> dict[str, float | bool]:
+        data = asdict(self)
+        data.pop("budget_gb")
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in data.items()}
+
+
+def kv_heads_per_gpu(config: LLMConfig, tp: int) -> int:
+    return max(1, config.kv_heads // tp)
+
+
+def weight_bytes(config: LLMConfig, dtype: str, tp: int) -> float:
+    return config.total_parameters * ITEMSIZE[dtype] / tp
+
+
+def kv_bytes_per_token(config: LLMConfig, kv_dtype: str, tp: int) -> float:
+    """KV-cache bytes one token adds on one GPU, over every layer."""
+    return config.layers * 2 * kv_heads_per_gpu(config, tp) * config.head_dim * ITEMSIZE[kv_dtype]
+
+
+def step_tokens(engine: str, batch: int, input_len: int) -> int:
+    """Tokens in the largest step: the whole batch's prompts (HF), or vLLM's chunk budget."""
+    tokens = batch * input_len
+    return min(tokens, max(VLLM_MAX_BATCHED_TOKENS, batch)) if engine == "vllm" else tokens
+
+
+def activation_bytes(config: LLMConfig, dtype: str, tp: int, engine: str, batch: int, input_len: int) -> float:
+    tokens = step_tokens(engine, batch, input_len)
+    width = config.moe and config.experts_per_token * config.expert_width or config.intermediate
+    widest = max((config.q_width + 2 * config.kv_width) / tp, 2 * width / tp, config.q_width / tp)
+    per_token = (widest + 2 * config.hidden) * ITEMSIZE[dtype]
+    logits = batch * config.vocab / tp * 4  # FP32 logits of the sampled rows (one per sequence)
+    return tokens * per_token + logits
+
+
+def budget_bytes(device_gb: float, engine: str) -> float:
+    if engine == "vllm":
+        return VLLM_MEMORY_UTILIZATION * device_gb * GIB
+    return (device_gb - CUDA_CONTEXT_GIB) * GIB
+
+
+def memory_fit(config: LLMConfig, device_gb: float, *, dtype: str, kv_dtype: str, tp: int, engine: str,
+               batch: int, input_len: int, output_len: int) -> MemoryFit:
+    weights = weight_bytes(config, dtype, tp)
+    kv = kv_bytes_per_token(config, kv_dtype, tp) * batch * (input_len + output_len)
+    activations = activation_bytes(config, dtype, tp, engine, batch, input_len)
+    total = weights + kv + activations
+    budget = budget_bytes(device_gb, engine)
+    return MemoryFit(weights_gb=weights / GIB, kv_cache_gb=kv / GIB, activations_gb=activations / GIB,
+                     total_gb=total / GIB, device_gb=float(device_gb), budget_gb=budget / GIB, fits=total <= budget)
+
+
+def max_batch_fitting(config: LLMConfig, device_gb: float, *, dtype: str, kv_dtype: str, tp: int, engine: str,
+                      input_len: int, output_len: int, limit: int = 1 << 20) -> int:
+    """The largest batch whose memory fits (0 when not even one sequence does); the need grows with the batch,
+    so a bisection finds it."""
+    def fits(batch: int) -> bool:
+        return memory_fit(config, device_gb, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine, batch=batch,
+                          input_len=input_len, output_len=output_len).fits
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    if high > limit:
+        return limit
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low

@@ -1,0 +1,395 @@
+"""``LLMPredictor``: time to first token, inter-token latency, throughput, power and memory fit of a decoder LLM
+served on one GPU, a MIG slice or a tensor-parallel group.
+
+>>> from lilou.llm import LLMPredictor
+>>> p = LLMPredictor()                                                  # doctest: +SKIP
+>>> r = p.predict("Llama-3.1-8B-Instruct", "a100-80gb", batch=16, input_len=1024, output_len=256)  # doctest: +SKIP
+>>> r.itl_ms, r.memory.fits, r.to_json()["intervals"]                   # doctest: +SKIP
+
+Each prefill and decode step is the list of kernels of :mod:`lilou.llm.steps`, priced in one batched call by the
+Predictor's own kernel-model path (:meth:`lilou.latency.composition.end_to_end.EndToEndModel.kernel_work`, with the dtype's
+precision path), so a precision-aware kernel model loaded by the Predictor prices them without change. The
+engine decides how kernel times add up: vLLM replays decode steps as CUDA graphs (kernel times back to back, no
+launch gap); its prefill and every HF eager step go through the launch queue of :mod:`lilou.latency.composition.overhead`.
+Tensor parallelism adds two all-reduces per layer (:mod:`lilou.llm.interconnect`). ITL is the mean decode step
+over the output (KV lengths ``I+1 .. I+O-1``, by midpoint quadrature), TTFT the prefill of the whole batch.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from lilou.errors import LilouInputError
+from lilou.hardware import Device, resolve_device
+from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
+from lilou.llm.interconnect import all_reduce_ms, link
+from lilou.llm.memory import ITEMSIZE, MemoryFit, max_batch_fitting, memory_fit
+from lilou.llm.power import PowerModel
+from lilou.llm.steps import StepKernel, StepShape, step_kernels
+
+ENGINES = ("vllm", "hf")
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
+KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+#: KV lengths at which decode steps are priced (midpoints of equal parts of the output).
+DECODE_POINTS = 4
+#: The largest tensor-parallel group modelled: one node's GPUs.
+MAX_TP = 8
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted constants shipped in ``calibration.json`` (written by ``scripts/bench_llm.py``).
+
+    Per engine, a decode step takes ``itl_scale x (kernel-model step) + itl_step_ms + itl_per_seq_ms x batch``:
+    the scale corrects the kernels' efficiency inside the engine, the two host terms are the scheduler's,
+    sampler's and detokeniser's time per step and per running sequence that the GPU waits for. A prefill takes
+    ``ttft_scale x (kernel-model prefill)``.
+    """
+
+    itl_scale: dict[str, float]
+    ttft_scale: dict[str, float]
+    power: PowerModel
+    intervals: dict[str, float | None]   # 90 % half-widths of log(predicted / measured) per output
+    itl_step_ms: dict[str, float] = field(default_factory=dict)
+    itl_per_seq_ms: dict[str, float] = field(default_factory=dict)
+    fitted_on: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        return cls(itl_scale=dict(data["itl_scale"]), ttft_scale=dict(data["ttft_scale"]),
+                   power=PowerModel(**data["power"]), intervals=dict(data.get("intervals") or {}),
+                   itl_step_ms=dict(data.get("itl_step_ms") or {}), itl_per_seq_ms=dict(data.get("itl_per_seq_ms") or {}),
+                   fitted_on=str(data.get("fitted_on", "")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"itl_scale": self.itl_scale, "itl_step_ms": self.itl_step_ms, "itl_per_seq_ms": self.itl_per_seq_ms,
+                "ttft_scale": self.ttft_scale, "power": self.power.to_json(), "intervals": self.intervals,
+                "fitted_on": self.fitted_on}
+
+    def itl_ms(self, engine: str, kernel_ms: float, batch: float) -> float:
+        return (self.itl_scale.get(engine, 1.0) * kernel_ms + self.itl_step_ms.get(engine, 0.0)
+                + self.itl_per_seq_ms.get(engine, 0.0) * batch)
+
+
+DEFAULT_CALIBRATION = Calibration(itl_scale={"vllm": 1.0, "hf": 1.0}, ttft_scale={"vllm": 1.0, "hf": 1.0},
+                                  power=PowerModel(), intervals={})
+
+
+@functools.cache
+def shipped_calibration() -> Calibration:
+    try:
+        text = resources.files("lilou.llm").joinpath("calibration.json").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return DEFAULT_CALIBRATION
+    return Calibration.from_json(json.loads(text))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a phase (per GPU): its predicted time and what it moved and computed."""
+
+    ms: float                   # predicted time of one step (before the engine scale)
+    flops: float
+    bytes: float
+    memory_ms: float            # bytes / bandwidth
+    compute_ms: float           # sum of FLOPs / the peak of each kernel's unit
+
+    @property
+    def roofline_ms(self) -> float:
+        """The physical floor of the step: max(bytes / bandwidth, FLOPs / peak)."""
+        return max(self.memory_ms, self.compute_ms)
+
+
+def utilisation(parts: list[tuple[Phase, float, float]]) -> tuple[float, float]:
+    """(DRAM, compute) utilisation over ``(phase, steps, ms per step)`` parts: roofline time over elapsed time."""
+    elapsed = sum(steps * ms for _, steps, ms in parts)
+    if elapsed <= 0:
+        return 0.0, 0.0
+    memory = sum(steps * p.memory_ms for p, steps, _ in parts) / elapsed
+    compute = sum(steps * p.compute_ms for p, steps, _ in parts) / elapsed
+    return min(memory, 1.0), min(compute, 1.0)
+
+
+@dataclass
+class LLMPrediction:
+    model: str
+    gpu: str
+    mig: str | None
+    tp: int
+    batch: int
+    input_len: int
+    output_len: int
+    dtype: str
+    kv_dtype: str
+    engine: str
+    memory: MemoryFit
+    max_batch_fitting: int
+    ttft_ms: float | None
+    itl_ms: float | None
+    power_w: float | None
+    warnings: list[str] = field(default_factory=list)
+    intervals: dict[str, list[float] | None] = field(default_factory=dict)
+    prefill: Phase | None = None
+    decode: Phase | None = None
+
+    @property
+    def e2e_ms(self) -> float | None:
+        if self.ttft_ms is None or self.itl_ms is None:
+            return None
+        return self.ttft_ms + (self.output_len - 1) * self.itl_ms
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        e2e = self.e2e_ms
+        return None if not e2e else self.batch * self.output_len / (e2e / 1000)
+
+    @property
+    def energy_per_token_j(self) -> float | None:
+        """Energy of the whole tensor-parallel group per output token."""
+        e2e = self.e2e_ms
+        if e2e is None or self.power_w is None:
+            return None
+        return self.power_w * self.tp * (e2e / 1000) / (self.batch * self.output_len)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``lilou llm --format json`` object (DESIGN.md), plus ``intervals`` (90 %)."""
+        def r(value: float | None, digits: int = 4) -> float | None:
+            return None if value is None else round(float(value), digits)
+
+        return {"model": self.model, "gpu": self.gpu, "mig": self.mig, "tp": self.tp, "batch": self.batch,
+                "input_len": self.input_len, "output_len": self.output_len, "dtype": self.dtype,
+                "precision": self.dtype, "kv_dtype": self.kv_dtype, "engine": self.engine,
+                "ttft_ms": r(self.ttft_ms), "itl_ms": r(self.itl_ms), "e2e_ms": r(self.e2e_ms),
+                "tokens_per_s": r(self.tokens_per_s, 2), "power_w": r(self.power_w, 1),
+                "energy_per_token_j": r(self.energy_per_token_j, 5), "memory": self.memory.to_json(),
+                "max_batch_fitting": self.max_batch_fitting, "warnings": list(self.warnings),
+                "intervals": {k: (None if v is None else [r(v[0]), r(v[1])]) for k, v in self.intervals.items()}}
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+def _positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise LilouInputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    if value is None:
+        return None
+    wanted = str(value).strip().lower()
+    if wanted not in allowed:
+        raise LilouInputError(f"unknown {name} {value!r}; use one of {', '.join(allowed)}")
+    return wanted
+
+
+def _check_dtype(dtype: str, device: Device, what: str) -> None:
+    peaks = device.peak_tflops
+    if dtype == "fp8" and not peaks.get("fp8_tensor"):
+        instead = "bf16 or fp16" if peaks.get("bf16_tensor") or peaks.get("bf16") else "fp16"
+        raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no FP8 tensor "
+                              f"cores (FP8 needs compute capability 8.9 or newer: Ada, Hopper, Blackwell); use "
+                              f"{what} {instead}")
+    if dtype == "bf16" and not (peaks.get("bf16_tensor") or peaks.get("bf16")):
+        raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no BF16 "
+                              f"arithmetic (it needs compute capability 8.0 or newer); use {what} fp16")
+    if dtype == "fp16" and not (peaks.get("fp16_tensor") or peaks.get("fp16")):
+        raise LilouInputError(f"{device.gpu} has no native FP16 arithmetic; use {what} fp32")
+
+
+def _check_tp(config: LLMConfig, tp: int, mig: str | None) -> None:
+    if tp > MAX_TP:
+        raise LilouInputError(f"--tp {tp}: tensor parallelism is modelled within one node of at most {MAX_TP} GPUs")
+    if tp > 1 and mig is not None:
+        raise LilouInputError("tensor parallelism across MIG slices is not supported (MIG instances have no "
+                              "peer-to-peer path for NCCL); drop --mig or use --tp 1")
+    if config.heads % tp:
+        raise LilouInputError(f"--tp {tp} does not divide the {config.heads} attention heads of {config.name}")
+    if config.kv_heads % tp and tp % config.kv_heads:
+        raise LilouInputError(f"--tp {tp} does not divide the {config.kv_heads} KV heads of {config.name} (nor do "
+                              "they divide it, which vLLM needs to replicate them)")
+
+
+# --------------------------------------------------------------------------------------- predictor
+
+
+class LLMPredictor:
+    """Loads the Predictor (kernel model, launch overhead) once; predicts any LLM serving configuration."""
+
+    def __init__(self, predictor: Any = None, calibration: Calibration | None = None) -> None:
+        if predictor is None:
+            from lilou.api import Predictor
+
+            predictor = Predictor(backend="eager")
+        self.predictor = predictor
+        self.calibration = calibration or shipped_calibration()
+
+    def predict(self, model: str | os.PathLike[str], gpu: str, *, mig: str | None = None, tp: int = 1,
+                batch: int = 1, input_len: int, output_len: int, dtype: str | None = None,
+                kv_dtype: str | None = None, engine: str = "vllm") -> LLMPrediction:
+        batch, input_len, output_len = (_positive(n, v) for n, v in (("batch", batch), ("input length", input_len),
+                                                                      ("output length", output_len)))
+        tp = _positive("tp", tp)
+        engine = _choice("engine", engine, ENGINES)
+        dtype, kv_dtype = _choice("dtype", dtype, DTYPES), _choice("KV-cache dtype", kv_dtype, KV_DTYPES)
+        device = resolve_device(gpu, mig)
+        config = load_config(model)
+        if config.kind not in MODELLED_KINDS:
+            raise LilouInputError(f"{config.name} has {config.kind} layers; Lilou models transformer decoders only")
+        _check_tp(config, tp, device.mig)
+        warnings: list[str] = []
+        from lilou.hardware.database import ambiguity_note
+
+        note = ambiguity_note(gpu)
+        if note:
+            warnings.append(note)
+        if dtype is None:
+            dtype = "bf16" if device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16") else "fp16"
+            warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs)")
+        _check_dtype(dtype, device, "--dtype")
+        if kv_dtype is None:
+            kv_dtype = "bf16" if dtype == "fp8" else dtype
+        elif kv_dtype == "fp8" and int(device.compute_capability.split(".")[0]) < 8:
+            raise LilouInputError(f"an FP8 KV cache needs compute capability 8.0 or newer; {device.gpu} has "
+                                  f"{device.compute_capability}")
+        elif kv_dtype != "fp8":
+            _check_dtype(kv_dtype, device, "--kv-dtype")
+        sizes = dict(dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine)
+        fit = memory_fit(config, device.memory_gb, batch=batch, input_len=input_len, output_len=output_len, **sizes)
+        fitting = max_batch_fitting(config, device.memory_gb, input_len=input_len, output_len=output_len, **sizes)
+        where = device.name + (f" x {tp} (TP)" if tp > 1 else "")
+        result = LLMPrediction(model=config.name, gpu=device.gpu, mig=device.mig, tp=tp, batch=batch,
+                               input_len=input_len, output_len=output_len, dtype=dtype, kv_dtype=kv_dtype,
+                               engine=engine, memory=fit, max_batch_fitting=fitting, ttft_ms=None, itl_ms=None,
+                               power_w=None, warnings=warnings)
+        if not fit.fits:
+            warnings.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
+                            f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
+                            f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {fit.device_gb:g}; "
+                            f"at most {fitting} sequences fit at these lengths; no latency is predicted")
+            return result
+        prefill, decode = self._phases(config, device, batch, input_len, output_len, **sizes)
+        calibration = self.calibration
+        result.ttft_ms = prefill.ms * calibration.ttft_scale.get(engine, 1.0)
+        result.itl_ms = calibration.itl_ms(engine, decode.ms, batch)
+        result.prefill, result.decode = prefill, decode
+        u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
+        result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
+        result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w)
+        warnings.extend(self._notes(config, device, dtype, tp, engine))
+        return result
+
+    # ---------------------------------------------------------------------------------- internals
+
+    def _phases(self, config: LLMConfig, device: Device, batch: int, input_len: int, output_len: int, *,
+                dtype: str, kv_dtype: str, tp: int, engine: str) -> tuple[Phase, Phase]:
+        steps = [StepShape(batch, input_len, input_len, causal=True)]
+        span = max(output_len - 1, 1)
+        steps += [StepShape(batch, 1, input_len + 1 + int((j + 0.5) * span / DECODE_POINTS), causal=False)
+                  for j in range(DECODE_POINTS)]
+        kernels = [step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine) for s in steps]
+        work = self._work([k for step in kernels for k in step], device, dtype)
+        offsets = np.cumsum([0] + [len(step) for step in kernels])
+        priced = [(step, work[offsets[i]:offsets[i + 1]]) for i, step in enumerate(kernels)]
+        itemsize = ITEMSIZE[dtype]
+        reduce_prefill = 2 * config.layers * all_reduce_ms(batch * input_len * config.hidden * itemsize, tp, device)
+        reduce_decode = 2 * config.layers * all_reduce_ms(batch * config.hidden * itemsize, tp, device)
+        overhead = self.predictor.model.overhead
+        prefill_ms = float(overhead.kernel_ms(_sequence(*priced[0])).sum()) + reduce_prefill
+        if engine == "vllm":  # CUDA graphs: no launch gap
+            decode_each = [float(sum(k.count * w for k, w in zip(step, w_))) * overhead.scale
+                           for step, w_ in priced[1:]]
+        else:
+            decode_each = [float(overhead.kernel_ms(_sequence(step, w_)).sum()) for step, w_ in priced[1:]]
+        decode_ms = float(np.mean(decode_each)) + reduce_decode
+        return (self._phase(priced[0][0], prefill_ms, device, dtype),
+                self._phase([k for step in kernels[1:] for k in step], decode_ms, device, dtype,
+                            weight=1 / DECODE_POINTS))
+
+    def _work(self, kernels: list[StepKernel], device: Device, dtype: str) -> np.ndarray:
+        """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path."""
+        from lilou.latency.composition.end_to_end import GraphKernels
+        from lilou.latency.composition.fallback import uses_fallback
+        from lilou.latency.kernel_model.precision import precision_path
+
+        position: dict[tuple, int] = {}
+        index = np.fromiter((position.setdefault((k.spec, k.fixed_bytes), len(position)) for k in kernels),
+                            dtype=np.int64, count=len(kernels))
+        unique = [spec for spec, _ in position]
+        graph_kernels = GraphKernels(
+            nodes=[(k.name,) for k in kernels], specs=[k.spec for k in kernels], unique=unique,
+            unique_fallback=np.array([uses_fallback(s) for s in unique], dtype=bool),
+            unique_fixed_bytes=np.array([fixed for _, fixed in position], dtype=np.float64), index=index)
+        path = precision_path(dtype, device, None, "off")
+        # batch None: the five-rung size ladder (x1 .. x16), enough for monotonic work and 4x cheaper than a ladder
+        # over every batch up to the dense limit
+        work = self.predictor.model.kernel_work(graph_kernels, [device], None, lambda _: path)
+        return work.work_ms[:, 0]
+
+    def _phase(self, kernels: list[StepKernel], ms: float, device: Device, dtype: str,
+               weight: float = 1.0) -> Phase:
+        from lilou.latency.kernel_model.precision import kernel_unit, precision_path
+
+        path = precision_path(dtype, device, None, "off")
+        flops = nbytes = compute_ms = 0.0
+        for k in kernels:
+            unit = kernel_unit(k.spec.family, path, device)
+            peak = (device.peak_tflops.get(unit) if unit else None) or device.fp32_tflops
+            flops += weight * k.count * k.spec.flops
+            nbytes += weight * k.count * k.spec.bytes
+            compute_ms += weight * k.count * k.spec.flops / (peak * 1e9)
+        return Phase(ms=ms, flops=flops, bytes=nbytes, memory_ms=nbytes / (device.memory_bandwidth_gbs * 1e6),
+                     compute_ms=compute_ms)
+
+    def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
+        out: dict[str, list[float] | None] = {}
+        for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w)):
+            half = self.calibration.intervals.get(key)
+            out[key] = None if half is None or value is None else [value * math.exp(-half), value * math.exp(half)]
+        if out.get("power_w"):  # a board never draws more than its TDP (a slice: its share of it)
+            out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]
+        return out
+
+    def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str) -> list[str]:
+        notes = []
+        model = self.predictor.model
+        has_units = getattr(model, "tensor_model", None) is not None or model.kernel_model.uses_units
+        if dtype != "fp32" and not has_units:
+            notes.append(f"the kernel model has FP32 measurements only: {dtype.upper()} GEMMs and attention are "
+                         "priced at FP32 CUDA-core rates (prefill and large batches several times too slow)")
+        if tp > 1:
+            chosen = link(device)
+            notes.append(f"TP {tp}: two all-reduces per layer over {chosen.name} ({chosen.gbs:g} GB/s per direction, "
+                         "lilou/llm/interconnect.py; not in the GPU database)")
+        if config.kv_heads < tp:
+            notes.append(f"{config.kv_heads} KV heads over TP {tp}: each KV head is replicated on {tp // config.kv_heads}"
+                         " GPUs, as vLLM does")
+        if device.mig is not None:
+            notes.append(f"power is the slice's share ({device.sm_fraction:.2f} of the SMs) of the board's")
+        if config.moe:
+            notes.append("routed experts are priced as a grouped GEMM over the experts the step's tokens reach under "
+                         "uniform routing")
+        if not self.calibration.intervals:
+            notes.append("no calibration file: intervals are unavailable (run `make bench-llm`)")
+        return notes
+
+
+def _sequence(kernels: list[StepKernel], work: np.ndarray) -> np.ndarray:
+    """Work of a step's kernels in launch order: head, the layers one after another, tail."""
+    layer = [(k, w) for k, w in zip(kernels, work) if k.layer]
+    once = [(k, w) for k, w in zip(kernels, work) if not k.layer]
+    head = [w for k, w in once if k.name == "embedding"]
+    tail = [w for k, w in once if k.name != "embedding"]
+    layers = max((k.count for k, _ in layer), default=1)
+    per_layer: list[float] = []
+    for k, w in layer:
+        per_layer.extend([w] * max(1, k.count // layers))
+    return np.asarray(head + per_layer * layers + tail, dtype=np.float64)

@@ -1,0 +1,234 @@
+"""One prefill or decode step of a decoder LLM as the kernels it launches, each built from ONNX-like nodes.
+
+Every kernel is a list of :class:`lilou.graph.costs.CostInput` nodes with tensors of the step's dtype, described
+by :func:`lilou.latency.kernel_model.kernel.describe_kernel` exactly as a kernel group of an ONNX graph (or a measured row,
+``lilou.latency.kernel_model.table_kernels.row_nodes``) is, so the Predictor's kernel model prices them unchanged.
+
+Per layer (shapes per GPU of a tensor-parallel group of ``tp``): input norm, QKV projection, RoPE, KV-cache
+write, attention, output projection, residual + post-attention norm, MLP (gate/up, activation, down; routed
+experts as a grouped GEMM over the experts the step's tokens reach), residual. Then the final norm, the LM head
+over one row per sequence, and sampling. The engine decides the launches:
+
+- ``vllm``: fused add + RMSNorm, one rotary kernel, ``reshape_and_cache``, merged gate+up GEMM, SiLU-and-mul;
+- ``hf`` (transformers eager): RMSNorm as its separate elementwise kernels, rotate-half RoPE, ``torch.cat`` of
+  the whole KV cache each step (DynamicCache), separate gate and up GEMMs and activation kernels.
+
+Attention has no family in the kernel model, so it is priced as what a flash-attention kernel computes: the two
+batched GEMMs (Q.K^T and P.V) and the softmax between them in one kernel, reading Q, K and V once and writing
+O (the score matrix stays on chip). Grouped-query attention packs the ``heads / kv_heads`` query heads of one
+KV head as rows, as the decode kernels do. A causal prefill does the lower triangle: each query attends
+``(I + 1) / 2`` keys on average. Decode reads the whole KV cache: a memory-bound kernel.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lilou.graph.costs import CostInput, TensorInfo
+from lilou.latency.kernel_model.kernel import KernelSpec, describe_kernel
+from lilou.llm.config import LLMConfig
+from lilou.llm.memory import ITEMSIZE, kv_heads_per_gpu
+
+_ONNX_TYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8e4m3fn", "int8": "int8"}
+
+
+@dataclass(frozen=True)
+class StepKernel:
+    """One kernel of a step, launched ``count`` times per step (once per layer for layer kernels)."""
+
+    name: str
+    spec: KernelSpec
+    count: int
+    fixed_bytes: int      # bytes read from weights (batch-invariant: the size ladder keeps them fixed)
+    layer: bool           # part of the per-layer sequence (else: once per step, before/after the layers)
+    order: int            # position in the layer (or in the head / tail)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one step processes: ``seqs`` sequences of ``q_len`` new tokens over ``kv_len`` keys each."""
+
+    seqs: int
+    q_len: int
+    kv_len: int
+    causal: bool          # a prefill (lower-triangle attention)
+
+    @property
+    def tokens(self) -> int:
+        return self.seqs * self.q_len
+
+
+class _Builder:
+    def __init__(self, dtype: str, kv_dtype: str) -> None:
+        self.dtype, self.kv_dtype = dtype, kv_dtype
+        self.count = 0
+
+    def t(self, shape, dtype: str | None = None) -> TensorInfo:
+        self.count += 1
+        dtype = dtype or self.dtype
+        return TensorInfo(f"t{self.count}", tuple(int(d) for d in shape), _ONNX_TYPE[dtype], ITEMSIZE[dtype])
+
+
+def _gemm(b: _Builder, m: int, k: int, n: int, experts: int = 1) -> tuple[list[CostInput], int]:
+    """Y[m, n] = X[m, k] . W[k, n] (``experts`` independent weights: a grouped GEMM), and its weight bytes."""
+    if experts > 1:
+        x, w, y = b.t((experts, m, k)), b.t((experts, k, n)), b.t((experts, m, n))
+    else:
+        x, w, y = b.t((m, k)), b.t((k, n)), b.t((m, n))
+    return [CostInput("MatMul", {}, [x, w], [y])], int(w.nbytes)
+
+
+def _elementwise(b: _Builder, op: str, rows: int, cols: int, inputs: int = 2) -> list[CostInput]:
+    x = b.t((rows, cols))
+    others = [b.t((rows, cols)) for _ in range(inputs - 1)]
+    return [CostInput(op, {}, [x, *others], [b.t((rows, cols))])]
+
+
+def _norm(b: _Builder, rows: int, cols: int, residual: bool) -> tuple[list[CostInput], set[str]]:
+    """(Fused add +) norm over the last ``cols``; RMSNorm is priced as the norm family, like LayerNorm."""
+    x = b.t((rows, cols))
+    nodes, external = [], set()
+    if residual:
+        s = b.t((rows, cols))
+        nodes.append(CostInput("Add", {}, [x, b.t((rows, cols))], [s]))
+        external.add(s.name)
+        x = s
+    y = b.t((rows, cols))
+    nodes.append(CostInput("LayerNormalization", {"axis": -1}, [x, b.t((cols,)), b.t((cols,))], [y]))
+    external.add(y.name)
+    return nodes, external
+
+
+def attention_nodes(b: _Builder, seqs: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
+                    causal: bool) -> list[CostInput]:
+    """The fused attention kernel: Q.K^T, softmax, P.V over ``kv_heads`` groups of ``heads / kv_heads`` query
+    heads (see the module docstring)."""
+    group = max(1, heads // kv_heads)
+    batch = seqs * kv_heads
+    keys = math.ceil((kv_len + 1) / 2) if causal else kv_len
+    rows = group * q_len
+    q = b.t((batch, rows, head_dim))
+    k = b.t((batch, head_dim, keys), b.kv_dtype)
+    v = b.t((batch, keys, head_dim), b.kv_dtype)
+    scores, probs = b.t((batch, rows, keys), "fp32"), b.t((batch, rows, keys), "fp32")
+    out = b.t((batch, rows, head_dim))
+    return [CostInput("MatMul", {}, [q, k], [scores]), CostInput("Softmax", {"axis": -1}, [scores], [probs]),
+            CostInput("MatMul", {}, [probs, v], [out])]
+
+
+def attention_kernel(shape: StepShape, heads: int, kv_heads: int, head_dim: int, dtype: str,
+                     kv_dtype: str) -> KernelSpec:
+    """The attention kernel of a step (also used to check it against measured attention rows)."""
+    b = _Builder(dtype, kv_dtype)
+    nodes = attention_nodes(b, shape.seqs, shape.q_len, shape.kv_len, heads, kv_heads, head_dim, shape.causal)
+    return describe_kernel(nodes, external_outputs={nodes[-1].outputs[0].name})
+
+
+def _expected_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Distinct experts ``tokens`` reach when each picks ``top_k`` of ``experts`` uniformly."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: str, tp: int,
+                 engine: str) -> list[StepKernel]:
+    """The kernels of one step (see the module docstring), per GPU of the tensor-parallel group."""
+    b = _Builder(dtype, kv_dtype)
+    h, d = config.hidden, config.head_dim
+    heads, kv_heads = config.heads // tp, kv_heads_per_gpu(config, tp)
+    q_w, kv_w = heads * d, kv_heads * d
+    tokens, seqs = shape.tokens, shape.seqs
+    hf = engine == "hf"
+    kernels: list[StepKernel] = []
+
+    def add(name: str, nodes: list[CostInput], *, fixed: int = 0, layer: bool = True, count: int | None = None,
+            external: set[str] | None = None) -> None:
+        spec = describe_kernel(nodes, external_outputs=external)
+        kernels.append(StepKernel(name, spec, config.layers if count is None and layer else (count or 1),
+                                  fixed, layer, len(kernels)))
+
+    def norm(name: str, residual: bool) -> None:
+        if hf and config.norm == "rmsnorm":
+            # LlamaRMSNorm in eager: to fp32, pow, mean, add eps, rsqrt, mul, back to dtype, mul by weight
+            if residual:
+                add(f"{name}.residual", _elementwise(b, "Add", tokens, h))
+            for op in ("Cast", "Pow", "Mul", "Add", "Sqrt", "Mul", "Cast", "Mul"):
+                add(f"{name}.{op.lower()}", _elementwise(b, op, tokens, h, 1 if op in ("Cast", "Sqrt") else 2))
+            add(f"{name}.mean", [CostInput("ReduceMean", {"axes": [-1]}, [b.t((tokens, h))], [b.t((tokens, 1))])])
+            return
+        if hf and residual:
+            add(f"{name}.residual", _elementwise(b, "Add", tokens, h))
+        nodes, external = _norm(b, tokens, h, residual and not hf)
+        add(name, nodes, external=external)
+
+    # ---------------------------------------------------------------- attention block
+    norm("input_norm", residual=True)
+    nodes, fixed = _gemm(b, tokens, h, q_w + 2 * kv_w)
+    add("qkv_proj", nodes, fixed=fixed)
+    if hf:
+        for i in range(5):  # rotate_half: slice, neg, cat, mul, add, for q and k
+            add(f"rope.{i}", _elementwise(b, "Mul", tokens, q_w + kv_w))
+        past = seqs * kv_heads * max(shape.kv_len - shape.q_len, 0) * d
+        if past:  # DynamicCache: torch.cat copies the whole cache of K and of V every step
+            add("kv_cache_cat", [CostInput("Concat", {"axis": 0}, [b.t((past,), kv_dtype),
+                                                                   b.t((tokens * kv_w,), kv_dtype)],
+                                           [b.t((past + tokens * kv_w,), kv_dtype)])], count=2 * config.layers)
+    else:
+        add("rope", _elementwise(b, "Mul", tokens, q_w + kv_w))
+        add("kv_cache_write", [CostInput("Cast", {}, [b.t((tokens, 2 * kv_w))],
+                                         [b.t((tokens, 2 * kv_w), kv_dtype)])])
+    add("attention", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal))
+    nodes, fixed = _gemm(b, tokens, q_w, h)
+    add("o_proj", nodes, fixed=fixed)
+    # ---------------------------------------------------------------- MLP block
+    norm("post_attention_norm", residual=True)
+    if config.moe:
+        nodes, fixed = _gemm(b, tokens, h, config.experts)
+        add("router", nodes, fixed=fixed)
+        add("router_topk", [CostInput("Softmax", {"axis": -1}, [b.t((tokens, config.experts), "fp32")],
+                                      [b.t((tokens, config.experts), "fp32")])])
+        active = max(1, round(_expected_experts(config.experts, config.experts_per_token, tokens)))
+        rows = max(1, math.ceil(tokens * config.experts_per_token / active))
+        width = config.expert_width // tp
+        mats = 2 if config.gated_mlp else 1
+        nodes, fixed = _gemm(b, rows, h, mats * width, experts=active)
+        add("experts_up", nodes, fixed=fixed)
+        add("experts_act", _elementwise(b, "Mul", tokens * config.experts_per_token, width))
+        nodes, fixed = _gemm(b, rows, width, h, experts=active)
+        add("experts_down", nodes, fixed=fixed)
+        if config.shared_expert_intermediate:
+            _mlp(b, add, tokens, h, config.shared_expert_intermediate // tp, config.gated_mlp, hf, "shared")
+    else:
+        _mlp(b, add, tokens, h, config.intermediate // tp, config.gated_mlp, hf, "mlp")
+    if hf:
+        add("mlp.residual", _elementwise(b, "Add", tokens, h))
+    # ---------------------------------------------------------------- once per step
+    table, ids = b.t((config.vocab, h)), b.t((tokens,), "fp32")
+    add("embedding", [CostInput("Gather", {}, [table, ids], [b.t((tokens, h))])], layer=False)
+    nodes, external = _norm(b, seqs, h, False)
+    add("final_norm", nodes, layer=False, external=external)
+    nodes, fixed = _gemm(b, seqs, h, config.vocab // tp)
+    add("lm_head", nodes, fixed=fixed, layer=False)
+    add("sampling", [CostInput("Softmax", {"axis": -1}, [b.t((seqs, config.vocab), "fp32")],
+                               [b.t((seqs, config.vocab), "fp32")])], layer=False)
+    return kernels
+
+
+def _mlp(b: _Builder, add, tokens: int, h: int, width: int, gated: bool, hf: bool, name: str) -> None:
+    if gated and hf:
+        for part in ("gate", "up"):
+            nodes, fixed = _gemm(b, tokens, h, width)
+            add(f"{name}.{part}_proj", nodes, fixed=fixed)
+        add(f"{name}.act", _elementwise(b, "Sigmoid", tokens, width, 1))
+        add(f"{name}.act_mul", _elementwise(b, "Mul", tokens, width))
+        add(f"{name}.gate_mul", _elementwise(b, "Mul", tokens, width))
+    elif gated:
+        nodes, fixed = _gemm(b, tokens, h, 2 * width)
+        add(f"{name}.gate_up_proj", nodes, fixed=fixed)
+        x = b.t((tokens, 2 * width))
+        add(f"{name}.act", [CostInput("Mul", {}, [x], [b.t((tokens, width))])])  # SiLU-and-mul
+    else:
+        nodes, fixed = _gemm(b, tokens, h, width)
+        add(f"{name}.up_proj", nodes, fixed=fixed)
+        add(f"{name}.act", _elementwise(b, "Gelu", tokens, width, 1))
+    nodes, fixed = _gemm(b, tokens, width, h)
+    add(f"{name}.down_proj", nodes, fixed=fixed)

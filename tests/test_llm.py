@@ -1,0 +1,192 @@
+"""`lilou llm` and lilou.llm: configs, memory fit, step composition on the kernel model, CLI.
+
+Expectations are hand-computed from the published architectures (Llama-3.1-8B: 32 layers, hidden 4096,
+32 heads, 8 KV heads, head dim 128, MLP 14336, vocabulary 128256, untied embeddings)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lilou.errors import LilouInputError
+from lilou.llm.config import builtin_config, builtin_models, load_config
+from lilou.llm.memory import GIB, kv_bytes_per_token, max_batch_fitting, memory_fit
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    from lilou.llm import LLMPredictor
+
+    return LLMPredictor()
+
+
+def test_builtin_table_holds_the_wattgpu_and_llm_energy_models():
+    names = builtin_models()
+    assert len(names) == 112
+    assert {"openai-community/gpt2", "mistralai/Mixtral-8x7B-Instruct-v0.1", "Qwen/Qwen3-30B-A3B-Instruct-2507",
+            "lmsys/vicuna-13B", "meta-llama/Llama-2-70b-hf"} <= set(names)
+    assert "wattgpu" in builtin_config(LLAMA).source
+
+
+def test_parameter_count_of_llama_31_8b_by_hand():
+    config = builtin_config("llama-3.1-8b-instruct")  # any case, organisation optional
+    parts = config.parameters()
+    assert parts["embedding"] == parts["lm_head"] == 128256 * 4096 == 525_336_576
+    assert parts["attention"] == 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096) == 1_342_177_280
+    assert parts["mlp"] == 32 * 3 * 4096 * 14336 == 5_637_144_576
+    assert config.total_parameters == 8_030_261_248  # Meta publishes 8.03 B
+
+
+def test_memory_of_llama_31_8b_bf16_on_an_a100_80gb():
+    config = builtin_config(LLAMA)
+    fit = memory_fit(config, 80, dtype="bf16", kv_dtype="bf16", tp=1, engine="vllm", batch=16, input_len=1024,
+                     output_len=256)
+    assert fit.weights_gb == pytest.approx(8_030_261_248 * 2 / GIB)          # 14.96 GiB
+    assert kv_bytes_per_token(config, "bf16", 1) == 32 * 2 * 8 * 128 * 2 == 131_072
+    assert fit.kv_cache_gb == pytest.approx(131_072 * 16 * 1280 / GIB) == 2.5
+    assert fit.budget_gb == pytest.approx(72.0)                               # gpu_memory_utilization 0.9
+    assert fit.fits
+
+
+def test_kv_cache_grows_with_tokens_and_splits_over_tp():
+    config = builtin_config(LLAMA)
+    args = dict(dtype="bf16", kv_dtype="bf16", engine="vllm")
+    base = memory_fit(config, 80, tp=1, batch=8, input_len=512, output_len=512, **args)
+    longer = memory_fit(config, 80, tp=1, batch=8, input_len=1536, output_len=512, **args)
+    wider = memory_fit(config, 80, tp=1, batch=32, input_len=512, output_len=512, **args)
+    split = memory_fit(config, 80, tp=2, batch=8, input_len=512, output_len=512, **args)
+    assert longer.kv_cache_gb == pytest.approx(2 * base.kv_cache_gb)
+    assert wider.kv_cache_gb == pytest.approx(4 * base.kv_cache_gb)
+    assert split.kv_cache_gb == pytest.approx(base.kv_cache_gb / 2)
+    assert split.weights_gb == pytest.approx(base.weights_gb / 2)
+    fp8 = memory_fit(config, 80, tp=1, batch=8, input_len=512, output_len=512, dtype="bf16", kv_dtype="fp8",
+                     engine="vllm")
+    assert fp8.kv_cache_gb == pytest.approx(base.kv_cache_gb / 2)
+
+
+def test_max_batch_fitting_is_the_largest_batch_that_fits():
+    config = builtin_config(LLAMA)
+    args = dict(dtype="bf16", kv_dtype="bf16", tp=1, engine="vllm", input_len=1024, output_len=1024)
+    largest = max_batch_fitting(config, 80, **args)
+    assert largest > 100
+    assert memory_fit(config, 80, batch=largest, **args).fits
+    assert not memory_fit(config, 80, batch=largest + 1, **args).fits
+
+
+def test_seventy_b_on_an_l4_does_not_fit(llm):
+    result = llm.predict("meta-llama/Llama-3.1-70B-Instruct", "l4", batch=1, input_len=512, output_len=128,
+                         dtype="bf16")
+    data = result.to_json()
+    assert data["memory"]["fits"] is False
+    assert data["max_batch_fitting"] == 0
+    assert data["memory"]["weights_gb"] > 130 and data["memory"]["device_gb"] == 24
+    assert data["ttft_ms"] is None and data["itl_ms"] is None and data["power_w"] is None
+    assert any("does not fit on l4" in w for w in data["warnings"])
+
+
+def test_tp_must_divide_the_heads():
+    from lilou.llm import LLMPredictor
+
+    llm = LLMPredictor(predictor=object())  # the checks run before any kernel is priced
+    with pytest.raises(LilouInputError, match="does not divide the 32 attention heads"):
+        llm.predict(LLAMA, "a100-sxm4-80gb", tp=3, batch=1, input_len=16, output_len=16)
+    with pytest.raises(LilouInputError, match="does not divide the 28 attention heads"):
+        llm.predict("Qwen/Qwen2.5-7B-Instruct", "h200", tp=8, batch=1, input_len=16, output_len=16)
+    with pytest.raises(LilouInputError, match="MIG"):
+        llm.predict(LLAMA, "a100-sxm4-80gb", mig="3g.40gb", tp=2, batch=1, input_len=16, output_len=16)
+
+
+@pytest.mark.parametrize("gpu", ["v100-sxm2-32gb", "a100-sxm4-80gb"])
+def test_fp8_is_refused_before_ada_and_hopper(gpu):
+    from lilou.llm import LLMPredictor
+
+    with pytest.raises(LilouInputError, match="FP8 needs compute capability 8.9"):
+        LLMPredictor(predictor=object()).predict(LLAMA, gpu, batch=1, input_len=16, output_len=16, dtype="fp8")
+
+
+@pytest.mark.parametrize("value", [0, -3])
+def test_lengths_and_batch_must_be_positive(value):
+    from lilou.llm import LLMPredictor
+
+    llm = LLMPredictor(predictor=object())
+    with pytest.raises(LilouInputError, match="positive integer"):
+        llm.predict(LLAMA, "l4", batch=value, input_len=16, output_len=16)
+    with pytest.raises(LilouInputError, match="input length must be a positive integer"):
+        llm.predict(LLAMA, "l4", batch=1, input_len=value, output_len=16)
+
+
+def test_unknown_name_suggests_close_names():
+    with pytest.raises(LilouInputError, match=r"unknown LLM 'Llama-3.1-8B-Instuct'; did you mean .*Llama-3.1-8B-Instruct"):
+        builtin_config("Llama-3.1-8B-Instuct")
+
+
+def test_hugging_face_configs_of_several_families(tmp_path):
+    from transformers import FalconConfig, MistralConfig, MixtralConfig, OPTConfig
+
+    for cls, expected in ((MistralConfig, (32, 4096, 32, 8, 14336, True)),
+                          (MixtralConfig, (32, 4096, 32, 8, 14336, True)),
+                          (OPTConfig, (12, 768, 12, 12, 3072, False)),
+                          (FalconConfig, (32, 4544, 71, 1, 18176, False))):
+        folder = tmp_path / cls.__name__
+        folder.mkdir()
+        cls().to_json_file(folder / "config.json")
+        config = load_config(folder / "config.json")
+        got = (config.layers, config.hidden, config.heads, config.kv_heads, config.intermediate, config.gated_mlp)
+        assert got == expected, cls.__name__
+    assert load_config(tmp_path / "MixtralConfig").experts == 8
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "vocab_size": 32000}))
+    with pytest.raises(LilouInputError, match=r"lacks layers \(num_hidden_layers.*heads \(num_attention_heads"):
+        load_config(broken)
+
+
+def test_decode_is_kv_bound_and_bf16_beats_fp32_on_an_a100(llm):
+    args = dict(batch=8, input_len=1024, output_len=128)
+    bf16 = llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a100-sxm4-80gb", dtype="bf16", **args)
+    fp32 = llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a100-sxm4-80gb", dtype="fp32", **args)
+    assert bf16.itl_ms < fp32.itl_ms and bf16.ttft_ms < fp32.ttft_ms
+    # the decode step streams the weights and the KV cache: at least their bytes over the bandwidth
+    assert bf16.decode.memory_ms > bf16.decode.compute_ms
+    assert bf16.decode.ms >= bf16.decode.memory_ms
+    assert bf16.e2e_ms == pytest.approx(bf16.ttft_ms + 127 * bf16.itl_ms)
+    assert bf16.tokens_per_s == pytest.approx(8 * 128 / (bf16.e2e_ms / 1000))
+
+
+def test_longer_context_and_tp_change_the_step_as_they_should(llm):
+    short = llm.predict(LLAMA, "h200", batch=32, input_len=256, output_len=64, dtype="bf16")
+    long = llm.predict(LLAMA, "h200", batch=32, input_len=8192, output_len=64, dtype="bf16")
+    assert long.decode.bytes > short.decode.bytes and long.itl_ms > short.itl_ms
+    tp2 = llm.predict(LLAMA, "h200", tp=2, batch=32, input_len=256, output_len=64, dtype="bf16")
+    assert tp2.decode.bytes == pytest.approx(short.decode.bytes / 2, rel=0.05)
+    assert any("all-reduces per layer over NVLink 4" in w for w in tp2.warnings)
+
+
+def test_hf_eager_pays_launches_that_vllm_graphs_do_not(llm):
+    args = dict(batch=1, input_len=128, output_len=32, dtype="fp16")
+    vllm = llm.predict(LLAMA, "a100-sxm4-80gb", engine="vllm", **args)
+    hf = llm.predict(LLAMA, "a100-sxm4-80gb", engine="hf", **args)
+    assert hf.decode.ms > vllm.decode.ms
+
+
+def test_cli_json_keys_and_exit_status():
+    command = [sys.executable, "-m", "lilou.cli", "llm", LLAMA, "--gpu", "a100-sxm4-80gb", "--batch", "4",
+               "--input-len", "512", "--output-len", "64", "--dtype", "bf16", "--format", "json"]
+    probe = (f"import sys; from lilou.cli import main; code = main({command[3:]!r}); "
+             "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert set(data) >= {"model", "gpu", "mig", "tp", "batch", "input_len", "output_len", "dtype", "ttft_ms", "itl_ms",
+                         "e2e_ms", "tokens_per_s", "power_w", "energy_per_token_j", "memory", "max_batch_fitting",
+                         "warnings", "intervals"}
+    assert set(data["memory"]) == {"weights_gb", "kv_cache_gb", "activations_gb", "total_gb", "device_gb", "fits"}
+    assert set(data["intervals"]) == {"ttft_ms", "itl_ms", "power_w"}
+    assert data["gpu"] == "a100-sxm4-80gb" and data["batch"] == 4 and data["memory"]["fits"] is True
+    assert 0 < data["power_w"] <= 400
+    bad = subprocess.run(command[:3] + ["llm", "Llama-3.1-8B-Instuct", "--gpu", "l4", "--input-len", "8",
+                                        "--output-len", "8"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "did you mean" in bad.stderr
