@@ -1,0 +1,64 @@
+"""`lilou serve`: the HTTP prediction service and web page (lilou.serve), run by uvicorn."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+
+from lilou.commands._common import warn
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="HTTP prediction service (/v1/predict, /v1/rank, ...) and a web page at /",
+        description="Serve predictions over HTTP (FastAPI + uvicorn): POST /v1/predict, /v1/rank, /v1/plan, "
+                    "/v1/llm with an ONNX upload or a file under --models-root; GET /v1/gpus, /v1/healthz; "
+                    "the page at /. Binds to loopback unless --host says otherwise. See docs/service.md.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="server processes (default 1); each loads the checkpoints and keeps its own cache")
+    parser.add_argument("--threads", type=int, default=4, metavar="N",
+                        help="prediction threads per process (default 4)")
+    parser.add_argument("--max-upload-mb", type=float, default=256, metavar="MB",
+                        help="largest request body accepted, MiB (default 256)")
+    parser.add_argument("--models-root", default=None, metavar="DIR",
+                        help="folder whose ONNX files JSON requests may name (default: none, uploads only)")
+    parser.add_argument("--cache-size", type=int, default=64, metavar="N",
+                        help="parsed graphs kept in memory, least recently used dropped first (default 64)")
+    parser.add_argument("--time-budget-s", type=float, default=60.0, metavar="S",
+                        help="per-request time budget; past it the answer is 503 (default 60)")
+    parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from lilou.errors import LilouInputError
+    from lilou.serve.app import SETTINGS_ENV, create_app
+
+    if not 0 <= args.port <= 65535:
+        raise LilouInputError(f"--port {args.port}: not a TCP port (0-65535)")
+    if args.workers < 1 or args.threads < 1:
+        raise LilouInputError("--workers and --threads must be at least 1")
+    if not _is_loopback(args.host):
+        warn(f"binding to {args.host}: the service is reachable from other machines; it has no authentication")
+    options = {"models_root": None if args.models_root is None else os.path.abspath(args.models_root),
+               "max_upload_mb": args.max_upload_mb, "cache_size": args.cache_size,
+               "time_budget_s": args.time_budget_s, "threads": args.threads}
+    create_app(**options)  # bad options fail here, with one line and exit status 2, before uvicorn starts
+    os.environ[SETTINGS_ENV] = json.dumps(options)
+    uvicorn.run("lilou.serve.app:app_from_environment", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=args.log_level, server_header=False, access_log=False)
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

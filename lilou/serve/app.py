@@ -1,0 +1,205 @@
+"""The FastAPI app: ``create_app(models_root)`` -> endpoints under ``/v1`` and the page at ``/``.
+
+A thin layer over :mod:`lilou.api` (and ``lilou.plan`` / ``lilou.llm`` where installed): each body is the
+object ``lilou infer|rank|plan|llm --format json`` prints; errors are ``{"detail": "<the CLI's line>"}``.
+``lilou serve`` runs it with uvicorn; docs/service.md describes the endpoints.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ValidationError
+
+from lilou.errors import LilouInputError
+from lilou.serve import openapi_doc
+from lilou.serve.errors import InvalidField, install_handlers, validation_message
+from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest
+from lilou.serve.service import Service, Settings, has_llm, has_plan
+from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, media_type, read_limited,
+                                 read_multipart, unsupported)
+
+R = TypeVar("R", bound=BaseModel)
+SETTINGS_ENV = "LILOU_SERVE_SETTINGS"
+WARNINGS_HEADER = "Lilou-Warnings"
+API_VERSION = "1"
+
+
+def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
+               time_budget_s: float = 60.0, threads: int = 4) -> FastAPI:
+    """The service; ``models_root`` is the only folder whose files JSON requests may name."""
+    if models_root is not None and not Path(models_root).is_dir():
+        raise LilouInputError(f"--models-root {os.fspath(models_root)!r} is not a directory")
+    if max_upload_mb <= 0:
+        raise LilouInputError("--max-upload-mb must be positive")
+    if time_budget_s <= 0:
+        raise LilouInputError("--time-budget-s must be positive")
+    if cache_size < 0:
+        raise LilouInputError("--cache-size must be >= 0")
+    settings = Settings(models_root=None if models_root is None else Path(models_root), max_upload_mb=max_upload_mb,
+                        cache_size=cache_size, time_budget_s=time_budget_s, threads=threads)
+    service = Service(settings)
+    optional = {"plan": has_plan(), "llm": has_llm()}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await asyncio.get_running_loop().run_in_executor(service.executor, service.warm_up)
+        yield
+        service.shutdown()
+
+    app = FastAPI(title="Lilou", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Predicted inference latency of ONNX models on NVIDIA GPUs and MIG slices, without "
+                              "the GPU. Bodies are the CLI's `--format json` objects; errors are "
+                              "`{\"detail\": \"<one line>\"}`.")
+    app.state.service = service
+    install_handlers(app)
+    _routes(app, service, optional)
+    static = resources.files("lilou.serve") / "static"
+    app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    app.openapi = lambda: openapi_doc.cached(app)  # type: ignore[method-assign]
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """uvicorn's factory for ``lilou serve --workers N``: the options travel in ``$LILOU_SERVE_SETTINGS``."""
+    options = json.loads(os.environ.get(SETTINGS_ENV, "{}"))
+    return create_app(**options)
+
+
+async def parse_request(request: Request, schema: type[R], service: Service) -> tuple[R, ModelSource | None]:
+    """The request's fields as ``schema`` and its uploaded file (None for a JSON body)."""
+    limit = service.settings.max_upload_bytes
+    check_content_length(request.headers, limit)
+    content_type = request.headers.get("content-type", "")
+    kind = media_type(content_type)
+    fields: dict[str, Any] = dict(request.query_params)
+    upload = None
+    if kind == "application/json":
+        raw = await read_limited(request.stream(), limit)
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidField(f"the body is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+        if not isinstance(body, dict):
+            raise InvalidField("the JSON body must be an object of fields, e.g. {\"model\": ..., \"gpu\": ...}")
+        fields.update(body)
+    elif kind == "multipart/form-data":
+        parsed = await read_multipart(request.stream(), content_type, limit)
+        fields.update(parsed.fields)
+        upload = parsed.upload
+    elif kind == "" and not (await read_limited(request.stream(), limit)):
+        pass  # the fields are all in the query string
+    else:
+        raise unsupported(content_type)
+    try:
+        try:
+            parsed_request = schema.model_validate({k: (None if v == "" else v) for k, v in fields.items()})
+        except ValidationError as exc:
+            raise InvalidField(validation_message(exc.errors())) from None
+        if upload is not None and parsed_request.model:
+            raise InvalidField(f"give either an uploaded file (part {FILE_FIELD!r}) or a model name, not both")
+    except LilouInputError:
+        if upload is not None:
+            upload.release()
+        raise
+    return parsed_request, upload
+
+
+async def _source(service: Service, request: PredictRequest | RankRequest | PlanRequest,
+                  upload: ModelSource | None) -> ModelSource:
+    """The upload, or the file the request names under --models-root (hashed on a worker thread)."""
+    if upload is not None:
+        return upload
+    if not request.model:
+        raise InvalidField(f"model: name a file under --models-root, or upload the ONNX file as multipart part "
+                           f"{FILE_FIELD!r}")
+    return await service.run(service.models_root.resolve, request.model)
+
+
+async def _llm_model(service: Service, fields: LLMRequest | PlanRequest,
+                     upload: ModelSource | None) -> tuple[str | Path, ModelSource | None]:
+    """An LLM is an uploaded config.json, a built-in name, or a config.json under --models-root."""
+    if upload is not None:
+        return upload.path, upload
+    if not fields.model:
+        raise InvalidField("model: name a built-in LLM (GET /v1/llm/models) or a config.json under --models-root, "
+                           f"or upload it as multipart part {FILE_FIELD!r}")
+    if fields.model in await service.run(service.llm_models):
+        return fields.model, None
+    source = await service.run(service.models_root.resolve, fields.model)
+    return source.path, source
+
+
+def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
+    docs = openapi_doc
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        html = (resources.files("lilou.serve") / "static" / "index.html").read_text(encoding="utf-8")
+        return HTMLResponse(html, headers={"Content-Security-Policy": docs.PAGE_CSP})
+
+    @app.get("/v1/healthz", tags=["service"], summary="liveness and cache counters",
+             responses={200: {"model": docs.Health}})
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok", **service.stats(), "endpoints": optional})
+
+    @app.get("/v1/gpus", tags=["predict"], summary="the GPU database (`lilou gpus --format json`)",
+             responses={200: {"description": "GPU entries, MIG profiles included"}})
+    async def gpus() -> JSONResponse:
+        from lilou.hardware import all_gpus
+
+        return JSONResponse([gpu.to_dict() for gpu in all_gpus()])
+
+    @app.post("/v1/predict", tags=["predict"], summary="`lilou infer`: latency on one GPU or MIG slice",
+              openapi_extra=docs.request_body(PredictRequest),
+              responses={200: {"model": docs.PredictionBody}, **docs.ERRORS})
+    async def predict(request: Request) -> JSONResponse:
+        fields, upload = await parse_request(request, PredictRequest, service)
+        source = await _source(service, fields, upload)
+        return JSONResponse(await service.run(service.predict, fields, source, source=source))
+
+    @app.post("/v1/rank", tags=["predict"], summary="`lilou rank`: every GPU and MIG slice (or the listed), fastest first",
+              openapi_extra=docs.request_body(RankRequest),
+              responses={200: {"model": list[docs.RankEntryBody], "headers": docs.WARNINGS_HEADER_DOC}, **docs.ERRORS})
+    async def rank(request: Request) -> JSONResponse:
+        fields, upload = await parse_request(request, RankRequest, service)
+        source = await _source(service, fields, upload)
+        entries, warnings = await service.run(service.rank, fields, source, source=source)
+        return JSONResponse(entries, headers={WARNINGS_HEADER: json.dumps(warnings, ensure_ascii=True)})
+
+    if optional["plan"]:
+        @app.post("/v1/plan", tags=["plan"], summary="`lilou plan`: devices and batches that meet a latency SLO",
+                  openapi_extra=docs.request_body(PlanRequest),
+                  responses={200: {"description": "`lilou plan --format json`"}, **docs.ERRORS})
+        async def plan(request: Request) -> JSONResponse:
+            fields, upload = await parse_request(request, PlanRequest, service)
+            if fields.llm:
+                model, source = await _llm_model(service, fields, upload)
+            else:
+                source = await _source(service, fields, upload)
+                model = source.path
+            return JSONResponse(await service.run(service.plan, fields, model, source, source=upload))
+
+    if optional["llm"]:
+        @app.get("/v1/llm/models", tags=["llm"], summary="built-in LLM names for /v1/llm (`lilou llm --list`)")
+        async def llm_models() -> JSONResponse:
+            return JSONResponse(await service.run(service.llm_models))
+
+        @app.post("/v1/llm", tags=["llm"], summary="`lilou llm`: TTFT, inter-token latency, power and memory",
+                  openapi_extra=docs.request_body(LLMRequest), responses={200: {"model": docs.LLMBody}, **docs.ERRORS})
+        async def llm(request: Request) -> JSONResponse:
+            fields, upload = await parse_request(request, LLMRequest, service)
+            model, source = await _llm_model(service, fields, upload)
+            return JSONResponse(await service.run(service.llm, fields, model, source, source=upload))
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(status_code=204)

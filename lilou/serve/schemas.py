@@ -1,0 +1,126 @@
+"""Request bodies: the CLI's options as fields (``lilou infer``, ``rank``, ``plan``, ``llm``).
+
+The same models validate a JSON body and the form fields / query parameters of a multipart
+upload. Text forms are accepted where a form has no lists: ``gpus`` and ``batches`` as
+``a10g,t4`` / ``1,8``, ``shapes`` and ``prices`` as a JSON object.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4"]
+TF32 = Literal["off", "conv", "on"]
+Backend = Literal["eager", "tvm"]
+
+
+def _split_list(value: Any) -> Any:
+    """``"a10g, t4"`` -> ``["a10g", "t4"]``; lists pass through."""
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",")]
+        return [item for item in items if item] or None
+    return value
+
+
+def _json_object(value: Any) -> Any:
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON object ({exc.msg})") from None
+    return value
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str | None = Field(None, max_length=1024, description=(
+        "path of an ONNX file relative to the server's --models-root; leave out when uploading the file "
+        "(multipart part `file`)"))
+
+
+class _GraphRequest(_Request):
+    batch: PositiveInt | None = Field(None, description="leading (batch) dimension of every input (--batch)")
+    shapes: dict[str, list[PositiveInt]] = Field(default_factory=dict, description=(
+        "full shape of named inputs, e.g. {\"input_ids\": [8, 512]} (--shape input_ids=8x512)"))
+    precision: Precision | None = Field(None, description="precision the model computes in (default: ONNX types)")
+    tf32: TF32 | None = Field(None, description="what FP32 convolutions/matmuls run in (default: PyTorch's)")
+    backend: Backend = Field("eager", description="runtime whose kernels are predicted")
+
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _shapes(cls, value: Any) -> Any:
+        return _json_object(value) or {}
+
+
+class PredictRequest(_GraphRequest):
+    """``lilou infer MODEL --gpu NAME [--mig PROFILE] ...``"""
+
+    gpu: str = Field(..., min_length=1, max_length=200, description="GPU name or alias, e.g. a10g")
+    mig: str | None = Field(None, max_length=200, description="MIG profile of that GPU, e.g. 1g.10gb")
+
+
+class RankRequest(_GraphRequest):
+    """``lilou rank MODEL [--gpus a,b,GPU/PROFILE,...] ...``"""
+
+    gpus: list[str] | None = Field(None, max_length=500, description=(
+        "GPUs (whole) and MIG slices as GPU/PROFILE; default: every GPU and MIG slice"))
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> Any:
+        return _split_list(value)
+
+
+class PlanRequest(_GraphRequest):
+    """``lilou plan MODEL --slo-ms T [--gpus ...] [--batches ...] [--prices FILE]``, or with ``llm: true``
+    ``lilou plan --llm MODEL --itl-slo-ms T --input-len I --output-len O [--dtype D] [--engine E]``."""
+
+    model: str | None = Field(None, max_length=1024, description=(
+        "an ONNX file relative to --models-root (with llm: a built-in LLM name or a config.json there); "
+        "leave out when uploading"))
+    slo_ms: PositiveFloat | None = Field(None, description="end-to-end latency objective, ms (ONNX models)")
+    gpus: list[str] | None = Field(None, max_length=500, description="devices to consider (default: all)")
+    batches: list[PositiveInt] | None = Field(None, max_length=64, description="batch sizes to consider")
+    prices: dict[str, PositiveFloat] | str | None = Field(None, description=(
+        "USD per hour by device: a JSON object such as {\"a10g\": 1.01}, or the text of a --prices CSV file "
+        "(header device,usd_per_hour)"))
+    llm: bool = Field(False, description="the model is a decoder LLM: plan over `lilou llm` (--llm)")
+    itl_slo_ms: PositiveFloat | None = Field(None, description="inter-token latency objective, ms (llm)")
+    input_len: PositiveInt | None = Field(None, description="prompt tokens per request (llm)")
+    output_len: PositiveInt | None = Field(None, description="generated tokens per request (llm)")
+    dtype: str | None = Field(None, max_length=20, description="LLM weight/compute dtype (llm)")
+    engine: Literal["vllm", "hf"] = "vllm"
+
+    @field_validator("gpus", "batches", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _prices(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lstrip().startswith("{"):
+            return _json_object(value)
+        return value or None
+
+
+class LLMRequest(_Request):
+    """``lilou llm MODEL --gpu NAME [--mig P] [--tp N] --batch B --input-len I --output-len O ...``"""
+
+    model: str | None = Field(None, max_length=1024, description=(
+        "a built-in LLM name (GET /v1/llm/models), or a config.json relative to --models-root; leave out when "
+        "uploading the config.json"))
+    gpu: str = Field(..., min_length=1, max_length=200)
+    mig: str | None = Field(None, max_length=200)
+    tp: PositiveInt = 1
+    batch: PositiveInt = 1
+    input_len: PositiveInt
+    output_len: PositiveInt
+    dtype: str | None = Field(None, max_length=20)
+    kv_dtype: str | None = Field(None, max_length=20)
+    engine: Literal["vllm", "hf"] = "vllm"

@@ -1,0 +1,244 @@
+"""What the endpoints do, as plain blocking functions: the same calls the CLI makes, on cached graphs.
+
+The event loop never runs these; :meth:`Service.run` hands them to a thread pool under the time budget.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import tempfile
+import importlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lilou.api import Predictor
+from lilou.errors import LilouInputError
+from lilou.graph.dag import ModelGraph
+from lilou.serve.cache import GraphCache, graph_key
+from lilou.serve.errors import InvalidField, OverTimeBudget
+from lilou.serve.predictor import CachingPredictor
+from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest
+from lilou.serve.uploads import ModelSource, ModelsRoot
+
+T = TypeVar("T")
+log = logging.getLogger("lilou.serve")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options of ``lilou serve`` that shape the app (host and port belong to uvicorn)."""
+
+    models_root: Path | None = None
+    max_upload_mb: float = 256.0
+    cache_size: int = 64
+    time_budget_s: float = 60.0
+    threads: int = 4
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 2**20)
+
+
+def _importable(module: str, names: tuple[str, ...]) -> bool:
+    """Whether ``module`` provides the agreed names (the plan and llm packages are optional here)."""
+    try:
+        imported = importlib.import_module(module)
+    except ImportError:
+        return False
+    except Exception:  # noqa: BLE001 - a broken optional package must not take the service down
+        log.exception("cannot import %s; its endpoint is left out", module)
+        return False
+    return all(hasattr(imported, name) for name in names)
+
+
+def has_plan() -> bool:
+    return _importable("lilou.plan", ("plan_model", "read_prices", "CapacityPlan"))
+
+
+def has_llm() -> bool:
+    return _importable("lilou.llm", ("LLMPredictor", "LLMPrediction", "builtin_models"))
+
+
+class Service:
+    """One Predictor per backend (checkpoints loaded once), the graph cache and the worker threads."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.cache = GraphCache(settings.cache_size)
+        self.models_root = ModelsRoot(settings.models_root)
+        self.executor = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix="lilou-predict")
+        self._predictors: dict[str, Predictor] = {}
+        self._llm = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ plumbing
+    async def run(self, fn: Callable[..., T], *args: Any, source: ModelSource | None = None) -> T:
+        """``fn(*args)`` on a worker thread, answered 503 past the time budget (queueing included).
+
+        A Python thread cannot be stopped: a prediction over budget runs on to its end, and its upload's
+        temporary folder is removed then."""
+        future = self.executor.submit(fn, *args)
+        if source is not None:
+            future.add_done_callback(lambda _: source.release())
+        budget = self.settings.time_budget_s
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), budget)
+        except TimeoutError:
+            future.cancel()
+            raise OverTimeBudget(f"the prediction did not finish within the server's time budget of {budget:g} s "
+                                 "(the server is busy or the model is very large); retry later") from None
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def predictor(self, backend: str = "eager") -> Predictor:
+        with self._lock:
+            if backend not in self._predictors:
+                self._predictors[backend] = CachingPredictor(backend=backend)
+            return self._predictors[backend]
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the graph cache and of the kernel groupings remembered for cached graphs."""
+        with self._lock:
+            predictors = list(self._predictors.values())
+        groupings = [p.grouping_stats() for p in predictors if isinstance(p, CachingPredictor)]
+        return {"cache": self.cache.stats(),
+                "kernel_groupings": {key: sum(g[key] for g in groupings) for key in ("entries", "hits", "misses")}}
+
+    def graph(self, source: ModelSource, batch: int | None, shapes: dict[str, list[int]]) -> ModelGraph:
+        """The parsed graph from the cache, named as this request named the model."""
+        from lilou.graph.dag import load_graph
+
+        key = graph_key(source.sha256, batch, shapes)
+        graph = self.cache.get(key, lambda: load_graph(source.path, batch=batch, shapes=shapes or None))
+        return dataclasses.replace(graph, name=source.name)
+
+    def warm_up(self) -> None:
+        """Load the eager checkpoints and the fusion model before the first request."""
+        import onnx
+        from onnx import TensorProto, helper
+
+        from lilou.graph.dag import build_graph
+
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])
+        model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"], name="mm")],
+                                                    "warm_up", [x], [y]),
+                                  opset_imports=[helper.make_opsetid("", 17)])
+        onnx.checker.check_model(model)
+        self.predictor("eager").predict(build_graph(model, name="warm_up"), gpu="a10g")
+
+    # ------------------------------------------------------------ endpoints
+    def predict(self, request: PredictRequest, source: ModelSource) -> dict[str, Any]:
+        with named_errors(source, self.models_root.root):
+            graph = self.graph(source, request.batch, request.shapes)
+            prediction = self.predictor(request.backend).predict(graph, gpu=request.gpu, mig=request.mig,
+                                                                 precision=request.precision, tf32=request.tf32)
+        result = prediction.to_json()
+        if request.batch is not None:
+            result["batch"] = request.batch  # as the CLI reports it (the option, not the file's leading dim)
+        return result
+
+    def rank(self, request: RankRequest, source: ModelSource) -> tuple[list[dict[str, Any]], list[str]]:
+        with named_errors(source, self.models_root.root):
+            graph = self.graph(source, request.batch, request.shapes)
+            ranking = self.predictor(request.backend).rank(graph, gpus=request.gpus, precision=request.precision,
+                                                           tf32=request.tf32)
+        return ranking.to_json(), list(ranking.warnings)
+
+    def plan(self, request: PlanRequest, model: str | Path, source: ModelSource | None) -> dict[str, Any]:
+        """``lilou plan``; ``model`` is a file (or, with ``llm``, a built-in LLM name)."""
+        from lilou.plan import plan_llm, plan_model
+
+        prices = self._prices(request.prices)
+        with named_errors(source, self.models_root.root):
+            if request.llm:
+                missing = [flag for flag, value in (("itl_slo_ms", request.itl_slo_ms),
+                                                    ("input_len", request.input_len),
+                                                    ("output_len", request.output_len)) if value is None]
+                if missing:
+                    raise InvalidField(f"plan with llm needs {', '.join(missing)}")
+                plan = plan_llm(model, request.itl_slo_ms, input_len=request.input_len, output_len=request.output_len,
+                                gpus=request.gpus, batches=request.batches, prices=prices, dtype=request.dtype,
+                                engine=request.engine, llm_predictor=self.llm_predictor())
+            else:
+                if request.slo_ms is None:
+                    raise InvalidField("plan needs slo_ms (or llm: true with itl_slo_ms, input_len, output_len)")
+                # Each batch re-shapes the graph, so the planner reads the file itself, once per batch.
+                plan = plan_model(model, request.slo_ms, gpus=request.gpus, batches=request.batches, prices=prices,
+                                  predictor=self.predictor(request.backend), shapes=request.shapes or None,
+                                  precision=request.precision, tf32=request.tf32)
+        result = plan.to_json()
+        result["model"] = source.name if source is not None else str(model)
+        return result
+
+    def _prices(self, prices: dict[str, float] | str | None) -> dict[str, float] | None:
+        """Prices keyed by device name, checked as ``--prices`` files are (lilou.plan.read_prices)."""
+        if prices is None:
+            return None
+        from lilou.plan import read_prices
+
+        if isinstance(prices, dict):
+            text = "device,usd_per_hour\n" + "".join(f"{name},{price!r}\n" for name, price in prices.items())
+        else:
+            text = prices
+        folder = Path(tempfile.mkdtemp(prefix="lilou-prices-"))
+        try:
+            path = folder / "prices.csv"
+            path.write_text(text, encoding="utf-8")
+            try:
+                return read_prices(path)
+            except LilouInputError as exc:
+                raise type(exc)(str(exc).replace(f"--prices: {path}", "prices").replace(str(path), "prices")) from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def llm_predictor(self):
+        from lilou.llm import LLMPredictor
+
+        predictor = self.predictor("eager")
+        with self._lock:
+            if self._llm is None:
+                self._llm = LLMPredictor(predictor)
+            return self._llm
+
+    def llm(self, request: LLMRequest, model: str | Path, source: ModelSource | None) -> dict[str, Any]:
+        with named_errors(source, self.models_root.root):
+            prediction = self.llm_predictor().predict(
+                model, request.gpu, mig=request.mig, tp=request.tp, batch=request.batch, input_len=request.input_len,
+                output_len=request.output_len, dtype=request.dtype, kv_dtype=request.kv_dtype, engine=request.engine)
+        result = prediction.to_json()
+        if source is not None and "model" in result:
+            result["model"] = source.name
+        return result
+
+    def llm_models(self) -> list[str]:
+        from lilou.llm import builtin_models
+
+        return list(builtin_models())
+
+
+@contextmanager
+def named_errors(source: ModelSource | None, root: Path | None) -> Iterator[None]:
+    """Bad-input messages that name the model as the request did, never by the server's own paths."""
+    try:
+        yield
+    except LilouInputError as exc:
+        message = str(exc)
+        if source is not None:
+            message = message.replace(str(source.path), source.name)
+            if source.temp_dir is not None:
+                message = message.replace(str(source.temp_dir), "<upload>")
+        if root is not None:
+            message = message.replace(f"{root}{os.sep}", "")
+        if message == str(exc):
+            raise
+        raise type(exc)(message) from None

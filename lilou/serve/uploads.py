@@ -1,0 +1,266 @@
+"""Where a request's model comes from: a multipart upload streamed to a temporary folder, or a file
+named under ``--models-root``.
+
+The size limit is enforced while the body is read, chunk by chunk: a client that sends more than
+``--max-upload-mb`` is answered 413 without the rest being read or written anywhere. Each upload gets
+its own temporary folder, so the only external data the loader can follow (lilou.graph.loading never
+leaves a model's folder) is the upload's own; the folder is removed when the prediction is done.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from lilou.errors import LilouInputError
+from lilou.serve.errors import InvalidField, ModelNotFound, UnsupportedMediaType, UploadTooLarge
+
+FILE_FIELD = "file"
+_MAX_FIELDS = 64
+_MAX_FIELD_BYTES = 64 * 1024
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+@dataclass
+class ModelSource:
+    """A model file ready to load: its path, the sha256 of its bytes and the name responses show."""
+
+    path: Path
+    sha256: str
+    name: str
+    temp_dir: Path | None = None   # the upload's own folder, removed by release()
+
+    def release(self) -> None:
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+
+
+@dataclass
+class ParsedBody:
+    """The request's fields (form fields over query parameters) and its uploaded file, if any."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    upload: ModelSource | None = None
+
+
+def _too_large(limit: int) -> UploadTooLarge:
+    return UploadTooLarge(f"request body larger than the server's limit of {limit / 2**20:g} MiB "
+                          "(--max-upload-mb); weight-stripped ONNX files are enough for Lilou "
+                          "(lilou zoo export --strip-weights)")
+
+
+def check_content_length(headers: Any, limit: int) -> None:
+    """Refuse at once a body whose declared length is over the limit."""
+    declared = headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+
+
+async def read_limited(stream: AsyncIterator[bytes], limit: int) -> bytes:
+    """The whole body of a small (JSON) request, refusing it as soon as it passes ``limit`` bytes."""
+    chunks, size = [], 0
+    async for chunk in stream:
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _MultipartSink:
+    """python-multipart callbacks: the ``file`` part to a temporary file (hashed as it is written), other
+    parts to small in-memory fields."""
+
+    def __init__(self, temp_root: str | None) -> None:
+        self.temp_root = temp_root
+        self.fields: dict[str, Any] = {}
+        self.upload: ModelSource | None = None
+        self._header_name = bytearray()
+        self._header_value = bytearray()
+        self._headers: dict[str, bytes] = {}
+        self._name: str | None = None
+        self._value = bytearray()
+        self._file = None
+        self._hash = None
+        self._parts = 0
+
+    # callbacks ----------------------------------------------------------
+    def on_part_begin(self) -> None:
+        self._parts += 1
+        if self._parts > _MAX_FIELDS:
+            raise InvalidField(f"too many multipart parts (the limit is {_MAX_FIELDS})")
+        self._headers, self._name, self._value = {}, None, bytearray()
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_name += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+
+    def on_header_end(self) -> None:
+        self._headers[bytes(self._header_name).decode("latin-1").lower()] = bytes(self._header_value)
+        self._header_name, self._header_value = bytearray(), bytearray()
+
+    def on_headers_finished(self) -> None:
+        _, options = parse_options_header(self._headers.get("content-disposition", b""))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        if not name:
+            raise InvalidField("a multipart part has no name (Content-Disposition: form-data; name=...)")
+        self._name = name
+        if name == FILE_FIELD:
+            if self.upload is not None:
+                raise InvalidField(f"more than one {FILE_FIELD!r} part; upload one ONNX file per request")
+            filename = options.get(b"filename", b"").decode("utf-8", "replace")
+            folder = Path(tempfile.mkdtemp(prefix="lilou-upload-", dir=self.temp_root))
+            suffix = ".json" if filename.lower().endswith(".json") else ".onnx"  # an LLM's config.json
+            self.upload = ModelSource(path=folder / f"model{suffix}", sha256="", name=display_name(filename),
+                                      temp_dir=folder)
+            self._file = open(self.upload.path, "wb")  # noqa: SIM115 - closed in on_part_end / close()
+            self._hash = hashlib.sha256()
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        chunk = data[start:end]
+        if self._file is not None:
+            self._file.write(chunk)
+            self._hash.update(chunk)
+            return
+        self._value += chunk
+        if len(self._value) > _MAX_FIELD_BYTES:
+            raise InvalidField(f"form field {self._name!r} is longer than {_MAX_FIELD_BYTES} bytes")
+
+    def on_part_end(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self.upload.sha256 = self._hash.hexdigest()
+        elif self._name is not None:
+            try:
+                self.fields[self._name] = bytes(self._value).decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidField(f"form field {self._name!r} is not UTF-8 text") from None
+
+    # --------------------------------------------------------------------
+    def callbacks(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in (
+            "on_part_begin", "on_header_field", "on_header_value", "on_header_end", "on_headers_finished",
+            "on_part_data", "on_part_end")}
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+async def read_multipart(stream: AsyncIterator[bytes], content_type: str, limit: int,
+                         temp_root: str | None = None) -> ParsedBody:
+    """Stream a ``multipart/form-data`` body: the ``file`` part to its own temporary folder, at most
+    ``limit`` bytes in all (UploadTooLarge as soon as the count passes it)."""
+    _, options = parse_options_header(content_type)
+    boundary = options.get(b"boundary")
+    if not boundary:
+        raise InvalidField("multipart/form-data without a boundary parameter")
+    sink = _MultipartSink(temp_root)
+    parser = MultipartParser(boundary, sink.callbacks())
+    size = 0
+    try:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            parser.write(chunk)
+        parser.finalize()
+    except LilouInputError:
+        sink.close()
+        if sink.upload is not None:
+            sink.upload.release()
+        raise
+    except Exception as exc:  # python-multipart's parse errors: a malformed body is bad input
+        sink.close()
+        if sink.upload is not None:
+            sink.upload.release()
+        raise InvalidField(f"malformed multipart body ({type(exc).__name__}: {str(exc)[:120]})") from None
+    sink.close()
+    if sink.upload is not None and not sink.upload.sha256:
+        sink.upload.release()
+        raise InvalidField(f"the {FILE_FIELD!r} part ended early (truncated upload)")
+    return ParsedBody(fields=sink.fields, upload=sink.upload)
+
+
+def display_name(filename: str) -> str:
+    """The name a response shows for an upload: the client's file name without folders."""
+    base = os.path.basename(filename.replace("\\", "/")).strip()
+    return _SAFE_NAME.sub("_", base)[:200].strip("._") or "upload.onnx"
+
+
+def media_type(content_type: str | None) -> str:
+    if not content_type:
+        return ""
+    return parse_options_header(content_type)[0].decode("latin-1").lower()
+
+
+def unsupported(content_type: str) -> UnsupportedMediaType:
+    return UnsupportedMediaType(f"unsupported Content-Type {content_type[:60]!r}: send application/json naming a "
+                                f"file under --models-root, or multipart/form-data with the ONNX file as part "
+                                f"{FILE_FIELD!r}")
+
+
+class ModelsRoot:
+    """Files named in JSON requests: only regular files inside ``root`` (symbolic links resolved first)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None, digest_cache: int = 1024) -> None:
+        self.root = None if root is None else Path(root).resolve()
+        self._digests: OrderedDict[tuple, str] = OrderedDict()
+        self._capacity = digest_cache
+        self._lock = threading.Lock()
+
+    def resolve(self, name: str) -> ModelSource:
+        """The source for ``name``; 404 when there is no such file, 400 when it leads outside the root."""
+        if self.root is None:
+            raise LilouInputError(f"model {name[:100]!r}: this server was started without --models-root, so it "
+                                  f"serves no files by name; upload the ONNX file as multipart part {FILE_FIELD!r}")
+        if "\x00" in name or not name.strip():
+            raise LilouInputError("model: give a file name relative to --models-root")
+        relative = Path(name)
+        if relative.is_absolute():
+            raise LilouInputError(f"model {name[:100]!r}: an absolute path; name a file relative to --models-root")
+        try:
+            target = (self.root / relative).resolve()
+        except (OSError, RuntimeError):  # a symbolic link loop
+            raise LilouInputError(f"model {name[:100]!r}: cannot be resolved (symbolic link loop?)") from None
+        if not target.is_relative_to(self.root):
+            raise LilouInputError(f"model {name[:100]!r}: refused, it leads outside --models-root "
+                                  "(no '..' or symbolic links out of it)")
+        try:
+            info = target.stat()
+        except OSError:
+            raise ModelNotFound(f"model {name[:100]!r}: no such file under --models-root") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise LilouInputError(f"model {name[:100]!r}: not a regular file")
+        return ModelSource(path=target, sha256=self._digest(target, info), name=name)
+
+    def _digest(self, path: Path, info: os.stat_result) -> str:
+        """sha256 of the file, remembered while its inode, size and mtime stay the same."""
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        with self._lock:
+            if key in self._digests:
+                self._digests.move_to_end(key)
+                return self._digests[key]
+        with open(path, "rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        with self._lock:
+            self._digests[key] = digest
+            while len(self._digests) > self._capacity:
+                self._digests.popitem(last=False)
+        return digest

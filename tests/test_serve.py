@@ -1,0 +1,473 @@
+"""`lilou serve`: a real uvicorn process on a free loopback port, driven over HTTP with httpx.
+
+Every body is compared with what the Python API (the CLI's own path) gives for the same real model
+(examples/resnet18.onnx); every error path is checked for its status and its one-line message.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import onnx
+import pytest
+
+from lilou.errors import LilouInputError
+
+REPO = Path(__file__).resolve().parents[1]
+RESNET18 = REPO / "examples" / "resnet18.onnx"
+CONTRACT = REPO / "lilou" / "serve" / "openapi.json"
+MiB = 2**20
+
+
+# --------------------------------------------------------------------------- server
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(*options: str, tmpdir: Path | None = None, startup_s: float = 120.0) -> Iterator[str]:
+    """``lilou serve`` in its own process on a free loopback port; yields the base URL."""
+    port = free_port()
+    env = dict(os.environ)
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)   # where the server puts its upload folders
+    log = open(Path(tmpdir or "/tmp") / f"lilou-serve-{port}.log", "w+b")  # noqa: SIM115
+    process = subprocess.Popen([sys.executable, "-m", "lilou.cli", "serve", "--port", str(port), *options],
+                               env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            if process.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"lilou serve exited with {process.returncode}: {log.read()[-2000:]!r}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{base}/v1/healthz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"lilou serve did not answer within {startup_s:g} s")
+            time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def models_root(tmp_path_factory) -> Path:
+    """resnet18 twice (one under a sub-folder), a copy with other bytes, a broken file and two ways out."""
+    root = tmp_path_factory.mktemp("models")
+    outside = tmp_path_factory.mktemp("outside")
+    shutil.copy(RESNET18, root / "resnet18.onnx")
+    (root / "sub").mkdir()
+    shutil.copy(RESNET18, root / "sub" / "copy.onnx")
+    model = onnx.load(str(RESNET18), load_external_data=False)
+    model.doc_string = "same graph, other bytes"
+    onnx.save(model, str(root / "resnet18-doc.onnx"))
+    (root / "broken.onnx").write_bytes(b"this is not an ONNX file\n" * 4)
+    shutil.copy(RESNET18, outside / "secret.onnx")
+    (root / "escape.onnx").symlink_to(outside / "secret.onnx")
+    (root / "out").symlink_to(outside, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def upload_tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("server-tmp")
+
+
+@pytest.fixture(scope="session")
+def server(models_root, upload_tmp) -> Iterator[str]:
+    with serve("--models-root", str(models_root), "--max-upload-mb", "1", "--threads", "2",
+               tmpdir=upload_tmp) as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def client(server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=120) as http:
+        yield http
+
+
+@pytest.fixture(scope="session")
+def predictor():
+    from lilou.api import Predictor
+
+    return Predictor()
+
+
+def _upload(path: Path = RESNET18, name: str = "resnet18.onnx") -> dict:
+    return {"file": (name, path.read_bytes(), "application/octet-stream")}
+
+
+def _expected(result: dict, model: str) -> dict:
+    return {**result, "model": model}
+
+
+# --------------------------------------------------------------------------- endpoints
+def test_healthz_reports_cache_and_optional_endpoints(client):
+    from lilou.serve.service import has_llm, has_plan
+
+    body = client.get("/v1/healthz").json()
+    assert body["status"] == "ok"
+    assert set(body["cache"]) == {"entries", "capacity", "hits", "misses"} and body["cache"]["capacity"] == 64
+    assert set(body["kernel_groupings"]) == {"entries", "hits", "misses"}
+    assert body["endpoints"] == {"plan": has_plan(), "llm": has_llm()}
+
+
+def test_gpus_is_the_cli_database(client):
+    from lilou.hardware import all_gpus
+
+    response = client.get("/v1/gpus")
+    assert response.status_code == 200
+    assert response.json() == json.loads(json.dumps([gpu.to_dict() for gpu in all_gpus()]))
+
+
+def test_predict_json_names_a_file_under_models_root(client, models_root, predictor):
+    response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g"})
+    assert response.status_code == 200, response.text
+    expected = predictor.predict(models_root / "resnet18.onnx", gpu="a10g").to_json()
+    assert response.json() == _expected(expected, "resnet18.onnx")
+
+
+def test_predict_upload_mig_slice(client, predictor):
+    response = client.post("/v1/predict", files=_upload(name="my model.onnx"),
+                           data={"gpu": "a100-80gb", "mig": "1g.10gb", "batch": "1"})
+    assert response.status_code == 200, response.text
+    expected = predictor.predict(RESNET18, gpu="a100-80gb", mig="1g.10gb", batch=1).to_json()
+    body = response.json()
+    assert body == _expected(expected, "my_model.onnx")
+    assert body["mig"] == "1g.10gb" and body["warnings"][0].startswith("GPU name 'a100-80gb' is ambiguous")
+
+
+def test_predict_fields_as_query_parameters_with_precision(client, predictor):
+    response = client.post("/v1/predict?gpu=t4&tf32=off&precision=fp16", files=_upload())
+    assert response.status_code == 200, response.text
+    expected = predictor.predict(RESNET18, gpu="t4", precision="fp16", tf32="off").to_json()
+    assert response.json() == _expected(expected, "resnet18.onnx")
+    assert response.json()["precision"] == "fp16"
+
+
+def test_rank_body_is_the_cli_list_and_warnings_travel_in_a_header(client, models_root, predictor):
+    gpus = ["a10g", "t4", "a100-80gb/1g.10gb", "h100-sxm"]
+    response = client.post("/v1/rank", json={"model": "sub/copy.onnx", "gpus": gpus})
+    assert response.status_code == 200, response.text
+    ranking = predictor.rank(models_root / "sub" / "copy.onnx", gpus=gpus)
+    assert response.json() == ranking.to_json()
+    assert [e["gpu"] for e in response.json()] == [e.gpu for e in ranking]
+    assert json.loads(response.headers["Lilou-Warnings"]) == ranking.warnings
+    # the same list as a comma-separated form field
+    upload = client.post("/v1/rank", files=_upload(), data={"gpus": ",".join(gpus)})
+    assert upload.json() == response.json()
+
+
+def test_rank_every_device_by_default(client, predictor):
+    response = client.post("/v1/rank", files=_upload())
+    assert response.status_code == 200
+    assert response.json() == predictor.rank(RESNET18).to_json()
+
+
+def test_second_request_for_the_same_bytes_skips_the_graph_work(client, models_root):
+    before = client.get("/v1/healthz").json()["cache"]
+    first = client.post("/v1/predict", json={"model": "resnet18-doc.onnx", "gpu": "a10g"})
+    middle = client.get("/v1/healthz").json()["cache"]
+    data = (models_root / "resnet18-doc.onnx").read_bytes()
+    second = client.post("/v1/predict", files={"file": ("renamed.onnx", data)}, data={"gpu": "l4"})
+    after = client.get("/v1/healthz").json()["cache"]
+    assert first.status_code == second.status_code == 200
+    assert middle["misses"] == before["misses"] + 1 and middle["entries"] == before["entries"] + 1
+    assert after["misses"] == middle["misses"] and after["hits"] == middle["hits"] + 1
+    groupings = client.get("/v1/healthz").json()["kernel_groupings"]
+    assert groupings["entries"] >= 1 and groupings["hits"] >= 1
+    assert second.json()["model"] == "renamed.onnx" and second.json()["gpu"] == "l4"
+
+
+def test_cached_graph_is_grouped_into_kernels_once(monkeypatch, predictor):
+    """The fusion model runs once per cached graph, and the predictions equal the plain API's."""
+    import lilou.fusion.predict as fusion
+    from lilou.serve.schemas import PredictRequest, RankRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    calls = []
+    original = fusion.predict_partition
+    monkeypatch.setattr(fusion, "predict_partition", lambda *a, **k: calls.append(1) or original(*a, **k))
+    service = Service(Settings())
+    source = ModelSource(path=RESNET18, sha256="resnet18-bytes", name="resnet18.onnx")
+    try:
+        first = service.predict(PredictRequest(gpu="a10g"), source)
+        second = service.predict(PredictRequest(gpu="t4", tf32="off"), source)
+        entries, warnings = service.rank(RankRequest(gpus=["a10g", "l4"]), source)
+    finally:
+        service.shutdown()
+    assert len(calls) == 1
+    assert service.stats()["kernel_groupings"] == {"entries": 1, "hits": 2, "misses": 1}
+    assert first == _expected(predictor.predict(RESNET18, gpu="a10g").to_json(), "resnet18.onnx")
+    assert second == _expected(predictor.predict(RESNET18, gpu="t4", tf32="off").to_json(), "resnet18.onnx")
+    ranking = predictor.rank(RESNET18, gpus=["a10g", "l4"])
+    assert (entries, warnings) == (ranking.to_json(), ranking.warnings)
+
+
+def test_upload_folders_are_removed(client, upload_tmp):
+    assert client.post("/v1/predict", files=_upload(), data={"gpu": "a10g"}).status_code == 200
+    assert client.post("/v1/predict", files=_upload(), data={"gpu": "nope"}).status_code == 400
+    deadline = time.monotonic() + 5
+    while list(upload_tmp.glob("lilou-upload-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(upload_tmp.glob("lilou-upload-*")) == []
+
+
+def test_llm_endpoint_is_the_cli_object(client, predictor):
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        pytest.skip("lilou.llm is not installed: /v1/llm is not offered")
+    from lilou.llm import LLMPredictor, builtin_models
+
+    assert client.get("/v1/llm/models").json() == list(builtin_models())
+    name = "meta-llama/Llama-2-7b-hf" if "meta-llama/Llama-2-7b-hf" in builtin_models() else builtin_models()[0]
+    request = {"model": name, "gpu": "a100-80gb", "batch": 4, "input_len": 512, "output_len": 128}
+    response = client.post("/v1/llm", json=request)
+    assert response.status_code == 200, response.text
+    expected = LLMPredictor(predictor).predict(name, "a100-80gb", batch=4, input_len=512, output_len=128).to_json()
+    assert response.json() == json.loads(json.dumps(expected))
+    missing = client.post("/v1/llm", json={"model": name, "gpu": "a100-80gb", "input_len": 512})
+    assert missing.status_code == 422 and missing.json() == {"detail": "output_len: Field required"}
+    unknown = client.post("/v1/llm", json={**request, "model": "no/such-llm"})
+    assert unknown.status_code == 404
+
+
+def test_plan_endpoint_is_the_cli_object(client, models_root, predictor):
+    from lilou.serve.service import has_plan
+
+    if not has_plan():
+        pytest.skip("lilou.plan is not installed: /v1/plan is not offered")
+    from lilou.plan import plan_model, read_prices
+
+    prices_csv = models_root.parent / "prices.csv"
+    prices_csv.write_text("device,usd_per_hour\na10g,1.01\nt4,0.53\n")
+    request = {"model": "resnet18.onnx", "slo_ms": 5, "gpus": ["a10g", "t4", "h100-sxm"], "batches": [1],
+               "prices": {"a10g": 1.01, "t4": 0.53}}
+    response = client.post("/v1/plan", json=request)
+    assert response.status_code == 200, response.text
+    expected = plan_model(models_root / "resnet18.onnx", 5, gpus=request["gpus"], batches=[1],
+                          prices=read_prices(prices_csv), predictor=predictor).to_json()
+    assert response.json() == json.loads(json.dumps({**expected, "model": "resnet18.onnx"}))
+    as_csv = client.post("/v1/plan", json={**request, "prices": prices_csv.read_text()})
+    assert as_csv.json() == response.json()
+    form = {"slo_ms": "5", "gpus": "a10g,t4,h100-sxm", "batches": "1"}
+    uploaded = client.post("/v1/plan", data=form, files={**_upload(), "prices": ("prices.csv", prices_csv.read_bytes())})
+    assert uploaded.status_code == 200, uploaded.text
+    assert uploaded.json() == response.json()
+    bad = client.post("/v1/plan", json={**request, "prices": "device,usd_per_hour\na10g,-1\n"})
+    assert bad.status_code == 400 and bad.json()["detail"] == "prices line 2: price '-1' must be a positive number"
+    no_slo = client.post("/v1/plan", json={"model": "resnet18.onnx"})
+    assert no_slo.status_code == 422
+
+
+# --------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(("model", "status", "detail"), [
+    ("../resnet18.onnx", 400, "model '../resnet18.onnx': refused, it leads outside --models-root (no '..' or "
+                              "symbolic links out of it)"),
+    ("escape.onnx", 400, "model 'escape.onnx': refused, it leads outside --models-root (no '..' or symbolic "
+                         "links out of it)"),
+    ("out/secret.onnx", 400, "model 'out/secret.onnx': refused, it leads outside --models-root (no '..' or "
+                             "symbolic links out of it)"),
+    ("/etc/passwd", 400, "model '/etc/passwd': an absolute path; name a file relative to --models-root"),
+    ("missing.onnx", 404, "model 'missing.onnx': no such file under --models-root"),
+    ("sub", 400, "model 'sub': not a regular file"),
+])
+def test_models_root_is_the_only_folder_served(client, model, status, detail):
+    response = client.post("/v1/predict", json={"model": model, "gpu": "a10g"})
+    assert (response.status_code, response.json()) == (status, {"detail": detail})
+
+
+def test_bad_input_gets_the_cli_line(client, models_root, predictor):
+    with pytest.raises(LilouInputError) as unknown:
+        predictor.predict(RESNET18, gpu="no-such-gpu")
+    response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "no-such-gpu"})
+    assert (response.status_code, response.json()) == (400, {"detail": str(unknown.value)})
+
+    with pytest.raises(LilouInputError) as broken:
+        predictor.predict(models_root / "broken.onnx", gpu="a10g")
+    expected = str(broken.value).replace(str(models_root / "broken.onnx"), "bad.onnx")
+    response = client.post("/v1/predict", files=_upload(models_root / "broken.onnx", "bad.onnx"), data={"gpu": "a10g"})
+    assert (response.status_code, response.json()) == (400, {"detail": expected})
+    assert "/" not in response.json()["detail"].split(" is not")[0]   # no server path in the message
+
+    with pytest.raises(LilouInputError) as batch:
+        predictor.predict(RESNET18, gpu="a10g", batch=8)
+    response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g", "batch": 8})
+    assert (response.status_code, response.json()) == (400, {"detail": str(batch.value).replace(
+        str(RESNET18), "resnet18.onnx")})
+
+
+@pytest.mark.parametrize(("body", "detail"), [
+    ({"model": "resnet18.onnx"}, "gpu: Field required"),
+    ({"model": "resnet18.onnx", "gpu": "a10g", "batch": 0}, "batch: Input should be greater than 0"),
+    ({"model": "resnet18.onnx", "gpu": "a10g", "precision": "fp64"},
+     "precision: Input should be 'fp32', 'tf32', 'fp16', 'bf16', 'fp8', 'int8', 'int4' or 'fp4'"),
+    ({"model": "resnet18.onnx", "gpu": "a10g", "gpus": ["t4"]}, "gpus: Extra inputs are not permitted"),
+    ({"gpu": "a10g"}, "model: name a file under --models-root, or upload the ONNX file as multipart part 'file'"),
+    ({"model": "resnet18.onnx", "gpu": "a10g", "shapes": {"x": [0]}}, "shapes.x.0: Input should be greater than 0"),
+])
+def test_invalid_fields_are_422_with_one_line(client, body, detail):
+    response = client.post("/v1/predict", json=body)
+    assert (response.status_code, response.json()) == (422, {"detail": detail})
+
+
+def test_malformed_requests(client):
+    not_json = client.post("/v1/predict", content=b"{not json", headers={"content-type": "application/json"})
+    assert not_json.status_code == 422 and not_json.json()["detail"].startswith("the body is not valid JSON")
+    a_list = client.post("/v1/rank", json=["resnet18.onnx"])
+    assert a_list.status_code == 422
+    text = client.post("/v1/predict", content=b"model=resnet18.onnx", headers={"content-type": "text/plain"})
+    assert text.status_code == 415 and text.json()["detail"].startswith("unsupported Content-Type 'text/plain'")
+    both = client.post("/v1/predict", files=_upload(), data={"gpu": "a10g", "model": "resnet18.onnx"})
+    assert (both.status_code, both.json()) == (422, {"detail": "give either an uploaded file (part 'file') or a "
+                                                               "model name, not both"})
+    assert client.get("/v1/predict").status_code == 405
+    assert client.get("/v1/nothing").json() == {"detail": "Not Found"}
+
+
+def test_upload_over_the_limit_is_413(client):
+    big = b"\0" * (MiB + MiB // 2)  # the server runs with --max-upload-mb 1
+    declared = client.post("/v1/predict", files={"file": ("big.onnx", big)}, data={"gpu": "a10g"})
+    assert declared.status_code == 413
+    assert declared.json()["detail"].startswith("request body larger than the server's limit of 1 MiB")
+
+    def chunks():  # no Content-Length: the limit is enforced while the stream is read
+        yield b'--xyz\r\nContent-Disposition: form-data; name="file"; filename="big.onnx"\r\n\r\n'
+        for _ in range(24):
+            yield b"\0" * (64 * 1024)
+
+    streamed = client.post("/v1/predict", content=chunks(),
+                           headers={"content-type": "multipart/form-data; boundary=xyz"})
+    assert streamed.status_code == 413
+    assert client.get("/v1/healthz").status_code == 200
+
+
+def test_multipart_limit_is_enforced_while_reading(tmp_path):
+    """An endless upload stops being read at the limit, and its temporary folder is gone."""
+    from lilou.serve.errors import UploadTooLarge
+    from lilou.serve.uploads import read_multipart
+
+    sent = 0
+
+    async def endless():
+        nonlocal sent
+        yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="m.onnx"\r\n\r\n'
+        while True:
+            sent += 65536
+            yield b"\1" * 65536
+
+    with pytest.raises(UploadTooLarge):
+        asyncio.run(read_multipart(endless(), "multipart/form-data; boundary=b", 1 * MiB, temp_root=str(tmp_path)))
+    assert MiB - 65536 <= sent <= MiB + 65536
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_over_the_time_budget_is_503_while_health_answers(tmp_path):
+    with serve("--time-budget-s", "0.001", tmpdir=tmp_path) as base, httpx.Client(base_url=base, timeout=60) as http:
+        response = http.post("/v1/predict", files=_upload(), data={"gpu": "a10g"})
+        assert response.status_code == 503
+        assert response.json() == {"detail": "the prediction did not finish within the server's time budget of "
+                                             "0.001 s (the server is busy or the model is very large); retry later"}
+        assert response.headers["Retry-After"] == "5"
+        assert http.get("/v1/healthz").status_code == 200
+
+
+def test_internal_errors_are_one_line_without_traceback(monkeypatch):
+    from lilou.serve.app import create_app
+
+    app = create_app(None)
+
+    def broken(*args):
+        raise ZeroDivisionError("division by zero\n  in a deep frame")
+
+    monkeypatch.setattr(app.state.service, "predict", broken)
+
+    async def call():
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return await http.post("/v1/predict", files=_upload(), data={"gpu": "a10g"})
+
+    response = asyncio.run(call())
+    assert (response.status_code, response.json()) == (
+        500, {"detail": "internal error: ZeroDivisionError: division by zero in a deep frame"})
+    app.state.service.shutdown()
+
+
+def test_no_models_root_means_uploads_only():
+    from lilou.serve.uploads import ModelsRoot
+
+    with pytest.raises(LilouInputError, match="started without --models-root"):
+        ModelsRoot(None).resolve("resnet18.onnx")
+
+
+def test_openapi_is_the_committed_contract(client):
+    served = client.get("/openapi.json").json()
+    committed = json.loads(CONTRACT.read_text())
+    # Regenerate after a deliberate API change: .venv/bin/python -m lilou.serve.openapi_doc --write
+    assert served["paths"] == committed["paths"]
+    assert served["components"] == committed["components"]
+    assert {"/v1/predict", "/v1/rank", "/v1/gpus", "/v1/healthz"} <= set(served["paths"])
+    body = served["paths"]["/v1/predict"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "multipart/form-data"}
+    assert body["multipart/form-data"]["schema"]["required"] == ["file", "gpu"]
+
+
+def test_page_is_served_with_its_own_assets_only(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "default-src 'none'" in page.headers["Content-Security-Policy"]
+    assert "http://" not in page.text and "https://" not in page.text
+    for asset in ("/static/app.js", "/static/style.css"):
+        response = client.get(asset)
+        assert response.status_code == 200 and "http://" not in response.text.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_service_path_does_not_import_torch():
+    code = ("import sys\n"
+            "from lilou.serve.app import create_app\n"
+            "from lilou.serve.uploads import ModelSource\n"
+            "app = create_app(None)\n"
+            "service = app.state.service\n"
+            "service.warm_up()\n"
+            "from lilou.serve.schemas import PredictRequest\n"
+            f"source = ModelSource(path=__import__('pathlib').Path({str(RESNET18)!r}), sha256='x', name='r')\n"
+            "service.predict(PredictRequest(gpu='a10g'), source)\n"
+            "service.shutdown()\n"
+            "print('torch' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "False"
+
+
+def test_cli_refuses_bad_options_with_one_line(tmp_path, capsys):
+    from lilou.cli import main
+
+    for options, message in ((["--models-root", str(tmp_path / "nowhere")], "is not a directory"),
+                             (["--port", "70000"], "--port 70000: not a TCP port"),
+                             (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),
+                             (["--workers", "0"], "--workers and --threads must be at least 1")):
+        assert main(["serve", *options]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("lilou: error: ") and message in lines[0]

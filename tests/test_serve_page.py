@@ -1,0 +1,103 @@
+"""The page at `/` in a real headless Chromium (Debian's chromium + chromedriver, driven by Selenium):
+upload examples/resnet18.onnx, pick three devices, see the ranked table, the kernel chart and the warnings."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pytest
+
+from lilou.errors import LilouInputError
+# the session's server and predictor fixtures from test_serve: one uvicorn process for both files
+from tests.test_serve import RESNET18, models_root, predictor, server, upload_tmp  # noqa: F401
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+         "--window-size=1280,2000")
+DEVICES = ["a10g", "t4", "a100-sxm4-80gb/1g.10gb"]
+
+pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                                reason="no browser: install Debian's chromium and chromium-driver "
+                                       "(apt-get install chromium chromium-driver; .ci/run does)")
+
+
+def js_ms(x: float) -> str:
+    """The page's number format (app.js ``ms``): JavaScript's toFixed rounds the exact binary value, ties up."""
+    digits = 1 if x >= 100 else 3 if x >= 1 else 4
+    return str(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="lilou-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_upload_rank_and_breakdown(browser, server, predictor):  # noqa: F811 - the imported fixtures
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    ranking = predictor.rank(RESNET18, gpus=DEVICES)
+    fastest = ranking[0]
+    prediction = predictor.predict(RESNET18, gpu=fastest.gpu, mig=fastest.mig)
+
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#devices option")) > 100)
+    browser.find_element(By.ID, "file").send_keys(str(RESNET18))
+    browser.find_element(By.ID, "all-devices").click()   # untick "every GPU and MIG slice"
+    select = Select(browser.find_element(By.ID, "devices"))
+    for value in DEVICES:
+        select.select_by_value(value)
+    browser.find_element(By.ID, "rank-button").click()
+
+    wait.until(lambda d: d.find_element(By.ID, "ranking").is_displayed()
+               and len(d.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")) == len(DEVICES))
+    rows = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")]
+    assert [(row[1], None if row[2] == "–" else row[2]) for row in rows] == [(e.gpu, e.mig) for e in ranking]
+    assert rows[0][-2] == "1.00×"
+    intervals = [entry.get("interval_ms") for entry in ranking.to_json()]
+    header = browser.find_element(By.CSS_SELECTOR, "#ranking th.interval")
+    assert header.is_displayed() == all(intervals)
+    if all(intervals):
+        assert [row[4] for row in rows] == [f"{js_ms(lo)} – {js_ms(hi)}" for lo, hi in intervals]
+
+    # the breakdown of the fastest device follows, with its warnings
+    wait.until(lambda d: d.find_element(By.ID, "breakdown").is_displayed())
+    bars = browser.find_elements(By.CSS_SELECTOR, "#chart svg rect.bar")
+    assert len(bars) == min(12, len(prediction.kernels))
+    longest = sorted(k.latency_ms for k in prediction.kernels)[-1]
+    assert float(bars[0].get_attribute("width")) == pytest.approx(420)   # the longest kernel spans the axis
+    labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#chart svg text.value")]
+    assert labels[0] == f"{js_ms(longest)} ms"
+    title = browser.find_element(By.ID, "breakdown-title").text
+    assert f"{len(prediction.kernels)} kernels" in title and fastest.gpu in title
+    warnings = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#warnings li")]
+    assert any("memory-bound fallback" in w for w in warnings)
+    assert browser.find_element(By.ID, "rank-status").text == "Done."
+    # bad input comes back as the service's one line: this export has a baked-in batch of 1
+    with pytest.raises(LilouInputError) as refused:
+        predictor.rank(RESNET18, gpus=DEVICES, batch=8)
+    browser.find_element(By.ID, "batch").send_keys("8")
+    browser.find_element(By.ID, "rank-button").click()
+    expected = "Error: " + str(refused.value).replace(str(RESNET18), "resnet18.onnx")
+    wait.until(lambda d: d.find_element(By.ID, "rank-status").text.startswith("Error:"))
+    assert browser.find_element(By.ID, "rank-status").text == expected
