@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-data bench-kernel-table bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean
+.PHONY: install lint test demo bench bench-data bench-kernel-table bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean bench-intervals calibrate bench-serve bench-llm
 
 install: $(STAMP)
 
@@ -65,7 +65,8 @@ bench-kernels: install
 bench-kernel-table: install
 	$(PY) scripts/bench_kernel_table.py
 
-# Fusion GNN vs the rule baseline on held-out model families (needs `make fusion-data`).
+# Fusion GNN vs the rule baseline and the replays on the held-out splits: leave-family-out, leave-op-out
+# and leave-exporter-setting-out, eager and TVM, with the misses by pattern (needs `make fusion-data`).
 bench-fusion: install
 	$(PY) scripts/bench_fusion.py
 
@@ -74,13 +75,36 @@ bench-fusion: install
 bench-e2e: install
 	$(PY) scripts/bench_e2e.py
 
+# LLM serving (lilou llm) against ML.ENERGY / Argonne measurements: leave-one-GPU-out, leave-one-LLM-out, H100 held
+# back; writes outputs/bench/llm.json and regenerates lilou/llm/calibration.json (docs/llm.md).
+bench-llm: install
+	$(PY) scripts/bench_llm.py
+
 # Wall clock of `lilou infer` / `lilou rank` in a fresh process, median of repeats.
 bench-speed: install
 	$(PY) scripts/bench_speed.py
 
-# Zoo graphs labelled by the eager and TVM oracles, into datasets/fusion (resumable, not committed).
+# `lilou serve` on loopback: 200 requests at concurrency 16 over 3 models x 4 GPUs (errors, p50/p99, req/s),
+# cold vs warm against an in-process Predictor.predict, with and without the graph cache, and RSS over
+# 2,000 requests -> outputs/bench/serve.json (about 10 min on 2 cores).
+bench-serve: install
+	$(PY) scripts/bench_serve.py
+
+# 90 % interval coverage, leave-one-GPU-out nested, per family and end to end, and `lilou plan` (every
+# device x 8 batches) vs one `lilou infer` in a fresh process -> outputs/bench/intervals.json.
+bench-intervals: install
+	$(PY) scripts/bench_intervals.py --table
+
+# The shipped interval calibration lilou/plan/calibration.json: held-out residuals of the fold checkpoints
+# (outputs/logo, trained when missing), the kernel table and `lilou eval` leave-one-GPU-out (docs/intervals.md).
+calibrate: install
+	$(PY) -m lilou.plan.fit
+
+# Zoo graphs and the decomposition corpus (lilou/zoo/decomp.py, each op under 8 exporter settings), labelled
+# by the eager and TVM oracles, into datasets/fusion (resumable, not committed; FUSION_DATA_ARGS="--splits
+# test,test-op,test-exporter" builds only what bench-fusion scores).
 fusion-data: install
-	$(PY) scripts/build_fusion_data.py --out datasets/fusion
+	$(PY) scripts/build_fusion_data.py --out datasets/fusion $(FUSION_DATA_ARGS)
 
 # The shipped fusion GNN and tuned rule tables: checkpoints/fusion_gnn, checkpoints/fusion_rules
 # (config conf/experiment/fusion_gnn.yaml).

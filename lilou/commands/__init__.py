@@ -11,6 +11,9 @@ import argparse
 def register_all(subparsers: argparse._SubParsersAction) -> None:
     from lilou.commands import data, fuse, graph, gpus, infer, rank, zoo
     from lilou.commands import eval as eval_cmd
+    from lilou.commands import serve
+    from lilou.commands import llm
+    from lilou.commands import plan
 
     graph.register(subparsers)
     gpus.register(subparsers)
@@ -20,3 +23,6 @@ def register_all(subparsers: argparse._SubParsersAction) -> None:
     fuse.register(subparsers)
     rank.register(subparsers)
     eval_cmd.register(subparsers)
+    serve.register(subparsers)
+    llm.register(subparsers)
+    plan.register(subparsers)

@@ -12,8 +12,10 @@ from rich.table import Table
 
 from lilou.commands._common import add_format_option, add_shape_options, console, print_json, shape_overrides
 from lilou.errors import LilouInputError
-from lilou.fusion.predict import BACKENDS, check_backend, predict_partition
-from lilou.graph.dag import load_graph
+
+#: The backends with a fusion model (lilou.fusion.predict.BACKENDS), named here so that registering the
+#: command imports no model code: every `lilou` command registers every sub-command.
+BACKENDS = ("eager", "tvm")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lilou.fusion.predict import check_backend, predict_partition
+    from lilou.graph.dag import load_graph
+
     check_backend(args.backend)
     graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args))
     if not graph.runtime_nodes():

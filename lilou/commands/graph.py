@@ -7,7 +7,6 @@ from collections import defaultdict
 from rich.table import Table
 
 from lilou.commands._common import add_format_option, add_shape_options, console, print_json, shape_overrides
-from lilou.graph.dag import load_graph
 from lilou.graph.report import graph_to_json, human, shape_text
 
 
@@ -21,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lilou.graph.dag import load_graph
+
     graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args))
     if args.format == "json":
         print_json(graph_to_json(graph))

@@ -1,10 +1,12 @@
 """Plain-data views of a :class:`ModelGraph` for the CLI (`lilou graph`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lilou.graph.costs import TensorInfo
-from lilou.graph.dag import ModelGraph
+
+if TYPE_CHECKING:  # the CLI imports this module to format numbers; the graph itself needs onnx
+    from lilou.graph.dag import ModelGraph
 
 
 def _tensor_dict(tensor: TensorInfo | None) -> dict[str, Any] | None:
