@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lilou.fusion.dataset import build_fusion_dataset, catalogue
+from lilou.fusion.dataset import build_fusion_dataset, catalogue, select
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-failed", action="store_true", help="retry samples that failed before")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="worker processes (default: one per CPU core)")
+    parser.add_argument("--families", default=None,
+                        help="comma-separated families to build (`corpus`: the decomposition corpus); default all")
+    parser.add_argument("--splits", default=None,
+                        help="comma-separated splits to build (train, val, test, test-op, test-exporter); default all")
     args = parser.parse_args(argv)
-    total = len(catalogue()[: args.limit])
+    families = args.families.split(",") if args.families else None
+    splits = args.splits.split(",") if args.splits else None
+    total = len(select(catalogue(), families, splits)[: args.limit])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[sample]}"))
     with Progress(*columns) as progress:
@@ -35,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(task, advance=1, sample=sample_id)
 
         counts = build_fusion_dataset(args.out, args.backends.split(","), retry_failed=args.retry_failed,
-                                      limit=args.limit, progress=step, label_only=args.label_only, jobs=args.jobs)
+                                      limit=args.limit, progress=step, label_only=args.label_only, jobs=args.jobs,
+                                      families=families, splits=splits)
     print(f"{counts['graphs']} graphs ready, {counts['labels']} new labels, {counts['failed']} failed "
           f"(see {args.out}/*/*.failed)")
     return 0

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lilou.fusion.dataset import split_of
+from lilou.fusion.dataset import exporter_of, split_of
 from lilou.fusion.evaluation import FusionScore
 from lilou.fusion.partition import Partition, fused_edge_labels
 from lilou.fusion.rules import RuleTable, tune_rules
@@ -27,10 +27,10 @@ class LabelledGraph:
 def iter_labelled(root: Path, split: str, backend: str) -> Iterator[LabelledGraph]:
     for label in sorted(root.glob(f"*/*.{backend}.json")):
         family = label.parent.name
-        if split != "all" and split_of(family) != split:
-            continue
         model = label.with_name(label.name.removesuffix(f".{backend}.json") + ".onnx")
         spec_id = model.stem
+        if split != "all" and split_of(family, exporter_of(model)) != split:
+            continue
         graph = build_graph(load_onnx(model), name=spec_id)
         truth = Partition.from_json(json.loads(label.read_text()))
         yield LabelledGraph(spec_id, family, spec_id.rsplit("-", 1)[1], graph, truth)
@@ -56,3 +56,26 @@ def score(graphs: list[LabelledGraph], predict: Callable[[ModelGraph], Partition
     if graphs:
         result["all"]["ms_per_graph"] = 1000 * seconds / len(graphs)
     return result
+
+
+def edge_misses(graphs: list[LabelledGraph], predict: Callable[[ModelGraph], Partition]) -> list[dict]:
+    """Wrong edges grouped by pattern: (producer op, consumer op, what the oracle says), most frequent first.
+
+    Each pattern lists how many edges and graphs it costs and up to three example graphs, so a
+    report can name *what* is left unfused (``Div -> Erf split, oracle fuses``), not only how much.
+    """
+    patterns: dict[tuple[str, str, bool], dict] = {}
+    for item in graphs:
+        truth, predicted = fused_edge_labels(item.graph, item.truth), fused_edge_labels(item.graph, predict(item.graph))
+        for (u, v), fused in truth.items():
+            if predicted[(u, v)] == fused:
+                continue
+            key = (item.graph.dag.nodes[u]["op"], item.graph.dag.nodes[v]["op"], fused)
+            entry = patterns.setdefault(key, {"edges": 0, "graphs": set()})
+            entry["edges"] += 1
+            entry["graphs"].add(item.spec_id)
+    rows = [{"producer": p, "consumer": c, "oracle": "fused" if fused else "split",
+             "predicted": "split" if fused else "fused", "edges": e["edges"], "graphs": len(e["graphs"]),
+             "examples": sorted(e["graphs"])[:3]}
+            for (p, c, fused), e in patterns.items()]
+    return sorted(rows, key=lambda r: (-r["edges"], r["producer"], r["consumer"]))

@@ -9,8 +9,18 @@ cannot label a graph in ``<id>.<backend>.failed``; neither is retried unless
 asked. Eager labels need the dynamo exporter's metadata, so TorchScript exports
 (``-ts``) are labelled by ``tvm`` only.
 
-Splits are by family (:data:`TEST_FAMILIES`, :data:`VAL_FAMILIES`): no graph of a
-held-out family, at any size or exporter, is seen in training.
+Besides the zoo's architecture families, the catalogue holds the decomposition
+corpus (:mod:`lilou.zoo.decomp`: one aten op alone or in a small sequence), one
+family per op (``op-<op>``), each exported under the settings of
+:data:`CORPUS_EXPORTERS` (dynamo at opsets 17/18/20/23 with and without the default
+optimiser, TorchScript; :data:`EXPORT_SETTINGS`).
+
+Three held-out splits (:func:`split_of`), none of whose graphs is seen in training:
+
+* ``test`` (leave-family-out): the zoo families of :data:`TEST_FAMILIES`, at every size and exporter;
+* ``test-op`` (leave-op-out): every corpus graph of the ops in :data:`TEST_OPS`, under every setting;
+* ``test-exporter`` (leave-exporter-setting-out): every corpus graph written with a setting of
+  :data:`TEST_EXPORTERS` (of the other ops).
 """
 from __future__ import annotations
 
@@ -38,10 +48,34 @@ TEST_FAMILIES = frozenset({"convnext", "swin", "t5", "gptneo", "mobilevit", "ele
 #: Used for model selection (which seed ships) and to monitor training.
 VAL_FAMILIES = frozenset({"regnet", "bloom", "poolformer"})
 EXPORTERS = ("dynamo", "opt", "ts")  # dynamo optimize=False, dynamo optimize=True, TorchScript
-FEATURE_VERSION = "4"
+#: Exporter settings: token -> (dynamo, optimize, opset; None = the exporter's default: 20 for dynamo in
+#: torch 2.13, 18 for TorchScript). The zoo families use the first three; the corpus names its opset.
+EXPORT_SETTINGS: dict[str, tuple[bool, bool, int | None]] = {
+    "dynamo": (True, False, None), "opt": (True, True, None), "ts": (False, False, None),
+    "d17": (True, False, 17), "o17": (True, True, 17), "d18": (True, False, 18), "o18": (True, True, 18),
+    "d20": (True, False, 20), "o20": (True, True, 20), "d23": (True, False, 23), "o23": (True, True, 23),
+}
+#: Settings whose files the eager oracle cannot label: TorchScript keeps no node metadata, and the dynamo
+#: exporter writes opsets below 18 through ONNX's version converter, which drops it from converted nodes.
+TVM_ONLY_EXPORTERS = frozenset({"ts", "d17", "o17"})
+#: The corpus: single ops under every setting, sequences (Linear/Conv -> op -> reduction) under a subset.
+CORPUS_EXPORTERS = ("d17", "d18", "o18", "d20", "o20", "d23", "o23", "ts")
+CORPUS_SEQUENCE_EXPORTERS = ("d18", "o18", "o20", "o23", "ts")
+#: Leave-op-out: corpus ops never seen in training (two activations, two norms, a recurrent layer).
+TEST_OPS = frozenset({"softplus", "elu", "l1-normalize", "instance-norm", "gru"})
+#: Corpus ops used for validation with the validation families.
+VAL_OPS = frozenset({"selu", "log-softmax"})
+#: Leave-exporter-setting-out: dynamo at opset 18 with the default optimiser, the form of most users'
+#: files (the zoo's own exports are opset 20, so no training graph has this setting).
+TEST_EXPORTERS = frozenset({"o18"})
+#: Held-out splits, in the order ``make bench-fusion`` reports them.
+HELD_OUT_SPLITS = ("test", "test-op", "test-exporter")
+CORPUS_PREFIX = "op-"
+FEATURE_VERSION = "5"  # 5: replay knows gelu forms and recurrent layers; LSTM/GRU/RNN costed
 #: Bumped when an oracle's labelling changes; labels on disk from another version are redone.
 #: eager 2: ``_unsafe_view``, ``operator.getitem`` and functional dropout's ``clone`` launch no kernel.
-ORACLE_VERSIONS = {"eager": 2, "tvm": 1}
+#: eager 3: a recurrent layer (nn.LSTM/GRU/RNN) is one kernel per layer and direction.
+ORACLE_VERSIONS = {"eager": 3, "tvm": 1}
 
 
 @dataclass(frozen=True)
@@ -63,10 +97,10 @@ class SampleSpec:
 
     @property
     def split(self) -> str:
-        return "test" if self.family in TEST_FAMILIES else "val" if self.family in VAL_FAMILIES else "train"
+        return split_of(self.family, self.exporter)
 
     def backends(self) -> tuple[str, ...]:
-        return ("tvm",) if self.exporter == "ts" else ("eager", "tvm")
+        return ("tvm",) if self.exporter in TVM_ONLY_EXPORTERS else ("eager", "tvm")
 
 
 # family -> (zoo model, architecture overrides to try, shape options)
@@ -111,8 +145,20 @@ _HF_FAMILIES: dict[str, tuple[str, Sequence[dict[str, Any]], dict[str, Sequence[
 _GENERATOR_SEEDS = {"cnn": 24, "mlp": 16, "nas201": 20, "randdag": 24}
 
 
+def corpus_catalogue() -> list[SampleSpec]:
+    """The decomposition corpus: every entry of :mod:`lilou.zoo.decomp` under its exporter settings."""
+    from lilou.zoo import decomp
+
+    specs = []
+    for name in decomp.corpus_names():
+        exporters = CORPUS_EXPORTERS if name.startswith("op-") else CORPUS_SEQUENCE_EXPORTERS
+        family = CORPUS_PREFIX + decomp.op_of(name)
+        specs.extend(SampleSpec(family, name, 0, exporter) for exporter in exporters)
+    return specs
+
+
 def catalogue() -> list[SampleSpec]:
-    """Every sample, in a fixed order: 560 graphs from 30 families."""
+    """Every sample, in a fixed order: 560 zoo graphs from 30 families, then the decomposition corpus."""
     specs: list[SampleSpec] = []
     for family, (model, overrides, shapes) in _HF_FAMILIES.items():
         (shape_key, sizes), = shapes.items()
@@ -128,7 +174,7 @@ def catalogue() -> list[SampleSpec]:
             exporters = ["dynamo"] + (["ts"] if seed % 4 == 0 else [])
             for exporter in exporters:
                 specs.append(SampleSpec(family, f"{family}-{seed}", 0, exporter, batch=1 + 3 * (seed % 2)))
-    return specs
+    return specs + corpus_catalogue()
 
 
 def sample_path(root: Path, spec: SampleSpec) -> Path:
@@ -139,23 +185,30 @@ def export_sample(spec: SampleSpec, path: Path) -> None:
     from lilou.zoo.export import export_onnx
     from lilou.zoo.registry import build
 
-    built = build(spec.model, batch=spec.batch, seq=spec.seq, image_size=spec.image_size, **spec.overrides)
-    export_onnx(built, path, strip_weights=True, dynamo=spec.exporter != "ts", optimize=spec.exporter == "opt")
+    dynamo, optimize, opset = EXPORT_SETTINGS[spec.exporter]
+    if spec.family.startswith(CORPUS_PREFIX):  # corpus entries keep their own example batch
+        built = build(spec.model)
+    else:
+        built = build(spec.model, batch=spec.batch, seq=spec.seq, image_size=spec.image_size, **spec.overrides)
+    export_onnx(built, path, strip_weights=True, dynamo=dynamo, optimize=optimize, opset=opset)
 
 
 def build_fusion_dataset(root: Path, backends: Iterable[str] = ("eager", "tvm"), retry_failed: bool = False,
                          limit: int | None = None, progress: Callable[[str], None] | None = None,
-                         label_only: bool = False, jobs: int = 1) -> dict[str, int]:
+                         label_only: bool = False, jobs: int = 1,
+                         families: Iterable[str] | None = None,
+                         splits: Iterable[str] | None = None) -> dict[str, int]:
     """Export and label the catalogue under ``root``; returns counts of done/skipped/failed samples.
 
     ``label_only`` labels graphs already exported and exports nothing. ``jobs`` > 1
     builds samples in that many worker processes (each sample writes only its own
     files, so workers never collide); ``progress`` is called with each finished
-    sample's id.
+    sample's id. ``families`` builds only those (``corpus`` names every corpus family), ``splits`` only
+    the samples of those splits (``test-op``, ``train``...).
     """
     backends = tuple(backends)
     counts = {"graphs": 0, "labels": 0, "failed": 0}
-    specs = catalogue()[:limit]
+    specs = select(catalogue(), families, splits)[:limit]
     work = functools.partial(build_sample, root=root, backends=backends, retry_failed=retry_failed,
                              label_only=label_only)
     if jobs > 1:
@@ -172,6 +225,19 @@ def build_fusion_dataset(root: Path, backends: Iterable[str] = ("eager", "tvm"),
         for spec in specs:
             _add(counts, work(spec), progress, spec)
     return counts
+
+
+def select(specs: list[SampleSpec], families: Iterable[str] | None,
+           splits: Iterable[str] | None = None) -> list[SampleSpec]:
+    """The samples of ``families`` (all when None; ``corpus`` stands for every corpus family) and ``splits``."""
+    if families is not None:
+        wanted = set(families)
+        specs = [s for s in specs
+                 if s.family in wanted or ("corpus" in wanted and s.family.startswith(CORPUS_PREFIX))]
+    if splits is not None:
+        wanted_splits = set(splits)
+        specs = [s for s in specs if s.split in wanted_splits]
+    return specs
 
 
 def _add(counts: dict[str, int], more: dict[str, int], progress: Callable[[str], None] | None,
@@ -267,18 +333,41 @@ def load_sample(path: Path, family: str, backends: Sequence[str] = ("eager", "tv
     return FusionSample(path.stem, family, path.stem.rsplit("-", 1)[1], data, keys)
 
 
-def split_of(family: str) -> str:
-    return "test" if family in TEST_FAMILIES else "val" if family in VAL_FAMILIES else "train"
+def split_of(family: str, exporter: str | None = None) -> str:
+    """``train``, ``val`` or a held-out split (:data:`HELD_OUT_SPLITS`) of a graph of ``family``.
+
+    Zoo families split by family. A corpus family (``op-<op>``) is ``test-op`` when its op is held
+    out, ``val`` when it validates, else ``test-exporter`` for a held-out exporter setting.
+    """
+    if family in TEST_FAMILIES:
+        return "test"
+    if family in VAL_FAMILIES:
+        return "val"
+    if family.startswith(CORPUS_PREFIX):
+        op = family.removeprefix(CORPUS_PREFIX)
+        if op in TEST_OPS:
+            return "test-op"
+        if op in VAL_OPS:
+            return "val"
+        if exporter in TEST_EXPORTERS:
+            return "test-exporter"
+    return "train"
+
+
+def exporter_of(path: Path) -> str:
+    """The exporter setting of a dataset file, from its id (``<model>-v<variant>-<setting>``)."""
+    return path.stem.rsplit("-", 1)[1]
 
 
 def load_split(root: Path, split: str, backends: Sequence[str] = ("eager", "tvm"),
                families: Iterable[str] | None = None) -> list[FusionSample]:
-    """All labelled samples of a split (``train``/``val``/``test``/``all``) found under ``root``."""
+    """All labelled samples of a split (``train``/``val``/a held-out split/``all``) found under ``root``."""
     wanted = set(families) if families is not None else None
     samples = []
     for path in sorted(root.glob("*/*.onnx")):
         family = path.parent.name
-        if (split != "all" and split_of(family) != split) or (wanted is not None and family not in wanted):
+        if (split != "all" and split_of(family, exporter_of(path)) != split) or (
+                wanted is not None and family not in wanted):
             continue
         sample = load_sample(path, family, backends)
         if sample is not None:

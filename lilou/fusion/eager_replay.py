@@ -19,9 +19,15 @@ metadata:
 
 Before that, the edges inside a few common multi-node aten decompositions
 (:data:`DECOMPOSITIONS`: ``linear`` as ``MatMul`` + bias ``Add``, ``silu``,
-``rsqrt``, ``softmax`` with a dtype, ``group_norm``) are joined. Others (``roll``,
-``baddbmm``, ``gelu`` in its tanh form) are left to the GNN, which learns them from
-op types. Like the TVM replay, this is a *feature*, not the prediction.
+``rsqrt``, ``softmax`` with a dtype, ``group_norm``, ``gelu`` in its erf and tanh
+forms, from the decomposition corpus's training ops) are joined. Others (``roll``,
+``baddbmm``, the ops the leave-op-out split holds out) are left to the GNN, which
+learns them from op types. Like the TVM replay, this is a *feature*, not the prediction.
+
+A recurrent layer (ONNX ``LSTM``/``GRU``/``RNN``) is one cuDNN kernel with the
+layout views the exporter writes after it (``Transpose``/``Reshape``/``Squeeze``,
+at most :data:`RECURRENT_TAIL` of them, each read by one node): the oracle counts
+them inside the ``aten.lstm`` call (:func:`lilou.fusion.backends.eager.recurrent_groups`).
 """
 from __future__ import annotations
 
@@ -97,10 +103,68 @@ _ALWAYS_ONE_CALL = frozenset({
     ("Reshape", "InstanceNormalization"),  # aten.group_norm: reshape to (N, groups, -1), normalise, reshape back
     ("InstanceNormalization", "Reshape"),
 })
+#: ONNX ops that compute a whole recurrent layer, and the layout views after one that belong to its call.
+RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
+RECURRENT_TAIL_OPS = frozenset({"Transpose", "Reshape", "Squeeze"})
+RECURRENT_TAIL = 3
 #: The multi-node aten decompositions the replay knows (others are left to the GNN).
 DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sigmoid + Mul",
                   "rsqrt: Sqrt + Reciprocal", "softmax with dtype: Softmax + Cast",
-                  "group_norm: Reshape + InstanceNormalization + Reshape + Mul + Add (constant weight and bias)")
+                  "group_norm: Reshape + InstanceNormalization + Reshape + Mul + Add (constant weight and bias)",
+                  "recurrent layer: LSTM/GRU/RNN + its layout views",
+                  "gelu, erf form: Div + Erf + Add + Mul + Mul (opsets without Gelu)",
+                  "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul")
+
+#: aten.gelu as torchlib writes it where the opset has no Gelu op: the op chain from the input ``x``
+#: to the result, and how many of its Add/Mul nodes read ``x`` itself (the rest read constants; the
+#: order of the final ``* x`` and ``* 0.5`` varies between onnxscript versions).
+_GELU_CHAINS: tuple[tuple[tuple[str, ...], int], ...] = (
+    (("Div", "Erf", "Add", "Mul", "Mul"), 1),                        # x/sqrt2, erf, +1, *0.5 and *x
+    (("Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul", "Mul"), 2),  # x^3, *c, +x, *c, tanh, +1, *0.5 and *x
+)
+
+
+def _runtime_inputs(graph: ModelGraph, node: str, constant: set[str]) -> list[str]:
+    """Names of the node's inputs that are not constants (weights, folded scalars)."""
+    return [t.name for t in graph.dag.nodes[node]["inputs"] if t is not None and t.name not in constant]
+
+
+def gelu_decompositions(graph: ModelGraph) -> list[list[str]]:
+    """The node chains of every erf- or tanh-form ``aten.gelu`` (:data:`_GELU_CHAINS`) in the graph.
+
+    A chain matches when each node is the only runtime reader of the previous one and reads
+    nothing but the previous node's output, constants and (as many Add/Mul nodes as the
+    form has) the chain's input ``x``. A hand-written ``0.5 * x * (1 + erf(x / sqrt(2)))`` matches too,
+    although eager would run it as five kernels; exporters of ``nn.GELU`` / ``F.gelu``
+    are by far the common source of these chains.
+    """
+    dag = graph.dag
+    constant = graph.constant_tensors()
+    starts = {ops[0] for ops, _ in _GELU_CHAINS}
+    found = []
+    for start in (n for n in graph.runtime_nodes() if dag.nodes[n]["op"] in starts):
+        for ops, reads_x in _GELU_CHAINS:
+            if dag.nodes[start]["op"] != ops[0]:
+                continue
+            inputs = _runtime_inputs(graph, start, constant)
+            if len(inputs) != 1:
+                continue
+            x, chain, current, x_reads = inputs[0], [start], start, 0
+            for op in ops[1:]:
+                readers = [r for r in dag.successors(current) if not dag.nodes[r]["constant"]]
+                if len(readers) != 1 or dag.nodes[readers[0]]["op"] != op:
+                    break
+                produced = {t.name for t in dag.nodes[current]["outputs"]}
+                reads = set(_runtime_inputs(graph, readers[0], constant))
+                if reads == produced | {x} and x not in produced and op in ("Add", "Mul"):
+                    x_reads += 1
+                elif reads != produced:
+                    break
+                current = readers[0]
+                chain.append(current)
+            if len(chain) == len(ops) and x_reads == reads_x:
+                found.append(chain)
+    return found
 
 
 def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
@@ -128,6 +192,15 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         if _one_aten_call(graph, u, v, constant):
             parent[find(u)] = find(v)
             in_decomposition.update((u, v))
+    for chain in gelu_decompositions(graph):
+        for node in chain[1:]:
+            parent[find(node)] = find(chain[0])
+        in_decomposition.update(chain)
+    for node in runtime:
+        if dag.nodes[node]["op"] in RECURRENT_OPS:
+            for view in _recurrent_tail(graph, node):
+                parent[find(view)] = find(node)
+                in_decomposition.update((node, view))
     for node in reversed(runtime):
         # A reshape inside group_norm's decomposition is part of that kernel, not a view of its own.
         if node in in_decomposition or not _launches_no_kernel(graph, node, strided):
@@ -138,6 +211,22 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         if len(readers) == 1:
             parent[find(node)] = readers.pop()
     return {n: find(n) for n in runtime}
+
+
+def _recurrent_tail(graph: ModelGraph, node: str) -> list[str]:
+    """The chain of layout views written after a recurrent layer's output (see the module docstring)."""
+    dag = graph.dag
+    tail: list[str] = []
+    current = node
+    while len(tail) < RECURRENT_TAIL:
+        readers = [s for s in dag.successors(current) if not dag.nodes[s]["constant"]]
+        if len(readers) != 1 or dag.nodes[readers[0]]["op"] not in RECURRENT_TAIL_OPS:
+            break
+        current = readers[0]
+        if len([p for p in dag.predecessors(current) if not dag.nodes[p]["constant"]]) != 1:
+            break
+        tail.append(current)
+    return tail
 
 
 def replayed_eager_fused_edges(graph: ModelGraph) -> dict[Edge, bool]:

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lilou.fusion.benchmark import iter_labelled, score, tuned_rule_table
 from lilou.fusion.datamodule import FusionDataModule
+from lilou.fusion.dataset import HELD_OUT_SPLITS
 from lilou.fusion.gnn_predictor import FusionPredictor
 from lilou.fusion.rules import rule_partition
 
@@ -63,6 +64,9 @@ def train_fusion_model(cfg: DictConfig) -> float | None:
     backends = list(datamodule.backends)
     val = held_out_metrics(predictor, datamodule.root, backends, split="val", with_rules=False)
     test = held_out_metrics(predictor, datamodule.root, backends, split="test", with_rules=cfg.get("score_rules", True))
+    # The corpus's held-out splits (leave-op-out, leave-exporter-setting-out), scored when they are built.
+    held_out = {split: held_out_metrics(predictor, datamodule.root, backends, split=split, with_rules=False)
+                for split in HELD_OUT_SPLITS if split != "test"}
     metrics: dict[str, Any] = {
         "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
         "seed": cfg.seed,
@@ -70,6 +74,7 @@ def train_fusion_model(cfg: DictConfig) -> float | None:
         "train_graphs": len(datamodule.samples["train"]),
         "val": val,
         "test": test,
+        **{split.replace("-", "_"): m for split, m in held_out.items()},
         "python": platform.python_version(),
     }
     predictor.save(output_dir / "checkpoint", metrics)

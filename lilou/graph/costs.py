@@ -201,6 +201,51 @@ def _cumsum_flops(node: CostInput) -> int:
     return _elements(node.inputs[0])
 
 
+# Recurrent layers (ONNX LSTM / GRU / RNN, one node per layer; what cuDNN runs as its fused RNN
+# kernels). Per time step, direction and batch row, a layer with G gates of hidden size H on an
+# input of size I computes the input and recurrent projections (2*G*H*(I+H)), both biases (2*G*H)
+# and the gates' pointwise work below (from PyTorch's LSTMCell/GRUCell/RNNCell equations; sigmoid
+# and tanh at their ELEMENTWISE_FLOPS costs).
+_RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_RECURRENT_POINTWISE = {
+    "LSTM": 3 * 4 + 2 * 1 + 4,  # sigmoid i, f, o; tanh g, tanh c; c = f*c + i*g (3), h = o*tanh(c) (1)
+    "GRU": 2 * 4 + 1 + 5,       # sigmoid r, z; tanh n; r*(W_hn h + b_hn), add, h = (1-z)*n + z*h (3)
+    "RNN": 1,                   # tanh (or relu)
+}
+
+
+def _recurrent_dims(node: CostInput) -> tuple[int, int, int, int, int] | None:
+    """(time steps, batch, directions, input size, hidden size) of an LSTM/GRU/RNN node, if known."""
+    x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+    if x is None or x.shape is None or len(x.shape) != 3 or w is None or w.shape is None or len(w.shape) != 3:
+        return None
+    steps, batch = (x.shape[1], x.shape[0]) if node.attributes.get("layout", 0) == 1 else x.shape[:2]
+    directions = w.shape[0]
+    hidden = node.attributes.get("hidden_size") or w.shape[1] // _RECURRENT_GATES[node.op]
+    return steps, batch, directions, x.shape[2], int(hidden)
+
+
+def _recurrent_flops(node: CostInput) -> int:
+    dims = _recurrent_dims(node)
+    if dims is None:
+        return 0
+    steps, batch, directions, inputs, hidden = dims
+    gates = _RECURRENT_GATES[node.op]
+    per_step = 2 * gates * hidden * (inputs + hidden) + 2 * gates * hidden + _RECURRENT_POINTWISE[node.op] * hidden
+    return steps * batch * directions * per_step
+
+
+def _recurrent_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
+    """Every input once, except the recurrent weight R (input 2), read again at every time step:
+    the hidden state of step t needs step t-1's, so each step's recurrent GEMM reads R anew."""
+    reads = [(t, t.nbytes or 0) for t in node.inputs if t is not None]
+    dims = _recurrent_dims(node)
+    if dims is None or len(node.inputs) < 3 or node.inputs[2] is None:
+        return reads
+    steps = dims[0]
+    return [(t, n * steps if t is node.inputs[2] else n) for t, n in reads]
+
+
 def _einsum_flops(node: CostInput) -> int:
     equation = node.attributes.get("equation", "")
     if isinstance(equation, bytes):
@@ -241,6 +286,9 @@ _FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
     "Upsample": _resize_flops,
     "CumSum": _cumsum_flops,
     "Einsum": _einsum_flops,
+    "LSTM": _recurrent_flops,
+    "GRU": _recurrent_flops,
+    "RNN": _recurrent_flops,
 }
 
 #: Every op whose cost Lilou knows; anything else is reported as unsupported.
@@ -265,6 +313,8 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
     inputs = [t for t in node.inputs if t is not None]
     if node.op == "CastLike":
         inputs = inputs[:1]  # the second input lends its type only
+    if node.op in _RECURRENT_GATES:
+        return _recurrent_reads(node)
     if node.op in ("Gather", "GatherElements", "GatherND", "Slice") and inputs:
         selected = _bytes(node.outputs)
         rest = [] if node.op == "Slice" else inputs[1:]

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import onnx
@@ -148,7 +148,8 @@ def _quiet(verbose: bool) -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _export_dynamo(built: BuiltModel, optimize: bool, verbose: bool, dynamic_batch: bool = False) -> torch.onnx.ONNXProgram:
+def _export_dynamo(built: BuiltModel, optimize: bool, verbose: bool, dynamic_batch: bool = False,
+                   opset: int | None = None) -> torch.onnx.ONNXProgram:
     dynamic_shapes = None
     if dynamic_batch:  # one symbolic leading dim shared by every input
         batch = torch.export.Dim("batch", min=1, max=1 << 16)
@@ -162,12 +163,13 @@ def _export_dynamo(built: BuiltModel, optimize: bool, verbose: bool, dynamic_bat
         output_names=[built.output_name],
         dynamic_shapes=dynamic_shapes,
         verbose=verbose,
+        **({"opset_version": opset} if opset is not None else {}),
     )
     assert program is not None
     return program
 
 
-def _export_torchscript(built: BuiltModel, verbose: bool) -> onnx.ModelProto:
+def _export_torchscript(built: BuiltModel, verbose: bool, opset: int | None = None) -> onnx.ModelProto:
     """The legacy exporter (it folds BatchNorm into Conv on its own and keeps no node metadata)."""
     buffer = io.BytesIO()
     try:
@@ -178,7 +180,7 @@ def _export_torchscript(built: BuiltModel, verbose: bool) -> onnx.ModelProto:
             dynamo=False,
             input_names=list(built.input_names),
             output_names=[built.output_name],
-            opset_version=18,
+            opset_version=opset or 18,
             verbose=verbose,
         )
     except torch.onnx.errors.UnsupportedOperatorError as exc:
@@ -188,7 +190,8 @@ def _export_torchscript(built: BuiltModel, verbose: bool) -> onnx.ModelProto:
     return onnx.load_model_from_string(buffer.getvalue())
 
 
-def _provenance(built: BuiltModel, exporter: str, optimize: bool, stripped: bool) -> dict[str, str]:
+def _provenance(built: BuiltModel, exporter: str, optimize: bool, stripped: bool,
+                opset_imports: Iterable[onnx.OperatorSetIdProto] = ()) -> dict[str, str]:
     """Model-level metadata saying how the file was made (node metadata is the exporter's)."""
     shapes = {name: "x".join(map(str, arg.shape)) for name, arg in zip(built.input_names, built.args)}
     return {
@@ -196,6 +199,7 @@ def _provenance(built: BuiltModel, exporter: str, optimize: bool, stripped: bool
         "lilou.zoo.inputs": ",".join(f"{name}={shape}" for name, shape in shapes.items()),
         "lilou.zoo.exporter": exporter,
         "lilou.zoo.optimize": str(optimize).lower(),
+        "lilou.zoo.opset": str(next((o.version for o in opset_imports if o.domain in ("", "ai.onnx")), "")),
         "lilou.zoo.weights": "stripped" if stripped else "inline",
     }
 
@@ -223,6 +227,7 @@ def export_onnx(
     dynamo: bool = True,
     fake_weights: bool | None = None,
     dynamic_batch: bool = False,
+    opset: int | None = None,
     verbose: bool = False,
 ) -> Path:
     """Export a zoo model (by name, or an already built one) to ONNX at ``path``.
@@ -234,7 +239,9 @@ def export_onnx(
     builds with FakeTensor parameters (no weight memory at all); by default it is used
     for weight-free dynamo exports of models above :data:`LARGE_MODEL_PARAMETERS`.
     ``dynamic_batch`` exports the leading dim of every input as a symbol ``batch``, so
-    ``lilou graph --batch N`` can set it later (dynamo exporter only).
+    ``lilou graph --batch N`` can set it later (dynamo exporter only). ``opset`` picks the ONNX opset
+    (default: the exporter's own, 18 for both). The dynamo exporter writes below 18 through ONNX's version
+    converter, which drops the node metadata the eager oracle reads.
     """
     path = Path(path)
     check_destination(path)
@@ -246,17 +253,19 @@ def export_onnx(
     if built.fake and not (strip_weights and dynamo):
         raise LilouInputError("a weight-free (fake) build can only be exported by the dynamo exporter "
                               "with strip_weights=True")
+    if opset is not None and not 7 <= opset <= 23:
+        raise LilouInputError(f"opset must be between 7 and 23, got {opset}")
     location = f"{path.stem}.weights"
     exporter = "dynamo" if dynamo else "torchscript"
     with _quiet(verbose):
         if dynamo:
-            program = _export_dynamo(built, optimize, verbose, dynamic_batch)
+            program = _export_dynamo(built, optimize, verbose, dynamic_batch, opset)
             if built.fake:
                 _mark_fake_initializers_external(program, location)
             proto = program.model_proto
         else:
-            proto = _export_torchscript(built, verbose)
-    onnx.helper.set_model_props(proto, _provenance(built, exporter, optimize, strip_weights))
+            proto = _export_torchscript(built, verbose, opset)
+    onnx.helper.set_model_props(proto, _provenance(built, exporter, optimize, strip_weights, proto.opset_import))
     if strip_weights:
         _strip_proto(proto, location)
         complete_shapes(proto)

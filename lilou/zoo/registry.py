@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from lilou.errors import LilouInputError
-from lilou.zoo import generators, hf
+from lilou.zoo import decomp, generators, hf
 
 Kind = Literal["vision", "text", "generator"]
 
@@ -130,9 +130,18 @@ def _generator_entry(family: str, seed: int) -> ZooEntry:
     return ZooEntry(f"{family}-{seed}", family, "generator", 1, None, image, description)
 
 
+def _corpus_entry(name: str) -> ZooEntry:
+    form, op = decomp.parse(name)  # type: ignore[misc]
+    spec = decomp.OPS[op]
+    where = {"op": "alone", "lin": "after a Linear, then a sum", "conv": "after a Conv2d, then a mean"}[form]
+    return ZooEntry(name, "decomp", "generator", 1, None, None,
+                    f"decomposition corpus: {spec.kind} {op} {where} (tiny shapes)")
+
+
 def list_models() -> list[ZooEntry]:
-    """The catalogue, plus seed 0 of every generator family."""
-    return [*_CATALOGUE.values(), *(_generator_entry(family, 0) for family in _GENERATORS)]
+    """The catalogue, seed 0 of every generator family, then the decomposition corpus (:mod:`lilou.zoo.decomp`)."""
+    return [*_CATALOGUE.values(), *(_generator_entry(family, 0) for family in _GENERATORS),
+            *(_corpus_entry(name) for name in decomp.corpus_names())]
 
 
 def _parse_generator(name: str) -> tuple[str, int] | None:
@@ -149,7 +158,9 @@ def get_entry(name: str) -> ZooEntry:
     generator = _parse_generator(name)
     if generator is not None:
         return _generator_entry(*generator)
-    known = [*_CATALOGUE, *(f"{family}-0" for family in _GENERATORS)]
+    if decomp.parse(name) is not None:
+        return _corpus_entry(name)
+    known = [*_CATALOGUE, *(f"{family}-0" for family in _GENERATORS), *decomp.corpus_names()]
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see `lilou zoo list`"
     raise LilouInputError(f"unknown zoo model {name!r}{hint}")
@@ -259,13 +270,19 @@ def build(name: str, batch: int | None = None, seq: int | None = None, image_siz
     entry = get_entry(name)
     _positive("--batch", batch)
     _check_shape_options(entry, seq, image_size, overrides)
+    requested_batch = batch
     batch = batch or entry.batch
     with contextlib.ExitStack() as stack:
         stack.enter_context(torch.random.fork_rng(devices=[]))
         torch.manual_seed(0)
         if fake:
             stack.enter_context(fake_parameters())
-        if entry.kind == "generator":
+        if entry.family == "decomp":
+            if image_size is not None or seq is not None or overrides:
+                raise LilouInputError(f"{name} is a decomposition-corpus entry: it takes --batch only")
+            module, args = decomp.build_entry(name, requested_batch)
+            built = BuiltModel(name, module, args, ("x",), "output")
+        elif entry.kind == "generator":
             built = _build_generator(entry, batch, image_size, overrides)
         else:
             built = _build_hf(entry, batch, seq, image_size, overrides)

@@ -3,7 +3,7 @@
 The dynamo ONNX exporter records, on every ONNX node, the FX node (one aten call
 of the traced module) it was emitted for (``pkg.torch.onnx.fx_node``). Eager
 PyTorch launches one kernel per aten call, so the ONNX nodes of one call form one
-group. Three refinements make the groups match what eager really launches:
+group. Four refinements make the groups match what eager really launches:
 
 * aten *view* ops (``transpose``, ``view``, ``expand``, ``slice`` ... — those whose
   ``OpOverload.is_view`` is true), the ``clone`` that eval-mode dropout traces to
@@ -16,6 +16,14 @@ group. Three refinements make the groups match what eager really launches:
   are otherwise kept as a ``launches=False`` group.
 * ONNX nodes in constant or shape subgraphs are folded (host-side scalars).
 * Nodes without metadata (added by the exporter itself) are their own group.
+* Recurrent layers (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``) run as cuDNN's fused RNN
+  kernels, one per layer and direction, whatever the ONNX form: one ``aten.lstm``
+  call written as ONNX ``LSTM`` nodes (one per layer) with layout transposes, or
+  ``aten.rnn_tanh`` decomposed by the exporter into a per-time-step loop of
+  ``MatMul``/``Add``/``Tanh``. :func:`recurrent_groups` regroups the nodes of such a
+  module by the layer (and direction) they compute; an ONNX node that runs both
+  directions (``direction="bidirectional"``) stays one group, since a partition
+  cannot split a node.
 
 The metadata is only present in files written by the dynamo exporter (``lilou zoo
 export``); :func:`eager_partition` says so when it is missing.
@@ -23,6 +31,7 @@ export``); :func:`eager_partition` says so when it is missing.
 from __future__ import annotations
 
 import functools
+import re
 from collections import OrderedDict
 
 import onnx
@@ -36,6 +45,15 @@ FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
 #: Targets that launch no kernel although ``OpOverload.is_view`` is false (see the module docstring).
 METADATA_ONLY_TARGETS = frozenset({"torch.ops.aten._unsafe_view.default", "operator.getitem"})
+
+
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+#: torch module classes whose forward eager runs as cuDNN RNN kernels (one per layer and direction).
+RECURRENT_MODULES = frozenset({"torch.nn.modules.rnn.LSTM", "torch.nn.modules.rnn.GRU", "torch.nn.modules.rnn.RNN"})
+#: ONNX ops that compute a whole recurrent layer.
+RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
+#: Recurrent weight names (``weight_ih_l0``, ``weight_hh_l1_reverse``): which layer and direction a MatMul computes.
+_RECURRENT_WEIGHT = re.compile(r"weight_(?:ih|hh)_l(\d+)(_reverse)?$")
 
 
 def aten_calls(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
@@ -52,6 +70,79 @@ def aten_calls(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
             target = "dropout"
         calls[name] = (fx_name, target)
     return calls
+
+
+def recurrent_modules(model: onnx.ModelProto) -> dict[str, str]:
+    """ONNX node name -> the scope of the ``nn.LSTM``/``nn.GRU``/``nn.RNN`` module it was exported from."""
+    modules: dict[str, str] = {}
+    for name, node in zip(unique_node_names(model.graph), model.graph.node):
+        meta = {p.key: p.value for p in node.metadata_props}
+        classes = _string_list(meta.get(CLASS_HIERARCHY_KEY, ""))
+        scopes = _string_list(meta.get(NAME_SCOPES_KEY, ""))
+        for depth, cls in enumerate(classes):
+            if cls in RECURRENT_MODULES:
+                modules[name] = f"{cls}@{scopes[depth] if depth < len(scopes) else depth}"
+                break
+    return modules
+
+
+def _string_list(value: str) -> list[str]:
+    """The exporter writes lists as Python reprs: ``"['', 'lstm']"``."""
+    value = value.strip()
+    if not (value.startswith("[") and value.endswith("]")):
+        return []
+    return [item.strip().strip("'\"") for item in value[1:-1].split(",")] if value[1:-1].strip() else []
+
+
+def recurrent_groups(graph: ModelGraph, modules: dict[str, str]) -> dict[str, str]:
+    """Runtime node of a recurrent module -> its kernel key: one per module, layer and direction.
+
+    Anchors are the ONNX ``LSTM``/``GRU``/``RNN`` nodes (each its own key) and the
+    ``MatMul``/``Gemm`` nodes that read a recurrent weight (``weight_hh_l1_reverse``:
+    layer 1, reverse). Every other node of the module takes the key of a runtime
+    producer in the module (the layout transposes after a layer, the time-step
+    adds and tanhs of a decomposed loop), else of a reader (the input transpose).
+    """
+    dag = graph.dag
+    runtime = [n for n in graph.runtime_nodes() if n in modules]
+    keys: dict[str, str] = {}
+    for node in runtime:
+        data = dag.nodes[node]
+        if data["op"] in RECURRENT_OPS:
+            keys[node] = f"{modules[node]}/{node}"
+        elif data["op"] in ("MatMul", "Gemm"):
+            layer = _recurrent_weight_layer(graph, node)
+            if layer is not None:
+                keys[node] = f"{modules[node]}/{layer}"
+    for node in runtime:  # producers first (file order is topological)
+        if node not in keys:
+            producers = [p for p in dag.predecessors(node) if p in keys and modules.get(p) == modules[node]]
+            if producers:
+                keys[node] = keys[max(producers, key=lambda p: dag.nodes[p]["order"])]
+    for node in reversed(runtime):
+        if node not in keys:
+            readers = [s for s in dag.successors(node) if s in keys and modules.get(s) == modules[node]]
+            keys[node] = keys[min(readers, key=lambda s: dag.nodes[s]["order"])] if readers else modules[node]
+    return keys
+
+
+def _recurrent_weight_layer(graph: ModelGraph, node: str) -> str | None:
+    """``l<k>`` or ``l<k>_reverse`` when the node reads a recurrent weight, through constant nodes."""
+    dag = graph.dag
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for tensor in dag.nodes[current]["inputs"]:
+            if tensor is None:
+                continue
+            match = _RECURRENT_WEIGHT.search(tensor.name)
+            if match:
+                return f"l{match[1]}{match[2] or ''}"
+        stack.extend(p for p in dag.predecessors(current) if dag.nodes[p]["constant"])
+    return None
 
 
 def _is_dropout_clone(fx_node: str, class_hierarchy: str) -> bool:
@@ -85,6 +176,9 @@ def launches_no_kernel(target: str) -> bool:
 def eager_partition(model: onnx.ModelProto, graph: ModelGraph) -> Partition:
     """Kernel groups of PyTorch eager for a dynamo-exported model (see module docstring)."""
     calls = aten_calls(model)
+    recurrent = recurrent_groups(graph, recurrent_modules(model))
+    # A recurrent layer is one kernel however many aten calls or ONNX nodes it was written as.
+    calls.update({node: (f"<recurrent: {key}>", "recurrent") for node, key in recurrent.items()})
     runtime = graph.runtime_nodes()
     if not any(n in calls for n in runtime):
         raise LilouInputError(
