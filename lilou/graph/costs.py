@@ -206,6 +206,7 @@ def _cumsum_flops(node: CostInput) -> int:
 # input of size I computes the input and recurrent projections (2*G*H*(I+H)), both biases (2*G*H)
 # and the gates' pointwise work below (from PyTorch's LSTMCell/GRUCell/RNNCell equations; sigmoid
 # and tanh at their ELEMENTWISE_FLOPS costs).
+RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 _RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _RECURRENT_POINTWISE = {
     "LSTM": 3 * 4 + 2 * 1 + 4,  # sigmoid i, f, o; tanh g, tanh c; c = f*c + i*g (3), h = o*tanh(c) (1)
@@ -214,7 +215,7 @@ _RECURRENT_POINTWISE = {
 }
 
 
-def _recurrent_dims(node: CostInput) -> tuple[int, int, int, int, int] | None:
+def recurrent_dims(node: CostInput) -> tuple[int, int, int, int, int] | None:
     """(time steps, batch, directions, input size, hidden size) of an LSTM/GRU/RNN node, if known."""
     x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
     if x is None or x.shape is None or len(x.shape) != 3 or w is None or w.shape is None or len(w.shape) != 3:
@@ -226,7 +227,7 @@ def _recurrent_dims(node: CostInput) -> tuple[int, int, int, int, int] | None:
 
 
 def _recurrent_flops(node: CostInput) -> int:
-    dims = _recurrent_dims(node)
+    dims = recurrent_dims(node)
     if dims is None:
         return 0
     steps, batch, directions, inputs, hidden = dims
@@ -239,7 +240,7 @@ def _recurrent_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
     """Every input once, except the recurrent weight R (input 2), read again at every time step:
     the hidden state of step t needs step t-1's, so each step's recurrent GEMM reads R anew."""
     reads = [(t, t.nbytes or 0) for t in node.inputs if t is not None]
-    dims = _recurrent_dims(node)
+    dims = recurrent_dims(node)
     if dims is None or len(node.inputs) < 3 or node.inputs[2] is None:
         return reads
     steps = dims[0]

@@ -32,6 +32,7 @@ from lilou.latency.kernel_model.kernel import KernelSpec, describe_graph_kernel
 from lilou.latency.composition.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
 from lilou.latency.composition.overhead import OverheadModel
 from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit
+from lilou.latency.kernel_model.recurrent import RecurrentModel, RecurrentShape
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,11 @@ class EndToEndModel:
         compute, memory = roofline_ms(pairs, columns)
         work = self.fallback.work_ms(pairs, columns).reshape(d, n).T
         types = np.full((n, d), FALLBACK_TYPE, dtype=object)
-        model_rows = np.flatnonzero(~fallback)
+        recurrent = np.array([spec.recurrent is not None for spec in specs], dtype=bool)
+        for i in np.flatnonzero(recurrent & ~fallback):
+            work[i] = _recurrent_work(specs[i], devices, path_for)
+            types[i] = RECURRENT_TYPE
+        model_rows = np.flatnonzero(~fallback & ~recurrent)
         if len(model_rows):
             m, rungs = len(model_rows), len(factors)
             ladder = size_ladder(base.take(model_rows), kernels.unique_fixed_bytes[model_rows], factors)
@@ -186,6 +191,24 @@ class EndToEndModel:
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
         return self.overhead.kernel_ms(work.work_ms)
+
+
+#: Kernel type of an LSTM/GRU/RNN layer (cuDNN's fused RNN kernels), priced by the recurrent model.
+RECURRENT_TYPE = "recurrent"
+
+
+def _recurrent_work(spec: KernelSpec, devices: list[Device],
+                    path_for: Callable[[Device], PrecisionPath] | None) -> np.ndarray:
+    """GPU work (ms) of one recurrent layer on each device: its GEMMs run at the unit of its precision."""
+    cell, steps, batch, directions, inputs, hidden, itemsize = spec.recurrent
+    shape = RecurrentShape(cell, steps, batch, directions, inputs, hidden, itemsize)
+    model = RecurrentModel.load()
+    out = np.empty(len(devices))
+    for j, device in enumerate(devices):
+        unit = kernel_unit("gemm", path_for(device), device) if path_for is not None else None
+        peak = device.peak_tflops.get(unit) if unit else None
+        out[j] = model.work_ms(shape, peak or device.fp32_tflops, device.memory_bandwidth_gbs)
+    return out
 
 
 def _with_units(columns: DeviceColumns, families: list[str], devices: list[Device],

@@ -46,6 +46,8 @@ def uses_fallback(spec: KernelSpec, unsupported_ops: frozenset[str] = frozenset(
     ``Transpose`` kernel is ``memory``, pooling is ``reduction``) was never measured,
     or when it holds an op without a cost formula, whose FLOPs the features lack.
     """
+    if spec.recurrent is not None:
+        return False  # an LSTM/GRU/RNN layer: lilou.latency.kernel_model.recurrent prices it
     return spec.family not in COVERED_FAMILIES or any(op in unsupported_ops for op in spec.ops)
 
 

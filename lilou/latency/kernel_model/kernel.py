@@ -18,7 +18,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lilou.graph.costs import ELEMENTWISE_FLOPS, VIEW_OPS, CostInput, input_reads, node_cost
+from lilou.graph.costs import (ELEMENTWISE_FLOPS, RECURRENT_OPS, VIEW_OPS, CostInput, input_reads, node_cost,
+                               recurrent_dims)
 
 if TYPE_CHECKING:  # kernels built without a graph (the kernel table, `lilou llm`) need no onnx
     from lilou.graph.dag import ModelGraph
@@ -62,6 +63,9 @@ class KernelSpec:
     conv: tuple[int, int, int] | None = None  # (kernel height*width, stride, groups)
     rows: int = 0
     cols: int = 0
+    # An LSTM/GRU/RNN layer: (cell, time steps, batch, directions, input size, hidden size, bytes per element),
+    # priced by lilou.latency.kernel_model.recurrent, not by the network.
+    recurrent: tuple[str, int, int, int, int, int, int] | None = None
 
     @property
     def bytes(self) -> int:
@@ -106,7 +110,22 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
         spec["gemm"], spec["conv"] = _conv_dims(main)
     elif family in ("layernorm", "softmax", "reduction"):
         spec["rows"], spec["cols"] = _row_dims(main)
+    spec["recurrent"] = _recurrent(nodes)
     return KernelSpec(**spec)
+
+
+def _recurrent(nodes: Sequence[CostInput]) -> tuple[str, int, int, int, int, int, int] | None:
+    """The recurrent layer of a group holding one ONNX LSTM/GRU/RNN node of known shapes."""
+    cells = [node for node in nodes if node.op in RECURRENT_OPS]
+    if len(cells) != 1:
+        return None
+    node = cells[0]
+    dims = recurrent_dims(node)
+    if dims is None:
+        return None
+    steps, batch, directions, inputs, hidden = dims
+    itemsize = node.inputs[0].itemsize if node.inputs[0] is not None else 4
+    return node.op.lower(), int(steps), int(batch), int(directions), int(inputs), int(hidden), int(itemsize)
 
 
 def _family(op: str) -> str:
