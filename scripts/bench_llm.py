@@ -5,17 +5,22 @@ Sources: ``$LILOU_DATA_DIR/llm_energy`` (ML.ENERGY v1/v2/v3, Argonne LLM-Inferen
 the kernel table. Rows on H100 and L4 are held back: they never enter a fit and are scored separately, as the
 independent check, with the constants fitted on every other GPU.
 
-What is fitted (always inside the fold, without the held-out GPU or LLM):
-- one ITL scale and one TTFT scale per engine (median ratio of measured to predicted);
+First, the attention correction (lilou.llm.attention): fitted on AIConfigurator's vLLM attention kernels,
+leave-one-GPU-out over its GPUs for the report, then on all of them for ``lilou/llm/attention.json``.
+
+What is fitted for serving (always inside the fold, without the held-out GPU or LLM):
+- per engine (``vllm``, ``hf``, and ML.ENERGY v2's ``vllm-0.5.4-server``, whose host side differs): the TTFT scale
+  (median ratio) and the decode step's scale, per-step, per-sequence and (HF) per-launch host terms;
 - the power model's three coefficients (lilou.llm.power, least squares on relative error);
 - the load-scaled TDP baseline's two coefficients.
-The roofline ITL baseline has no constant. The kernel model itself is the Predictor's, not refitted per fold.
+The roofline ITL baseline has no constant. The kernel model itself is the Predictor's, not refitted per fold, and
+neither is the attention correction (its rows include the A100-SXM4-80GB and the B200).
 
-Outputs: ``outputs/bench/llm.json`` (every figure) and ``lilou/llm/calibration.json`` (the constants fitted on
+Outputs: ``outputs/bench/llm.json`` (every figure), ``lilou/llm/calibration.json`` (the constants fitted on
 every non-held-back row, and the conformal 90 % half-widths of log(predicted / measured) from the
-leave-one-GPU-out residuals).
+leave-one-GPU-out residuals) and ``lilou/llm/attention.json``.
 
-    python scripts/bench_llm.py [--quick]
+    python scripts/bench_llm.py [--quick] [--no-attention]
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "outputs" / "bench" / "llm.json"
 CALIBRATION = ROOT / "lilou" / "llm" / "calibration.json"
+ATTENTION = ROOT / "lilou" / "llm" / "attention.json"
 #: ML.ENERGY names -> the built-in config with the same architecture (FP8 checkpoints, Thinking/Coder twins).
 SAME_ARCHITECTURE = {
     "Qwen/Qwen3-235B-A22B-Thinking-2507": "Qwen/Qwen3-235B-A22B-Instruct-2507",
@@ -99,14 +105,29 @@ def predict_rows(runs, llm) -> tuple[list[Row], Counter]:
 # ------------------------------------------------------------------------------- predictions of a row
 
 
+#: Engine versions whose host side the data tells apart: ML.ENERGY v2's vLLM 0.5.4 OpenAI server spends far more
+#: host time per running sequence than vLLM 0.11 (v3) or offline vLLM (Argonne). Its constants are fitted on its
+#: own rows; a fold without them (the A100 fold: v2's only non-held-back GPU) falls back to the "vllm" constants.
+VLLM_054 = "vllm-0.5.4-server"
+ENGINE_KEYS = ("vllm", "hf", VLLM_054)
+
+
 def _engine(row: Row) -> str:
-    return "hf" if row.run.engine == "hf" else "vllm"
+    if row.run.engine == "hf":
+        return "hf"
+    return VLLM_054 if row.run.source == "mlenergy_v2_2024" else "vllm"
+
+
+def _constants(consts, key: str, row: Row, default):
+    engine = _engine(row)
+    table = consts[key]
+    return table.get(engine, table.get("hf" if engine == "hf" else "vllm", default))
 
 
 def times(row: Row, consts) -> tuple[float, float]:
-    engine = _engine(row)
-    s, c0, c1 = consts["itl"].get(engine, (1.0, 0.0, 0.0))
-    return consts["ttft"].get(engine, 1.0) * row.ttft_raw, s * row.itl_raw + c0 + c1 * row.run.batch
+    s, c0, c1, cl = _constants(consts, "itl", row, (1.0, 0.0, 0.0, 0.0))
+    itl = s * row.decode.gpu_ms + cl * row.decode.launches + c0 + c1 * row.run.batch
+    return _constants(consts, "ttft", row, 1.0) * row.ttft_raw, itl
 
 
 def itl_like(row: Row, ttft: float, itl: float) -> float:
@@ -146,6 +167,7 @@ def predictions(row: Row, consts) -> dict[str, float]:
     run = row.run
     if run.itl_ms:
         out["itl_ms"] = itl_like(row, ttft, itl)
+        out["gpu_share"] = _constants(consts, "itl", row, (1.0,))[0] * row.decode.gpu_ms / itl
     if run.ttft_ms:
         out["ttft_ms"] = ttft
     if run.e2e_ms and run.itl_kind is None and run.power_w is None:
@@ -195,15 +217,16 @@ def fit(rows: list[Row]) -> dict:
     from lilou.llm.power import PowerModel
 
     consts = {"ttft": {}, "itl": {}, "power": PowerModel(), "tdp_load": (0.6, 0.0)}
-    for engine in ("vllm", "hf"):
+    for engine in ENGINE_KEYS:
         mine = [r for r in rows if _engine(r) == engine]
         ttft = [r.run.ttft_ms / r.ttft_raw for r in mine if r.run.ttft_ms]
-        consts["ttft"][engine] = float(np.median(ttft)) if ttft else 1.0
-    for engine in ("vllm", "hf"):
+        if ttft or engine != VLLM_054:
+            consts["ttft"][engine] = float(np.median(ttft)) if ttft else 1.0
+    for engine in ENGINE_KEYS:
         # label = base + slope * (s * raw + c0 + c1 * batch): linear in (s, c0, c1); relative residuals
         design, target = [], []
         for r in (r for r in rows if _engine(r) == engine):
-            ttft = consts["ttft"][engine] * r.ttft_raw
+            ttft = _constants(consts, "ttft", r, 1.0) * r.ttft_raw
             run = r.run
             if run.itl_ms:
                 base = itl_like(r, ttft, 0.0)
@@ -213,21 +236,23 @@ def fit(rows: list[Row]) -> dict:
                 base, slope, label = ttft, run.output_len - 1, run.e2e_ms
             else:
                 continue
-            design.append([slope * r.itl_raw / label, slope / label, slope * run.batch / label])
+            design.append([slope * r.decode.gpu_ms / label, slope / label, slope * run.batch / label,
+                           slope * r.decode.launches / label])
             target.append(1.0 - base / label)
         if design:
             from scipy.optimize import lsq_linear
 
-            # vLLM's kernels cannot run much faster than the kernel model says (scale >= 0.8); HF eager's step is
-            # mostly launch gaps of the queue model, whose gap was read on a different host (scale >= 0.3)
-            low = 0.8 if engine == "vllm" else 0.3
+            # the kernels cannot run much faster than the kernel model says (scale >= 0.8). HF eager's host
+            # dispatches every kernel from Python: a time per launch, fitted here, replaces the queue model's gap
+            # (read on a different host); vLLM replays CUDA graphs (no per-launch term)
+            per_launch = 1.0 if engine == "hf" else 1e-9
             # a per-sequence term needs more than one batch size to be told apart from the per-step one
             per_seq = 1.0 if len({round(r.run.batch) for r in rows if _engine(r) == engine}) > 1 else 1e-9
-            solved = lsq_linear(np.asarray(design), np.asarray(target), bounds=([low, 0.0, 0.0], [5.0, 50.0, per_seq]),
-                                method="bvls")
+            solved = lsq_linear(np.asarray(design), np.asarray(target),
+                                bounds=([0.8, 0.0, 0.0, 0.0], [5.0, 50.0, per_seq, per_launch]), method="bvls")
             consts["itl"][engine] = tuple(float(v) for v in solved.x)
-        else:
-            consts["itl"][engine] = (1.0, 0.0, 0.0)
+        elif engine != VLLM_054:
+            consts["itl"][engine] = (1.0, 0.0, 0.0, 0.0)
     powered = [r for r in rows if r.run.power_w]
     if len(powered) >= 3:
         def residual(x):
@@ -270,19 +295,23 @@ def score(scored: list[tuple[Row, dict, dict]]) -> dict:
     return out
 
 
-def kendall(scored: list[tuple[Row, dict, dict]], quantity: str = "itl_ms") -> dict:
-    """Kendall tau between predicted and measured GPU order per (source, model, task, configuration)."""
+def kendall(scored: list[tuple[Row, dict, dict]], quantity: str = "itl_ms", min_gpu_share: float = 0.0) -> dict:
+    """Kendall tau between predicted and measured GPU order per (source, model, task, configuration); with
+    ``min_gpu_share``, only groups where the predicted GPU time is at least that share of the step on every GPU
+    (the host does not decide the order)."""
     from scipy.stats import kendalltau
 
     groups = defaultdict(list)
     for r, p, b in scored:
         if quantity in p:
-            groups[(r.run.source, r.model, r.run.task, r.run.config)].append((r.run.gpu, p[quantity],
-                                                                             labels(r)[quantity], b[quantity]))
+            groups[(r.run.source, r.model, r.run.task, r.run.config)].append(
+                (r.run.gpu, p[quantity], labels(r)[quantity], b[quantity], p.get("gpu_share", 1.0)))
     taus, base_taus, sizes = [], [], Counter()
     for members in groups.values():
+        if min(m[4] for m in members) < min_gpu_share:
+            continue
         by_gpu = {}
-        for gpu, p, m, b in members:
+        for gpu, p, m, b, _ in members:
             by_gpu.setdefault(gpu, (p, m, b))
         if len(by_gpu) < 2:
             continue
@@ -337,37 +366,35 @@ def coverage(scored, half: dict) -> dict:
 # ------------------------------------------------------------------------------ attention kernels
 
 
-def attention_check(predictor, per_group: int = 400) -> dict:
-    """The fused-attention pricing of lilou.llm.steps against AIConfigurator's measured attention kernels
-    (CUDA-graph replay, vLLM backend rows first), per GPU and family. H100/L4 rows are not in the table."""
+def attention_rows(predictor, per_group: int = 1500):
+    """AIConfigurator's vLLM attention kernels (BF16, BF16 KV cache, full attention, CUDA-graph replay) with the
+    kernel model's price and the correction's features, per (GPU, phase). H100/L4 rows are not in the table."""
     from lilou.data.kernel_table import kernel_table
     from lilou.hardware import resolve_device
     from lilou.latency.composition.end_to_end import GraphKernels
     from lilou.latency.kernel_model.precision import precision_path
+    from lilou.llm.attention import AttentionShape, features
     from lilou.llm.steps import StepShape, attention_kernel
 
-    columns = "gpu, family, framework, dtype, kv_dtype, batch, seq_len, kv_len, heads, kv_heads, head_dim, \"window\", latency_ms"
+    columns = "gpu, family, batch, seq_len, kv_len, heads, kv_heads, head_dim, latency_ms"
     relation = kernel_table(["aiconfigurator"]).filter(
         "family IN ('attention-prefill', 'attention-decode') AND dtype = 'bf16' AND coalesce(kv_dtype, 'bf16') = 'bf16'"
-        " AND coalesce(\"window\", 0) = 0")
-    groups = relation.aggregate("gpu, family, framework, count(*) AS n").fetchall()
+        " AND coalesce(\"window\", 0) = 0 AND framework LIKE 'VLLM%'")
     out = {}
-    for gpu, family, framework, n in sorted(groups):
-        rows = relation.filter(f"gpu = '{gpu}' AND family = '{family}' AND framework = '{framework}'").project(
-            columns).order("hash(batch, seq_len, kv_len, heads, kv_heads, head_dim)").limit(per_group).fetchall()
+    for gpu, family in sorted(relation.aggregate("gpu, family").fetchall()):
+        rows = relation.filter(f"gpu = '{gpu}' AND family = '{family}'").project(columns).order(
+            "hash(batch, seq_len, kv_len, heads, kv_heads, head_dim)").limit(per_group).fetchall()
         device = resolve_device(gpu)
-        specs, measured = [], []
-        for r in rows:
-            _, _, _, _, _, batch, seq_len, kv_len, heads, kv_heads, head_dim, _, latency = r
+        causal = family == "attention-prefill"
+        specs, feats, measured = [], [], []
+        for _, _, batch, seq_len, kv_len, heads, kv_heads, head_dim, latency in rows:
             kv_heads = kv_heads or heads
-            if family == "attention-prefill":
-                shape = StepShape(batch, seq_len, seq_len, causal=True)
-            else:
-                shape = StepShape(batch, 1, kv_len + 1, causal=False)
-            specs.append(attention_kernel(shape, heads, kv_heads, head_dim, "bf16", "bf16"))
+            step = StepShape(batch, seq_len, seq_len, causal=True) if causal else StepShape(batch, 1, kv_len + 1,
+                                                                                            causal=False)
+            specs.append(attention_kernel(step, heads, kv_heads, head_dim, "bf16", "bf16"))
+            feats.append(features(AttentionShape(batch, step.q_len, step.kv_len, heads, kv_heads, head_dim),
+                                  device.sms))
             measured.append(latency)
-        if not specs:
-            continue
         position = {}
         index = np.fromiter((position.setdefault(s, len(position)) for s in specs), dtype=np.int64)
         unique = list(position)
@@ -376,13 +403,43 @@ def attention_check(predictor, per_group: int = 400) -> dict:
                                unique_fixed_bytes=np.zeros(len(unique)), index=index)
         path = precision_path("bf16", device, None, "off")
         work = predictor.model.kernel_work(kernels, [device], None, lambda _, path=path: path).work_ms[:, 0]
-        apes = 100 * np.abs(work - np.asarray(measured)) / np.asarray(measured)
-        ratio = np.asarray(measured) / work
-        out[f"{gpu}/{family}/{framework}"] = {"n": int(len(apes)), "of": int(n),
-                                              "median_ape": round(float(np.median(apes)), 2),
-                                              "mean_ape": round(float(np.mean(apes)), 2),
-                                              "median_measured_over_predicted": round(float(np.median(ratio)), 3)}
+        out[(gpu, "prefill" if causal else "decode")] = (np.asarray(work), np.asarray(feats), np.asarray(measured))
     return out
+
+
+def _ape(pred, measured) -> dict:
+    apes = 100 * np.abs(np.asarray(pred) - measured) / measured
+    return {"n": int(len(apes)), "median_ape": round(float(np.median(apes)), 2),
+            "mean_ape": round(float(np.mean(apes)), 2),
+            "median_measured_over_predicted": round(float(np.median(measured / np.asarray(pred))), 3)}
+
+
+def attention_fit(predictor) -> tuple[dict, object]:
+    """Fit the attention correction (lilou.llm.attention) leave-one-GPU-out over the AIConfigurator GPUs, report
+    each held-out GPU before (kernel price) and after, and fit the shipped correction on every GPU."""
+    from lilou.llm.attention import AttentionCorrection, fit_phase
+
+    data = attention_rows(predictor)
+    gpus = sorted({g for g, _ in data})
+    report, fitted = {}, {}
+    for phase in ("prefill", "decode"):
+        mine = {g: data[(g, phase)] for g in gpus if (g, phase) in data}
+        per_gpu = {}
+        for held in mine:
+            train = [mine[g] for g in mine if g != held]
+            correction = fit_phase(*(np.concatenate([t[i] for t in train]) for i in range(3)))
+            work, feats, measured = mine[held]
+            after = [correction.apply(w, f) for w, f in zip(work, feats)]
+            per_gpu[held] = {"before": _ape(work, measured), "after": _ape(after, measured)}
+        everything = [np.concatenate([t[i] for t in mine.values()]) for i in range(3)]
+        fitted[phase] = fit_phase(*everything)
+        report[phase] = {"per_gpu_held_out": per_gpu,
+                         "median_ape_before": round(float(np.median([v["before"]["median_ape"]
+                                                                     for v in per_gpu.values()])), 2),
+                         "median_ape_after": round(float(np.median([v["after"]["median_ape"]
+                                                                    for v in per_gpu.values()])), 2),
+                         "shipped": fitted[phase].to_json()}
+    return report, AttentionCorrection(**fitted)
 
 
 # --------------------------------------------------------------------------------------- speed
@@ -411,13 +468,15 @@ def cli_speed(repeats: int = 5) -> dict:
 # ------------------------------------------------------------------------------------------ main
 
 
-def run_bench(predictor, quick: bool = False) -> dict:
+def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
     from lilou.data.llm_energy import serving_runs
+    from lilou.llm.attention import AttentionCorrection
     from lilou.llm.predictor import DEFAULT_CALIBRATION, Calibration, LLMPredictor
 
     started = time.perf_counter()
+    attention_report, correction = attention_fit(predictor) if attention else ({}, AttentionCorrection())
     runs = serving_runs()
-    llm = LLMPredictor(predictor, calibration=DEFAULT_CALIBRATION)
+    llm = LLMPredictor(predictor, calibration=DEFAULT_CALIBRATION, attention=correction)
     rows, skipped = predict_rows(runs, llm)
     primary = [r for r in rows if not r.run.held_back]
     held = [r for r in rows if r.run.held_back]
@@ -429,6 +488,7 @@ def run_bench(predictor, quick: bool = False) -> dict:
     calibration = Calibration(itl_scale={e: v[0] for e, v in consts["itl"].items()},
                               itl_step_ms={e: v[1] for e, v in consts["itl"].items()},
                               itl_per_seq_ms={e: v[2] for e, v in consts["itl"].items()},
+                              itl_per_launch_ms={e: v[3] for e, v in consts["itl"].items()},
                               ttft_scale=consts["ttft"], power=consts["power"],
                               intervals=half, fitted_on=(
                                   f"{len(primary)} runs of llm_energy on {', '.join(sorted({r.run.gpu for r in primary}))}"
@@ -441,6 +501,9 @@ def run_bench(predictor, quick: bool = False) -> dict:
                  "held_back_by_source": dict(Counter(r.run.source for r in held))},
         "leave_one_gpu_out": {"overall": score(logo_scored), "per_gpu": logo,
                               "kendall_tau_gpu_ranking": kendall(logo_scored),
+                              "kendall_tau_gpu_bound_groups": {
+                                  f"gpu_share>={share}": kendall(logo_scored, min_gpu_share=share)
+                                  for share in (0.4, 0.5, 0.6)},
                               "per_source": {s: score([x for x in logo_scored if x[0].run.source == s])
                                              for s in sorted({r.run.source for r in primary})}},
         "leave_one_llm_out": {"overall": score(lolo_scored), "folds": len(lolo)},
@@ -456,29 +519,46 @@ def run_bench(predictor, quick: bool = False) -> dict:
         "constants_per_gpu_fold": {g: {"itl": fit([r for r in primary if r.run.gpu != g])["itl"]}
                                    for g in sorted({r.run.gpu for r in primary})},
     }
-    if not quick:
-        result["attention_kernels_vs_aiconfigurator"] = attention_check(predictor)
+    result["attention_kernels_vs_aiconfigurator"] = attention_report
     result["seconds"] = round(time.perf_counter() - started, 1)
-    return result, calibration
+    return result, calibration, correction
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="skip the attention-kernel check and the CLI timing")
+    parser.add_argument("--quick", action="store_true", help="skip the CLI timing")
+    parser.add_argument("--no-attention", action="store_true",
+                        help="ablation: price attention as the kernel model does (no correction); writes "
+                             "outputs/bench/llm_no_attention.json and leaves the shipped files alone")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"where to write the figures (default: {OUT.relative_to(ROOT)})")
     args = parser.parse_args(argv)
     from lilou.api import Predictor
 
-    result, calibration = run_bench(Predictor(backend="eager"), quick=args.quick)
-    CALIBRATION.write_text(json.dumps(calibration.to_json(), indent=2) + "\n")
+    result, calibration, correction = run_bench(Predictor(backend="eager"), quick=args.quick,
+                                                attention=not args.no_attention)
+    out = args.out or (OUT.with_name("llm_no_attention.json") if args.no_attention else OUT)
+    if not args.no_attention:
+        CALIBRATION.write_text(json.dumps(calibration.to_json(), indent=2) + "\n")
+        ATTENTION.write_text(json.dumps(correction.to_json(), indent=2) + "\n")
     if not args.quick:
         result["cli_speed"] = cli_speed()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     overall = result["leave_one_gpu_out"]["overall"]
     for q, s in overall.items():
         print(f"LOGO {q:9s} lilou median APE {s['lilou'].get('median_ape')} % (n={s['lilou']['n']}), "
               f"{s['baseline_kind']} {s['baseline'].get('median_ape')} %")
-    print(f"wrote {OUT.relative_to(ROOT)} and {CALIBRATION.relative_to(ROOT)}")
+    logo = result["leave_one_gpu_out"]
+    for gpu, fold in logo["per_gpu"].items():
+        print(f"  fold {gpu:16s} " + ", ".join(f"{q} {v['lilou'].get('median_ape')}/{v['baseline'].get('median_ape')}"
+                                               for q, v in fold.items()))
+    for source, by in logo["per_source"].items():
+        print(f"  source {source:20s} " + ", ".join(f"{q} {v['lilou'].get('median_ape')}/{v['baseline'].get('median_ape')}"
+                                                   for q, v in by.items()))
+    print(f"  tau {logo['kendall_tau_gpu_ranking']} GPU-bound {logo['kendall_tau_gpu_bound_groups']}")
+    print(f"  held back {result['held_back_independent']['overall']}")
+    print(f"wrote {out}" + ("" if args.no_attention else f", {CALIBRATION.relative_to(ROOT)} and {ATTENTION.relative_to(ROOT)}"))
     return 0
 
 

@@ -190,3 +190,78 @@ def test_cli_json_keys_and_exit_status():
     bad = subprocess.run(command[:3] + ["llm", "Llama-3.1-8B-Instuct", "--gpu", "l4", "--input-len", "8",
                                         "--output-len", "8"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "did you mean" in bad.stderr
+
+
+# ------------------------------------------------------------------ attention correction, host terms (issue 18)
+
+
+def test_attention_features_by_hand():
+    import math
+
+    from lilou.llm.attention import AttentionShape, features
+
+    # Llama-3.1-8B decode at batch 4 over 1024 keys on an A100 (108 SMs): 4 query heads per KV head fit one
+    # 64-row tile, so 4 sequences x 8 KV heads = 32 work items
+    f = features(AttentionShape(seqs=4, q_len=1, kv_len=1024, heads=32, kv_heads=8, head_dim=128), sms=108)
+    assert f.tolist() == pytest.approx([math.log(32 / 108), math.log(1024), math.log(4), 0.0])
+    # a 2048-token prefill: 4 x 2048 / 64 = 128 query tiles per KV head
+    f = features(AttentionShape(seqs=1, q_len=2048, kv_len=2048, heads=32, kv_heads=8, head_dim=64), sms=132)
+    assert f.tolist() == pytest.approx([math.log(8 * 128 / 132), math.log(2048), math.log(4), math.log(0.5)])
+
+
+def test_attention_correction_on_real_aiconfigurator_decode_rows(llm, datasets_dir):
+    """The shipped correction brings vLLM's measured decode-attention kernels on an L40S (CUDA-graph replay)
+    from the kernel model's ~3x-too-fast price (median APE 62 %) to 26 %."""
+    import numpy as np
+
+    from lilou.data.kernel_table import kernel_table
+    from lilou.hardware import resolve_device
+    from lilou.llm.attention import AttentionShape, shipped_correction
+    from lilou.llm.steps import StepKernel, StepShape, attention_kernel
+
+    rows = kernel_table(["aiconfigurator"], data_dir=datasets_dir).filter(
+        "gpu = 'l40s' AND family = 'attention-decode' AND framework LIKE 'VLLM%' AND dtype = 'bf16' "
+        "AND kv_dtype = 'bf16' AND coalesce(\"window\", 0) = 0").project(
+        "batch, kv_len, heads, kv_heads, head_dim, latency_ms").order(
+        "hash(batch, kv_len, heads, kv_heads, head_dim)").limit(200).fetchall()
+    assert len(rows) == 200
+    device = resolve_device("l40s")
+    shapes = [AttentionShape(b, 1, kv + 1, h, kvh or h, d) for b, kv, h, kvh, d, _ in rows]
+    kernels = [StepKernel("attention", attention_kernel(StepShape(s.seqs, 1, s.kv_len, causal=False), s.heads,
+                                                        s.kv_heads, s.head_dim, "bf16", "bf16"), 1, 0, True, 0)
+               for s in shapes]
+    work = llm._work(kernels, device, "bf16")
+    measured = np.array([r[-1] for r in rows])
+    corrected = np.array([shipped_correction().apply(float(w), s, False, device.sms) for w, s in zip(work, shapes)])
+    before = np.median(np.abs(work - measured) / measured)
+    after = np.median(np.abs(corrected - measured) / measured)
+    assert before > 0.55 and after < 0.35      # measured: 0.62 -> 0.26 on these 200 rows
+
+
+def test_attention_correction_applies_to_vllm_steps_only(llm):
+    from lilou.llm import LLMPredictor
+    from lilou.llm.attention import AttentionCorrection
+
+    plain = LLMPredictor(predictor=llm.predictor, calibration=llm.calibration, attention=AttentionCorrection())
+    args = dict(batch=8, input_len=1024, output_len=64, dtype="bf16")
+    for engine, slower in (("vllm", True), ("hf", False)):
+        corrected = llm.predict(LLAMA, "a100-sxm4-80gb", engine=engine, **args)
+        uncorrected = plain.predict(LLAMA, "a100-sxm4-80gb", engine=engine, **args)
+        if slower:
+            assert corrected.decode.gpu_ms > uncorrected.decode.gpu_ms
+            assert corrected.prefill.ms > uncorrected.prefill.ms
+        else:
+            assert corrected.decode.gpu_ms == uncorrected.decode.gpu_ms
+
+
+def test_decode_step_with_a_per_launch_host_term():
+    from lilou.llm.power import PowerModel
+    from lilou.llm.predictor import Calibration, Phase
+
+    decode = Phase(ms=100.0, flops=0.0, bytes=0.0, memory_ms=10.0, compute_ms=1.0, gpu_ms=20.0, launches=1000)
+    calibration = Calibration(itl_scale={"hf": 1.5, "vllm": 1.5}, ttft_scale={}, power=PowerModel(), intervals={},
+                              itl_step_ms={"hf": 2.0, "vllm": 2.0}, itl_per_seq_ms={"hf": 0.0, "vllm": 0.5},
+                              itl_per_launch_ms={"hf": 0.03})
+    assert calibration.itl_ms("hf", decode, batch=1) == pytest.approx(1.5 * 20 + 0.03 * 1000 + 2)
+    # no per-launch term: the step's own time (for vLLM the CUDA-graph sum) is scaled
+    assert calibration.itl_ms("vllm", decode, batch=4) == pytest.approx(1.5 * 100 + 2 + 0.5 * 4)

@@ -10,9 +10,12 @@ Each prefill and decode step is the list of kernels of :mod:`lilou.llm.steps`, p
 Predictor's own kernel-model path (:meth:`lilou.latency.composition.end_to_end.EndToEndModel.kernel_work`, with the dtype's
 precision path), so a precision-aware kernel model loaded by the Predictor prices them without change. The
 engine decides how kernel times add up: vLLM replays decode steps as CUDA graphs (kernel times back to back, no
-launch gap); its prefill and every HF eager step go through the launch queue of :mod:`lilou.latency.composition.overhead`.
-Tensor parallelism adds two all-reduces per layer (:mod:`lilou.llm.interconnect`). ITL is the mean decode step
-over the output (KV lengths ``I+1 .. I+O-1``, by midpoint quadrature), TTFT the prefill of the whole batch.
+launch gap); its prefill and every HF eager step go through the launch queue of
+:mod:`lilou.latency.composition.overhead` (an HF decode step is then priced from its GPU time and a fitted host time
+per launch, :class:`Calibration`). For vLLM, each attention kernel's price is corrected to what vLLM's measured
+attention kernels take (:mod:`lilou.llm.attention`). Tensor parallelism adds two all-reduces per layer
+(:mod:`lilou.llm.interconnect`). ITL is the mean decode step over the output (KV lengths ``I+1 .. I+O-1``, by
+midpoint quadrature), TTFT the prefill of the whole batch.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ import numpy as np
 
 from lilou.errors import LilouInputError
 from lilou.hardware import Device, resolve_device
+from lilou.llm.attention import AttentionCorrection
+from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
 from lilou.llm.interconnect import all_reduce_ms, link
 from lilou.llm.memory import ITEMSIZE, MemoryFit, max_batch_fitting, memory_fit
@@ -47,10 +52,11 @@ MAX_TP = 8
 class Calibration:
     """Fitted constants shipped in ``calibration.json`` (written by ``scripts/bench_llm.py``).
 
-    Per engine, a decode step takes ``itl_scale x (kernel-model step) + itl_step_ms + itl_per_seq_ms x batch``:
-    the scale corrects the kernels' efficiency inside the engine, the two host terms are the scheduler's,
-    sampler's and detokeniser's time per step and per running sequence that the GPU waits for. A prefill takes
-    ``ttft_scale x (kernel-model prefill)``.
+    Per engine, a decode step takes ``itl_scale x (GPU time of its kernels) + itl_step_ms + itl_per_launch_ms x
+    launches + itl_per_seq_ms x batch``: the scale corrects the kernels' efficiency inside the engine, the host
+    terms are the scheduler's, sampler's and detokeniser's time per step, the Python dispatch per kernel launched
+    (HF eager; vLLM replays CUDA graphs, so 0) and the time per running sequence that the GPU waits for. A prefill
+    takes ``ttft_scale x (kernel-model prefill)``.
     """
 
     itl_scale: dict[str, float]
@@ -59,6 +65,7 @@ class Calibration:
     intervals: dict[str, float | None]   # 90 % half-widths of log(predicted / measured) per output
     itl_step_ms: dict[str, float] = field(default_factory=dict)
     itl_per_seq_ms: dict[str, float] = field(default_factory=dict)
+    itl_per_launch_ms: dict[str, float] = field(default_factory=dict)
     fitted_on: str = ""
 
     @classmethod
@@ -66,16 +73,22 @@ class Calibration:
         return cls(itl_scale=dict(data["itl_scale"]), ttft_scale=dict(data["ttft_scale"]),
                    power=PowerModel(**data["power"]), intervals=dict(data.get("intervals") or {}),
                    itl_step_ms=dict(data.get("itl_step_ms") or {}), itl_per_seq_ms=dict(data.get("itl_per_seq_ms") or {}),
+                   itl_per_launch_ms=dict(data.get("itl_per_launch_ms") or {}),
                    fitted_on=str(data.get("fitted_on", "")))
 
     def to_json(self) -> dict[str, Any]:
         return {"itl_scale": self.itl_scale, "itl_step_ms": self.itl_step_ms, "itl_per_seq_ms": self.itl_per_seq_ms,
+                "itl_per_launch_ms": self.itl_per_launch_ms,
                 "ttft_scale": self.ttft_scale, "power": self.power.to_json(), "intervals": self.intervals,
                 "fitted_on": self.fitted_on}
 
-    def itl_ms(self, engine: str, kernel_ms: float, batch: float) -> float:
-        return (self.itl_scale.get(engine, 1.0) * kernel_ms + self.itl_step_ms.get(engine, 0.0)
-                + self.itl_per_seq_ms.get(engine, 0.0) * batch)
+    def itl_ms(self, engine: str, decode: Phase, batch: float) -> float:
+        """The decode step: GPU time scaled plus the host terms (see the class docstring). Without a per-launch
+        term the step's own time (for HF: the launch queue of the kernel model) is scaled instead."""
+        per_launch = self.itl_per_launch_ms.get(engine)
+        scale = self.itl_scale.get(engine, 1.0)
+        step = scale * decode.ms if per_launch is None else scale * decode.gpu_ms + per_launch * decode.launches
+        return step + self.itl_step_ms.get(engine, 0.0) + self.itl_per_seq_ms.get(engine, 0.0) * batch
 
 
 DEFAULT_CALIBRATION = Calibration(itl_scale={"vllm": 1.0, "hf": 1.0}, ttft_scale={"vllm": 1.0, "hf": 1.0},
@@ -100,6 +113,8 @@ class Phase:
     bytes: float
     memory_ms: float            # bytes / bandwidth
     compute_ms: float           # sum of FLOPs / the peak of each kernel's unit
+    gpu_ms: float = 0.0         # the kernels' GPU time back to back, no launch gaps (+ all-reduces)
+    launches: float = 0.0       # kernels launched per step
 
     @property
     def roofline_ms(self) -> float:
@@ -224,13 +239,15 @@ def _check_tp(config: LLMConfig, tp: int, mig: str | None) -> None:
 class LLMPredictor:
     """Loads the Predictor (kernel model, launch overhead) once; predicts any LLM serving configuration."""
 
-    def __init__(self, predictor: Any = None, calibration: Calibration | None = None) -> None:
+    def __init__(self, predictor: Any = None, calibration: Calibration | None = None,
+                 attention: AttentionCorrection | None = None) -> None:
         if predictor is None:
             from lilou.api import Predictor
 
             predictor = Predictor(backend="eager")
         self.predictor = predictor
         self.calibration = calibration or shipped_calibration()
+        self.attention = shipped_attention() if attention is None else attention
 
     def predict(self, model: str | os.PathLike[str], gpu: str, *, mig: str | None = None, tp: int = 1,
                 batch: int = 1, input_len: int, output_len: int, dtype: str | None = None,
@@ -279,7 +296,7 @@ class LLMPredictor:
         prefill, decode = self._phases(config, device, batch, input_len, output_len, **sizes)
         calibration = self.calibration
         result.ttft_ms = prefill.ms * calibration.ttft_scale.get(engine, 1.0)
-        result.itl_ms = calibration.itl_ms(engine, decode.ms, batch)
+        result.itl_ms = calibration.itl_ms(engine, decode, batch)
         result.prefill, result.decode = prefill, decode
         u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
         result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
@@ -296,7 +313,13 @@ class LLMPredictor:
         steps += [StepShape(batch, 1, input_len + 1 + int((j + 0.5) * span / DECODE_POINTS), causal=False)
                   for j in range(DECODE_POINTS)]
         kernels = [step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine) for s in steps]
-        work = self._work([k for step in kernels for k in step], device, dtype)
+        flat = [k for step in kernels for k in step]
+        work = self._work(flat, device, dtype)
+        if engine == "vllm":  # measured vLLM attention kernels depart from the fused-attention price
+            correction = self.attention
+            for i, k in enumerate(flat):
+                if k.attention is not None:
+                    work[i] = correction.apply(float(work[i]), k.attention, k.causal, device.sms)
         offsets = np.cumsum([0] + [len(step) for step in kernels])
         priced = [(step, work[offsets[i]:offsets[i + 1]]) for i, step in enumerate(kernels)]
         itemsize = ITEMSIZE[dtype]
@@ -304,15 +327,17 @@ class LLMPredictor:
         reduce_decode = 2 * config.layers * all_reduce_ms(batch * config.hidden * itemsize, tp, device)
         overhead = self.predictor.model.overhead
         prefill_ms = float(overhead.kernel_ms(_sequence(*priced[0])).sum()) + reduce_prefill
+        gpu_each = [float(sum(k.count * w for k, w in zip(step, w_))) * overhead.scale for step, w_ in priced[1:]]
         if engine == "vllm":  # CUDA graphs: no launch gap
-            decode_each = [float(sum(k.count * w for k, w in zip(step, w_))) * overhead.scale
-                           for step, w_ in priced[1:]]
+            decode_each = gpu_each
         else:
             decode_each = [float(overhead.kernel_ms(_sequence(step, w_)).sum()) for step, w_ in priced[1:]]
         decode_ms = float(np.mean(decode_each)) + reduce_decode
+        decode_gpu_ms = float(np.mean(gpu_each)) + reduce_decode
+        launches = float(np.mean([sum(k.count for k in step) for step in kernels[1:]]))
         return (self._phase(priced[0][0], prefill_ms, device, dtype),
                 self._phase([k for step in kernels[1:] for k in step], decode_ms, device, dtype,
-                            weight=1 / DECODE_POINTS))
+                            weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches))
 
     def _work(self, kernels: list[StepKernel], device: Device, dtype: str) -> np.ndarray:
         """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path."""
@@ -332,10 +357,10 @@ class LLMPredictor:
         # batch None: the five-rung size ladder (x1 .. x16), enough for monotonic work and 4x cheaper than a ladder
         # over every batch up to the dense limit
         work = self.predictor.model.kernel_work(graph_kernels, [device], None, lambda _: path)
-        return work.work_ms[:, 0]
+        return np.array(work.work_ms[:, 0], dtype=np.float64)
 
     def _phase(self, kernels: list[StepKernel], ms: float, device: Device, dtype: str,
-               weight: float = 1.0) -> Phase:
+               weight: float = 1.0, gpu_ms: float | None = None, launches: float = 0.0) -> Phase:
         from lilou.latency.kernel_model.precision import kernel_unit, precision_path
 
         path = precision_path(dtype, device, None, "off")
@@ -347,7 +372,7 @@ class LLMPredictor:
             nbytes += weight * k.count * k.spec.bytes
             compute_ms += weight * k.count * k.spec.flops / (peak * 1e9)
         return Phase(ms=ms, flops=flops, bytes=nbytes, memory_ms=nbytes / (device.memory_bandwidth_gbs * 1e6),
-                     compute_ms=compute_ms)
+                     compute_ms=compute_ms, gpu_ms=ms if gpu_ms is None else gpu_ms, launches=launches)
 
     def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
         out: dict[str, list[float] | None] = {}

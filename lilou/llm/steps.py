@@ -17,7 +17,8 @@ Attention has no family in the kernel model, so it is priced as what a flash-att
 batched GEMMs (Q.K^T and P.V) and the softmax between them in one kernel, reading Q, K and V once and writing
 O (the score matrix stays on chip). Grouped-query attention packs the ``heads / kv_heads`` query heads of one
 KV head as rows, as the decode kernels do. A causal prefill does the lower triangle: each query attends
-``(I + 1) / 2`` keys on average. Decode reads the whole KV cache: a memory-bound kernel.
+``(I + 1) / 2`` keys on average. Decode reads the whole KV cache: a memory-bound kernel. Each attention kernel
+carries its shape, so that :mod:`lilou.llm.attention` can correct its price to what vLLM's kernels measure.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from lilou.graph.costs import CostInput, TensorInfo
 from lilou.latency.kernel_model.kernel import KernelSpec, describe_kernel
+from lilou.llm.attention import AttentionShape
 from lilou.llm.config import LLMConfig
 from lilou.llm.memory import ITEMSIZE, kv_heads_per_gpu
 
@@ -42,6 +44,8 @@ class StepKernel:
     fixed_bytes: int      # bytes read from weights (batch-invariant: the size ladder keeps them fixed)
     layer: bool           # part of the per-layer sequence (else: once per step, before/after the layers)
     order: int            # position in the layer (or in the head / tail)
+    attention: AttentionShape | None = None  # the attention kernel's shape (lilou.llm.attention corrects its price)
+    causal: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,10 +145,10 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
     kernels: list[StepKernel] = []
 
     def add(name: str, nodes: list[CostInput], *, fixed: int = 0, layer: bool = True, count: int | None = None,
-            external: set[str] | None = None) -> None:
+            external: set[str] | None = None, attention: AttentionShape | None = None) -> None:
         spec = describe_kernel(nodes, external_outputs=external)
         kernels.append(StepKernel(name, spec, config.layers if count is None and layer else (count or 1),
-                                  fixed, layer, len(kernels)))
+                                  fixed, layer, len(kernels), attention, shape.causal))
 
     def norm(name: str, residual: bool) -> None:
         if hf and config.norm == "rmsnorm":
@@ -176,7 +180,8 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
         add("rope", _elementwise(b, "Mul", tokens, q_w + kv_w))
         add("kv_cache_write", [CostInput("Cast", {}, [b.t((tokens, 2 * kv_w))],
                                          [b.t((tokens, 2 * kv_w), kv_dtype)])])
-    add("attention", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal))
+    add("attention", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal),
+        attention=AttentionShape(seqs, shape.q_len, shape.kv_len, heads, kv_heads, d))
     nodes, fixed = _gemm(b, tokens, q_w, h)
     add("o_proj", nodes, fixed=fixed)
     # ---------------------------------------------------------------- MLP block
