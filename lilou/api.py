@@ -10,6 +10,15 @@
 ``p.rank(...).to_json()`` what ``lilou rank --format json`` prints; the CLI is a
 thin layer over this module. The graph is parsed, grouped into kernels and
 described once per call, whatever the number of devices.
+
+Grouping is most of a prediction (the fusion GNN and the kernel descriptions: about 85 % for
+ResNet-18), so a caller that predicts one model many times prepares it once:
+
+>>> prepared = p.prepare("examples/resnet18.onnx")                # doctest: +SKIP
+>>> p.predict(prepared, gpu="t4"), p.rank(prepared, gpus=["a10g", "l4"])   # doctest: +SKIP
+
+``predict``, ``predict_many`` and ``rank`` of a path or a graph are ``prepare`` followed by the same
+code, so a prepared model gives exactly the results its path gives.
 """
 from __future__ import annotations
 
@@ -36,7 +45,23 @@ from lilou.graph.precision import ModelPrecision, model_precision
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
 
-ModelInput = str | os.PathLike[str] | ModelGraph
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """A model read and grouped into kernels once, ready to be predicted on any device, any number of times.
+
+    Made by :meth:`Predictor.prepare`; the service caches these. Its parts are shared between calls and
+    threads and never modified by a prediction."""
+
+    name: str                  # what predictions call the model (the path as given, or the graph's name)
+    graph: ModelGraph
+    kernels: GraphKernels
+    warnings: tuple[str, ...]  # of reading the graph and grouping it into kernels
+    backend: str               # the backend whose fusion grouped it; only a Predictor of that backend takes it
+    batch: int | None = None   # the batch option it was read with (None: the file's own)
+
+
+ModelInput = str | os.PathLike[str] | ModelGraph | PreparedModel
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,7 @@ class Prediction:
     tf32: str = "off"         # off | conv | on: what FP32 convolutions / matmuls run in on this device
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (docs/intervals.md)
     extrapolated_share: float = 0.0  # share (0..1) of the predicted time on extrapolated kernels
+    fits: bool = True  # weights + largest activation within the device's (or slice's) memory
 
     @property
     def device(self) -> str:
@@ -118,7 +144,7 @@ class Prediction:
         return {"model": self.model, "gpu": self.gpu, "mig": self.mig, "backend": self.backend,
                 "batch": self.batch, "precision": self.precision, "tf32": self.tf32, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
-                "kernels": [k.to_json() for k in self.kernels], "warnings": list(self.warnings)}
+                "fits": self.fits, "kernels": [k.to_json() for k in self.kernels], "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -130,6 +156,7 @@ class RankEntry:
     tf32: str = "off"
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms
     extrapolated_share: float = 0.0
+    fits: bool = True  # weights + largest activation within the device's (or slice's) memory
 
     @property
     def device(self) -> str:
@@ -138,7 +165,7 @@ class RankEntry:
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
-                "precision": self.precision, "tf32": self.tf32}
+                "fits": self.fits, "precision": self.precision, "tf32": self.tf32}
 
 
 @dataclass
@@ -210,10 +237,22 @@ class Predictor:
 
     # ----------------------------------------------------------------- public
 
+    def prepare(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> PreparedModel:
+        """Read ``model`` (an ONNX path, or a loaded graph with ``batch`` and ``shapes`` None) and group it
+        into kernels for this predictor's backend, once, for any number of predictions."""
+        if isinstance(model, PreparedModel):
+            raise LilouInputError(f"{model.name}: already prepared; pass it to predict or rank as it is")
+        graph = self._graph(model, batch, shapes)
+        kernels, warnings = self._kernels(graph)
+        return PreparedModel(name=_model_name(model), graph=graph, kernels=kernels, warnings=tuple(warnings),
+                             backend=self.backend, batch=batch)
+
     def predict(self, model: ModelInput, gpu: str, mig: str | None = None, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
                 tf32: str | None = None) -> Prediction:
-        """End-to-end latency of ``model`` (an ONNX path or a loaded graph) on one GPU or MIG slice.
+        """End-to-end latency of ``model`` (an ONNX path, a loaded graph or a :class:`PreparedModel`) on one GPU
+        or MIG slice.
 
         ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
         ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.kernel_model.precision)."""
@@ -231,9 +270,8 @@ class Predictor:
                      tf32: str | None = None) -> list[Prediction]:
         """:meth:`predict` for several devices; the graph is read and grouped once."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
-        graph = self._graph(model, batch, shapes)
-        kernels, warnings = self._kernels(graph)
-        return self._predictions(graph, _model_name(model), kernels, warnings, list(devices), batch, precision, tf32)
+        prepared = self._prepared(model, batch, shapes)
+        return self._predictions(prepared, list(devices), precision, tf32)
 
     def rank(self, model: ModelInput, gpus: Sequence[str] | None = None, batch: int | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
@@ -241,26 +279,40 @@ class Predictor:
         """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
         devices = rank_devices(gpus)
-        graph = self._graph(model, batch, shapes)
-        kernels, warnings = self._kernels(graph)
+        prepared = self._prepared(model, batch, shapes)
+        graph, kernels = prepared.graph, prepared.kernels
         reading = _GraphPrecision.of(graph, precision, tf32)
         shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path))
         totals = shares.sum(axis=0)
         paths = [reading.path(d) for d in devices]
         precision_notes = reading.notes(paths, devices, self.coverage)
         bounds = self._intervals(kernels, shares, devices, paths)
+        need = memory_needed(graph)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
-                             round(float(bounds.extrapolated_share[j]), 4))
+                             round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d))
                    for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
-        return Ranking(model=_model_name(model), backend=self.backend, entries=entries,
-                       warnings=_ambiguity_notes(gpus) + warnings + precision_notes + _fallback_warning(kernels, shares)
-                       + _power_note(self.model.kernel_model, devices) + _memory_warning(graph, devices)
-                       + self._interval_warnings(bounds))
+        return Ranking(model=prepared.name, backend=self.backend, entries=entries,
+                       warnings=_ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
+                       + _fallback_warning(kernels, shares) + _power_note(self.model.kernel_model, devices)
+                       + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
     # ---------------------------------------------------------------- helpers
 
-    def _graph(self, model: ModelInput, batch: int | None, shapes) -> ModelGraph:
+    def _prepared(self, model: ModelInput, batch: int | None, shapes) -> PreparedModel:
+        """``model`` prepared for this backend: as it is when it already is, checked."""
+        if not isinstance(model, PreparedModel):
+            return self.prepare(model, batch, shapes)
+        if batch is not None or shapes:
+            raise LilouInputError(f"{model.name}: batch and shapes apply when a model is prepared; pass them to "
+                                  "Predictor.prepare instead")
+        if model.backend != self.backend:
+            raise LilouInputError(f"{model.name}: prepared for the {model.backend} backend, and this predictor "
+                                  f"predicts {self.backend} kernels; prepare it with Predictor(backend="
+                                  f"{self.backend!r})")
+        return model
+
+    def _graph(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None, shapes) -> ModelGraph:
         if isinstance(model, ModelGraph):
             if batch is not None or shapes:
                 raise LilouInputError("batch and shapes apply when loading a file; pass them to load_graph instead")
@@ -287,9 +339,10 @@ class Predictor:
                             f"measurements; {self.backend} kernels are predicted with them as they are")
         return kernels, warnings
 
-    def _predictions(self, graph: ModelGraph, name: str, kernels: GraphKernels, warnings: list[str],
-                     devices: list[Device], batch: int | None, precision: str | None = None,
+    def _predictions(self, prepared: PreparedModel, devices: list[Device], precision: str | None = None,
                      tf32: str | None = None) -> list[Prediction]:
+        graph, kernels, name, batch = prepared.graph, prepared.kernels, prepared.name, prepared.batch
+        warnings = list(prepared.warnings)
         reading = _GraphPrecision.of(graph, precision, tf32)
         work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
         shares = self.model.compose(work)
@@ -307,7 +360,8 @@ class Predictor:
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
                            interval_ms=_rounded(bounds.interval(j)),
-                           extrapolated_share=round(float(bounds.extrapolated_share[j]), 4))
+                           extrapolated_share=round(float(bounds.extrapolated_share[j]), 4),
+                           fits=fits_memory(need, device))
                 for j, device in enumerate(devices)]
 
     def _intervals(self, kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device],
@@ -476,12 +530,16 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
     return sum(weights.values()), max(activations, default=0)
 
 
+def fits_memory(need: tuple[int, int], device: Device) -> bool:
+    """Whether the weights and the largest activation (:func:`memory_needed`) fit the device's memory."""
+    return sum(need) <= device.memory_gb * 2**30
+
+
 def _memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int, int] | None = None) -> list[str]:
     """Say so when the weights and the largest activation cannot fit the device's memory (``need``: what
     :func:`memory_needed` returns, when already computed)."""
     weights, activation = need or memory_needed(graph)
-    need = weights + activation
-    short = [d for d in devices if need > d.memory_gb * 2**30]
+    short = [d for d in devices if not fits_memory((weights, activation), d)]
     if not short:
         return []
     gib = 2**30
@@ -497,8 +555,8 @@ def _leading_dim(graph: ModelGraph) -> int | None:
     return None
 
 
-def _model_name(model: ModelInput) -> str:
+def _model_name(model: str | os.PathLike[str] | ModelGraph) -> str:
     return model.name if isinstance(model, ModelGraph) else os.fspath(model)
 
 
-__all__ = ["KernelEstimate", "Prediction", "Predictor", "RankEntry", "Ranking", "rank_devices"]
+__all__ = ["KernelEstimate", "Prediction", "Predictor", "PreparedModel", "RankEntry", "Ranking", "rank_devices"]

@@ -225,6 +225,71 @@ def test_cached_graph_is_grouped_into_kernels_once(monkeypatch, predictor):
     assert (entries, warnings) == (ranking.to_json(), ranking.warnings)
 
 
+def test_cache_holds_prepared_models_per_backend_and_batch(monkeypatch, zoo_onnx):
+    """Each backend and each batch of the same bytes is its own prepared model; the names are the request's."""
+    import lilou.fusion.predict as fusion
+    from lilou.api import Predictor, PreparedModel
+    from lilou.serve.schemas import PredictRequest, RankRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    dynamic = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    calls = []
+    original = fusion.predict_partition
+    monkeypatch.setattr(fusion, "predict_partition", lambda *a, **k: calls.append(a[1]) or original(*a, **k))
+    service = Service(Settings())
+    first = ModelSource(path=dynamic, sha256="resnet18-dynamic", name="a.onnx")
+    again = ModelSource(path=dynamic, sha256="resnet18-dynamic", name="b.onnx")
+    try:
+        eager = service.predict(PredictRequest(gpu="a10g", batch=2), first)
+        tvm = service.predict(PredictRequest(gpu="a10g", batch=2, backend="tvm"), again)
+        four = service.rank(RankRequest(gpus=["a10g"], batch=4), again)
+        cached = service.prepared(first, 2, {}, "eager")
+    finally:
+        service.shutdown()
+    assert calls == ["eager", "tvm", "eager"]
+    assert service.stats()["cache"] == {"entries": 3, "capacity": 64, "hits": 1, "misses": 3}
+    assert isinstance(cached, PreparedModel) and (cached.name, cached.batch, cached.backend) == ("a.onnx", 2, "eager")
+    expected = Predictor().predict(dynamic, gpu="a10g", batch=2).to_json()
+    assert eager == {**expected, "model": "a.onnx"} and eager["batch"] == 2
+    assert tvm == {**Predictor(backend="tvm").predict(dynamic, gpu="a10g", batch=2).to_json(), "model": "b.onnx"}
+    assert tvm["backend"] == "tvm" and tvm["latency_ms"] != eager["latency_ms"]
+    assert four[0] == Predictor().rank(dynamic, gpus=["a10g"], batch=4).to_json()
+
+
+def test_plan_uses_one_cached_model_per_batch(monkeypatch, zoo_onnx, predictor):
+    """A second plan of the same bytes runs no fusion model, and equals the CLI's plan; /v1/predict at a
+    batch the plan tried finds it cached."""
+    from lilou.serve.service import has_plan
+
+    if not has_plan():
+        pytest.skip("lilou.plan is not installed: /v1/plan is not offered")
+    import lilou.fusion.predict as fusion
+    from lilou.plan import plan_model
+    from lilou.serve.schemas import PlanRequest, PredictRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    dynamic = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    calls = []
+    original = fusion.predict_partition
+    monkeypatch.setattr(fusion, "predict_partition", lambda *a, **k: calls.append(a[1]) or original(*a, **k))
+    service = Service(Settings())
+    source = ModelSource(path=dynamic, sha256="resnet18-dynamic", name="r18.onnx")
+    request = PlanRequest(slo_ms=30, gpus=["a10g", "t4", "a100-80gb/1g.10gb"], batches=[1, 2, 4])
+    try:
+        first = service.plan(request, dynamic, source)
+        assert (len(calls), service.stats()["cache"]["misses"], service.stats()["cache"]["hits"]) == (3, 3, 0)
+        second = service.plan(request, dynamic, source)
+        predicted = service.predict(PredictRequest(gpu="l4", batch=2), source)
+    finally:
+        service.shutdown()
+    assert len(calls) == 3 and service.stats()["cache"] == {"entries": 3, "capacity": 64, "hits": 4, "misses": 3}
+    expected = plan_model(dynamic, 30, gpus=request.gpus, batches=[1, 2, 4], predictor=predictor).to_json()
+    assert first == second == {**expected, "model": "r18.onnx"} and first["batches"] == [1, 2, 4]
+    assert predicted == {**predictor.predict(dynamic, gpu="l4", batch=2).to_json(), "model": "r18.onnx"}
+
+
 def test_upload_folders_are_removed(client, upload_tmp):
     assert client.post("/v1/predict", files=_upload(), data={"gpu": "a10g"}).status_code == 200
     assert client.post("/v1/predict", files=_upload(), data={"gpu": "nope"}).status_code == 400

@@ -13,14 +13,17 @@ without a price after the priced ones), or by throughput, highest first, when no
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lilou.errors import LilouInputError
 from lilou.hardware import Device
 from lilou.plan.kubernetes import resource_name
 from lilou.plan.prices import device_price
+
+if TYPE_CHECKING:
+    from lilou.api import PreparedModel
 
 #: Batch sizes tried when none are given.
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -155,15 +158,22 @@ def parse_batches(text: str | None) -> list[int] | None:
 def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[str] | None = None,
                batches: Sequence[int] | None = None, prices: Mapping[str, float] | None = None, predictor=None,
                shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
-               tf32: str | None = None) -> CapacityPlan:
-    """The capacity plan of an ONNX model for a latency SLO (ms) over devices and batch sizes."""
-    from lilou.api import Predictor, memory_needed, rank_devices
+               tf32: str | None = None,
+               prepare: Callable[[int, dict[str, tuple[int, ...]] | None], PreparedModel] | None = None
+               ) -> CapacityPlan:
+    """The capacity plan of an ONNX model for a latency SLO (ms) over devices and batch sizes.
+
+    By default the file is read and grouped into kernels once per batch. ``prepare(batch, shapes)``, when
+    given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
+    service passes its cache's, so a second plan of the same bytes skips the graph work."""
+    from lilou.api import Predictor, PreparedModel, memory_needed, rank_devices
     from lilou.graph.dag import load_graph
 
     slo = check_slo(slo_ms)
     sizes = check_batches(batches)
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
+    load = prepare or (lambda batch, pinned: load_graph(model, batch=batch, shapes=pinned))
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = []
     tried: list[int] = []
@@ -173,17 +183,18 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             break
         try:
             # --shape pins whole inputs; in a plan their leading (batch) dimension follows the batch tried.
-            graph = load_graph(model, batch=batch,
-                               shapes={k: (batch, *tuple(v)[1:]) for k, v in shapes.items()} if shapes else None)
+            loaded = load(batch, {k: (batch, *tuple(v)[1:]) for k, v in shapes.items()} if shapes else None)
         except LilouInputError as error:
             if not tried and batch == sizes[-1]:
                 raise
             warnings.append(f"batch {batch} skipped: {error}")
             continue
+        # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
+        prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded)
         # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
-        ranking = predictor.rank(graph, gpus=[d.name for d in active], precision=precision, tf32=tf32)
+        ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
         by_device = {(e.gpu, e.mig): e for e in ranking}
-        weights, activation = memory_needed(graph)
+        weights, activation = memory_needed(prepared.graph)
         need = (weights + activation) / _GIB
         for device in active:
             entry = by_device[(device.gpu, device.mig)]

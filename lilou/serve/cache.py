@@ -1,8 +1,10 @@
-"""A bounded LRU of parsed model graphs, keyed by the sha256 of the file and the shape options.
+"""A bounded LRU of prepared models (:class:`lilou.api.PreparedModel`), keyed by the sha256 of the file,
+the shape options and the backend.
 
-A second request for the same bytes (any file name, any GPU) skips parsing, shape inference and
-cost annotation. Concurrent requests for a graph not yet cached wait for one load instead of each
-doing it. Cached graphs are shared between threads and only read.
+A second request for the same bytes (any file name, any GPU) skips parsing, shape inference, cost
+annotation and the fusion model's grouping into kernels: only the per-kernel latency model runs.
+Concurrent requests for a model not yet cached wait for one load instead of each doing it. Cached
+models are shared between threads and only read.
 """
 from __future__ import annotations
 
@@ -12,35 +14,36 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from lilou.graph.dag import ModelGraph
+from lilou.api import PreparedModel
 
-GraphKey = tuple[str, int | None, tuple[tuple[str, tuple[int, ...]], ...]]
-
-
-def graph_key(sha256: str, batch: int | None, shapes: Mapping[str, Sequence[int]] | None) -> GraphKey:
-    return sha256, batch, tuple(sorted((name, tuple(dims)) for name, dims in (shapes or {}).items()))
+ModelKey = tuple[str, int | None, tuple[tuple[str, tuple[int, ...]], ...], str]
 
 
-class GraphCache:
-    """``get(key, load)`` returns the cached graph or calls ``load()`` once for all waiting callers."""
+def model_key(sha256: str, batch: int | None, shapes: Mapping[str, Sequence[int]] | None,
+              backend: str) -> ModelKey:
+    return sha256, batch, tuple(sorted((name, tuple(dims)) for name, dims in (shapes or {}).items())), backend
+
+
+class ModelCache:
+    """``get(key, load)`` returns the cached model or calls ``load()`` once for all waiting callers."""
 
     def __init__(self, capacity: int = 64) -> None:
         if capacity < 0:
             raise ValueError("cache capacity must be >= 0")
         self.capacity = capacity
-        self._graphs: OrderedDict[GraphKey, ModelGraph] = OrderedDict()
-        self._loading: dict[GraphKey, Future] = {}
+        self._models: OrderedDict[ModelKey, PreparedModel] = OrderedDict()
+        self._loading: dict[ModelKey, Future] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: GraphKey, load: Callable[[], ModelGraph]) -> ModelGraph:
+    def get(self, key: ModelKey, load: Callable[[], PreparedModel]) -> PreparedModel:
         with self._lock:
-            graph = self._graphs.get(key)
-            if graph is not None:
-                self._graphs.move_to_end(key)
+            model = self._models.get(key)
+            if model is not None:
+                self._models.move_to_end(key)
                 self.hits += 1
-                return graph
+                return model
             pending = self._loading.get(key)
             owner = pending is None
             if owner:
@@ -51,7 +54,7 @@ class GraphCache:
         if not owner:
             return pending.result()
         try:
-            graph = load()
+            model = load()
         except BaseException as exc:  # errors are not cached: the waiting callers get the same one
             with self._lock:
                 del self._loading[key]
@@ -60,12 +63,12 @@ class GraphCache:
         with self._lock:
             del self._loading[key]
             if self.capacity:
-                self._graphs[key] = graph
-                while len(self._graphs) > self.capacity:
-                    self._graphs.popitem(last=False)
-        pending.set_result(graph)
-        return graph
+                self._models[key] = model
+                while len(self._models) > self.capacity:
+                    self._models.popitem(last=False)
+        pending.set_result(model)
+        return model
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"entries": len(self._graphs), "capacity": self.capacity, "hits": self.hits, "misses": self.misses}
+            return {"entries": len(self._models), "capacity": self.capacity, "hits": self.hits, "misses": self.misses}

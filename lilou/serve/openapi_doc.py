@@ -103,9 +103,11 @@ class LLMBody(BaseModel):
 
 class Health(BaseModel):
     status: str
-    cache: dict[str, int] = Field(..., description="parsed graphs: entries, capacity, hits, misses")
-    kernel_groupings: dict[str, int] = Field(..., description="kernel groupings of cached graphs: entries, hits, "
-                                                               "misses")
+    cache: dict[str, int] = Field(..., description="prepared models (parsed and grouped into kernels): entries, "
+                                                    "capacity, hits, misses")
+    kernel_groupings: dict[str, int] = Field(..., description="kernel groupings of cached models: entries, hits, "
+                                                               "misses (the cache's own: a model is grouped when "
+                                                               "it is cached)")
     endpoints: dict[str, bool] = Field(..., description="whether /v1/plan and /v1/llm are offered")
 
 

@@ -1,0 +1,137 @@
+"""``Predictor.prepare``: a model read and grouped once gives exactly the results its path gives.
+
+On the shipped examples/resnet18.onnx and a zoo transformer (ELECTRA-small, exported with a dynamic batch),
+every prediction of the prepared model is compared, field by field, with the same call on the path;
+the fusion model runs once per preparation however many devices and calls follow.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from lilou.api import Predictor, PreparedModel, rank_devices
+from lilou.errors import LilouInputError
+
+REPO = Path(__file__).resolve().parents[1]
+RESNET18 = str(REPO / "examples" / "resnet18.onnx")
+GPUS = ["a10g", "t4", "a100-80gb/1g.10gb", "h100-sxm"]
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor()
+
+
+@pytest.fixture(scope="module")
+def resnet18(predictor) -> PreparedModel:
+    return predictor.prepare(RESNET18)
+
+
+@pytest.fixture(scope="module")
+def electra(zoo_onnx) -> str:
+    return str(zoo_onnx("electra-small", batch=2, seq=32, dynamic_batch=True))
+
+
+def test_prepared_model_holds_the_graph_kernels_and_warnings(predictor, resnet18):
+    from lilou.graph.dag import load_graph
+
+    graph = load_graph(RESNET18)
+    assert resnet18.name == RESNET18 and resnet18.backend == "eager" and resnet18.batch is None
+    assert sorted(resnet18.graph.dag.nodes) == sorted(graph.dag.nodes)
+    assert resnet18.graph.inputs[0].shape == (1, 3, 224, 224)
+    # every launching node is in exactly one kernel group
+    grouped = [node for group in resnet18.kernels.nodes for node in group]
+    assert len(grouped) == len(set(grouped))
+    assert isinstance(resnet18.warnings, tuple) and list(resnet18.warnings) == graph.warnings
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resnet18.name = "other"  # type: ignore[misc]
+
+
+def test_predict_of_a_prepared_model_is_the_path_s_prediction(predictor, resnet18):
+    for gpu, mig, options in (("a10g", None, {}), ("a100-80gb", "1g.10gb", {}),
+                              ("t4", None, {"precision": "fp16", "tf32": "off"})):
+        expected = predictor.predict(RESNET18, gpu=gpu, mig=mig, **options)
+        got = predictor.predict(resnet18, gpu=gpu, mig=mig, **options)
+        assert got.to_json() == expected.to_json()
+        assert got.kernels == expected.kernels and got.warnings == expected.warnings
+        assert len(got.kernels) == len(resnet18.kernels)
+    # the ambiguity note of 'a100-80gb' went into that prediction's warnings, not into the prepared model's
+    assert not any(w.startswith("GPU name 'a100-80gb' is ambiguous") for w in resnet18.warnings)
+
+
+def test_predict_many_and_rank_of_a_prepared_model(predictor, resnet18):
+    devices = rank_devices(GPUS)
+    many = predictor.predict_many(resnet18, devices)
+    assert [p.to_json() for p in many] == [p.to_json() for p in predictor.predict_many(RESNET18, devices)]
+    assert [p.device for p in many] == ["a10g", "t4", "a100-sxm4-80gb/1g.10gb", "h100-sxm"]
+    ranking, expected = predictor.rank(resnet18, gpus=GPUS), predictor.rank(RESNET18, gpus=GPUS)
+    assert ranking.to_json() == expected.to_json() and ranking.warnings == expected.warnings
+    assert ranking.model == RESNET18 and [e.device for e in ranking][0] == "h100-sxm"
+    everything = predictor.rank(resnet18)
+    assert everything.to_json() == predictor.rank(RESNET18).to_json()
+    assert len(everything) == len(rank_devices())
+
+
+def test_zoo_transformer_prepared_at_a_batch(predictor, electra):
+    prepared = predictor.prepare(electra, batch=4)
+    assert prepared.batch == 4 and prepared.graph.inputs[0].shape == (4, 32)
+    expected = predictor.predict(electra, gpu="a100-sxm4-80gb", batch=4)
+    got = predictor.predict(prepared, gpu="a100-sxm4-80gb")
+    assert got.to_json() == expected.to_json() and got.batch == 4
+    ranking = predictor.rank(prepared, gpus=["a10g", "t4", "a100-80gb/1g.10gb"], precision="bf16")
+    reference = predictor.rank(electra, gpus=["a10g", "t4", "a100-80gb/1g.10gb"], batch=4, precision="bf16")
+    assert ranking.to_json() == reference.to_json() and ranking.warnings == reference.warnings
+    assert {e.precision for e in ranking} == {"bf16"}
+    # another batch is another preparation, with other kernels
+    two = predictor.prepare(electra, batch=2)
+    assert predictor.predict(two, gpu="a10g").to_json() == predictor.predict(electra, gpu="a10g", batch=2).to_json()
+    assert [s.flops for s in two.kernels.specs] != [s.flops for s in prepared.kernels.specs]
+
+
+def test_the_fusion_model_runs_once_per_preparation(monkeypatch, predictor):
+    import lilou.fusion.predict as fusion
+
+    calls = []
+    original = fusion.predict_partition
+    monkeypatch.setattr(fusion, "predict_partition", lambda *a, **k: calls.append(a[1]) or original(*a, **k))
+    prepared = predictor.prepare(RESNET18)
+    for gpu in ("a10g", "t4", "l4"):
+        predictor.predict(prepared, gpu=gpu)
+    predictor.predict_many(prepared, rank_devices(GPUS))
+    predictor.rank(prepared, gpus=GPUS)
+    assert calls == ["eager"]
+    predictor.predict(RESNET18, gpu="a10g")  # a path is prepared on every call
+    assert calls == ["eager", "eager"]
+
+
+def test_a_loaded_graph_is_prepared_under_its_name(predictor, resnet18):
+    from lilou.graph.dag import load_graph
+
+    graph = load_graph(RESNET18)
+    prepared = predictor.prepare(graph)
+    assert prepared.name == "resnet18" and prepared.graph is graph
+    assert predictor.predict(prepared, gpu="l4").to_json() == predictor.predict(graph, gpu="l4").to_json()
+    with pytest.raises(LilouInputError, match="^batch and shapes apply when loading a file; pass them to "
+                                              "load_graph instead$"):
+        predictor.prepare(graph, batch=2)
+
+
+def test_options_a_prepared_model_cannot_take(predictor, resnet18):
+    with pytest.raises(LilouInputError) as batch:
+        predictor.predict(resnet18, gpu="a10g", batch=2)
+    assert str(batch.value) == (f"{RESNET18}: batch and shapes apply when a model is prepared; pass them to "
+                                "Predictor.prepare instead")
+    with pytest.raises(LilouInputError) as shapes:
+        predictor.rank(resnet18, shapes={"input": [2, 3, 224, 224]})
+    assert str(shapes.value) == str(batch.value)
+    with pytest.raises(LilouInputError) as other:
+        predictor.predict_many(dataclasses.replace(resnet18, backend="tvm"), rank_devices(["a10g"]))
+    assert str(other.value) == (f"{RESNET18}: prepared for the tvm backend, and this predictor predicts eager "
+                                "kernels; prepare it with Predictor(backend='eager')")
+    with pytest.raises(LilouInputError, match="already prepared; pass it to predict or rank as it is$"):
+        predictor.prepare(resnet18)
+    # bad device names still fail first, without touching the model
+    with pytest.raises(LilouInputError, match="no-such-gpu"):
+        predictor.predict(resnet18, gpu="no-such-gpu")
