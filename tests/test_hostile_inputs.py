@@ -505,8 +505,20 @@ def test_memory_fit_is_silent_when_the_model_fits(tmp_path, capsys):
     assert main(["infer", path, "--gpu", "a100-sxm4-80gb", "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert not any("fit in memory" in w for w in result["warnings"])
-    assert set(result) == {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "kernels",
-                           "warnings"}
+    assert result["fits"] is True
+    assert set(result) == {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "interval_ms",
+                           "extrapolated_share", "fits", "kernels", "warnings"}
+
+
+def test_a_model_that_does_not_fit_says_so_in_its_json(tmp_path, capsys):
+    path = save(huge_weight_model((2**16, 2**16)), tmp_path / "m.onnx")  # 16 GiB of weights
+    assert main(["infer", path, "--gpu", "a100-sxm4-80gb", "--mig", "1g.10gb", "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["fits"] is False and any("does not fit in memory" in w for w in result["warnings"])
+    assert main(["rank", path, "--gpus", "a100-sxm4-80gb,a100-sxm4-80gb/1g.10gb,t4", "--format", "json"]) == 0
+    ranking = json.loads(capsys.readouterr().out)
+    assert {(e["gpu"], e["mig"]): e["fits"] for e in ranking} == {
+        ("a100-sxm4-80gb", None): True, ("a100-sxm4-80gb", "1g.10gb"): False, ("t4", None): False}
 
 
 @pytest.mark.parametrize("command", [["graph"], ["fuse"], ["fuse", "--backend", "tvm"], ["infer", "--gpu", "t4"],
@@ -528,12 +540,12 @@ def test_location_without_length_reads_only_the_tensor(tmp_path, capsys):
 
 
 def test_internal_error_is_one_line_without_traceback(tmp_path, capsys, monkeypatch):
-    import lilou.commands.graph as graph_command
+    import lilou.graph.dag as dag
 
     def boom(*args, **kwargs):
         raise KeyError("deliberate")
 
-    monkeypatch.setattr(graph_command, "load_graph", boom)
+    monkeypatch.setattr(dag, "load_graph", boom)
     monkeypatch.delenv("LILOU_DEBUG", raising=False)
     assert main(["graph", save(relu_model(), tmp_path / "m.onnx")]) == 1
     err = capsys.readouterr().err

@@ -17,7 +17,7 @@ from tests.onnx_builders import make_model, tensor, weight
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "interval_ms",
-               "extrapolated_share", "kernels", "warnings"}
+               "extrapolated_share", "fits", "kernels", "warnings"}
 KERNEL_FIELDS = {"nodes", "type", "latency_ms", "interval_ms", "extrapolated", "flops", "bytes"}
 
 

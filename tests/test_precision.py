@@ -97,7 +97,8 @@ def test_precision_override_and_rank(capsys) -> None:
     assert any("tensor sizes still follow the file's FP32 types" in w for w in forced.warnings)
     ranking = predictor.rank(EXAMPLE, gpus=["t4", "a10g"])
     assert {(e.gpu, e.tf32) for e in ranking} == {("t4", "off"), ("a10g", "conv")}
-    assert all(set(entry) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "precision", "tf32"}
+    assert all(set(entry) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision",
+                                   "tf32"}
                for entry in ranking.to_json())
     with pytest.raises(LilouInputError, match="unknown precision"):
         predictor.predict(EXAMPLE, gpu="t4", precision="fp64")
