@@ -25,13 +25,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.errors import LilouInputError
-from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device, resolve_device
 from lilou.latency.composition.breakdown import CATEGORIES, kernel_category
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
@@ -44,6 +43,9 @@ from lilou.latency.kernel_model.precision import PrecisionPath, check_precision,
 from lilou.graph.precision import ModelPrecision, model_precision
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
+
+if TYPE_CHECKING:
+    from lilou.graph.dag import ModelGraph
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,9 @@ class PreparedModel:
     batch: int | None = None   # the batch option it was read with (None: the file's own)
 
 
-ModelInput = str | os.PathLike[str] | ModelGraph | PreparedModel
+#: What the API predicts: an ONNX path, a loaded graph or a prepared model (a string: lilou.graph.dag, which
+#: needs onnx, is imported only when a graph is read, so that `lilou llm` starts without it).
+ModelInput = "str | os.PathLike[str] | ModelGraph | PreparedModel"
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,7 @@ class Predictor:
 
     def __init__(self, backend: str = "eager", kernel_checkpoint: str | os.PathLike[str] | None = None,
                  overhead_checkpoint: str | os.PathLike[str] | None = None) -> None:
-        from lilou.fusion.predict import check_backend
+        from lilou.fusion.backends import check_backend
 
         self.backend = check_backend(backend)
         kernel_model = KernelModel.load(kernel_checkpoint or checkpoint_path(KERNEL_LATENCY))
@@ -313,6 +317,8 @@ class Predictor:
         return model
 
     def _graph(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None, shapes) -> ModelGraph:
+        from lilou.graph.dag import ModelGraph
+
         if isinstance(model, ModelGraph):
             if batch is not None or shapes:
                 raise LilouInputError("batch and shapes apply when loading a file; pass them to load_graph instead")
@@ -556,6 +562,8 @@ def _leading_dim(graph: ModelGraph) -> int | None:
 
 
 def _model_name(model: str | os.PathLike[str] | ModelGraph) -> str:
+    from lilou.graph.dag import ModelGraph
+
     return model.name if isinstance(model, ModelGraph) else os.fspath(model)
 
 

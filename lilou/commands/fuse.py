@@ -12,10 +12,7 @@ from rich.table import Table
 
 from lilou.commands._common import add_format_option, add_shape_options, console, print_json, shape_overrides
 from lilou.errors import LilouInputError
-
-#: The backends with a fusion model (lilou.fusion.predict.BACKENDS), named here so that registering the
-#: command imports no model code: every `lilou` command registers every sub-command.
-BACKENDS = ("eager", "tvm")
+from lilou.fusion.backends import BACKENDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lilou.fusion.predict import check_backend, predict_partition
+    from lilou.fusion.backends import check_backend
+    from lilou.fusion.predict import predict_partition
     from lilou.graph.dag import load_graph
 
     check_backend(args.backend)

@@ -42,11 +42,11 @@ from lilou.fusion.tvm_replay import (
     replayed_fused_edges,
     tvm_pattern,
 )
+from lilou.fusion.backends import BACKENDS
 from lilou.graph.costs import ELEMENTWISE_FLOPS, MOVEMENT_OPS, VIEW_OPS
 from lilou.graph.dag import ModelGraph
 from lilou.graph.features import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, graph_arrays
 
-BACKENDS: tuple[str, ...] = ("eager", "tvm")
 
 # Coarse op kinds, close to the operator patterns compilers fuse by (TVM's elementwise /
 # injective / reduction / "anchor" whose output elementwise ops may join). They let the

@@ -11,7 +11,8 @@ import lightning as L
 import torch
 from torch.nn import functional as F
 
-from lilou.fusion.features import BACKENDS, FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES
+from lilou.fusion.backends import BACKENDS
+from lilou.fusion.features import FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES
 from lilou.fusion.gnn import FusionGNN
 
 

@@ -9,20 +9,11 @@ from __future__ import annotations
 import functools
 
 from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_path
-from lilou.errors import LilouInputError
+from lilou.fusion.backends import check_backend
 from lilou.fusion.partition import Partition
 from lilou.fusion.rules import RuleTable, rule_partition
 from lilou.graph.dag import ModelGraph
 from lilou.graph.features import OP_VOCABULARY
-
-BACKENDS = ("eager", "tvm")
-
-
-def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise LilouInputError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
-    return backend
-
 
 @functools.lru_cache(maxsize=4)
 def rule_table(backend: str) -> RuleTable:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lilou.graph.dag import ModelGraph
+if TYPE_CHECKING:  # onnx is imported only when a graph is read
+    from lilou.graph.dag import ModelGraph
 
 #: ONNX/numpy element type names -> Lilou's precision names (those of the kernel table).
 PRECISION_OF_DTYPE = {

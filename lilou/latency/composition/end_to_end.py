@@ -16,14 +16,14 @@ The pipeline for one graph and any number of devices:
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from lilou.fusion.partition import Partition
 from lilou.graph.costs import CostInput, input_reads
-from lilou.graph.dag import ModelGraph
 from lilou.hardware import Device
 from lilou.latency.composition.fallback import FALLBACK_TYPE, FallbackModel, uses_fallback
 from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
@@ -33,6 +33,10 @@ from lilou.latency.composition.monotone import dominating_devices, ladder_factor
 from lilou.latency.composition.overhead import OverheadModel
 from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit
 from lilou.latency.kernel_model.recurrent import RecurrentModel, RecurrentShape
+
+if TYPE_CHECKING:  # onnx and networkx are imported only when a graph is read
+    from lilou.fusion.partition import Partition
+    from lilou.graph.dag import ModelGraph
 
 
 @dataclass(frozen=True)
