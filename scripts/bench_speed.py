@@ -6,7 +6,12 @@ median peak RSS are reported:
 
 - `lilou infer` on BERT-large (NeuSight `bert_large`), seq 512, batch 8, on an A100 80GB;
 - `lilou infer` on ResNet-50, batch 1, on an A10G;
-- `lilou rank` on ResNet-50, batch 1, over every GPU and MIG slice of the database.
+- `lilou rank` on ResNet-50, batch 1, over every GPU and MIG slice of the database;
+- `lilou llm` (Llama-3.1-8B, batch 8, 512 + 128 tokens, A100-SXM4-80GB);
+- the floor any ONNX tool pays: `onnx.load` + `onnx.shape_inference.infer_shapes` of the BERT-large file.
+
+Targets (kernel-model and LLM issues): infer BERT-large <= 1.5x the floor, rank <= 1.2x one infer of the same
+model, llm < 1 s; the ratios are printed and written with the cases.
 
 The models are exported weight-free once (BERT-large shares `datasets/e2e_models`
 with `make fit-e2e` and `lilou eval`; ResNet-50 goes to `datasets/bench_models`).
@@ -21,6 +26,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from lilou.research.fresh_process import run_lilou
@@ -61,7 +67,23 @@ def cases() -> list[tuple[str, list[str]]]:
          ["infer", bert, "--gpu", "a100-80gb", "--batch", "8", "--format", "json"]),
         ("infer ResNet-50 batch 1 (a10g)", ["infer", resnet, "--gpu", "a10g", "--format", "json"]),
         ("rank ResNet-50 batch 1 (all devices)", ["rank", resnet, "--format", "json"]),
+        ("llm Llama-3.1-8B batch 8, 512+128 tokens (a100-sxm4-80gb)",
+         ["llm", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "a100-sxm4-80gb", "--batch", "8", "--input-len", "512",
+          "--output-len", "128", "--format", "json"]),
     ]
+
+
+_FLOOR = "import sys, onnx; onnx.shape_inference.infer_shapes(onnx.load(sys.argv[1], load_external_data=False))"
+
+
+def floor_s(path: Path, repeats: int) -> float:
+    """Median wall seconds of onnx.load + infer_shapes of ``path`` in a fresh process."""
+    walls = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", _FLOOR, str(path)], check=True)
+        walls.append(time.perf_counter() - start)
+    return statistics.median(walls[1:])  # the first run warms the file cache
 
 
 def main() -> None:
@@ -76,9 +98,13 @@ def main() -> None:
             wall, peak, output = run_lilou(argv)
             walls.append(wall)
             peaks.append(peak)
-        detail = (f"{output['latency_ms']:.2f} ms predicted, {len(output['kernels'])} kernels"
-                  if isinstance(output, dict) else f"{len(output)} devices, fastest {output[0]['gpu']}"
-                  f"{'/' + output[0]['mig'] if output[0]['mig'] else ''}")
+        if isinstance(output, dict) and "itl_ms" in output:
+            detail = f"ITL {output['itl_ms']:.2f} ms, TTFT {output['ttft_ms']:.1f} ms"
+        elif isinstance(output, dict):
+            detail = f"{output['latency_ms']:.2f} ms predicted, {len(output['kernels'])} kernels"
+        else:
+            detail = (f"{len(output)} devices, fastest {output[0]['gpu']}"
+                      f"{'/' + output[0]['mig'] if output[0]['mig'] else ''}")
         results.append({"case": name, "command": "lilou " + " ".join(argv), "repeats": args.repeats,
                         "median_s": statistics.median(walls), "min_s": min(walls), "max_s": max(walls),
                         "median_peak_rss_mib": statistics.median(peaks), "detail": detail})
@@ -90,8 +116,18 @@ def main() -> None:
         table.add_row(r["case"], f"{r['median_s']:.2f}", f"{r['min_s']:.2f}", f"{r['max_s']:.2f}",
                       f"{r['median_peak_rss_mib']:.0f}", r["detail"])
     Console(width=200).print(table)
+    median = {r["case"].split(" (")[0]: r["median_s"] for r in results}
+    floor = floor_s(bert_large(), args.repeats)
+    ratios = {"infer BERT-large / onnx load + infer_shapes (target <= 1.5)":
+              median["infer BERT-large seq 512 batch 8"] / floor,
+              "rank ResNet-50 all devices / infer ResNet-50 (target <= 1.2)":
+              median["rank ResNet-50 batch 1"] / median["infer ResNet-50 batch 1"]}
+    print(f"floor (onnx.load + infer_shapes, BERT-large): median {floor:.2f} s")
+    for name, ratio in ratios.items():
+        print(f"{name}: {ratio:.2f}x")
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "speed.json").write_text(json.dumps({"cases": results, "python": sys.version.split()[0]}, indent=2) + "\n")
+    (OUT / "speed.json").write_text(json.dumps({"cases": results, "floor_s": floor, "ratios": ratios,
+                                                "python": sys.version.split()[0]}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
