@@ -43,3 +43,25 @@ def zoo_onnx(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture
+def graph_work(monkeypatch) -> dict[str, int]:
+    """Counts of graph loads and fusion predictions while a test runs: {"load": n, "fuse": m}."""
+    import lilou.fusion.predict
+    import lilou.graph.dag
+
+    calls = {"load": 0, "fuse": 0}
+    load, fuse = lilou.graph.dag.load_graph, lilou.fusion.predict.predict_partition
+
+    def counted_load(*args, **kwargs):
+        calls["load"] += 1
+        return load(*args, **kwargs)
+
+    def counted_fuse(*args, **kwargs):
+        calls["fuse"] += 1
+        return fuse(*args, **kwargs)
+
+    monkeypatch.setattr(lilou.graph.dag, "load_graph", counted_load)
+    monkeypatch.setattr(lilou.fusion.predict, "predict_partition", counted_fuse)
+    return calls

@@ -139,23 +139,8 @@ def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in stdout
 
 
-def test_graph_work_once_per_batch_not_per_device(capsys, monkeypatch, resnet_dynamic):
-    import lilou.fusion.predict
-    import lilou.graph.dag
-
-    calls = {"load": 0, "fuse": 0}
-    load, fuse = lilou.graph.dag.load_graph, lilou.fusion.predict.predict_partition
-
-    def counted_load(*args, **kwargs):
-        calls["load"] += 1
-        return load(*args, **kwargs)
-
-    def counted_fuse(*args, **kwargs):
-        calls["fuse"] += 1
-        return fuse(*args, **kwargs)
-
-    monkeypatch.setattr(lilou.graph.dag, "load_graph", counted_load)
-    monkeypatch.setattr(lilou.fusion.predict, "predict_partition", counted_fuse)
+def test_graph_work_once_per_batch_not_per_device(capsys, graph_work, resnet_dynamic):
+    calls = graph_work
     plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--batches", "1,2,4")
     assert plan["devices"] == len(all_devices())
     assert calls == {"load": 3, "fuse": 3}

@@ -54,23 +54,8 @@ def test_rank_agrees_with_infer(capsys):
         assert json.loads(capsys.readouterr().out)["latency_ms"] == pytest.approx(ranking[(gpu, mig)], abs=1e-3)
 
 
-def test_graph_is_read_and_fused_once(capsys, monkeypatch):
-    import lilou.fusion.predict
-    import lilou.graph.dag
-
-    calls = {"load": 0, "fuse": 0}
-    load, fuse = lilou.graph.dag.load_graph, lilou.fusion.predict.predict_partition
-
-    def counted_load(*args, **kwargs):
-        calls["load"] += 1
-        return load(*args, **kwargs)
-
-    def counted_fuse(*args, **kwargs):
-        calls["fuse"] += 1
-        return fuse(*args, **kwargs)
-
-    monkeypatch.setattr(lilou.graph.dag, "load_graph", counted_load)
-    monkeypatch.setattr(lilou.fusion.predict, "predict_partition", counted_fuse)
+def test_graph_is_read_and_fused_once(capsys, graph_work):
+    calls = graph_work
     assert len(rank_json(capsys)) == len(all_devices())
     assert calls == {"load": 1, "fuse": 1}
 
