@@ -150,6 +150,26 @@ def scan_model() -> onnx.ModelProto:
                       [tensor("h", [4, 8]), tensor("ys", [12, 4, 8])], [weight("w", [8, 8])])
 
 
+def _invalid_utf8_name(tmp_path: Path) -> list[str]:
+    """relu_model with its node name's bytes replaced by invalid UTF-8 of the same length (as a byte mutant does)."""
+    data = relu_model().SerializeToString().replace(b"relu", b"r\xe4lu", 1)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    return ["graph", str(path)]
+
+
+def loop_bomb_model() -> onnx.ModelProto:
+    """288 bytes: a Loop body input of 2^31 - 1 elements, which ONNX's shape inference with data propagation
+    materialises as a list of dims (found by `make fuzz`: the process took gigabytes and was killed)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["h_in", "h_in"], ["h_out"])],
+        "body", [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL), tensor("h_in", [2**31 - 1])],
+        [tensor("cond_out", [], TensorProto.BOOL), tensor("h_out", None)])
+    loop = helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="loop", body=body)
+    return make_model([loop], [tensor("x", [1, 3, 8])], [tensor("y", None)],
+                      [ints("trip", -1), numpy_helper.from_array(np.array(True), "cond")])
+
+
 def if_model() -> onnx.ModelProto:
     def branch(name, op):
         return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_out"])], name, [],
@@ -360,6 +380,12 @@ ERROR_CASES = {
                                        "negative split sizes"),
     "infer-split-negative-sizes": (_cmd_of("infer", lambda: split_model([12, -2]), "--gpu", "t4"),
                                    "negative split sizes"),
+    "invalid-utf8-node-name": (_invalid_utf8_name, "not valid UTF-8"),
+    "pool-kernel-negative-rank-mismatch": (_graph_of(lambda: pool_model([1, 2**40 + 1, -1], x_shape=(1, 4))),
+                                           "kernel_shape=[1, 1099511627777, -1]"),
+    "conv-kernel-negative": (_graph_of(lambda: conv_model(kernel_shape=[-2, 3])), "kernel_shape=[-2, 3]"),
+    "shape-inference-memory-bomb": (_graph_of(loop_bomb_model), "needs more than 512 MiB of memory"),
+    "infer-shape-inference-memory-bomb": (_cmd_of("infer", loop_bomb_model, "--gpu", "t4"), "needs more than 512 MiB"),
     "conv-group-0": (_graph_of(lambda: conv_model(group=0)), "group=0"),
     "conv-group-negative": (_graph_of(lambda: conv_model(group=-2)), "group=-2"),
     "conv-group-mismatch": (_graph_of(lambda: conv_model(group=2, w_shape=(4, 3, 3, 3))), "channels"),
@@ -591,3 +617,23 @@ def test_constant_bombs_stay_under_1_gb(kind, command, tmp_path):
 
 def test_resource_module_available():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
+
+
+def test_guarded_shape_inference_gives_what_onnx_gives(monkeypatch):
+    """The forked child returns ONNX's own answer, its own errors, and one line when out of memory or time."""
+    from onnx import shape_inference
+
+    from lilou.errors import LilouInputError
+    from lilou.graph import guarded_inference
+
+    model = onnx.load(str(REPO / "examples" / "resnet18.onnx"), load_external_data=False)
+    direct = shape_inference.infer_shapes(model, check_type=False, strict_mode=True)
+    guarded = guarded_inference.infer_shapes(model, check_type=False, strict_mode=True)
+    assert guarded.SerializeToString() == direct.SerializeToString()
+    broken = make_model([helper.make_node("MatMul", ["a", "b"], ["c"])], [tensor("a", [2, 3]), tensor("b", [4, 5])],
+                        [tensor("c", None)])
+    with pytest.raises(shape_inference.InferenceError, match="Incompatible dimensions"):
+        guarded_inference.infer_shapes(broken, strict_mode=True)
+    monkeypatch.setattr(guarded_inference, "TIME_LIMIT_S", 0.0)
+    with pytest.raises(LilouInputError, match="did not finish within 0 s"):
+        guarded_inference.infer_shapes(model)

@@ -363,6 +363,8 @@ def _check_arity(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
 def _check_structure(model: onnx.ModelProto) -> None:
     """Dangling inputs, tensors written twice and cycles are bad input; say which tensor or node."""
     graph = model.graph
+    _check_text(graph)
+    _check_kernel_shapes(graph)
     available = {v.name for v in graph.input} | {t.name for t in graph.initializer} | {""}
     available |= {t.values.name for t in graph.sparse_initializer}
     produced = {out for node in graph.node for out in node.output}
@@ -393,6 +395,28 @@ def _check_structure(model: onnx.ModelProto) -> None:
         if value.name not in available and value.name not in produced:
             raise LilouInputError(f"graph output {value.name!r} is produced by no node")
     _check_acyclic(graph)
+
+
+def _check_text(graph: onnx.GraphProto) -> None:
+    """Names, op types and domains must be text: protobuf hands invalid UTF-8 over as bytes."""
+    values = [*graph.input, *graph.output, *graph.value_info]
+    names = [v.name for v in values] + [t.name for t in graph.initializer]
+    for node in graph.node:
+        names += [node.op_type, node.domain, node.name, *node.input, *node.output]
+    bad = next((n for n in names if not isinstance(n, str)), None)
+    if bad is not None:
+        raise LilouInputError(f"the file holds a name that is not valid UTF-8 text ({bytes(bad)[:40]!r}); "
+                              "the file is damaged, re-export it")
+
+
+def _check_kernel_shapes(graph: onnx.GraphProto) -> None:
+    """A kernel_shape of 0, negative or astronomical size is bad input, whatever the node's input shapes."""
+    for index, node in enumerate(graph.node):
+        for attr in node.attribute:
+            if attr.name == "kernel_shape" and any(k < 1 or k > MAX_DIM for k in attr.ints):
+                label = node.name or f"{node.op_type}_{index}"
+                raise LilouInputError(f"{node.op_type} {label!r} has kernel_shape={list(attr.ints)}; each size must be "
+                                      "between 1 and 2^40")
 
 
 def _check_acyclic(graph: onnx.GraphProto) -> None:

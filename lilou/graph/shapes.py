@@ -14,6 +14,7 @@ import onnx
 from onnx import shape_inference
 
 from lilou.errors import LilouInputError
+from lilou.graph import guarded_inference
 from lilou.graph.shape_completion import complete_shapes, data_propagation_is_safe
 
 #: The largest dimension and element count Lilou accepts: far above any real model, far below int64.
@@ -122,17 +123,23 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
     _check_einsum_equations(model.graph, model.functions)
     probe, unread = _unread_initializers_as_inputs(model)
     try:
-        inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=True,
-                                                data_prop=data_propagation_is_safe(probe))
+        inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True,
+                                                  data_prop=data_propagation_is_safe(probe))
     except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as exc:
-        message = " ".join(str(exc).split())
-        raise LilouInputError(
-            f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model may have "
-            "been exported with fixed shapes: re-export it with the shape you want") from None
+        raise _inference_failed(exc) from None
     _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):
-        complete_shapes(inferred, notes=notes)
+        try:
+            complete_shapes(inferred, notes=notes)  # runs ONNX's inference again, on folded constants
+        except (shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+            raise _inference_failed(exc) from None
     return inferred
+
+
+def _inference_failed(exc: Exception) -> LilouInputError:
+    message = " ".join(str(exc).split())
+    return LilouInputError(f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model "
+                           "may have been exported with fixed shapes: re-export it with the shape you want")
 
 
 def _check_einsum_equations(graph: onnx.GraphProto, functions=()) -> None:

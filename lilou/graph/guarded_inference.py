@@ -1,0 +1,113 @@
+"""ONNX shape inference in a forked child with a memory cap and a time limit.
+
+ONNX's C++ shape inference trusts the file: a few hundred bytes with a negative Resize scale
+feeding a broadcast, or a mutated constant in a reshape chain, make it allocate gigabytes (the
+fuzzer found files of 824 bytes that get a process killed by the kernel), and malformed
+equations can keep it from returning. No check before it can name every such case, so it runs in
+a child process whose address space is capped at :data:`MEMORY_BUDGET` above the parent's and
+that is killed after :data:`TIME_LIMIT_S` (the budget grows with the model's own size, which ONNX copies
+twice). A child that runs out of memory or time is bad input,
+said in one line; any other outcome (the inferred model, or ONNX's own error) is exactly what the
+in-process call gives. Where ``os.fork`` does not exist the call runs in-process.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+import onnx
+from onnx import shape_inference
+
+from lilou.errors import LilouInputError
+
+#: Memory the child may map beyond what the parent already has: a file under 1 MB must not take Lilou past 1 GB.
+MEMORY_BUDGET = 512 * 2**20
+TIME_LIMIT_S = 60.0
+#: ONNX errors passed back to the parent as themselves, so callers handle them as before.
+_ERRORS = {"InferenceError": shape_inference.InferenceError, "ValidationError": onnx.checker.ValidationError,
+           "RuntimeError": RuntimeError, "ValueError": ValueError}
+
+
+def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes(model, **options)``, guarded (see the module docstring)."""
+    if not hasattr(os, "fork"):
+        return shape_inference.infer_shapes(model, **options)
+    # ONNX serialises the model to hand it to C++, then parses it: a model's own bytes take three times their size.
+    budget = MEMORY_BUDGET + 3 * model.ByteSize()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: infer, write the answer, leave without running the parent's cleanup
+        code = 0
+        try:
+            os.close(read_fd)
+            _cap_address_space(budget)
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(_answer(model, options))
+        except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    try:
+        payload = _read(read_fd, TIME_LIMIT_S, pid)
+    finally:
+        os.close(read_fd)
+        _, status = os.waitpid(pid, 0)
+    inferred = _result(payload, status, budget)
+    del inferred.graph.initializer[:]  # the child sent them back empty: shape inference does not change them
+    inferred.graph.initializer.extend(model.graph.initializer)
+    return inferred
+
+
+def _answer(model: onnx.ModelProto, options: dict) -> bytes:
+    try:
+        inferred = shape_inference.infer_shapes(model, **options)
+        del inferred.graph.initializer[:]  # the parent has them; do not copy weights through the pipe
+        return b"O" + inferred.SerializeToString()
+    except MemoryError:
+        return b"M"
+    except tuple(_ERRORS.values()) as exc:
+        name = next(n for n, kind in _ERRORS.items() if isinstance(exc, kind))
+        return b"E" + name.encode() + b"\n" + str(exc).encode("utf-8", "replace")
+
+
+def _cap_address_space(budget: int) -> None:
+    import resource
+
+    with open("/proc/self/statm") as statm:
+        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = mapped + budget
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _read(fd: int, limit_s: float, pid: int) -> bytes | None:
+    """The child's whole answer, or None when it did not finish within ``limit_s`` (it is then killed)."""
+    chunks, deadline = [], time.monotonic() + limit_s
+    while True:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(left, 0.0))
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _result(payload: bytes | None, status: int, budget: int) -> onnx.ModelProto:
+    if payload is None:
+        raise LilouInputError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
+                              "the file is malformed or far larger than a real model")
+    if payload.startswith(b"O"):
+        inferred = onnx.ModelProto()
+        inferred.ParseFromString(payload[1:])
+        return inferred
+    if payload.startswith(b"E"):
+        name, _, message = payload[1:].partition(b"\n")
+        raise _ERRORS[name.decode()](message.decode("utf-8", "replace"))
+    if payload == b"M" or os.WIFSIGNALED(status) or not payload:
+        raise LilouInputError(f"ONNX shape inference needs more than {budget // 2**20} MiB of memory on this "
+                              "model (negative or huge dimensions, or a malformed file); its shapes are not realistic")
+    raise RuntimeError(f"shape inference ended without an answer (status {status})")
