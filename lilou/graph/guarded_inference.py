@@ -73,12 +73,20 @@ def _answer(model: onnx.ModelProto, options: dict) -> bytes:
 
 
 def _cap_address_space(budget: int) -> None:
+    """RLIMIT_AS at what the process maps now plus ``budget``; left as it is where that cannot be read or set
+    (no /proc, a lower hard limit), so the time limit still holds."""
     import resource
 
-    with open("/proc/self/statm") as statm:
-        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = mapped + budget
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = mapped + budget
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (OSError, ValueError):
+        pass
 
 
 def _read(fd: int, limit_s: float, pid: int) -> bytes | None:
@@ -107,7 +115,7 @@ def _result(payload: bytes | None, status: int, budget: int) -> onnx.ModelProto:
     if payload.startswith(b"E"):
         name, _, message = payload[1:].partition(b"\n")
         raise _ERRORS[name.decode()](message.decode("utf-8", "replace"))
-    if payload == b"M" or os.WIFSIGNALED(status) or not payload:
+    if payload == b"M" or os.WIFSIGNALED(status):
         raise LilouInputError(f"ONNX shape inference needs more than {budget // 2**20} MiB of memory on this "
                               "model (negative or huge dimensions, or a malformed file); its shapes are not realistic")
     raise RuntimeError(f"shape inference ended without an answer (status {status})")
