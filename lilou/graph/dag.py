@@ -337,7 +337,8 @@ def _check_raw_size(tensor: onnx.TensorProto) -> None:
 
 
 def _check_arity(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
-    """A node with fewer inputs than its operator requires (a Conv without its weight) is bad input."""
+    """A node with fewer inputs than its operator requires (a Conv without its weight), or an attribute of
+    another type than its operator declares (a FLOAT ``axis``), is bad input."""
     for index, node in enumerate(graph.node):
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         if domain not in opsets:
@@ -349,10 +350,18 @@ def _check_arity(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
         given = len(node.input)
         while given and not node.input[given - 1]:
             given -= 1
+        label = node.name or f"{node.op_type}_{index}"
         if given < schema.min_input:
-            label = node.name or f"{node.op_type}_{index}"
             raise LilouInputError(f"node {label!r} ({node.op_type}) has {given} input(s) but needs at least "
                                   f"{schema.min_input}; the model is incomplete")
+        for attribute in node.attribute:
+            declared = schema.attributes.get(attribute.name)
+            if declared is not None and int(declared.type) != attribute.type:
+                given_type = onnx.AttributeProto.AttributeType.Name(attribute.type) if attribute.type in \
+                    onnx.AttributeProto.AttributeType.values() else str(attribute.type)
+                raise LilouInputError(f"attribute {attribute.name!r} of node {label!r} ({node.op_type}) is "
+                                      f"{given_type}, but the operator declares {declared.type.name}; the model is "
+                                      "damaged, re-export it")
     for node in graph.node:  # Loop / If / Scan bodies
         for attribute in node.attribute:
             for subgraph in (attribute.g, *attribute.graphs) if attribute.type in (
