@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.kernel import FAMILIES
 from lilou.plan.conformal import COVERAGE, conformal_bounds, group_weights, log_residuals
 from lilou.plan.extrapolation import measured_ranges, range_features, range_key
@@ -125,12 +126,6 @@ def _residuals(predicted, measured, family, dtype, tier, group, gpu, source, ext
                      source=col(source), extrapolated=col(extrapolated, bool))
 
 
-def architecture_of(gpu: str) -> str:
-    from lilou.hardware.database import architecture_class
-
-    return architecture_class(gpu)
-
-
 # ------------------------------------------------------------------ NeuSight folds
 
 
@@ -148,12 +143,12 @@ def neusight_residuals(data_dir=None, log: Log = _stderr) -> Residuals:
     for gpu, (fold, held_out) in FOLDS.items():
         started = time.perf_counter()
         fold_parts = logo_parts(gpu, data_dir=data_dir, log=log)
-        seen = {architecture_of(g) for g in fold_parts.trained_on}
+        seen = {architecture_class(g) for g in fold_parts.trained_on}
         train = every.take(np.flatnonzero(np.isin(every.gpu, fold_parts.trained_on)))
         test = every.take(np.flatnonzero(np.isin(every.gpu, list(held_out))))
         predicted = fold_parts.kernel_model.predict(test.kernels, test.devices).latency_ms
         extrapolated = _outside_training(train, test)
-        tier = np.array(["arch_seen" if architecture_of(g) in seen else "arch_unseen" for g in test.gpu], dtype=object)
+        tier = np.array(["arch_seen" if architecture_class(g) in seen else "arch_unseen" for g in test.gpu], dtype=object)
         parts.append(_residuals(predicted, test.latency_ms, test.family, "fp32", tier, fold, test.gpu, "neusight",
                                 extrapolated))
         log(f"fold {fold}: {len(test):,} held-out kernel rows ({time.perf_counter() - started:.0f} s)")
@@ -211,7 +206,7 @@ def table_residuals(per_group: int, data_dir=None, log: Log = _stderr) -> TableS
                         dtype=object)
     gpus = np.asarray(sample["gpu"], dtype=object)[priced.index]
     dtypes = np.asarray(sample["dtype"], dtype=object)[priced.index]
-    archs = np.array([architecture_of(g) for g in gpus], dtype=object)
+    archs = np.array([architecture_class(g) for g in gpus], dtype=object)
     features = range_features(priced.kernels, priced.devices.sms)
     ranges = measured_ranges(features, [range_key(a, d, f) for a, d, f in zip(archs, dtypes, families)])
 
@@ -227,8 +222,8 @@ def table_residuals(per_group: int, data_dir=None, log: Log = _stderr) -> TableS
     scored = score(sub, logo, loao_folds, shipped, use_units=False)
     rows = scored.rows
     family = np.array([PRICED_FAMILIES[f] for f in rows["family"]], dtype=object)
-    shipped_archs = {architecture_of(g) for g in shipped_model.config["trained_on"]}
-    fold_archs = {g: {architecture_of(t) for t in fold_models[fold].trained_on}
+    shipped_archs = {architecture_class(g) for g in shipped_model.config["trained_on"]}
+    fold_archs = {g: {architecture_class(t) for t in fold_models[fold].trained_on}
                   for _, (fold, held) in FOLDS.items() for g in held}
     measured = rows["latency_ms"].astype(np.float64)
     logo_tier = np.array(["arch_seen" if a in fold_archs.get(g, shipped_archs) else "arch_unseen"
@@ -279,7 +274,7 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
     priced = table_kernels(sample)
     rows = {c: np.asarray(sample[c], dtype=object)[priced.index] for c in ("source", "gpu", "dtype", "family")}
     family = np.array([PRICED_FAMILIES[f] for f in rows["family"]], dtype=object)
-    arch = np.array([architecture_of(g) for g in rows["gpu"]], dtype=object)
+    arch = np.array([architecture_class(g) for g in rows["gpu"]], dtype=object)
     wanted = (rows["dtype"] != "fp32") & np.isin(family, TENSOR_FAMILIES)
     parts = []
     for architecture in sorted(set(arch[wanted])):

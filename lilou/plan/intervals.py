@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lilou.hardware import Device
+from lilou.hardware.database import architecture_class
 from lilou.latency.composition.end_to_end import GraphKernels
 from lilou.latency.kernel_model.features import KernelBatch
 from lilou.plan.calibration import FALLBACK_FAMILY, Calibration
@@ -47,23 +48,13 @@ class Intervals:
         return float(self.total_lo[column]), float(self.total_hi[column])
 
 
-def architecture_class(device: Device) -> str:
-    """The architecture class of a device (a MIG slice: its GPU's): Maxwell ... Blackwell, GA100 / GA10x."""
-    return _arch(device.gpu)
-
-
-def device_tier(device: Device, trained_on: Sequence[str]) -> str:
-    """``trained`` (this very GPU, whole, is in the kernel model's data), ``arch_seen`` or ``arch_unseen``."""
+def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozenset[str] | None = None) -> str:
+    """``trained`` (this very GPU, whole, is in the kernel model's data), ``arch_seen`` or ``arch_unseen``
+    (``trained_archs``: the architecture classes of ``trained_on``, when the caller has them)."""
     if device.mig is None and device.gpu in trained_on:
         return "trained"
-    seen = {_arch(g) for g in trained_on}
-    return "arch_seen" if architecture_class(device) in seen else "arch_unseen"
-
-
-def _arch(gpu: str) -> str:
-    from lilou.hardware.database import architecture_class as arch
-
-    return arch(gpu)
+    seen = trained_archs if trained_archs is not None else {architecture_class(g) for g in trained_on}
+    return "arch_seen" if architecture_class(device.gpu) in seen else "arch_unseen"
 
 
 def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device], dtypes: Sequence[str],
@@ -81,12 +72,11 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     flags = np.zeros((n_unique, d), dtype=bool)
     uncalibrated: set[str] = set()
     shape_features = range_features(batch, 1.0)
-    trained_archs = frozenset(_arch(g) for g in trained_on)
+    trained_archs = frozenset(architecture_class(g) for g in trained_on)
     bands: dict[tuple[str, str, str], tuple[np.ndarray, ...]] = {}  # (architecture, dtype, tier) -> per kernel
     for j, device in enumerate(devices):
-        dtype, architecture = dtypes[j], architecture_class(device)
-        tier = ("trained" if device.mig is None and device.gpu in trained_on
-                else "arch_seen" if architecture in trained_archs else "arch_unseen")
+        dtype, architecture = dtypes[j], architecture_class(device.gpu)
+        tier = device_tier(device, trained_on, trained_archs)
         key = (architecture, dtype, tier)
         if key not in bands:
             bands[key] = _family_bands(families, dtype, tier, calibration, uncalibrated)
