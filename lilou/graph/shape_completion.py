@@ -71,7 +71,9 @@ def data_propagation_is_safe(model: onnx.ModelProto) -> bool:
     shapes = {t.name: tuple(t.dims) for t in graph.initializer}
     for node in graph.node:
         shape = _value_shape(node, shapes, values)
-        if shape is not None and math.prod(shape) > MAX_FOLD_ELEMENTS:
+        # Only 1-D values are propagated: a [1, 512, 16384] zeros_like is not materialised, and turning data
+        # propagation off for it loses the shape of every Expand built from Shape -> Concat downstream.
+        if shape is not None and len(shape) <= 1 and math.prod(shape) > MAX_FOLD_ELEMENTS:
             return False
     return True
 
