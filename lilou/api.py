@@ -39,7 +39,8 @@ from lilou.latency.composition.fallback import FallbackModel, fallback_ops
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.features import power_factor
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
-from lilou.latency.kernel_model.precision import PrecisionPath, check_precision, check_tf32, precision_path, precision_warnings
+from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, kernel_unit,
+                                                  precision_path, precision_warnings)
 from lilou.graph.precision import ModelPrecision, model_precision
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
@@ -378,7 +379,8 @@ class Predictor:
         if calibration is None:
             return no_intervals(shares, dtypes)
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
-                                 self.model.kernel_model.config.get("trained_on", []))
+                                 self.model.kernel_model.config.get("trained_on", []),
+                                 unmeasured=_tf32_kernels(kernels, devices, paths))
 
     def _interval_warnings(self, bounds: Intervals) -> list[str]:
         notes = list(self._interval_notes)
@@ -388,6 +390,18 @@ class Predictor:
             notes.append(f"no held-out measurements of {', '.join(bounds.uncalibrated)} kernels: their 90 % "
                          "interval is the widest of their family (docs/intervals.md)")
         return notes
+
+
+def _tf32_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: Sequence[PrecisionPath]) -> np.ndarray:
+    """bool [distinct kernels, devices]: FP32 GEMMs and convolutions priced on the TF32 tensor cores, a unit no
+    source of the kernel table measured (their intervals are those of extrapolated kernels)."""
+    out = np.zeros((len(kernels.unique), len(devices)), dtype=bool)
+    for j, (device, path) in enumerate(zip(devices, paths)):
+        if path.tf32 == "off":
+            continue
+        out[:, j] = [not fallback and kernel_unit(spec.family, path, device) == "tf32_tensor"
+                     for spec, fallback in zip(kernels.unique, kernels.unique_fallback)]
+    return out
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,11 @@ def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozen
 
 
 def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device], dtypes: Sequence[str],
-                      calibration: Calibration, trained_on: Sequence[str]) -> Intervals:
+                      calibration: Calibration, trained_on: Sequence[str],
+                      unmeasured: np.ndarray | None = None) -> Intervals:
     """Intervals of every kernel share ``shares`` [kernels, devices] (ms) on ``devices``; ``dtypes``: each
-    device's precision (the prediction's path)."""
+    device's precision (the prediction's path). ``unmeasured`` (bool [distinct kernels, devices]): kernels that
+    run on a unit no source measured (FP32 GEMMs and convolutions in TF32), always extrapolated."""
     unique = kernels.unique
     batch = KernelBatch.from_specs(unique)
     families = np.array([FALLBACK_FAMILY if fb else spec.family for spec, fb in zip(unique, kernels.unique_fallback)],
@@ -84,6 +86,8 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
         features = shape_features.copy()
         features[:, 3] = range_features(batch, float(device.sms))[:, 3]
         flag = outside(features, families, architecture, dtype, calibration.ranges) | kernels.unique_fallback
+        if unmeasured is not None:
+            flag |= unmeasured[:, j]
         flags[:, j] = flag
         lo_log[:, j], hi_log[:, j] = np.where(flag, lo_out, lo_in), np.where(flag, hi_out, hi_in)
         ratio[:, j] = width_ratio

@@ -179,7 +179,11 @@ class EndToEndModel:
             flat_work, _ = self.kernel_model.predict_work(ladder_pairs, ladder_columns)
             if on_unit.any():
                 rows = np.flatnonzero(on_unit)
-                flat_work[rows] = self.tensor_model.predict_work(ladder_pairs.take(rows), unit_columns.take(rows))[0]
+                tensor_work = self.tensor_model.predict_work(ladder_pairs.take(rows), unit_columns.take(rows))[0]
+                # TF32 only adds kernels for cuDNN/cuBLAS to choose from: never priced above strict FP32 (the two
+                # models disagree by a µs or two on tiny kernels).
+                tf32 = unit_columns.unit[rows] == UNITS.index("tf32_tensor")
+                flat_work[rows] = np.where(tf32, np.minimum(tensor_work, flat_work[rows]), tensor_work)
             work[model_rows] = flat_work.reshape(d, rungs, m).min(axis=1).T
             # The kernel type is that of the kernel itself (rung 0), not of its size ladder.
             first = (np.arange(d)[:, None] * rungs * m + np.arange(m)[None, :]).reshape(-1)

@@ -75,6 +75,13 @@ UNITS: tuple[str, ...] = ("fp32", "fp16", "int8", "tf32_tensor", "fp16_tensor", 
                           "int8_tensor", "int4_tensor", "fp4_tensor")
 
 
+#: Units no source of the kernel table measured, and the measured unit a model sees in their place. A TF32 MMA
+#: is the 16-bit tensor cores' pipeline at half their rate (NVIDIA's Ampere, Ada, Hopper and Blackwell
+#: whitepapers): the model is handed the TF32 peak (roofline, ``log_unit_over_fp32_peak``) and the FP16
+#: tensor-core one-hot, whose column the training rows never set for TF32.
+UNIT_STAND_INS: dict[str, str] = {"tf32_tensor": "fp16_tensor"}
+
+
 @dataclass(frozen=True)
 class DeviceColumns:
     """Device figures per row (or one row broadcast to all).
@@ -226,7 +233,10 @@ def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
                     devices.clock_mhz, devices.l2_mb, devices.fp32_tflops)]
     if "precision" in groups:
         one_hot = np.zeros((n, len(UNITS)))
-        one_hot[np.arange(n), np.broadcast_to(devices.unit, (n,))] = 1.0
+        seen = np.arange(len(UNITS))
+        for unit, stand_in in UNIT_STAND_INS.items():
+            seen[UNITS.index(unit)] = UNITS.index(stand_in)
+        one_hot[np.arange(n), seen[np.broadcast_to(devices.unit, (n,))]] = 1.0
         columns.extend(one_hot.T)
         columns.append(np.broadcast_to(np.log2(devices.compute_tflops / devices.fp32_tflops), (n,)))
     if "arch" in groups:

@@ -8,7 +8,14 @@ convolutions run in TF32 (``torch.backends.cudnn.allow_tf32`` defaults to True) 
 FP32 kernels are priced by the NeuSight-trained kernel model (TF32 off); GEMMs and convolutions on any
 other unit (FP16/BF16/FP8/INT8 tensor cores, DP4A ...) by the tensor-core kernel model trained on the
 whole kernel table, which says in the warnings where it has no measured neighbour
-(:mod:`lilou.latency.kernel_model.coverage`). TF32 was measured by no source: FP32 under TF32 keeps FP32 rates.
+(:mod:`lilou.latency.kernel_model.coverage`).
+
+FP32 GEMMs and convolutions that run in TF32 go to the TF32 tensor cores: the tensor-core model prices them
+at the TF32 peak with their FP32 bytes. No source of the kernel table measured TF32, so the model reads a
+TF32 kernel as a 16-bit tensor-core kernel (the same MMA pipeline at half the rate:
+:data:`lilou.latency.kernel_model.features.UNIT_STAND_INS`), every such kernel is flagged extrapolated and
+the prediction says so. Keeping them at strict-FP32 rates instead would be wrong by the ratio of the two
+peaks (8x on an A100) wherever the kernel is compute-bound.
 """
 from __future__ import annotations
 
@@ -100,14 +107,23 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
         warnings += _coverage_warnings(paths, devices, families, coverage)
     if mixed:
         warnings.append("the graph's matmuls and convolutions mix precisions: the dominant one is reported")
-    tf32_conv = has_conv and any(p.precision == "fp32" and p.tf32 in ("conv", "on") for p in paths)
-    tf32_matmul = has_matmul and any(p.precision == "fp32" and p.tf32 == "on" for p in paths)
+    tf32_conv = has_conv and any(runs_tf32("conv", p) for p in paths)
+    tf32_matmul = has_matmul and any(runs_tf32("gemm", p) for p in paths)
     if tf32_conv or tf32_matmul:
         what = " and ".join(w for w, on in (("convolutions", tf32_conv), ("matmuls", tf32_matmul)) if on)
-        warnings.append(f"FP32 {what} run in TF32 on compute capability 8.0 and newer (PyTorch's default for "
-                        "convolutions), but no source of the kernel table measured TF32: they are predicted at "
-                        "strict-FP32 rates, an over-estimate; --tf32 off matches strict-FP32 runs")
+        default = " (PyTorch's default for convolutions on compute capability 8.0 and newer)" if tf32_conv else ""
+        warnings.append(f"FP32 {what} run in TF32{default}: priced on the TF32 tensor cores at their peak, but no "
+                        "source of the kernel table measured TF32, so these kernels are extrapolated from 16-bit "
+                        "tensor-core measurements; --tf32 off predicts strict-FP32 runs")
     return warnings
+
+
+def runs_tf32(family: str, path: PrecisionPath) -> bool:
+    """An FP32 kernel of ``family`` whose math runs in TF32 on this path (``path.tf32`` is already off on GPUs
+    without TF32): convolutions under ``conv`` or ``on``, GEMMs under ``on``."""
+    if path.precision not in ("fp32", "tf32") or family not in MATH_FAMILIES:
+        return False
+    return path.tf32 == "on" or (path.tf32 == "conv" and family == "conv")
 
 
 #: Tensor-core unit of each low precision, and the CUDA-core unit it falls back to on a GPU without it.
@@ -120,10 +136,11 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
     """The unit whose peak bounds a kernel's math on ``device`` (a key of its ``peak_tflops``), or None for
     the FP32 CUDA cores. Only GEMMs and convolutions change unit; memory-bound kernels keep FP32.
 
-    TF32 is not mapped to the TF32 tensor cores: no source in the kernel table measured TF32, so a model
-    has nothing to learn it from; FP32 convolutions under TF32 stay on the FP32 peak (with a warning)."""
-    if family not in MATH_FAMILIES or path.precision in ("fp32", "tf32"):
+    FP32 GEMMs and convolutions that run in TF32 on this path (:func:`runs_tf32`) map to the TF32 tensor cores."""
+    if family not in MATH_FAMILIES:
         return None
+    if path.precision in ("fp32", "tf32"):
+        return "tf32_tensor" if runs_tf32(family, path) and device.peak_tflops.get("tf32_tensor") else None
     tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
     peaks = device.peak_tflops
     if tensor and peaks.get(tensor):
