@@ -13,7 +13,8 @@ import pytest
 from lilou.cli import main
 from lilou.hardware import resolve_device
 from lilou.plan.calibration import Band, Calibration
-from lilou.plan.conformal import conformal_bounds, coverage, covered, group_weights, log_residuals, median_width
+from lilou.plan.conformal import (conformal_bounds, coverage, covered, group_weights, log_residuals, median_width,
+                                  symmetric_bounds)
 from lilou.plan.extrapolation import RANGE_FEATURES, outside, range_key
 from lilou.plan.intervals import device_tier
 from tests.conftest import REPO
@@ -43,6 +44,24 @@ def test_conformal_ranks_are_exact():
     assert conformal_bounds(values) == (5.0, 95.0)
     with pytest.raises(ValueError, match="too few"):
         conformal_bounds(np.arange(18.0))  # ceil(19 * 0.95) = 19 > 18: unbounded
+
+
+def test_symmetric_ranks_are_exact_and_cover_both_sides():
+    # n = 20, coverage 0.9: the ceil(21 * 0.9) = 19th smallest |r|, on both sides of the estimate.
+    residuals = np.r_[np.arange(1.0, 11.0), -np.arange(1.0, 11.0)]
+    assert symmetric_bounds(residuals) == (-10.0, 10.0)
+    assert symmetric_bounds(np.arange(1.0, 21.0)) == (-19.0, 19.0)
+    with pytest.raises(ValueError, match="too few"):
+        symmetric_bounds(np.arange(8.0))  # ceil(9 * 0.9) = 9 > 8
+    # Four GPUs biased one way and a fifth the other: the one-sided bounds of the four miss the fifth entirely,
+    # the symmetric band of the four covers it.
+    four = np.r_[np.full(10, 0.1), np.full(10, 0.15), np.full(10, 0.05), np.full(10, 0.12)]
+    fifth = np.full(10, -0.12)
+    groups = np.repeat(["a", "b", "c", "d"], 10)
+    lo, hi = conformal_bounds(four, weights=group_weights(groups))
+    assert not ((fifth >= lo) & (fifth <= hi)).any()
+    lo, hi = symmetric_bounds(four, weights=group_weights(groups))
+    assert (lo, hi) == (-0.15, 0.15) and ((fifth >= lo) & (fifth <= hi)).all()
 
 
 def test_equal_weights_give_the_unweighted_bounds_and_groups_count_once():

@@ -3,9 +3,10 @@
 A residual is ``log(measured / predicted)``. For a target coverage ``1 - alpha`` the interval of a
 new prediction ``p`` is ``[p * exp(lo), p * exp(hi)]`` with ``lo`` and ``hi`` the conformal
 quantiles of the calibration residuals: the ``ceil((n + 1) * alpha / 2)``-th smallest and the
-``ceil((n + 1) * (1 - alpha / 2))``-th smallest. Two one-sided bounds rather than one symmetric
-``|r|`` keep a biased model's interval where its errors are (a model that is always 10 % fast gets an
-interval above its estimate, not around it).
+``ceil((n + 1) * (1 - alpha / 2))``-th smallest (:func:`conformal_bounds`), or symmetric bounds from the
+quantile of ``|r|`` (:func:`symmetric_bounds`). Two one-sided bounds keep a model that is biased the same way
+on every GPU where its errors are; the shipped calibration (:mod:`lilou.plan.fit`) uses symmetric bounds,
+because on GPUs it never saw the model is biased both ways (docs/intervals.md).
 
 Residuals of one held-out GPU are not exchangeable with those of another: a fold's rows share that
 GPU's bias. ``weights`` let every GPU (or every end-to-end workload) count once, whatever its row
@@ -55,6 +56,33 @@ def conformal_bounds(residuals: Sequence[float] | np.ndarray, coverage: float = 
     low = order[min(np.searchsorted(cumulative, low_level - 1e-12), n - 1)]
     high = order[min(np.searchsorted(cumulative, high_level - 1e-12), n - 1)]
     return float(r[low]), float(r[high])
+
+
+def symmetric_bounds(residuals: Sequence[float] | np.ndarray, coverage: float = COVERAGE,
+                     weights: Sequence[float] | np.ndarray | None = None) -> tuple[float, float]:
+    """(-q, q): ``q`` the split-conformal ``coverage`` quantile of ``|residual|`` (the
+    ``ceil((n + 1) * coverage)``-th smallest, weighted as :func:`conformal_bounds` does).
+
+    For pools whose groups are biased in different directions: a held-out GPU may be fast where the
+    calibration GPUs were slow, and two one-sided bounds fitted on the others then miss it on the side they
+    never saw (the end-to-end labels: the V100 fold's residuals are all below the other four GPUs' 5th
+    percentile but one)."""
+    r = np.abs(np.asarray(residuals, dtype=np.float64))
+    if r.ndim != 1 or len(r) == 0 or not np.isfinite(r).all():
+        raise ValueError("symmetric_bounds needs a non-empty 1-D array of finite residuals")
+    if not 0.0 < coverage < 1.0:
+        raise ValueError(f"coverage must lie in (0, 1), not {coverage}")
+    n = len(r)
+    rank = math.ceil((n + 1) * coverage)
+    if rank > n:
+        raise ValueError(f"{n} residuals are too few for a {100 * coverage:g} % conformal interval")
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != r.shape or not (w > 0).all():
+        raise ValueError("weights must be positive, one per residual")
+    order = np.argsort(r, kind="mergesort")
+    cumulative = np.cumsum(w[order]) / w.sum()
+    q = float(r[order[min(np.searchsorted(cumulative, rank / n - 1e-12), n - 1)]])
+    return -q, q
 
 
 def group_weights(groups: Sequence[object] | np.ndarray) -> np.ndarray:
