@@ -170,7 +170,12 @@ def _softmax_flops(node: CostInput) -> int:
 
 
 def _pool_flops(node: CostInput) -> int:
-    kernel = node.attributes.get("kernel_shape") or ()
+    """One operation per output element and window element; a window wider than its input (ceil_mode, as in
+    HF EfficientNet's 1280-wide pooler over 7x7) reads at most the input's extent on that axis."""
+    kernel = list(node.attributes.get("kernel_shape") or ())
+    data = node.inputs[0] if node.inputs else None
+    if data is not None and data.shape is not None and len(data.shape) == len(kernel) + 2:
+        kernel = [min(int(k), int(d)) for k, d in zip(kernel, data.shape[2:])]
     return _out_elements(node) * max(1, math.prod(kernel))
 
 

@@ -260,10 +260,14 @@ def _check_windows(dag: nx.DiGraph) -> None:
             continue
         pads = _ints(attrs.get("pads"), 2 * rank, 0) if auto_pad == "NOTSET" else [0] * (2 * rank)
         dilations = _ints(attrs.get("dilations"), rank, 1)
-        for axis in range(min(rank, len(kernel), len(dilations))):
+        strides = _ints(attrs.get("strides"), rank, 1)
+        # Pooling with ceil_mode rounds the window count up: a window larger than its input still gives one output
+        # while it starts inside (HF EfficientNet's pooler: AvgPool2d(1280, ceil_mode=True) over 7x7).
+        ceil_mode = op != "Conv" and attrs.get("ceil_mode", 0) == 1
+        for axis in range(min(rank, len(kernel), len(dilations), len(strides))):
             extent = (kernel[axis] - 1) * dilations[axis] + 1
             padded = spatial[axis] + pads[axis] + pads[axis + rank] if len(pads) == 2 * rank else spatial[axis]
-            if extent > padded:
+            if extent > padded and not (ceil_mode and padded - extent > -strides[axis]):
                 raise LilouInputError(
                     f"{op} {name!r}: its window ({extent} with dilation {dilations[axis]}) is larger than its padded "
                     f"input ({padded}) on spatial axis {axis}, so it has no output; check the model's shapes")

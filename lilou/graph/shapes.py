@@ -122,11 +122,19 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
     """
     _check_einsum_equations(model.graph, model.functions)
     probe, unread = _unread_initializers_as_inputs(model)
+    data_prop = data_propagation_is_safe(probe)
     try:
-        inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True,
-                                                  data_prop=data_propagation_is_safe(probe))
+        inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=data_prop)
     except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as exc:
-        raise _inference_failed(exc) from None
+        if not data_prop:
+            raise _inference_failed(exc) from None
+        # ONNX's data propagation can reject what the model itself never computes: BLOOM's ALiBi slopes
+        # (a Mul of 1-D values of lengths 4 and 32 inside a shape computation) stop it, while inference
+        # without it, plus Lilou's own constant folding (complete_shapes), gives every shape.
+        try:
+            inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=False)
+        except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError):
+            raise _inference_failed(exc) from None
     _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):
         try:
