@@ -39,8 +39,8 @@ from lilou.latency.composition.fallback import FallbackModel, fallback_ops
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.features import power_factor
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
-from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, kernel_unit,
-                                                  precision_path, precision_warnings)
+from lilou.latency.kernel_model.precision import (MATH_FAMILIES, PrecisionPath, check_precision, check_tf32,
+                                                  kernel_unit, precision_path, precision_warnings)
 from lilou.graph.precision import ModelPrecision, model_precision
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
@@ -395,12 +395,12 @@ class Predictor:
 def _tf32_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: Sequence[PrecisionPath]) -> np.ndarray:
     """bool [distinct kernels, devices]: FP32 GEMMs and convolutions priced on the TF32 tensor cores, a unit no
     source of the kernel table measured (their intervals are those of extrapolated kernels)."""
-    out = np.zeros((len(kernels.unique), len(devices)), dtype=bool)
+    families = np.array([spec.family for spec in kernels.unique], dtype=object)
+    out = np.zeros((len(families), len(devices)), dtype=bool)
     for j, (device, path) in enumerate(zip(devices, paths)):
-        if path.tf32 == "off":
-            continue
-        out[:, j] = [not fallback and kernel_unit(spec.family, path, device) == "tf32_tensor"
-                     for spec, fallback in zip(kernels.unique, kernels.unique_fallback)]
+        if path.tf32 != "off":
+            tf32 = [f for f in MATH_FAMILIES if kernel_unit(f, path, device) == "tf32_tensor"]
+            out[:, j] = np.isin(families, tf32) & ~kernels.unique_fallback
     return out
 
 

@@ -115,6 +115,10 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto]) -> None:
                                   f"{math.prod(dims):.3g} elements: above Lilou's limit of 2^48 elements per tensor")
 
 
+#: What ONNX's shape inference (through the guarded child) raises on a model it cannot infer.
+_INFERENCE_ERRORS = (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError)
+
+
 def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
     """ONNX shape inference with data propagation, then constant evaluation for any gaps.
 
@@ -125,7 +129,7 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
     data_prop = data_propagation_is_safe(probe)
     try:
         inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=data_prop)
-    except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as exc:
+    except _INFERENCE_ERRORS as exc:
         if not data_prop:
             raise _inference_failed(exc) from None
         # ONNX's data propagation can reject what the model itself never computes: BLOOM's ALiBi slopes
@@ -133,7 +137,7 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
         # without it, plus Lilou's own constant folding (complete_shapes), gives every shape.
         try:
             inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=False)
-        except (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError):
+        except _INFERENCE_ERRORS:
             raise _inference_failed(exc) from None
     _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):

@@ -32,30 +32,11 @@ def conformal_bounds(residuals: Sequence[float] | np.ndarray, coverage: float = 
     the number of residuals when unweighted. Raises ValueError when there are too few residuals for the
     level (fewer than ``ceil(1 / (alpha / 2)) - 1``): the interval would be unbounded.
     """
-    r = np.asarray(residuals, dtype=np.float64)
-    if r.ndim != 1 or len(r) == 0 or not np.isfinite(r).all():
-        raise ValueError("conformal_bounds needs a non-empty 1-D array of finite residuals")
-    if not 0.0 < coverage < 1.0:
-        raise ValueError(f"coverage must lie in (0, 1), not {coverage}")
+    r, w = _checked(residuals, coverage, weights, "conformal_bounds")
     alpha = 1.0 - coverage
-    n = len(r)
-    low_rank = math.ceil((n + 1) * alpha / 2)
-    high_rank = math.ceil((n + 1) * (1 - alpha / 2))
-    if low_rank < 1 or high_rank > n:
-        raise ValueError(f"{n} residuals are too few for a {100 * coverage:g} % conformal interval")
-    if weights is None:
-        ordered = np.sort(r)
-        return float(ordered[low_rank - 1]), float(ordered[high_rank - 1])
-    w = np.asarray(weights, dtype=np.float64)
-    if w.shape != r.shape or not (w > 0).all():
-        raise ValueError("weights must be positive, one per residual")
-    order = np.argsort(r, kind="mergesort")
-    cumulative = np.cumsum(w[order]) / w.sum()
-    # Levels with the (n + 1) correction, n the number of residuals: the unweighted rule when weights are equal.
-    low_level, high_level = low_rank / n, high_rank / n
-    low = order[min(np.searchsorted(cumulative, low_level - 1e-12), n - 1)]
-    high = order[min(np.searchsorted(cumulative, high_level - 1e-12), n - 1)]
-    return float(r[low]), float(r[high])
+    low_rank = math.ceil((len(r) + 1) * alpha / 2)
+    high_rank = math.ceil((len(r) + 1) * (1 - alpha / 2))
+    return _order_statistic(r, w, low_rank, coverage), _order_statistic(r, w, high_rank, coverage)
 
 
 def symmetric_bounds(residuals: Sequence[float] | np.ndarray, coverage: float = COVERAGE,
@@ -67,22 +48,36 @@ def symmetric_bounds(residuals: Sequence[float] | np.ndarray, coverage: float = 
     calibration GPUs were slow, and two one-sided bounds fitted on the others then miss it on the side they
     never saw (the end-to-end labels: the V100 fold's residuals are all below the other four GPUs' 5th
     percentile but one)."""
-    r = np.abs(np.asarray(residuals, dtype=np.float64))
+    r, w = _checked(residuals, coverage, weights, "symmetric_bounds")
+    q = _order_statistic(np.abs(r), w, math.ceil((len(r) + 1) * coverage), coverage)
+    return -q, q
+
+
+def _checked(residuals, coverage: float, weights, caller: str) -> tuple[np.ndarray, np.ndarray | None]:
+    r = np.asarray(residuals, dtype=np.float64)
     if r.ndim != 1 or len(r) == 0 or not np.isfinite(r).all():
-        raise ValueError("symmetric_bounds needs a non-empty 1-D array of finite residuals")
+        raise ValueError(f"{caller} needs a non-empty 1-D array of finite residuals")
     if not 0.0 < coverage < 1.0:
         raise ValueError(f"coverage must lie in (0, 1), not {coverage}")
-    n = len(r)
-    rank = math.ceil((n + 1) * coverage)
-    if rank > n:
-        raise ValueError(f"{n} residuals are too few for a {100 * coverage:g} % conformal interval")
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if weights is None:
+        return r, None
+    w = np.asarray(weights, dtype=np.float64)
     if w.shape != r.shape or not (w > 0).all():
         raise ValueError("weights must be positive, one per residual")
-    order = np.argsort(r, kind="mergesort")
-    cumulative = np.cumsum(w[order]) / w.sum()
-    q = float(r[order[min(np.searchsorted(cumulative, rank / n - 1e-12), n - 1)]])
-    return -q, q
+    return r, w
+
+
+def _order_statistic(values: np.ndarray, weights: np.ndarray | None, rank: int, coverage: float) -> float:
+    """The ``rank``-th smallest of ``values`` (1-based); weighted, the smallest value whose cumulative weight
+    reaches ``rank / n`` (the unweighted rule when weights are equal). A rank outside 1..n is ValueError."""
+    n = len(values)
+    if rank < 1 or rank > n:
+        raise ValueError(f"{n} residuals are too few for a {100 * coverage:g} % conformal interval")
+    if weights is None:
+        return float(np.sort(values)[rank - 1])
+    order = np.argsort(values, kind="mergesort")
+    cumulative = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order[min(np.searchsorted(cumulative, rank / n - 1e-12), n - 1)]])
 
 
 def group_weights(groups: Sequence[object] | np.ndarray) -> np.ndarray:

@@ -80,6 +80,8 @@ UNITS: tuple[str, ...] = ("fp32", "fp16", "int8", "tf32_tensor", "fp16_tensor", 
 #: whitepapers): the model is handed the TF32 peak (roofline, ``log_unit_over_fp32_peak``) and the FP16
 #: tensor-core one-hot, whose column the training rows never set for TF32.
 UNIT_STAND_INS: dict[str, str] = {"tf32_tensor": "fp16_tensor"}
+#: The one-hot column each unit sets: its own, or its stand-in's.
+_ONE_HOT_COLUMN = np.array([UNITS.index(UNIT_STAND_INS.get(unit, unit)) for unit in UNITS])
 
 
 @dataclass(frozen=True)
@@ -233,10 +235,7 @@ def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
                     devices.clock_mhz, devices.l2_mb, devices.fp32_tflops)]
     if "precision" in groups:
         one_hot = np.zeros((n, len(UNITS)))
-        seen = np.arange(len(UNITS))
-        for unit, stand_in in UNIT_STAND_INS.items():
-            seen[UNITS.index(unit)] = UNITS.index(stand_in)
-        one_hot[np.arange(n), seen[np.broadcast_to(devices.unit, (n,))]] = 1.0
+        one_hot[np.arange(n), _ONE_HOT_COLUMN[np.broadcast_to(devices.unit, (n,))]] = 1.0
         columns.extend(one_hot.T)
         columns.append(np.broadcast_to(np.log2(devices.compute_tflops / devices.fp32_tflops), (n,)))
     if "arch" in groups:
