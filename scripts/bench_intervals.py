@@ -44,7 +44,9 @@ def nested_kernel_coverage(residuals: Residuals, coverage: float = COVERAGE) -> 
     held = residuals.take(residuals.tier != "trained")
     per_fold = []
     for group in sorted(set(held.group)):
-        rest = residuals.take(residuals.group != group)
+        # nothing measured on the held-out GPUs stays, not even the shipped model's rows on them (``trained``)
+        gpus = sorted(set(held.gpu[held.group == group]))
+        rest = residuals.take((residuals.group != group) & ~np.isin(residuals.gpu, gpus))
         calibration = Calibration({"coverage": coverage, "ranges": {}, "kernel": kernel_bands(rest, coverage),
                                    "extrapolated": extrapolated_bands(rest, coverage), "e2e": {"lo": 0.0, "hi": 0.0},
                                    "kernel_model": {"fingerprint": "", "trained_on": []}})

@@ -111,6 +111,48 @@ def test_lookup_falls_back_from_tier_to_pool_and_widens_when_extrapolated():
     assert calibration.kernel_band("memory", "fp32", "arch_seen") == Band(-0.2, 0.2)
 
 
+def test_sparse_dtype_falls_back_to_its_single_gpu_and_memory_bound_pools():
+    """A family and dtype with one held-out GPU (no ``any`` pool) takes the hull of its one-GPU band and its dtype's
+    memory-bound pool, calibrated; with neither, the family's widest band, uncalibrated."""
+    data = dict(SMALL, kernel={**SMALL["kernel"], "layernorm|fp16|one_gpu": {"lo": -1.5, "hi": 1.5},
+                               "layernorm|fp32|any": {"lo": -0.3, "hi": 0.3}, "softmax|fp32|any": {"lo": -0.2, "hi": 0.3},
+                               "memory-bound|fp16|any": {"lo": -1.6, "hi": 1.2},
+                               "memory-bound|bf16|any": {"lo": -1.7, "hi": 1.7}})
+    calibration = Calibration(data)
+    assert calibration.kernel_band("layernorm", "fp16", "arch_unseen") == Band(-1.6, 1.5)
+    assert calibration.kernel_band("softmax", "bf16", "arch_seen") == Band(-1.7, 1.7)  # softmax: class pool alone
+    assert calibration.kernel_band("layernorm", "fp8", "arch_seen") == Band(-1.5, 1.5, calibrated=False)
+
+
+def _pool(family: str, dtype: str, gpus: list[str], residuals: list[float]):
+    from lilou.plan.fit import Residuals
+
+    n = len(residuals)
+
+    def col(value):
+        return np.array(value if isinstance(value, list) else [value] * n, dtype=object)
+
+    return Residuals(residual=np.asarray(residuals, dtype=float), predicted_ms=np.ones(n), measured_ms=np.exp(residuals),
+                     family=col(family), dtype=col(dtype), tier=col("arch_unseen"), group=col(gpus), gpu=col(gpus),
+                     source=col("test"), extrapolated=np.zeros(n, dtype=bool))
+
+
+def test_kernel_bands_build_one_gpu_and_memory_bound_pools():
+    from lilou.plan.fit import Residuals, kernel_bands
+
+    ramp = np.linspace(-1.0, 1.0, 60).tolist()
+    pools = Residuals.concat([_pool("layernorm", "fp16", ["a40"] * 60, ramp),
+                              _pool("elementwise", "fp16", ["a100"] * 60, [0.5 * r for r in ramp]),
+                              _pool("gemm", "fp16", ["a40"] * 60, ramp)])
+    bands = kernel_bands(pools)
+    # one GPU each: no ``any`` band, a one-GPU band of at least 50 rows instead
+    assert "layernorm|fp16|any" not in bands and bands["layernorm|fp16|one_gpu"]["groups"] == ["a40"]
+    assert bands["elementwise|fp16|one_gpu"]["hi"] == pytest.approx(0.5 * bands["layernorm|fp16|one_gpu"]["hi"])
+    # the memory-bound families of FP16 pooled: two GPUs, 120 rows; GEMMs are not memory-bound
+    assert bands["memory-bound|fp16|any"]["groups"] == ["a100", "a40"] and bands["memory-bound|fp16|any"]["n"] == 120
+    assert not any(key.startswith("compute") for key in bands) and "gemm|fp16|one_gpu" in bands
+
+
 def test_extrapolation_flags_against_measured_ranges():
     features = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 11.0, 1.0, 1.0], [5.0, 5.0, 5.0, 5.0]])
     flags = outside(features, ["gemm", "gemm", "conv"], "GA10x", "fp32", SMALL["ranges"])

@@ -31,6 +31,8 @@ _FALLBACK_TIERS = {"trained": ("trained", "arch_seen", "any", "arch_unseen"),
 _TIER_ORDER = ("trained", "arch_seen", "arch_unseen")
 #: Kernel kinds without measurements run on the memory-bound fallback, fitted on elementwise rows.
 FALLBACK_FAMILY = "elementwise"
+#: Families whose residuals are pooled per dtype when one family alone has too few held-out GPUs.
+BAND_CLASS = {family: "memory-bound" for family in ("elementwise", "layernorm", "softmax", "reduction", "memory")}
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,11 @@ class Calibration:
             band = next((self._kernel[f"{family}|{dtype}|{t}"] for t in _FALLBACK_TIERS[nearer]
                          if f"{family}|{dtype}|{t}" in self._kernel), None)
             if band is not None:
+                found = band if found is None else found.hull(band)
+        if found is None:  # too few held-out GPUs of this family and dtype: the sparse pools' hull
+            sparse = [self._kernel[key] for key in (f"{family}|{dtype}|one_gpu", f"{BAND_CLASS.get(family)}|{dtype}|any")
+                      if key in self._kernel]
+            for band in sparse:
                 found = band if found is None else found.hull(band)
         if found is None:  # no held-out residual of this dtype: the widest band the family has
             bands = [b for k, b in self._kernel.items() if k.startswith(f"{family}|")]

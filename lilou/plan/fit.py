@@ -41,6 +41,7 @@ import numpy as np
 
 from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.kernel import FAMILIES
+from lilou.plan.calibration import BAND_CLASS
 from lilou.plan.conformal import COVERAGE, group_weights, log_residuals, symmetric_bounds
 from lilou.plan.extrapolation import measured_ranges, range_features, range_key
 
@@ -317,7 +318,8 @@ def e2e_residuals(e2e_json: Path | None = None, data_dir=None, log: Log = _stder
 # ------------------------------------------------------------------ bands
 
 
-def band(residuals: Residuals, coverage: float = COVERAGE, min_rows: int = MIN_ROWS) -> dict[str, Any] | None:
+def band(residuals: Residuals, coverage: float = COVERAGE, min_rows: int = MIN_ROWS,
+         min_groups: int = MIN_GROUPS) -> dict[str, Any] | None:
     """The conformal band of a pool, every held-out group weighted equally; None when the pool is too small.
 
     Symmetric (:func:`lilou.plan.conformal.symmetric_bounds`): held-out GPUs are biased both ways, and two
@@ -326,7 +328,7 @@ def band(residuals: Residuals, coverage: float = COVERAGE, min_rows: int = MIN_R
     32 -> 38 %); FP32 elementwise 85.3 -> 90.0 %, GEMM 92.7 -> 91.0 % (width 175 -> 140 %), conv 90.8 -> 91.5 %
     (187 -> 159 %), softmax 89.2 -> 90.2 %, layer norm 93.5 -> 97.2 % (85 -> 80 %)."""
     groups = sorted(set(residuals.group))
-    if len(residuals) < min_rows or len(groups) < MIN_GROUPS:
+    if len(residuals) < min_rows or len(groups) < min_groups:
         return None
     try:
         lo, hi = symmetric_bounds(residuals.residual, coverage, group_weights(residuals.group))
@@ -336,7 +338,12 @@ def band(residuals: Residuals, coverage: float = COVERAGE, min_rows: int = MIN_R
 
 
 def kernel_bands(residuals: Residuals, coverage: float = COVERAGE) -> dict[str, dict[str, Any]]:
-    """``{"family|dtype|tier": band}``, plus ``"family|dtype|any"`` over every tier of a family and dtype."""
+    """``{"family|dtype|tier": band}``, plus ``"family|dtype|any"`` over every tier of a family and dtype.
+
+    Two pools stand in where a family and dtype has too few held-out GPUs for ``any`` (BF16/FP16 norms and
+    elementwise kernels: one or two GPUs each in the kernel table): ``"family|dtype|one_gpu"``, the band of its
+    single GPU's residuals, and ``"memory-bound|dtype|any"``, every memory-bound family of the dtype pooled
+    (:data:`lilou.plan.calibration.BAND_CLASS`). The lookup takes their hull (Calibration.kernel_band)."""
     out: dict[str, dict[str, Any]] = {}
     for family, dtype in sorted({(f, d) for f, d in zip(residuals.family, residuals.dtype)}):
         pool = residuals.take((residuals.family == family) & (residuals.dtype == dtype))
@@ -348,6 +355,16 @@ def kernel_bands(residuals: Residuals, coverage: float = COVERAGE) -> dict[str, 
         found = band(unseen, coverage)
         if found:
             out[f"{family}|{dtype}|any"] = found
+        else:
+            found = band(unseen, coverage, min_groups=1)
+            if found:
+                out[f"{family}|{dtype}|one_gpu"] = found
+    classes = np.array([BAND_CLASS.get(f, "") for f in residuals.family], dtype=object)
+    for kind, dtype in sorted({(c, d) for c, d in zip(classes, residuals.dtype) if c}):
+        found = band(residuals.take((classes == kind) & (residuals.dtype == dtype) & (residuals.tier != "trained")),
+                     coverage)
+        if found:
+            out[f"{kind}|{dtype}|any"] = found
     return out
 
 
@@ -404,7 +421,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.residuals is not None:
         kernel, e2e, ranges = load_residuals(args.residuals)
-        calibration = build_calibration(kernel, e2e, ranges, provenance={"residuals": str(args.residuals)})
+        # the counts of the run that pooled the residuals stay; the rebuild is recorded beside them
+        previous = json.loads(args.out.read_text()).get("provenance", {}) if args.out.exists() else {}
+        provenance = {**previous, "bands_rebuilt_from": str(args.residuals)}
+        calibration = build_calibration(kernel, e2e, ranges, provenance=provenance)
         _add_tensor_fingerprint(calibration, kernel)
         return _write(calibration, args.out, started)
     neusight = neusight_residuals(args.data_dir)
