@@ -117,3 +117,25 @@ def test_the_neusight_style_baseline_is_bounded_by_the_roofline_and_learns(datas
         return float(np.mean(np.abs(p - data.latency_ms) / data.latency_ms))
 
     assert mape(trained) < 0.5 * mape(untrained)
+
+
+def test_rows_timed_without_the_launch_are_compared_with_the_gpu_work(datasets_dir) -> None:
+    """Vidur's profiler kernel time has no launch floor: the model's GPU work is what it is compared with; the same
+    row timed with eager CUDA events gets floor + work (the model's own latency)."""
+    from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
+    from lilou.data.kernel_table import kernel_table
+    from lilou.latency.evaluation.table_folds import Fold
+    from lilou.latency.kernel_model.inference import KernelModel
+
+    relation = kernel_table(["vidur"], data_dir=datasets_dir).filter("family = 'norm' AND dtype = 'fp16'").limit(1)
+    row = dict(zip(relation.columns, relation.fetchall()[0]))
+    assert row["timing"] == "profiler-kernel-time"
+    columns = {c: [v, v] for c, v in row.items()}
+    columns["timing"] = ["profiler-kernel-time", "cuda-events-eager"]
+    priced = table_kernels(columns)
+    rows = {c: np.asarray(v, dtype=object)[priced.index] for c, v in columns.items()}
+    model = KernelModel.load(checkpoint_path(KERNEL_LATENCY))
+    times = model.predict(priced.kernels, priced.devices)
+    got = Fold(model, None).model_ms(priced, np.arange(2), rows)
+    assert got.tolist() == [times.work_ms[0], times.latency_ms[1]]
+    assert got[1] - got[0] == pytest.approx(times.floor_ms[1]) and times.floor_ms[1] > 0.01

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lilou.data.kernel_schema import TIMING_INCLUDES_LAUNCH
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
 from lilou.latency.kernel_model.table_kernels import TableKernels, table_kernels
 
@@ -41,17 +42,31 @@ class Fold:
         self.predictor, self.baseline = predictor, baseline
 
     def model_ms(self, priced: TableKernels, index: np.ndarray, rows: dict[str, np.ndarray]) -> np.ndarray:
+        """The model's time comparable with each row's timing: launch floor + GPU work where the timing includes
+        the launch (eager CUDA events, host loops, do_bench), the GPU work alone where it does not (profiler
+        kernel time, CUDA-graph replay), as end-to-end composition uses the work and models launches itself."""
         kernels, devices = _take(priced, index)
-        return self.predictor.predict(kernels, devices).latency_ms
+        times = self.predictor.predict(kernels, devices)
+        return np.where(includes_launch(rows, index), times.latency_ms, times.work_ms)
 
     def roofline_ms(self, priced: TableKernels, index: np.ndarray, rows: dict[str, np.ndarray]) -> np.ndarray:
-        """floor + max(FLOPs / peak of the row's unit, bytes / bandwidth) / efficiency, per family."""
+        """floor + max(FLOPs / peak of the row's unit, bytes / bandwidth) / efficiency, per family; the floor only
+        where the row's timing includes the launch."""
         kernels, devices = _take(priced, index)
         peak = unit_peaks(rows["gpu"][index], rows["unit"][index])
         compute = kernels.flops / (peak * 1e9)
         memory = kernels.bytes / (devices.bandwidth_gbs * 1e6)
         family = kernels.family
-        return self.baseline.floor_ms[family] + np.maximum(compute, memory) / self.baseline.efficiency[family]
+        floor = np.where(includes_launch(rows, index), self.baseline.floor_ms[family], 0.0)
+        return floor + np.maximum(compute, memory) / self.baseline.efficiency[family]
+
+
+def includes_launch(rows: dict[str, np.ndarray], index: np.ndarray) -> np.ndarray:
+    """Per row: whether its timing method counts the host's launch overhead (rows without a timing column are
+    NeuSight's eager CUDA events)."""
+    if "timing" not in rows:
+        return np.ones(len(index), dtype=bool)
+    return np.isin(rows["timing"][index], list(TIMING_INCLUDES_LAUNCH))
 
 
 def _take(priced: TableKernels, index: np.ndarray):
