@@ -125,15 +125,24 @@ def _constants(consts, key: str, row: Row, default):
 
 
 def times(row: Row, consts) -> tuple[float, float]:
-    s, c0, c1, cl = _constants(consts, "itl", row, (1.0, 0.0, 0.0, 0.0))
-    itl = s * row.decode.gpu_ms + cl * row.decode.launches + c0 + c1 * row.run.batch
-    return _constants(consts, "ttft", row, 1.0) * row.ttft_raw, itl
+    s, c0, c1, gap = _constants(consts, "itl", row, (1.0, 0.0, 0.0, None))
+    return _constants(consts, "ttft", row, 1.0) * row.ttft_raw, decode_step(row, s, gap) + c0 + c1 * row.run.batch
+
+
+def decode_step(row: Row, scale: float, gap: float | None) -> float:
+    """The decode step's kernels: back to back (CUDA graphs, ``gap`` None) or through the launch queue with the
+    host's time per kernel ``gap`` (HF eager), GPU times scaled."""
+    from lilou.latency.composition.overhead import queue_total
+
+    if gap is None or not row.decode.queue:
+        return scale * row.decode.gpu_ms
+    return float(np.mean([queue_total(envelope, gap, scale) for envelope in row.decode.queue]))
 
 
 def itl_like(row: Row, ttft: float, itl: float) -> float:
     """The prediction comparable with the row's ITL label (see docs/llm.md)."""
     kind, out = row.run.itl_kind, row.run.output_len
-    if kind in ("engine-mean", "client-median"):       # steady state: arriving prefills share the steps
+    if kind in ("engine-mean", "steady-derived"):      # steady state: arriving prefills share the steps
         return itl + ttft / out
     if kind == "per-token-incl-prefill":               # request latency / output tokens at batch 1
         return (ttft + (out - 1) * itl) / out
@@ -223,36 +232,14 @@ def fit(rows: list[Row]) -> dict:
         if ttft or engine != VLLM_054:
             consts["ttft"][engine] = float(np.median(ttft)) if ttft else 1.0
     for engine in ENGINE_KEYS:
-        # label = base + slope * (s * raw + c0 + c1 * batch): linear in (s, c0, c1); relative residuals
-        design, target = [], []
-        for r in (r for r in rows if _engine(r) == engine):
-            ttft = _constants(consts, "ttft", r, 1.0) * r.ttft_raw
-            run = r.run
-            if run.itl_ms:
-                base = itl_like(r, ttft, 0.0)
-                slope = itl_like(r, ttft, 1.0) - base
-                label = run.itl_ms
-            elif run.e2e_ms and run.power_w is None:
-                base, slope, label = ttft, run.output_len - 1, run.e2e_ms
-            else:
-                continue
-            design.append([slope * r.decode.gpu_ms / label, slope / label, slope * run.batch / label,
-                           slope * r.decode.launches / label])
-            target.append(1.0 - base / label)
-        if design:
-            from scipy.optimize import lsq_linear
-
-            # the kernels cannot run much faster than the kernel model says (scale >= 0.8). HF eager's host
-            # dispatches every kernel from Python: a time per launch, fitted here, replaces the queue model's gap
-            # (read on a different host); vLLM replays CUDA graphs (no per-launch term)
-            per_launch = 1.0 if engine == "hf" else 1e-9
-            # a per-sequence term needs more than one batch size to be told apart from the per-step one
-            per_seq = 1.0 if len({round(r.run.batch) for r in rows if _engine(r) == engine}) > 1 else 1e-9
-            solved = lsq_linear(np.asarray(design), np.asarray(target),
-                                bounds=([0.8, 0.0, 0.0, 0.0], [5.0, 50.0, per_seq, per_launch]), method="bvls")
-            consts["itl"][engine] = tuple(float(v) for v in solved.x)
+        mine = [r for r in rows if _engine(r) == engine]
+        # a per-sequence term needs more than one batch size to be told apart from the per-step one
+        per_seq = 1.0 if len({round(r.run.batch) for r in mine}) > 1 else 1e-9
+        terms = [term for term in (_itl_terms(r, consts) for r in mine) if term is not None]
+        if terms:
+            consts["itl"][engine] = (_fit_queue(terms, per_seq) if engine == "hf" else _fit_linear(terms, per_seq))
         elif engine != VLLM_054:
-            consts["itl"][engine] = (1.0, 0.0, 0.0, 0.0)
+            consts["itl"][engine] = (1.0, 0.0, 0.0, None)
     powered = [r for r in rows if r.run.power_w]
     if len(powered) >= 3:
         def residual(x):
@@ -268,6 +255,68 @@ def fit(rows: list[Row]) -> dict:
 
         consts["tdp_load"] = tuple(float(v) for v in least_squares(tdp_residual, x0=[0.5, 0.05]).x)
     return consts
+
+
+def _itl_terms(r: Row, consts):
+    """(row, base, slope, label) with label ~ base + slope x decode step, or None for a row without a time label."""
+    ttft = _constants(consts, "ttft", r, 1.0) * r.ttft_raw
+    run = r.run
+    if run.itl_ms:
+        base = itl_like(r, ttft, 0.0)
+        return r, base, itl_like(r, ttft, 1.0) - base, run.itl_ms
+    if run.e2e_ms and run.power_w is None:
+        return r, ttft, run.output_len - 1, run.e2e_ms
+    return None
+
+
+def _fit_linear(terms, per_seq: float) -> tuple[float, float, float, None]:
+    """vLLM (CUDA graphs): label = base + slope (s x GPU time + c0 + c1 x batch), least squares on relative error;
+    the kernels cannot run much faster than the kernel model says (s >= 0.8)."""
+    from scipy.optimize import lsq_linear
+
+    design = [[slope * r.decode.gpu_ms / label, slope / label, slope * r.run.batch / label]
+              for r, base, slope, label in terms]
+    target = [1.0 - base / label for r, base, slope, label in terms]
+    solved = lsq_linear(np.asarray(design), np.asarray(target), bounds=([0.8, 0.0, 0.0], [5.0, 50.0, per_seq]),
+                        method="bvls")
+    return (*(float(v) for v in solved.x), None)
+
+
+#: Host time per kernel launch searched for HF eager (ms): 0 to 80 us; GPU-time scales 0.8 to 2.
+QUEUE_GAPS = np.arange(0.0, 0.0805, 0.001)
+QUEUE_SCALES = np.arange(0.8, 2.001, 0.025)
+
+
+def _fit_queue(terms, per_seq: float) -> tuple[float, float, float, float]:
+    """HF eager: label = base + slope (queue(gap, s) + c0 + c1 x batch). A grid over (gap, s), the host terms by
+    bounded least squares at each point; the point of least squared relative error."""
+    from scipy.optimize import lsq_linear
+
+    rows = [r for r, *_ in terms]
+    base, slope, label = (np.array([t[i] for t in terms], dtype=np.float64) for i in (1, 2, 3))
+    batch = np.array([r.run.batch for r in rows], dtype=np.float64)
+    # queue(g, s) = mean over a row's decode points of the max over its envelope's vertices of (issued g + gpu s)
+    envelopes = [e for r in rows for e in r.decode.queue]
+    points = np.array([len(r.decode.queue) for r in rows])
+    issued = np.concatenate([e[:, 0] for e in envelopes])
+    gpu = np.concatenate([e[:, 1] for e in envelopes])
+    starts = np.cumsum([0] + [len(e) for e in envelopes])[:-1]
+    owner = np.repeat(np.arange(len(rows)), points)
+    design = np.column_stack([slope / label, slope * batch / label])
+    best = (np.inf, None)
+    for gap in QUEUE_GAPS:
+        for scale in QUEUE_SCALES:
+            queue = np.bincount(owner, np.maximum.reduceat(issued * gap + gpu * scale, starts)) / points
+            target = 1.0 - (base + slope * queue) / label
+            if per_seq < 1.0:  # one batch size: the per-step term alone, in closed form
+                c0 = float(np.clip(design[:, 0] @ target / (design[:, 0] @ design[:, 0]), 0.0, 50.0))
+                x, cost = (c0, 0.0), float(np.sum((target - c0 * design[:, 0]) ** 2))
+            else:
+                solved = lsq_linear(design, target, bounds=([0.0, 0.0], [50.0, per_seq]), method="bvls")
+                x, cost = tuple(solved.x), 2 * solved.cost
+            if cost < best[0]:
+                best = (cost, (float(scale), float(x[0]), float(x[1]), float(gap)))
+    return best[1]
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -488,7 +537,7 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
     calibration = Calibration(itl_scale={e: v[0] for e, v in consts["itl"].items()},
                               itl_step_ms={e: v[1] for e, v in consts["itl"].items()},
                               itl_per_seq_ms={e: v[2] for e, v in consts["itl"].items()},
-                              itl_per_launch_ms={e: v[3] for e, v in consts["itl"].items()},
+                              itl_launch_gap_ms={e: v[3] for e, v in consts["itl"].items() if v[3] is not None},
                               ttft_scale=consts["ttft"], power=consts["power"],
                               intervals=half, fitted_on=(
                                   f"{len(primary)} runs of llm_energy on {', '.join(sorted({r.run.gpu for r in primary}))}"

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from lilou.errors import LilouInputError
@@ -252,6 +253,42 @@ def test_attention_correction_applies_to_vllm_steps_only(llm):
             assert corrected.prefill.ms > uncorrected.prefill.ms
         else:
             assert corrected.decode.gpu_ms == uncorrected.decode.gpu_ms
+
+
+def test_a_step_sequence_holds_every_kernel_count_times():
+    """The launch order of an HF step: the KV-cache concat runs twice per layer, every other kernel once."""
+    from lilou.llm.config import load_config
+    from lilou.llm.predictor import _sequence
+    from lilou.llm.steps import StepShape, step_kernels
+
+    kernels = step_kernels(load_config(LLAMA), StepShape(1, 1, 300, causal=False), dtype="fp16", kv_dtype="fp16",
+                           tp=1, engine="hf")
+    assert {k.count for k in kernels if k.layer} == {32, 64}
+    work = np.arange(1.0, len(kernels) + 1)
+    sequence = _sequence(kernels, work)
+    assert len(sequence) == sum(k.count for k in kernels) == 1188
+    assert sequence.sum() == pytest.approx(sum(k.count * w for k, w in zip(kernels, work)))
+
+
+def test_hf_decode_step_is_the_launch_queue_at_the_fitted_host_time(llm):
+    """With a host time per launch, an HF step is its launch queue: the host's dispatch hides behind the GPU when
+    the kernels are long and sets the pace when they are short; a vLLM step keeps the CUDA-graph sum."""
+    from lilou.latency.composition.overhead import queue_total
+    from lilou.llm.power import PowerModel
+    from lilou.llm.predictor import Calibration
+
+    args = dict(batch=1, input_len=256, output_len=64, dtype="fp16", engine="hf")
+    decode = llm.predict(LLAMA, "a100-sxm4-80gb", **args).decode
+    assert len(decode.queue) == 4 and decode.launches == 1188
+    calibration = Calibration(itl_scale={"hf": 1.1}, ttft_scale={}, power=PowerModel(), intervals={},
+                              itl_step_ms={"hf": 8.0}, itl_launch_gap_ms={"hf": 0.018})
+    step = calibration.itl_ms("hf", decode, batch=1)
+    assert step == pytest.approx(np.mean([queue_total(e, 0.018, 1.1) for e in decode.queue]) + 8.0)
+    assert step >= 8.0 + max(1188 * 0.018, 1.1 * decode.gpu_ms) - 1e-9
+    # host-bound at 50 us per launch: the step is the host's issue time, whatever the GPU does
+    slow_host = Calibration(itl_scale={"hf": 1.0}, ttft_scale={}, power=PowerModel(), intervals={},
+                            itl_launch_gap_ms={"hf": 0.05})
+    assert slow_host.itl_ms("hf", decode, batch=1) == pytest.approx(1188 * 0.05, rel=0.02)
 
 
 def test_decode_step_with_a_per_launch_host_term():

@@ -47,3 +47,12 @@ def test_mlenergy_batch_is_the_mean_running_batch(runs):
     assert row.batch == pytest.approx(31.92714819427148)          # Avg BS, not max_num_seqs
     assert row.itl_ms == pytest.approx(63.244371990853644)          # Avg TPOT (s) x 1000, engine side
     assert row.power_w == pytest.approx(231.08555738003656) and row.input_assumed
+
+
+def test_mlenergy_v3_itl_is_the_steady_state_time_per_token(runs):
+    """v3's steady state: mean running batch / output throughput (the client median pools ramp-up and drain)."""
+    row = next(r for r in runs if r.source == "mlenergy_v3_2025" and r.model == "Qwen/Qwen3-14B"
+               and r.config == "max_num_seqs=64,tp=1" and r.task == "lm-arena-chat" and r.gpu == "b200")
+    assert row.itl_kind == "steady-derived" and row.steady
+    assert row.itl_ms == pytest.approx(1000 * 63.75912408759124 / 4176.121465838442)   # 15.27 ms, median 12.73
+    assert row.batch == pytest.approx(63.75912408759124) and row.power_w == pytest.approx(696.9625164938583)

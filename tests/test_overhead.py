@@ -16,7 +16,8 @@ from lilou.latency.composition.end_to_end import describe_kernels
 from lilou.latency.kernel_model.features import (REFERENCE_POWER_W, DeviceColumns, KernelBatch, low_power_exponent, power_factor,
                                    roofline_ms)
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, _best_scale, fit_overhead, queue_shares
+from lilou.latency.composition.overhead import (E2E_OVERHEAD, OverheadModel, _best_scale, fit_overhead, queue_envelope,
+                                                queue_shares, queue_total)
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "resnet18.onnx"
@@ -118,3 +119,17 @@ def test_infer_and_rank_say_when_a_board_computes_below_peak(predictor):
     assert len(notes) == 1
     assert "t4 (70 W)" in notes[0] and "p4 (75 W)" in notes[0] and "a10g" not in notes[0] and "a100" not in notes[0]
     assert not any("low-power" in w for w in predictor.rank(EXAMPLE, gpus=["a10g", "h100-sxm"]).warnings)
+
+
+def test_queue_envelope_gives_the_queue_total_at_any_issue_time_and_scale(predictor):
+    """The few envelope vertices reproduce the full queue's total for every host time and GPU-time scale, on the
+    kernels of a real graph."""
+    graph = load_graph(EXAMPLE)
+    kernels = describe_kernels(graph, predict_partition(graph, backend="eager"))
+    device = resolve_device("a10g")
+    work = predictor.model.kernel_work(kernels, [device]).work_ms[:, 0]
+    envelope = queue_envelope(work)
+    assert len(envelope) < len(work) / 2
+    for gap in (0.0, 0.005, 0.02, 0.1):
+        for scale in (0.5, 1.0, 2.0):
+            assert queue_total(envelope, gap, scale) == pytest.approx(queue_shares(scale * work, gap).sum(), rel=1e-12)

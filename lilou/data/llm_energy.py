@@ -3,9 +3,12 @@
 Each table keeps its own meaning (read its section of ``llm_energy/README.md``); the fields below say which
 quantity a row measured, so a benchmark compares like with like:
 
-- ``itl_kind``: ``engine-mean`` (vLLM's mean time per output token, ML.ENERGY v2), ``client-median`` (median of
-  streamed token gaps, ML.ENERGY v3), ``derived-static`` ((end-to-end - TTFT) / (O - 1) of a static batch,
-  Argonne), ``per-token-incl-prefill`` (request latency / output tokens at batch 1, ML.ENERGY v1);
+- ``itl_kind``: ``engine-mean`` (vLLM's mean time per output token, ML.ENERGY v2), ``steady-derived`` (the
+  steady state's mean running batch / output tokens per second, ML.ENERGY v3: the mean time between a sequence's
+  tokens over the same window as its power and batch; v3's client-side median ITL pools the whole run, ramp-up
+  and drain with their smaller batches included, and is 1.07-1.8x lower, by task), ``derived-static``
+  ((end-to-end - TTFT) / (O - 1) of a static batch, Argonne), ``per-token-incl-prefill`` (request latency /
+  output tokens at batch 1, ML.ENERGY v1);
 - ``batch``: the mean running batch where the source logs it (ML.ENERGY v2/v3 ``avg_batch_size``; not
   ``max_num_seqs``), else the static batch;
 - ``steady``: the run is a server in steady state (continuous batching: prefills of arriving requests share the
@@ -129,8 +132,9 @@ def mlenergy_v2(folder: Path) -> list[ServingRun]:
 
 
 def mlenergy_v3(folder: Path) -> list[ServingRun]:
-    """vLLM 0.11.1 servers (chunked prefill): client-side median ITL, steady-state power per GPU; TP-only runs
-    of the text tasks (expert/data-parallel runs and MXFP4 weights left out)."""
+    """vLLM 0.11.1 servers (chunked prefill): steady-state time per output token (mean running batch / output
+    throughput), steady-state power per GPU; TP-only runs of the text tasks (expert/data-parallel runs and MXFP4
+    weights left out)."""
     runs = []
     for r in _rows(folder / "mlenergy_v3_2025" / "llm_runs_flat.csv"):
         dtype = _DTYPES.get(r["weight_precision"])
@@ -140,10 +144,16 @@ def mlenergy_v3(folder: Path) -> list[ServingRun]:
                          engine="vllm", tp=int(r["tensor_parallel"]), batch=float(r["avg_batch_size"]),
                          input_len=ASSUMED_PROMPT_TOKENS[r["task"]], input_assumed=True,
                          output_len=float(r["avg_output_len"]), dtype=dtype, steady=True,
-                         itl_ms=_float(r["median_itl_ms"]), itl_kind="client-median", ttft_ms=None, e2e_ms=None,
+                         itl_ms=_steady_itl_ms(r), itl_kind="steady-derived", ttft_ms=None, e2e_ms=None,
                          power_w=_float(r["derived_avg_power_w_per_gpu"]), power_window="steady-state",
                          config=f"max_num_seqs={r['max_num_seqs']},tp={r['tensor_parallel']}"))
     return runs
+
+
+def _steady_itl_ms(row: dict[str, str]) -> float | None:
+    """Mean ms between one sequence's tokens in steady state: each step emits one token per running sequence."""
+    batch, throughput = _float(row["avg_batch_size"]), _float(row["output_throughput_tokens_per_sec"])
+    return 1000.0 * batch / throughput if batch and throughput else None
 
 
 def llm_inference_bench(folder: Path) -> list[ServingRun]:

@@ -11,8 +11,8 @@ Predictor's own kernel-model path (:meth:`lilou.latency.composition.end_to_end.E
 precision path), so a precision-aware kernel model loaded by the Predictor prices them without change. The
 engine decides how kernel times add up: vLLM replays decode steps as CUDA graphs (kernel times back to back, no
 launch gap); its prefill and every HF eager step go through the launch queue of
-:mod:`lilou.latency.composition.overhead` (an HF decode step is then priced from its GPU time and a fitted host time
-per launch, :class:`Calibration`). For vLLM, each attention kernel's price is corrected to what vLLM's measured
+:mod:`lilou.latency.composition.overhead` (an HF decode step at a fitted host time per launch, :class:`Calibration`).
+For vLLM, each attention kernel's price is corrected to what vLLM's measured
 attention kernels take (:mod:`lilou.llm.attention`). Tensor parallelism adds two all-reduces per layer
 (:mod:`lilou.llm.interconnect`). ITL is the mean decode step over the output (KV lengths ``I+1 .. I+O-1``, by
 midpoint quadrature), TTFT the prefill of the whole batch.
@@ -31,6 +31,7 @@ import numpy as np
 
 from lilou.errors import LilouInputError
 from lilou.hardware import Device, resolve_device
+from lilou.latency.composition.overhead import queue_envelope, queue_total
 from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
@@ -52,11 +53,14 @@ MAX_TP = 8
 class Calibration:
     """Fitted constants shipped in ``calibration.json`` (written by ``scripts/bench_llm.py``).
 
-    Per engine, a decode step takes ``itl_scale x (GPU time of its kernels) + itl_step_ms + itl_per_launch_ms x
-    launches + itl_per_seq_ms x batch``: the scale corrects the kernels' efficiency inside the engine, the host
-    terms are the scheduler's, sampler's and detokeniser's time per step, the Python dispatch per kernel launched
-    (HF eager; vLLM replays CUDA graphs, so 0) and the time per running sequence that the GPU waits for. A prefill
-    takes ``ttft_scale x (kernel-model prefill)``.
+    Per engine, a decode step takes ``itl_scale x (GPU time of its kernels) + itl_step_ms + itl_per_seq_ms x
+    batch``: the scale corrects the kernels' efficiency inside the engine, the host terms are the scheduler's,
+    sampler's and detokeniser's time per step and the time per running sequence that the GPU waits for (vLLM
+    replays CUDA graphs: nothing per kernel). An engine with ``itl_launch_gap_ms`` (HF eager) issues every kernel
+    from Python: its step is the launch queue of its kernels (:func:`lilou.latency.composition.overhead.queue_total`)
+    with that host time per kernel and the GPU times scaled, plus the same host terms: the host's dispatch hides
+    behind long kernels and shows between short ones. ``itl_per_launch_ms`` (an additive time per launch) is
+    read for calibration files written before the queue. A prefill takes ``ttft_scale x (kernel-model prefill)``.
     """
 
     itl_scale: dict[str, float]
@@ -66,6 +70,7 @@ class Calibration:
     itl_step_ms: dict[str, float] = field(default_factory=dict)
     itl_per_seq_ms: dict[str, float] = field(default_factory=dict)
     itl_per_launch_ms: dict[str, float] = field(default_factory=dict)
+    itl_launch_gap_ms: dict[str, float] = field(default_factory=dict)
     fitted_on: str = ""
 
     @classmethod
@@ -74,20 +79,26 @@ class Calibration:
                    power=PowerModel(**data["power"]), intervals=dict(data.get("intervals") or {}),
                    itl_step_ms=dict(data.get("itl_step_ms") or {}), itl_per_seq_ms=dict(data.get("itl_per_seq_ms") or {}),
                    itl_per_launch_ms=dict(data.get("itl_per_launch_ms") or {}),
+                   itl_launch_gap_ms=dict(data.get("itl_launch_gap_ms") or {}),
                    fitted_on=str(data.get("fitted_on", "")))
 
     def to_json(self) -> dict[str, Any]:
         return {"itl_scale": self.itl_scale, "itl_step_ms": self.itl_step_ms, "itl_per_seq_ms": self.itl_per_seq_ms,
-                "itl_per_launch_ms": self.itl_per_launch_ms,
+                "itl_per_launch_ms": self.itl_per_launch_ms, "itl_launch_gap_ms": self.itl_launch_gap_ms,
                 "ttft_scale": self.ttft_scale, "power": self.power.to_json(), "intervals": self.intervals,
                 "fitted_on": self.fitted_on}
 
     def itl_ms(self, engine: str, decode: Phase, batch: float) -> float:
         """The decode step: GPU time scaled plus the host terms (see the class docstring). Without a per-launch
         term the step's own time (for HF: the launch queue of the kernel model) is scaled instead."""
-        per_launch = self.itl_per_launch_ms.get(engine)
+        gap, per_launch = self.itl_launch_gap_ms.get(engine), self.itl_per_launch_ms.get(engine)
         scale = self.itl_scale.get(engine, 1.0)
-        step = scale * decode.ms if per_launch is None else scale * decode.gpu_ms + per_launch * decode.launches
+        if gap is not None and decode.queue:
+            step = float(np.mean([queue_total(envelope, gap, scale) for envelope in decode.queue]))
+        elif per_launch is not None:
+            step = scale * decode.gpu_ms + per_launch * decode.launches
+        else:
+            step = scale * decode.ms
         return step + self.itl_step_ms.get(engine, 0.0) + self.itl_per_seq_ms.get(engine, 0.0) * batch
 
 
@@ -115,6 +126,9 @@ class Phase:
     compute_ms: float           # sum of FLOPs / the peak of each kernel's unit
     gpu_ms: float = 0.0         # the kernels' GPU time back to back, no launch gaps (+ all-reduces)
     launches: float = 0.0       # kernels launched per step
+    #: per decode point, the launch queue of its kernels in launch order (overhead.queue_envelope of their GPU
+    #: times): what an engine that launches every kernel from the host (HF eager) takes at any host time per kernel
+    queue: tuple[np.ndarray, ...] = ()
 
     @property
     def roofline_ms(self) -> float:
@@ -335,9 +349,11 @@ class LLMPredictor:
         decode_ms = float(np.mean(decode_each)) + reduce_decode
         decode_gpu_ms = float(np.mean(gpu_each)) + reduce_decode
         launches = float(np.mean([sum(k.count for k in step) for step in kernels[1:]]))
+        queue = () if engine == "vllm" else tuple(
+            queue_envelope(np.append(overhead.gpu_ms(_sequence(step, w_)), reduce_decode)) for step, w_ in priced[1:])
         return (self._phase(priced[0][0], prefill_ms, device, dtype),
                 self._phase([k for step in kernels[1:] for k in step], decode_ms, device, dtype,
-                            weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches))
+                            weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches, queue=queue))
 
     def _work(self, kernels: list[StepKernel], device: Device, dtype: str) -> np.ndarray:
         """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path."""
@@ -360,7 +376,8 @@ class LLMPredictor:
         return np.array(work.work_ms[:, 0], dtype=np.float64)
 
     def _phase(self, kernels: list[StepKernel], ms: float, device: Device, dtype: str,
-               weight: float = 1.0, gpu_ms: float | None = None, launches: float = 0.0) -> Phase:
+               weight: float = 1.0, gpu_ms: float | None = None, launches: float = 0.0,
+               queue: tuple[np.ndarray, ...] = ()) -> Phase:
         from lilou.latency.kernel_model.precision import kernel_unit, precision_path
 
         path = precision_path(dtype, device, None, "off")
@@ -372,7 +389,7 @@ class LLMPredictor:
             nbytes += weight * k.count * k.spec.bytes
             compute_ms += weight * k.count * k.spec.flops / (peak * 1e9)
         return Phase(ms=ms, flops=flops, bytes=nbytes, memory_ms=nbytes / (device.memory_bandwidth_gbs * 1e6),
-                     compute_ms=compute_ms, gpu_ms=ms if gpu_ms is None else gpu_ms, launches=launches)
+                     compute_ms=compute_ms, gpu_ms=ms if gpu_ms is None else gpu_ms, launches=launches, queue=queue)
 
     def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
         out: dict[str, list[float] | None] = {}
@@ -413,8 +430,10 @@ def _sequence(kernels: list[StepKernel], work: np.ndarray) -> np.ndarray:
     once = [(k, w) for k, w in zip(kernels, work) if not k.layer]
     head = [w for k, w in once if k.name == "embedding"]
     tail = [w for k, w in once if k.name != "embedding"]
-    layers = max((k.count for k, _ in layer), default=1)
+    # every per-layer count is a multiple of the repeats (a KV-cache concat of K and V runs twice per layer):
+    # their greatest common divisor, so the sequence holds each kernel exactly ``count`` times
+    layers = math.gcd(*(k.count for k, _ in layer)) or 1
     per_layer: list[float] = []
     for k, w in layer:
-        per_layer.extend([w] * max(1, k.count // layers))
+        per_layer.extend([w] * (k.count // layers))
     return np.asarray(head + per_layer * layers + tail, dtype=np.float64)

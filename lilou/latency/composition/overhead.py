@@ -86,6 +86,34 @@ def queue_shares(gpu_ms: np.ndarray, issue_ms: float) -> np.ndarray:
     return np.diff(end, axis=0, prepend=np.zeros((1,) + gpu.shape[1:]))
 
 
+def queue_envelope(gpu_ms: np.ndarray) -> np.ndarray:
+    """The queue's total as a function of the issue time ``g`` and a GPU-time scale ``s``, for fitting them.
+
+    The total of :func:`queue_shares` is ``max over k of ((k + 1) g + s * sum(gpu_ms[k:]))``: one line per kernel.
+    For ``g, s >= 0`` only the vertices of the upper convex hull of the points ``(k + 1, sum(gpu_ms[k:]))`` can be
+    the maximum; they are returned as rows ``(issued kernels, GPU ms from there on)``, a handful for a whole step.
+    """
+    gpu = np.asarray(gpu_ms, dtype=np.float64)
+    if len(gpu) == 0:
+        return np.zeros((1, 2))
+    suffix = np.cumsum(gpu[::-1])[::-1]
+    hull: list[tuple[float, float]] = []
+    for point in zip(np.arange(1, len(gpu) + 1, dtype=np.float64), suffix):
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (point[1] - y1) - (y2 - y1) * (point[0] - x1) >= 0:  # hull[-1] is not above the chord
+                hull.pop()
+            else:
+                break
+        hull.append(point)
+    return np.asarray(hull, dtype=np.float64)
+
+
+def queue_total(envelope: np.ndarray, issue_ms: float, scale: float = 1.0) -> float:
+    """The queue's total time from :func:`queue_envelope` at issue time ``issue_ms`` and GPU-time ``scale``."""
+    return float(np.max(envelope[:, 0] * issue_ms + envelope[:, 1] * scale))
+
+
 def dispatch_gap_ms(latency_ms: np.ndarray, memory_ms: np.ndarray, gpu: np.ndarray) -> float:
     """Median over GPUs of the median latency of floor-bound calls (see the module docstring)."""
     medians = []
