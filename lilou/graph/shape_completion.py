@@ -61,9 +61,13 @@ def data_propagation_is_safe(model: onnx.ModelProto) -> bool:
     constant-built tensor, and no graph input, of rank 1 exceeds the folding budget."""
     graph = model.graph
     values = _small_constants(model, 64)
-    values.update({n.output[0]: onnx.numpy_helper.to_array(a.t) for n in graph.node
-                   if n.op_type == "Constant" and n.output for a in n.attribute
-                   if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and math.prod(a.t.dims) <= 64})
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                    value = small_tensor_value(attr.t, 64)
+                    if value is not None:
+                        values[node.output[0]] = value
     for value in graph.input:
         shape = _static_shape(value.type)
         if shape is not None and len(shape) == 1 and shape[0] > MAX_FOLD_ELEMENTS:
@@ -79,11 +83,22 @@ def data_propagation_is_safe(model: onnx.ModelProto) -> bool:
 
 
 def _small_constants(model: onnx.ModelProto, max_elements: int) -> dict[str, np.ndarray]:
-    return {
-        t.name: onnx.numpy_helper.to_array(t)
-        for t in model.graph.initializer
-        if t.data_location != onnx.TensorProto.EXTERNAL and math.prod(t.dims) <= max_elements
-    }
+    values = {t.name: small_tensor_value(t, max_elements) for t in model.graph.initializer}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def small_tensor_value(tensor: onnx.TensorProto, max_elements: int) -> np.ndarray | None:
+    """The values of an inline tensor of at most ``max_elements``, or None: external or weight-stripped data,
+    negative dims, or data that does not fill the dims (a damaged or hostile file; the checks that refuse it
+    with a message run elsewhere, this only decides what constant folding may read)."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or any(d < 0 for d in tensor.dims):
+        return None
+    if math.prod(tensor.dims) > max_elements or tensor.data_type == onnx.TensorProto.STRING:
+        return None
+    try:
+        return onnx.numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, KeyError, OverflowError, MemoryError):
+        return None
 
 
 def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int) -> list[np.ndarray] | None:
