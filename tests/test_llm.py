@@ -291,6 +291,19 @@ def test_hf_decode_step_is_the_launch_queue_at_the_fitted_host_time(llm):
     assert slow_host.itl_ms("hf", decode, batch=1) == pytest.approx(1188 * 0.05, rel=0.02)
 
 
+def test_interval_half_width_per_engine_with_the_pooled_one_as_fallback():
+    from lilou.llm.power import PowerModel
+    from lilou.llm.predictor import Calibration
+
+    calibration = Calibration(itl_scale={}, ttft_scale={}, power=PowerModel(), intervals={
+        "itl_ms": {"all": 1.0, "vllm": 0.3, "hf": 0.4}, "ttft_ms": {"all": 0.1}, "power_w": 0.8})
+    assert calibration.interval_half_width("itl_ms", "vllm") == 0.3
+    assert calibration.interval_half_width("itl_ms", "hf") == 0.4
+    assert calibration.interval_half_width("ttft_ms", "hf") == 0.1        # no HF TTFT residuals: the pooled one
+    assert calibration.interval_half_width("power_w", "vllm") == 0.8      # a file of one float per quantity
+    assert calibration.interval_half_width("e2e_ms", "vllm") is None
+
+
 def test_decode_step_with_a_per_launch_host_term():
     from lilou.llm.power import PowerModel
     from lilou.llm.predictor import Calibration, Phase

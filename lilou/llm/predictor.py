@@ -66,7 +66,7 @@ class Calibration:
     itl_scale: dict[str, float]
     ttft_scale: dict[str, float]
     power: PowerModel
-    intervals: dict[str, float | None]   # 90 % half-widths of log(predicted / measured) per output
+    intervals: dict[str, Any]   # 90 % half-widths of log(predicted / measured) per output {"all": h, engine: h}
     itl_step_ms: dict[str, float] = field(default_factory=dict)
     itl_per_seq_ms: dict[str, float] = field(default_factory=dict)
     itl_per_launch_ms: dict[str, float] = field(default_factory=dict)
@@ -87,6 +87,14 @@ class Calibration:
                 "itl_per_launch_ms": self.itl_per_launch_ms, "itl_launch_gap_ms": self.itl_launch_gap_ms,
                 "ttft_scale": self.ttft_scale, "power": self.power.to_json(), "intervals": self.intervals,
                 "fitted_on": self.fitted_on}
+
+    def interval_half_width(self, quantity: str, engine: str) -> float | None:
+        """The 90 % half-width (log) of ``quantity`` for ``engine``: its own where the leave-one-GPU-out residuals
+        had enough rows of it, else the pooled one (files before session 10 hold one float per quantity)."""
+        half = self.intervals.get(quantity)
+        if isinstance(half, dict):
+            return half.get(engine, half.get("all"))
+        return half
 
     def itl_ms(self, engine: str, decode: Phase, batch: float) -> float:
         """The decode step: GPU time scaled plus the host terms (see the class docstring). Without a per-launch
@@ -394,7 +402,7 @@ class LLMPredictor:
     def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
         out: dict[str, list[float] | None] = {}
         for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w)):
-            half = self.calibration.intervals.get(key)
+            half = self.calibration.interval_half_width(key, result.engine)
             out[key] = None if half is None or value is None else [value * math.exp(-half), value * math.exp(half)]
         if out.get("power_w"):  # a board never draws more than its TDP (a slice: its share of it)
             out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]
