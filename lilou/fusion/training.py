@@ -72,6 +72,7 @@ def train_fusion_model(cfg: DictConfig) -> float | None:
         "seed": cfg.seed,
         "data": f"fusion graphs under {datamodule.root} (make fusion-data), labelled by the oracles",
         "train_graphs": len(datamodule.samples["train"]),
+        "train_splits": list(datamodule.train_splits),
         "val": val,
         "test": test,
         **{split.replace("-", "_"): m for split, m in held_out.items()},
