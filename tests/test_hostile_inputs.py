@@ -188,6 +188,15 @@ def stripped_weight(name: str, dims) -> onnx.TensorProto:
     return t
 
 
+def pad_overflow_slice_model() -> onnx.ModelProto:
+    """Pads of 2^30 and 2^62 then a Slice: ONNX's C++ shape inference fails an assertion (std::clamp with its
+    bounds reversed) and aborts; the fuzzer's case 66589, reduced."""
+    pad = helper.make_node("Pad", ["x", "pads"], ["p"], name="pad")
+    cut = helper.make_node("Slice", ["p", "starts", "ends"], ["y"], name="slice")
+    return make_model([pad, cut], [tensor("x", [4, 4, 1])], [tensor("y", None)],
+                      [ints("pads", [2**30, 2, -100, 2, 2**62, 2]), ints("starts", [4, 0, 2]), ints("ends", [-1, 2, 4])])
+
+
 def dataless_initializer_model(data_type: int, dims) -> onnx.ModelProto:
     """A Relu model carrying an unused small initializer whose data is missing (a field mutant of a real file)."""
     model = relu_model()
@@ -395,6 +404,10 @@ ERROR_CASES = {
                                            "kernel_shape=[1, 1099511627777, -1]"),
     "conv-kernel-negative": (_graph_of(lambda: conv_model(kernel_shape=[-2, 3])), "kernel_shape=[-2, 3]"),
     "shape-inference-memory-bomb": (_graph_of(loop_bomb_model), "needs more than 512 MiB of memory"),
+    # one line, not ONNX's assertion text too: the guarded child's stderr goes to /dev/null
+    "shape-inference-assertion-abort": (_graph_of(pad_overflow_slice_model), "ONNX shape inference aborted"),
+    "infer-shape-inference-assertion-abort": (_cmd_of("infer", pad_overflow_slice_model, "--gpu", "t4"),
+                                              "ONNX shape inference aborted"),
     "infer-shape-inference-memory-bomb": (_cmd_of("infer", loop_bomb_model, "--gpu", "t4"), "needs more than 512 MiB"),
     "conv-group-0": (_graph_of(lambda: conv_model(group=0)), "group=0"),
     "conv-group-negative": (_graph_of(lambda: conv_model(group=-2)), "group=-2"),
@@ -656,3 +669,14 @@ def test_guarded_shape_inference_gives_what_onnx_gives(monkeypatch):
     monkeypatch.setattr(guarded_inference, "TIME_LIMIT_S", 0.0)
     with pytest.raises(LilouInputError, match="did not finish within 0 s"):
         guarded_inference.infer_shapes(model)
+
+
+def test_an_aborting_shape_inference_prints_one_line(tmp_path):
+    """ONNX's C++ assertion text is written by the guarded child to fd 2, out of capsys's reach: a real process
+    shows whether the user sees one line."""
+    path = save(pad_overflow_slice_model(), tmp_path / "m.onnx")
+    run = subprocess.run([sys.executable, "-m", "lilou.cli", "graph", path], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert lines[0].startswith("lilou: error: ONNX shape inference aborted on this model (signal 6")

@@ -6,9 +6,9 @@ fuzzer found files of 824 bytes that get a process killed by the kernel), and ma
 equations can keep it from returning. No check before it can name every such case, so it runs in
 a child process whose address space is capped at :data:`MEMORY_BUDGET` above the parent's and
 that is killed after :data:`TIME_LIMIT_S` (the budget grows with the model's own size, which ONNX copies
-twice). A child that runs out of memory or time is bad input,
-said in one line; any other outcome (the inferred model, or ONNX's own error) is exactly what the
-in-process call gives. Where ``os.fork`` does not exist the call runs in-process.
+twice). A child that runs out of memory or time, or aborts (ONNX asserts on some malformed dimensions), is bad
+input, said in one line (the child's own output goes to /dev/null); any other outcome (the inferred model, or
+ONNX's own error) is exactly what the in-process call gives. Where ``os.fork`` does not exist the call runs in-process.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
         code = 0
         try:
             os.close(read_fd)
+            _silence_output()
             _cap_address_space(budget)
             with os.fdopen(write_fd, "wb") as out:
                 out.write(_answer(model, options))
@@ -70,6 +71,18 @@ def _answer(model: onnx.ModelProto, options: dict) -> bytes:
     except tuple(_ERRORS.values()) as exc:
         name = next(n for n, kind in _ERRORS.items() if isinstance(exc, kind))
         return b"E" + name.encode() + b"\n" + str(exc).encode("utf-8", "replace")
+
+
+def _silence_output() -> None:
+    """Point the child's stdout and stderr at /dev/null: a failed C++ assertion in ONNX prints its own line
+    before the abort, and the user gets Lilou's one line instead."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    except OSError:
+        pass
 
 
 def _cap_address_space(budget: int) -> None:
@@ -115,7 +128,12 @@ def _result(payload: bytes | None, status: int, budget: int) -> onnx.ModelProto:
     if payload.startswith(b"E"):
         name, _, message = payload[1:].partition(b"\n")
         raise _ERRORS[name.decode()](message.decode("utf-8", "replace"))
-    if payload == b"M" or os.WIFSIGNALED(status):
-        raise LilouInputError(f"ONNX shape inference needs more than {budget // 2**20} MiB of memory on this "
-                              "model (negative or huge dimensions, or a malformed file); its shapes are not realistic")
+    memory = f"needs more than {budget // 2**20} MiB of memory"
+    if payload == b"M" or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+        raise LilouInputError(f"ONNX shape inference {memory} on this model (negative or huge dimensions, or a "
+                              "malformed file); its shapes are not realistic")
+    if os.WIFSIGNALED(status):  # SIGABRT: a failed assertion inside ONNX, or an allocation failure it cannot raise
+        raise LilouInputError(f"ONNX shape inference aborted on this model (signal {os.WTERMSIG(status)}: one of its "
+                              f"own checks failed, or it {memory}); the file is malformed or its dimensions are not "
+                              "realistic")
     raise RuntimeError(f"shape inference ended without an answer (status {status})")
