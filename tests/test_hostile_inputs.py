@@ -197,6 +197,15 @@ def pad_overflow_slice_model() -> onnx.ModelProto:
                       [ints("pads", [2**30, 2, -100, 2, 2**62, 2]), ints("starts", [4, 0, 2]), ints("ends", [-1, 2, 4])])
 
 
+def range_past_int64_model() -> onnx.ModelProto:
+    """Range(-5, 2^62, 0.5) in doubles: 2^63 elements, one more than an int64 dim holds (fuzz case 64925)."""
+    node = helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range")
+    use = helper.make_node("Mul", ["r", "x"], ["y"], name="mul")
+    scalars = [numpy_helper.from_array(np.array(v, dtype=np.float64), n)
+               for n, v in (("start", -5.0), ("limit", 4.611686018427388e18), ("delta", 0.5))]
+    return make_model([node, use], [tensor("x", [1], TensorProto.DOUBLE)], [tensor("y", None, TensorProto.DOUBLE)], scalars)
+
+
 def dataless_initializer_model(data_type: int, dims) -> onnx.ModelProto:
     """A Relu model carrying an unused small initializer whose data is missing (a field mutant of a real file)."""
     model = relu_model()
@@ -404,6 +413,8 @@ ERROR_CASES = {
                                            "kernel_shape=[1, 1099511627777, -1]"),
     "conv-kernel-negative": (_graph_of(lambda: conv_model(kernel_shape=[-2, 3])), "kernel_shape=[-2, 3]"),
     "shape-inference-memory-bomb": (_graph_of(loop_bomb_model), "needs more than 512 MiB of memory"),
+    "range-past-int64": (_graph_of(range_past_int64_model), "a dimension of 2^63 or more cannot exist"),
+    "infer-range-past-int64": (_cmd_of("infer", range_past_int64_model, "--gpu", "t4"), "2^63 or more"),
     # one line, not ONNX's assertion text too: the guarded child's stderr goes to /dev/null
     "shape-inference-assertion-abort": (_graph_of(pad_overflow_slice_model), "ONNX shape inference aborted"),
     "infer-shape-inference-assertion-abort": (_cmd_of("infer", pad_overflow_slice_model, "--gpu", "t4"),

@@ -12,6 +12,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from lilou.errors import LilouInputError
 import onnx
 
 #: No constant above this many elements is ever materialised: its value stays unknown (shape only).
@@ -238,6 +240,9 @@ def _note_too_big(node: onnx.NodeProto, known: _Known) -> None:
         return
     name = node.output[0]
     known.too_big[name] = bound
+    if shape is not None and any(d >= 2**63 for d in shape):
+        raise LilouInputError(f"{node.op_type} {node.name or name!r} makes a tensor of shape {list(shape)}: a dimension "
+                              "of 2^63 or more cannot exist (ONNX dims are int64); the file is malformed")
     if shape is not None and name not in known.computed and all(d >= 0 for d in shape):
         elem_type = _output_elem_type(node, known)
         if elem_type:
