@@ -300,12 +300,9 @@ def _split_sizes(node: onnx.NodeProto, graph: onnx.GraphProto) -> list[int] | No
 def _check_ranges(graph: onnx.GraphProto) -> None:
     """A Range of constant bounds must have fewer than 2^63 elements: ONNX's shape inference wraps the count of
     ``Range(-5, 2^62, 0.5)`` to a shape of [0] and the model would be priced as empty."""
-    from lilou.graph.shape_completion import small_tensor_value
+    from lilou.graph.shape_completion import range_length, small_constants
 
-    overridden = {value.name for value in graph.input}
-    scalars = {t.name: small_tensor_value(t, 1) for t in graph.initializer if t.name not in overridden}
-    scalars.update({n.output[0]: small_tensor_value(a.t, 1) for n in graph.node if n.op_type == "Constant" and n.output
-                    for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR})
+    scalars = small_constants(graph, 1, skip=frozenset(value.name for value in graph.input))
     for node in graph.node:
         if node.op_type != "Range" or len(node.input) < 3:
             continue
@@ -313,10 +310,8 @@ def _check_ranges(graph: onnx.GraphProto) -> None:
         if any(b is None or b.size != 1 for b in bounds):
             continue
         start, limit, delta = (float(b.reshape(-1)[0]) for b in bounds)
-        if delta == 0 or not math.isfinite((limit - start) / delta):
-            continue
-        count = math.ceil((limit - start) / delta)
-        if count >= 2**63:
+        count = range_length(start, limit, delta)
+        if count is not None and count >= 2**63:
             raise LilouInputError(f"Range {node.name or node.output[0]!r} from {start:g} to {limit:g} by {delta:g} makes "
                                   f"{count:,} elements: a dimension of 2^63 or more cannot exist (ONNX dims are "
                                   "int64); the file is malformed")

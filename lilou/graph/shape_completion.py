@@ -12,9 +12,9 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 from lilou.errors import LilouInputError
-import onnx
 
 #: No constant above this many elements is ever materialised: its value stays unknown (shape only).
 MAX_FOLD_ELEMENTS = 1 << 20
@@ -62,14 +62,7 @@ def data_propagation_is_safe(model: onnx.ModelProto) -> bool:
     an element): a few-byte file with ``ConstantOfShape([10**8])`` would take gigabytes. Say whether no
     constant-built tensor, and no graph input, of rank 1 exceeds the folding budget."""
     graph = model.graph
-    values = _small_constants(model, 64)
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attr in node.attribute:
-                if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-                    value = small_tensor_value(attr.t, 64)
-                    if value is not None:
-                        values[node.output[0]] = value
+    values = small_constants(graph, 64)
     for value in graph.input:
         shape = _static_shape(value.type)
         if shape is not None and len(shape) == 1 and shape[0] > MAX_FOLD_ELEMENTS:
@@ -87,6 +80,26 @@ def data_propagation_is_safe(model: onnx.ModelProto) -> bool:
 def _small_constants(model: onnx.ModelProto, max_elements: int) -> dict[str, np.ndarray]:
     values = {t.name: small_tensor_value(t, max_elements) for t in model.graph.initializer}
     return {name: value for name, value in values.items() if value is not None}
+
+
+def small_constants(graph: onnx.GraphProto, max_elements: int, skip: frozenset[str] = frozenset()
+                    ) -> dict[str, np.ndarray]:
+    """Values of the graph's inline initializers (but those named in ``skip``) and Constant nodes of at most
+    ``max_elements`` each (:func:`small_tensor_value`)."""
+    tensors = [(t.name, t) for t in graph.initializer if t.name not in skip]
+    tensors += [(n.output[0], a.t) for n in graph.node if n.op_type == "Constant" and n.output
+                for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR]
+    values = {name: small_tensor_value(tensor, max_elements) for name, tensor in tensors}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def range_length(start: float, limit: float, delta: float) -> int | None:
+    """Elements of ``Range(start, limit, delta)`` (the ONNX formula, in Python ints: no int64 wrap-around), or None
+    when it has no finite count."""
+    if delta == 0 or not all(math.isfinite(v) for v in (start, limit, delta)):
+        return None
+    ratio = (limit - start) / delta
+    return max(math.ceil(ratio), 0) if math.isfinite(ratio) else None
 
 
 def small_tensor_value(tensor: onnx.TensorProto, max_elements: int) -> np.ndarray | None:
@@ -123,10 +136,8 @@ def _value_shape(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
         if node.op_type == "ConstantOfShape" and value(0) is not None:
             return tuple(int(d) for d in np.asarray(value(0)).reshape(-1))
         if node.op_type == "Range" and all(value(i) is not None for i in range(3)):
-            start, limit, delta = (float(np.asarray(value(i)).reshape(-1)[0]) for i in range(3))
-            if delta == 0 or not all(np.isfinite([start, limit, delta])):
-                return None
-            return (max(int(math.ceil((limit - start) / delta)), 0),)
+            length = range_length(*(float(np.asarray(value(i)).reshape(-1)[0]) for i in range(3)))
+            return None if length is None else (length,)
         if node.op_type == "Expand" and node.input[0] in shapes and value(1) is not None:
             target = tuple(int(d) for d in np.asarray(value(1)).reshape(-1))
             return _broadcast([shapes[node.input[0]], target])

@@ -31,7 +31,7 @@ import numpy as np
 
 from lilou.errors import LilouInputError
 from lilou.hardware import Device, resolve_device
-from lilou.latency.composition.overhead import queue_envelope, queue_total
+from lilou.latency.composition.overhead import queue_envelope, queue_shares, queue_total
 from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
@@ -351,14 +351,14 @@ class LLMPredictor:
         prefill_ms = float(overhead.kernel_ms(_sequence(*priced[0])).sum()) + reduce_prefill
         gpu_each = [float(sum(k.count * w for k, w in zip(step, w_))) * overhead.scale for step, w_ in priced[1:]]
         if engine == "vllm":  # CUDA graphs: no launch gap
-            decode_each = gpu_each
-        else:
-            decode_each = [float(overhead.kernel_ms(_sequence(step, w_)).sum()) for step, w_ in priced[1:]]
+            decode_each, queue = gpu_each, ()
+        else:  # each step's kernels in launch order, through the launch queue
+            sequences = [overhead.gpu_ms(_sequence(step, w_)) for step, w_ in priced[1:]]
+            decode_each = [float(queue_shares(gpu, overhead.gap_ms).sum()) for gpu in sequences]
+            queue = tuple(queue_envelope(np.append(gpu, reduce_decode)) for gpu in sequences)
         decode_ms = float(np.mean(decode_each)) + reduce_decode
         decode_gpu_ms = float(np.mean(gpu_each)) + reduce_decode
         launches = float(np.mean([sum(k.count for k in step) for step in kernels[1:]]))
-        queue = () if engine == "vllm" else tuple(
-            queue_envelope(np.append(overhead.gpu_ms(_sequence(step, w_)), reduce_decode)) for step, w_ in priced[1:])
         return (self._phase(priced[0][0], prefill_ms, device, dtype),
                 self._phase([k for step in kernels[1:] for k in step], decode_ms, device, dtype,
                             weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches, queue=queue))
