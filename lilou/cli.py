@@ -13,7 +13,13 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from lilou.errors import LilouInputError
+# numpy's matrix products here are small (the fusion GNN's 64-wide layers over a few thousand nodes, the
+# kernel MLP): OpenBLAS's worker threads cost more to wake than they save. On a BERT-large graph the GNN takes
+# 0.05 s on one thread and 0.13-0.4 s on two, the worst when other processes hold the cores (a server, a CI
+# runner). It must be set before numpy loads; a user's own setting wins. torch (training) has its own pool.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from lilou.errors import LilouInputError  # noqa: E402
 
 
 class _ArgumentParser(argparse.ArgumentParser):

@@ -9,11 +9,8 @@ import argparse
 
 
 def register_all(subparsers: argparse._SubParsersAction) -> None:
-    from lilou.commands import data, fuse, graph, gpus, infer, rank, zoo
+    from lilou.commands import data, fuse, gpus, graph, infer, llm, plan, rank, serve, zoo
     from lilou.commands import eval as eval_cmd
-    from lilou.commands import serve
-    from lilou.commands import llm
-    from lilou.commands import plan
 
     graph.register(subparsers)
     gpus.register(subparsers)

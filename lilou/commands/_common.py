@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:  # rich takes 0.1-0.2 s to import: only the table format loads it
+    from rich.console import Console
+    from rich.table import Table
 
 
 def add_format_option(parser, choices: tuple[str, ...] = ("table", "json")) -> None:
@@ -19,7 +21,16 @@ def print_json(obj: Any) -> None:
 
 def console() -> Console:
     """A console that never wraps tables into unreadable columns when piped."""
+    from rich.console import Console
+
     return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def new_table(*columns: str, **options: Any) -> Table:
+    """A rich table, imported on first use (``--format json`` never pays for rich)."""
+    from rich.table import Table
+
+    return Table(*columns, **options)
 
 
 def add_shape_options(parser) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.table import Table
-
-from lilou.commands._common import add_format_option, console, print_json
+from lilou.commands._common import add_format_option, console, new_table, print_json
 from lilou.data.paths import data_root
 from lilou.data.sources import DATASETS, Dataset, get_dataset
 
@@ -74,7 +72,7 @@ def run_list(args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     out = console()
-    table = Table(title=f"datasets (data root: {root})")
+    table = new_table(title=f"datasets (data root: {root})")
     for column in ("name", "licence", "on disk", "rows", "GPUs", "dtypes", "families", "timing", "dropped"):
         table.add_column(column, justify="right" if column in ("rows", "dropped") else "left")
     for row in rows:

@@ -13,9 +13,7 @@ import argparse
 import csv
 import sys
 
-from rich.table import Table
-
-from lilou.commands._common import add_format_option, console, print_json
+from lilou.commands._common import add_format_option, console, new_table, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,7 +81,7 @@ def _fmt(value, digits: int = 1) -> str:
 def print_tables(result, out=None) -> None:
     out = out or console()
     title = f"{result.mode}, eager FP32, kernel groups: {result.fusion} ({', '.join(result.kernel_groups)})"
-    labels = Table(title=f"end-to-end latency per label: {title}")
+    labels = new_table(title=f"end-to-end latency per label: {title}")
     for column in ("gpu", "model", "seq", "batch", "measured ms", "predicted ms", "APE %", "roofline ms",
                    "roofline APE %"):
         labels.add_column(column, justify="left" if column in ("gpu", "model") else "right")
@@ -93,7 +91,7 @@ def print_tables(result, out=None) -> None:
                        f"{r.ape('roofline'):.1f}")
     out.print(labels)
 
-    per_gpu = Table(title=f"MAPE per GPU ({result.mode})")
+    per_gpu = new_table(title=f"MAPE per GPU ({result.mode})")
     for column in ("gpu", "labels", "MAPE %", "median APE %", "max APE %", "roofline MAPE %", "roofline median %"):
         per_gpu.add_column(column, justify="left" if column == "gpu" else "right")
     for g in result.per_gpu():
@@ -107,7 +105,7 @@ def print_tables(result, out=None) -> None:
 
     ranking = result.ranking()
     if ranking:
-        table = Table(title="GPU ranking per workload (rank correlation of latencies across GPUs)")
+        table = new_table(title="GPU ranking per workload (rank correlation of latencies across GPUs)")
         for column in ("workload", "GPUs", "Spearman", "Kendall", "roofline Spearman", "roofline Kendall"):
             table.add_column(column, justify="left" if column == "workload" else "right")
         for w in ranking:
@@ -133,7 +131,7 @@ def print_breakdown(result, out) -> None:
     summary = result.breakdown_summary()
     if not summary:
         return
-    table = Table(title="where the time goes: share of the forward pass, measured → predicted % "
+    table = new_table(title="where the time goes: share of the forward pass, measured → predicted % "
                         "(MAPE % of the category's ms)")
     categories = [c for c in CATEGORIES if any(s["category"] == c and (s["measured_share"] or s["model_share"])
                                                for s in summary)]

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
-from lilou.commands._common import add_format_option, add_shape_options, console, print_json, shape_overrides
+from lilou.commands._common import add_format_option, add_shape_options, console, new_table, print_json, shape_overrides
 from lilou.errors import LilouInputError
 from lilou.fusion.backends import BACKENDS
 
@@ -49,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     out = console()
     kernels = partition.kernels
     source = {"oracle": f"{args.backend} oracle", "gnn": "fusion GNN", "rules": "rule baseline"}[partition.source]
-    table = Table(title=f"{graph.name}: {len(kernels)} {args.backend} kernels ({source}), "
+    table = new_table(title=f"{graph.name}: {len(kernels)} {args.backend} kernels ({source}), "
                         f"{len(graph.runtime_nodes())} runtime nodes")
     for column in ("#", "ops", "nodes"):
         table.add_column(column, justify="right" if column == "#" else "left")

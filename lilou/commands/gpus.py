@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from lilou.commands._common import add_format_option, console, print_json
+from lilou.commands._common import add_format_option, console, new_table, print_json
 from lilou.hardware import GPUSpec, all_gpus, find_gpu
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _table(gpus: list[GPUSpec]) -> Table:
-    table = Table(title=f"{len(gpus)} GPUs",
+    table = new_table(title=f"{len(gpus)} GPUs",
                   caption="FP32 / TC (tensor cores, FP32 accumulate): dense peak TFLOPS; - where the unit or dtype "
                           "is absent; CC: compute capability; MIG: profiles")
     table.add_column("name", no_wrap=True)
@@ -63,7 +65,7 @@ def _table(gpus: list[GPUSpec]) -> Table:
 
 def _mig_table(gpus: list[GPUSpec]) -> Table:
     """The MIG profiles of the GPUs that have them, one row per GPU."""
-    table = Table(title="MIG profiles")
+    table = new_table(title="MIG profiles")
     table.add_column("name", no_wrap=True)
     table.add_column("MIG profiles")
     for gpu in gpus:

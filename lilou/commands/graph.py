@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from lilou.commands._common import add_format_option, add_shape_options, console, print_json, shape_overrides
+from lilou.commands._common import add_format_option, add_shape_options, console, new_table, print_json, shape_overrides
 from lilou.graph.report import graph_to_json, human, shape_text
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = console()
     nodes = graph.nodes_in_order() if args.all else graph.runtime_nodes()
-    table = Table(title=f"{graph.name}: {len(nodes)} nodes", show_lines=False)
+    table = new_table(title=f"{graph.name}: {len(nodes)} nodes", show_lines=False)
     for column in ("node", "op", "output shape", "FLOPs", "read", "written"):
         table.add_column(column, justify="right" if column in ("FLOPs", "read", "written") else "left")
     for name in nodes:
@@ -56,7 +58,7 @@ def _by_op_table(graph, nodes: list[str]) -> Table:
         flops[data["op"]] += data["flops"]
         count[data["op"]] += 1
     total = max(1, sum(flops.values()))
-    table = Table(title="by op type")
+    table = new_table(title="by op type")
     for column in ("op", "nodes", "FLOPs", "share"):
         table.add_column(column, justify="left" if column == "op" else "right")
     for op in sorted(flops, key=lambda o: -flops[o]):

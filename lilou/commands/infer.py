@@ -5,10 +5,17 @@ import argparse
 import csv
 import sys
 
-from rich.table import Table
-
-from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
-                                    console, print_json, shape_overrides, warn)
+from lilou.commands._common import (
+    add_backend_option,
+    add_format_option,
+    add_precision_options,
+    add_shape_options,
+    console,
+    new_table,
+    print_json,
+    shape_overrides,
+    warn,
+)
 from lilou.graph.report import human
 
 
@@ -76,7 +83,7 @@ def _print_table(prediction, top: int) -> None:
     out = console()
     device = prediction.gpu if prediction.mig is None else f"{prediction.gpu} MIG {prediction.mig}"
     batch = "" if prediction.batch is None else f", batch {prediction.batch}"
-    table = Table(title=f"top {min(top, len(prediction.kernels))} of {len(prediction.kernels)} kernels by predicted time")
+    table = new_table(title=f"top {min(top, len(prediction.kernels))} of {len(prediction.kernels)} kernels by predicted time")
     for column in ("#", "ops", "first node", "type", "bound", "ms", "90 % interval", "launch wait", "share"):
         table.add_column(column, justify="right" if column in ("#", "ms", "90 % interval", "launch wait", "share")
                          else "left")

@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 
-from rich.table import Table
-
-from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, console,
-                                    print_json, shape_overrides, warn)
+from lilou.commands._common import (
+    add_backend_option,
+    add_format_option,
+    add_precision_options,
+    console,
+    new_table,
+    print_json,
+    shape_overrides,
+    warn,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -106,7 +112,7 @@ def _print_table(plan) -> None:
     order = "cheapest first ($ at the upper bound's throughput)" if plan.sort == "cost" else \
         "highest throughput at the upper bound first"
     if plan.entries:
-        table = Table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices meet the {what} of "
+        table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices meet the {what} of "
                             f"{plan.slo_ms:g} ms (90 % upper bound), {order}")
         rate = "tokens/s" if llm else "inf/s"
         columns = ["#", "device", "k8s resource", "batch", "ms", "90 % interval", rate, "memory GiB"]

@@ -3,10 +3,17 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
-from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
-                                    console, print_json, shape_overrides, warn)
+from lilou.commands._common import (
+    add_backend_option,
+    add_format_option,
+    add_precision_options,
+    add_shape_options,
+    console,
+    new_table,
+    print_json,
+    shape_overrides,
+    warn,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             warn(message)
         return 0
     out = console()
-    table = Table(title=f"{ranking.model} ({ranking.backend}): {len(ranking)} devices, fastest first")
+    table = new_table(title=f"{ranking.model} ({ranking.backend}): {len(ranking)} devices, fastest first")
     for column in ("#", "gpu", "mig", "ms", "90 % interval", "extrapolated", "vs fastest"):
         table.add_column(column, justify="right" if column in ("#", "ms", "90 % interval", "extrapolated",
                                                                "vs fastest") else "left")

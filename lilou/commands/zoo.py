@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from lilou.commands._common import add_format_option, console, print_json
+from lilou.commands._common import add_format_option, console, new_table, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,15 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from lilou.zoo import list_models
 
     entries = list_models()
     if args.format == "json":
         print_json([dataclasses.asdict(entry) for entry in entries])
         return 0
-    table = Table("name", "family", "kind", "batch", "seq", "image", "description")
+    table = new_table("name", "family", "kind", "batch", "seq", "image", "description")
     for e in entries:
         table.add_row(e.name, e.family, e.kind, str(e.batch), str(e.seq or "-"), str(e.image_size or "-"),
                       e.description)

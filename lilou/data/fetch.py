@@ -30,14 +30,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlparse
-from urllib.request import url2pathname
-
-import pooch
 
 from lilou.data.paths import data_root, dataset_dir
 from lilou.data.sources import RAW_GITHUB, Dataset, ManifestFile, get_dataset
 from lilou.errors import LilouInputError
+
+if TYPE_CHECKING:  # pooch (with tqdm) takes 0.1 s to import: every CLI command would pay it
+    import pooch
 
 CHUNK = 1 << 20
 TIMEOUT_S = 30.0
@@ -124,6 +125,8 @@ def make_pooch(dataset: Dataset, folder: Path, entries: Iterable[ManifestFile],
         base = upstream.raw_url("")
     else:  # llm_energy: several repositories, each file names its own
         base = f"{RAW_GITHUB}/"
+    import pooch
+
     return pooch.create(path=folder, base_url=base,
                         registry={e.path: f"sha256:{e.sha256}" for e in entries},
                         urls={e.path: file_url(dataset, e, mirror) for e in entries},
@@ -182,11 +185,15 @@ class _Downloader:
     def __call__(self, url: str, output_file: str, pup: pooch.Pooch | None, check_only: bool = False):
         scheme = urlparse(url).scheme
         if scheme == "file":
+            from urllib.request import url2pathname  # urllib.request loads http.client and ssl: only here
+
             path = Path(url2pathname(urlparse(url).path))  # it unquotes
             if check_only:
                 return path.is_file()
             self._copy(path, url, output_file)
         elif scheme in ("http", "https"):
+            import pooch
+
             http = pooch.HTTPDownloader(progressbar=self.progress or False, chunk_size=CHUNK,
                                         timeout=self.timeout, headers={"User-Agent": USER_AGENT})
             result = http(url, output_file, pup, check_only=check_only)
@@ -312,6 +319,8 @@ def _mismatch(dataset: Dataset, entry: ManifestFile, url: str, digest: str, size
 @contextmanager
 def _quiet_pooch() -> Iterator[None]:
     """pooch logs every download at INFO on stderr; the progress bar says enough."""
+    import pooch
+
     logger = pooch.get_logger()
     level = logger.level
     logger.setLevel(logging.WARNING)
@@ -328,8 +337,7 @@ def _progress_bar(enabled: bool, total: int, label: str) -> Iterator[_Progress |
         yield None
         return
     from rich.console import Console
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn())
