@@ -12,6 +12,7 @@ from lilou.fusion.evaluation import FusionScore, node_groups
 from lilou.fusion.features import (
     FUSION_EDGE_FEATURES,
     FUSION_NODE_FEATURES,
+    PRIOR_COLUMNS,
     TVM_PRIOR_COLUMN,
     fusion_arrays,
     fusion_data,
@@ -281,3 +282,31 @@ def test_a_stale_fusion_checkpoint_is_a_clear_error(tmp_path):
         FusionPredictor.load(tmp_path)
     with pytest.raises(MissingDataError, match="no fusion checkpoint"):
         FusionPredictor.load(tmp_path / "absent")
+
+
+def test_prior_dropout_hides_both_replay_verdicts_of_whole_training_graphs(tiny_bert):
+    """model.prior_dropout: a dropped graph loses the eager and TVM prior columns on every edge, the others keep
+    every column; validation and inference always see the priors."""
+    from torch_geometric.data import Batch
+
+    from lilou.fusion.dataset import FusionSample, to_training_items
+    from lilou.fusion.features import EAGER_PRIOR_COLUMN
+    from lilou.fusion.lit_module import FusionModule
+
+    _, model, graph = tiny_bert
+    truth = eager_partition(model, graph)
+    sample = FusionSample("tiny", "bert", "dynamo", fusion_data(graph, {"eager": truth}), ("eager",))
+    batch = Batch.from_data_list(to_training_items([sample, sample, sample, sample], ["eager"]))
+    assert batch.edge_attr[:, EAGER_PRIOR_COLUMN].sum() > 0  # the replay fuses some edges of a BERT layer
+
+    torch.manual_seed(0)
+    module = FusionModule(hidden=16, layers=1, prior_dropout=0.5)
+    edge_attr = module._without_some_priors(batch)
+    edge_graph = batch.batch[batch.edge_index[0]]
+    dropped = [bool((edge_attr[edge_graph == g][:, list(PRIOR_COLUMNS.values())] == 0).all()) for g in range(4)]
+    kept = [bool(torch.equal(edge_attr[edge_graph == g], batch.edge_attr[edge_graph == g])) for g in range(4)]
+    assert all(d != k for d, k in zip(dropped, kept)) and any(dropped) and any(kept)
+    other_columns = [c for c in range(FUSION_EDGE_FEATURES) if c not in PRIOR_COLUMNS.values()]
+    assert torch.equal(edge_attr[:, other_columns], batch.edge_attr[:, other_columns])
+    all_dropped = FusionModule(hidden=16, layers=1, prior_dropout=1.0)._without_some_priors(batch)
+    assert not all_dropped[:, EAGER_PRIOR_COLUMN].any()

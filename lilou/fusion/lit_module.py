@@ -4,6 +4,12 @@ With ``keep_best`` the weights of the epoch with the lowest loss on the validati
 families are restored when training ends (early stopping without cutting the
 learning-rate schedule short). The shipped config keeps the last epoch instead:
 see docs/fusion.md for why.
+
+With ``prior_dropout`` p, each training graph has its two replay-prior edge columns
+zeroed with probability p (zero is the replays' "not fused" verdict). The replays
+know a fixed list of decompositions, and a GNN that always sees them learns to copy
+them; on the graphs without them it must recognise a multi-node aten op from
+structure alone, which is what an activation no replay rule knows needs.
 """
 from __future__ import annotations
 
@@ -12,14 +18,15 @@ import torch
 from torch.nn import functional as F
 
 from lilou.fusion.backends import BACKENDS
-from lilou.fusion.features import FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES
+from lilou.fusion.features import FUSION_EDGE_FEATURES, FUSION_NODE_FEATURES, PRIOR_COLUMNS
 from lilou.fusion.gnn import FusionGNN
 
 
 class FusionModule(L.LightningModule):
     def __init__(self, hidden: int = 64, layers: int = 4, conv: str = "gine", dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, node_feature_mask: list[int] | None = None,
-                 edge_feature_mask: list[int] | None = None, keep_best: bool = False) -> None:
+                 edge_feature_mask: list[int] | None = None, keep_best: bool = False,
+                 prior_dropout: float = 0.0) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = FusionGNN(FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES, num_backends=len(BACKENDS),
@@ -34,12 +41,23 @@ class FusionModule(L.LightningModule):
         self.register_buffer("edge_feature_mask", edge_mask, persistent=False)
         self._best: tuple[float, dict] | None = None
 
-    def forward(self, batch) -> torch.Tensor:
-        return self.net(batch.x * self.feature_mask, batch.edge_index, batch.edge_attr * self.edge_feature_mask,
+    def forward(self, batch, edge_attr: torch.Tensor | None = None) -> torch.Tensor:
+        edge_attr = batch.edge_attr if edge_attr is None else edge_attr
+        return self.net(batch.x * self.feature_mask, batch.edge_index, edge_attr * self.edge_feature_mask,
                         batch.backend, batch.batch)
 
+    def _without_some_priors(self, batch) -> torch.Tensor:
+        """The batch's edge features with both prior columns zeroed on a random ``prior_dropout`` share of graphs."""
+        dropped = torch.rand(batch.num_graphs, device=batch.edge_attr.device) < self.hparams.prior_dropout
+        edge_dropped = dropped[batch.batch[batch.edge_index[0]]]
+        edge_attr = batch.edge_attr.clone()
+        for column in PRIOR_COLUMNS.values():
+            edge_attr[edge_dropped, column] = 0.0
+        return edge_attr
+
     def _step(self, batch, stage: str) -> torch.Tensor:
-        logits = self(batch)[batch.edge_mask]
+        training = stage == "train" and self.hparams.prior_dropout > 0
+        logits = self(batch, self._without_some_priors(batch) if training else None)[batch.edge_mask]
         target = batch.y[batch.edge_mask]
         loss = F.binary_cross_entropy_with_logits(logits, target)
         accuracy = ((logits > 0).float() == target).float().mean()
