@@ -107,6 +107,14 @@ def bomb_model(kind: str) -> onnx.ModelProto:
         nodes = [helper.make_node("ConstantOfShape", ["dims"], ["big"], name="fill"),
                  helper.make_node("Add", ["x1", "big"], ["y"], name="add")]
         return make_model(nodes, [tensor("x1", [1])], [tensor("y", None)], [ints("dims", [10**8])])
+    if kind == "declared_output":  # fuzz case 53982 of seed 2: a graph output declared [1] is Range(0, 1e8)
+        nodes = [helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+                 helper.make_node("Mul", ["a", "b"], ["target"], name="mul"),  # a shape ONNX does not fold
+                 helper.make_node("Reshape", ["x1", "target"], ["t"], name="reshape"),
+                 helper.make_node("Relu", ["t"], ["y"], name="relu")]
+        return make_model(nodes, [tensor("x1", [8])], [tensor("y", None), tensor("r", [1], TensorProto.INT64)],
+                          [ints("start", 0), ints("limit", 10**8), ints("delta", 1), ints("a", [2, 2]),
+                           ints("b", [1, 2])], opset=7)  # no Range at opset 7: its declared shape stays
     if kind == "constant_of_shape":
         nodes = [helper.make_node("ConstantOfShape", ["dims"], ["big"], name="fill")]
         inits = [ints("dims", [28000, 28000])]
@@ -498,6 +506,7 @@ SUCCESS_CASES = {
     "bomb-range": _success("graph", lambda: bomb_model("range"), warning="not evaluated"),
     "bomb-expand": _success("graph", lambda: bomb_model("expand"), warning="not evaluated"),
     "bomb-tile": _success("graph", lambda: bomb_model("tile"), warning="not evaluated"),
+    "bomb-declared-output": _success("graph", lambda: bomb_model("declared_output"), warning="100,000,000 elements"),
     "bomb-broadcast-1d": _success("graph", lambda: bomb_model("broadcast_1d")),
     "bomb-infer": _success("infer", lambda: bomb_model("constant_of_shape"), "--gpu", "t4", "--format", "json",
                            warning="not evaluated"),
@@ -641,7 +650,7 @@ def test_stdout_on_a_full_device(command, tmp_path):
     assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("kind", ["constant_of_shape", "range", "broadcast_1d"])
+@pytest.mark.parametrize("kind", ["constant_of_shape", "range", "broadcast_1d", "declared_output"])
 @pytest.mark.parametrize("command", [["graph"], ["infer", "--gpu", "t4"]])
 def test_constant_bombs_stay_under_1_gb(kind, command, tmp_path):
     path = save(bomb_model(kind), tmp_path / "bomb.onnx")
