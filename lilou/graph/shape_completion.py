@@ -167,12 +167,14 @@ def _value_shape(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
         if node.op_type == "Range" and all(value(i) is not None for i in range(3)):
             length = range_length(*(float(np.asarray(value(i)).reshape(-1)[0]) for i in range(3)))
             return None if length is None else (length,)
-        if node.op_type == "Expand" and node.input[0] in shapes and value(1) is not None:
+        # The input's own value gives its true shape; the stated one may be a stale declaration.
+        source = tuple(value(0).shape) if value(0) is not None else shapes.get(node.input[0] if node.input else "")
+        if node.op_type == "Expand" and source is not None and value(1) is not None:
             target = tuple(int(d) for d in np.asarray(value(1)).reshape(-1))
-            return _broadcast([shapes[node.input[0]], target])
-        if node.op_type == "Tile" and node.input[0] in shapes and value(1) is not None:
+            return _broadcast([source, target])
+        if node.op_type == "Tile" and source is not None and value(1) is not None:
             repeats = [int(r) for r in np.asarray(value(1)).reshape(-1)]
-            return tuple(d * r for d, r in zip(shapes[node.input[0]], repeats))
+            return tuple(d * r for d, r in zip(source, repeats))
     except (ValueError, TypeError, OverflowError, IndexError):
         return None
     return None
