@@ -132,7 +132,7 @@ def print_breakdown(result, out) -> None:
     if not summary:
         return
     table = new_table(title="where the time goes: share of the forward pass, measured → predicted % "
-                        "(MAPE % of the category's ms)")
+                      "(MAPE % of the category's ms)")
     categories = [c for c in CATEGORIES if any(s["category"] == c and (s["measured_share"] or s["model_share"])
                                                for s in summary)]
     table.add_column("gpu")

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     kernels = partition.kernels
     source = {"oracle": f"{args.backend} oracle", "gnn": "fusion GNN", "rules": "rule baseline"}[partition.source]
     table = new_table(title=f"{graph.name}: {len(kernels)} {args.backend} kernels ({source}), "
-                        f"{len(graph.runtime_nodes())} runtime nodes")
+                      f"{len(graph.runtime_nodes())} runtime nodes")
     for column in ("#", "ops", "nodes"):
         table.add_column(column, justify="right" if column == "#" else "left")
     for i, kernel in enumerate(kernels):

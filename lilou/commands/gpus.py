@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _table(gpus: list[GPUSpec]) -> Table:
     table = new_table(title=f"{len(gpus)} GPUs",
-                  caption="FP32 / TC (tensor cores, FP32 accumulate): dense peak TFLOPS; - where the unit or dtype "
-                          "is absent; CC: compute capability; MIG: profiles")
+                      caption="FP32 / TC (tensor cores, FP32 accumulate): dense peak TFLOPS; - where the unit or dtype "
+                              "is absent; CC: compute capability; MIG: profiles")
     table.add_column("name", no_wrap=True)
     table.add_column("arch", no_wrap=True)
     for column in ("CC", "SMs", "clock MHz", "memory GB"):

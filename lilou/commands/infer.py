@@ -5,17 +5,8 @@ import argparse
 import csv
 import sys
 
-from lilou.commands._common import (
-    add_backend_option,
-    add_format_option,
-    add_precision_options,
-    add_shape_options,
-    console,
-    new_table,
-    print_json,
-    shape_overrides,
-    warn,
-)
+from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
+                                    console, new_table, print_json, shape_overrides, warn)
 from lilou.graph.report import human
 
 

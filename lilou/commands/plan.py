@@ -5,16 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from lilou.commands._common import (
-    add_backend_option,
-    add_format_option,
-    add_precision_options,
-    console,
-    new_table,
-    print_json,
-    shape_overrides,
-    warn,
-)
+from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, console, new_table,
+                                    print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,7 +105,7 @@ def _print_table(plan) -> None:
         "highest throughput at the upper bound first"
     if plan.entries:
         table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices meet the {what} of "
-                            f"{plan.slo_ms:g} ms (90 % upper bound), {order}")
+                          f"{plan.slo_ms:g} ms (90 % upper bound), {order}")
         rate = "tokens/s" if llm else "inf/s"
         columns = ["#", "device", "k8s resource", "batch", "ms", "90 % interval", rate, "memory GiB"]
         if plan.sort == "cost":

@@ -3,17 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from lilou.commands._common import (
-    add_backend_option,
-    add_format_option,
-    add_precision_options,
-    add_shape_options,
-    console,
-    new_table,
-    print_json,
-    shape_overrides,
-    warn,
-)
+from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
+                                    console, new_table, print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
