@@ -195,7 +195,7 @@ def _output_bound(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
     beforehand (the node is then not evaluated).
 
     A shape the file states for an output is no bound: a graph output declared [1] can be a Range(0, 1e8), and
-    ONNX's inference keeps the declaration when it cannot check it (an op older than the file's opset, a
+    ONNX's inference keeps the declaration when it cannot check it (an op the file's opset does not have, a
     value-dependent size); evaluating it took 1.6 GB (fuzz case 53982 of seed 2)."""
     computed = _value_shape(node, shapes, values)
     if computed is not None:
