@@ -330,7 +330,7 @@ def _folded_outputs(model: onnx.ModelProto, known: _Known) -> list[str]:
 
 
 def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rounds: int = 8,
-                    notes: list[str] | None = None) -> onnx.ModelProto:
+                    notes: list[str] | None = None, inferred: bool = False) -> onnx.ModelProto:
     """Give every node output a static shape in ``value_info`` (in place; returns ``model``).
 
     The dynamo exporter records the shape of each aten call's result, but not of the
@@ -344,16 +344,22 @@ def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rou
     which those nodes are replaced by their values, which may reveal more shapes to
     evaluate from; repeat until nothing changes. The graph itself is not changed,
     only ``value_info``. The model must be weight-free or small (shape inference
-    serialises it).
+    serialises it). ``inferred=True`` says that ``model`` already went through ONNX's
+    shape inference with data propagation, which is then not run on it again.
     """
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
-    known = _Known(*_known_types(onnx.shape_inference.infer_shapes(model, data_prop=data_propagation_is_safe(model))))
+    if not inferred:
+        model_types = onnx.shape_inference.infer_shapes(model, data_prop=data_propagation_is_safe(model))
+    known = _Known(*_known_types(model if inferred else model_types))
     known.values = _small_constants(model, max_elements)
-    inferred = model
+    result = model
     for _ in range(max_rounds):
+        stated = len(known.computed)
         evaluated = _fold_constants(model, known, opset, max_elements)
-        inferred = _infer_folded(model, known)
-        if known.learn(inferred) == 0 and evaluated == 0:
+        if evaluated == 0 and len(known.computed) == stated and result is not model:
+            break  # the probe would be the last round's again: its inference cannot say more
+        result = _infer_folded(model, known)
+        if known.learn(result) == 0 and evaluated == 0:
             break
     if notes is not None and known.too_big:
         shown = ", ".join(f"{name} ({elements:,} elements)" for name, elements in list(known.too_big.items())[:3])
@@ -361,7 +367,7 @@ def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rou
                      f"({shown}{' ...' if len(known.too_big) > 3 else ''}): their values are unknown, shapes only")
     folded = _folded_outputs(model, known)
     model.graph.ClearField("value_info")
-    model.graph.value_info.extend(inferred.graph.value_info)
-    model.graph.value_info.extend(v for v in inferred.graph.output if v.type.tensor_type.HasField("shape"))
+    model.graph.value_info.extend(result.graph.value_info)
+    model.graph.value_info.extend(v for v in result.graph.output if v.type.tensor_type.HasField("shape"))
     model.graph.value_info.extend(known.computed[name] for name in folded)
     return model

@@ -139,10 +139,12 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
             inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=False)
         except _INFERENCE_ERRORS:
             raise _inference_failed(exc) from None
+        data_prop = False
     _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):
         try:
-            complete_shapes(inferred, notes=notes)  # runs ONNX's inference again, on folded constants
+            # With data propagation done, only the folded copies are inferred again (not the model itself).
+            complete_shapes(inferred, notes=notes, inferred=data_prop)
         except (shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
             raise _inference_failed(exc) from None
     return inferred
