@@ -101,6 +101,44 @@ def test_a_model_with_timing_floors_keeps_them_apart() -> None:
     assert eager.tolist() == [1.0, 1.0]  # no timing given: eager CUDA events, as the end-to-end model assumes
 
 
+def test_floors_per_unit_keep_bf16_and_fp8_gemms_apart_in_torch_and_numpy(tmp_path) -> None:
+    """With one floor per compute unit, a BF16 and an FP8 GEMM on the same GPU, timed the same way, take different
+    floors; a TF32 MMA takes its FP16 stand-in's; the numpy runtime reads the same (eager) floors as torch."""
+    import torch
+
+    from lilou.hardware import resolve_device
+    from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch
+    from lilou.latency.kernel_model.inference import KernelModel
+    from lilou.latency.kernel_model.kernel import FAMILIES, describe_kernel
+    from lilou.latency.kernel_model.model import KernelLatencyNet
+    from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
+    from lilou.latency.kernel_model.table_kernels import row_nodes
+
+    from lilou.latency.kernel_model.features import feature_names
+
+    groups, type_groups = ("family", "waves", "precision"), ("family", "shape", "waves")
+    sizes = len(feature_names(groups)), len(feature_names(type_groups))
+    net = KernelLatencyNet(*sizes, hidden=(4,), type_hidden=(4,), num_timings=2, floor_units=len(UNITS))
+    with torch.no_grad():
+        net.log_floor[:] = torch.arange(net.log_floor.numel(), dtype=torch.float32) / 100
+    predictor = KernelLatencyPredictor(net, groups, type_groups,
+                                       {"num_features": sizes[0], "num_type_features": sizes[1], "hidden": [4],
+                                        "num_timings": 2, "floor_units": len(UNITS)})
+    row = {"family": "gemm", "dtype": "bf16", "op": "gemm", "m": 16, "n": 4096, "k": 4096}
+    kernels = KernelBatch.from_specs([describe_kernel(row_nodes(row))] * 3)
+    h200 = resolve_device("h200")
+    devices = DeviceColumns.from_devices([h200] * 3, ["bf16_tensor", "fp8_tensor", "tf32_tensor"])
+    gemm = FAMILIES.index("gemm")
+    eager = predictor.predict(kernels, devices).floor_ms
+    expected = [np.exp((UNITS.index(u) * len(FAMILIES) + gemm) / 100) for u in ("bf16_tensor", "fp8_tensor",
+                                                                               "fp16_tensor")]
+    assert eager == pytest.approx(expected, rel=1e-6)
+    replay = predictor.predict(kernels, devices, np.array([1, 1, 1])).floor_ms
+    assert replay == pytest.approx([e * np.exp(len(UNITS) * len(FAMILIES) / 100) for e in expected], rel=1e-5)
+    predictor.save(tmp_path / "model")
+    assert KernelModel.load(tmp_path / "model").predict(kernels, devices).floor_ms == pytest.approx(eager, rel=1e-6)
+
+
 def test_the_neusight_style_baseline_is_bounded_by_the_roofline_and_learns(datasets_dir) -> None:
     from lilou.data.neusight import load_kernels
     from lilou.latency.kernel_model.dataset import build_dataset

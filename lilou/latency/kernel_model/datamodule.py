@@ -11,7 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 
 from lilou.data.neusight import load_kernels
 from lilou.latency.kernel_model.dataset import KernelDataset, build_dataset
-from lilou.latency.kernel_model.features import FEATURE_GROUPS, kernel_features, roofline_inputs
+from lilou.latency.kernel_model.features import FEATURE_GROUPS, floor_units_of, kernel_features, roofline_inputs
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,11 @@ class KernelTensors:
     log_latency: torch.Tensor   # float32 [n], natural log of ms
     kernel_type: torch.Tensor   # int64 [n]; -1 where the row has no kernel name
     timing: torch.Tensor        # int64 [n]: index of the timing method (lilou.latency.kernel_model.dataset.TIMINGS)
+    unit: torch.Tensor          # int64 [n]: the compute unit whose launch floor the row takes (features.UNITS)
 
     def dataset(self) -> TensorDataset:
         return TensorDataset(self.features, self.type_features, self.family, self.roofline, self.log_latency,
-                             self.kernel_type, self.timing)
+                             self.kernel_type, self.timing, self.unit)
 
 
 def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROUPS,
@@ -41,6 +42,7 @@ def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROU
         log_latency=torch.from_numpy(np.log(data.latency_ms).astype(np.float32)),
         kernel_type=torch.from_numpy(data.kernel_type),
         timing=torch.from_numpy(data.timing),
+        unit=torch.from_numpy(floor_units_of(data.devices, len(data.latency_ms))),
     )
 
 

@@ -160,6 +160,23 @@ def low_power_exponent(compute_ms: np.ndarray | float, exponent: float, duration
     return exponent + duration_exponent * np.logaddexp(0.0, log_compute - log_duration_ms)
 
 
+def floor_units_of(devices: DeviceColumns, n: int) -> np.ndarray:
+    """int64 [n]: the unit whose launch floor each row takes (a TF32 MMA takes its FP16 stand-in's)."""
+    return _ONE_HOT_COLUMN[np.broadcast_to(devices.unit, (n,))].astype(np.int64)
+
+
+def floor_index(family, timing=None, unit=None, floor_units: int = 1):
+    """Index of each kernel's launch floor: ``(timing * floor_units + unit) * len(FAMILIES) + family``, with
+    timing 0 (eager CUDA events) and unit 0 (FP32 CUDA cores) where not given. Works on torch and numpy
+    (the model and its numpy runtime share it)."""
+    index = family
+    if unit is not None:
+        index = index + unit * len(FAMILIES)
+    if timing is not None:
+        index = index + timing * floor_units * len(FAMILIES)
+    return index
+
+
 def roofline_inputs(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
     """float32 [n, 3]: natural logs of the compute time and memory time (ms, floored at 1 ns) and of
     max(1, REFERENCE_POWER_W / board power), what the network's roofline is built from."""

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from lilou.latency.kernel_model.checkpoint import read_kernel_checkpoint
-from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, kernel_features, low_power_exponent, roofline_inputs,
-                                   roofline_ms)
+from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, floor_index, floor_units_of, kernel_features,
+                                                 low_power_exponent, roofline_inputs, roofline_ms)
 from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
 
 
@@ -100,6 +100,7 @@ class KernelModel:
         self._type_trunk = _linear_layers(state, "type_head.0.")
         self._type_out = (state["type_head.1.weight"].T.copy(), state["type_head.1.bias"])
         self.log_floor = state["log_floor"].astype(np.float64)
+        self.floor_units = int(config.get("floor_units", 1))  # one floor per compute unit (model.floor_per_unit)
         # Learned power exponent (model.power_limited); checkpoints without it have none.
         self.power_exponent = float(np.logaddexp(0.0, state["power_raw"])) if "power_raw" in state else 0.0
         # Learned duration term (model.power_duration); 0 without it.
@@ -126,7 +127,8 @@ class KernelModel:
 
     def predict(self, kernels: KernelBatch, devices: DeviceColumns) -> KernelTimes:
         work, compute_bound = self.predict_work(kernels, devices)
-        floor = np.exp(self.log_floor[kernels.family])
+        unit = floor_units_of(devices, len(kernels)) if self.floor_units > 1 else None
+        floor = np.exp(self.log_floor[floor_index(kernels.family, None, unit, self.floor_units)])
         return KernelTimes(latency_ms=floor + work, work_ms=work, floor_ms=floor,
                            kernel_type=self.predict_types(kernels, devices), compute_bound=compute_bound)
 

@@ -12,6 +12,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from lilou.latency.kernel_model.features import UNITS, floor_index
 from lilou.latency.kernel_model.model import KernelLatencyNet
 
 
@@ -19,25 +20,30 @@ class KernelLatencyModule(L.LightningModule):
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1,
                  loss: str = "mape", power_limited: bool = False, power_duration: bool = False,
-                 num_timings: int = 1) -> None:
+                 num_timings: int = 1, floor_per_unit: bool = False, floor_start_quantile: float | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout,
                                     power_limited=power_limited, power_duration=power_duration,
-                                    num_timings=num_timings)
+                                    num_timings=num_timings, floor_units=len(UNITS) if floor_per_unit else 1)
 
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and datamodule.train is not None:
-            self.net.set_normalisation(datamodule.train.features, datamodule.train.type_features)
+            train = datamodule.train
+            self.net.set_normalisation(train.features, train.type_features)
+            if self.hparams.floor_start_quantile is not None:
+                index = floor_index(train.family, train.timing if self.hparams.num_timings > 1 else None,
+                                    train.unit if self.net.floor_units > 1 else None, self.net.floor_units)
+                self.net.start_floors_at(index, train.log_latency, self.hparams.floor_start_quantile)
 
-    def forward(self, features, type_features, family, roofline, timing=None):
-        return self.net(features, type_features, family, roofline, timing)
+    def forward(self, features, type_features, family, roofline, timing=None, unit=None):
+        return self.net(features, type_features, family, roofline, timing, unit)
 
     def _step(self, batch, stage: str) -> torch.Tensor:
-        features, type_features, family, roofline, log_latency, kernel_type, timing = batch
+        features, type_features, family, roofline, log_latency, kernel_type, timing, unit = batch
         log_pred, type_logits = self(features, type_features, family, roofline,
-                                     timing if self.hparams.num_timings > 1 else None)
+                                     timing if self.hparams.num_timings > 1 else None, unit)
         relative_error = ((log_pred - log_latency).exp() - 1).abs()
         latency_loss = relative_error.mean() if self.hparams.loss == "mape" else (log_pred - log_latency).abs().mean()
         labelled = kernel_type >= 0  # rows without a kernel name (most sources) train the latency only

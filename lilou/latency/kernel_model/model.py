@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from lilou.latency.kernel_model.features import floor_index
 from lilou.latency.kernel_model.kernel import FAMILIES
 from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
 
@@ -51,9 +52,10 @@ class KernelLatencyNet(nn.Module):
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128),
                  type_hidden: Sequence[int] = (128, 64), dropout: float = 0.0,
                  initial_floor_ms: float = 0.02, power_limited: bool = False,
-                 power_duration: bool = False, num_timings: int = 1) -> None:
+                 power_duration: bool = False, num_timings: int = 1, floor_units: int = 1) -> None:
         super().__init__()
         self.num_timings = num_timings
+        self.floor_units = floor_units
         # softplus(raw) is the power exponent; a buffer (fixed at 0) when not power-limited.
         raw = torch.tensor(-2.0 if power_limited else float("-inf"))
         if power_limited:
@@ -78,8 +80,20 @@ class KernelLatencyNet(nn.Module):
                                        nn.Linear(type_hidden[-1], len(KERNEL_TYPES)))
         # One floor per family, or per (timing method, family): graph replay and profiler kernel time carry no
         # launch overhead, eager CUDA events do (index timing * len(FAMILIES) + family; timing 0 is eager).
-        self.log_floor = nn.Parameter(torch.full((num_timings * len(FAMILIES),),
+        # With ``floor_units`` > 1, one floor per compute unit too (:func:`floor_index`): a serving framework's
+        # FP8 GEMM module quantises its activations first (about 5 us under CUDA-graph replay), its BF16 GEMM
+        # does not (about 2 us); one shared floor sat between them, above every tiny BF16 GEMM measured.
+        self.log_floor = nn.Parameter(torch.full((num_timings * floor_units * len(FAMILIES),),
                                                  float(torch.tensor(initial_floor_ms).log())))
+
+    def start_floors_at(self, index: torch.Tensor, log_latency: torch.Tensor, quantile: float) -> None:
+        """Start each launch floor that has training rows at the ``quantile`` of their log latency.
+
+        The floors start at ``initial_floor_ms`` otherwise: 20 us, where the optimiser's few thousand steps
+        stopped the CUDA-graph GEMM floor at 5.8 us, above most tiny BF16 GEMMs measured (2-3 us)."""
+        with torch.no_grad():
+            for group in torch.unique(index):
+                self.log_floor[group] = torch.quantile(log_latency[index == group].double(), quantile).float()
 
     def set_normalisation(self, features: torch.Tensor, type_features: torch.Tensor) -> None:
         self.feature_mean.copy_(features.mean(dim=0))
@@ -103,17 +117,18 @@ class KernelLatencyNet(nn.Module):
         return torch.maximum(log_compute, log_memory)
 
     def parts(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
-              roofline: torch.Tensor, timing: torch.Tensor | None = None):
+              roofline: torch.Tensor, timing: torch.Tensor | None = None, unit: torch.Tensor | None = None):
         """(log floor ms, log work ms, type logits) per kernel; ``timing`` indexes the timing method
-        (None: the first, eager CUDA events)."""
+        (None: the first, eager CUDA events), ``unit`` the compute unit (None: FP32 CUDA cores)."""
         log_roofline_ms = self.log_roofline(roofline)
         hidden = self.trunk((features - self.feature_mean) / self.feature_std)
         log_work = log_roofline_ms + nn.functional.softplus(self.slowdown(hidden).squeeze(-1))
         type_logits = self.type_head((type_features - self.type_feature_mean) / self.type_feature_std)
-        floor_index = family if timing is None else timing * len(FAMILIES) + family
-        return self.log_floor[floor_index], log_work, type_logits
+        index = floor_index(family, timing, unit if self.floor_units > 1 else None, self.floor_units)
+        return self.log_floor[index], log_work, type_logits
 
     def forward(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
-                roofline: torch.Tensor, timing: torch.Tensor | None = None):
-        log_floor, log_work, type_logits = self.parts(features, type_features, family, roofline, timing)
+                roofline: torch.Tensor, timing: torch.Tensor | None = None, unit: torch.Tensor | None = None):
+        log_floor, log_work, type_logits = self.parts(features, type_features, family, roofline, timing, unit)
         return torch.logaddexp(log_floor, log_work), type_logits
+

@@ -18,7 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lilou.latency.kernel_model.checkpoint import read_kernel_checkpoint
-from lilou.latency.kernel_model.features import DeviceColumns, KernelBatch, kernel_features, roofline_inputs, roofline_ms
+from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, floor_units_of, kernel_features, roofline_inputs,
+                                                 roofline_ms)
 from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
 from lilou.latency.kernel_model.model import KernelLatencyNet
 
@@ -47,7 +48,7 @@ class KernelLatencyPredictor:
         net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"],
                                power_limited=config.get("power_limited", False),
                                power_duration=config.get("power_duration", False),
-                               num_timings=config.get("num_timings", 1))
+                               num_timings=config.get("num_timings", 1), floor_units=config.get("floor_units", 1))
         net.load_state_dict(state)
         return cls(net, config["feature_groups"], config["type_feature_groups"], config)
 
@@ -74,7 +75,8 @@ class KernelLatencyPredictor:
         timing_index = None
         if timing is not None and self.net.num_timings > 1:
             timing_index = torch.from_numpy(np.broadcast_to(np.asarray(timing, dtype=np.int64), (len(kernels),)).copy())
-        log_floor, log_work, logits = self.net.parts(features, type_features, family, roofline, timing_index)
+        unit = torch.from_numpy(floor_units_of(devices, len(kernels)))
+        log_floor, log_work, logits = self.net.parts(features, type_features, family, roofline, timing_index, unit)
         floor, work = log_floor.exp().double().numpy(), log_work.exp().double().numpy()
         types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(dim=1).numpy()]
         return KernelPrediction(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,
