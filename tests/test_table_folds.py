@@ -139,6 +139,28 @@ def test_floors_per_unit_keep_bf16_and_fp8_gemms_apart_in_torch_and_numpy(tmp_pa
     assert KernelModel.load(tmp_path / "model").predict(kernels, devices).floor_ms == pytest.approx(eager, rel=1e-6)
 
 
+def test_floors_start_at_their_rows_quantile_and_an_unmeasured_unit_at_its_pool() -> None:
+    """A floor with training rows starts at their quantile; a unit without rows (FP4 in a fold that holds out every
+    Blackwell GPU) starts at the quantile of its timing method and family on every unit, not at 20 us."""
+    import torch
+
+    from lilou.latency.kernel_model.features import UNITS
+    from lilou.latency.kernel_model.kernel import FAMILIES
+    from lilou.latency.kernel_model.model import KernelLatencyNet
+
+    net = KernelLatencyNet(3, 2, hidden=(4,), type_hidden=(4,), num_timings=2, floor_units=len(UNITS))
+    latency_ms = torch.tensor([0.002, 0.003, 0.005, 0.006])
+    bf16, fp8, fp4 = (UNITS.index(u) for u in ("bf16_tensor", "fp8_tensor", "fp4_tensor"))
+    net.start_floors_at(latency_ms.log(), 0.0, family=torch.zeros(4, dtype=torch.int64),
+                        timing=torch.ones(4, dtype=torch.int64), unit=torch.tensor([bf16, bf16, fp8, fp8]))
+
+    def floor_us(timing: int, unit: int, family: int) -> float:
+        return round(float(net.log_floor[(timing * len(UNITS) + unit) * len(FAMILIES) + family].detach().exp()) * 1e3, 3)
+
+    assert [floor_us(1, bf16, 0), floor_us(1, fp8, 0), floor_us(1, fp4, 0)] == [2.0, 5.0, 2.0]
+    assert floor_us(0, bf16, 0) == floor_us(1, bf16, 1) == 20.0  # no rows of that timing method or family
+
+
 def test_the_neusight_style_baseline_is_bounded_by_the_roofline_and_learns(datasets_dir) -> None:
     from lilou.data.neusight import load_kernels
     from lilou.latency.kernel_model.dataset import build_dataset

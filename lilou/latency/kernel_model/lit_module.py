@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from lilou.latency.kernel_model.features import UNITS, floor_index
+from lilou.latency.kernel_model.features import UNITS
 from lilou.latency.kernel_model.model import KernelLatencyNet
 
 
@@ -33,9 +33,8 @@ class KernelLatencyModule(L.LightningModule):
             train = datamodule.train
             self.net.set_normalisation(train.features, train.type_features)
             if self.hparams.floor_start_quantile is not None:
-                index = floor_index(train.family, train.timing if self.hparams.num_timings > 1 else None,
-                                    train.unit if self.net.floor_units > 1 else None, self.net.floor_units)
-                self.net.start_floors_at(index, train.log_latency, self.hparams.floor_start_quantile)
+                self.net.start_floors_at(train.log_latency, self.hparams.floor_start_quantile, train.family,
+                                         train.timing if self.hparams.num_timings > 1 else None, train.unit)
 
     def forward(self, features, type_features, family, roofline, timing=None, unit=None):
         return self.net(features, type_features, family, roofline, timing, unit)

@@ -86,14 +86,24 @@ class KernelLatencyNet(nn.Module):
         self.log_floor = nn.Parameter(torch.full((num_timings * floor_units * len(FAMILIES),),
                                                  float(torch.tensor(initial_floor_ms).log())))
 
-    def start_floors_at(self, index: torch.Tensor, log_latency: torch.Tensor, quantile: float) -> None:
-        """Start each launch floor that has training rows at the ``quantile`` of their log latency.
+    def start_floors_at(self, log_latency: torch.Tensor, quantile: float, family: torch.Tensor,
+                        timing: torch.Tensor | None = None, unit: torch.Tensor | None = None) -> None:
+        """Start each launch floor at the ``quantile`` of the log latency of its training rows: those of its timing
+        method, family and (with ``floor_units`` > 1) unit, or, for a unit without rows (FP4 when every Blackwell
+        GPU is held out), those of its timing method and family on every unit.
 
         The floors start at ``initial_floor_ms`` otherwise: 20 us, where the optimiser's few thousand steps
         stopped the CUDA-graph GEMM floor at 5.8 us, above most tiny BF16 GEMMs measured (2-3 us)."""
-        with torch.no_grad():
+        def start(index: torch.Tensor, slots: int) -> None:
             for group in torch.unique(index):
-                self.log_floor[group] = torch.quantile(log_latency[index == group].double(), quantile).float()
+                value = torch.quantile(log_latency[index == group].double(), quantile).float()
+                for slot in range(slots):
+                    self.log_floor[group + slot * len(FAMILIES)] = value
+
+        with torch.no_grad():
+            start(floor_index(family, timing, None, self.floor_units), self.floor_units)  # unit 0's slot, then all
+            if self.floor_units > 1 and unit is not None:
+                start(floor_index(family, timing, unit, self.floor_units), 1)
 
     def set_normalisation(self, features: torch.Tensor, type_features: torch.Tensor) -> None:
         self.feature_mean.copy_(features.mean(dim=0))
