@@ -15,7 +15,8 @@ model, llm < 1 s; the ratios are printed and written with the cases. The floor r
 BERT-large infer runs (one floor run after each), so that both see the same load on a shared machine.
 
 Lilou's modules are byte-compiled first, as a pip install does: with PYTHONDONTWRITEBYTECODE set (as on
-this project's machines) every fresh process would otherwise compile about 70 modules again (0.1 s).
+this project's machines) every fresh process would otherwise compile about 70 modules again (0.1 s). In that
+environment the bytecode is removed again at the end, so the source tree stays as it was.
 
 The models are exported weight-free once (BERT-large shares `datasets/e2e_models`
 with `make fit-e2e` and `lilou eval`; ResNet-50 goes to `datasets/bench_models`).
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,11 +99,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per case (default 5)")
     args = parser.parse_args()
     compileall.compile_dir(REPO / "lilou", quiet=1)
+    try:
+        measure(args.repeats)
+    finally:
+        if sys.dont_write_bytecode:  # nothing here writes bytecode on its own: leave none behind
+            for cache in (REPO / "lilou").rglob("__pycache__"):
+                shutil.rmtree(cache, ignore_errors=True)
+
+
+def measure(repeats: int) -> None:
+    """Run every case ``repeats`` times, print the table and the ratios, write outputs/bench/speed.json."""
     results, floors = [], []
     for name, argv in cases():
         run_lilou(argv)  # warm the file cache; not counted
         walls, peaks = [], []
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             wall, peak, output = run_lilou(argv)
             walls.append(wall)
             peaks.append(peak)
@@ -114,11 +126,11 @@ def main() -> None:
         else:
             detail = (f"{len(output)} devices, fastest {output[0]['gpu']}"
                       f"{'/' + output[0]['mig'] if output[0]['mig'] else ''}")
-        results.append({"case": name, "command": "lilou " + " ".join(argv), "repeats": args.repeats,
+        results.append({"case": name, "command": "lilou " + " ".join(argv), "repeats": repeats,
                         "median_s": statistics.median(walls), "min_s": min(walls), "max_s": max(walls),
                         "median_peak_rss_mib": statistics.median(peaks), "detail": detail})
         print(f"{name}: median {statistics.median(walls):.2f} s", flush=True)
-    table = Table(title=f"lilou speed: wall clock of a fresh process, median of {args.repeats}")
+    table = Table(title=f"lilou speed: wall clock of a fresh process, median of {repeats}")
     for column in ("case", "median s", "min s", "max s", "peak RSS MiB", "result"):
         table.add_column(column, justify="left" if column in ("case", "result") else "right")
     for r in results:
