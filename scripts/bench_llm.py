@@ -10,7 +10,8 @@ leave-one-GPU-out over its GPUs for the report, then on all of them for ``lilou/
 
 What is fitted for serving (always inside the fold, without the held-out GPU or LLM):
 - per engine (``vllm``, ``hf``, and ML.ENERGY v2's ``vllm-0.5.4-server``, whose host side differs): the TTFT scale
-  (median ratio) and the decode step's scale, per-step, per-sequence and (HF) per-launch host terms;
+  (median ratio), the decode step's per-step and per-sequence host terms, and for HF eager its GPU-time scale and
+  host time per launch (vLLM's GPU time is the kernel model's, unscaled);
 - the power model's three coefficients (lilou.llm.power, least squares on relative error);
 - the load-scaled TDP baseline's two coefficients.
 The roofline ITL baseline has no constant. The kernel model itself is the Predictor's, not refitted per fold, and
@@ -62,6 +63,7 @@ class Row:
     ttft_raw: float
     prefill: object
     decode: object
+    steady: object          # vLLM: the steady-state step with the arriving prompts chunked in (or None)
     itl_roof: float
     ttft_roof: float
 
@@ -97,7 +99,7 @@ def predict_rows(runs, llm) -> tuple[list[Row], Counter]:
             continue
         rows.append(Row(run=run, model=result.model, tdp=resolve_device(run.gpu).board_power_w,
                         itl_raw=result.decode.ms, ttft_raw=result.prefill.ms, prefill=result.prefill,
-                        decode=result.decode, itl_roof=result.decode.roofline_ms,
+                        decode=result.decode, steady=result.steady, itl_roof=result.decode.roofline_ms,
                         ttft_roof=result.prefill.roofline_ms))
     return rows, skipped
 
@@ -125,8 +127,19 @@ def _constants(consts, key: str, row: Row, default):
 
 
 def times(row: Row, consts) -> tuple[float, float]:
+    """(TTFT, step): the step is the decode step, or for a chunked-prefill server the steady-state mixed step."""
     s, c0, c1, gap = _constants(consts, "itl", row, (1.0, 0.0, 0.0, None))
     return _constants(consts, "ttft", row, 1.0) * row.ttft_raw, decode_step(row, s, gap) + c0 + c1 * row.run.batch
+
+
+def chunked(row: Row) -> bool:
+    """A modern vLLM server in steady state: the arriving prompts are chunked into the decode steps (vLLM 0.5.4's
+    server ran them as separate prefill steps, and a static batch has none)."""
+    return row.run.steady and row.steady is not None and _engine(row) == "vllm"
+
+
+def step_gpu_ms(row: Row) -> float:
+    return row.steady.gpu_ms if chunked(row) else row.decode.gpu_ms
 
 
 def decode_step(row: Row, scale: float, gap: float | None) -> float:
@@ -135,13 +148,15 @@ def decode_step(row: Row, scale: float, gap: float | None) -> float:
     from lilou.latency.composition.overhead import queue_total
 
     if gap is None or not row.decode.queue:
-        return scale * row.decode.gpu_ms
+        return scale * step_gpu_ms(row)
     return float(np.mean([queue_total(envelope, gap, scale) for envelope in row.decode.queue]))
 
 
 def itl_like(row: Row, ttft: float, itl: float) -> float:
     """The prediction comparable with the row's ITL label (see docs/llm.md)."""
     kind, out = row.run.itl_kind, row.run.output_len
+    if chunked(row):                                   # the step already carries its share of the prompts
+        return itl
     if kind in ("engine-mean", "steady-derived"):      # steady state: arriving prefills share the steps
         return itl + ttft / out
     if kind == "per-token-incl-prefill":               # request latency / output tokens at batch 1
@@ -151,6 +166,8 @@ def itl_like(row: Row, ttft: float, itl: float) -> float:
 
 def parts(row: Row, ttft: float, itl: float):
     out = row.run.output_len
+    if chunked(row):
+        return [(row.steady, 1.0, itl)]
     if row.run.steady:
         return [(row.prefill, 1 / out, ttft), (row.decode, 1.0, itl)]
     return [(row.prefill, 1, ttft), (row.decode, out - 1, itl)]
@@ -176,7 +193,7 @@ def predictions(row: Row, consts) -> dict[str, float]:
     run = row.run
     if run.itl_ms:
         out["itl_ms"] = itl_like(row, ttft, itl)
-        out["gpu_share"] = _constants(consts, "itl", row, (1.0,))[0] * row.decode.gpu_ms / itl
+        out["gpu_share"] = _constants(consts, "itl", row, (1.0,))[0] * step_gpu_ms(row) / itl
     if run.ttft_ms:
         out["ttft_ms"] = ttft
     if run.e2e_ms and run.itl_kind is None and run.power_w is None:
@@ -191,7 +208,7 @@ def baselines(row: Row, consts) -> dict[str, float]:
     out: dict[str, float] = {}
     run = row.run
     if run.itl_ms:
-        out["itl_ms"] = itl_like(row, row.ttft_roof, row.itl_roof)
+        out["itl_ms"] = row.steady.roofline_ms if chunked(row) else itl_like(row, row.ttft_roof, row.itl_roof)
     if run.ttft_ms:
         out["ttft_ms"] = row.ttft_roof
     if run.e2e_ms and run.itl_kind is None and run.power_w is None:
@@ -270,16 +287,16 @@ def _itl_terms(r: Row, consts):
 
 
 def _fit_linear(terms, per_seq: float) -> tuple[float, float, float, None]:
-    """vLLM (CUDA graphs): label = base + slope (s x GPU time + c0 + c1 x batch), least squares on relative error;
-    the kernels cannot run much faster than the kernel model says (s >= 0.8)."""
+    """vLLM (CUDA graphs): label = base + slope (GPU time + c0 + c1 x batch), least squares on relative error.
+    The GPU time is the kernel model's, not scaled: a fitted scale (bounded 0.8-5, before session 13) traded off
+    against the per-sequence term on the few engine rows of a fold and was worse on every GPU fold (docs/llm.md)."""
     from scipy.optimize import lsq_linear
 
-    design = [[slope * r.decode.gpu_ms / label, slope / label, slope * r.run.batch / label]
-              for r, base, slope, label in terms]
-    target = [1.0 - base / label for r, base, slope, label in terms]
-    solved = lsq_linear(np.asarray(design), np.asarray(target), bounds=([0.8, 0.0, 0.0], [5.0, 50.0, per_seq]),
+    design = [[slope / label, slope * r.run.batch / label] for r, base, slope, label in terms]
+    target = [1.0 - (base + slope * step_gpu_ms(r)) / label for r, base, slope, label in terms]
+    solved = lsq_linear(np.asarray(design), np.asarray(target), bounds=([0.0, 0.0], [50.0, per_seq]),
                         method="bvls")
-    return (*(float(v) for v in solved.x), None)
+    return (1.0, *(float(v) for v in solved.x), None)
 
 
 #: Host time per kernel launch searched for HF eager (ms): 0 to 80 us; GPU-time scales 0.8 to 2.
@@ -377,9 +394,10 @@ def kendall(scored: list[tuple[Row, dict, dict]], quantity: str = "itl_ms", min_
             "baseline_mean_tau": round(float(np.mean(base_clean)), 3) if base_clean else None}
 
 
-def leave_one_out(rows: list[Row], key) -> tuple[dict, list[tuple[Row, dict, dict]]]:
+def leave_one_out(rows: list[Row], key) -> tuple[dict, list[tuple[Row, dict, dict]], list[tuple[Row, dict, dict]]]:
+    """Per-fold scores, every scored row, and the scored rows whose engine version the fold trained on."""
     folds = sorted({key(r) for r in rows})
-    per_fold, scored_all = {}, []
+    per_fold, scored_all, seen_all = {}, [], []
     for held in folds:
         train = [r for r in rows if key(r) != held]
         test = [r for r in rows if key(r) == held]
@@ -387,7 +405,18 @@ def leave_one_out(rows: list[Row], key) -> tuple[dict, list[tuple[Row, dict, dic
         scored = [(r, predictions(r, consts), baselines(r, consts)) for r in test]
         scored_all.extend(scored)
         per_fold[held] = score(scored)
-    return per_fold, scored_all
+        seen = engine_seen(scored, train)
+        seen_all.extend(seen)
+        if len(seen) < len(scored):  # an engine version no other fold member measured: its constants are borrowed
+            per_fold[held] = {"all_rows": per_fold[held], "engine_seen": score(seen)}
+    return per_fold, scored_all, seen_all
+
+
+def engine_seen(scored: list[tuple[Row, dict, dict]], train: list[Row]) -> list[tuple[Row, dict, dict]]:
+    """The scored rows whose engine version has rows in ``train`` (else its host constants are another
+    version's: ML.ENERGY v2's vLLM 0.5.4 server in the A100 fold, its only GPU outside the held-back H100)."""
+    engines = {_engine(r) for r in train}
+    return [x for x in scored if _engine(x[0]) in engines]
 
 
 #: Fewest leave-one-GPU-out residuals an engine needs for an interval of its own (else it takes the pooled one).
@@ -547,8 +576,8 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
     rows, skipped = predict_rows(runs, llm)
     primary = [r for r in rows if not r.run.held_back]
     held = [r for r in rows if r.run.held_back]
-    logo, logo_scored = leave_one_out(primary, key=lambda r: r.run.gpu)
-    lolo, lolo_scored = leave_one_out(primary, key=lambda r: r.model)
+    logo, logo_scored, logo_seen = leave_one_out(primary, key=lambda r: r.run.gpu)
+    lolo, lolo_scored, _ = leave_one_out(primary, key=lambda r: r.model)
     half = conformal(logo_scored)
     consts = fit(primary)
     held_scored = [(r, predictions(r, consts), baselines(r, consts)) for r in held]
@@ -567,6 +596,7 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
                  "primary_by_source_gpu": dict(Counter(f"{r.run.source}/{r.run.gpu}" for r in primary)),
                  "held_back_by_source": dict(Counter(r.run.source for r in held))},
         "leave_one_gpu_out": {"overall": score(logo_scored), "per_gpu": logo,
+                              "overall_engine_seen": score(logo_seen),
                               "kendall_tau_gpu_ranking": kendall(logo_scored),
                               "kendall_tau_gpu_bound_groups": {
                                   f"gpu_share>={share}": kendall(logo_scored, min_gpu_share=share)
@@ -617,7 +647,15 @@ def main(argv=None) -> int:
         print(f"LOGO {q:9s} lilou median APE {s['lilou'].get('median_ape')} % (n={s['lilou']['n']}), "
               f"{s['baseline_kind']} {s['baseline'].get('median_ape')} %")
     logo = result["leave_one_gpu_out"]
+    for q, s in logo["overall_engine_seen"].items():
+        print(f"LOGO {q:9s} rows whose engine version another GPU measured: lilou median APE "
+              f"{s['lilou'].get('median_ape')} % (n={s['lilou']['n']}), {s['baseline_kind']} {s['baseline'].get('median_ape')} %")
     for gpu, fold in logo["per_gpu"].items():
+        if "engine_seen" in fold:
+            seen = fold["engine_seen"]
+            print(f"  fold {gpu:16s} engine seen: " + ", ".join(
+                f"{q} {v['lilou'].get('median_ape')}/{v['baseline'].get('median_ape')}" for q, v in seen.items()))
+            fold = fold["all_rows"]
         print(f"  fold {gpu:16s} " + ", ".join(f"{q} {v['lilou'].get('median_ape')}/{v['baseline'].get('median_ape')}"
                                                for q, v in fold.items()))
     for source, by in logo["per_source"].items():

@@ -270,6 +270,53 @@ def test_a_step_sequence_holds_every_kernel_count_times():
     assert sequence.sum() == pytest.approx(sum(k.count * w for k, w in zip(kernels, work)))
 
 
+def test_a_chunked_prefill_step_carries_the_prompt_tokens_through_every_gemm():
+    """A steady-state vLLM step: the decodes' GEMMs grow by the prompt tokens (M = batch + chunk, weights read
+    once), and one causal attention kernel over the chunk is added; nothing else changes."""
+    from lilou.llm.config import load_config
+    from lilou.llm.steps import StepShape, step_kernels
+
+    config = load_config(LLAMA)
+    args = dict(dtype="bf16", kv_dtype="bf16", tp=1, engine="vllm")
+    decode = {k.name: k for k in step_kernels(config, StepShape(8, 1, 600, causal=False), **args)}
+    mixed = {k.name: k for k in step_kernels(config, StepShape(8, 1, 600, causal=False, prefill_tokens=24,
+                                                              prefill_len=512), **args)}
+    assert set(mixed) - set(decode) == {"attention_prefill"}
+    prompt = mixed["attention_prefill"]
+    assert prompt.causal and not mixed["attention"].causal and prompt.count == 32
+    assert (prompt.attention.q_len, prompt.attention.kv_len) == (24, 512)
+    # Llama-3.1-8B: QKV 4096 -> 4096 + 2 x 1024, gate+up 4096 -> 2 x 14336, down 14336 -> 4096
+    for name, k, n in (("qkv_proj", 4096, 6144), ("o_proj", 4096, 4096), ("mlp.gate_up_proj", 4096, 28672),
+                       ("mlp.down_proj", 14336, 4096)):
+        assert decode[name].spec.flops == 2 * 8 * k * n
+        assert mixed[name].spec.flops == 2 * (8 + 24) * k * n
+        assert mixed[name].fixed_bytes == decode[name].fixed_bytes == 2 * k * n
+    assert mixed["attention"].spec == decode["attention"].spec
+    assert mixed["lm_head"].spec == decode["lm_head"].spec  # logits only for the decoding sequences
+
+
+def test_steady_state_is_the_vllm_server_with_batch_running(llm):
+    """vLLM predictions carry the steady state of a server that keeps ``batch`` requests running: its step holds
+    the decodes plus batch x I / O prompt tokens, so it is slower than the static batch's decode step and faster
+    than a decode step plus a whole prefill every O steps; HF eager has none."""
+    from lilou.llm.steps import StepShape
+
+    args = dict(batch=32, input_len=1024, output_len=128, dtype="bf16")
+    vllm = llm.predict(LLAMA, "a100-sxm4-80gb", engine="vllm", **args)
+    assert vllm.decode.gpu_ms < vllm.steady.gpu_ms < vllm.decode.gpu_ms + vllm.prefill.ms / 128
+    calibration = llm.calibration
+    assert vllm.steady_itl_ms == pytest.approx(calibration.itl_ms("vllm", vllm.steady, 32))
+    data = vllm.to_json()
+    assert set(data["steady_state"]) == {"itl_ms", "tokens_per_s", "interval_ms"}
+    assert data["steady_state"]["tokens_per_s"] == pytest.approx(32 * 1000 / vllm.steady_itl_ms, rel=1e-4)
+    lo, hi = data["steady_state"]["interval_ms"]
+    assert lo < data["steady_state"]["itl_ms"] < hi
+    assert set(data["intervals"]) == {"ttft_ms", "itl_ms", "power_w"}
+    assert StepShape(32, 1, 1100, causal=False, prefill_tokens=256, prefill_len=1024).tokens == 288
+    hf = llm.predict(LLAMA, "a100-sxm4-80gb", engine="hf", **args)
+    assert hf.steady is None and hf.to_json()["steady_state"] is None
+
+
 def test_hf_decode_step_is_the_launch_queue_at_the_fitted_host_time(llm):
     """With a host time per launch, an HF step is its launch queue: the host's dispatch hides behind the GPU when
     the kernels are long and sets the pace when they are short; a vLLM step keeps the CUDA-graph sum."""

@@ -86,6 +86,12 @@ def _table(data: dict) -> None:
                                f"{memory['weights_gb']:.2f}, KV {memory['kv_cache_gb']:.2f}, workspace "
                                f"{memory['activations_gb']:.2f})"),
             ("fits", "yes" if memory["fits"] else "NO"), ("largest batch that fits", str(data["max_batch_fitting"]))]
+    steady = data.get("steady_state")
+    if steady:
+        interval = steady["interval_ms"]
+        rows[2:2] = [(f"ITL, server with {data['batch']} running", f"{steady['itl_ms']:,.3f} ms" + (
+            f"  (90 %: {interval[0]:,.3f} - {interval[1]:,.3f})" if interval else "")),
+            (f"tokens/s, server with {data['batch']} running", f"{steady['tokens_per_s']:,.1f} tok/s")]
     for name, text in rows:
         table.add_row(name, text)
     out = console()

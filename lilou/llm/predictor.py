@@ -15,7 +15,9 @@ launch gap); its prefill and every HF eager step go through the launch queue of
 For vLLM, each attention kernel's price is corrected to what vLLM's measured
 attention kernels take (:mod:`lilou.llm.attention`). Tensor parallelism adds two all-reduces per layer
 (:mod:`lilou.llm.interconnect`). ITL is the mean decode step over the output (KV lengths ``I+1 .. I+O-1``, by
-midpoint quadrature), TTFT the prefill of the whole batch.
+midpoint quadrature), TTFT the prefill of the whole batch. For vLLM, ``steady_state`` is the other reading of
+"``batch`` concurrent requests": a server that keeps ``batch`` sequences running, each step carrying its
+decodes and ``batch x I / O`` prompt tokens of arriving requests (chunked prefill, vLLM's default since 0.6).
 """
 from __future__ import annotations
 
@@ -175,6 +177,13 @@ class LLMPrediction:
     intervals: dict[str, list[float] | None] = field(default_factory=dict)
     prefill: Phase | None = None
     decode: Phase | None = None
+    steady: Phase | None = None   # vLLM: a step of a server in steady state (chunked prefill), before calibration
+    steady_itl_ms: float | None = None
+
+    @property
+    def steady_tokens_per_s(self) -> float | None:
+        """Output tokens/s of a server that keeps ``batch`` requests running (one token per sequence per step)."""
+        return None if not self.steady_itl_ms else self.batch * 1000.0 / self.steady_itl_ms
 
     @property
     def e2e_ms(self) -> float | None:
@@ -207,7 +216,12 @@ class LLMPrediction:
                 "tokens_per_s": r(self.tokens_per_s, 2), "power_w": r(self.power_w, 1),
                 "energy_per_token_j": r(self.energy_per_token_j, 5), "memory": self.memory.to_json(),
                 "max_batch_fitting": self.max_batch_fitting, "warnings": list(self.warnings),
-                "intervals": {k: (None if v is None else [r(v[0]), r(v[1])]) for k, v in self.intervals.items()}}
+                "intervals": {k: (None if v is None else [r(v[0]), r(v[1])]) for k, v in self.intervals.items()
+                              if k != "steady_itl_ms"},
+                "steady_state": None if self.steady_itl_ms is None else {
+                    "itl_ms": r(self.steady_itl_ms), "tokens_per_s": r(self.steady_tokens_per_s, 2),
+                    "interval_ms": None if not self.intervals.get("steady_itl_ms") else
+                    [r(v) for v in self.intervals["steady_itl_ms"]]}}
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -315,11 +329,13 @@ class LLMPredictor:
                             f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {fit.device_gb:g}; "
                             f"at most {fitting} sequences fit at these lengths; no latency is predicted")
             return result
-        prefill, decode = self._phases(config, device, batch, input_len, output_len, **sizes)
+        prefill, decode, steady = self._phases(config, device, batch, input_len, output_len, **sizes)
         calibration = self.calibration
         result.ttft_ms = prefill.ms * calibration.ttft_scale.get(engine, 1.0)
         result.itl_ms = calibration.itl_ms(engine, decode, batch)
-        result.prefill, result.decode = prefill, decode
+        result.prefill, result.decode, result.steady = prefill, decode, steady
+        if steady is not None:
+            result.steady_itl_ms = calibration.itl_ms(engine, steady, batch)
         u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
         result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
         result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w)
@@ -329,11 +345,20 @@ class LLMPredictor:
     # ---------------------------------------------------------------------------------- internals
 
     def _phases(self, config: LLMConfig, device: Device, batch: int, input_len: int, output_len: int, *,
-                dtype: str, kv_dtype: str, tp: int, engine: str) -> tuple[Phase, Phase]:
-        steps = [StepShape(batch, input_len, input_len, causal=True)]
+                dtype: str, kv_dtype: str, tp: int, engine: str) -> tuple[Phase, Phase, Phase | None]:
+        """The prefill, the mean decode step of a static batch and (vLLM) the mean step of a server in steady
+        state, where the prompts of arriving requests ride in the decode steps (chunked prefill)."""
         span = max(output_len - 1, 1)
-        steps += [StepShape(batch, 1, input_len + 1 + int((j + 0.5) * span / DECODE_POINTS), causal=False)
-                  for j in range(DECODE_POINTS)]
+        kv_lens = [input_len + 1 + int((j + 0.5) * span / DECODE_POINTS) for j in range(DECODE_POINTS)]
+        steps = [StepShape(batch, input_len, input_len, causal=True)]
+        steps += [StepShape(batch, 1, kv, causal=False) for kv in kv_lens]
+        # steady state: each sequence's prompt is prefilled once in its ``output_len`` steps, so a step carries
+        # batch x input / output prompt tokens besides its decodes; its running sequences are spread over every
+        # position of the output, one attention kernel over all of them: priced at their mean KV length
+        chunk = max(1, round(batch * input_len / output_len)) if engine == "vllm" else 0
+        if chunk:
+            steps.append(StepShape(batch, 1, input_len + 1 + span // 2, causal=False, prefill_tokens=chunk,
+                                   prefill_len=input_len))
         kernels = [step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine) for s in steps]
         flat = [k for step in kernels for k in step]
         work = self._work(flat, device, dtype)
@@ -349,19 +374,26 @@ class LLMPredictor:
         reduce_decode = 2 * config.layers * all_reduce_ms(batch * config.hidden * itemsize, tp, device)
         overhead = self.predictor.model.overhead
         prefill_ms = float(overhead.kernel_ms(_sequence(*priced[0])).sum()) + reduce_prefill
-        gpu_each = [float(sum(k.count * w for k, w in zip(step, w_))) * overhead.scale for step, w_ in priced[1:]]
+        decoding = priced[1:1 + DECODE_POINTS]
+        gpu_each = [float(sum(k.count * w for k, w in zip(step, w_))) * overhead.scale for step, w_ in decoding]
         if engine == "vllm":  # CUDA graphs: no launch gap
             decode_each, queue = gpu_each, ()
         else:  # each step's kernels in launch order, through the launch queue
-            sequences = [overhead.gpu_ms(_sequence(step, w_)) for step, w_ in priced[1:]]
+            sequences = [overhead.gpu_ms(_sequence(step, w_)) for step, w_ in decoding]
             decode_each = [float(queue_shares(gpu, overhead.gap_ms).sum()) for gpu in sequences]
             queue = tuple(queue_envelope(np.append(gpu, reduce_decode)) for gpu in sequences)
         decode_ms = float(np.mean(decode_each)) + reduce_decode
         decode_gpu_ms = float(np.mean(gpu_each)) + reduce_decode
-        launches = float(np.mean([sum(k.count for k in step) for step in kernels[1:]]))
-        return (self._phase(priced[0][0], prefill_ms, device, dtype),
-                self._phase([k for step in kernels[1:] for k in step], decode_ms, device, dtype,
-                            weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches, queue=queue))
+        launches = float(np.mean([sum(k.count for k in step) for step in kernels[1:1 + DECODE_POINTS]]))
+        decode = self._phase([k for step in kernels[1:1 + DECODE_POINTS] for k in step], decode_ms, device, dtype,
+                             weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches, queue=queue)
+        steady = None
+        if chunk:
+            step, step_work = priced[-1]
+            reduce_mixed = 2 * config.layers * all_reduce_ms((batch + chunk) * config.hidden * itemsize, tp, device)
+            mixed_ms = float(sum(k.count * w for k, w in zip(step, step_work))) * overhead.scale + reduce_mixed
+            steady = self._phase(step, mixed_ms, device, dtype, launches=launches)
+        return self._phase(priced[0][0], prefill_ms, device, dtype), decode, steady
 
     def _work(self, kernels: list[StepKernel], device: Device, dtype: str) -> np.ndarray:
         """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path."""
@@ -401,8 +433,12 @@ class LLMPredictor:
 
     def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
         out: dict[str, list[float] | None] = {}
-        for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w)):
-            half = self.calibration.interval_half_width(key, result.engine)
+        for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w),
+                           ("steady_itl_ms", result.steady_itl_ms)):
+            if value is None and key == "steady_itl_ms":
+                continue
+            # the steady-state step is calibrated with the ITL rows (the steady ones are scored on it)
+            half = self.calibration.interval_half_width("itl_ms" if key == "steady_itl_ms" else key, result.engine)
             out[key] = None if half is None or value is None else [value * math.exp(-half), value * math.exp(half)]
         if out.get("power_w"):  # a board never draws more than its TDP (a slice: its share of it)
             out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]

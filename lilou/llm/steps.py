@@ -50,16 +50,20 @@ class StepKernel:
 
 @dataclass(frozen=True)
 class StepShape:
-    """What one step processes: ``seqs`` sequences of ``q_len`` new tokens over ``kv_len`` keys each."""
+    """What one step processes: ``seqs`` sequences of ``q_len`` new tokens over ``kv_len`` keys each, plus (a
+    chunked-prefill step of a server in steady state) ``prefill_tokens`` prompt tokens of prompts of
+    ``prefill_len`` tokens that ride in the same forward pass."""
 
     seqs: int
     q_len: int
     kv_len: int
     causal: bool          # a prefill (lower-triangle attention)
+    prefill_tokens: int = 0
+    prefill_len: int = 0
 
     @property
     def tokens(self) -> int:
-        return self.seqs * self.q_len
+        return self.seqs * self.q_len + self.prefill_tokens
 
 
 class _Builder:
@@ -145,10 +149,12 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
     kernels: list[StepKernel] = []
 
     def add(name: str, nodes: list[CostInput], *, fixed: int = 0, layer: bool = True, count: int | None = None,
-            external: set[str] | None = None, attention: AttentionShape | None = None) -> None:
+            external: set[str] | None = None, attention: AttentionShape | None = None,
+            causal: bool | None = None) -> None:
         spec = describe_kernel(nodes, external_outputs=external)
         kernels.append(StepKernel(name, spec, config.layers if count is None and layer else (count or 1),
-                                  fixed, layer, len(kernels), attention, shape.causal))
+                                  fixed, layer, len(kernels), attention,
+                                  shape.causal if causal is None else causal))
 
     def norm(name: str, residual: bool) -> None:
         if hf and config.norm == "rmsnorm":
@@ -182,6 +188,10 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
                                          [b.t((tokens, 2 * kv_w), kv_dtype)])])
     add("attention", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal),
         attention=AttentionShape(seqs, shape.q_len, shape.kv_len, heads, kv_heads, d))
+    if shape.prefill_tokens:  # the prompt chunks of the step: each token attends half its prompt on average
+        p, length = shape.prefill_tokens, shape.prefill_len
+        add("attention_prefill", attention_nodes(b, 1, p, length, heads, kv_heads, d, causal=True),
+            attention=AttentionShape(1, p, length, heads, kv_heads, d), causal=True)
     nodes, fixed = _gemm(b, tokens, q_w, h)
     add("o_proj", nodes, fixed=fixed)
     # ---------------------------------------------------------------- MLP block

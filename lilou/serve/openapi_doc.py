@@ -78,6 +78,12 @@ class MemoryBody(BaseModel):
     fits: bool
 
 
+class SteadyStateBody(BaseModel):
+    itl_ms: float
+    tokens_per_s: float
+    interval_ms: list[float] | None
+
+
 class LLMBody(BaseModel):
     """`lilou llm --format json` (DESIGN.md)."""
 
@@ -99,6 +105,9 @@ class LLMBody(BaseModel):
     memory: MemoryBody
     max_batch_fitting: int | None
     warnings: list[str]
+    steady_state: SteadyStateBody | None = Field(
+        None, description="vLLM: a server that keeps `batch` requests running, arriving prompts chunked into the "
+                          "decode steps; null for HF eager or when the configuration does not fit")
 
 
 class Health(BaseModel):
