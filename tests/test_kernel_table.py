@@ -84,6 +84,9 @@ def test_aiconfigurator_drops_are_counted(datasets_dir: Path) -> None:
     build = build_source("aiconfigurator", datasets_dir)
     assert build.dropped["not an NVIDIA GPU (Intel(R) Arc(TM) Pro B60 Graphics)"] == 66630
     assert build.dropped["superseded by a newer version of the same shape"] == 19357
+    from lilou.data.readers.aiconfigurator import EAGER_FP8_BLOCK
+
+    assert build.dropped[EAGER_FP8_BLOCK] == 214903  # every vLLM fp8_block GEMM: timed eagerly upstream
     import pyarrow.parquet as pq
 
     upstream = sum(pq.read_metadata(path).num_rows for path in (datasets_dir / "aiconfigurator").rglob("*.parquet"))

@@ -295,6 +295,22 @@ def test_a_chunked_prefill_step_carries_the_prompt_tokens_through_every_gemm():
     assert mixed["lm_head"].spec == decode["lm_head"].spec  # logits only for the decoding sequences
 
 
+def test_an_fp8_step_keeps_bf16_activations_and_quantises_before_each_gemm():
+    """vLLM's FP8 (W8A8) models: FP8 weights, BF16 residual stream, activations cast to FP8 inside each GEMM
+    module, as AIConfigurator's FP8 GEMM rows measure them (tests/test_table_folds.py)."""
+    from lilou.llm.config import load_config
+    from lilou.llm.steps import StepShape, step_kernels
+
+    kernels = {k.name: k for k in step_kernels(load_config(LLAMA), StepShape(4, 1, 300, causal=False), dtype="fp8",
+                                               kv_dtype="bf16", tp=1, engine="vllm")}
+    qkv = kernels["qkv_proj"]
+    assert qkv.spec.ops == ("Cast", "MatMul") and qkv.fixed_bytes == 4096 * 6144
+    assert qkv.spec.bytes == 2 * 4 * 4096 + 4096 * 6144 + 2 * 4 * 6144
+    bf16 = {k.name: k for k in step_kernels(load_config(LLAMA), StepShape(4, 1, 300, causal=False), dtype="bf16",
+                                            kv_dtype="bf16", tp=1, engine="vllm")}
+    assert kernels["input_norm"].spec == bf16["input_norm"].spec  # the residual stream is BF16 either way
+
+
 def test_steady_state_is_the_vllm_server_with_batch_running(llm):
     """vLLM predictions carry the steady state of a server that keeps ``batch`` requests running: its step holds
     the decodes plus batch x I / O prompt tokens, so it is slower than the static batch's decode step and faster

@@ -23,6 +23,18 @@ def test_precision_sets_the_bytes_not_the_flops() -> None:
     assert fp32.bytes == 2 * bf16.bytes == 4 * fp8.bytes == 4 * 3 * 4096 * 4096
 
 
+def test_a_quantised_linear_moves_bf16_activations() -> None:
+    """AIConfigurator's quantised GEMMs are Linear modules: BF16 in and out, the weights in their own type; with
+    activation scales (FP8, NVFP4, SmoothQuant) the activations are cast first, weight-only ones are not."""
+    base = {"family": "gemm", "op": "gemm", "batch": 1, "m": 8, "n": 4096, "k": 2048, "bias": False}
+    fp8 = describe_kernel(row_nodes({**base, "dtype": "fp8", "quant": "fp8-per-tensor"}))
+    assert fp8.ops == ("Cast", "MatMul") and fp8.family == "gemm" and fp8.gemm == (1, 8, 4096, 2048)
+    assert fp8.bytes == 2 * 8 * 2048 + 2048 * 4096 + 2 * 8 * 4096
+    weight_only = describe_kernel(row_nodes({**base, "dtype": "int8", "quant": "int8-weight-only"}))
+    assert weight_only.ops == ("MatMul",) and weight_only.bytes == fp8.bytes
+    assert describe_kernel(row_nodes({**base, "dtype": "fp8"})).bytes == 8 * 2048 + 2048 * 4096 + 8 * 4096
+
+
 def test_rows_without_a_pinned_shape_are_skipped_and_counted() -> None:
     columns = {"family": ["gemm", "moe", "conv", "norm"], "op": ["gemm", "moe", "conv2d", "rms_norm"],
                "dtype": ["bf16", "bf16", "fp32", "bf16"], "gpu": ["h200", "h200", "t4", "a100-sxm4-80gb"],

@@ -66,9 +66,16 @@ class StepShape:
         return self.seqs * self.q_len + self.prefill_tokens
 
 
+#: Weight dtypes whose GEMMs quantise their activations first (W8A8): the residual stream stays BF16.
+QUANTISED_ACTIVATIONS = {"fp8": "bf16", "int8": "bf16"}
+
+
 class _Builder:
+    """Tensors of a step: activations in ``dtype`` (BF16 for an FP8 model), weights in ``weight_dtype``."""
+
     def __init__(self, dtype: str, kv_dtype: str) -> None:
-        self.dtype, self.kv_dtype = dtype, kv_dtype
+        self.weight_dtype, self.kv_dtype = dtype, kv_dtype
+        self.dtype = QUANTISED_ACTIVATIONS.get(dtype, dtype)
         self.count = 0
 
     def t(self, shape, dtype: str | None = None) -> TensorInfo:
@@ -79,11 +86,16 @@ class _Builder:
 
 def _gemm(b: _Builder, m: int, k: int, n: int, experts: int = 1) -> tuple[list[CostInput], int]:
     """Y[m, n] = X[m, k] . W[k, n] (``experts`` independent weights: a grouped GEMM), and its weight bytes."""
-    if experts > 1:
-        x, w, y = b.t((experts, m, k)), b.t((experts, k, n)), b.t((experts, m, n))
-    else:
-        x, w, y = b.t((m, k)), b.t((k, n)), b.t((m, n))
-    return [CostInput("MatMul", {}, [x, w], [y])], int(w.nbytes)
+    x_shape = (experts, m, k) if experts > 1 else (m, k)
+    x, w = b.t(x_shape), b.t((experts, k, n) if experts > 1 else (k, n), b.weight_dtype)
+    y = b.t((experts, m, n) if experts > 1 else (m, n))
+    nodes = []
+    if b.weight_dtype != b.dtype:  # W8A8: the activations are cast to the weights' type first, as measured
+        quantised = b.t(x_shape, b.weight_dtype)
+        nodes.append(CostInput("Cast", {}, [x], [quantised]))
+        x = quantised
+    nodes.append(CostInput("MatMul", {}, [x, w], [y]))
+    return nodes, int(w.nbytes)
 
 
 def _elementwise(b: _Builder, op: str, rows: int, cols: int, inputs: int = 2) -> list[CostInput]:

@@ -24,6 +24,8 @@ PRICED_FAMILIES = {"gemm": "gemm", "bmm": "gemm", "conv": "conv", "elementwise":
 ITEMSIZE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 1, "fp4": 1}
 _ONNX_TYPE = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8e4m3fn",
               "int8": "int8", "int4": "int4", "fp4": "float4e2m1"}
+#: Quantisation modes whose activations stay BF16 into the GEMM (the kernel dequantises the weights).
+WEIGHT_ONLY = frozenset({"int4-weight-only", "int8-weight-only"})
 #: Elementwise ops with one input tensor (the rest combine two tensors of the same shape, or a scalar).
 _UNARY = {"relu": "Relu", "gelu": "Gelu", "tanh": "Tanh"}
 _SCALAR = {"addu": "Add", "mulu": "Mul", "divu": "Div", "powu": "Pow"}
@@ -56,10 +58,20 @@ def row_nodes(row: dict) -> list[CostInput] | None:
         if None in (m, n, k):
             return None
         batch = batch or 1
-        a = t("a", (batch, m, k) if batch > 1 else (m, k))
+        quant = row.get("quant")
+        # a quantised Linear reads and writes BF16 activations; with activation scales (FP8, NVFP4, SmoothQuant)
+        # it first casts them to the weights' type (the measured time includes that), weight-only ones do not
+        activation = "bf16" if quant else dtype
+        a_shape = (batch, m, k) if batch > 1 else (m, k)
+        a = _tensor("a", a_shape, activation)
         b = t("b", (batch, k, n) if family == "bmm" and batch > 1 else (k, n))
-        out = t("y", (batch, m, n) if batch > 1 else (m, n))
-        nodes = [CostInput("MatMul", {}, [a, b], [out])]
+        out = _tensor("y", (batch, m, n) if batch > 1 else (m, n), activation)
+        nodes = []
+        if quant and quant not in WEIGHT_ONLY:
+            quantised = t("a_q", a_shape)
+            nodes.append(CostInput("Cast", {}, [a], [quantised]))
+            a = quantised
+        nodes.append(CostInput("MatMul", {}, [a, b], [out]))
         if row.get("bias"):
             nodes.append(CostInput("Add", {}, [out, t("bias", (n,))], [t("z", out.shape)]))
         return nodes
@@ -111,7 +123,7 @@ def table_kernels(columns: dict[str, list], use_units: bool = True) -> TableKern
         if row["family"] not in PRICED_FAMILIES:
             skipped[f"family {row['family']} not priced by the model"] += 1
             continue
-        key = tuple(row.get(f) for f in ("family", "op", "dtype", "batch", "m", "n", "k", "bias", "in_c", "in_h",
+        key = tuple(row.get(f) for f in ("family", "op", "dtype", "quant", "batch", "m", "n", "k", "bias", "in_c", "in_h",
                                           "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h",
                                           "pad_w", "groups", "rows", "cols"))
         if key not in cache:

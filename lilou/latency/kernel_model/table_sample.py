@@ -5,9 +5,9 @@ sample is the same on every run, for training (``experiment=kernel_table``) and 
 """
 from __future__ import annotations
 
-_COLUMNS = ("source", "gpu", "dtype", "family", "op", "unit", "timing", "provider", "batch", "m", "n", "k", "bias", "in_c",
-            "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "groups",
-            "rows", "cols", "latency_ms")
+_COLUMNS = ("source", "gpu", "dtype", "quant", "family", "op", "unit", "timing", "provider", "batch", "m", "n", "k",
+            "bias", "in_c", "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w",
+            "groups", "rows", "cols", "latency_ms")
 
 
 def sample_table(relation, per_group: int = 2000) -> dict[str, list]:
