@@ -156,8 +156,17 @@ def test_llm_plan_over_lilou_llm(capsys):
     assert entry["device"] == "h100-sxm" and entry["batch"] == 8 and entry["interval_ms"][1] <= 40
     expected = LLMPredictor().predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=8, input_len=512,
                                       output_len=128)
-    assert entry["latency_ms"] == pytest.approx(expected.itl_ms, abs=1e-3)
-    assert entry["throughput_per_s"] == pytest.approx(expected.tokens_per_s, rel=1e-6)
+    # a vLLM server with 8 requests running: its steady-state step (prompts chunked in), not one static batch
+    assert entry["latency_ms"] == pytest.approx(expected.steady_itl_ms, abs=1e-3)
+    assert entry["latency_ms"] > expected.itl_ms
+    assert entry["interval_ms"] == pytest.approx(expected.intervals["steady_itl_ms"], abs=1e-3)
+    assert entry["throughput_per_s"] == pytest.approx(8 * 1000 / expected.steady_itl_ms, rel=1e-6)
+    hf = plan_json(capsys, "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "400", "--input-len", "512",
+                   "--output-len", "128", "--gpus", "h100-sxm", "--batches", "8", "--engine", "hf")["plan"][0]
+    static = LLMPredictor().predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=8, input_len=512,
+                                    output_len=128, engine="hf")
+    assert hf["latency_ms"] == pytest.approx(static.itl_ms, abs=1e-3)
+    assert hf["throughput_per_s"] == pytest.approx(static.tokens_per_s, rel=1e-6)
     assert [u["device"] for u in plan["unmet"]] == ["t4"] and "does not fit on t4" in plan["unmet"][0]["reason"]
     code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40")
     assert code == 2 and "--input-len, --output-len" in err

@@ -249,7 +249,9 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
              llm_predictor=None) -> CapacityPlan:
     """The capacity plan of a decoder LLM (:mod:`lilou.llm`) for an inter-token-latency SLO: per device the
     largest batch whose ITL upper bound meets it and whose weights and KV cache fit; throughput is output
-    tokens per second (prefill included), so the cost is dollars per million output tokens."""
+    tokens per second (prefill included), so the cost is dollars per million output tokens. For vLLM the
+    batch is the number of requests the server keeps running, judged on its steady-state step (see
+    :func:`_llm_point`)."""
     from lilou.api import rank_devices
     from lilou.llm import LLMPredictor
 
@@ -284,13 +286,21 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
 
 
 def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint:
-    itl = float(result.itl_ms or 0.0)
+    """One batch of an LLM plan. A vLLM server keeps ``batch`` requests running, so its point is the steady
+    state (prompts chunked into the decode steps: ITL and output tokens/s of that step); HF eager serves one
+    static batch (its mean decode step; tokens/s over TTFT + the decode steps)."""
     intervals = result.intervals or {}
+    memory = float(result.memory.total_gb), bool(result.memory.fits)
+    if result.steady_itl_ms is not None:
+        itl = float(result.steady_itl_ms)
+        lo, hi = intervals.get("steady_itl_ms") or [itl, itl]
+        return PlanPoint(batch, round(itl, 4), (float(lo), float(hi)), *memory, 0.0, precision=result.dtype,
+                         rate_per_s=batch * 1000.0 / itl, rate_per_s_at_upper=batch * 1000.0 / float(hi))
+    itl = float(result.itl_ms or 0.0)
     itl_band = intervals.get("itl_ms") or [itl, itl]
     ttft = float(result.ttft_ms or 0.0)
     ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
     upper_e2e = float(ttft_band[1]) + (output_len - 1) * float(itl_band[1])
-    return PlanPoint(batch, round(itl, 4), (float(itl_band[0]), float(itl_band[1])),
-                     float(result.memory.total_gb), bool(result.memory.fits), 0.0, precision=result.dtype,
-                     rate_per_s=float(result.tokens_per_s or 0.0),
+    return PlanPoint(batch, round(itl, 4), (float(itl_band[0]), float(itl_band[1])), *memory, 0.0,
+                     precision=result.dtype, rate_per_s=float(result.tokens_per_s or 0.0),
                      rate_per_s_at_upper=batch * output_len / (upper_e2e / 1000) if upper_e2e > 0 else 0.0)
