@@ -31,6 +31,12 @@ def js_ms(x: float) -> str:
     return str(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
 
 
+def js_number(x: float) -> str:
+    """The page's LLM number format (app.js: ``Number(x.toPrecision(4))`` shown as a string)."""
+    value = float(f"{x:.4g}")
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
 @pytest.fixture(scope="module")
 def browser():
     from selenium import webdriver
@@ -101,3 +107,33 @@ def test_upload_rank_and_breakdown(browser, server, predictor):  # noqa: F811 - 
     expected = "Error: " + str(refused.value).replace(str(RESNET18), "resnet18.onnx")
     wait.until(lambda d: d.find_element(By.ID, "rank-status").text.startswith("Error:"))
     assert browser.find_element(By.ID, "rank-status").text == expected
+
+
+def test_llm_form_shows_the_steady_state_of_a_vllm_server(browser, server):  # noqa: F811 - the imported fixture
+    """The LLM form: a vLLM prediction lists the server's steady state (ITL and tokens/s with ``batch`` requests
+    running) beside the static batch's figures, with the numbers the API returns."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from lilou.llm import LLMPredictor
+
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    # the page fills the model box with the first built-in name once the list has loaded
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for field, value in (("llm-model", "meta-llama/Llama-3.1-8B-Instruct"), ("llm-gpu", "a100-80gb"),
+                         ("llm-batch", "8")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    browser.find_element(By.ID, "llm-button").click()
+    status = browser.find_element(By.ID, "llm-status")
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done.", status.text
+    terms = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#llm-result dt")]
+    values = [v.text for v in browser.find_elements(By.CSS_SELECTOR, "#llm-result dd")]
+    shown = dict(zip(terms, values))
+    expected = LLMPredictor().predict("meta-llama/Llama-3.1-8B-Instruct", "a100-80gb", batch=8, input_len=512,
+                                      output_len=128).to_json()["steady_state"]
+    assert shown["ITL, server with 8 running (ms)"].startswith(js_number(expected["itl_ms"]) + " (90 %: ")
+    assert shown["tokens/s, server with 8 running"] == js_number(expected["tokens_per_s"])

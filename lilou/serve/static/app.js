@@ -207,6 +207,14 @@ async function llm(event) {
       const iv = data.intervals && data.intervals[key];
       dl.append(el("dt", name), el("dd", Array.isArray(iv) ? `${value} (90 %: ${iv[0]} – ${iv[1]})` : value));
     }
+    const steady = data.steady_state;
+    if (steady) {
+      const iv = steady.interval_ms;
+      dl.append(el("dt", `ITL, server with ${data.batch} running (ms)`),
+                el("dd", `${Number(steady.itl_ms.toPrecision(4))}` + (Array.isArray(iv) ? ` (90 %: ${iv[0]} – ${iv[1]})` : "")),
+                el("dt", `tokens/s, server with ${data.batch} running`),
+                el("dd", `${Number(steady.tokens_per_s.toPrecision(4))}`));
+    }
     if (data.memory) {
       dl.append(el("dt", "memory (GB)"),
                 el("dd", `${data.memory.total_gb} of ${data.memory.device_gb}` + (data.memory.fits ? ", fits" : ", does not fit")));
