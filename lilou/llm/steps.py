@@ -1,8 +1,10 @@
 """One prefill or decode step of a decoder LLM as the kernels it launches, each built from ONNX-like nodes.
 
-Every kernel is a list of :class:`lilou.graph.costs.CostInput` nodes with tensors of the step's dtype, described
-by :func:`lilou.latency.kernel_model.kernel.describe_kernel` exactly as a kernel group of an ONNX graph (or a measured row,
-``lilou.latency.kernel_model.table_kernels.row_nodes``) is, so the Predictor's kernel model prices them unchanged.
+Every kernel is a list of :class:`lilou.graph.costs.CostInput` nodes with tensors of the step's dtype (an FP8
+model: FP8 weights, BF16 activations cast to FP8 inside each GEMM, as vLLM's W8A8 Linear layers and the
+measured rows run), described by :func:`lilou.latency.kernel_model.kernel.describe_kernel` exactly as a kernel
+group of an ONNX graph (or a measured row, ``lilou.latency.kernel_model.table_kernels.row_nodes``) is, so the
+Predictor's kernel model prices them unchanged.
 
 Per layer (shapes per GPU of a tensor-parallel group of ``tp``): input norm, QKV projection, RoPE, KV-cache
 write, attention, output projection, residual + post-attention norm, MLP (gate/up, activation, down; routed
