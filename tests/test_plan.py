@@ -159,7 +159,7 @@ def test_llm_plan_over_lilou_llm(capsys):
     # a vLLM server with 8 requests running: its steady-state step (prompts chunked in), not one static batch
     assert entry["latency_ms"] == pytest.approx(expected.steady_itl_ms, abs=1e-3)
     assert entry["latency_ms"] > expected.itl_ms
-    assert entry["interval_ms"] == pytest.approx(expected.intervals["steady_itl_ms"], abs=1e-3)
+    assert entry["interval_ms"] == pytest.approx(expected.steady_interval_ms, abs=1e-3)
     assert entry["throughput_per_s"] == pytest.approx(8 * 1000 / expected.steady_itl_ms, rel=1e-6)
     hf = plan_json(capsys, "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "400", "--input-len", "512",
                    "--output-len", "128", "--gpus", "h100-sxm", "--batches", "8", "--engine", "hf")["plan"][0]

@@ -179,6 +179,7 @@ class LLMPrediction:
     decode: Phase | None = None
     steady: Phase | None = None   # vLLM: a step of a server in steady state (chunked prefill), before calibration
     steady_itl_ms: float | None = None
+    steady_interval_ms: list[float] | None = None   # 90 %, with ITL's half-width (the steady rows are scored on it)
 
     @property
     def steady_tokens_per_s(self) -> float | None:
@@ -216,12 +217,11 @@ class LLMPrediction:
                 "tokens_per_s": r(self.tokens_per_s, 2), "power_w": r(self.power_w, 1),
                 "energy_per_token_j": r(self.energy_per_token_j, 5), "memory": self.memory.to_json(),
                 "max_batch_fitting": self.max_batch_fitting, "warnings": list(self.warnings),
-                "intervals": {k: (None if v is None else [r(v[0]), r(v[1])]) for k, v in self.intervals.items()
-                              if k != "steady_itl_ms"},
+                "intervals": {k: (None if v is None else [r(v[0]), r(v[1])]) for k, v in self.intervals.items()},
                 "steady_state": None if self.steady_itl_ms is None else {
                     "itl_ms": r(self.steady_itl_ms), "tokens_per_s": r(self.steady_tokens_per_s, 2),
-                    "interval_ms": None if not self.intervals.get("steady_itl_ms") else
-                    [r(v) for v in self.intervals["steady_itl_ms"]]}}
+                    "interval_ms": None if self.steady_interval_ms is None else
+                    [r(v) for v in self.steady_interval_ms]}}
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -336,6 +336,7 @@ class LLMPredictor:
         result.prefill, result.decode, result.steady = prefill, decode, steady
         if steady is not None:
             result.steady_itl_ms = calibration.itl_ms(engine, steady, batch)
+            result.steady_interval_ms = self._interval("itl_ms", result.steady_itl_ms, engine)
         u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
         result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
         result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w)
@@ -431,15 +432,14 @@ class LLMPredictor:
         return Phase(ms=ms, flops=flops, bytes=nbytes, memory_ms=nbytes / (device.memory_bandwidth_gbs * 1e6),
                      compute_ms=compute_ms, gpu_ms=ms if gpu_ms is None else gpu_ms, launches=launches, queue=queue)
 
+    def _interval(self, quantity: str, value: float | None, engine: str) -> list[float] | None:
+        """The 90 % interval of ``value`` with the calibrated half-width of ``quantity`` for ``engine``."""
+        half = self.calibration.interval_half_width(quantity, engine)
+        return None if half is None or value is None else [value * math.exp(-half), value * math.exp(half)]
+
     def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
-        out: dict[str, list[float] | None] = {}
-        for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w),
-                           ("steady_itl_ms", result.steady_itl_ms)):
-            if value is None and key == "steady_itl_ms":
-                continue
-            # the steady-state step is calibrated with the ITL rows (the steady ones are scored on it)
-            half = self.calibration.interval_half_width("itl_ms" if key == "steady_itl_ms" else key, result.engine)
-            out[key] = None if half is None or value is None else [value * math.exp(-half), value * math.exp(half)]
+        out = {key: self._interval(key, value, result.engine)
+               for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w))}
         if out.get("power_w"):  # a board never draws more than its TDP (a slice: its share of it)
             out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]
         return out

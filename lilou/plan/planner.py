@@ -293,7 +293,7 @@ def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint
     memory = float(result.memory.total_gb), bool(result.memory.fits)
     if result.steady_itl_ms is not None:
         itl = float(result.steady_itl_ms)
-        lo, hi = intervals.get("steady_itl_ms") or [itl, itl]
+        lo, hi = result.steady_interval_ms or [itl, itl]
         return PlanPoint(batch, round(itl, 4), (float(lo), float(hi)), *memory, 0.0, precision=result.dtype,
                          rate_per_s=batch * 1000.0 / itl, rate_per_s_at_upper=batch * 1000.0 / float(hi))
     itl = float(result.itl_ms or 0.0)

@@ -75,7 +75,7 @@ class KernelLatencyPredictor:
         timing_index = None
         if timing is not None and self.net.num_timings > 1:
             timing_index = torch.from_numpy(np.broadcast_to(np.asarray(timing, dtype=np.int64), (len(kernels),)).copy())
-        unit = torch.from_numpy(floor_units_of(devices, len(kernels)))
+        unit = torch.from_numpy(floor_units_of(devices, len(kernels))) if self.net.floor_units > 1 else None
         log_floor, log_work, logits = self.net.parts(features, type_features, family, roofline, timing_index, unit)
         floor, work = log_floor.exp().double().numpy(), log_work.exp().double().numpy()
         types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(dim=1).numpy()]
