@@ -284,13 +284,13 @@ def test_a_stale_fusion_checkpoint_is_a_clear_error(tmp_path):
         FusionPredictor.load(tmp_path / "absent")
 
 
-def test_prior_dropout_hides_both_replay_verdicts_of_whole_training_graphs(tiny_bert):
+def test_prior_and_name_dropout_hide_their_columns_of_whole_training_graphs(tiny_bert):
     """model.prior_dropout: a dropped graph loses the eager and TVM prior columns on every edge, the others keep
     every column; validation and inference always see the priors."""
     from torch_geometric.data import Batch
 
     from lilou.fusion.dataset import FusionSample, to_training_items
-    from lilou.fusion.features import EAGER_PRIOR_COLUMN
+    from lilou.fusion.features import EAGER_PRIOR_COLUMN, EXPORT_NAME_COLUMN
     from lilou.fusion.lit_module import FusionModule
 
     _, model, graph = tiny_bert
@@ -301,12 +301,18 @@ def test_prior_dropout_hides_both_replay_verdicts_of_whole_training_graphs(tiny_
 
     torch.manual_seed(0)
     module = FusionModule(hidden=16, layers=1, prior_dropout=0.5)
-    edge_attr = module._without_some_priors(batch)
+    edge_attr = module._with_columns_dropped(batch)
     edge_graph = batch.batch[batch.edge_index[0]]
     dropped = [bool((edge_attr[edge_graph == g][:, list(PRIOR_COLUMNS.values())] == 0).all()) for g in range(4)]
     kept = [bool(torch.equal(edge_attr[edge_graph == g], batch.edge_attr[edge_graph == g])) for g in range(4)]
     assert all(d != k for d, k in zip(dropped, kept)) and any(dropped) and any(kept)
     other_columns = [c for c in range(FUSION_EDGE_FEATURES) if c not in PRIOR_COLUMNS.values()]
     assert torch.equal(edge_attr[:, other_columns], batch.edge_attr[:, other_columns])
-    all_dropped = FusionModule(hidden=16, layers=1, prior_dropout=1.0)._without_some_priors(batch)
+    all_dropped = FusionModule(hidden=16, layers=1, prior_dropout=1.0)._with_columns_dropped(batch)
     assert not all_dropped[:, EAGER_PRIOR_COLUMN].any()
+    # model.name_dropout hides the exporter-name column of whole graphs, and nothing else.
+    assert batch.edge_attr[:, EXPORT_NAME_COLUMN].sum() > 0  # a dynamo BERT layer names its linear's MatMul -> Add
+    names_dropped = FusionModule(hidden=16, layers=1, name_dropout=1.0)._with_columns_dropped(batch)
+    assert not names_dropped[:, EXPORT_NAME_COLUMN].any()
+    others = [c for c in range(FUSION_EDGE_FEATURES) if c != EXPORT_NAME_COLUMN]
+    assert torch.equal(names_dropped[:, others], batch.edge_attr[:, others])

@@ -109,3 +109,29 @@ def test_long_residual_chain_respects_tvm_fuse_depth_without_recursion_limits():
     from lilou.fusion.backends.tvm import tvm_partition
 
     assert {frozenset(k.nodes) for k in tvm_partition(model, graph).kernels} == groups
+
+
+def normalise_model(reduction: str):
+    """``F.normalize``'s shape: a reduction over the last axis, clamped, then a division (ONNX opset 18)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node(reduction, ["r", "axes"], ["n"], name="norm", keepdims=1),
+             helper.make_node("Clip", ["n", "eps"], ["c"], name="clamp"),
+             helper.make_node("Div", ["r", "c"], ["y"], name="div")]
+    axes = helper.make_tensor("axes", 7, [1], [1])
+    eps = helper.make_tensor("eps", 1, [], [1e-12])
+    model = make_model(nodes, [tensor("x", [2, 16])], [tensor("y", [2, 16])], [axes, eps])
+    model.opset_import[0].version = 18
+    return model
+
+
+@pytest.mark.parametrize("reduction, clamp_joins", [("ReduceL2", True), ("ReduceLogSum", True), ("ReduceL1", False),
+                                                    ("ReduceSumSquare", False), ("ReduceSum", False)])
+def test_a_reduction_with_an_elementwise_tail_shares_it_with_its_reader(reduction, clamp_joins):
+    """TVM computes ReduceL2 as a sum then a sqrt, and the sqrt fuses with the Clip that reads it; ReduceL1 ends in
+    its sum, and the Clip is a kernel of its own. Checked against TVM itself when it is installed."""
+    graph = build_graph(normalise_model(reduction))
+    assert replayed_fused_edges(graph)[("norm", "clamp")] is clamp_joins
+    pytest.importorskip("tvm")
+    from lilou.fusion.backends.tvm import tvm_partition
+
+    assert replayed_fused_edges(graph) == fused_edge_labels(graph, tvm_partition(normalise_model(reduction), graph))

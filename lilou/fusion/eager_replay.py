@@ -20,7 +20,9 @@ metadata:
 Before that, the edges inside a few common multi-node aten decompositions
 (:data:`DECOMPOSITIONS`: ``linear`` as ``MatMul`` + bias ``Add``, ``silu``,
 ``rsqrt``, ``softmax`` with a dtype, ``group_norm``, ``gelu`` in its erf and tanh
-forms, from the decomposition corpus's training ops) are joined. Others (``roll``,
+forms, from the decomposition corpus's training ops) are joined, and so is every run of
+nodes the dynamo exporter names as one inlined torchlib function (``n0``, ``n1`` ...;
+:mod:`lilou.fusion.export_names`), whatever op it computes. Others (``roll``,
 ``baddbmm``, the ops the leave-op-out split holds out) are left to the GNN, which
 learns them from op types. Like the TVM replay, this is a *feature*, not the prediction.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from lilou.fusion.export_names import inlined_call_edges
 from lilou.fusion.partition import Edge, Partition, partition_from_group_ids, runtime_edges
 from lilou.graph.dag import ModelGraph
 
@@ -113,7 +116,8 @@ DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sig
                   "group_norm: Reshape + InstanceNormalization + Reshape + Mul + Add (constant weight and bias)",
                   "recurrent layer: LSTM/GRU/RNN + its layout views",
                   "gelu, erf form: Div + Erf + Add + Mul + Mul (opsets without Gelu)",
-                  "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul")
+                  "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul",
+                  "an inlined torchlib function: a run of nodes named n0, n1 ... (lilou/fusion/export_names.py)")
 
 #: aten.gelu as torchlib writes it where the opset has no Gelu op: the op chain from the input ``x``
 #: to the result, and how many of its Add/Mul nodes read ``x`` itself (the rest read constants; the
@@ -192,6 +196,9 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         if _one_aten_call(graph, u, v, constant):
             parent[find(u)] = find(v)
             in_decomposition.update((u, v))
+    for u, v in inlined_call_edges(graph):
+        parent[find(u)] = find(v)
+        in_decomposition.update((u, v))
     for chain in gelu_decompositions(graph):
         for node in chain[1:]:
             parent[find(node)] = find(chain[0])

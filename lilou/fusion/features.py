@@ -16,12 +16,14 @@ Edge features: log bytes, producer fan-out, tensor rank, the consumer input slot
 (one-hot 0/1/2+), whether the tensor has the consumer's output shape, whether it
 is a graph output, whether producer and consumer share another input (x *
 sigmoid(x)), whether the consumer's other input is a constant, single reader /
-single producer flags, the consumer's broadcast ratio and same-kind flag, and two
-backend priors computed from the graph alone: whether a replay of eager's view
+single producer flags, the consumer's broadcast ratio and same-kind flag, whether the
+dynamo exporter's names put both ends in one aten call (:mod:`lilou.fusion.export_names`;
+value and node names, not metadata), and two backend priors computed from the graph alone: whether a replay of eager's view
 semantics (:mod:`lilou.fusion.eager_replay`) and a replay of TVM's FuseOps
 (:mod:`lilou.fusion.tvm_replay`, without TVM) put the edge inside one kernel. The
 model can trust or correct them; it sees each only when it predicts for that
-backend (:func:`with_backend_prior`).
+backend (:func:`with_backend_prior`). The exporter-name flag is eager's too: it says where an
+aten call ends, which is what eager launches, not what a compiler fuses.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lilou.fusion.eager_replay import replayed_eager_fused_edges
+from lilou.fusion.export_names import edges_inside_one_call
 from lilou.fusion.partition import Partition, fused_edge_labels, runtime_edges
 from lilou.fusion.tvm_replay import (
     COMM_REDUCE,
@@ -54,6 +57,7 @@ from lilou.graph.features import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, graph_arr
 _KINDS: dict[str, str] = {
     **{op: "anchor" for op in ("Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum")},
     **{op: "reduce" for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+                                "ReduceL1", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
                                 "ArgMax", "ArgMin", "Softmax", "LogSoftmax", "LayerNormalization",
                                 "GroupNormalization", "InstanceNormalization", "CumSum", "TopK")},
     **{op: "pool" for op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize")},
@@ -66,7 +70,7 @@ KINDS: tuple[str, ...] = ("anchor", "reduce", "pool", "movement", "view", "eleme
 #: TVM pattern one-hot columns; BROADCAST never occurs (Relax marks broadcasting adds elementwise).
 TVM_PATTERN_COLUMNS: tuple[int | None, ...] = (None, ELEMWISE, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, OPAQUE)
 NUM_EXTRA_NODE_FEATURES = 10 + len(KINDS) + len(TVM_PATTERN_COLUMNS)
-NUM_EXTRA_EDGE_FEATURES = 13
+NUM_EXTRA_EDGE_FEATURES = 14
 FUSION_NODE_FEATURES = NUM_NODE_FEATURES + NUM_EXTRA_NODE_FEATURES
 FUSION_EDGE_FEATURES = NUM_EDGE_FEATURES + NUM_EXTRA_EDGE_FEATURES
 
@@ -95,20 +99,26 @@ def node_feature_groups() -> dict[str, list[int]]:
 EAGER_PRIOR_COLUMN = FUSION_EDGE_FEATURES - 2
 TVM_PRIOR_COLUMN = FUSION_EDGE_FEATURES - 1
 PRIOR_COLUMNS: dict[str, int] = {"eager": EAGER_PRIOR_COLUMN, "tvm": TVM_PRIOR_COLUMN}
+#: The exporter-name flag (:mod:`lilou.fusion.export_names`), just before the priors; eager's only.
+EXPORT_NAME_COLUMN = FUSION_EDGE_FEATURES - 3
+#: Every column that only one backend sees: zeroed when predicting for the others.
+BACKEND_COLUMNS: dict[str, tuple[int, ...]] = {"eager": (EXPORT_NAME_COLUMN, EAGER_PRIOR_COLUMN),
+                                               "tvm": (TVM_PRIOR_COLUMN,)}
 
 
 def with_backend_prior(edge_attr, backend: str):
-    """``edge_attr`` (numpy or torch) as the GNN sees it for ``backend``: only that backend's prior column."""
+    """``edge_attr`` (numpy or torch) as the GNN sees it for ``backend``: only that backend's own columns."""
     out = edge_attr.clone() if hasattr(edge_attr, "clone") else edge_attr.copy()
-    for other, column in PRIOR_COLUMNS.items():
+    for other, columns in BACKEND_COLUMNS.items():
         if other != backend:
-            out[:, column] = 0
+            out[:, list(columns)] = 0
     return out
 
 
 def edge_feature_groups() -> dict[str, list[int]]:
     """Edge-feature columns that ablations zero (``model.edge_feature_mask``)."""
-    return {"eager view replay flag": [EAGER_PRIOR_COLUMN], "TVM FuseOps replay flag": [TVM_PRIOR_COLUMN]}
+    return {"eager view replay flag": [EAGER_PRIOR_COLUMN], "TVM FuseOps replay flag": [TVM_PRIOR_COLUMN],
+            "exporter names: one aten call": [EXPORT_NAME_COLUMN]}
 
 
 def backend_index(backend: str) -> int:
@@ -170,7 +180,7 @@ def _extra_node_features(graph: ModelGraph, name: str, ctx: _GraphContext) -> li
             *(float(pattern == p) for p in TVM_PATTERN_COLUMNS)]
 
 
-def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext,
+def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext, one_call: bool,
                          eager_prior: bool, tvm_prior: bool) -> list[float]:
     dag = graph.dag
     e = dag.edges[u, v]
@@ -193,6 +203,7 @@ def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext,
             float(ctx.runtime_in.get(v, 0) == 1),             # the consumer's only producer
             math.log(out_elements / tensor_elements),         # > 0: the consumer broadcasts this input
             float(op_kind(producer["op"]) == op_kind(consumer["op"])),
+            float(one_call),                                  # EXPORT_NAME_COLUMN
             float(eager_prior),                               # keep last two: PRIOR_COLUMNS
             float(tvm_prior)]
 
@@ -220,8 +231,9 @@ def fusion_arrays(graph: ModelGraph, labels: Mapping[str, Partition] | None = No
     edges = base.edge_names
     runtime = set(runtime_edges(graph))
     eager_prior, tvm_prior = replayed_eager_fused_edges(graph), replayed_fused_edges(graph)
-    edge_extra = [_extra_edge_features(graph, u, v, ctx, eager_prior.get((u, v), False), tvm_prior.get((u, v), False))
-                  for u, v in edges]
+    one_call = edges_inside_one_call(graph)
+    edge_extra = [_extra_edge_features(graph, u, v, ctx, (u, v) in one_call, eager_prior.get((u, v), False),
+                                       tvm_prior.get((u, v), False)) for u, v in edges]
     edge_attr = np.concatenate([base.edge_attr, np.array(edge_extra, dtype=np.float32)
                                 .reshape(len(edges), NUM_EXTRA_EDGE_FEATURES)], axis=1)
     mask = np.array([e in runtime for e in edges], dtype=bool)

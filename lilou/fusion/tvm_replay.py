@@ -42,7 +42,8 @@ _INJECTIVE = ("BatchNormalization", "Reshape", "Transpose", "Concat", "Flatten",
 _OUT_EWISE_FUSABLE = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LayerNormalization", "Softmax",
                       "LogSoftmax", "ReduceMean", "AveragePool", "MaxPool", "GlobalAveragePool", "GlobalMaxPool",
                       "InstanceNormalization", "GroupNormalization")
-_COMM_REDUCE = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ArgMax", "ArgMin")
+_COMM_REDUCE = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ArgMax", "ArgMin",
+                "ReduceL1", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")  # measured 2026-12-02: a sum
 #: ONNX op -> TVM pattern; ``None``: the importer emits no computation. Ops not listed are opaque.
 TVM_PATTERNS: dict[str, int | None] = {
     **{op: ELEMWISE for op in _ELEMWISE},
@@ -106,13 +107,21 @@ def _pre_op_slots(data: dict) -> tuple[int, ...]:
     return (1,) if data["op"] == "Gather" else ()
 
 
+#: Ops TVM 0.27's importer computes as a reduction followed by an elementwise op of their own (ReduceL2:
+#: sum of squares, then sqrt; ReduceLogSum(Exp): then log), measured with LegalizeOps + FuseOps on one node
+#: followed by a Clip: the elementwise tail fuses with the reader, the reduction does not. ReduceL1 and
+#: ReduceSumSquare end in the reduction itself (their reader stays a kernel of its own).
+_REDUCTION_THEN_ELEMENTWISE = frozenset({"ReduceL2", "ReduceLogSum", "ReduceLogSumExp"})
+
+
 def _compute_graph(graph: ModelGraph) -> tuple[_Graph, dict[str, str]]:
-    """The replay graph and, for each pre-op node it adds, the ONNX node it belongs to."""
+    """The replay graph and, for each pre- or post-op node it adds, the ONNX node it belongs to."""
     dag = graph.dag
     nodes = graph.runtime_nodes()
     pattern = {n: tvm_pattern(dag.nodes[n]["op"], dag.nodes[n]["attributes"]) for n in nodes}
-    pre_ops: dict[str, str] = {}
+    extra_ops: dict[str, str] = {}
     slot_owner: dict[tuple[str, str], str] = {}  # (ONNX node, input tensor) -> its pre-op node
+    post_op: dict[str, str] = {}                 # ONNX node -> its elementwise tail
     order: list[str] = []
     for n in nodes:
         if pattern[n] is None:
@@ -121,11 +130,16 @@ def _compute_graph(graph: ModelGraph) -> tuple[_Graph, dict[str, str]]:
         for slot in _pre_op_slots(dag.nodes[n]):
             if slot < len(inputs) and inputs[slot] is not None:
                 pre = f"{n}#pre{slot}"
-                pre_ops[pre] = n
+                extra_ops[pre] = n
                 pattern[pre] = ELEMWISE
                 slot_owner[(n, inputs[slot].name)] = pre
                 order.append(pre)
         order.append(n)
+        if dag.nodes[n]["op"] in _REDUCTION_THEN_ELEMENTWISE:
+            post = post_op[n] = f"{n}#post"
+            extra_ops[post] = n
+            pattern[post] = ELEMWISE
+            order.append(post)
     graph_outputs = {t.name for t in graph.outputs}
 
     def consumers(node: str, seen: set[str]) -> list[str]:
@@ -149,10 +163,15 @@ def _compute_graph(graph: ModelGraph) -> tuple[_Graph, dict[str, str]]:
         return any(pattern.get(s, 0) is None and reaches_output(s) for s in dag.successors(node)
                    if not dag.nodes[s]["constant"])
 
-    outputs = {n: [(c, pattern[c]) for c in consumers(n, set())] for n in order if n not in pre_ops}
-    outputs.update({pre: [(owner, pattern[owner])] for pre, owner in pre_ops.items()})
-    extern = {n for n in order if n not in pre_ops and reaches_output(n)}
-    return _Graph(order, {n: pattern[n] for n in order}, outputs, extern), pre_ops
+    outputs = {n: [(c, pattern[c]) for c in consumers(n, set())] for n in order if n not in extra_ops}
+    extern = {n for n in order if n not in extra_ops and reaches_output(n)}
+    for n, post in post_op.items():  # the tail computes what the node's readers read
+        outputs[post], outputs[n] = outputs[n], [(post, ELEMWISE)]
+        if n in extern:
+            extern.discard(n)
+            extern.add(post)
+    outputs.update({pre: [(owner, pattern[owner])] for pre, owner in extra_ops.items() if pre not in outputs})
+    return _Graph(order, {n: pattern[n] for n in order}, outputs, extern), extra_ops
 
 
 def _post_dominator_tree(g: _Graph) -> dict[str, _DomNode]:
@@ -218,7 +237,7 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
 
     Pass-through nodes get a group only when they sit between two members of one.
     """
-    g, pre_ops = _compute_graph(graph)
+    g, extra_ops = _compute_graph(graph)
     tree = _post_dominator_tree(g)
     groups = {n: _Group(g.pattern[n], g.pattern[n] == OUT_EWISE_FUSABLE) for n in g.order}
 
@@ -265,10 +284,10 @@ def replay_tvm_fusion(graph: ModelGraph) -> dict[str, int]:
             if all(rule(groups[n].root().pattern, n == sink) for n in between):
                 for node in inside:
                     merge(groups[node], groups[sink])
-    for pre, owner in pre_ops.items():  # an ONNX node computed in two groups counts as one group
-        merge(groups[pre], groups[owner])
+    for extra, owner in extra_ops.items():  # an ONNX node computed in two groups counts as one group
+        merge(groups[extra], groups[owner])
     roots: dict[int, int] = {}
-    assigned = {n: roots.setdefault(id(groups[n].root()), len(roots)) for n in g.order if n not in pre_ops}
+    assigned = {n: roots.setdefault(id(groups[n].root()), len(roots)) for n in g.order if n not in extra_ops}
     _absorb_pass_through(graph, assigned)
     return assigned
 
