@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lilou.fusion.dataset import exporter_of, split_of
 from lilou.fusion.evaluation import FusionScore
+from lilou.fusion.export_names import without_exporter_names
 from lilou.fusion.partition import Partition, fused_edge_labels
 from lilou.fusion.rules import RuleTable, tune_rules
 from lilou.graph.dag import ModelGraph, build_graph
@@ -24,16 +25,32 @@ class LabelledGraph:
     truth: Partition
 
 
-def iter_labelled(root: Path, split: str, backend: str) -> Iterator[LabelledGraph]:
+def iter_labelled(root: Path, split: str, backend: str, hide_names: bool = False) -> Iterator[LabelledGraph]:
+    """Labelled graphs of a split; with ``hide_names`` their node and value names are prefixed so that they no
+    longer follow the exporter's patterns (:func:`~lilou.fusion.export_names.without_exporter_names`)."""
     for label in sorted(root.glob(f"*/*.{backend}.json")):
         family = label.parent.name
         model = label.with_name(label.name.removesuffix(f".{backend}.json") + ".onnx")
         spec_id = model.stem
         if split != "all" and split_of(family, exporter_of(model)) != split:
             continue
-        graph = build_graph(load_onnx(model), name=spec_id)
-        truth = Partition.from_json(json.loads(label.read_text()))
-        yield LabelledGraph(spec_id, family, spec_id.rsplit("-", 1)[1], graph, truth)
+        proto = load_onnx(model)
+        payload = json.loads(label.read_text())
+        if hide_names:
+            proto = without_exporter_names(proto, HIDDEN_NAME_PREFIX)
+            payload = _prefixed(payload, HIDDEN_NAME_PREFIX)
+        graph = build_graph(proto, name=spec_id)
+        yield LabelledGraph(spec_id, family, spec_id.rsplit("-", 1)[1], graph, Partition.from_json(payload))
+
+
+HIDDEN_NAME_PREFIX = "x"
+
+
+def _prefixed(payload: dict, prefix: str) -> dict:
+    """An oracle partition's JSON with every node name prefixed."""
+    return {**payload,
+            "kernels": [{**k, "nodes": [prefix + n for n in k["nodes"]]} for k in payload["kernels"]],
+            "no_kernel": [{**g, "nodes": [prefix + n for n in g["nodes"]]} for g in payload.get("no_kernel", [])]}
 
 
 def tuned_rule_table(root: Path, backend: str) -> RuleTable:
