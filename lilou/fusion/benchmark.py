@@ -25,6 +25,10 @@ class LabelledGraph:
     truth: Partition
 
 
+#: What ``iter_labelled(..., hide_names=True)`` puts in front of every node and value name.
+HIDDEN_NAME_PREFIX = "x"
+
+
 def iter_labelled(root: Path, split: str, backend: str, hide_names: bool = False) -> Iterator[LabelledGraph]:
     """Labelled graphs of a split; with ``hide_names`` their node and value names are prefixed so that they no
     longer follow the exporter's patterns (:func:`~lilou.fusion.export_names.without_exporter_names`)."""
@@ -41,9 +45,6 @@ def iter_labelled(root: Path, split: str, backend: str, hide_names: bool = False
             payload = _prefixed(payload, HIDDEN_NAME_PREFIX)
         graph = build_graph(proto, name=spec_id)
         yield LabelledGraph(spec_id, family, spec_id.rsplit("-", 1)[1], graph, Partition.from_json(payload))
-
-
-HIDDEN_NAME_PREFIX = "x"
 
 
 def _prefixed(payload: dict, prefix: str) -> dict:

@@ -18,8 +18,8 @@ is a graph output, whether producer and consumer share another input (x *
 sigmoid(x)), whether the consumer's other input is a constant, single reader /
 single producer flags, the consumer's broadcast ratio and same-kind flag, whether the
 dynamo exporter's names put both ends in one aten call (:mod:`lilou.fusion.export_names`;
-value and node names, not metadata), and two backend priors computed from the graph alone: whether a replay of eager's view
-semantics (:mod:`lilou.fusion.eager_replay`) and a replay of TVM's FuseOps
+value and node names, not metadata), and two backend priors computed from the graph
+alone: whether a replay of eager's view semantics (:mod:`lilou.fusion.eager_replay`) and a replay of TVM's FuseOps
 (:mod:`lilou.fusion.tvm_replay`, without TVM) put the edge inside one kernel. The
 model can trust or correct them; it sees each only when it predicts for that
 backend (:func:`with_backend_prior`). The exporter-name flag is eager's too: it says where an
