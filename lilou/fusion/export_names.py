@@ -11,15 +11,15 @@ keep the boundary even when the metadata (``pkg.torch.onnx.fx_node``) is strippe
   rising is one call; a number that does not rise starts the next call.
 
 An edge that carries a ``val_<k>`` tensor to a node that is not inlined, or joins two nodes of
-one inlined run, is therefore inside one aten call, which eager runs as one kernel. Over every dynamo export of the fusion
-dataset (eager oracle version 3, 2026-12-02) 6,113 of 6,173 such edges are fused; the 60
-others are in exports run through the optimiser, which removed a call's last node (the Cast
-after a Softmax) and left an internal name on the boundary, and between the layers of a
-two-layer LSTM, which the oracle splits by layer. So ``val_<k>`` edges are a GNN feature, not a
-rule the eager replay trusts. Inlined runs are both: all 80 of their edges are fused, and the
-replay joins them (:func:`inlined_call_edges`). It knows no op: it holds for any aten op the exporter
-decomposes, including ones no training graph has. Files from other exporters (TorchScript:
-``/layer/Mul_output_0``) have neither pattern, and the feature is zero on every edge.
+one inlined run, is therefore inside one aten call, which eager runs as one kernel. Over every
+dynamo export of the fusion dataset (eager oracle version 3, 2026-12-02) 6,113 of 6,173 such
+edges are fused; the 60 others are in exports run through the optimiser, which removed a
+call's last node (the Cast after a Softmax) and left an internal name on the boundary, and
+between the layers of a two-layer LSTM, which the oracle splits by layer. So ``val_<k>`` edges
+are a GNN feature, not a rule the eager replay trusts. Inlined runs are both: all 80 of their edges are fused, and the
+replay joins them (:func:`inlined_call_edges`). Neither knows any op: they hold for any aten op
+the exporter decomposes, including ones no training graph has. Files from other exporters
+(TorchScript: ``/layer/Mul_output_0``) have neither pattern, and the feature is zero on every edge.
 """
 from __future__ import annotations
 
@@ -57,11 +57,12 @@ def inlined_call_edges(graph: ModelGraph) -> set[Edge]:
 def edges_inside_one_call(graph: ModelGraph) -> set[Edge]:
     """Runtime edges whose names say both ends belong to one aten call (see the module docstring)."""
     runs = inlined_runs(graph)
-    inside = inlined_call_edges(graph)
+    inside = set()
     for u, v in runtime_edges(graph):
-        tensors = graph.dag.edges[u, v]["tensors"]
-        # An inlined function's nodes are all named n<k>: a val_<k> read by one comes from another call.
-        if tensors and all(_INTERNAL_VALUE.fullmatch(t) for t in tensors) and v not in runs:
+        if v in runs:  # an inlined function's nodes are all n<k>: only its own run is its call
+            if runs[v] == runs.get(u):
+                inside.add((u, v))
+        elif all(_INTERNAL_VALUE.fullmatch(t) for t in graph.dag.edges[u, v]["tensors"] or ["-"]):
             inside.add((u, v))
     return inside
 

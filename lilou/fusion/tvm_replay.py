@@ -170,7 +170,8 @@ def _compute_graph(graph: ModelGraph) -> tuple[_Graph, dict[str, str]]:
         if n in extern:
             extern.discard(n)
             extern.add(post)
-    outputs.update({pre: [(owner, pattern[owner])] for pre, owner in extra_ops.items() if pre not in outputs})
+    pre_ops = {extra: owner for extra, owner in extra_ops.items() if extra not in post_op.values()}
+    outputs.update({pre: [(owner, pattern[owner])] for pre, owner in pre_ops.items()})  # a pre-op feeds its node
     return _Graph(order, {n: pattern[n] for n in order}, outputs, extern), extra_ops
 
 
