@@ -121,6 +121,7 @@ def test_liger_rows_and_drops(table, datasets_dir: Path) -> None:
     build = build_source("liger_kernel", datasets_dir)
     assert build.dropped["memory metric, not a latency"] == 909
     assert build.dropped["dtype not recorded (the benchmark script's default applies)"] == 300
+    assert build.dropped["group_norm swept over tokens: the tensor shape is not recorded"] == 36  # B200 cuTile file
     rows = table.filter("source = 'liger_kernel' AND op = 'rms_norm' AND provider = 'huggingface' "
                         "AND mode = 'forward'").order("cols").project("gpu, dtype, rows, cols, timing")
     assert rows.fetchall()[0] == ("a100-sxm4-80gb", "bf16", 2048, 1024, "triton-do-bench")
@@ -204,3 +205,23 @@ def test_deepbench_reads_the_workbooks_without_the_tidy_csvs(datasets_dir: Path,
     a = con.execute(query.format(c=columns, p=from_workbooks.parquet)).fetchall()
     b = con.execute(query.format(c=columns, p=from_tidy.parquet)).fetchall()
     assert a == b
+
+
+def test_two_processes_build_one_part_together(datasets_dir: Path, tmp_path: Path) -> None:
+    """Two benchmarks started together build the same cached part at once: each writes its own partial
+    file and both end with the part (one shared partial file made the slower one fail)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys; from lilou.data.kernel_table import build_source; "
+              "b = build_source('liger_kernel', sys.argv[1]); print(b.rows, b.parquet.name)")
+    env = {**os.environ, "LILOU_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.Popen([sys.executable, "-c", script, str(datasets_dir)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+    assert outputs[0][0] == outputs[1][0]
+    left = sorted(p.name for p in (tmp_path / "kernel_table").iterdir())
+    assert not [name for name in left if name.endswith(".partial")]
+    assert len(left) == 2  # one parquet part and its summary

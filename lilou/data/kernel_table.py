@@ -114,14 +114,18 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
     mapped = _with_gpus(con, rows)
     dropped = dict(mapped.filter("drop_reason IS NOT NULL").aggregate("drop_reason, count(*)").fetchall())
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".parquet.partial")
+    # One partial file per process: two processes building the same part (two benchmarks started together)
+    # must not write into one file; the last atomic replace wins and both parts are the same rows.
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     columns = ", ".join(f'"{c}"' for c in COLUMN_NAMES)
     mapped.filter("drop_reason IS NULL").project(columns).write_parquet(str(partial), compression="zstd")
     kept = con.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0]  # type: ignore[index]
     seconds = time.perf_counter() - start
     partial.replace(target)
-    summary.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)}, indent=1),
-                       encoding="utf-8")
+    summary_partial = summary.with_name(f"{summary.name}.{os.getpid()}.partial")
+    summary_partial.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)}, indent=1),
+                               encoding="utf-8")
+    summary_partial.replace(summary)
     return SourceBuild(name, target, kept, dropped, seconds, cached=False)
 
 
