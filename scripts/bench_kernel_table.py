@@ -14,7 +14,7 @@ two read side by side.
 
 Prints the tables and writes outputs/bench/kernel_table.{json,md}.
 
-    python scripts/bench_kernel_table.py [--per-group N] [--only-architectures] [hydra overrides ...]
+    python scripts/bench_kernel_table.py [--per-group N] [--only-architectures] [--out DIR] [hydra overrides ...]
 """
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-group", type=int, default=6000)
     parser.add_argument("--only-architectures", action="store_true", help="skip the leave-one-GPU-out folds")
+    parser.add_argument("--out", type=Path, default=OUT, help="folder of kernel_table.{json,md} (outputs/bench)")
+    parser.add_argument("--save-predictions", action="store_true",
+                        help="also write every row's fold predictions to kernel_table_predictions.npz (ensemble studies)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -102,9 +105,13 @@ def main() -> None:
               "leave_one_architecture_out": loao_table(by_architecture),
               "per_architecture": per_architecture(by_architecture), "wall_s": time.perf_counter() - started}
     print_table_folds(result)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "kernel_table.json").write_text(json.dumps(result, indent=2) + "\n")
-    (OUT / "kernel_table.md").write_text(markdown_folds(result))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "kernel_table.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / "kernel_table.md").write_text(markdown_folds(result))
+    if args.save_predictions:
+        np.savez_compressed(args.out / "kernel_table_predictions.npz", loao=loao, logo=logo,
+                            measured_ms=np.asarray(rows["latency_ms"], dtype=np.float64),
+                            **{c: rows[c].astype(str) for c in ("architecture", "gpu", "source", "dtype", "family")})
     print(f"wall {result['wall_s']:.0f} s")
 
 

@@ -74,3 +74,48 @@ def test_roofline_uses_peak_and_bandwidth_of_a_mig_slice():
     assert spec.bytes == 3 * 4 * 1024 * 1024
     assert memory_whole[0] == pytest.approx(spec.bytes / 1555e6)
     assert memory_slice[0] == pytest.approx(2 * memory_whole[0])  # 4 of 8 memory slices
+
+
+def test_winograd_roofline_bounds_the_fastest_measured_v100_convolution(datasets_dir):
+    """The V100's fastest 3x3 convolution against its roofline in NeuSight's rows runs 2.2x faster than its direct
+    FLOPs allow at FP32 peak: cuDNN ran it as Winograd. Its Winograd FLOPs (direct / 2.25) bound it from below."""
+    from lilou.latency.kernel_model.features import WINOGRAD_GAIN, roofline_inputs
+
+    table = load_kernels("train", ops=["conv"], data_dir=datasets_dir)
+    shape = {"B": 63, "C_in": 452, "C_out": 621, "kernel_size": 3, "input_size": 12, "stride": 1, "padding": 1}
+    rows = [table[i] for i in range(len(table)) if table.gpu[i] == "v100-pcie-32gb" and table[i].shape == shape]
+    assert len(rows) == 1 and rows[0].latency_ms == pytest.approx(1.45666, rel=1e-5)
+    v100 = DeviceColumns.from_devices([resolve_device("v100-pcie-32gb")])
+    batch = KernelBatch.from_specs([describe_kernel(cost_nodes("conv", shape))])
+    direct, _ = roofline_ms(batch, v100)
+    winograd, _ = roofline_ms(batch, v100, winograd=True)
+    assert direct[0] == pytest.approx(3.27399, rel=1e-5)  # 2 x 63 x 144 x 621 x 452 x 9 FLOPs at 14.0 TFLOPS
+    assert winograd[0] == pytest.approx(direct[0] / WINOGRAD_GAIN)
+    assert winograd[0] < rows[0].latency_ms < direct[0]
+    assert roofline_inputs(batch, v100, winograd=True)[0, 0] == pytest.approx(np.log(winograd[0]), rel=1e-6)
+
+
+def test_winograd_applies_to_3x3_stride_1_convolutions_on_cuda_cores_only():
+    from lilou.latency.kernel_model.features import RIDGE_CLIP, winograd_eligible
+
+    def conv(kernel_size: int, stride: int):
+        return describe_kernel(cost_nodes("conv", {"B": 8, "C_in": 64, "C_out": 64, "kernel_size": kernel_size,
+                                                   "input_size": 56, "stride": stride, "padding": 1}))
+
+    specs = [conv(3, 1), conv(3, 2), conv(1, 1), conv(5, 1)]
+    batch = KernelBatch.from_specs(specs)
+    a100 = resolve_device("a100-sxm4-80gb")
+    fp32 = DeviceColumns.from_devices([a100] * 4)
+    fp16 = DeviceColumns.from_devices([a100] * 4, units=["fp16_tensor"] * 4)
+    assert winograd_eligible(batch, fp32).tolist() == [True, False, False, False]
+    assert winograd_eligible(batch, fp16).tolist() == [False] * 4  # tensor-core convolutions are implicit GEMMs
+    names = feature_names(["algorithm", "ridge"])
+    columns = kernel_features(batch, fp32, ["algorithm", "ridge"])
+    assert names == ["winograd_eligible", "log_compute_over_memory"]
+    assert columns[:, 0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    compute, memory = roofline_ms(batch, fp32)
+    ridge = np.log2(compute + 1e-6) - np.log2(memory + 1e-6)
+    assert ridge[0] > RIDGE_CLIP  # a 64-channel 3x3 convolution is compute-bound on an A100 beyond the clip
+    np.testing.assert_allclose(columns[:, 1], np.clip(ridge, -RIDGE_CLIP, RIDGE_CLIP), rtol=1e-5)
+    elementwise = KernelBatch.from_specs([describe_kernel(cost_nodes("add", {"B": 1024, "H": 1024}))])
+    assert kernel_features(elementwise, DeviceColumns.from_devices([a100]), ["ridge"])[0, 0] == -RIDGE_CLIP

@@ -211,3 +211,54 @@ def test_rows_timed_without_the_launch_are_compared_with_the_gpu_work(datasets_d
     got = Fold(model, None).model_ms(priced, np.arange(2), rows)
     assert got.tolist() == [times.work_ms[0], times.latency_ms[1]]
     assert got[1] - got[0] == pytest.approx(times.floor_ms[1]) and times.floor_ms[1] > 0.01
+
+
+def test_a_feature_constant_in_training_is_ignored_not_blown_up() -> None:
+    """Held-out Pascal DP4A rows set a unit one-hot no training row sets; standardised by a floor of 1e-6 it reached
+    the network as 1e6 and the prediction overflowed. A constant feature is now scaled by 1e6: the row is priced
+    as if it were unset."""
+    import torch
+
+    from lilou.latency.kernel_model.model import KernelLatencyNet
+
+    net = KernelLatencyNet(2, 1, hidden=(8,), type_hidden=(4,))
+    training = torch.stack([torch.linspace(-1, 1, 16), torch.zeros(16)], dim=1)
+    net.set_normalisation(training, torch.zeros(16, 1))
+    assert net.feature_std.tolist()[1] == 1e6 and net.type_feature_std.tolist() == [1e6]
+    held_out = torch.tensor([[0.5, 1.0], [0.5, 0.0]])
+    log_latency, _ = net(held_out, torch.ones(2, 1), torch.tensor([0, 0]), torch.zeros(2, 3))
+    assert torch.isfinite(log_latency).all()
+    assert log_latency[0].item() == pytest.approx(log_latency[1].item(), abs=1e-4)
+
+
+def test_winograd_roofline_is_the_same_in_torch_and_numpy(tmp_path) -> None:
+    """A checkpoint trained with data.winograd_roofline prices a 3x3 stride-1 FP32 convolution at its Winograd
+    FLOPs in both runtimes, and a stride-2 one at its direct FLOPs."""
+    import torch
+
+    from lilou.hardware import resolve_device
+    from lilou.latency.kernel_model.features import DeviceColumns, KernelBatch, feature_names
+    from lilou.latency.kernel_model.inference import KernelModel
+    from lilou.latency.kernel_model.kernel import describe_kernel
+    from lilou.latency.kernel_model.measured import cost_nodes
+    from lilou.latency.kernel_model.model import KernelLatencyNet
+    from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
+
+    groups, type_groups = ("family", "waves", "algorithm", "ridge"), ("family", "shape")
+    sizes = len(feature_names(groups)), len(feature_names(type_groups))
+    torch.manual_seed(0)
+    net = KernelLatencyNet(*sizes, hidden=(4,), type_hidden=(4,))
+    config = {"num_features": sizes[0], "num_type_features": sizes[1], "hidden": [4]}
+    shapes = [{"B": 32, "C_in": 256, "C_out": 256, "kernel_size": 3, "input_size": 28, "stride": s, "padding": 1}
+              for s in (1, 2)]
+    kernels = KernelBatch.from_specs([describe_kernel(cost_nodes("conv", shape)) for shape in shapes])
+    devices = DeviceColumns.from_devices([resolve_device("v100-pcie-32gb")] * 2)
+    direct = KernelLatencyPredictor(net, groups, type_groups, config).predict(kernels, devices)
+    winograd = KernelLatencyPredictor(net, groups, type_groups, {**config, "winograd_roofline": True})
+    faster = winograd.predict(kernels, devices)
+    assert faster.work_ms[1] == pytest.approx(direct.work_ms[1], rel=1e-6)   # stride 2: direct FLOPs
+    assert faster.work_ms[0] < direct.work_ms[0]
+    winograd.save(tmp_path / "model")
+    numpy_model = KernelModel.load(tmp_path / "model")
+    assert numpy_model.winograd
+    assert numpy_model.predict(kernels, devices).work_ms == pytest.approx(faster.work_ms, rel=1e-5)

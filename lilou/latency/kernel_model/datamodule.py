@@ -33,12 +33,12 @@ class KernelTensors:
 
 
 def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROUPS,
-               type_feature_groups: Sequence[str] = FEATURE_GROUPS) -> KernelTensors:
+               type_feature_groups: Sequence[str] = FEATURE_GROUPS, winograd_roofline: bool = False) -> KernelTensors:
     return KernelTensors(
         features=torch.from_numpy(kernel_features(data.kernels, data.devices, feature_groups)),
         type_features=torch.from_numpy(kernel_features(data.kernels, data.devices, type_feature_groups)),
         family=torch.from_numpy(data.kernels.family),
-        roofline=torch.from_numpy(roofline_inputs(data.kernels, data.devices)),
+        roofline=torch.from_numpy(roofline_inputs(data.kernels, data.devices, winograd_roofline)),
         log_latency=torch.from_numpy(np.log(data.latency_ms).astype(np.float32)),
         kernel_type=torch.from_numpy(data.kernel_type),
         timing=torch.from_numpy(data.timing),
@@ -57,8 +57,9 @@ class KernelDataModule(L.LightningDataModule):
                  feature_groups: Sequence[str] = FEATURE_GROUPS,
                  type_feature_groups: Sequence[str] = FEATURE_GROUPS, ops: Sequence[str] | None = None,
                  val_fraction: float = 0.05, max_rows: int | None = None, batch_size: int = 1024,
-                 seed: int = 0) -> None:
+                 seed: int = 0, winograd_roofline: bool = False) -> None:
         super().__init__()
+        self.winograd_roofline = winograd_roofline
         self.data_dir = data_dir
         self.held_out_gpus = tuple(held_out_gpus)
         self.feature_groups = tuple(feature_groups)
@@ -98,11 +99,12 @@ class KernelDataModule(L.LightningDataModule):
         n_val = int(len(train_rows) * self.val_fraction)
         self.train_rows = data.take(np.sort(train_rows[n_val:]))
         self.train_gpus = tuple(np.unique(self.train_rows.gpu))
-        self.train = to_tensors(self.train_rows, self.feature_groups, self.type_feature_groups)
+        groups = (self.feature_groups, self.type_feature_groups, self.winograd_roofline)
+        self.train = to_tensors(self.train_rows, *groups)
         self.val_rows = data.take(np.sort(train_rows[:n_val]))
-        self.val = to_tensors(self.val_rows, self.feature_groups, self.type_feature_groups)
+        self.val = to_tensors(self.val_rows, *groups)
         self.test_rows = data.take(np.flatnonzero(held_out))
-        self.test = to_tensors(self.test_rows, self.feature_groups, self.type_feature_groups)
+        self.test = to_tensors(self.test_rows, *groups)
 
     def _loader(self, tensors: KernelTensors, shuffle: bool) -> DataLoader:
         """Whole batches sliced at once: per-row fetching and collation would dominate."""

@@ -23,7 +23,7 @@ ELEMENTWISE_BLOCK = 512
 # A small floor so empty kernels (views) keep finite logs: 1 ns.
 MIN_TIME_MS = 1e-6
 
-FEATURE_GROUPS = ("family", "shape", "roofline", "waves", "cache", "gpu", "precision", "arch")
+FEATURE_GROUPS = ("family", "shape", "roofline", "waves", "cache", "gpu", "precision", "arch", "algorithm", "ridge")
 
 
 @dataclass(frozen=True)
@@ -133,11 +133,34 @@ class DeviceColumns:
         return DeviceColumns(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
-def roofline_ms(kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarray, np.ndarray]:
-    """(compute time, memory time) in ms at the peak of each kernel's unit and the DRAM bandwidth."""
-    compute = kernels.flops / (devices.compute_tflops * 1e9)   # TFLOP/s = 1e9 FLOP/ms
+#: Multiplications a Winograd F(2x2, 3x3) convolution saves over the direct one (36 / 16). cuDNN runs 3x3,
+#: stride-1 FP32 convolutions this way when it is faster: 7-23 % of NeuSight's convolutions per GPU measure
+#: below FLOPs / FP32 peak, down to 0.44x of it (1 / 2.27).
+WINOGRAD_GAIN = 2.25
+
+
+def winograd_eligible(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
+    """bool [n]: 3x3, stride-1, ungrouped convolutions on FP32 CUDA cores, which cuDNN may run as Winograd
+    (its tensor-core convolutions are implicit GEMMs)."""
+    conv = kernels.family == FAMILIES.index("conv")
+    shape = (kernels.conv_window == 9) & (kernels.conv_stride == 1) & (kernels.conv_groups <= 1)
+    return conv & shape & (np.broadcast_to(devices.unit, (len(kernels),)) == 0)
+
+
+def roofline_ms(kernels: KernelBatch, devices: DeviceColumns, winograd: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(compute time, memory time) in ms at the peak of each kernel's unit and the DRAM bandwidth. With
+    ``winograd``, a :func:`winograd_eligible` convolution's compute time is that of its Winograd FLOPs."""
+    flops = kernels.flops / np.where(winograd_eligible(kernels, devices), WINOGRAD_GAIN, 1.0) if winograd \
+        else kernels.flops
+    compute = flops / (devices.compute_tflops * 1e9)   # TFLOP/s = 1e9 FLOP/ms
     memory = kernels.bytes / (devices.bandwidth_gbs * 1e6)  # GB/s = 1e6 B/ms
     return compute, memory
+
+
+#: The ``ridge`` feature, log2(compute time / memory time), is clipped to +-this: near the device's ridge point it
+#: says how far a kernel is from being bound by the other side; far from it (an elementwise kernel, a decode GEMM)
+#: an unclipped value would restate the device's FLOPs per byte, a GPU identifier.
+RIDGE_CLIP = 2.0
 
 
 #: Boards below this power (W) may run compute below peak: the model learns how much (see model.py).
@@ -177,10 +200,10 @@ def floor_index(family, timing=None, unit=None, floor_units: int = 1):
     return index
 
 
-def roofline_inputs(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
-    """float32 [n, 3]: natural logs of the compute time and memory time (ms, floored at 1 ns) and of
-    max(1, REFERENCE_POWER_W / board power), what the network's roofline is built from."""
-    compute, memory = roofline_ms(kernels, devices)
+def roofline_inputs(kernels: KernelBatch, devices: DeviceColumns, winograd: bool = False) -> np.ndarray:
+    """float32 [n, 3]: natural logs of the compute time and memory time (ms, floored at 1 ns; ``winograd``: see
+    :func:`roofline_ms`) and of max(1, REFERENCE_POWER_W / board power), what the network's roofline is built from."""
+    compute, memory = roofline_ms(kernels, devices, winograd)
     columns = [np.log(np.maximum(compute, 1e-9)), np.log(np.maximum(memory, 1e-9)),
                np.log(power_factor(devices.board_power_w, 1.0))]
     return np.stack(np.broadcast_arrays(*columns), axis=1).astype(np.float32)
@@ -211,6 +234,8 @@ def feature_names(groups: Sequence[str] = FEATURE_GROUPS) -> list[str]:
         "gpu": ["log_sms", "log_bandwidth", "log_clock", "log_l2", "log_fp32_peak"],
         "precision": [f"unit_{u}" for u in UNITS] + ["log_unit_over_fp32_peak"],
         "arch": ["tensor_core_generation", "log_fp32_lanes_per_sm", "int32_shares_fp32_datapath"],
+        "algorithm": ["winograd_eligible"],
+        "ridge": ["log_compute_over_memory"],
     }
     return [name for group in groups for name in names[group]]
 
@@ -259,4 +284,8 @@ def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
         columns += [np.broadcast_to(devices.tensor_core_generation, (n,)),
                     np.broadcast_to(np.log2(devices.fp32_lanes_per_sm), (n,)),
                     np.broadcast_to(devices.int32_shared, (n,))]
+    if "algorithm" in groups:
+        columns.append(winograd_eligible(kernels, devices).astype(np.float64))
+    if "ridge" in groups:
+        columns.append(np.clip(np.log2(compute + MIN_TIME_MS) - np.log2(memory + MIN_TIME_MS), -RIDGE_CLIP, RIDGE_CLIP))
     return np.stack(columns, axis=1).astype(np.float32)

@@ -106,6 +106,8 @@ class KernelModel:
         # Learned duration term (model.power_duration); 0 without it.
         self.duration_exponent = float(np.logaddexp(0.0, state["duration_raw"])) if "duration_raw" in state else 0.0
         self.log_duration_ms = float(state["log_duration_ms"]) if "log_duration_ms" in state else 0.0
+        # Winograd convolutions priced at their own FLOPs (data.winograd_roofline); older checkpoints were not.
+        self.winograd = bool(config.get("winograd_roofline", False))
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
@@ -134,8 +136,8 @@ class KernelModel:
 
     def predict_work(self, kernels: KernelBatch, devices: DeviceColumns) -> tuple[np.ndarray, np.ndarray]:
         """(GPU work in ms, compute-bound) per row, without the kernel-type head."""
-        compute, memory = roofline_ms(kernels, devices)
-        roofline = roofline_inputs(kernels, devices)
+        compute, memory = roofline_ms(kernels, devices, self.winograd)
+        roofline = roofline_inputs(kernels, devices, self.winograd)
         exponent = self.low_power_exponent(compute).astype(np.float32)
         log_roofline = np.maximum(roofline[:, 0] + exponent * roofline[:, 2], roofline[:, 1])
         features, rows = _distinct_rows(kernel_features(kernels, devices, self.feature_groups))

@@ -106,10 +106,17 @@ class KernelLatencyNet(nn.Module):
                 start(floor_index(family, timing, unit, self.floor_units), 1)
 
     def set_normalisation(self, features: torch.Tensor, type_features: torch.Tensor) -> None:
+        """Standardise each feature by its training rows. A feature constant there (the DP4A unit's one-hot when
+        every Pascal GPU is held out) gets a scale of 1e6, so that the network ignores it: with the old floor of
+        1e-6 a held-out row that sets it reached the network as 1e6 and its prediction overflowed."""
+        def scale(values: torch.Tensor) -> torch.Tensor:
+            std = values.std(dim=0)
+            return torch.where(std < 1e-6, torch.full_like(std, 1e6), std)
+
         self.feature_mean.copy_(features.mean(dim=0))
-        self.feature_std.copy_(features.std(dim=0).clamp_min(1e-6))
+        self.feature_std.copy_(scale(features))
         self.type_feature_mean.copy_(type_features.mean(dim=0))
-        self.type_feature_std.copy_(type_features.std(dim=0).clamp_min(1e-6))
+        self.type_feature_std.copy_(scale(type_features))
 
     @property
     def power_exponent(self) -> torch.Tensor:

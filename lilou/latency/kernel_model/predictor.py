@@ -67,11 +67,12 @@ class KernelLatencyPredictor:
     def predict(self, kernels: KernelBatch, devices: DeviceColumns, timing: np.ndarray | None = None) -> KernelPrediction:
         """Per-kernel times; ``timing`` (indices into ``TIMINGS``) picks the launch floor of a timing method
         where the model learned one per method (default: eager CUDA events)."""
-        compute, memory = roofline_ms(kernels, devices)
+        winograd = bool(self.config.get("winograd_roofline", False))
+        compute, memory = roofline_ms(kernels, devices, winograd)
         features = torch.from_numpy(kernel_features(kernels, devices, self.feature_groups))
         type_features = torch.from_numpy(kernel_features(kernels, devices, self.type_feature_groups))
         family = torch.from_numpy(kernels.family)
-        roofline = torch.from_numpy(roofline_inputs(kernels, devices))
+        roofline = torch.from_numpy(roofline_inputs(kernels, devices, winograd))
         timing_index = None
         if timing is not None and self.net.num_timings > 1:
             timing_index = torch.from_numpy(np.broadcast_to(np.asarray(timing, dtype=np.int64), (len(kernels),)).copy())

@@ -43,10 +43,11 @@ class KernelTableDataModule(KernelDataModule):
                  held_out_architectures: Sequence[str] = (), sources: Sequence[str] | None = None,
                  per_group: int = 4000, feature_groups: Sequence[str] = FEATURE_GROUPS,
                  type_feature_groups: Sequence[str] = FEATURE_GROUPS, val_fraction: float = 0.05,
-                 max_rows: int | None = None, batch_size: int = 1024, seed: int = 0) -> None:
+                 max_rows: int | None = None, batch_size: int = 1024, seed: int = 0,
+                 winograd_roofline: bool = False) -> None:
         super().__init__(data_dir=data_dir, held_out_gpus=held_out_gpus, feature_groups=feature_groups,
                          type_feature_groups=type_feature_groups, val_fraction=val_fraction, max_rows=max_rows,
-                         batch_size=batch_size, seed=seed)
+                         batch_size=batch_size, seed=seed, winograd_roofline=winograd_roofline)
         self.held_out_architectures = tuple(held_out_architectures)
         self.sources = tuple(sources) if sources else None
         self.per_group = per_group
