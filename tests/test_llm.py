@@ -245,14 +245,15 @@ def test_attention_correction_applies_to_vllm_steps_only(llm):
 
     plain = LLMPredictor(predictor=llm.predictor, calibration=llm.calibration, attention=AttentionCorrection())
     args = dict(batch=8, input_len=1024, output_len=64, dtype="bf16")
-    for engine, slower in (("vllm", True), ("hf", False)):
+    for engine, applies in (("vllm", True), ("hf", False)):
         corrected = llm.predict(LLAMA, "a100-sxm4-80gb", engine=engine, **args)
         uncorrected = plain.predict(LLAMA, "a100-sxm4-80gb", engine=engine, **args)
-        if slower:
+        if applies:  # decode attention is priced slower than the kernel model's; prefill moves either way (refitted)
             assert corrected.decode.gpu_ms > uncorrected.decode.gpu_ms
-            assert corrected.prefill.ms > uncorrected.prefill.ms
+            assert corrected.prefill.ms != pytest.approx(uncorrected.prefill.ms, rel=1e-4)
         else:
             assert corrected.decode.gpu_ms == uncorrected.decode.gpu_ms
+            assert corrected.prefill.ms == uncorrected.prefill.ms
 
 
 def test_a_step_sequence_holds_every_kernel_count_times():
