@@ -135,7 +135,7 @@ class DeviceColumns:
 
 #: Multiplications a Winograd F(2x2, 3x3) convolution saves over the direct one (36 / 16). cuDNN runs 3x3,
 #: stride-1 FP32 convolutions this way when it is faster: 7-23 % of NeuSight's convolutions per GPU measure
-#: below FLOPs / FP32 peak, down to 0.44x of it (1 / 2.27).
+#: below FLOPs / FP32 peak, the fastest at 0.445x of it (the V100's; the bound is 1 / 2.25 = 0.444x).
 WINOGRAD_GAIN = 2.25
 
 
@@ -286,6 +286,6 @@ def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
                     np.broadcast_to(devices.int32_shared, (n,))]
     if "algorithm" in groups:
         columns.append(winograd_eligible(kernels, devices).astype(np.float64))
-    if "ridge" in groups:
+    if "ridge" in groups:  # at the direct FLOPs: the algorithm group marks the Winograd-eligible rows
         columns.append(np.clip(np.log2(compute + MIN_TIME_MS) - np.log2(memory + MIN_TIME_MS), -RIDGE_CLIP, RIDGE_CLIP))
     return np.stack(columns, axis=1).astype(np.float32)
