@@ -150,8 +150,9 @@ def winograd_eligible(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarra
 def roofline_ms(kernels: KernelBatch, devices: DeviceColumns, winograd: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(compute time, memory time) in ms at the peak of each kernel's unit and the DRAM bandwidth. With
     ``winograd``, a :func:`winograd_eligible` convolution's compute time is that of its Winograd FLOPs."""
-    flops = kernels.flops / np.where(winograd_eligible(kernels, devices), WINOGRAD_GAIN, 1.0) if winograd \
-        else kernels.flops
+    flops = kernels.flops
+    if winograd:
+        flops = flops / np.where(winograd_eligible(kernels, devices), WINOGRAD_GAIN, 1.0)
     compute = flops / (devices.compute_tflops * 1e9)   # TFLOP/s = 1e9 FLOP/ms
     memory = kernels.bytes / (devices.bandwidth_gbs * 1e6)  # GB/s = 1e6 B/ms
     return compute, memory

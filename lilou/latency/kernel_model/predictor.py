@@ -40,6 +40,7 @@ class KernelLatencyPredictor:
         self.feature_groups = tuple(feature_groups)
         self.type_feature_groups = tuple(type_feature_groups)
         self.config = config
+        self.winograd = bool(config.get("winograd_roofline", False))  # data.winograd_roofline at training
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> KernelLatencyPredictor:
@@ -67,12 +68,11 @@ class KernelLatencyPredictor:
     def predict(self, kernels: KernelBatch, devices: DeviceColumns, timing: np.ndarray | None = None) -> KernelPrediction:
         """Per-kernel times; ``timing`` (indices into ``TIMINGS``) picks the launch floor of a timing method
         where the model learned one per method (default: eager CUDA events)."""
-        winograd = bool(self.config.get("winograd_roofline", False))
-        compute, memory = roofline_ms(kernels, devices, winograd)
+        compute, memory = roofline_ms(kernels, devices, self.winograd)
         features = torch.from_numpy(kernel_features(kernels, devices, self.feature_groups))
         type_features = torch.from_numpy(kernel_features(kernels, devices, self.type_feature_groups))
         family = torch.from_numpy(kernels.family)
-        roofline = torch.from_numpy(roofline_inputs(kernels, devices, winograd))
+        roofline = torch.from_numpy(roofline_inputs(kernels, devices, self.winograd))
         timing_index = None
         if timing is not None and self.net.num_timings > 1:
             timing_index = torch.from_numpy(np.broadcast_to(np.asarray(timing, dtype=np.int64), (len(kernels),)).copy())

@@ -41,7 +41,7 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
               "power_duration": bool(cfg.model.get("power_duration", False)),
               "num_timings": int(cfg.model.get("num_timings", 1)),
               "floor_units": module.net.floor_units,
-              "winograd_roofline": bool(getattr(datamodule, "winograd_roofline", False)),
+              "winograd_roofline": datamodule.winograd_roofline,
               "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
               "config": OmegaConf.to_container(cfg, resolve=False)}
     predictor = KernelLatencyPredictor(module.net, datamodule.feature_groups, datamodule.type_feature_groups, config)
