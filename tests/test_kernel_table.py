@@ -225,3 +225,37 @@ def test_two_processes_build_one_part_together(datasets_dir: Path, tmp_path: Pat
     left = sorted(p.name for p in (tmp_path / "kernel_table").iterdir())
     assert not [name for name in left if name.endswith(".partial")]
     assert len(left) == 2  # one parquet part and its summary
+
+
+def test_a_rebuild_prunes_older_parts(datasets_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every new key (a mirror copied afresh, a new reader or GPU database) left a 40 MB part behind: a build
+    keeps the two newest older parts of its source, deletes the rest and dead builds' partial files, and
+    touches no other source's files."""
+    import os
+    import time
+
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "kernel_table"
+    folder.mkdir()
+    now = time.time()
+    older = [f"liger_kernel-{i:016x}" for i in range(4)]  # oldest first
+    for age, stem in zip((40, 30, 20, 10), older):
+        for suffix in (".parquet", ".json"):
+            (folder / f"{stem}{suffix}").write_text("old")
+            os.utime(folder / f"{stem}{suffix}", (now - age * 3600, now - age * 3600))
+    dead = folder / f"liger_kernel-{0:016x}.parquet.123.partial"
+    running = folder / f"liger_kernel-{1:016x}.parquet.456.partial"
+    other = folder / f"neusight-{0:016x}.parquet"
+    for path in (dead, running, other):
+        path.write_text("x")
+    os.utime(dead, (now - 7 * 3600, now - 7 * 3600))
+    os.utime(other, (now - 50 * 3600, now - 50 * 3600))
+
+    built = build_source("liger_kernel", datasets_dir)
+
+    left = sorted(p.name for p in folder.iterdir())
+    assert built.parquet.name in left and built.parquet.with_suffix(".json").name in left
+    assert [s for s in older if f"{s}.parquet" in left] == older[2:]  # the two newest older parts
+    assert [s for s in older if f"{s}.json" in left] == older[2:]
+    assert dead.name not in left and running.name in left and other.name in left
+    assert len(left) == 2 + 4 + 2  # the new part and summary, two older parts with theirs, running, neusight

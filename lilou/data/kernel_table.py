@@ -126,6 +126,7 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
     summary_partial.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)}, indent=1),
                                encoding="utf-8")
     summary_partial.replace(summary)
+    prune_stale_parts(name, target)
     return SourceBuild(name, target, kept, dropped, seconds, cached=False)
 
 
@@ -215,6 +216,38 @@ def _with_gpus(con: duckdb.DuckDBPyConnection, rows: SourceRows) -> duckdb.DuckD
 
 
 # ------------------------------------------------------------------------------------ cache
+
+#: Older parts of a source kept beside the current one (another checkout or a benchmark still running on one).
+KEEP_OLDER_PARTS = 2
+#: A partial file older than this (s) is left by a build that died; a running build renames its own in minutes.
+STALE_PARTIAL_S = 6 * 3600
+
+
+def prune_stale_parts(name: str, current: Path) -> list[Path]:
+    """Delete what earlier builds of ``name`` left in the cache: all but the :data:`KEEP_OLDER_PARTS` newest
+    older parts (each about 40 MB for AIConfigurator; every new mirror copy, reader or GPU database made one),
+    with their summaries, and partial files of builds that died. Returns the deleted paths."""
+    folder = current.parent
+    older = sorted((p for p in folder.glob(f"{name}-*.parquet") if p != current and _is_part_of(p, name)),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
+    doomed = [path for part in older[KEEP_OLDER_PARTS:] for path in (part, part.with_suffix(".json"))]
+    now = time.time()
+    doomed += [p for p in folder.glob(f"{name}-*.partial")
+               if _is_part_of(p, name) and now - p.stat().st_mtime > STALE_PARTIAL_S]
+    deleted = []
+    for path in doomed:
+        try:
+            path.unlink()
+            deleted.append(path)
+        except FileNotFoundError:  # another process pruned it first
+            pass
+    return deleted
+
+
+def _is_part_of(path: Path, name: str) -> bool:
+    """True when ``path`` is a part of ``name`` itself (``fp8-...`` is not a part of ``fp``)."""
+    key = path.name[len(name) + 1:].split(".", 1)[0]
+    return len(key) == 16 and all(c in "0123456789abcdef" for c in key)
 
 
 def _cache_key(name: str, files: Sequence[Path], folder: Path) -> str:
