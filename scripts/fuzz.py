@@ -1,13 +1,17 @@
-"""Fuzz `lilou graph`, `lilou fuse` and `lilou infer --gpu a10g` with hostile ONNX files (issue #17, item 4).
+"""Fuzz `lilou graph`, `lilou fuse` and `lilou infer --gpu a10g` with hostile ONNX files (issue #17, item 4),
+and `lilou llm` with hostile config.json files.
 
-Two kinds of cases, drawn from a seeded generator (case i of seed s is always the same file):
+Three kinds of cases, drawn from a seeded generator (case i of seed s is always the same file):
 
 - structure-aware mutants: small random graphs of common ops (MatMul, Gemm, Conv, Add, Relu, Reshape,
   Transpose, Softmax, LayerNormalization, Concat, Slice, ConstantOfShape, Range, Loop, If, ...) with
   random shapes and attributes (zero, negative, huge, wrong types), missing inputs, duplicate names,
   random opsets and initializer dims;
 - mutants of real files: examples/resnet18.onnx (and `--zoo NAME` exports) with random byte flips,
-  truncations and insertions, or with random dims/attributes/opsets rewritten in the parsed protobuf.
+  truncations and insertions, or with random dims/attributes/opsets rewritten in the parsed protobuf;
+- one case in ten: a Hugging Face config.json of a few families (Llama, Mixtral, Falcon, GPT-2, a nested
+  text_config) with fields dropped or set to hostile JSON values (booleans, strings, NaN, huge or negative
+  numbers, lists), its text cut, flipped or nested deep, through `lilou llm` with random lengths, TP and dtype.
 
 Every case runs `lilou.cli.main` in a child forked from this (already imported) process, under
 RLIMIT_AS 2 GiB and a 30 s wall-clock limit, and is classified:
@@ -482,6 +486,68 @@ def field_mutant(rng: random.Random, model: onnx.ModelProto) -> bytes:
 
 # ----------------------------------------------------------------------------- cases
 
+# ----------------------------------------------------------------------------- LLM configs (`lilou llm`)
+
+#: Hugging Face config.json files of a few families, the seeds of the `lilou llm` cases.
+LLM_CONFIGS = [
+    {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+     "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False},
+    {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+     "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8,
+     "num_experts_per_tok": 2},
+    {"model_type": "falcon", "num_hidden_layers": 32, "hidden_size": 4544, "num_attention_heads": 71,
+     "vocab_size": 65024, "multi_query": True},
+    {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257},
+    {"model_type": "qwen2_vl", "text_config": {"num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+                                                "num_key_value_heads": 4, "intermediate_size": 18944,
+                                                "vocab_size": 152064}},
+]
+_HOSTILE_JSON = [0, -1, -(2**31), 2**31, 2**62, 10**30, 0.5, 4096.0, -0.0, float("nan"), float("inf"), True, False,
+                 None, "", "4096", "x" * 1000, [], [4096], {}, {"hidden_size": 4096}]
+
+
+def llm_config_mutant(rng: random.Random) -> bytes:
+    """A config.json from :data:`LLM_CONFIGS` with fields replaced by hostile values, dropped or added, or its
+    JSON text cut, flipped or nested deep."""
+    config = json.loads(json.dumps(rng.choice(LLM_CONFIGS)))
+    target = config.get("text_config", config)
+    for _ in range(rng.randint(1, 4)):
+        key = rng.choice([*target, "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok",
+                          "moe_intermediate_size", "text_config", "model_type", "hybrid_override_pattern"])
+        action = rng.random()
+        if action < 0.15:
+            target.pop(key, None)
+        else:
+            target[key] = rng.choice(_HOSTILE_JSON) if action < 0.8 else rdim(rng)
+    text = json.dumps(config)
+    r = rng.random()
+    if r < 0.1:
+        text = text[:rng.randrange(len(text))]
+    elif r < 0.15:
+        depth = rng.choice([10, 1000, 100_000])
+        text = "[" * depth + text + "]" * depth
+    elif r < 0.2:
+        raw = bytearray(text.encode())
+        raw[rng.randrange(len(raw))] = rng.randrange(256)
+        return bytes(raw)
+    return text.encode()
+
+
+def llm_argv(rng: random.Random) -> list[str]:
+    argv = ["llm", "--gpu", rng.choice(["a10g", "l4", "a100-80gb", "h100", "t4"]),
+            "--batch", str(rng.choice([1, 8, 256, 2**20])), "--input-len", str(rng.choice([1, 512, 2**20])),
+            "--output-len", str(rng.choice([1, 128, 2**20]))]
+    if rng.random() < 0.3:
+        argv += ["--tp", str(rng.choice([1, 2, 8, 3]))]
+    if rng.random() < 0.3:
+        argv += ["--dtype", rng.choice(["bf16", "fp16", "fp8"])]
+    if rng.random() < 0.2:
+        argv += ["--mig", "1g.10gb"]
+    if rng.random() < 0.5:
+        argv += ["--format", "json"]
+    return argv
+
+
 def seed_files(zoo: list[str], folder: Path) -> list[Path]:
     files = [REPO / "examples" / "resnet18.onnx"]
     for name in zoo:
@@ -499,6 +565,8 @@ def make_case(seed: int, index: int, seeds: list[tuple[bytes, onnx.ModelProto]])
     rng = random.Random(f"{seed}:{index}")
     HOSTILITY[0] = rng.choice([0.0, 0.02, 0.05, 0.1, 0.25])
     r = rng.random()
+    if r < 0.1:
+        return "llm-config", llm_config_mutant(rng), llm_argv(rng)
     if r < 0.6:
         kind = "structure" if r < 0.35 else "coherent"
         try:
@@ -520,6 +588,11 @@ def make_case(seed: int, index: int, seeds: list[tuple[bytes, onnx.ModelProto]])
 
 
 # ----------------------------------------------------------------------------- running
+
+def case_file(argv: list[str]) -> str:
+    """The case's file name: `lilou llm` takes a path ending in .json as a config, the others an ONNX file."""
+    return "config.json" if argv[0] == "llm" else "m.onnx"
+
 
 def _child(path: str, argv: list[str], out_path: str, err_path: str) -> None:
     """In the forked child: limits, stdout/stderr to files, then lilou.cli.main; never returns."""
@@ -614,7 +687,7 @@ def run(args: argparse.Namespace) -> dict:
         kind, data, argv = make_case(args.seed, index, seeds)
         case_dir = work / f"c{index}"
         case_dir.mkdir()
-        path = case_dir / "m.onnx"
+        path = case_dir / case_file(argv)
         path.write_bytes(data)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -662,8 +735,9 @@ def run(args: argparse.Namespace) -> dict:
                               seconds=round(time.monotonic() - case["t0"], 2), peak_rss_mb=round(maxrss / 2**20, 1),
                               stderr=err[-2000:])
                 if out_dir:
-                    target = out_dir / "cases" / f"{verdict}-{case['index']}.onnx"
-                    shutil.copyfile(case["dir"] / "m.onnx", target)
+                    name = case_file(case["argv"])
+                    target = out_dir / "cases" / f"{verdict}-{case['index']}{Path(name).suffix}"
+                    shutil.copyfile(case["dir"] / name, target)
                     record["file"] = str(target)
                 failures.append(record)
                 if args.verbose or verdict in FAILURES:

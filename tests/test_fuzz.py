@@ -22,7 +22,8 @@ def test_fuzz_slice_has_no_traceback_hang_or_memory_failure(tmp_path):
     assert counts["traceback"] == counts["hang"] == counts["memory"] == counts["crash"] == 0
     assert result.returncode == 0, result.stderr[-2000:]
     assert summary["cases"] >= 100, summary  # the slice did run cases, of every kind
-    assert set(summary["by_kind"]) == {"structure", "coherent", "bytes", "fields"}
+    assert set(summary["by_kind"]) == {"structure", "coherent", "bytes", "fields", "llm-config"}
+    assert summary["by_kind"]["llm-config"]["internal"] == 0  # hostile config.json files are bad input, exit 2
     assert counts["ok"] > 0 and counts["input"] > 0
     assert summary["peak_rss_mb"] < 1024
 

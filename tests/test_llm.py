@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,6 +144,48 @@ def test_hugging_face_configs_of_several_families(tmp_path):
     broken.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "vocab_size": 32000}))
     with pytest.raises(LilouInputError, match=r"lacks layers \(num_hidden_layers.*heads \(num_attention_heads"):
         load_config(broken)
+
+
+LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"hidden_size": True}, r"hidden \(hidden_size / .*\) is True, not a whole number"),
+    ({"hidden_size": "4096"}, r"hidden \(hidden_size / .*\) is '4096', not a whole number"),
+    ({"hidden_size": 4096.5}, r"is 4096.5, not a whole number"),
+    ({"num_hidden_layers": float("nan")}, r"layers \(num_hidden_layers / .*\) is nan"),
+    ({"num_key_value_heads": -8}, r"kv_heads \(num_key_value_heads / .*\) must not be negative"),
+    ({"num_key_value_heads": 5}, r"32 attention heads do not split into groups of 5 KV heads"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 100}, r"100 experts per token of 8 routed experts"),
+    ({"hidden_size": 4}, r"hidden size 4 is smaller than its 32 attention heads"),
+    ({"model_type": "gpt2", "hidden_size": [], "intermediate_size": None}, r"hidden \(hidden_size .*\) is \[\]"),
+])
+def test_a_config_with_impossible_dimensions_is_one_line(tmp_path, change, message):
+    """Hand-edited or hostile config.json files: a boolean, string, fraction or NaN dimension, negative or
+    non-dividing KV heads, top-k above the expert count, a head narrower than one element. Before, some gave
+    a math-domain traceback (exit 1) and others a prediction with replicated KV heads on -1 GPUs."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, **change}))
+    with pytest.raises(LilouInputError, match=message):
+        load_config(path)
+    assert load_config(_valid(tmp_path)).hidden == 4096
+
+
+def _valid(folder: Path) -> Path:
+    path = folder / "valid.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "hidden_size": 4096.0}))  # an integral float is a whole number
+    return path
+
+
+def test_a_deeply_nested_config_is_one_line(tmp_path, capsys):
+    """A few hundred kilobytes of nested brackets exhaust the JSON parser's recursion: bad input, exit 2."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    from lilou.cli import main
+
+    assert main(["llm", str(path), "--gpu", "l4", "--batch", "1", "--input-len", "8", "--output-len", "8"]) == 2
+    assert capsys.readouterr().err == f"lilou: error: {path}: not a readable JSON config (RecursionError)\n"
 
 
 def test_decode_is_kv_bound_and_bf16_beats_fp32_on_an_a100(llm):

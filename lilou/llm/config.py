@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -179,19 +180,20 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     hidden = values["hidden"]
     if values["intermediate"] is None:
         if model_type in ("falcon", "gpt_neox", "gptj", "gpt2", "bloom", "opt") and hidden is not None:
-            values["intermediate"] = 4 * int(hidden)  # their configs leave the 4x MLP implicit
+            values["intermediate"] = 4 * _whole(hidden, name, "hidden")  # their configs leave the 4x MLP implicit
         else:
             missing.append(f"intermediate ({' / '.join(_ALIASES['intermediate'])})")
     if missing:
         raise LilouInputError(f"{name}: the config lacks {', '.join(missing)}")
-    try:
-        ints = {field: int(value) for field, value in values.items() if value is not None}
-    except (TypeError, ValueError):
-        raise LilouInputError(f"{name}: an architecture field is not a number") from None
+    ints = {field: _whole(value, name, field) for field, value in values.items() if value is not None}
     heads = ints["heads"]
     if min(ints["layers"], ints["hidden"], heads, ints["vocab"], ints["intermediate"]) <= 0:
         raise LilouInputError(f"{name}: layers, hidden size, heads, vocabulary and MLP width must be positive")
+    _check_optional(ints, name)
     head_dim = ints.get("head_dim") or ints["hidden"] // heads
+    if head_dim <= 0:
+        raise LilouInputError(f"{name}: hidden size {ints['hidden']} is smaller than its {heads} attention heads "
+                              "and no head_dim is given")
     kind = "mamba" if "mamba" in model_type else "rwkv" if "rwkv" in model_type else "transformer"
     if model_type.endswith("_h") or config.get("hybrid_override_pattern"):
         kind = "hybrid"
@@ -204,6 +206,35 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         experts=ints.get("experts", 0), experts_per_token=ints.get("experts_per_token", 0),
         moe_intermediate=ints.get("moe_intermediate", 0),
         shared_expert_intermediate=ints.get("shared_expert_intermediate", 0), kind=kind, source=name)
+
+
+def _whole(value: Any, name: str, field: str) -> int:
+    """A config's dimension as an int: JSON integers, or floats with an integral value (4096.0); a string, a
+    boolean, a fraction or NaN is refused with the field named."""
+    spelled = " / ".join(_ALIASES[field])
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LilouInputError(f"{name}: {field} ({spelled}) is {value!r:.40}, not a whole number")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise LilouInputError(f"{name}: {field} ({spelled}) is {value!r}, not a whole number")
+    return int(value)
+
+
+def _check_optional(ints: dict[str, int], name: str) -> None:
+    """The fields a config may leave out must make sense when given: KV heads that divide the heads, experts
+    and top-k that agree, no negative widths."""
+    negative = [field for field in ("kv_heads", "head_dim", "experts", "experts_per_token", "moe_intermediate",
+                                    "shared_expert_intermediate") if ints.get(field, 0) < 0]
+    if negative:
+        named = ", ".join(f"{field} ({' / '.join(_ALIASES[field])})" for field in negative)
+        raise LilouInputError(f"{name}: {named} must not be negative")
+    kv_heads = ints.get("kv_heads") or ints["heads"]
+    if ints["heads"] % kv_heads:
+        raise LilouInputError(f"{name}: {ints['heads']} attention heads do not split into groups of {kv_heads} KV "
+                              "heads (grouped-query attention needs heads divisible by KV heads)")
+    experts, top_k = ints.get("experts", 0), ints.get("experts_per_token", 0)
+    if experts and not 0 < top_k <= experts:
+        raise LilouInputError(f"{name}: {top_k} experts per token of {experts} routed experts; a mixture of "
+                              "experts routes each token to between 1 and all of them")
 
 
 def load_config(model: str | os.PathLike[str]) -> LLMConfig:
@@ -221,7 +252,7 @@ def load_config(model: str | os.PathLike[str]) -> LLMConfig:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise LilouInputError(f"no such config file: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise LilouInputError(f"{path}: not a readable JSON config ({type(error).__name__})") from None
     if not isinstance(config, dict):
         raise LilouInputError(f"{path}: a config.json holds one JSON object")
