@@ -119,3 +119,18 @@ def test_winograd_applies_to_3x3_stride_1_convolutions_on_cuda_cores_only():
     np.testing.assert_allclose(columns[:, 1], np.clip(ridge, -RIDGE_CLIP, RIDGE_CLIP), rtol=1e-5)
     elementwise = KernelBatch.from_specs([describe_kernel(cost_nodes("add", {"B": 1024, "H": 1024}))])
     assert kernel_features(elementwise, DeviceColumns.from_devices([a100]), ["ridge"])[0, 0] == -RIDGE_CLIP
+
+
+def test_balance_is_dram_bytes_per_sm_cycle_on_row_wise_kernels_only():
+    """Vidur's RMSNorm reaches 34 % of the A100-80GB's bandwidth and 60 % of the A40's: with 2039 GB/s over
+    108 SMs at 1410 MHz an A100 SM has 13.4 bytes per cycle to fill, an A40 SM 4.8 (696 GB/s, 84 SMs, 1740 MHz).
+    The feature is that, in log2, on layer norm and softmax rows; a GEMM or an elementwise kernel gets 0."""
+    specs = [describe_kernel(cost_nodes("ln", {"B": 32, "H": 1024})),
+             describe_kernel(cost_nodes("softmax", {"B": 32, "H": 1024})),
+             describe_kernel(cost_nodes("linear", {"B": 8, "M": 512, "N": 1024, "K": 1024})),
+             describe_kernel(cost_nodes("add", {"B": 1024, "H": 1024}))]
+    batch = KernelBatch.from_specs(specs)
+    assert feature_names(["balance"]) == ["row_log_dram_bytes_per_sm_cycle"]
+    for gpu, per_cycle in (("a100-sxm4-80gb", 2039e9 / (108 * 1410e6)), ("a40", 696e9 / (84 * 1740e6))):
+        columns = kernel_features(batch, DeviceColumns.from_devices([resolve_device(gpu)] * 4), ["balance"])
+        np.testing.assert_allclose(columns[:, 0], [np.log2(per_cycle)] * 2 + [0.0, 0.0], rtol=1e-6)
