@@ -126,6 +126,17 @@ def test_unknown_name_suggests_close_names():
         builtin_config("Llama-3.1-8B-Instuct")
 
 
+def test_a_base_name_finds_its_fine_tune_of_the_same_architecture():
+    """Users type "llama-3.1-8b"; the table holds Meta's Instruct release, whose layers are the base model's."""
+    assert builtin_config("llama-3.1-8b").name == LLAMA
+    assert builtin_config("meta-llama/Llama-3.1-8B").name == LLAMA
+    assert builtin_config("gemma-2-9b").name == "google/gemma-2-9b-it"
+    # Llama-2-7b-hf and -chat-hf share one architecture: either is the same prediction
+    assert builtin_config("llama-2-7b").name in ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-chat-hf")
+    with pytest.raises(LilouInputError, match=r"unknown LLM 'mistral-7b'; did you mean mistralai/Mistral-7B-v0.1"):
+        builtin_config("mistral-7b")  # a version suffix is not a fine-tune: named, not guessed
+
+
 def test_hugging_face_configs_of_several_families(tmp_path):
     from transformers import FalconConfig, MistralConfig, MixtralConfig, OPTConfig
 

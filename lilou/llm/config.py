@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -117,7 +117,37 @@ def _index() -> dict[str, str]:
     for key, names in short.items():
         if len(names) == 1:
             index.setdefault(key, names[0])
+    # A fine-tune has its base model's architecture: "Llama-3.1-8B" finds "Llama-3.1-8B-Instruct" when every
+    # built-in of that base name has one architecture (the JSON's "model" then names the config used).
+    bases: dict[str, list[str]] = {}
+    for name in _table():
+        organisation, _, model_part = name.rpartition("/")
+        base = _without_tune_suffix(model_part)
+        if base:
+            for spelling in (base, f"{organisation}/{base}"):
+                bases.setdefault(_key(spelling), []).append(name)
+    for key, names in bases.items():
+        if len({_architecture(_table()[n]) for n in names}) == 1:
+            index.setdefault(key, sorted(names)[0])
     return index
+
+
+def _architecture(config: LLMConfig) -> tuple:
+    """What a config's kernels and memory depend on: every field but its name and provenance."""
+    return tuple(getattr(config, f.name) for f in fields(config) if f.name not in ("name", "source", "params_b"))
+
+
+#: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
+_TUNE_SUFFIXES = ("instruct", "chat", "it", "hf")
+
+
+def _without_tune_suffix(model_part: str) -> str | None:
+    """``Llama-3.1-8B-Instruct`` -> ``Llama-3.1-8B``; None when the name has no such suffix."""
+    words = model_part.split("-")
+    cut = len(words)
+    while cut > 1 and words[cut - 1].lower() in _TUNE_SUFFIXES:
+        cut -= 1
+    return "-".join(words[:cut]) if cut < len(words) else None
 
 
 def builtin_models() -> list[str]:
