@@ -317,6 +317,9 @@ def test_llm_endpoint_is_the_cli_object(client, predictor):
     assert missing.status_code == 422 and missing.json() == {"detail": "output_len: Field required"}
     unknown = client.post("/v1/llm", json={**request, "model": "no/such-llm"})
     assert unknown.status_code == 404
+    # a name as `lilou llm` takes it: any case, no organisation, a base name for its only fine-tune architecture
+    short = client.post("/v1/llm", json={**request, "model": "llama-3.1-8b"})
+    assert short.status_code == 200 and short.json()["model"] == "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def test_plan_endpoint_is_the_cli_object(client, models_root, predictor):

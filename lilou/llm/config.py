@@ -155,9 +155,14 @@ def builtin_models() -> list[str]:
     return sorted(_table(), key=str.lower)
 
 
+def builtin_name(name: str) -> str | None:
+    """The built-in id ``name`` spells (any case, organisation optional, a base name for its fine-tune), or None."""
+    return _index().get(_key(name))
+
+
 def builtin_config(name: str) -> LLMConfig:
     """A built-in config by Hugging Face id or its model part (``Llama-3.1-8B-Instruct``), any case."""
-    found = _index().get(_key(name))
+    found = builtin_name(name)
     if found is None:
         spellings: dict[str, list[str]] = {}  # lower-case full id or model part -> full ids
         for full in builtin_models():

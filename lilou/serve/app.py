@@ -132,8 +132,9 @@ async def _llm_model(service: Service, fields: LLMRequest | PlanRequest,
     if not fields.model:
         raise InvalidField("model: name a built-in LLM (GET /v1/llm/models) or a config.json under --models-root, "
                            f"or upload it as multipart part {FILE_FIELD!r}")
-    if fields.model in await service.run(service.llm_models):
-        return fields.model, None
+    builtin = await service.run(service.builtin_llm, fields.model)
+    if builtin is not None:
+        return builtin, None
     source = await service.run(service.models_root.resolve, fields.model)
     return source.path, source
 

@@ -228,6 +228,12 @@ class Service:
 
         return list(builtin_models())
 
+    def builtin_llm(self, name: str) -> str | None:
+        """The built-in LLM ``name`` spells, as `lilou llm` resolves it (any case, organisation optional ...)."""
+        from lilou.llm.config import builtin_name
+
+        return builtin_name(name)
+
 
 @contextmanager
 def named_errors(source: ModelSource | None, root: Path | None) -> Iterator[None]:
