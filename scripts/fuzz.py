@@ -484,8 +484,6 @@ def field_mutant(rng: random.Random, model: onnx.ModelProto) -> bytes:
     return m.SerializeToString()
 
 
-# ----------------------------------------------------------------------------- cases
-
 # ----------------------------------------------------------------------------- LLM configs (`lilou llm`)
 
 #: Hugging Face config.json files of a few families, the seeds of the `lilou llm` cases.
@@ -547,6 +545,8 @@ def llm_argv(rng: random.Random) -> list[str]:
         argv += ["--format", "json"]
     return argv
 
+
+# ----------------------------------------------------------------------------- cases
 
 def seed_files(zoo: list[str], folder: Path) -> list[Path]:
     files = [REPO / "examples" / "resnet18.onnx"]
