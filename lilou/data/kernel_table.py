@@ -217,6 +217,8 @@ def _with_gpus(con: duckdb.DuckDBPyConnection, rows: SourceRows) -> duckdb.DuckD
 
 # ------------------------------------------------------------------------------------ cache
 
+#: Hex characters of a part's cache key (``<source>-<key>.parquet``).
+KEY_CHARS = 16
 #: Older parts of a source kept beside the current one (another checkout or a benchmark still running on one).
 KEEP_OLDER_PARTS = 2
 #: A partial file older than this (s) is left by a build that died; a running build renames its own in minutes.
@@ -247,7 +249,7 @@ def prune_stale_parts(name: str, current: Path) -> list[Path]:
 def _is_part_of(path: Path, name: str) -> bool:
     """True when ``path`` is a part of ``name`` itself (``fp8-...`` is not a part of ``fp``)."""
     key = path.name[len(name) + 1:].split(".", 1)[0]
-    return len(key) == 16 and all(c in "0123456789abcdef" for c in key)
+    return len(key) == KEY_CHARS and all(c in "0123456789abcdef" for c in key)
 
 
 def _cache_key(name: str, files: Sequence[Path], folder: Path) -> str:
@@ -256,7 +258,7 @@ def _cache_key(name: str, files: Sequence[Path], folder: Path) -> str:
         stat = path.stat()
         digest.update(f"{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     digest.update(_reader_fingerprint(name))
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()[:KEY_CHARS]
 
 
 @cache

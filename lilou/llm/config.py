@@ -195,6 +195,11 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 _REQUIRED = ("layers", "hidden", "heads", "vocab")
 
 
+def _named(field: str) -> str:
+    """A field with its Hugging Face spellings, for error lines: ``layers (num_hidden_layers / n_layer ...)``."""
+    return f"{field} ({' / '.join(_ALIASES[field])})"
+
+
 def _first(config: dict[str, Any], field: str) -> Any:
     for key in _ALIASES[field]:
         if config.get(key) is not None:
@@ -208,7 +213,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         config = {**config, **config["text_config"]}
     model_type = str(config.get("model_type") or "unknown")
     values = {field: _first(config, field) for field in _ALIASES}
-    missing = [f"{field} ({' / '.join(_ALIASES[field])})" for field in _REQUIRED if values[field] is None]
+    missing = [_named(field) for field in _REQUIRED if values[field] is None]
     if model_type == "falcon" and not config.get("new_decoder_architecture", False):
         # Falcon-7B style: one KV head with multi_query, else one per query head (num_kv_heads is ignored)
         values["kv_heads"] = 1 if config.get("multi_query", True) else values["heads"]
@@ -217,7 +222,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         if model_type in ("falcon", "gpt_neox", "gptj", "gpt2", "bloom", "opt") and hidden is not None:
             values["intermediate"] = 4 * _whole(hidden, name, "hidden")  # their configs leave the 4x MLP implicit
         else:
-            missing.append(f"intermediate ({' / '.join(_ALIASES['intermediate'])})")
+            missing.append(_named("intermediate"))
     if missing:
         raise LilouInputError(f"{name}: the config lacks {', '.join(missing)}")
     ints = {field: _whole(value, name, field) for field, value in values.items() if value is not None}
@@ -246,11 +251,10 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
 def _whole(value: Any, name: str, field: str) -> int:
     """A config's dimension as an int: JSON integers, or floats with an integral value (4096.0); a string, a
     boolean, a fraction or NaN is refused with the field named."""
-    spelled = " / ".join(_ALIASES[field])
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LilouInputError(f"{name}: {field} ({spelled}) is {value!r:.40}, not a whole number")
+        raise LilouInputError(f"{name}: {_named(field)} is {value!r:.40}, not a whole number")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise LilouInputError(f"{name}: {field} ({spelled}) is {value!r}, not a whole number")
+        raise LilouInputError(f"{name}: {_named(field)} is {value!r}, not a whole number")
     return int(value)
 
 
@@ -260,8 +264,7 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
     negative = [field for field in ("kv_heads", "head_dim", "experts", "experts_per_token", "moe_intermediate",
                                     "shared_expert_intermediate") if ints.get(field, 0) < 0]
     if negative:
-        named = ", ".join(f"{field} ({' / '.join(_ALIASES[field])})" for field in negative)
-        raise LilouInputError(f"{name}: {named} must not be negative")
+        raise LilouInputError(f"{name}: {', '.join(map(_named, negative))} must not be negative")
     kv_heads = ints.get("kv_heads") or ints["heads"]
     if ints["heads"] % kv_heads:
         raise LilouInputError(f"{name}: {ints['heads']} attention heads do not split into groups of {kv_heads} KV "
