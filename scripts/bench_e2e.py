@@ -7,7 +7,7 @@ writes outputs/bench/e2e.{json,csv}. Fold checkpoints are cached in outputs/logo
 (the first run trains five folds, a few minutes on 2 cores).
 
     python scripts/bench_e2e.py [--fusion predicted|oracle|none] [--no-logo] [--no-power] [--seed N] [--models a,b]
-                                [--gpus a,b] [--experiment kernel_table]
+                                [--gpus a,b] [--experiment kernel_table] [--ensemble N]
 """
 from __future__ import annotations
 
@@ -22,13 +22,16 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
 
 
-def fold_options(seed: int | None, power: bool, experiment: str | None = None) -> dict:
-    """evaluate() arguments for fold kernel models of another seed, without the power term or of another
-    experiment, cached apart from the default ones."""
+def fold_options(seed: int | None, power: bool, experiment: str | None = None, ensemble: int | None = None) -> dict:
+    """evaluate() arguments for fold kernel models of another seed, without the power term, of another
+    experiment or ensemble size, cached apart from the default ones."""
     overrides, suffix = [], ""
     if experiment:
         overrides.append(f"experiment={experiment}")
         suffix += f"_{experiment}"
+    if ensemble is not None:
+        overrides.append(f"ensemble={ensemble}")
+        suffix += f"_ensemble{ensemble}"
     if seed is not None:
         overrides.append(f"seed={seed}")
         suffix += f"_seed{seed}"
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default=None,
                         help="fold kernel models of another Hydra experiment, e.g. kernel_table (cached in "
                              "outputs/logo_<experiment>)")
+    parser.add_argument("--ensemble", type=int, default=None,
+                        help="fold kernel models of N nets each (ensemble=N; cached in outputs/logo_ensemble<N>)")
     parser.add_argument("--models", default=None)
     parser.add_argument("--gpus", default=None)
     parser.add_argument("--data-dir", default=None)
@@ -58,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = evaluate(data_dir=args.data_dir, models=args.models.split(",") if args.models else None,
                       gpus=args.gpus.split(",") if args.gpus else None, fusion=args.fusion, logo=args.logo,
-                      **fold_options(args.seed, args.power, args.experiment))
+                      **fold_options(args.seed, args.power, args.experiment, args.ensemble))
     print_tables(result)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{args.name}.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")

@@ -86,26 +86,62 @@ def _mlp(x: np.ndarray, layers: Layers) -> np.ndarray:
     return x
 
 
-class KernelModel:
-    """The per-kernel latency and kernel-type model, loaded without torch."""
+class _Member:
+    """One trained net's weights (an ensemble checkpoint holds several, under ``members.<i>.``)."""
 
-    def __init__(self, state: dict[str, np.ndarray], config: dict[str, Any]) -> None:
-        self.config = config
-        self.feature_groups = tuple(config["feature_groups"])
-        self.type_feature_groups = tuple(config["type_feature_groups"])
-        self._mean, self._std = state["feature_mean"], state["feature_std"]
-        self._type_mean, self._type_std = state["type_feature_mean"], state["type_feature_std"]
-        self._trunk = _linear_layers(state, "trunk.")
-        self._slowdown = (state["slowdown.weight"].T.copy(), state["slowdown.bias"])
-        self._type_trunk = _linear_layers(state, "type_head.0.")
-        self._type_out = (state["type_head.1.weight"].T.copy(), state["type_head.1.bias"])
+    def __init__(self, state: dict[str, np.ndarray]) -> None:
+        self.mean, self.std = state["feature_mean"], state["feature_std"]
+        self.type_mean, self.type_std = state["type_feature_mean"], state["type_feature_std"]
+        self.trunk = _linear_layers(state, "trunk.")
+        self.slowdown = (state["slowdown.weight"].T.copy(), state["slowdown.bias"])
+        self.type_trunk = _linear_layers(state, "type_head.0.")
+        self.type_out = (state["type_head.1.weight"].T.copy(), state["type_head.1.bias"])
         self.log_floor = state["log_floor"].astype(np.float64)
-        self.floor_units = int(config.get("floor_units", 1))  # one floor per compute unit (model.floor_per_unit)
         # Learned power exponent (model.power_limited); checkpoints without it have none.
         self.power_exponent = float(np.logaddexp(0.0, state["power_raw"])) if "power_raw" in state else 0.0
         # Learned duration term (model.power_duration); 0 without it.
         self.duration_exponent = float(np.logaddexp(0.0, state["duration_raw"])) if "duration_raw" in state else 0.0
         self.log_duration_ms = float(state["log_duration_ms"]) if "log_duration_ms" in state else 0.0
+
+    def low_power_exponent(self, compute_ms: np.ndarray | float) -> np.ndarray:
+        return low_power_exponent(compute_ms, self.power_exponent, self.duration_exponent, self.log_duration_ms)
+
+    def log_work(self, roofline: np.ndarray, compute_ms: np.ndarray, features: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Log GPU work (ms) per row from the roofline inputs and the distinct feature rows (``rows`` maps back)."""
+        exponent = self.low_power_exponent(compute_ms).astype(np.float32)
+        log_roofline = np.maximum(roofline[:, 0] + exponent * roofline[:, 2], roofline[:, 1])
+        hidden = _mlp((features - self.mean) / self.std, self.trunk)
+        slowdown = (hidden @ self.slowdown[0] + self.slowdown[1])[rows, 0]
+        return (log_roofline + np.logaddexp(0.0, slowdown)).astype(np.float64)  # softplus
+
+    def type_logits(self, type_features: np.ndarray) -> np.ndarray:
+        hidden = _mlp((type_features - self.type_mean) / self.type_std, self.type_trunk)
+        return hidden @ self.type_out[0] + self.type_out[1]
+
+
+def _member_states(state: dict[str, np.ndarray], size: int) -> list[dict[str, np.ndarray]]:
+    """The state of each member: the whole state for one net, the ``members.<i>.`` keys of an ensemble."""
+    if size == 1:
+        return [state]
+    return [{key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+            for prefix in (f"members.{i}." for i in range(size))]
+
+
+class KernelModel:
+    """The per-kernel latency and kernel-type model, loaded without torch. An ensemble checkpoint (``ensemble``
+    in its config) averages its members' log times and type logits, as the torch runtime does."""
+
+    def __init__(self, state: dict[str, np.ndarray], config: dict[str, Any]) -> None:
+        self.config = config
+        self.feature_groups = tuple(config["feature_groups"])
+        self.type_feature_groups = tuple(config["type_feature_groups"])
+        self._members = [_Member(member) for member in _member_states(state, int(config.get("ensemble", 1)))]
+        self.log_floor = np.mean([m.log_floor for m in self._members], axis=0)
+        self.floor_units = int(config.get("floor_units", 1))  # one floor per compute unit (model.floor_per_unit)
+        first = self._members[0]
+        # The low-power term of the first member, for the notes that quote it (each member prices with its own).
+        self.power_exponent, self.duration_exponent = first.power_exponent, first.duration_exponent
+        self.log_duration_ms = first.log_duration_ms
         # Winograd convolutions priced at their own FLOPs (data.winograd_roofline); older checkpoints were not.
         self.winograd = bool(config.get("winograd_roofline", False))
 
@@ -138,18 +174,13 @@ class KernelModel:
         """(GPU work in ms, compute-bound) per row, without the kernel-type head."""
         compute, memory = roofline_ms(kernels, devices, self.winograd)
         roofline = roofline_inputs(kernels, devices, self.winograd)
-        exponent = self.low_power_exponent(compute).astype(np.float32)
-        log_roofline = np.maximum(roofline[:, 0] + exponent * roofline[:, 2], roofline[:, 1])
         features, rows = _distinct_rows(kernel_features(kernels, devices, self.feature_groups))
-        hidden = _mlp((features - self._mean) / self._std, self._trunk)
-        slowdown = (hidden @ self._slowdown[0] + self._slowdown[1])[rows, 0]
-        log_work = log_roofline + np.logaddexp(0.0, slowdown)  # softplus
-        work = np.exp(log_work.astype(np.float64))
+        log_work = np.mean([m.log_work(roofline, compute, features, rows) for m in self._members], axis=0)
+        work = np.exp(log_work)
         return work, np.broadcast_to(compute >= memory, work.shape).copy()
 
     def predict_types(self, kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
         """The kernel-type head's class name per row (object array of str)."""
         type_features, rows = _distinct_rows(kernel_features(kernels, devices, self.type_feature_groups))
-        type_hidden = _mlp((type_features - self._type_mean) / self._type_std, self._type_trunk)
-        logits = type_hidden @ self._type_out[0] + self._type_out[1]
+        logits = np.mean([m.type_logits(type_features) for m in self._members], axis=0)
         return np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(axis=1)[rows]]

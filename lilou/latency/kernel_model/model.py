@@ -17,6 +17,9 @@ against L2, ...). ``floor`` is the per-launch latency a kernel never goes below 
 measurements: host and driver overhead that no spec sheet gives, learned per family as
 a single figure over the training GPUs. The model reports the two parts separately (:meth:`KernelLatencyNet.parts`), so
 end-to-end composition can use the GPU work alone and model launch gaps itself.
+
+:class:`KernelLatencyEnsemble` averages several such nets trained from different seeds on the same rows (the
+shipped tensor-core model: ``ensemble: 2``): one seed moved figures by 1-2 points (docs/kernel_model.md).
 """
 from __future__ import annotations
 
@@ -143,6 +146,30 @@ class KernelLatencyNet(nn.Module):
         type_logits = self.type_head((type_features - self.type_feature_mean) / self.type_feature_std)
         index = floor_index(family, timing, unit if self.floor_units > 1 else None, self.floor_units)
         return self.log_floor[index], log_work, type_logits
+
+    def forward(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
+                roofline: torch.Tensor, timing: torch.Tensor | None = None, unit: torch.Tensor | None = None):
+        log_floor, log_work, type_logits = self.parts(features, type_features, family, roofline, timing, unit)
+        return torch.logaddexp(log_floor, log_work), type_logits
+
+
+class KernelLatencyEnsemble(nn.Module):
+    """Nets trained on the same rows from different seeds; their log floors, log work and type logits are averaged,
+    so a time is the geometric mean of the members' times. Same interface as :class:`KernelLatencyNet`."""
+
+    def __init__(self, members: Sequence[KernelLatencyNet]) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("an ensemble needs at least one member")
+        self.members = nn.ModuleList(members)
+        self.num_timings = members[0].num_timings
+        self.floor_units = members[0].floor_units
+
+    def parts(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
+              roofline: torch.Tensor, timing: torch.Tensor | None = None, unit: torch.Tensor | None = None):
+        """The members' (log floor ms, log work ms, type logits), each averaged over the members."""
+        each = [m.parts(features, type_features, family, roofline, timing, unit) for m in self.members]
+        return tuple(torch.stack(part).mean(dim=0) for part in zip(*each))
 
     def forward(self, features: torch.Tensor, type_features: torch.Tensor, family: torch.Tensor,
                 roofline: torch.Tensor, timing: torch.Tensor | None = None, unit: torch.Tensor | None = None):

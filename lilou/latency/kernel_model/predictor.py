@@ -1,7 +1,7 @@
 """A trained kernel model on disk and in use: save, load (no pickle), predict.
 
-A checkpoint is a folder: ``model.safetensors`` (weights and normalisation),
-``config.json`` (architecture, feature groups, kernel-type list) and
+A checkpoint is a folder: ``model.safetensors`` (weights and normalisation; an ensemble's members under
+``members.<i>.``), ``config.json`` (architecture, feature groups, kernel-type list, ``ensemble`` size) and
 ``metrics.json`` (what it scored, on which data, made by which command).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lilou.latency.kernel_model.checkpoint import read_kernel_checkpoint
 from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, floor_units_of, kernel_features, roofline_inputs,
                                                  roofline_ms)
 from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
-from lilou.latency.kernel_model.model import KernelLatencyNet
+from lilou.latency.kernel_model.model import KernelLatencyEnsemble, KernelLatencyNet
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class KernelPrediction:
 
 
 class KernelLatencyPredictor:
-    def __init__(self, net: KernelLatencyNet, feature_groups: Sequence[str], type_feature_groups: Sequence[str],
-                 config: dict[str, Any]) -> None:
+    def __init__(self, net: KernelLatencyNet | KernelLatencyEnsemble, feature_groups: Sequence[str],
+                 type_feature_groups: Sequence[str], config: dict[str, Any]) -> None:
         self.net = net.eval()
         self.feature_groups = tuple(feature_groups)
         self.type_feature_groups = tuple(type_feature_groups)
@@ -46,10 +46,14 @@ class KernelLatencyPredictor:
     def load(cls, folder: str | os.PathLike[str]) -> KernelLatencyPredictor:
         config, weights = read_kernel_checkpoint(folder)
         state = load_file(weights)
-        net = KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"],
-                               power_limited=config.get("power_limited", False),
-                               power_duration=config.get("power_duration", False),
-                               num_timings=config.get("num_timings", 1), floor_units=config.get("floor_units", 1))
+        def member() -> KernelLatencyNet:
+            return KernelLatencyNet(config["num_features"], config["num_type_features"], hidden=config["hidden"],
+                                    power_limited=config.get("power_limited", False),
+                                    power_duration=config.get("power_duration", False),
+                                    num_timings=config.get("num_timings", 1), floor_units=config.get("floor_units", 1))
+
+        size = int(config.get("ensemble", 1))
+        net = member() if size == 1 else KernelLatencyEnsemble([member() for _ in range(size)])
         net.load_state_dict(state)
         return cls(net, config["feature_groups"], config["type_feature_groups"], config)
 

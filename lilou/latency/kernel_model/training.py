@@ -16,11 +16,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from lilou.latency.kernel_model.datamodule import KernelDataModule
 from lilou.latency.kernel_model.metrics import error_table
+from lilou.latency.kernel_model.model import KernelLatencyEnsemble
 from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
 
 
 def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[KernelLatencyPredictor, KernelDataModule]:
     """Seed, build data and model from ``cfg``, train; returns the predictor and its data.
+
+    ``cfg.ensemble`` > 1 trains that many nets on the same rows, seeded ``seed``, ``seed + 1`` ..., and the predictor
+    averages them (:class:`~lilou.latency.kernel_model.model.KernelLatencyEnsemble`).
 
     ``dataset``: rows already loaded (a :class:`~lilou.latency.kernel_model.dataset.KernelDataset`), so that folds of a
     benchmark split one sample instead of reading it again."""
@@ -31,20 +35,27 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
     if dataset is not None:
         datamodule.preloaded = dataset
     datamodule.setup()
-    module = instantiate(cfg.model, num_features=datamodule.train.features.shape[1],
-                         num_type_features=datamodule.train.type_features.shape[1])
-    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger)
-    trainer.fit(module, datamodule=datamodule)
+    nets = []
+    for member in range(int(cfg.get("ensemble", 1))):
+        if member:  # the first member continues the seeded stream, as a single model always did
+            L.seed_everything(cfg.seed + member, workers=True)
+        module = instantiate(cfg.model, num_features=datamodule.train.features.shape[1],
+                             num_type_features=datamodule.train.type_features.shape[1])
+        trainer: L.Trainer = instantiate(cfg.trainer, logger=logger if member == 0 else False)
+        trainer.fit(module, datamodule=datamodule)
+        nets.append(module.net)
+    net = nets[0] if len(nets) == 1 else KernelLatencyEnsemble(nets)
     config = {"num_features": int(datamodule.train.features.shape[1]),
               "num_type_features": int(datamodule.train.type_features.shape[1]), "hidden": list(cfg.model.hidden),
               "power_limited": bool(cfg.model.get("power_limited", False)),
               "power_duration": bool(cfg.model.get("power_duration", False)),
               "num_timings": int(cfg.model.get("num_timings", 1)),
-              "floor_units": module.net.floor_units,
+              "floor_units": net.floor_units,
+              "ensemble": len(nets),
               "winograd_roofline": datamodule.winograd_roofline,
               "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
               "config": OmegaConf.to_container(cfg, resolve=False)}
-    predictor = KernelLatencyPredictor(module.net, datamodule.feature_groups, datamodule.type_feature_groups, config)
+    predictor = KernelLatencyPredictor(net, datamodule.feature_groups, datamodule.type_feature_groups, config)
     return predictor, datamodule
 
 
