@@ -178,6 +178,22 @@ def test_a_bf16_gemm_is_predicted_faster_than_the_same_fp32_gemm_on_tensor_cores
     assert v100.latency_ms == predictor.predict(path, gpu="v100-sxm2-16gb", precision="fp32").latency_ms
 
 
+def test_a_kernel_on_another_unit_is_named_by_it(tmp_path: Path) -> None:
+    """The type head learned NeuSight's FP32 kernel names (``gemm_sgemm`` ...): a BF16 GEMM on tensor cores is
+    named by its unit, not as an SGEMM; on a V100 (no BF16 unit) it is an SGEMM; TF32 convolutions by theirs."""
+    predictor = Predictor()
+    path = tmp_path / "bf16.onnx"
+    onnx.save(matmul_model(TensorProto.BFLOAT16, m=4096, k=4096, n=4096), path)
+    assert [k.type for k in predictor.predict(path, gpu="h200").kernels] == ["gemm_bf16_tensor"]
+    assert [k.type for k in predictor.predict(path, gpu="h200", precision="fp8").kernels] == ["gemm_fp8_tensor"]
+    assert [k.type for k in predictor.predict(path, gpu="v100-sxm2-16gb").kernels] == ["gemm_sgemm"]
+    convs = [k.type for k in predictor.predict(EXAMPLE, gpu="a100-sxm4-80gb").kernels if k.category == "conv"]
+    assert len(convs) == 20 and set(convs) == {"conv_tf32_tensor"}
+    strict = [k.type for k in predictor.predict(EXAMPLE, gpu="a100-sxm4-80gb", tf32="off").kernels
+              if k.category == "conv"]
+    assert not any(t.endswith("_tensor") for t in strict)
+
+
 class PeakEcho:
     """A stand-in kernel model: work = FLOPs at the peak it is handed."""
 

@@ -177,17 +177,23 @@ class EndToEndModel:
                 if self.kernel_model.uses_units:
                     ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
             flat_work, _ = self.kernel_model.predict_work(ladder_pairs, ladder_columns)
+            tensor_priced = np.zeros(len(ladder_pairs), dtype=bool)
             if on_unit.any():
                 rows = np.flatnonzero(on_unit)
                 tensor_work = self.tensor_model.predict_work(ladder_pairs.take(rows), unit_columns.take(rows))[0]
                 # TF32 only adds kernels for cuDNN/cuBLAS to choose from: never priced above strict FP32 (the two
                 # models disagree by a µs or two on tiny kernels).
                 tf32 = unit_columns.unit[rows] == UNITS.index("tf32_tensor")
+                tensor_priced[rows] = ~tf32 | (tensor_work <= flat_work[rows])
                 flat_work[rows] = np.where(tf32, np.minimum(tensor_work, flat_work[rows]), tensor_work)
             work[model_rows] = flat_work.reshape(d, rungs, m).min(axis=1).T
             # The kernel type is that of the kernel itself (rung 0), not of its size ladder.
             first = (np.arange(d)[:, None] * rungs * m + np.arange(m)[None, :]).reshape(-1)
             kernel_types = self.kernel_model.predict_types(ladder_pairs.take(first), ladder_columns.take(first))
+            # The type head learned NeuSight's FP32 kernel names: a kernel priced on another unit is named by it.
+            for row in np.flatnonzero(tensor_priced[first]):
+                family = specs[model_rows[row % m]].family
+                kernel_types[row] = f"{family}_{UNITS[unit_columns.unit[first[row]]]}"
             types[model_rows] = kernel_types.reshape(d, m).T
         return work, types, (compute >= memory).reshape(d, n).T
 
