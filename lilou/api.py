@@ -46,6 +46,7 @@ from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
 
 if TYPE_CHECKING:
+    from lilou.fusion.partition import Partition
     from lilou.graph.dag import ModelGraph
 
 
@@ -62,6 +63,7 @@ class PreparedModel:
     warnings: tuple[str, ...]  # of reading the graph and grouping it into kernels
     backend: str               # the backend whose fusion grouped it; only a Predictor of that backend takes it
     batch: int | None = None   # the batch option it was read with (None: the file's own)
+    partition: Partition | None = None  # the kernel groups (a plan reuses them at its other batch sizes)
 
 
 #: What the API predicts: an ONNX path, a loaded graph or a prepared model (a string: lilou.graph.dag, which
@@ -243,15 +245,20 @@ class Predictor:
     # ----------------------------------------------------------------- public
 
     def prepare(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> PreparedModel:
+                shapes: Mapping[str, Sequence[int]] | None = None, like: PreparedModel | None = None) -> PreparedModel:
         """Read ``model`` (an ONNX path, or a loaded graph with ``batch`` and ``shapes`` None) and group it
-        into kernels for this predictor's backend, once, for any number of predictions."""
+        into kernels for this predictor's backend, once, for any number of predictions.
+
+        ``like``: the same model prepared at another batch size; its kernel groups are reused when the graph has
+        the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
         if isinstance(model, PreparedModel):
             raise LilouInputError(f"{model.name}: already prepared; pass it to predict or rank as it is")
         graph = self._graph(model, batch, shapes)
-        kernels, warnings = self._kernels(graph)
+        reusable = like is not None and like.backend == self.backend and like.partition is not None \
+            and like.graph.same_structure(graph)
+        kernels, warnings, partition = self._kernels(graph, like.partition if reusable else None)
         return PreparedModel(name=_model_name(model), graph=graph, kernels=kernels, warnings=tuple(warnings),
-                             backend=self.backend, batch=batch)
+                             backend=self.backend, batch=batch, partition=partition)
 
     def predict(self, model: ModelInput, gpu: str, mig: str | None = None, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
@@ -328,10 +335,11 @@ class Predictor:
 
         return load_graph(model, batch=batch, shapes=shapes)
 
-    def _kernels(self, graph: ModelGraph) -> tuple[GraphKernels, list[str]]:
+    def _kernels(self, graph: ModelGraph, partition: Partition | None = None
+                 ) -> tuple[GraphKernels, list[str], Partition]:
         from lilou.fusion.predict import predict_partition
 
-        partition = predict_partition(graph, self.backend)
+        partition = partition or predict_partition(graph, self.backend)
         kernels = describe_kernels(graph, partition)
         if len(kernels) == 0:
             raise LilouInputError(f"{graph.name}: no node of the graph launches a GPU kernel, so there is no "
@@ -344,7 +352,7 @@ class Predictor:
         if self.backend != "eager":
             warnings.append(f"the per-kernel model and the launch overhead were fitted on PyTorch eager "
                             f"measurements; {self.backend} kernels are predicted with them as they are")
-        return kernels, warnings
+        return kernels, warnings, partition
 
     def _predictions(self, prepared: PreparedModel, devices: list[Device], precision: str | None = None,
                      tf32: str | None = None) -> list[Prediction]:

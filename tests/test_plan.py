@@ -140,10 +140,35 @@ def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
 
 
 def test_graph_work_once_per_batch_not_per_device(capsys, graph_work, resnet_dynamic):
+    """The file is read once per batch, never per device; fusion is predicted once, at the first batch, and its
+    kernel groups reused at the others (same nodes)."""
     calls = graph_work
     plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--batches", "1,2,4")
     assert plan["devices"] == len(all_devices())
-    assert calls == {"load": 3, "fuse": 3}
+    assert calls == {"load": 3, "fuse": 1}
+
+
+def test_reused_kernel_groups_give_the_plan_of_groups_predicted_per_batch(resnet_dynamic):
+    """The GNN predicts the same ResNet-18 groups at every batch, so the plan's points are exactly those of a
+    rank of each batch read and grouped on its own; a graph of another structure is grouped anew."""
+    from lilou.api import Predictor
+    from lilou.graph.dag import load_graph
+    from lilou.plan.planner import plan_model
+
+    predictor = Predictor()
+    gpus = ["t4", "a10g", "a100-80gb/1g.10gb"]
+    plan = plan_model(resnet_dynamic, 1e6, gpus=gpus, batches=[1, 8, 32], predictor=predictor)
+    for batch in (1, 8, 32):
+        alone = predictor.prepare(resnet_dynamic, batch=batch)
+        assert alone.partition.groups == predictor.prepare(resnet_dynamic, batch=1).partition.groups
+        ranking = {(e.gpu, e.mig): e.latency_ms for e in predictor.rank(alone, gpus=gpus)}
+        points = {(d.gpu, d.mig): p.latency_ms for d in plan.devices for p in plan.curves[d.name] if p.batch == batch}
+        assert points == ranking and len(points) == 3
+    first = predictor.prepare(resnet_dynamic, batch=1)
+    other = predictor.prepare(str(EXAMPLE), like=first)
+    assert not first.graph.same_structure(other.graph) and other.partition is not first.partition
+    again = predictor.prepare(load_graph(resnet_dynamic, batch=4), like=first)
+    assert again.partition is first.partition
 
 
 def test_llm_plan_over_lilou_llm(capsys):

@@ -50,6 +50,14 @@ class ModelGraph:
     def nodes_in_order(self) -> list[str]:
         return sorted(self.dag.nodes, key=lambda n: self.dag.nodes[n]["order"])
 
+    def same_structure(self, other: ModelGraph) -> bool:
+        """Whether ``other`` has the same nodes, edges and constant subgraphs (the same file read at another
+        batch size, say), so that kernel groups of one fit the other."""
+        if self.dag.number_of_nodes() != other.dag.number_of_nodes() or set(self.dag.edges) != set(other.dag.edges):
+            return False
+        mine, theirs = self.dag.nodes, other.dag.nodes
+        return all(n in theirs and mine[n]["constant"] == theirs[n]["constant"] for n in mine)
+
     def runtime_nodes(self) -> list[str]:
         """Nodes a runtime executes (constant/shape subgraphs excluded), in file order."""
         return [n for n in self.nodes_in_order() if not self.dag.nodes[n]["constant"]]

@@ -163,7 +163,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                ) -> CapacityPlan:
     """The capacity plan of an ONNX model for a latency SLO (ms) over devices and batch sizes.
 
-    By default the file is read and grouped into kernels once per batch. ``prepare(batch, shapes)``, when
+    By default the file is read once per batch and grouped into kernels at the first (fusion follows op
+    patterns, not sizes; another batch whose graph differs is grouped anew). ``prepare(batch, shapes)``, when
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
     service passes its cache's, so a second plan of the same bytes skips the graph work."""
     from lilou.api import Predictor, PreparedModel, memory_needed, rank_devices
@@ -178,6 +179,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     warnings: list[str] = []
     tried: list[int] = []
     active = list(devices)  # devices still within the SLO and memory at the last batch tried
+    first: PreparedModel | None = None  # its kernel groups are reused at the other batches (same nodes)
     for batch in sizes:
         if not active:
             break
@@ -190,7 +192,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             warnings.append(f"batch {batch} skipped: {error}")
             continue
         # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
-        prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded)
+        prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=first)
+        first = first or prepared
         # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
         ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
         by_device = {(e.gpu, e.mig): e for e in ranking}
