@@ -339,7 +339,8 @@ class Predictor:
                  ) -> tuple[GraphKernels, list[str], Partition]:
         from lilou.fusion.predict import predict_partition
 
-        partition = partition or predict_partition(graph, self.backend)
+        if partition is None:
+            partition = predict_partition(graph, self.backend)
         kernels = describe_kernels(graph, partition)
         if len(kernels) == 0:
             raise LilouInputError(f"{graph.name}: no node of the graph launches a GPU kernel, so there is no "

@@ -18,8 +18,9 @@ measurements: host and driver overhead that no spec sheet gives, learned per fam
 a single figure over the training GPUs. The model reports the two parts separately (:meth:`KernelLatencyNet.parts`), so
 end-to-end composition can use the GPU work alone and model launch gaps itself.
 
-:class:`KernelLatencyEnsemble` averages several such nets trained from different seeds on the same rows (the
-shipped tensor-core model: ``ensemble: 2``): one seed moved figures by 1-2 points (docs/kernel_model.md).
+:class:`KernelLatencyEnsemble` averages several such nets trained from different seeds on the same rows
+(``ensemble: N``); measured with two, it moved no fold figure that matters, so the shipped models are single nets
+(docs/kernel_model.md, "Session 18").
 """
 from __future__ import annotations
 
