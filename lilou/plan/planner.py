@@ -193,7 +193,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             continue
         # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
         prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=first)
-        first = first or prepared
+        if first is None:
+            first = prepared
         # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
         ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
         by_device = {(e.gpu, e.mig): e for e in ranking}

@@ -191,9 +191,11 @@ class EndToEndModel:
             first = (np.arange(d)[:, None] * rungs * m + np.arange(m)[None, :]).reshape(-1)
             kernel_types = self.kernel_model.predict_types(ladder_pairs.take(first), ladder_columns.take(first))
             # The type head learned NeuSight's FP32 kernel names: a kernel priced on another unit is named by it.
-            for row in np.flatnonzero(tensor_priced[first]):
-                family = specs[model_rows[row % m]].family
-                kernel_types[row] = f"{family}_{UNITS[unit_columns.unit[first[row]]]}"
+            renamed = np.flatnonzero(tensor_priced[first])
+            if len(renamed):
+                families = np.array([specs[i].family + "_" for i in model_rows], dtype=object)
+                kernel_types[renamed] = (families[renamed % m]
+                                         + np.asarray(UNITS, dtype=object)[unit_columns.unit[first[renamed]]])
             types[model_rows] = kernel_types.reshape(d, m).T
         return work, types, (compute >= memory).reshape(d, n).T
 
