@@ -47,21 +47,23 @@ def zoo_onnx(tmp_path_factory):
 
 @pytest.fixture
 def graph_work(monkeypatch) -> dict[str, int]:
-    """Counts of graph loads and fusion predictions while a test runs: {"load": n, "fuse": m}."""
+    """Counts of ONNX files read (shape inference) and fusion predictions while a test runs: {"load": n, "fuse": m}."""
     import lilou.fusion.predict
+    import lilou.graph.batch_series
     import lilou.graph.dag
 
     calls = {"load": 0, "fuse": 0}
-    load, fuse = lilou.graph.dag.load_graph, lilou.fusion.predict.predict_partition
+    read, fuse = lilou.graph.dag.shape_model, lilou.fusion.predict.predict_partition
 
-    def counted_load(*args, **kwargs):
+    def counted_read(*args, **kwargs):
         calls["load"] += 1
-        return load(*args, **kwargs)
+        return read(*args, **kwargs)
 
     def counted_fuse(*args, **kwargs):
         calls["fuse"] += 1
         return fuse(*args, **kwargs)
 
-    monkeypatch.setattr(lilou.graph.dag, "load_graph", counted_load)
+    monkeypatch.setattr(lilou.graph.dag, "shape_model", counted_read)
+    monkeypatch.setattr(lilou.graph.batch_series, "shape_model", counted_read)
     monkeypatch.setattr(lilou.fusion.predict, "predict_partition", counted_fuse)
     return calls

@@ -140,11 +140,16 @@ def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
 
 
 def test_graph_work_once_per_batch_not_per_device(capsys, graph_work, resnet_dynamic):
-    """The file is read once per batch, never per device; fusion is predicted once, at the first batch, and its
-    kernel groups reused at the others (same nodes)."""
+    """The file is read at most once per batch, never per device: at the first three batches, the others derived
+    from those reads (lilou.graph.batch_series); fusion is predicted once, at the first batch, and its kernel
+    groups reused at the others (same nodes)."""
     calls = graph_work
     plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--batches", "1,2,4")
     assert plan["devices"] == len(all_devices())
+    assert calls == {"load": 3, "fuse": 1}
+    calls.update(load=0, fuse=0)
+    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "1000", "--batches", "1,2,4,8,16,32,64,128")
+    assert plan["batches"] == [1, 2, 4, 8, 16, 32, 64, 128]
     assert calls == {"load": 3, "fuse": 1}
 
 

@@ -96,6 +96,26 @@ def load_graph(path: str | os.PathLike[str], batch: int | None = None,
 
 def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
+    return annotate_graph(shape_model(model, batch=batch, shapes=shapes), name=name)
+
+
+@dataclass
+class ShapedModel:
+    """An ONNX model with its input shapes set and every tensor's shape inferred: the stage before the DAG.
+
+    ``tensors`` maps every tensor name to its :class:`TensorInfo`; ``notes`` are what inference had to say
+    (shapes completed by constant folding ...); ``evaluated`` the sizes of the tensors constant folding
+    computed. :mod:`lilou.graph.batch_series` derives other batch sizes' tables from two of these."""
+
+    model: onnx.ModelProto
+    tensors: dict[str, TensorInfo]
+    notes: list[str]
+    evaluated: dict[str, int] = field(default_factory=dict)
+
+
+def shape_model(model: onnx.ModelProto, batch: int | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> ShapedModel:
+    """Check the file, set its input shapes (in place) and infer every tensor's shape."""
     _check_opset(model)
     _check_initializers(model)
     apply_input_shapes(model, batch=batch, shapes=shapes)
@@ -103,8 +123,14 @@ def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None =
     _check_ranges(model.graph)
     _sort_topologically(model)
     notes: list[str] = []
-    inferred = infer_shapes(model, notes=notes)
-    tensors = _tensor_table(inferred)
+    evaluated: dict[str, int] = {}
+    inferred = infer_shapes(model, notes=notes, evaluated=evaluated)
+    return ShapedModel(model=inferred, tensors=_tensor_table(inferred), notes=notes, evaluated=evaluated)
+
+
+def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
+    """The annotated DAG of a shaped model (FLOPs and bytes per node), after the checks that need shapes."""
+    inferred, tensors, notes = shaped.model, shaped.tensors, list(shaped.notes)
     _check_sizes(tensors)
     dag = _build_dag(inferred, tensors, notes)
     _check_reshapes(dag)
@@ -575,10 +601,12 @@ def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], cons
 
 
 def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constants: Mapping[str, int],
-               notes: list[str]) -> NodeCost:
+               notes: list[str], attributes: Mapping[str, Any] | None = None) -> NodeCost:
+    """FLOPs and bytes of one node (``attributes``: its :func:`_attributes`, when the caller has them)."""
     inputs = [tensors.get(t) or _unknown(t) if t else None for t in node.input]
     outputs = [tensors.get(t) or _unknown(t) for t in node.output]
-    cost = node_cost(CostInput(op=node.op_type, attributes=_attributes(node), inputs=inputs, outputs=outputs))
+    attributes = _attributes(node) if attributes is None else attributes
+    cost = node_cost(CostInput(op=node.op_type, attributes=attributes, inputs=inputs, outputs=outputs))
     if node.domain not in ("", "ai.onnx") or node.op_type not in ("Loop", "If", "Scan"):
         return cost
     graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
@@ -640,7 +668,7 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
         outputs = [tensors.get(t) or _unknown(t) for t in node.output]
         attributes = _attributes(node)
         supported = node.domain in ("", "ai.onnx") and node.op_type in SUPPORTED_OPS
-        cost = _node_cost(node, tensors, constants, notes)
+        cost = _node_cost(node, tensors, constants, notes, attributes)
         dag.add_node(name, op=node.op_type, domain=node.domain, attributes=attributes,
                      inputs=inputs, outputs=outputs, flops=cost.flops, bytes_read=cost.bytes_read,
                      bytes_written=cost.bytes_written, constant=False, order=order, supported=supported)

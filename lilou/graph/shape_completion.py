@@ -20,6 +20,8 @@ from lilou.graph.costs import ELEMENTWISE_FLOPS
 
 #: No constant above this many elements is ever materialised: its value stays unknown (shape only).
 MAX_FOLD_ELEMENTS = 1 << 20
+#: Evaluated constants up to this many elements keep their values for the nodes after them; larger ones keep a shape.
+MAX_VALUE_ELEMENTS = 1 << 16
 
 # Ops whose output has at most as many elements as all their inputs together (a safe size bound).
 _SHRINKING_OPS = frozenset({
@@ -329,8 +331,9 @@ def _folded_outputs(model: onnx.ModelProto, known: _Known) -> list[str]:
     return [name for i in sorted(known.folded) for name in model.graph.node[i].output if name]
 
 
-def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rounds: int = 8,
-                    notes: list[str] | None = None, inferred: bool = False) -> onnx.ModelProto:
+def complete_shapes(model: onnx.ModelProto, max_elements: int = MAX_VALUE_ELEMENTS, max_rounds: int = 8,
+                    notes: list[str] | None = None, inferred: bool = False,
+                    evaluated: dict[str, int] | None = None) -> onnx.ModelProto:
     """Give every node output a static shape in ``value_info`` (in place; returns ``model``).
 
     The dynamo exporter records the shape of each aten call's result, but not of the
@@ -345,7 +348,9 @@ def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rou
     evaluate from; repeat until nothing changes. The graph itself is not changed,
     only ``value_info``. The model must be weight-free or small (shape inference
     serialises it). ``inferred=True`` says that ``model`` already went through ONNX's
-    shape inference with data propagation, which is then not run on it again.
+    shape inference with data propagation, which is then not run on it again. ``evaluated``, when given,
+    receives the element count of every tensor evaluated here or left unevaluated as too big (what this
+    completion's outcome depends on, :mod:`lilou.graph.batch_series`).
     """
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
     if not inferred:
@@ -355,16 +360,19 @@ def complete_shapes(model: onnx.ModelProto, max_elements: int = 1 << 16, max_rou
     result = model
     for _ in range(max_rounds):
         stated = len(known.computed)
-        evaluated = _fold_constants(model, known, opset, max_elements)
-        if evaluated == 0 and len(known.computed) == stated and result is not model:
+        count = _fold_constants(model, known, opset, max_elements)
+        if count == 0 and len(known.computed) == stated and result is not model:
             break  # the probe would be the last round's again: its inference cannot say more
         result = _infer_folded(model, known)
-        if known.learn(result) == 0 and evaluated == 0:
+        if known.learn(result) == 0 and count == 0:
             break
     if notes is not None and known.too_big:
         shown = ", ".join(f"{name} ({elements:,} elements)" for name, elements in list(known.too_big.items())[:3])
         notes.append(f"{len(known.too_big)} constant(s) above {MAX_FOLD_ELEMENTS:,} elements were not evaluated "
                      f"({shown}{' ...' if len(known.too_big) > 3 else ''}): their values are unknown, shapes only")
+    if evaluated is not None:
+        evaluated.update({name: math.prod(known.shapes[name]) for name in known.computed if name in known.shapes})
+        evaluated.update(known.too_big)
     folded = _folded_outputs(model, known)
     model.graph.ClearField("value_info")
     model.graph.value_info.extend(result.graph.value_info)

@@ -54,16 +54,22 @@ def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [value for value in model.graph.input if value.name not in initializers]
 
 
+def check_batch(batch: int) -> None:
+    """A batch size is a positive integer up to ``MAX_DIM``; anything else is a one-line input error."""
+    if batch <= 0:
+        raise LilouInputError(f"--batch must be a positive integer, got {batch}")
+    if batch > MAX_DIM:
+        raise LilouInputError(f"--batch {batch} is above 2^40, not a real batch size; use a realistic one")
+
+
 def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
                        shapes: Mapping[str, Sequence[int]] | None = None) -> None:
     """Set input dims in place: ``batch`` sets every input's leading dim, ``shapes`` whole inputs.
 
     Raises if a named input does not exist, a rank differs, or a dynamic dim is left unset.
     """
-    if batch is not None and batch <= 0:
-        raise LilouInputError(f"--batch must be a positive integer, got {batch}")
-    if batch is not None and batch > MAX_DIM:
-        raise LilouInputError(f"--batch {batch} is above 2^40, not a real batch size; use a realistic one")
+    if batch is not None:
+        check_batch(batch)
     shapes = dict(shapes or {})
     inputs = runtime_inputs(model)
     names = [value.name for value in inputs]
@@ -119,8 +125,10 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto]) -> None:
 _INFERENCE_ERRORS = (shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError)
 
 
-def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
-    """ONNX shape inference with data propagation, then constant evaluation for any gaps.
+def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
+                 evaluated: dict[str, int] | None = None) -> onnx.ModelProto:
+    """ONNX shape inference with data propagation, then constant evaluation for any gaps (``evaluated``
+    receives the sizes of the tensors that evaluation computed, :func:`complete_shapes`).
 
     A contradiction (e.g. a --batch that a fixed Reshape cannot take) is bad input.
     """
@@ -144,7 +152,7 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx
     if _outputs_without_static_shape(inferred):
         try:
             # With data propagation done, only the folded copies are inferred again (not the model itself).
-            complete_shapes(inferred, notes=notes, inferred=data_prop)
+            complete_shapes(inferred, notes=notes, inferred=data_prop, evaluated=evaluated)
         except (shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
             raise _inference_failed(exc) from None
     return inferred

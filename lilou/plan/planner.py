@@ -1,7 +1,7 @@
 """Capacity plans: per device, the largest batch whose 90 % upper bound meets a latency SLO.
 
 For every GPU and MIG slice (or the listed ones) and every batch size, the model is predicted with
-its interval (:class:`lilou.api.Predictor`); the graph is read and grouped into kernels once per
+its interval (:class:`lilou.api.Predictor`); the graph is built and grouped into kernels once per
 batch, then priced on every device at once. Batches go up in size; a device whose upper bound passes the
 SLO (or whose memory is exceeded) is not predicted at larger batches. A device's plan is its largest batch whose upper
 bound is within the SLO and whose weights and largest activation fit its memory, with the throughput
@@ -163,18 +163,20 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                ) -> CapacityPlan:
     """The capacity plan of an ONNX model for a latency SLO (ms) over devices and batch sizes.
 
-    By default the file is read once per batch and grouped into kernels at the first (fusion follows op
-    patterns, not sizes; another batch whose graph differs is grouped anew). ``prepare(batch, shapes)``, when
+    By default the file is read at the first three batches and the others' graphs derived from those reads
+    (:class:`lilou.graph.batch_series.BatchSeries`; a file whose shapes do not scale with the batch is read at
+    every batch), and grouped into kernels at the first (fusion follows op patterns, not sizes; another batch
+    whose graph differs is grouped anew). ``prepare(batch, shapes)``, when
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
     service passes its cache's, so a second plan of the same bytes skips the graph work."""
     from lilou.api import Predictor, PreparedModel, memory_needed, rank_devices
-    from lilou.graph.dag import load_graph
+    from lilou.graph.batch_series import BatchSeries
 
     slo = check_slo(slo_ms)
     sizes = check_batches(batches)
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
-    load = prepare or (lambda batch, pinned: load_graph(model, batch=batch, shapes=pinned))
+    load = prepare or BatchSeries(model).graph
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = []
     tried: list[int] = []

@@ -1,0 +1,86 @@
+"""Graphs of one file at many batch sizes (lilou.graph.batch_series): derived graphs equal read ones, exactly."""
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import helper
+
+from lilou.graph.batch_series import BatchSeries, same_graph
+from lilou.graph.dag import load_graph
+from tests.onnx_builders import make_model, tensor, weight
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def series_against_reads(path, batches=BATCHES) -> BatchSeries:
+    """Ask a series for every batch and check each graph against the file read at that batch."""
+    series = BatchSeries(path)
+    for batch in batches:
+        graph = series.graph(batch)
+        assert same_graph(graph, load_graph(path, batch=batch)), f"batch {batch}"
+    return series
+
+
+def test_a_cnn_is_read_three_times_for_eight_batches(zoo_onnx):
+    """ResNet-18's shapes are fixed or proportional to the batch: batches 1 and 2 are read, 4 is read and derived
+    (they match), the five others are derived and equal their reads node for node."""
+    series = series_against_reads(zoo_onnx("resnet18", batch=1, dynamic_batch=True))
+    assert series.reads == 3
+
+
+def test_a_folded_constant_past_a_folding_limit_is_read(zoo_onnx):
+    """ELECTRA-small's attention mask (folded from constants) grows past the 65,536 elements constant folding keeps
+    as values between batches 4 and 128: that batch is read, not derived; every graph still equals its read."""
+    path = zoo_onnx("electra-small", batch=2, seq=32, dynamic_batch=True)
+    series = series_against_reads(path)
+    assert series.reads == 4
+    first = series._first[1]  # the tensors folding evaluated at batch 1, and the one that crossed the limit
+    crossed = {name for name, elements in first.evaluated.items() if elements <= 1 << 16 < elements * 128}
+    assert crossed
+
+
+def test_a_dimension_that_is_not_proportional_reads_every_batch(tmp_path):
+    """A Concat of the input with one constant row has N + 1 rows: neither fixed nor proportional."""
+    model = make_model([helper.make_node("Concat", ["x", "row"], ["y"], axis=0),
+                        helper.make_node("Relu", ["y"], ["z"])],
+                       [tensor("x", ["N", 16])], [tensor("z", None)], [weight("row", [1, 16])])
+    path = tmp_path / "plus_one.onnx"
+    onnx.save(model, path)
+    series = series_against_reads(path, (1, 2, 4, 8))
+    assert series.reads == 4
+    assert series.graph(8).dag.nodes["Relu_1"]["outputs"][0].shape == (9, 16)
+
+
+def test_pinned_shapes_that_are_not_the_derived_ones_are_read(zoo_onnx):
+    """Past the third batch a graph is derived only when the pinned input shapes are those derivation gives."""
+    path = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    series = BatchSeries(path)
+    for batch in (1, 2, 4):
+        series.graph(batch)
+    name = series.graph(8).inputs[0].name
+    assert series.reads == 3
+    graph = series.graph(8, {name: (8, 3, 112, 112)})
+    assert series.reads == 4 and graph.inputs[0].shape == (8, 3, 112, 112)
+    assert same_graph(graph, load_graph(path, shapes={name: (8, 3, 112, 112)}))
+
+
+def test_bad_input_at_a_derived_batch_is_the_same_one_line_error(zoo_onnx):
+    """A batch above the 2^48-element limit of a tensor fails as a read would (the plan skips it)."""
+    from lilou.errors import LilouInputError
+
+    series = BatchSeries(zoo_onnx("resnet18", batch=1, dynamic_batch=True))
+    for batch in (1, 2, 4):
+        series.graph(batch)
+    with pytest.raises(LilouInputError, match="2\\^48"):
+        series.graph(1 << 40)
+
+
+@pytest.mark.parametrize("batch", [0, -3])
+def test_a_batch_that_is_not_positive_is_refused_after_derivation_is_trusted(zoo_onnx, batch):
+    from lilou.errors import LilouInputError
+
+    series = BatchSeries(zoo_onnx("resnet18", batch=1, dynamic_batch=True))
+    for good in (1, 2, 4):
+        series.graph(good)
+    with pytest.raises(LilouInputError, match="--batch must be a positive integer"):
+        series.graph(batch)
