@@ -22,6 +22,7 @@ code, so a prepared model gives exactly the results its path gives.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -243,6 +244,16 @@ class Predictor:
             kernel_checkpoint or checkpoint_path(KERNEL_LATENCY), has_tensor)
 
     # ----------------------------------------------------------------- public
+
+    @contextlib.contextmanager
+    def reusing_kernel_rows(self) -> Iterator[None]:
+        """While active, the kernel networks run once per distinct feature row across predictions
+        (:meth:`KernelModel.reusing_rows`): for callers that price the same kernels at several batch sizes."""
+        with contextlib.ExitStack() as stack:
+            for model in (self.model.kernel_model, self.model.tensor_model):
+                if model is not None:
+                    stack.enter_context(model.reusing_rows())
+            yield
 
     def prepare(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, like: PreparedModel | None = None) -> PreparedModel:

@@ -36,3 +36,48 @@ def test_rank_prices_each_device_as_predict_does() -> None:
         gpu, _, mig = name.partition("/")
         alone = predictor.predict(example, gpu=gpu, mig=mig or None)
         assert ranked[(alone.gpu, alone.mig)] == alone.latency_ms
+
+
+def _counting_network(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows the kernel networks run on (every call of a member's slowdown head), in order."""
+    counts: list[int] = []
+    original = inference._Member._slowdown
+
+    def counted(self, features):
+        counts.append(len(features))
+        return original(self, features)
+
+    monkeypatch.setattr(inference._Member, "_slowdown", counted)
+    return counts
+
+
+def test_a_plan_runs_the_network_once_per_distinct_row_across_batches(monkeypatch: pytest.MonkeyPatch,
+                                                                      zoo_onnx) -> None:
+    """With the row memo a batch's rows already priced (batch 2's size ladder is batch 1's, less a rung) are not
+    run again, and the prices are bit for bit those of the memo-less model; the memo is gone afterwards."""
+    from lilou.api import Predictor
+
+    path = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    predictor = Predictor()
+    gpus = ["a10g", "t4", "a100-80gb", "a100-80gb/1g.10gb"]
+    alone = [{(e.gpu, e.mig): e.latency_ms for e in predictor.rank(path, gpus=gpus, batch=b)} for b in (1, 2)]
+    counts = _counting_network(monkeypatch)
+    with predictor.reusing_kernel_rows():
+        memo = [{(e.gpu, e.mig): e.latency_ms for e in predictor.rank(path, gpus=gpus, batch=b)} for b in (1, 2)]
+        first, second = sum(counts[:2]), sum(counts[2:])
+    assert memo == alone
+    assert second == 0 < first  # every row of batch 2 was on batch 1's ladder
+    members = [*predictor.model.kernel_model._members, *predictor.model.tensor_model._members]
+    assert all(member.memo is None for member in members)
+
+
+def test_the_memo_finds_rows_whole_not_by_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows whose keys collide are told apart by their values (a row behind another's key is priced again, never
+    given the other's value); a full memo stores no more."""
+    monkeypatch.setattr(inference, "_ROW_HASH", np.zeros(256, dtype=np.uint64))
+    memo = inference._RowMemo(limit=3)
+    memo.store(np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32), np.array([10.0, 20.0], dtype=np.float32))
+    values, found = memo.lookup(np.array([[3.0, 4.0], [5.0, 6.0], [1.0, 2.0]], dtype=np.float32))
+    assert found.tolist() == [False, False, True] and values[2] == 10.0  # [3, 4] is behind [1, 2]'s key
+    memo.store(np.array([[5.0, 6.0], [7.0, 8.0]], dtype=np.float32), np.array([30.0, 40.0], dtype=np.float32))
+    assert len(memo.keys) == 2

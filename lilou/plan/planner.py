@@ -182,37 +182,38 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     tried: list[int] = []
     active = list(devices)  # devices still within the SLO and memory at the last batch tried
     first: PreparedModel | None = None  # its kernel groups are reused at the other batches (same nodes)
-    for batch in sizes:
-        if not active:
-            break
-        try:
-            # --shape pins whole inputs; in a plan their leading (batch) dimension follows the batch tried.
-            loaded = load(batch, {k: (batch, *tuple(v)[1:]) for k, v in shapes.items()} if shapes else None)
-        except LilouInputError as error:
-            if not tried and batch == sizes[-1]:
-                raise
-            warnings.append(f"batch {batch} skipped: {error}")
-            continue
-        # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
-        prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=first)
-        if first is None:
-            first = prepared
-        # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
-        ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
-        by_device = {(e.gpu, e.mig): e for e in ranking}
-        weights, activation = memory_needed(prepared.graph)
-        need = (weights + activation) / _GIB
-        for device in active:
-            entry = by_device[(device.gpu, device.mig)]
-            curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), need,
-                                                 need <= device.memory_gb, entry.extrapolated_share,
-                                                 precision=entry.precision))
-        # A device past the SLO or out of memory at this batch is past them at every larger one (the kernel model
-        # is monotone in size by construction, memory grows with the batch): it is not predicted again.
-        active = [d for d in active if curves[d.name][-1].interval_ms[1] <= slo and curves[d.name][-1].fits]
-        if not tried:
-            warnings += [w for w in ranking.warnings if not w.startswith("the model does not fit")]
-        tried.append(batch)
+    with predictor.reusing_kernel_rows():  # a batch's size ladder holds the larger batches' kernels
+        for batch in sizes:
+            if not active:
+                break
+            try:
+                # --shape pins whole inputs; in a plan their leading (batch) dimension follows the batch tried.
+                loaded = load(batch, {k: (batch, *tuple(v)[1:]) for k, v in shapes.items()} if shapes else None)
+            except LilouInputError as error:
+                if not tried and batch == sizes[-1]:
+                    raise
+                warnings.append(f"batch {batch} skipped: {error}")
+                continue
+            # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
+            prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=first)
+            if first is None:
+                first = prepared
+            # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
+            ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
+            by_device = {(e.gpu, e.mig): e for e in ranking}
+            weights, activation = memory_needed(prepared.graph)
+            need = (weights + activation) / _GIB
+            for device in active:
+                entry = by_device[(device.gpu, device.mig)]
+                curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), need,
+                                                     need <= device.memory_gb, entry.extrapolated_share,
+                                                     precision=entry.precision))
+            # A device past the SLO or out of memory at this batch is past them at every larger one (the kernel model
+            # is monotone in size by construction, memory grows with the batch): it is not predicted again.
+            active = [d for d in active if curves[d.name][-1].interval_ms[1] <= slo and curves[d.name][-1].fits]
+            if not tried:
+                warnings += [w for w in ranking.warnings if not w.startswith("the model does not fit")]
+            tried.append(batch)
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
     return _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")

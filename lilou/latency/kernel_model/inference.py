@@ -8,8 +8,11 @@ is re-done here in numpy from the same ``model.safetensors`` and ``config.json``
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +60,12 @@ def _silu(x: np.ndarray) -> np.ndarray:
 _ROW_HASH = np.random.default_rng(20261202).integers(1, 2**63, size=256, dtype=np.uint64) | np.uint64(1)
 
 
+def _row_keys(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each float32 row's bits (equal rows, equal keys; rows must be checked equal after)."""
+    with np.errstate(over="ignore"):
+        return rows.view(np.uint32).astype(np.uint64) @ _ROW_HASH[:rows.shape[1]]
+
+
 def _distinct_rows(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct rows, index of each row among them).
 
@@ -69,13 +78,46 @@ def _distinct_rows(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if rows.ndim != 2 or rows.shape[1] > len(_ROW_HASH):
         distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
         return distinct, inverse.reshape(-1)
-    with np.errstate(over="ignore"):
-        keys = rows.view(np.uint32).astype(np.uint64) @ _ROW_HASH[:rows.shape[1]]
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(_row_keys(rows), return_index=True, return_inverse=True)
     distinct = rows[first]
     if not np.array_equal(distinct[inverse], rows):
         distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
     return distinct, inverse.reshape(-1)
+
+
+class _RowMemo:
+    """Network outputs of feature rows already seen, kept while a caller asks for it
+    (:meth:`KernelModel.reusing_rows`).
+
+    A capacity plan prices the same kernels at eight batch sizes, and each batch up to 16 carries a ladder of
+    the same kernel at every larger batch up to 64 (:mod:`lilou.latency.composition.monotone`): most rows the
+    network sees at batch 2 it saw at batch 1, bit for bit. Rows are found by their 64-bit key and compared
+    whole; at most ``limit`` rows are kept."""
+
+    def __init__(self, limit: int = 1 << 18) -> None:
+        self.limit = limit
+        self.keys = np.empty(0, dtype=np.uint64)   # sorted
+        self.rows: np.ndarray | None = None        # float32 [n, features], in key order
+        self.values = np.empty(0, dtype=np.float32)
+
+    def lookup(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values, found) for ``rows``; values of rows not found are undefined."""
+        keys = _row_keys(rows) if rows.shape[1] <= len(_ROW_HASH) else None
+        if keys is None or self.rows is None or self.rows.shape[1] != rows.shape[1] or not len(self.keys):
+            return np.empty(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool)
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        found = (self.keys[at] == keys) & (self.rows[at] == rows).all(axis=1)
+        return self.values[at], found
+
+    def store(self, rows: np.ndarray, values: np.ndarray) -> None:
+        if rows.shape[1] > len(_ROW_HASH) or len(self.keys) + len(rows) > self.limit:
+            return
+        if self.rows is not None and self.rows.shape[1] != rows.shape[1]:
+            return
+        keys = np.concatenate([self.keys, _row_keys(rows)])
+        order = np.argsort(keys, kind="stable")
+        stacked = rows if self.rows is None else np.concatenate([self.rows, rows])
+        self.keys, self.rows, self.values = keys[order], stacked[order], np.concatenate([self.values, values])[order]
 
 
 def _mlp(x: np.ndarray, layers: Layers) -> np.ndarray:
@@ -102,6 +144,7 @@ class _Member:
         # Learned duration term (model.power_duration); 0 without it.
         self.duration_exponent = float(np.logaddexp(0.0, state["duration_raw"])) if "duration_raw" in state else 0.0
         self.log_duration_ms = float(state["log_duration_ms"]) if "log_duration_ms" in state else 0.0
+        self.memo: _RowMemo | None = None  # set while KernelModel.reusing_rows() is active
 
     def low_power_exponent(self, compute_ms: np.ndarray | float) -> np.ndarray:
         return low_power_exponent(compute_ms, self.power_exponent, self.duration_exponent, self.log_duration_ms)
@@ -110,9 +153,25 @@ class _Member:
         """Log GPU work (ms) per row from the roofline inputs and the distinct feature rows (``rows`` maps back)."""
         exponent = self.low_power_exponent(compute_ms).astype(np.float32)
         log_roofline = np.maximum(roofline[:, 0] + exponent * roofline[:, 2], roofline[:, 1])
-        hidden = _mlp((features - self.mean) / self.std, self.trunk)
-        slowdown = (hidden @ self.slowdown[0] + self.slowdown[1])[rows, 0]
+        slowdown = self.slowdown_of(features)[rows]
         return (log_roofline + np.logaddexp(0.0, slowdown)).astype(np.float64)  # softplus
+
+    def slowdown_of(self, features: np.ndarray) -> np.ndarray:
+        """The slowdown head's output per distinct feature row, from the memo where it has the row."""
+        memo = self.memo
+        if memo is None:
+            return self._slowdown(features)
+        values, found = memo.lookup(features)
+        missing = np.flatnonzero(~found)
+        if len(missing):
+            computed = self._slowdown(features[missing])
+            values[missing] = computed
+            memo.store(features[missing], computed)
+        return values
+
+    def _slowdown(self, features: np.ndarray) -> np.ndarray:
+        hidden = _mlp((features - self.mean) / self.std, self.trunk)
+        return (hidden @ self.slowdown[0] + self.slowdown[1])[:, 0]
 
     def type_logits(self, type_features: np.ndarray) -> np.ndarray:
         hidden = _mlp((type_features - self.type_mean) / self.type_std, self.type_trunk)
@@ -144,6 +203,27 @@ class KernelModel:
         self.log_duration_ms = first.log_duration_ms
         # Winograd convolutions priced at their own FLOPs (data.winograd_roofline); older checkpoints were not.
         self.winograd = bool(config.get("winograd_roofline", False))
+        self._memo_users = 0
+        self._memo_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def reusing_rows(self) -> Iterator[None]:
+        """While active, the network is run once per distinct feature row across calls (:class:`_RowMemo`):
+        for a caller that prices the same kernels again, e.g. a plan over batch sizes. Nested and concurrent
+        users share one memo, dropped when the last one leaves."""
+        with self._memo_lock:
+            if self._memo_users == 0:
+                for member in self._members:
+                    member.memo = _RowMemo()
+            self._memo_users += 1
+        try:
+            yield
+        finally:
+            with self._memo_lock:
+                self._memo_users -= 1
+                if self._memo_users == 0:
+                    for member in self._members:
+                        member.memo = None
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
