@@ -233,13 +233,16 @@ def _with_units(columns: DeviceColumns, families: list[str], devices: list[Devic
     which rows run on a unit other than the FP32 CUDA cores."""
     m = len(families)
     compute, unit = columns.compute_tflops.copy(), columns.unit.copy()
+    kinds = sorted(set(families))
+    of_kind = {kind: np.array([f == kind for f in families]) for kind in kinds}
     for j, device in enumerate(devices):
         path = path_for(device)
-        for i, family in enumerate(families):
-            name = kernel_unit(family, path, device)
+        for kind in kinds:  # the unit depends on the device and the family only: one lookup per family
+            name = kernel_unit(kind, path, device)
             if name is None:
                 continue
-            rows = j * rungs * m + np.arange(rungs) * m + i
-            compute[rows] = device.peak_tflops[name]
-            unit[rows] = UNITS.index(name)
+            block = slice(j * rungs * m, (j + 1) * rungs * m)  # this device's rungs x kernels, kernel fastest
+            rows = np.tile(of_kind[kind], rungs)
+            compute[block][rows] = device.peak_tflops[name]
+            unit[block][rows] = UNITS.index(name)
     return replace(columns, compute_tflops=compute, unit=unit), unit != UNITS.index("fp32")
