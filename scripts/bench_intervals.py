@@ -9,11 +9,13 @@
    and non-FP32 GEMMs/convs come from the tensor-core model's leave-one-architecture-out folds (as in
    ``make calibrate``; about 10 min more).
 2. Speed: ``lilou plan`` over every GPU and MIG slice and 8 batch sizes vs one ``lilou infer``, each in a
-   fresh process (median of ``--repeats``), on ResNet-50 exported with a dynamic batch.
+   fresh process (median of ``--repeats``, the two interleaved, Lilou byte-compiled as ``make bench-speed``
+   does), on ResNet-50 exported with a dynamic batch.
 
 Writes outputs/bench/intervals.json. The fold checkpoints are those of ``make bench-e2e`` (outputs/logo).
 
     python scripts/bench_intervals.py [--table] [--e2e-json outputs/bench/e2e.json] [--repeats 3] [--no-speed]
+    python scripts/bench_intervals.py --speed-only --repeats 5     # the plan speed alone (plan_speed.json)
 """
 from __future__ import annotations
 
@@ -106,24 +108,29 @@ def resnet50_dynamic() -> Path:
 
 
 def speed(repeats: int) -> dict:
-    from lilou.research.fresh_process import run_lilou
+    """Plan and infer in fresh processes, interleaved (one infer after each plan, so that both see the same load
+    on a shared machine), with Lilou byte-compiled as an install leaves it."""
+    from lilou.research.fresh_process import byte_compiled, run_lilou
 
     model = str(resnet50_dynamic().relative_to(REPO))
     cases = {"infer": ["infer", model, "--gpu", "a10g", "--batch", "1", "--format", "json"],
              "plan": ["plan", model, "--slo-ms", "20", "--batches", "1,2,4,8,16,32,64,128", "--format", "json"]}
-    out = {}
-    for name, argv in cases.items():
-        run_lilou(argv)  # warm the file cache; not counted
-        walls = []
+    walls: dict[str, list[float]] = {name: [] for name in cases}
+    peaks: dict[str, float] = {}
+    outputs: dict[str, object] = {}
+    with byte_compiled(REPO / "lilou"):
+        for argv in cases.values():
+            run_lilou(argv)  # warm the file cache; not counted
         for _ in range(repeats):
-            wall, peak, output = run_lilou(argv)
-            walls.append(wall)
-        out[name] = {"command": "lilou " + " ".join(argv), "median_s": statistics.median(walls), "walls_s": walls,
-                     "peak_rss_mib": peak}
-        if name == "plan":
-            out[name]["devices"] = output["devices"]
-            out[name]["planned"] = len(output["plan"])
+            for name, argv in cases.items():
+                wall, peaks[name], outputs[name] = run_lilou(argv)
+                walls[name].append(wall)
+    out = {name: {"command": "lilou " + " ".join(argv), "median_s": statistics.median(walls[name]),
+                  "walls_s": walls[name], "peak_rss_mib": peaks[name]} for name, argv in cases.items()}
+    out["plan"]["devices"] = outputs["plan"]["devices"]
+    out["plan"]["planned"] = len(outputs["plan"]["plan"])
     out["ratio"] = out["plan"]["median_s"] / out["infer"]["median_s"]
+    out["ratios"] = [p / i for p, i in zip(walls["plan"], walls["infer"])]
     return out
 
 
@@ -161,8 +168,13 @@ def main() -> None:
     parser.add_argument("--e2e-json", type=Path, default=None, help="reuse a `make bench-e2e` result")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-speed", dest="speed", action="store_false")
+    parser.add_argument("--speed-only", action="store_true",
+                        help="only the plan / infer speed, written to outputs/bench/plan_speed.json")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.speed_only:
+        report_speed({"speed": speed(args.repeats)}, OUT / "plan_speed.json", started)
+        return
     if args.recompute or not RESIDUALS_FILE.exists():
         kernel, e2e = recompute(args)
         source = "recomputed from the fold checkpoints"
@@ -187,13 +199,20 @@ def main() -> None:
               "kernel_per_fold": per_fold, "e2e_per_fold": e2e_folds, "e2e_summary": e2e_summary}
     if args.speed:
         result["speed"] = speed(args.repeats)
-        s = result["speed"]
+    report_speed(result, OUT / "intervals.json", started)
+
+
+def report_speed(result: dict, path: Path, started: float) -> None:
+    """Print the speed (when measured) and write ``result`` to ``path``."""
+    s = result.get("speed")
+    if s:
         print(f"speed: plan {s['plan']['median_s']:.2f} s ({s['plan']['devices']} devices x 8 batches) vs infer "
-              f"{s['infer']['median_s']:.2f} s: {s['ratio']:.2f}x (target <= 3x)")
+              f"{s['infer']['median_s']:.2f} s: {s['ratio']:.2f}x (target <= 3x; per pair "
+              f"{min(s['ratios']):.2f}-{max(s['ratios']):.2f}x)")
     result["wall_s"] = time.perf_counter() - started
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "intervals.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {OUT / 'intervals.json'}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -27,16 +27,14 @@ Writes outputs/bench/speed.json.
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from lilou.research.fresh_process import run_lilou
+from lilou.research.fresh_process import byte_compiled, run_lilou
 from rich.console import Console
 from rich.table import Table
 
@@ -98,13 +96,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per case (default 5)")
     args = parser.parse_args()
-    compileall.compile_dir(REPO / "lilou", quiet=1)
-    try:
+    with byte_compiled(REPO / "lilou"):
         measure(args.repeats)
-    finally:
-        if sys.dont_write_bytecode:  # nothing here writes bytecode on its own: leave none behind
-            for cache in (REPO / "lilou").rglob("__pycache__"):
-                shutil.rmtree(cache, ignore_errors=True)
 
 
 def measure(repeats: int) -> None:
