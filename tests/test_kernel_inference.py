@@ -81,3 +81,20 @@ def test_the_memo_finds_rows_whole_not_by_hash(monkeypatch: pytest.MonkeyPatch) 
     assert found.tolist() == [False, False, True] and values[2] == 10.0  # [3, 4] is behind [1, 2]'s key
     memo.store(np.array([[5.0, 6.0], [7.0, 8.0]], dtype=np.float32), np.array([30.0, 40.0], dtype=np.float32))
     assert len(memo.keys) == 2
+
+
+def test_the_network_in_chunks_gives_every_row_what_it_gives_them_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank over every device runs thousands of feature rows through the networks CHUNK_ROWS at a time (less memory
+    to touch): the same latencies and kernel types, bit for bit, as in one piece."""
+    from pathlib import Path
+
+    from lilou.api import Predictor
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "resnet18.onnx"
+    predictor = Predictor()
+    counts = _counting_network(monkeypatch)
+    chunked = [(e.gpu, e.mig, e.latency_ms, e.interval_ms) for e in predictor.rank(example)]
+    assert max(counts) > 3 * inference.CHUNK_ROWS  # ResNet-18: 13,000 distinct tensor-core rows, four chunks
+    monkeypatch.setattr(inference, "CHUNK_ROWS", 10**9)
+    whole = [(e.gpu, e.mig, e.latency_ms, e.interval_ms) for e in predictor.rank(example)]
+    assert whole == chunked
