@@ -80,7 +80,7 @@ def test_the_memo_finds_rows_whole_not_by_hash(monkeypatch: pytest.MonkeyPatch) 
     values, found = memo.lookup(np.array([[3.0, 4.0], [5.0, 6.0], [1.0, 2.0]], dtype=np.float32))
     assert found.tolist() == [False, False, True] and values[2] == 10.0  # [3, 4] is behind [1, 2]'s key
     memo.store(np.array([[5.0, 6.0], [7.0, 8.0]], dtype=np.float32), np.array([30.0, 40.0], dtype=np.float32))
-    assert len(memo.keys) == 2
+    assert len(memo) == 2
 
 
 def test_the_network_in_chunks_gives_every_row_what_it_gives_them_whole(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,28 +96,35 @@ class _RowMemo:
 
     def __init__(self, limit: int = 1 << 18) -> None:
         self.limit = limit
-        self.keys = np.empty(0, dtype=np.uint64)   # sorted
-        self.rows: np.ndarray | None = None        # float32 [n, features], in key order
-        self.values = np.empty(0, dtype=np.float32)
+        # (sorted keys, float32 rows in key order, values): replaced whole, never changed in place, so that a
+        # lookup in another thread (the service shares one Predictor) never pairs one state's keys with another's.
+        self._state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return 0 if self._state is None else len(self._state[0])
 
     def lookup(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(values, found) for ``rows``; values of rows not found are undefined."""
-        keys = _row_keys(rows) if rows.shape[1] <= len(_ROW_HASH) else None
-        if keys is None or self.rows is None or self.rows.shape[1] != rows.shape[1] or not len(self.keys):
+        state = self._state
+        if state is None or state[1].shape[1] != rows.shape[1] or rows.shape[1] > len(_ROW_HASH):
             return np.empty(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool)
-        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        found = (self.keys[at] == keys) & (self.rows[at] == rows).all(axis=1)
-        return self.values[at], found
+        keys, stored, values = state
+        wanted = _row_keys(rows)
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        found = (keys[at] == wanted) & (stored[at] == rows).all(axis=1)
+        return values[at], found
 
     def store(self, rows: np.ndarray, values: np.ndarray) -> None:
-        if rows.shape[1] > len(_ROW_HASH) or len(self.keys) + len(rows) > self.limit:
+        state = self._state
+        if rows.shape[1] > len(_ROW_HASH) or len(self) + len(rows) > self.limit:
             return
-        if self.rows is not None and self.rows.shape[1] != rows.shape[1]:
+        if state is not None and state[1].shape[1] != rows.shape[1]:
             return
-        keys = np.concatenate([self.keys, _row_keys(rows)])
+        if state is not None:
+            rows, values = np.concatenate([state[1], rows]), np.concatenate([state[2], values])
+        keys = _row_keys(rows)
         order = np.argsort(keys, kind="stable")
-        stacked = rows if self.rows is None else np.concatenate([self.rows, rows])
-        self.keys, self.rows, self.values = keys[order], stacked[order], np.concatenate([self.values, values])[order]
+        self._state = (keys[order], rows[order], values[order].astype(np.float32))
 
 
 #: Rows of the feature matrix run through the network at a time (see :func:`_in_chunks`).
