@@ -290,6 +290,30 @@ def test_plan_uses_one_cached_model_per_batch(monkeypatch, zoo_onnx, predictor):
     assert predicted == {**predictor.predict(dynamic, gpu="l4", batch=2).to_json(), "model": "r18.onnx"}
 
 
+def test_plan_reads_a_file_three_times_and_groups_each_batch(graph_work, zoo_onnx, predictor):
+    """A plan's uncached batches are read through one BatchSeries: 3 reads for 5 batches, each graph grouped into
+    kernels on its own (the cache is shared with /v1/predict), and the plan equals the CLI's."""
+    from lilou.serve.service import has_plan
+
+    if not has_plan():
+        pytest.skip("lilou.plan is not installed: /v1/plan is not offered")
+    from lilou.plan import plan_model
+    from lilou.serve.schemas import PlanRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    dynamic = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    service = Service(Settings())
+    request = PlanRequest(slo_ms=1000, gpus=["a10g", "t4"], batches=[1, 2, 4, 8, 16])
+    try:
+        result = service.plan(request, dynamic, ModelSource(path=dynamic, sha256="r18-series", name="r18.onnx"))
+    finally:
+        service.shutdown()
+    assert graph_work == {"load": 3, "fuse": 5} and result["batches"] == [1, 2, 4, 8, 16]
+    expected = plan_model(dynamic, 1000, gpus=request.gpus, batches=request.batches, predictor=predictor).to_json()
+    assert result == {**expected, "model": "r18.onnx"}
+
+
 def test_upload_folders_are_removed(client, upload_tmp):
     assert client.post("/v1/predict", files=_upload(), data={"gpu": "a10g"}).status_code == 200
     assert client.post("/v1/predict", files=_upload(), data={"gpu": "nope"}).status_code == 400

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lilou.api import Predictor, PreparedModel
 from lilou.errors import LilouInputError
@@ -25,6 +25,9 @@ from lilou.serve.cache import ModelCache, model_key
 from lilou.serve.errors import InvalidField, OverTimeBudget
 from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest
 from lilou.serve.uploads import ModelSource, ModelsRoot
+
+if TYPE_CHECKING:
+    from lilou.graph.batch_series import BatchSeries
 
 T = TypeVar("T")
 log = logging.getLogger("lilou.serve")
@@ -110,14 +113,22 @@ class Service:
         return {"cache": cache, "kernel_groupings": {key: cache[key] for key in ("entries", "hits", "misses")}}
 
     def prepared(self, source: ModelSource, batch: int | None, shapes: dict[str, list[int]],
-                 backend: str) -> PreparedModel:
-        """The model read and grouped into kernels, from the cache, named as this request named it."""
+                 backend: str, series: BatchSeries | None = None) -> PreparedModel:
+        """The model read and grouped into kernels, from the cache, named as this request named it.
+
+        A plan passes the file's ``series``: graphs of later batches derived from its first reads, identical to the
+        graphs a read gives (:mod:`lilou.graph.batch_series`), so the cache holds what /v1/predict would prepare. Each
+        is grouped into kernels on its own (a CLI plan reuses its first batch's groups; cached entries here are
+        shared with /v1/predict, which must equal `lilou infer`)."""
         from lilou.graph.dag import load_graph
 
         predictor = self.predictor(backend)
 
         def load() -> PreparedModel:
-            graph = load_graph(source.path, batch=batch, shapes=shapes or None)
+            if series is not None and batch is not None:
+                graph = series.graph(batch, shapes or None)
+            else:
+                graph = load_graph(source.path, batch=batch, shapes=shapes or None)
             # Prepared from the graph so that errors name the model as the request did; the batch is the option's.
             prepared = predictor.prepare(dataclasses.replace(graph, name=source.name))
             return dataclasses.replace(prepared, batch=batch)
@@ -173,15 +184,22 @@ class Service:
             else:
                 if request.slo_ms is None:
                     raise InvalidField("plan needs slo_ms (or llm: true with itl_slo_ms, input_len, output_len)")
-                # Each batch re-shapes the graph: one cached prepared model per batch, shared with /v1/predict.
+                # Each batch re-shapes the graph: one cached prepared model per batch, shared with /v1/predict;
+                # batches not cached are read through one BatchSeries (later ones derived from the first reads).
                 plan = plan_model(model, request.slo_ms, gpus=request.gpus, batches=request.batches, prices=prices,
                                   predictor=self.predictor(request.backend), shapes=request.shapes or None,
                                   precision=request.precision, tf32=request.tf32,
-                                  prepare=lambda batch, shapes: self.prepared(source, batch, shapes or {},
-                                                                              request.backend))
+                                  prepare=self._plan_batches(source, request.backend))
         result = plan.to_json()
         result["model"] = source.name if source is not None else str(model)
         return result
+
+    def _plan_batches(self, source: ModelSource, backend: str) -> Callable[[int, dict | None], PreparedModel]:
+        """``plan_model``'s ``prepare`` for one plan: cached prepared models, read through one BatchSeries."""
+        from lilou.graph.batch_series import BatchSeries
+
+        series = BatchSeries(source.path)
+        return lambda batch, shapes: self.prepared(source, batch, shapes or {}, backend, series=series)
 
     def _prices(self, prices: dict[str, float] | str | None) -> dict[str, float] | None:
         """Prices keyed by device name, checked as ``--prices`` files are (lilou.plan.read_prices)."""
