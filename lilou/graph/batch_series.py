@@ -7,13 +7,14 @@ tensor's dimension is either fixed or proportional to the batch (``N x 3 x 224 x
 one of those two kinds, and derives the shape table of any later batch from them; the DAG, its FLOPs and
 bytes and every shape check are then computed from that table exactly as for a read file
 (:func:`lilou.graph.dag.annotate_graph`). Derivation is trusted only once it has reproduced a real read: the
-third batch is both derived and read, and the two graphs must be identical node for node, edge for edge. A
-model whose dimensions are neither fixed nor proportional (a dimension of ``N + 1``, padding to a multiple)
-or whose third read differs is read at every batch, as before. So is a batch whose derived dimensions would
-not be integers, whose pinned input shapes are not the derived ones, or where a tensor that constant
-folding evaluated (or a 1-D input) crosses one of the sizes at which reading behaves differently (folding
-keeps values up to ``MAX_VALUE_ELEMENTS`` elements, evaluates up to ``MAX_FOLD_ELEMENTS`` and says so beyond:
-ViT's attention-mask Expand passes it at batch 32).
+largest batch the caller will ask for is both derived and read, and the two graphs must be identical node for
+node, edge for edge; no batch above the checked one is derived. A model whose dimensions are neither fixed nor
+proportional (a dimension of ``N + 1``, padding to a multiple) or whose check differs is read at every batch,
+as before. So is a batch whose derived dimensions would not be integers, whose pinned input shapes are not the
+derived ones, or where a tensor that constant folding evaluated (or a 1-D input) crosses one of the sizes at
+which reading behaves differently (folding keeps values up to ``MAX_VALUE_ELEMENTS`` elements and evaluates up
+to ``MAX_FOLD_ELEMENTS``: a ViT-B/16 attention constant passes the first between batches 1 and 2 and the
+second at batch 32).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from lilou.errors import LilouInputError
 from lilou.graph.costs import TensorInfo
 from lilou.graph.dag import ModelGraph, ShapedModel, annotate_graph, shape_model
 from lilou.graph.loading import load_onnx
@@ -33,35 +35,71 @@ Kinds = dict[str, tuple[str, ...] | None]
 
 
 class BatchSeries:
-    """Graphs of one ONNX file at the batch sizes asked for, in any order (see the module docstring)."""
+    """Graphs of one ONNX file at batch sizes up to ``largest`` (see the module docstring).
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    Derivation is checked against a read at ``largest`` (or, where that batch cannot be derived, the largest of
+    ``largest / 2``, ``largest / 4`` ... that can), before the first graph is derived, and a batch above the
+    checked one is always read: a dimension that only looks fixed or proportional over the first batches
+    (``ceil(N / 8)`` is 1 at batches 1 to 8) is caught over the whole range a derived graph can come from."""
+
+    def __init__(self, path: str | os.PathLike[str], largest: int) -> None:
         self.path = path
         self.name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+        self.largest = largest
         self._first: tuple[int, ShapedModel] | None = None   # the first batch read, kept whole
         self._kinds: Kinds | None = None                     # per tensor, the kind of each dimension
-        self._trusted = False                                # a derived graph has matched a real read
-        self._refused = False                                # ... or has not: read every batch
+        self._checked = 0                                    # derived graphs matched a read at this batch
+        self._refused = False                                # ... or did not: read every batch
         self.reads = 0                                       # files read (for tests and benchmarks)
 
     def graph(self, batch: int, shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
         """The annotated graph at ``batch`` (``shapes`` pins whole inputs, as ``load_graph`` takes them)."""
         check_batch(batch)
-        derived = self._derive(batch, shapes) if self._kinds is not None and not self._refused else None
-        if derived is not None and self._trusted:
-            return derived
-        shaped = shape_model(load_onnx(self.path), batch=batch, shapes=shapes)
-        self.reads += 1
-        graph = annotate_graph(shaped, name=self.name)
+        if self._kinds is not None and not self._refused and not self._checked:
+            self._check_above(batch, shapes)
+        if self._kinds is not None and not self._refused and batch <= self._checked:
+            derived = self._derive(batch, shapes)
+            if derived is not None:
+                return derived
+        shaped, graph = self._read(batch, shapes)
         if self._first is None:
             self._first = (batch, shaped)
         elif self._kinds is None and not self._refused:
             self._kinds = _dimension_kinds(self._first, (batch, shaped))
             self._refused = self._kinds is None
-        elif derived is not None:
-            self._trusted = same_graph(derived, graph)
-            self._refused = not self._trusted
         return graph
+
+    def _read(self, batch: int, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ShapedModel, ModelGraph]:
+        shaped = shape_model(load_onnx(self.path), batch=batch, shapes=shapes)
+        self.reads += 1
+        return shaped, annotate_graph(shaped, name=self.name)
+
+    def _check_above(self, batch: int, shapes: Mapping[str, Sequence[int]] | None) -> None:
+        """Check derivation against a read at the largest batch from ``largest`` down by halves, not below ``batch``,
+        that can be derived; inputs pinned now are pinned at their derived shapes there. Nothing to check against, a
+        check the file cannot take (a one-line input error) or one that differs refuses derivation."""
+        target = self.largest
+        while target >= batch:
+            try:
+                derived = self._derive(target, None)
+            except LilouInputError:  # e.g. a tensor past Lilou's size limit there: that batch will fail when asked
+                derived = None
+            if derived is not None:
+                break
+            target //= 2
+        else:
+            self._refused = True  # nothing to check against: read every batch
+            return
+        pins = {t.name: t.shape for t in derived.inputs if t.name in (shapes or {})}
+        try:
+            _, graph = self._read(target, pins or None)
+        except LilouInputError:
+            self._refused = True
+            return
+        if same_graph(derived, graph):
+            self._checked = target
+        else:
+            self._refused = True
 
     def _derive(self, batch: int, shapes: Mapping[str, Sequence[int]] | None) -> ModelGraph | None:
         """The graph at ``batch`` from the first read's model and the derived shape table (None: read it)."""

@@ -163,9 +163,9 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                ) -> CapacityPlan:
     """The capacity plan of an ONNX model for a latency SLO (ms) over devices and batch sizes.
 
-    By default the file is read at the first three batches and the others' graphs derived from those reads
-    (:class:`lilou.graph.batch_series.BatchSeries`; a file whose shapes do not scale with the batch is read at
-    every batch), and grouped into kernels at the first (fusion follows op patterns, not sizes; another batch
+    By default the file is read at the first two batches and the largest, and the others' graphs derived from
+    those reads (:class:`lilou.graph.batch_series.BatchSeries`; a file whose shapes do not scale with the batch is
+    read at every batch), and grouped into kernels at the first (fusion follows op patterns, not sizes; another batch
     whose graph differs is grouped anew). ``prepare(batch, shapes)``, when
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
     service passes its cache's, so a second plan of the same bytes skips the graph work."""
@@ -176,7 +176,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     sizes = check_batches(batches)
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
-    load = prepare or BatchSeries(model).graph
+    load = prepare or BatchSeries(model, largest=sizes[-1]).graph
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = []
     tried: list[int] = []

@@ -189,16 +189,18 @@ class Service:
                 plan = plan_model(model, request.slo_ms, gpus=request.gpus, batches=request.batches, prices=prices,
                                   predictor=self.predictor(request.backend), shapes=request.shapes or None,
                                   precision=request.precision, tf32=request.tf32,
-                                  prepare=self._plan_batches(source, request.backend))
+                                  prepare=self._plan_batches(source, request.backend, request.batches))
         result = plan.to_json()
         result["model"] = source.name if source is not None else str(model)
         return result
 
-    def _plan_batches(self, source: ModelSource, backend: str) -> Callable[[int, dict | None], PreparedModel]:
+    def _plan_batches(self, source: ModelSource, backend: str,
+                      batches: list[int] | None) -> Callable[[int, dict | None], PreparedModel]:
         """``plan_model``'s ``prepare`` for one plan: cached prepared models, read through one BatchSeries."""
         from lilou.graph.batch_series import BatchSeries
+        from lilou.plan.planner import check_batches
 
-        series = BatchSeries(source.path)
+        series = BatchSeries(source.path, largest=check_batches(batches)[-1])
         return lambda batch, shapes: self.prepared(source, batch, shapes or {}, backend, series=series)
 
     def _prices(self, prices: dict[str, float] | str | None) -> dict[str, float] | None:
