@@ -140,9 +140,9 @@ def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
 
 
 def test_graph_work_once_per_batch_not_per_device(capsys, graph_work, resnet_dynamic):
-    """The file is read at most once per batch, never per device: at the first three batches, the others derived
-    from those reads (lilou.graph.batch_series); fusion is predicted once, at the first batch, and its kernel
-    groups reused at the others (same nodes)."""
+    """The file is read at most once per batch, never per device: at the first two batches and the largest, the
+    others derived from those reads (lilou.graph.batch_series); fusion is predicted once, at the first batch, and
+    its kernel groups reused at the others (same nodes)."""
     calls = graph_work
     plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--batches", "1,2,4")
     assert plan["devices"] == len(all_devices())
