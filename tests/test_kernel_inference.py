@@ -76,11 +76,27 @@ def test_the_memo_finds_rows_whole_not_by_hash(monkeypatch: pytest.MonkeyPatch) 
     given the other's value); a full memo stores no more."""
     monkeypatch.setattr(inference, "_ROW_HASH", np.zeros(256, dtype=np.uint64))
     memo = inference._RowMemo(limit=3)
-    memo.store(np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32), np.array([10.0, 20.0], dtype=np.float32))
-    values, found = memo.lookup(np.array([[3.0, 4.0], [5.0, 6.0], [1.0, 2.0]], dtype=np.float32))
+    first = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    memo.store(first, np.array([10.0, 20.0], dtype=np.float32), memo.lookup(first)[2])
+    values, found, _ = memo.lookup(np.array([[3.0, 4.0], [5.0, 6.0], [1.0, 2.0]], dtype=np.float32))
     assert found.tolist() == [False, False, True] and values[2] == 10.0  # [3, 4] is behind [1, 2]'s key
-    memo.store(np.array([[5.0, 6.0], [7.0, 8.0]], dtype=np.float32), np.array([30.0, 40.0], dtype=np.float32))
+    more = np.array([[5.0, 6.0], [7.0, 8.0]], dtype=np.float32)
+    memo.store(more, np.array([30.0, 40.0], dtype=np.float32), memo.lookup(more)[2])
     assert len(memo) == 2
+
+
+def test_the_memo_finds_every_row_stored_over_several_calls() -> None:
+    """Rows stored in several calls (merged into one sorted run) are all found, each with its own value."""
+    rng = np.random.default_rng(0)
+    memo = inference._RowMemo()
+    parts = [rng.standard_normal((n, 35)).astype(np.float32) for n in (500, 3, 1200)]
+    for i, rows in enumerate(parts):
+        _, found, keys = memo.lookup(rows)
+        assert not found.any()
+        memo.store(rows, np.arange(len(rows), dtype=np.float32) + 10_000 * i, keys)
+    values, found, _ = memo.lookup(np.concatenate(parts))
+    expected = np.concatenate([np.arange(len(rows)) + 10_000 * i for i, rows in enumerate(parts)])
+    assert found.all() and np.array_equal(values, expected) and len(memo) == 1703
 
 
 def test_the_network_in_chunks_gives_every_row_what_it_gives_them_whole(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,7 +40,7 @@ from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
 from lilou.llm.interconnect import all_reduce_ms, link
 from lilou.llm.memory import ITEMSIZE, MemoryFit, max_batch_fitting, memory_fit
 from lilou.llm.power import PowerModel
-from lilou.llm.steps import StepKernel, StepShape, step_kernels
+from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
 
 ENGINES = ("vllm", "hf")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
@@ -360,7 +360,8 @@ class LLMPredictor:
         if chunk:
             steps.append(StepShape(batch, 1, input_len + 1 + span // 2, causal=False, prefill_tokens=chunk,
                                    prefill_len=input_len))
-        kernels = [step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine) for s in steps]
+        kernels = [remembered_step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine)
+                   for s in steps]
         flat = [k for step in kernels for k in step]
         work = self._work(flat, device, dtype)
         if engine == "vllm":  # measured vLLM attention kernels depart from the fused-attention price

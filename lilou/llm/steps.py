@@ -24,6 +24,7 @@ carries its shape, so that :mod:`lilou.llm.attention` can correct its price to w
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -149,6 +150,14 @@ def attention_kernel(shape: StepShape, heads: int, kv_heads: int, head_dim: int,
 def _expected_experts(experts: int, top_k: int, tokens: int) -> float:
     """Distinct experts ``tokens`` reach when each picks ``top_k`` of ``experts`` uniformly."""
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+@functools.lru_cache(maxsize=256)
+def remembered_step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: str, tp: int,
+                            engine: str) -> tuple[StepKernel, ...]:
+    """:func:`step_kernels`, remembered (a step's kernels do not depend on the GPU: a plan asks for the same steps
+    on every device, 115 times). Immutable, so callers share it."""
+    return tuple(step_kernels(config, shape, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine))
 
 
 def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: str, tp: int,

@@ -269,21 +269,22 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = []
     refused: dict[str, str] = {}
-    for device in devices:
-        for batch in sizes:
-            try:
-                result = llm.predict(model, device.gpu, mig=device.mig, batch=batch, input_len=input_len,
-                                     output_len=output_len, dtype=dtype, engine=engine)
-            except LilouInputError as error:
-                refused.setdefault(device.name, str(error))
-                break
-            if result.itl_ms is None or result.ttft_ms is None:
-                refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
-                                                                     else "no latency"))
-                break
-            curves[device.name].append(_llm_point(result, batch, input_len, output_len))
-            if not warnings:
-                warnings = [w for w in result.warnings if not w.startswith("no --dtype given")]
+    with llm.predictor.reusing_kernel_rows():  # batches share most rows of their size ladders
+        for device in devices:
+            for batch in sizes:
+                try:
+                    result = llm.predict(model, device.gpu, mig=device.mig, batch=batch, input_len=input_len,
+                                         output_len=output_len, dtype=dtype, engine=engine)
+                except LilouInputError as error:
+                    refused.setdefault(device.name, str(error))
+                    break
+                if result.itl_ms is None or result.ttft_ms is None:
+                    refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
+                                                                         else "no latency"))
+                    break
+                curves[device.name].append(_llm_point(result, batch, input_len, output_len))
+                if not warnings:
+                    warnings = [w for w in result.warnings if not w.startswith("no --dtype given")]
     if len(refused) == len(devices):
         raise LilouInputError(next(iter(refused.values())))
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm")

@@ -103,28 +103,32 @@ class _RowMemo:
     def __len__(self) -> int:
         return 0 if self._state is None else len(self._state[0])
 
-    def lookup(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(values, found) for ``rows``; values of rows not found are undefined."""
-        state = self._state
-        if state is None or state[1].shape[1] != rows.shape[1] or rows.shape[1] > len(_ROW_HASH):
-            return np.empty(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool)
-        keys, stored, values = state
+    def lookup(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(values, found, keys) for ``rows``; values of rows not found are undefined; ``keys`` (None for rows too
+        wide to hash) are for :meth:`store`."""
+        if rows.shape[1] > len(_ROW_HASH):
+            return np.empty(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool), None
         wanted = _row_keys(rows)
+        state = self._state
+        if state is None or state[1].shape[1] != rows.shape[1]:
+            return np.empty(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool), wanted
+        keys, stored, values = state
         at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
         found = (keys[at] == wanted) & (stored[at] == rows).all(axis=1)
-        return values[at], found
+        return values[at], found, wanted
 
-    def store(self, rows: np.ndarray, values: np.ndarray) -> None:
+    def store(self, rows: np.ndarray, values: np.ndarray, keys: np.ndarray) -> None:
+        """Keep ``rows`` (with their ``keys`` from :meth:`lookup`) and their network ``values``."""
         state = self._state
-        if rows.shape[1] > len(_ROW_HASH) or len(self) + len(rows) > self.limit:
+        if len(self) + len(rows) > self.limit or (state is not None and state[1].shape[1] != rows.shape[1]):
             return
-        if state is not None and state[1].shape[1] != rows.shape[1]:
-            return
-        if state is not None:
-            rows, values = np.concatenate([state[1], rows]), np.concatenate([state[2], values])
-        keys = _row_keys(rows)
         order = np.argsort(keys, kind="stable")
-        self._state = (keys[order], rows[order], values[order].astype(np.float32))
+        keys, rows, values = keys[order], rows[order], values[order].astype(np.float32)
+        if state is not None:  # merge two sorted runs: insert the new rows where their keys fall
+            at = np.searchsorted(state[0], keys)
+            keys, rows, values = (np.insert(state[0], at, keys), np.insert(state[1], at, rows, axis=0),
+                                  np.insert(state[2], at, values))
+        self._state = (keys, rows, values)
 
 
 #: Rows of the feature matrix run through the network at a time (see :func:`_in_chunks`).
@@ -184,12 +188,13 @@ class _Member:
         memo = self.memo
         if memo is None:
             return self._slowdown(features)
-        values, found = memo.lookup(features)
+        values, found, keys = memo.lookup(features)
         missing = np.flatnonzero(~found)
         if len(missing):
             computed = self._slowdown(features[missing])
             values[missing] = computed
-            memo.store(features[missing], computed)
+            if keys is not None:
+                memo.store(features[missing], computed, keys[missing])
         return values
 
     def _slowdown(self, features: np.ndarray) -> np.ndarray:
