@@ -233,16 +233,15 @@ def _with_units(columns: DeviceColumns, families: list[str], devices: list[Devic
     which rows run on a unit other than the FP32 CUDA cores."""
     m = len(families)
     compute, unit = columns.compute_tflops.copy(), columns.unit.copy()
-    kinds = sorted(set(families))
-    of_kind = {kind: np.array([f == kind for f in families]) for kind in kinds}
+    # the unit depends on the device and the family only: one lookup per family, applied to its rows of every rung
+    of_kind = {kind: np.tile(np.array([f == kind for f in families]), rungs) for kind in sorted(set(families))}
     for j, device in enumerate(devices):
         path = path_for(device)
-        for kind in kinds:  # the unit depends on the device and the family only: one lookup per family
+        block = slice(j * rungs * m, (j + 1) * rungs * m)  # this device's rungs x kernels, kernel fastest
+        for kind, rows in of_kind.items():
             name = kernel_unit(kind, path, device)
             if name is None:
                 continue
-            block = slice(j * rungs * m, (j + 1) * rungs * m)  # this device's rungs x kernels, kernel fastest
-            rows = np.tile(of_kind[kind], rungs)
             compute[block][rows] = device.peak_tflops[name]
             unit[block][rows] = UNITS.index(name)
     return replace(columns, compute_tflops=compute, unit=unit), unit != UNITS.index("fp32")
