@@ -25,6 +25,7 @@ import functools
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -417,7 +418,7 @@ class LLMPredictor:
         work = self.predictor.model.kernel_work(graph_kernels, [device], None, lambda _: path)
         return np.array(work.work_ms[:, 0], dtype=np.float64)
 
-    def _phase(self, kernels: list[StepKernel], ms: float, device: Device, dtype: str,
+    def _phase(self, kernels: Sequence[StepKernel], ms: float, device: Device, dtype: str,
                weight: float = 1.0, gpu_ms: float | None = None, launches: float = 0.0,
                queue: tuple[np.ndarray, ...] = ()) -> Phase:
         from lilou.latency.kernel_model.precision import kernel_unit, precision_path
@@ -469,7 +470,7 @@ class LLMPredictor:
         return notes
 
 
-def _sequence(kernels: list[StepKernel], work: np.ndarray) -> np.ndarray:
+def _sequence(kernels: Sequence[StepKernel], work: np.ndarray) -> np.ndarray:
     """Work of a step's kernels in launch order: head, the layers one after another, tail."""
     layer = [(k, w) for k, w in zip(kernels, work) if k.layer]
     once = [(k, w) for k, w in zip(kernels, work) if not k.layer]
