@@ -48,7 +48,9 @@ class BatchSeries:
         self.largest = largest
         self._first: tuple[int, ShapedModel] | None = None   # the first batch read, kept whole
         self._kinds: Kinds | None = None                     # per tensor, the kind of each dimension
+        self._first_classes: dict[str, int] = {}             # _size_classes of the first read
         self._checked = 0                                    # derived graphs matched a read at this batch
+        self._check_read: tuple[dict, ModelGraph] | None = None  # that read (pins, graph), until it is asked for
         self._refused = False                                # ... or did not: read every batch
         self.reads = 0                                       # files read (for tests and benchmarks)
 
@@ -57,6 +59,9 @@ class BatchSeries:
         check_batch(batch)
         if self._kinds is not None and not self._refused and not self._checked:
             self._check_above(batch, shapes)
+        if self._check_read is not None and batch == self._checked and self._check_read[0] == dict(shapes or {}):
+            graph, self._check_read = self._check_read[1], None  # read for the check already: not built again
+            return graph
         if self._kinds is not None and not self._refused and batch <= self._checked:
             derived = self._derive(batch, shapes)
             if derived is not None:
@@ -67,6 +72,7 @@ class BatchSeries:
         elif self._kinds is None and not self._refused:
             self._kinds = _dimension_kinds(self._first, (batch, shaped))
             self._refused = self._kinds is None
+            self._first_classes = _size_classes(self._first[1], self._first[1].tensors)
         return graph
 
     def _read(self, batch: int, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ShapedModel, ModelGraph]:
@@ -97,7 +103,7 @@ class BatchSeries:
             self._refused = True
             return
         if same_graph(derived, graph):
-            self._checked = target
+            self._checked, self._check_read = target, (pins, graph)
         else:
             self._refused = True
 
@@ -113,7 +119,7 @@ class BatchSeries:
             tensors[name] = info if dims == info.shape else replace(info, shape=dims)
         if any(tuple(dims) != (tensors[name].shape if name in tensors else None) for name, dims in (shapes or {}).items()):
             return None
-        if _size_classes(first, tensors) != _size_classes(first, first.tensors):
+        if _size_classes(first, tensors) != self._first_classes:
             return None
         shaped = ShapedModel(model=first.model, tensors=tensors, notes=first.notes, evaluated=first.evaluated)
         return annotate_graph(shaped, name=self.name)
