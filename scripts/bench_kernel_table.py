@@ -29,7 +29,7 @@ from hydra import compose, initialize_config_dir
 from lilou.data.kernel_table import kernel_table
 from lilou.latency.evaluation.neusight_baseline import NeuSightBaseline
 from lilou.latency.evaluation.roofline import RooflineBaseline
-from lilou.latency.kernel_model.table_datamodule import dataset_from_sample
+from lilou.latency.kernel_model.dataset import dataset_from_sample
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
 from lilou.latency.evaluation.table_folds import MIN_GPU_ROWS, Scored, logo_table, loao_table, per_architecture
 from lilou.latency.kernel_model.table_sample import sample_table

@@ -92,3 +92,38 @@ def test_shipped_checkpoint_loads_and_predicts_real_rows(datasets_dir):
     ratio = prediction.latency_ms / rows.latency_ms
     assert np.all(np.isfinite(ratio))
     assert 0.7 < np.median(ratio) < 1.4  # a GPU it was trained on: no gross bias
+
+
+def test_kernel_table_rows_join_neusight_with_their_own_timing(datasets_dir):
+    """DeepBench's FP32 forward convolutions (every geometry NeuSight lacks), as the FP32 model's extra rows."""
+    from lilou.latency.kernel_model.datamodule import table_dataset
+    from lilou.latency.kernel_model.dataset import TIMINGS
+
+    rows = table_dataset({"sources": ["deepbench"], "dtypes": ["fp32"], "families": ["conv"]}, datasets_dir)
+    gpus, counts = np.unique(rows.gpu, return_counts=True)
+    assert gpus.tolist() == ["gtx-1080-ti", "gtx-titan-x", "m40-24gb", "p100-pcie-16gb", "t4", "titan-x-pascal",
+                             "titan-xp", "v100-sxm2-16gb"]
+    assert counts.tolist() == [90] * 8  # forward passes only
+    assert set(rows.family) == {"conv"} and set(rows.timing) == {TIMINGS.index("host-timer-loop")}
+    windows = set(rows.kernels.conv_window.tolist())
+    assert {1.0, 9.0, 25.0, 49.0} <= windows  # 1x1, 3x3, 5x5 and 7x7 filters
+    assert set(rows.kernels.conv_stride.tolist()) == {1.0, 2.0}
+    assert np.all(rows.devices.unit == 0)  # FP32 CUDA cores
+    with pytest.raises(ValueError, match="not \\['gpus'\\]"):
+        table_dataset({"gpus": ["t4"]}, datasets_dir)
+
+
+def test_held_out_gpus_leave_the_table_rows_too(datasets_dir):
+    """The V100 fold holds out NeuSight's V100-PCIe and DeepBench's V100-SXM2: no V100 row trains it."""
+    from lilou.latency.evaluation.folds import KERNEL_FOLDS
+    from lilou.latency.kernel_model.datamodule import KernelDataModule
+
+    module = KernelDataModule(data_dir=str(datasets_dir), held_out_gpus=KERNEL_FOLDS["v100"], ops=["conv"],
+                              table_rows={"sources": ["deepbench"], "dtypes": ["fp32"], "families": ["conv"]})
+    module.setup()
+    assert not {"v100-pcie-32gb", "v100-sxm2-16gb"} & set(module.train_gpus)
+    assert "m40-24gb" in module.train_gpus  # DeepBench's Maxwell rows train it
+    test_gpus, test_counts = np.unique(module.test_rows.gpu, return_counts=True)
+    assert test_gpus.tolist() == ["v100-pcie-32gb", "v100-sxm2-16gb"]
+    assert test_counts[1] == 90
+    assert len(module.train_rows) + len(module.val_rows) + len(module.test_rows) == len(module.load_dataset())

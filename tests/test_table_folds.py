@@ -82,7 +82,7 @@ def test_logo_averages_per_gpu_and_needs_enough_rows() -> None:
 
 def test_table_rows_train_with_their_unit_peak_timing_and_kernel_names() -> None:
     from lilou.latency.kernel_model.dataset import TIMINGS
-    from lilou.latency.kernel_model.table_datamodule import dataset_from_sample
+    from lilou.latency.kernel_model.dataset import dataset_from_sample
 
     sample = {"source": ["aiconfigurator", "neusight"], "gpu": ["h200", "t4"], "dtype": ["bf16", "fp32"],
               "family": ["gemm", "gemm"], "op": ["gemm", "linear"], "unit": ["bf16_tensor", "fp32"],

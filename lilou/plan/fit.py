@@ -257,7 +257,7 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
     from hydra import compose, initialize_config_dir
 
     from lilou.data.kernel_table import kernel_table
-    from lilou.latency.kernel_model.table_datamodule import dataset_from_sample
+    from lilou.latency.kernel_model.dataset import dataset_from_sample
     from lilou.latency.kernel_model.table_sample import sample_table
     from lilou.latency.kernel_model.table_kernels import PRICED_FAMILIES, table_kernels
     from lilou.latency.kernel_model.training import fit

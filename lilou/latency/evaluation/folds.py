@@ -1,8 +1,9 @@
 """Leave-one-GPU-out folds over the five NeuSight training GPUs.
 
 One fold per GPU. NeuSight measured conv on the A100 80GB instead of the 40GB, so the
-A100 fold holds out both cards' kernel rows. Shared by the kernel benchmark, the
-kernel ablation and ``lilou eval``.
+A100 fold holds out both cards' kernel rows; the V100 fold also holds out the V100-SXM2's
+rows of the kernel table (DeepBench's convolutions, which the FP32 model trains on beside
+NeuSight's). Shared by the kernel benchmark, the kernel ablation and ``lilou eval``.
 """
 from __future__ import annotations
 
@@ -12,5 +13,5 @@ KERNEL_FOLDS: dict[str, tuple[str, ...]] = {
     "p100": ("p100-pcie-16gb",),
     "p4": ("p4",),
     "t4": ("t4",),
-    "v100": ("v100-pcie-32gb",),
+    "v100": ("v100-pcie-32gb", "v100-sxm2-16gb"),
 }

@@ -1,7 +1,7 @@
 """Lightning data module: NeuSight kernel rows as feature tensors, split by GPU."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import lightning as L
@@ -10,8 +10,9 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from lilou.data.neusight import load_kernels
-from lilou.latency.kernel_model.dataset import KernelDataset, build_dataset
+from lilou.latency.kernel_model.dataset import KernelDataset, build_dataset, concat_datasets, dataset_from_sample
 from lilou.latency.kernel_model.features import FEATURE_GROUPS, floor_units_of, kernel_features, roofline_inputs
+from lilou.latency.kernel_model.table_sample import sample_table
 
 
 @dataclass(frozen=True)
@@ -46,20 +47,41 @@ def to_tensors(data: KernelDataset, feature_groups: Sequence[str] = FEATURE_GROU
     )
 
 
+def table_dataset(selection: Mapping[str, Sequence[str]], data_dir: str | None = None) -> KernelDataset:
+    """Every forward-pass row of the kernel table with ``selection``'s sources, dtypes and families (each
+    optional; table family names: gemm, bmm, conv, elementwise, norm, softmax) that the model prices."""
+    from lilou.data.kernel_table import kernel_table
+
+    unknown = set(selection) - {"sources", "dtypes", "families"}
+    if unknown:
+        raise ValueError(f"table_rows takes sources, dtypes and families, not {sorted(unknown)}")
+    relation = kernel_table(selection.get("sources"), data_dir)
+    for column, key in (("dtype", "dtypes"), ("family", "families")):
+        if selection.get(key):
+            relation = relation.filter(f"{column} IN ({', '.join(repr(str(v)) for v in selection[key])})")
+    return dataset_from_sample(sample_table(relation, per_group=2**31 - 1))
+
+
 class KernelDataModule(L.LightningDataModule):
     """Train on the NeuSight train split minus ``held_out_gpus``; test on those GPUs.
 
     A random ``val_fraction`` of the training GPUs' rows is kept for validation.
     ``max_rows`` subsamples the training rows (tests and quick runs).
+    ``table_rows`` adds rows of the kernel table beside NeuSight's, chosen by ``sources``, ``dtypes`` and
+    ``families`` (e.g. DeepBench's FP32 convolutions: NeuSight measured only 3x3, stride-1 ones, which cuDNN
+    may run as Winograd, so a model trained on them alone prices a 1x1 convolution about 2x too fast). Each
+    row keeps its timing method; the held-out GPUs are held out of them too.
     """
 
     def __init__(self, data_dir: str | None = None, held_out_gpus: Sequence[str] = (),
                  feature_groups: Sequence[str] = FEATURE_GROUPS,
                  type_feature_groups: Sequence[str] = FEATURE_GROUPS, ops: Sequence[str] | None = None,
                  val_fraction: float = 0.05, max_rows: int | None = None, batch_size: int = 1024,
-                 seed: int = 0, winograd_roofline: bool = False) -> None:
+                 seed: int = 0, winograd_roofline: bool = False,
+                 table_rows: Mapping[str, Sequence[str]] | None = None) -> None:
         super().__init__()
         self.winograd_roofline = winograd_roofline
+        self.table_rows = {key: tuple(values) for key, values in (table_rows or {}).items()}
         self.data_dir = data_dir
         self.held_out_gpus = tuple(held_out_gpus)
         self.feature_groups = tuple(feature_groups)
@@ -80,7 +102,10 @@ class KernelDataModule(L.LightningDataModule):
 
     def load_dataset(self) -> KernelDataset:
         """Every row the module splits (subclasses read other data)."""
-        return build_dataset(load_kernels("train", ops=self.ops, data_dir=self.data_dir))
+        neusight = build_dataset(load_kernels("train", ops=self.ops, data_dir=self.data_dir))
+        if not self.table_rows:
+            return neusight
+        return concat_datasets([neusight, table_dataset(self.table_rows, self.data_dir)])
 
     def held_out_mask(self, data: KernelDataset) -> np.ndarray:
         """Rows of the test set: those of the held-out GPUs."""

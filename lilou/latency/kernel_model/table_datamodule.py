@@ -12,28 +12,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from lilou.latency.kernel_model.datamodule import KernelDataModule
-from lilou.latency.kernel_model.dataset import TIMINGS, KernelDataset
+from lilou.latency.kernel_model.dataset import KernelDataset, dataset_from_sample
 from lilou.latency.kernel_model.features import FEATURE_GROUPS
-from lilou.latency.kernel_model.kernel_types import type_index
 from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.table_sample import sample_table
-from lilou.latency.kernel_model.table_kernels import PRICED_FAMILIES, table_kernels
-
-
-def dataset_from_sample(sample: dict[str, list]) -> KernelDataset:
-    """The priced rows of a table sample as a :class:`KernelDataset` (kernel types from NeuSight's names)."""
-    priced = table_kernels(sample, use_units=True)
-    rows = {c: np.asarray(sample[c], dtype=object)[priced.index] for c in sample}
-    names = {}
-    kernel_type = np.full(len(priced.index), -1, dtype=np.int64)
-    for i, (source, name) in enumerate(zip(rows["source"], rows["provider"])):
-        if source == "neusight" and name:
-            kernel_type[i] = names[name] if name in names else names.setdefault(name, type_index(name))
-    return KernelDataset(
-        kernels=priced.kernels, devices=priced.devices, gpu=rows["gpu"].astype(str), op=rows["op"].astype(str),
-        family=np.array([PRICED_FAMILIES[f] for f in rows["family"]]),
-        latency_ms=rows["latency_ms"].astype(np.float64), kernel_type=kernel_type,
-        timing=np.array([TIMINGS.index(t) for t in rows["timing"]], dtype=np.int64))
 
 
 class KernelTableDataModule(KernelDataModule):

@@ -63,7 +63,7 @@ def held_out_metrics(predictor: KernelLatencyPredictor, datamodule: KernelDataMo
     rows = datamodule.test_rows
     if rows is None or len(rows) == 0:
         return []
-    prediction = predictor.predict(rows.kernels, rows.devices)
+    prediction = predictor.predict(rows.kernels, rows.devices, rows.timing)  # each row with its own floor
     return error_table(rows, prediction.latency_ms, prediction.kernel_type)
 
 
