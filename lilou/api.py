@@ -38,13 +38,14 @@ from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.composition.fallback import FallbackModel, fallback_ops
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.features import power_factor
+from lilou.latency.kernel_model.features import KernelBatch, power_factor
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 from lilou.latency.kernel_model.precision import (MATH_FAMILIES, PrecisionPath, check_precision, check_tf32,
                                                   kernel_unit, precision_path, precision_warnings)
 from lilou.graph.precision import ModelPrecision, model_precision
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
+from lilou.plan.extrapolation import unmeasured_shapes
 
 if TYPE_CHECKING:
     from lilou.fusion.partition import Partition
@@ -317,7 +318,8 @@ class Predictor:
         entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
         return Ranking(model=prepared.name, backend=self.backend, entries=entries,
                        warnings=_ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
-                       + _fallback_warning(kernels, shares) + _power_note(self.model.kernel_model, devices)
+                       + _fallback_warning(kernels, shares) + _grouped_conv_warning(kernels, shares)
+                       + _power_note(self.model.kernel_model, devices)
                        + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
     # ---------------------------------------------------------------- helpers
@@ -382,7 +384,7 @@ class Predictor:
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j, bounds),
                            warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
-                           + _fallback_warning(kernels, shares[:, [j]])
+                           + _fallback_warning(kernels, shares[:, [j]]) + _grouped_conv_warning(kernels, shares[:, [j]])
                            + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device], need)
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
@@ -516,6 +518,19 @@ def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
     text = f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
     return [f"{int(mask.sum())} of {len(kernels)} kernels ({', '.join(ops)}) use the memory-bound fallback "
             f"(no measurements of these op kinds): {text} of the predicted time"]
+
+
+def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Say so when grouped (depthwise) convolutions are priced: no source measured one
+    (:func:`lilou.plan.extrapolation.unmeasured_shapes`)."""
+    mask = unmeasured_shapes(KernelBatch.from_specs(kernels.unique))[kernels.index] & ~kernels.fallback
+    if not mask.any():
+        return []
+    share = 100 * shares[mask].sum(axis=0) / shares.sum(axis=0)
+    low, high = float(np.min(share)), float(np.max(share))
+    text = f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
+    return [f"{int(mask.sum())} grouped or depthwise convolutions: no source measured one, so they are priced by "
+            f"the convolution model beyond its data (flagged extrapolated): {text} of the predicted time"]
 
 
 #: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.

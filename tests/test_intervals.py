@@ -221,3 +221,23 @@ def test_plan_and_infer_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
+
+
+def test_depthwise_convolutions_are_flagged_and_warned(zoo_onnx, capsys):
+    """No source measured a grouped convolution: MobileNetV2's 17 depthwise ones are extrapolated, and said so."""
+    from lilou.graph.dag import load_graph
+
+    path = zoo_onnx("mobilenetv2", batch=1)
+    graph = load_graph(path)
+    depthwise = {n for n in graph.dag.nodes
+                 if graph.dag.nodes[n]["op"] == "Conv" and graph.dag.nodes[n]["attributes"].get("group", 1) > 1}
+    assert len(depthwise) == 17
+    result = infer_json(capsys, str(path), "--gpu", "t4")
+    grouped = [k for k in result["kernels"] if set(k["nodes"]) & depthwise]
+    assert len(grouped) == 17 and all(k["extrapolated"] for k in grouped)
+    share = 100 * sum(k["latency_ms"] for k in grouped) / result["latency_ms"]
+    warning = next(w for w in result["warnings"] if "grouped or depthwise" in w)
+    assert warning.startswith("17 grouped or depthwise convolutions: no source measured one")
+    assert float(warning.split(": ")[-1].split(" %")[0]) == pytest.approx(share, abs=0.06)
+    plain = infer_json(capsys, EXAMPLE, "--gpu", "t4")  # ResNet-18: every convolution has one group
+    assert not any("grouped or depthwise" in w for w in plain["warnings"])

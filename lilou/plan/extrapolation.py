@@ -8,7 +8,7 @@ stores, per (architecture class, dtype, family), the range of each over the rows
 (:mod:`lilou.data.kernel_table`; H100 and L4 rows are held back from it). A kernel is *extrapolated*
 when its architecture class has no row of that dtype and family, or any of its four numbers falls
 outside the stored range. Kernels on the memory-bound fallback have no measured kind at all and are
-always extrapolated.
+always extrapolated, and so are grouped (depthwise) convolutions: no source of the kernel table measured one.
 """
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def range_features(kernels: KernelBatch, sms: np.ndarray | float) -> np.ndarray:
                       np.where(np.isin(family, list(_ROW_FAMILIES)), k.rows, element_blocks))
     return np.stack([np.log2(k.flops + 1.0), np.log2(k.bytes + 1.0),
                      np.log2((k.flops + 1.0) / (k.bytes + 1.0)), np.log2(blocks / sms + 1e-6)], axis=1)
+
+
+def unmeasured_shapes(kernels: KernelBatch) -> np.ndarray:
+    """bool per kernel: kinds of kernel whose family was measured but never in this form, so that the
+    measured range says nothing about them: grouped and depthwise convolutions (every convolution of the
+    kernel table has one group; MobileNet's, EfficientNet's and ConvNeXt's depthwise ones are memory-bound
+    where the measured ones are compute-bound)."""
+    return (kernels.family == FAMILIES.index("conv")) & (kernels.conv_groups > 1)
 
 
 def range_key(architecture: str, dtype: str, family: str) -> str:

@@ -25,7 +25,7 @@ from lilou.hardware.database import architecture_class
 from lilou.latency.composition.end_to_end import GraphKernels
 from lilou.latency.kernel_model.features import KernelBatch
 from lilou.plan.calibration import FALLBACK_FAMILY, Calibration
-from lilou.plan.extrapolation import outside, range_features
+from lilou.plan.extrapolation import outside, range_features, unmeasured_shapes
 
 #: Dtypes the end-to-end labels measured (NeuSight: FP32 PyTorch eager).
 E2E_DTYPES = frozenset({"fp32"})
@@ -74,6 +74,7 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     flags = np.zeros((n_unique, d), dtype=bool)
     uncalibrated: set[str] = set()
     shape_features = range_features(batch, 1.0)
+    unusual = unmeasured_shapes(batch)
     trained_archs = frozenset(architecture_class(g) for g in trained_on)
     bands: dict[tuple[str, str, str], tuple[np.ndarray, ...]] = {}  # (architecture, dtype, tier) -> per kernel
     for j, device in enumerate(devices):
@@ -85,7 +86,7 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
         lo_in, hi_in, lo_out, hi_out, width_ratio = bands[key]
         features = shape_features.copy()
         features[:, 3] = range_features(batch, float(device.sms))[:, 3]
-        flag = outside(features, families, architecture, dtype, calibration.ranges) | kernels.unique_fallback
+        flag = outside(features, families, architecture, dtype, calibration.ranges) | kernels.unique_fallback | unusual
         if unmeasured is not None:
             flag |= unmeasured[:, j]
         flags[:, j] = flag
