@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-data bench-kernel-table bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean bench-intervals calibrate bench-serve bench-llm
+.PHONY: install lint test demo bench bench-data bench-kernel-table bench-conv-geometry bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean bench-intervals calibrate bench-serve bench-llm
 
 install: $(STAMP)
 
@@ -64,6 +64,12 @@ bench-kernels: install
 # architecture and per GPU with >= 500 rows of a family (about 5 min on 2 cores; not shipped yet).
 bench-kernel-table: install
 	$(PY) scripts/bench_kernel_table.py
+
+# FP32 convolutions by geometry (DeepBench's 1x1, strided, 5x5, 7x7 beside NeuSight's 3x3), leave-one-architecture-out,
+# for the config that prices them (the tensor-core model's) and the NeuSight-only FP32 model (about 7 min on 2 cores).
+bench-conv-geometry: install
+	$(PY) scripts/bench_conv_geometry.py --experiment kernel_latency_tensor
+	$(PY) scripts/bench_conv_geometry.py --experiment kernel_latency
 
 # Fusion GNN vs the rule baseline and the replays on the held-out splits: leave-family-out, leave-op-out
 # and leave-exporter-setting-out, eager and TVM, with the misses by pattern (needs `make fusion-data`).

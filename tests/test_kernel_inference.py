@@ -63,8 +63,11 @@ def test_a_plan_runs_the_network_once_per_distinct_row_across_batches(monkeypatc
     alone = [{(e.gpu, e.mig): e.latency_ms for e in predictor.rank(path, gpus=gpus, batch=b)} for b in (1, 2)]
     counts = _counting_network(monkeypatch)
     with predictor.reusing_kernel_rows():
-        memo = [{(e.gpu, e.mig): e.latency_ms for e in predictor.rank(path, gpus=gpus, batch=b)} for b in (1, 2)]
-        first, second = sum(counts[:2]), sum(counts[2:])
+        memo, runs = [], []
+        for batch in (1, 2):
+            memo.append({(e.gpu, e.mig): e.latency_ms for e in predictor.rank(path, gpus=gpus, batch=batch)})
+            runs.append(len(counts))  # network calls so far
+        first, second = sum(counts[:runs[0]]), sum(counts[runs[0]:])
     assert memo == alone
     assert second == 0 < first  # every row of batch 2 was on batch 1's ladder
     members = [*predictor.model.kernel_model._members, *predictor.model.tensor_model._members]

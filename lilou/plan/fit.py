@@ -18,9 +18,10 @@ measured GPU (docs/intervals.md):
   (:func:`lilou.latency.evaluation.table_folds.score`), pooled per family and dtype as ``arch_seen`` or
   ``arch_unseen`` by whether the predicting model saw a GPU of the row's architecture. Pascal rows have
   no leave-one-architecture-out fold here and enter only as ``arch_seen``.
-* **Non-FP32 GEMMs and convolutions**, when the tensor-core model (``checkpoints/kernel_latency_tensor``) is
-  shipped: it prices them, so their residuals come from its config's leave-one-architecture-out folds
-  (:func:`tensor_residuals`, one fold model per architecture class, about 1 min each on 2 cores).
+* **Non-FP32 GEMMs and every convolution**, when the tensor-core model (``checkpoints/kernel_latency_tensor``) is
+  shipped: it prices them (FP32 convolutions included), so their residuals come from its config's
+  leave-one-architecture-out folds (:func:`tensor_residuals`, one fold model per architecture class, about 1 min
+  each on 2 cores), and the NeuSight folds' convolution residuals are left out.
 * **End to end**: :func:`lilou.latency.evaluation.e2e_eval.evaluate` leave-one-GPU-out (``make bench-e2e``).
 
 Rows on H100 and L4 GPUs never enter (the kernel table holds them back). Training folds needs torch;
@@ -246,14 +247,15 @@ def table_residuals(per_group: int, data_dir=None, log: Log = _stderr) -> TableS
 # ------------------------------------------------------------------ the tensor-core model
 
 
-#: Families the tensor-core model prices (GEMMs and convolutions off the FP32 CUDA cores).
+#: Families the tensor-core model prices: GEMMs and convolutions off the FP32 CUDA cores, and FP32 convolutions.
 TENSOR_FAMILIES = ("gemm", "conv")
 
 
 def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _stderr) -> Residuals:
     """Leave-one-architecture-out residuals of the tensor-core model's config (``experiment=kernel_latency_tensor``)
-    on the non-FP32 GEMM and convolution rows of the kernel table: one fold model per architecture class that
-    has such rows, trained on every other row of the same sample (all of them ``arch_unseen``)."""
+    on the rows of the kernel table it prices (non-FP32 GEMMs, every convolution): one fold model per
+    architecture class that has such rows, trained on every other row of the same sample (all of them
+    ``arch_unseen``)."""
     from hydra import compose, initialize_config_dir
 
     from lilou.data.kernel_table import kernel_table
@@ -276,7 +278,9 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
     rows = {c: np.asarray(sample[c], dtype=object)[priced.index] for c in ("source", "gpu", "dtype", "family")}
     family = np.array([PRICED_FAMILIES[f] for f in rows["family"]], dtype=object)
     arch = np.array([architecture_class(g) for g in rows["gpu"]], dtype=object)
-    wanted = (rows["dtype"] != "fp32") & np.isin(family, TENSOR_FAMILIES)
+    # FP32 convolutions too: the tensor-core model prices them (EndToEndModel.prices_fp32_convolutions); NeuSight's
+    # eager 3x3 rows and DeepBench's host-loop rows of every geometry, each against its own timing's floor.
+    wanted = ((rows["dtype"] != "fp32") & np.isin(family, TENSOR_FAMILIES)) | (family == "conv")
     parts = []
     for architecture in sorted(set(arch[wanted])):
         mask = arch == architecture
@@ -292,7 +296,7 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
         parts.append(_residuals(predicted[keep], test.latency_ms[keep], family[index], rows["dtype"][index],
                                 "arch_unseen", rows["gpu"][index], rows["gpu"][index],
                                 np.array([f"tensor:{x}" for x in rows["source"][index]], dtype=object), False))
-        log(f"tensor fold {architecture}: {int(keep.sum()):,} non-FP32 GEMM/conv rows "
+        log(f"tensor fold {architecture}: {int(keep.sum()):,} GEMM/conv rows it prices "
             f"({time.perf_counter() - started:.0f} s)")
     return Residuals.concat(parts)
 
@@ -443,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     # are priced by the tensor-core model when it is shipped: their residuals are that model's folds'.
     other = table.residuals.take(table.residuals.dtype != "fp32")
     parts = [neusight]
-    if tensor is not None:
+    if tensor is not None:  # it prices FP32 convolutions too: the NeuSight-only model's conv residuals do not apply
         other = other.take(~np.isin(other.family, TENSOR_FAMILIES))
-        parts.append(tensor)
+        parts = [neusight.take(neusight.family != "conv"), tensor]
     kernel = Residuals.concat([*parts, other])
     save_residuals(RESIDUALS_FILE, {"kernel": kernel, "e2e": e2e}, table.ranges)
     calibration = build_calibration(kernel, e2e, table.ranges, provenance=provenance)

@@ -28,7 +28,7 @@ from lilou.hardware import Device
 from lilou.latency.composition.fallback import FALLBACK_TYPE, FallbackModel, uses_fallback
 from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.kernel import KernelSpec, describe_graph_kernel
+from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec, describe_graph_kernel
 from lilou.latency.composition.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
 from lilou.latency.composition.overhead import OverheadModel
 from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit
@@ -123,6 +123,16 @@ class EndToEndModel:
         self.fallback = fallback
         self.overhead = overhead
 
+    @property
+    def prices_fp32_convolutions(self) -> bool:
+        """Whether the tensor-core model prices the convolutions that run on FP32 CUDA cores too.
+
+        It trained on every measured convolution geometry (DeepBench's 1x1, strided, 5x5 and 7x7 ones beside
+        NeuSight's 3x3 stride-1 ones, with the Winograd roofline); the NeuSight-only model saw 3x3 stride-1
+        convolutions alone and priced a 1x1 one at their rate per FLOP, where DeepBench measured 1x1 ones 1.7-4.4x
+        slower per FLOP than 3x3 ones (cuDNN runs many of those as Winograd; docs/kernel_model.md)."""
+        return self.tensor_model is not None and not self.kernel_model.uses_units
+
     def kernel_work(self, kernels: GraphKernels, devices: Sequence[Device], batch: int | None = None,
                     path_for: Callable[[Device], PrecisionPath] | None = None) -> KernelWork:
         """Work of every kernel on every device, one batched prediction for all of them.
@@ -177,6 +187,10 @@ class EndToEndModel:
                 if self.kernel_model.uses_units:
                     ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
             flat_work, _ = self.kernel_model.predict_work(ladder_pairs, ladder_columns)
+            if self.prices_fp32_convolutions:
+                convs = np.flatnonzero(ladder_pairs.family == FAMILIES.index("conv"))
+                flat_work[convs] = self.tensor_model.predict_work(ladder_pairs.take(convs),
+                                                                  ladder_columns.take(convs))[0]
             tensor_priced = np.zeros(len(ladder_pairs), dtype=bool)
             if on_unit.any():
                 rows = np.flatnonzero(on_unit)
