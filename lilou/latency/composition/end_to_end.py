@@ -156,6 +156,19 @@ class EndToEndModel:
         return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows],
                           compute_bound=bound[:, keep][rows], fallback=kernels.fallback.copy())
 
+    def _strict_work(self, kernels: KernelBatch, columns: DeviceColumns) -> np.ndarray:
+        """GPU work of each row at the FP32 CUDA-core rates of ``columns``: convolutions by the tensor-core model
+        when it prices them (:attr:`prices_fp32_convolutions`), everything else by the FP32 model; each model
+        runs on its own rows only."""
+        if not self.prices_fp32_convolutions:
+            return self.kernel_model.predict_work(kernels, columns)[0]
+        work = np.empty(len(kernels))
+        convs = kernels.family == FAMILIES.index("conv")
+        for model, rows in ((self.tensor_model, np.flatnonzero(convs)), (self.kernel_model, np.flatnonzero(~convs))):
+            if len(rows):
+                work[rows] = model.predict_work(kernels.take(rows), columns.take(rows))[0]
+        return work
+
     def _unique_work(self, kernels: GraphKernels, devices: list[Device], factors: tuple[float, ...],
                      path_for: Callable[[Device], PrecisionPath] | None = None):
         """(work, kernel type, compute-bound) arrays [distinct kernels, devices]."""
@@ -186,11 +199,7 @@ class EndToEndModel:
                                                     path_for, rungs)
                 if self.kernel_model.uses_units:
                     ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
-            flat_work, _ = self.kernel_model.predict_work(ladder_pairs, ladder_columns)
-            if self.prices_fp32_convolutions:
-                convs = np.flatnonzero(ladder_pairs.family == FAMILIES.index("conv"))
-                flat_work[convs] = self.tensor_model.predict_work(ladder_pairs.take(convs),
-                                                                  ladder_columns.take(convs))[0]
+            flat_work = self._strict_work(ladder_pairs, ladder_columns)
             tensor_priced = np.zeros(len(ladder_pairs), dtype=bool)
             if on_unit.any():
                 rows = np.flatnonzero(on_unit)
