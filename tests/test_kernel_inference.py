@@ -117,3 +117,23 @@ def test_the_network_in_chunks_gives_every_row_what_it_gives_them_whole(monkeypa
     monkeypatch.setattr(inference, "CHUNK_ROWS", 10**9)
     whole = [(e.gpu, e.mig, e.latency_ms, e.interval_ms) for e in predictor.rank(example)]
     assert whole == chunked
+
+
+def test_neither_kernel_model_prices_below_the_strict_roofline(datasets_dir) -> None:
+    """The bound that lets a TF32 price skip its strict-FP32 cap (end_to_end.strict_floor_ms): real FP32 rows of
+    every family on low-power and Winograd-capable GPUs, both shipped models, never under it."""
+    from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
+    from lilou.data.neusight import load_kernels
+    from lilou.latency.composition.end_to_end import STRICT_BOUND_MARGIN, strict_floor_ms
+    from lilou.latency.kernel_model.dataset import build_dataset
+    from lilou.latency.kernel_model.inference import KernelModel
+
+    rows = build_dataset(load_kernels("train", ops=["linear", "conv", "add", "softmax", "ln"],
+                                      devices=["Tesla P4", "Tesla T4", "Tesla V100-PCIE-32GB"],
+                                      data_dir=datasets_dir, limit_per_file=400))
+    assert {"conv", "gemm", "elementwise"} <= set(rows.family)
+    bound = strict_floor_ms(rows.kernels, rows.devices)
+    for name in (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR):
+        work = KernelModel.load(checkpoint_path(name)).predict_work(rows.kernels, rows.devices)[0]
+        assert np.all(work >= STRICT_BOUND_MARGIN * bound), name
+        assert np.median(work / bound) > 1.05  # a bound, not the price

@@ -199,14 +199,23 @@ class EndToEndModel:
                                                     path_for, rungs)
                 if self.kernel_model.uses_units:
                     ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
-            flat_work = self._strict_work(ladder_pairs, ladder_columns)
+            flat_work = np.full(len(ladder_pairs), np.inf)  # strict-FP32 work, where it can decide the price
+            strict = ~on_unit
             tensor_priced = np.zeros(len(ladder_pairs), dtype=bool)
             if on_unit.any():
                 rows = np.flatnonzero(on_unit)
                 tensor_work = self.tensor_model.predict_work(ladder_pairs.take(rows), unit_columns.take(rows))[0]
                 # TF32 only adds kernels for cuDNN/cuBLAS to choose from: never priced above strict FP32 (the two
-                # models disagree by a µs or two on tiny kernels).
+                # models disagree by a µs or two on tiny kernels). The strict price is needed only where it could be
+                # the lower one: a kernel model never prices below its roofline (:func:`strict_floor_ms`).
                 tf32 = unit_columns.unit[rows] == UNITS.index("tf32_tensor")
+                capped = rows[tf32]
+                strict[capped] = tensor_work[tf32] > STRICT_BOUND_MARGIN * strict_floor_ms(ladder_pairs.take(capped),
+                                                                                         ladder_columns.take(capped))
+            needed = np.flatnonzero(strict)
+            if len(needed):
+                flat_work[needed] = self._strict_work(ladder_pairs.take(needed), ladder_columns.take(needed))
+            if on_unit.any():
                 tensor_priced[rows] = ~tf32 | (tensor_work <= flat_work[rows])
                 flat_work[rows] = np.where(tf32, np.minimum(tensor_work, flat_work[rows]), tensor_work)
             work[model_rows] = flat_work.reshape(d, rungs, m).min(axis=1).T
@@ -248,6 +257,19 @@ def _recurrent_work(spec: KernelSpec, devices: list[Device],
         peak = device.peak_tflops.get(unit) if unit else None
         out[j] = model.work_ms(shape, peak or device.fp32_tflops, device.memory_bandwidth_gbs)
     return out
+
+
+#: A kernel model's work is at least its roofline up to float32 rounding (about 1e-6 relative): a TF32 price this
+#: far under the strict-FP32 roofline is the lower of the two without pricing the strict kernel.
+STRICT_BOUND_MARGIN = 0.999
+
+
+def strict_floor_ms(kernels: KernelBatch, columns: DeviceColumns) -> np.ndarray:
+    """A lower bound on either kernel model's strict-FP32 work of each row: max(compute, memory) at the FP32 peak
+    and bandwidth, with Winograd FLOPs for the convolutions cuDNN may run so. Each model prices a kernel at its
+    roofline times exp(softplus(...)) >= 1, times a low-power factor >= 1 (:mod:`lilou.latency.kernel_model.model`)."""
+    compute, memory = roofline_ms(kernels, columns, winograd=True)
+    return np.maximum(np.maximum(compute, memory), 1e-9)
 
 
 def _with_units(columns: DeviceColumns, families: list[str], devices: list[Device],
