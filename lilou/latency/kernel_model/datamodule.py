@@ -69,8 +69,8 @@ class KernelDataModule(L.LightningDataModule):
     ``max_rows`` subsamples the training rows (tests and quick runs).
     ``table_rows`` adds rows of the kernel table beside NeuSight's, chosen by ``sources``, ``dtypes`` and
     ``families`` (e.g. DeepBench's FP32 convolutions: NeuSight measured only 3x3, stride-1 ones, which cuDNN
-    may run as Winograd, so a model trained on them alone prices a 1x1 convolution about 2x too fast). Each
-    row keeps its timing method; the held-out GPUs are held out of them too.
+    may run as Winograd, so a model trained on them alone prices a 1x1 convolution at a Winograd 3x3 one's rate
+    per FLOP). Each row keeps its timing method; the held-out GPUs are held out of them too.
     """
 
     def __init__(self, data_dir: str | None = None, held_out_gpus: Sequence[str] = (),
