@@ -2,12 +2,12 @@
 
 NeuSight measured 3x3, stride-1 convolutions only; DeepBench measured FP32 convolutions of other geometries
 (1x1, strided, 5x5, 7x7, wide 5x10 / 5x20 filters; cuDNN 6-7, host-timer loops) on eight GPUs from Maxwell to
-Turing. For each architecture with such rows, the FP32 kernel model of ``--experiment`` is trained without any GPU
+Turing. For each architecture with such rows, the kernel model of ``--experiment`` is trained without any GPU
 of that architecture (NeuSight's and DeepBench's rows alike) and scored on the held-out convolutions, each row
 against the model's time for its own timing method (the eager floor for NeuSight's, the host-loop floor where the
 model learned one; a model with one floor uses the eager one for every row, as the kernel folds do).
 
-Prints one table and writes ``outputs/bench/conv_geometry[_<experiment>].json``.
+Prints a table per architecture and geometry, their means, and writes ``outputs/bench/conv_geometry[_<experiment>].json``.
 
     python scripts/bench_conv_geometry.py [--experiment kernel_latency] [hydra overrides ...]
 """
