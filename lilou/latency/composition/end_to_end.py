@@ -115,7 +115,8 @@ class EndToEndModel:
     def __init__(self, kernel_model: KernelModel, fallback: FallbackModel, overhead: OverheadModel,
                  tensor_model: KernelModel | None = None) -> None:
         """``tensor_model``: a model that learned the compute units of the kernel table; it prices the GEMMs and
-        convolutions whose unit is not the FP32 CUDA cores (BF16 tensor cores ...), ``kernel_model`` the rest."""
+        convolutions whose unit is not the FP32 CUDA cores (BF16 tensor cores ...) and every FP32 convolution
+        (:attr:`prices_fp32_convolutions`), ``kernel_model`` the rest."""
         if tensor_model is not None and not tensor_model.uses_units:
             raise ValueError("the tensor-core kernel model must have the 'precision' feature group")
         self.kernel_model = kernel_model
