@@ -2,8 +2,9 @@
 
 One fold per GPU. NeuSight measured conv on the A100 80GB instead of the 40GB, so the
 A100 fold holds out both cards' kernel rows; the V100 fold also holds out the V100-SXM2's
-rows of the kernel table (DeepBench's convolutions, which the FP32 model trains on beside
-NeuSight's). Shared by the kernel benchmark, the kernel ablation and ``lilou eval``.
+rows of the kernel table (DeepBench's convolutions, for configs that train on them beside
+NeuSight's: ``data.table_rows``). Shared by the kernel benchmark, the kernel ablation and
+``lilou eval``.
 """
 from __future__ import annotations
 
