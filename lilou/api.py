@@ -513,11 +513,15 @@ def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
     if not mask.any():
         return []
     ops = list(dict.fromkeys(op for spec, m in zip(kernels.specs, mask) if m for op in fallback_ops(spec)))
+    return [f"{int(mask.sum())} of {len(kernels)} kernels ({', '.join(ops)}) use the memory-bound fallback "
+            f"(no measurements of these op kinds): {_share_text(mask, shares)} of the predicted time"]
+
+
+def _share_text(mask: np.ndarray, shares: np.ndarray) -> str:
+    """The share of the predicted time on the kernels of ``mask``: one figure, or its range over devices."""
     share = 100 * shares[mask].sum(axis=0) / shares.sum(axis=0)
     low, high = float(np.min(share)), float(np.max(share))
-    text = f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
-    return [f"{int(mask.sum())} of {len(kernels)} kernels ({', '.join(ops)}) use the memory-bound fallback "
-            f"(no measurements of these op kinds): {text} of the predicted time"]
+    return f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
 
 
 def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
@@ -526,11 +530,9 @@ def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str
     mask = unmeasured_shapes(KernelBatch.from_specs(kernels.unique))[kernels.index] & ~kernels.fallback
     if not mask.any():
         return []
-    share = 100 * shares[mask].sum(axis=0) / shares.sum(axis=0)
-    low, high = float(np.min(share)), float(np.max(share))
-    text = f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
     return [f"{int(mask.sum())} grouped or depthwise convolutions: no source measured one, so they are priced by "
-            f"the convolution model beyond its data (flagged extrapolated): {text} of the predicted time"]
+            f"the convolution model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the "
+            "predicted time"]
 
 
 #: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.
