@@ -84,6 +84,20 @@ def test_softmax_layernorm_batchnorm():
     assert batch_norm["flops"] == 2 * 48
 
 
+def test_training_mode_batchnorm_reads_its_input_twice():
+    """With ``training_mode=1`` the batch's own mean and variance are computed first (one pass over X), then X is
+    normalised (a second pass); the three outputs are Y and the updated running statistics."""
+    x = tensor("x", [2, 3, 8])
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1)
+    graph = single_node_graph(bn, [x], [tensor("y", None), tensor("rm", None), tensor("rv", None)],
+                              [weight(n, [3]) for n in ("s", "b", "m", "v")])
+    node = only_node(graph)
+    assert node["flops"] == 7 * 48
+    assert node["bytes_read"] == 2 * 48 * 4 + 4 * 3 * 4
+    assert node["bytes_written"] == 48 * 4 + 2 * 3 * 4
+    assert any(w.startswith("1 BatchNormalization node(s) run in training mode") for w in graph.warnings)
+
+
 def test_pooling_and_reductions():
     x = tensor("x", [1, 4, 8, 8])
     pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])

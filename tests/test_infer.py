@@ -183,3 +183,28 @@ def test_graph_without_kernels_exits_2(capsys, tmp_path, nodes):
     code, out, err = run(capsys, "infer", str(path), "--gpu", "a10g")
     assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert "empty graph" in err or "no node of the graph launches a GPU kernel" in err
+
+
+def test_model_left_in_training_mode_prices_batch_statistics(tmp_path, capsys):
+    """ResNet-18 left in train() (as PyTorch runs a module nobody called eval() on) and exported keeping its
+    training mode: each of its 20 BatchNormalization nodes computes the batch's mean and variance, a second pass
+    over its input, and the warnings say so. The eval-mode export has its BatchNorms folded into the convolutions."""
+    import torch
+
+    from lilou.zoo.registry import build
+
+    built = build("resnet18", batch=8)
+    paths = {}
+    for mode in (torch.onnx.TrainingMode.PRESERVE, torch.onnx.TrainingMode.EVAL):
+        paths[mode] = tmp_path / f"resnet18-{mode.name.lower()}.onnx"
+        built.module.train()
+        torch.onnx.export(built.module, built.args, paths[mode], dynamo=False, training=mode,
+                          input_names=list(built.input_names), opset_version=18)
+    trained = infer_json(capsys, str(paths[torch.onnx.TrainingMode.PRESERVE]), "--gpu", "t4")
+    assert "20 BatchNormalization node(s) run in training mode" in " ".join(trained["warnings"])
+    stem = next(k for k in trained["kernels"] if k["nodes"][0].endswith("embedder/normalization/BatchNormalization"))
+    activation = 8 * 64 * 112 * 112 * 4  # the stem's output, FP32
+    assert stem["bytes"] == 2 * activation + activation + 4 * 64 * 4 + 2 * 64 * 4  # X twice, Y, parameters, stats
+    folded = infer_json(capsys, str(paths[torch.onnx.TrainingMode.EVAL]), "--gpu", "t4")
+    assert not any("training mode" in w for w in folded["warnings"])
+    assert not any("BatchNormalization" in n for k in folded["kernels"] for n in k["nodes"])

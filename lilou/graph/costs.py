@@ -159,7 +159,16 @@ def _norm_flops(node: CostInput) -> int:
     return (_NORM_BASE_FLOPS + affine) * _elements(node.inputs[0])
 
 
+def batchnorm_training(node: CostInput) -> bool:
+    """A BatchNormalization that normalises with the batch's own statistics (``training_mode=1``, what
+    ``torch.onnx.export(..., training=TrainingMode.PRESERVE)`` writes for a module left in ``train()``), as
+    PyTorch runs a model nobody called ``eval()`` on."""
+    return node.op == "BatchNormalization" and bool(node.attributes.get("training_mode", 0))
+
+
 def _batchnorm_flops(node: CostInput) -> int:
+    if batchnorm_training(node):  # batch mean and variance first, then normalise and scale like a norm
+        return (_NORM_BASE_FLOPS + 2) * _elements(node.inputs[0])
     # Inference: scale and shift folded per channel, 2 per element.
     return 2 * _elements(node.inputs[0])
 
@@ -325,6 +334,9 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
         selected = _bytes(node.outputs)
         rest = [] if node.op == "Slice" else inputs[1:]
         return [(inputs[0], selected)] + [(t, t.nbytes or 0) for t in rest]
+    if batchnorm_training(node) and inputs:
+        # One pass over X for the batch statistics, a second to normalise it: X is read twice.
+        return [(inputs[0], 2 * (inputs[0].nbytes or 0))] + [(t, t.nbytes or 0) for t in inputs[1:]]
     return [(t, t.nbytes or 0) for t in inputs]
 
 

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper
 
 from lilou.errors import LilouInputError
-from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, node_cost
+from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
 from lilou.graph.loading import load_onnx
 from lilou.graph.shapes import MAX_DIM, MAX_ELEMENTS, apply_input_shapes, infer_shapes, runtime_inputs
 
@@ -729,6 +729,12 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "
                         "trip count, a Scan its body times its scan length, an If its larger branch; each runs as "
                         "one fallback kernel")
+    training = sum(1 for _, d in dag.nodes(data=True) if not d["constant"]
+                   and batchnorm_training(CostInput(d["op"], d["attributes"], d["inputs"], d["outputs"])))
+    if training:
+        warnings.append(f"{training} BatchNormalization node(s) run in training mode (batch statistics, as a module "
+                        "left in train() runs): priced with a second pass over their input; export after model.eval() "
+                        "to predict inference")
     unknown = [n for n, d in dag.nodes(data=True)
                if not d["constant"] and any(t.shape is None for t in d["outputs"])]
     if unknown:
