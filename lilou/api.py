@@ -525,14 +525,13 @@ def _share_text(mask: np.ndarray, shares: np.ndarray) -> str:
 
 
 def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
-    """Say so when grouped (depthwise) convolutions are priced: no source measured one
-    (:func:`lilou.plan.extrapolation.unmeasured_shapes`)."""
+    """Say so when grouped convolutions are priced by a convolution model: no source measured one
+    (:func:`lilou.plan.extrapolation.unmeasured_shapes`). Depthwise ones are on the fallback and named there."""
     mask = unmeasured_shapes(KernelBatch.from_specs(kernels.unique))[kernels.index] & ~kernels.fallback
     if not mask.any():
         return []
-    return [f"{int(mask.sum())} grouped or depthwise convolutions: no source measured one, so they are priced by "
-            f"the convolution model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the "
-            "predicted time"]
+    return [f"{int(mask.sum())} grouped convolutions: no source measured one, so they are priced by the convolution "
+            f"model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
 
 
 #: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.

@@ -223,21 +223,48 @@ def test_plan_and_infer_do_not_import_torch():
     assert result.returncode == 0, result.stderr
 
 
-def test_depthwise_convolutions_are_flagged_and_warned(zoo_onnx, capsys):
-    """No source measured a grouped convolution: MobileNetV2's 17 depthwise ones are extrapolated, and said so."""
+def _grouped_convolutions(path) -> dict[str, int]:
+    """{node: input channels per group} of every convolution with more than one group."""
     from lilou.graph.dag import load_graph
 
+    dag = load_graph(path).dag
+    return {n: dag.nodes[n]["inputs"][1].shape[1] for n in dag.nodes
+            if dag.nodes[n]["op"] == "Conv" and dag.nodes[n]["attributes"].get("group", 1) > 1}
+
+
+def test_depthwise_convolutions_go_to_the_memory_bound_fallback(zoo_onnx, capsys):
+    """No source measured a grouped convolution, and a depthwise one is memory-bound where every measured one is
+    compute-bound: MobileNetV2's 17 depthwise convolutions are priced as memory passes, flagged and named."""
     path = zoo_onnx("mobilenetv2", batch=1)
-    graph = load_graph(path)
-    depthwise = {n for n in graph.dag.nodes
-                 if graph.dag.nodes[n]["op"] == "Conv" and graph.dag.nodes[n]["attributes"].get("group", 1) > 1}
-    assert len(depthwise) == 17
+    grouped = _grouped_convolutions(path)
+    assert len(grouped) == 17 and set(grouped.values()) == {1}  # one input channel per group: depthwise
     result = infer_json(capsys, str(path), "--gpu", "t4")
-    grouped = [k for k in result["kernels"] if set(k["nodes"]) & depthwise]
-    assert len(grouped) == 17 and all(k["extrapolated"] for k in grouped)
-    share = 100 * sum(k["latency_ms"] for k in grouped) / result["latency_ms"]
-    warning = next(w for w in result["warnings"] if "grouped or depthwise" in w)
-    assert warning.startswith("17 grouped or depthwise convolutions: no source measured one")
+    depthwise = [k for k in result["kernels"] if set(k["nodes"]) & set(grouped)]
+    assert len(depthwise) == 17
+    assert all(k["extrapolated"] and k["type"] == "memory_fallback" for k in depthwise)
+    warning = next(w for w in result["warnings"] if "memory-bound fallback" in w)
+    assert "Conv (depthwise)" in warning
+    assert not any("grouped convolutions" in w for w in result["warnings"])
+    # priced as a pass over its bytes at the bandwidth elementwise kernels reach, never faster than DRAM
+    t4_bandwidth_gbs = 320.0
+    for k in depthwise:
+        dram_ms = k["bytes"] / (t4_bandwidth_gbs * 1e6)
+        assert dram_ms < k["latency_ms"] < 1.5 * dram_ms + 0.05
+
+
+def test_grouped_convolutions_are_flagged_and_warned(zoo_onnx, capsys):
+    """RegNetY-400MF's 16 grouped convolutions (8 input channels per group) stay on the convolution model,
+    beyond its data: flagged extrapolated, and the warning gives their share of the time."""
+    path = zoo_onnx("regnety-400mf", batch=1)
+    grouped = _grouped_convolutions(path)
+    assert len(grouped) == 16 and set(grouped.values()) == {8}
+    result = infer_json(capsys, str(path), "--gpu", "t4")
+    kernels = [k for k in result["kernels"] if set(k["nodes"]) & set(grouped)]
+    assert len(kernels) == 16
+    assert all(k["extrapolated"] and k["type"] != "memory_fallback" for k in kernels)
+    share = 100 * sum(k["latency_ms"] for k in kernels) / result["latency_ms"]
+    warning = next(w for w in result["warnings"] if "grouped convolutions" in w)
+    assert warning.startswith("16 grouped convolutions: no source measured one")
     assert float(warning.split(": ")[-1].split(" %")[0]) == pytest.approx(share, abs=0.06)
     plain = infer_json(capsys, EXAMPLE, "--gpu", "t4")  # ResNet-18: every convolution has one group
-    assert not any("grouped or depthwise" in w for w in plain["warnings"])
+    assert not any("grouped convolutions" in w or "depthwise" in w for w in plain["warnings"])

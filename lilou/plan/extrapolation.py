@@ -45,7 +45,8 @@ def unmeasured_shapes(kernels: KernelBatch) -> np.ndarray:
     """bool per kernel: kinds of kernel whose family was measured but never in this form, so that the
     measured range says nothing about them: grouped and depthwise convolutions (every convolution of the
     kernel table has one group; MobileNet's, EfficientNet's and ConvNeXt's depthwise ones are memory-bound
-    where the measured ones are compute-bound)."""
+    where the measured ones are compute-bound, and go to the memory-bound fallback:
+    :func:`lilou.latency.composition.fallback.depthwise`)."""
     return (kernels.family == FAMILIES.index("conv")) & (kernels.conv_groups > 1)
 
 

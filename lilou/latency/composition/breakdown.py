@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lilou.errors import MissingDataError
+from lilou.latency.composition.fallback import depthwise
 from lilou.latency.kernel_model.kernel import KernelSpec
 
 CATEGORIES = ("gemm", "conv", "softmax", "layernorm", "elementwise", "other")  # NeuSight's e2e models have no conv
@@ -76,8 +77,9 @@ def measured_breakdown(node_csv: Path, layers: int) -> dict[str, float]:
 
 
 def kernel_category(spec: KernelSpec, fallback: bool) -> str:
-    """Category of one predicted kernel; fallback kernels (gathers, copies, ...) count as other."""
-    if fallback:
+    """Category of one predicted kernel; fallback kernels (gathers, copies, ...) count as other, except
+    depthwise convolutions, which stay convolutions."""
+    if fallback and not depthwise(spec):
         return "other"
     return spec.family if spec.family in CATEGORIES else "other"
 

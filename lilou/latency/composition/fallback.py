@@ -5,7 +5,9 @@ The per-kernel model was trained on NeuSight's real rows, which cover GEMMs
 LayerNorm and Softmax. Nothing was measured for embeddings (``Gather``), copies
 (``Transpose``, ``Concat``, ``Cast``, ``Slice`` ...), pooling and other
 reductions, ``BatchNormalization``, ``Resize`` and the like, nor for ops without a
-cost formula. Such kernels get this model instead of an extrapolation:
+cost formula; and no source measured a depthwise convolution, a memory pass unlike the
+compute-bound convolutions the models learned (:func:`depthwise`). Such kernels get this
+model instead of an extrapolation:
 
     work_ms = max(bytes / (efficiency * bandwidth), flops / fp32_peak)
 
@@ -44,16 +46,34 @@ def uses_fallback(spec: KernelSpec, unsupported_ops: frozenset[str] = frozenset(
 
     That is when its family (that of its main node: a ``BatchNormalization`` or
     ``Transpose`` kernel is ``memory``, pooling is ``reduction``) was never measured,
-    or when it holds an op without a cost formula, whose FLOPs the features lack.
+    when it holds an op without a cost formula, whose FLOPs the features lack, or when it
+    is a depthwise convolution (:func:`depthwise`).
     """
     if spec.recurrent is not None:
         return False  # an LSTM/GRU/RNN layer: lilou.latency.kernel_model.recurrent prices it
-    return spec.family not in COVERED_FAMILIES or any(op in unsupported_ops for op in spec.ops)
+    return spec.family not in COVERED_FAMILIES or any(op in unsupported_ops for op in spec.ops) or depthwise(spec)
+
+
+def depthwise(spec: KernelSpec) -> bool:
+    """A convolution with one input channel per group (MobileNet's, EfficientNet's, ConvNeXt's).
+
+    No source of the kernel table measured a grouped convolution, and a depthwise one is a different kind of
+    kernel from the dense ones the convolution models learned: 2 x window FLOPs per output element against
+    hundreds, so it is bound by memory where every measured convolution is bound by compute, and PyTorch runs
+    it (FP32, NCHW) in its own direct kernel (``CudaDepthwise2d``), not in cuDNN on tensor cores. Priced by the
+    convolution models it came out at 3-6x its DRAM time; the fallback prices it as the memory pass it is.
+    """
+    if spec.family != "conv" or spec.conv is None or spec.gemm is None:
+        return False
+    window, _, groups = spec.conv
+    return groups > 1 and spec.gemm[3] == window  # implicit GEMM k = input channels per group x window
 
 
 def fallback_ops(spec: KernelSpec) -> list[str]:
-    """The ops of a fallback kernel worth naming (views left out)."""
+    """The ops of a fallback kernel worth naming (views left out); a depthwise convolution says so."""
     ops = [op for op in spec.ops if op not in VIEW_OPS] or list(spec.ops)
+    if depthwise(spec):
+        ops = [f"{op} (depthwise)" if op in ("Conv", "ConvTranspose") else op for op in ops]
     return list(dict.fromkeys(ops))
 
 
