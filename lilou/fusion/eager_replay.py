@@ -110,6 +110,8 @@ _ALWAYS_ONE_CALL = frozenset({
 RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 RECURRENT_TAIL_OPS = frozenset({"Transpose", "Reshape", "Squeeze"})
 RECURRENT_TAIL = 3
+#: Views that may lead into a recurrent layer's kernel (``batch_first``'s transpose of the input).
+_LAYOUT_VIEW_OPS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze"})
 #: The multi-node aten decompositions the replay knows (others are left to the GNN).
 DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sigmoid + Mul",
                   "rsqrt: Sqrt + Reciprocal", "softmax with dtype: Softmax + Cast",
@@ -196,7 +198,10 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         if _one_aten_call(graph, u, v, constant):
             parent[find(u)] = find(v)
             in_decomposition.update((u, v))
+    layer_boundaries = recurrent_layer_boundaries(graph)
     for u, v in inlined_call_edges(graph):
+        if (u, v) in layer_boundaries:  # one aten.lstm call of several layers runs a kernel per layer
+            continue
         parent[find(u)] = find(v)
         in_decomposition.update((u, v))
     for chain in gelu_decompositions(graph):
@@ -234,6 +239,47 @@ def _recurrent_tail(graph: ModelGraph, node: str) -> list[str]:
             break
         tail.append(current)
     return tail
+
+
+def recurrent_layer_boundaries(graph: ModelGraph) -> set[Edge]:
+    """Runtime edges that eager never fuses because they join two recurrent layers or a layer and its producer.
+
+    cuDNN runs each layer of an ``nn.LSTM`` as its own kernels, so a two-layer module, one ``aten.lstm`` call that
+    the dynamo exporter writes as one inlined function, is two kernels (the oracle's groups: the input's layout
+    views with the first layer, the views written after a layer with it), each priced as a whole layer by the
+    recurrent model (:mod:`lilou.latency.kernel_model.recurrent`). The edges cut: into a layer from anything but a
+    layout view of the input, and from an earlier layer into a node that also reads a later one (the ``Concat``
+    of the layers' final states, which cuDNN writes in place: it stays with the last layer)."""
+    dag = graph.dag
+    runtime = graph.runtime_nodes()
+    order = {n: i for i, n in enumerate(runtime)}
+    boundaries: set[Edge] = set()
+    for node in runtime:
+        producers = [p for p in dag.predecessors(node) if not dag.nodes[p]["constant"]]
+        if dag.nodes[node]["op"] in RECURRENT_OPS:
+            boundaries.update((p, node) for p in producers
+                              if dag.nodes[p]["op"] not in _LAYOUT_VIEW_OPS or _source_layer(graph, p) is not None)
+            continue
+        sources = {p: _source_layer(graph, p) for p in producers}
+        layers = {layer for layer in sources.values() if layer is not None}
+        if len(layers) > 1:
+            last = max(layers, key=order.__getitem__)
+            boundaries.update((p, node) for p, layer in sources.items() if layer is not None and layer != last)
+    return boundaries
+
+
+def _source_layer(graph: ModelGraph, node: str) -> str | None:
+    """The recurrent layer whose output reaches ``node`` through layout views alone (``node`` itself if it is one)."""
+    dag = graph.dag
+    for _ in range(RECURRENT_TAIL + 1):
+        op = dag.nodes[node]["op"]
+        if op in RECURRENT_OPS:
+            return node
+        producers = [p for p in dag.predecessors(node) if not dag.nodes[p]["constant"]]
+        if op not in _LAYOUT_VIEW_OPS or len(producers) != 1:
+            return None
+        node = producers[0]
+    return None
 
 
 def replayed_eager_fused_edges(graph: ModelGraph) -> dict[Edge, bool]:

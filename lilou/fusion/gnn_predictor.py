@@ -13,7 +13,8 @@ used so (precision 0.997 on the training families).
 
 An op Lilou does not support (a custom domain op, say) is never fused with its
 neighbours by the GNN: nothing is known of how a runtime would run it, so it is
-predicted as its own kernel, with the fallback latency and a warning.
+predicted as its own kernel, with the fallback latency and a warning. Nor, in eager,
+is a recurrent layer (:func:`lilou.fusion.eager_replay.recurrent_layer_boundaries`).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from lilou.fusion.features import (
     fusion_arrays,
     with_backend_prior,
 )
+from lilou.fusion.eager_replay import recurrent_layer_boundaries
 from lilou.fusion.gnn_numpy import edge_logits
 from lilou.fusion.partition import Partition, partition_from_fused_edges
 from lilou.graph.dag import ModelGraph
@@ -137,6 +139,10 @@ class FusionPredictor:
         if backend in PRIOR_FLOOR_BACKENDS:
             column = PRIOR_COLUMNS[backend]
             probabilities = np.maximum(probabilities, arrays.edge_attr[:, column] * self.edge_feature_mask[column])
+        if backend == "eager":
+            boundaries = recurrent_layer_boundaries(graph)
+            if boundaries:
+                probabilities[[edge in boundaries for edge in arrays.edge_names]] = 0.0
         probabilities = probabilities.tolist()
         scores = {edge: p for edge, p, runtime in zip(arrays.edge_names, probabilities, arrays.edge_mask.tolist())
                   if runtime}
