@@ -208,3 +208,31 @@ def test_model_left_in_training_mode_prices_batch_statistics(tmp_path, capsys):
     folded = infer_json(capsys, str(paths[torch.onnx.TrainingMode.EVAL]), "--gpu", "t4")
     assert not any("training mode" in w for w in folded["warnings"])
     assert not any("BatchNormalization" in n for k in folded["kernels"] for n in k["nodes"])
+
+
+def test_dynamo_export_of_a_training_mode_batchnorm_is_priced_as_one(tmp_path, capsys):
+    """The dynamo exporter writes a training-mode batch norm (``aten._native_batch_norm_legit_functional``) as an
+    ONNX BatchNormalization without ``training_mode``; its name and metadata still say what PyTorch ran, and the
+    prediction equals the TorchScript export's, which keeps ``training_mode=1``."""
+    import torch
+
+    module = torch.nn.BatchNorm2d(64).train()
+    example = (torch.randn(16, 64, 64, 64),)
+    paths = {"dynamo": tmp_path / "bn-dynamo.onnx", "torchscript": tmp_path / "bn-torchscript.onnx"}
+    torch.onnx.export(module, example, paths["dynamo"], dynamo=True)
+    torch.onnx.export(module, example, paths["torchscript"], dynamo=False, opset_version=18,
+                      training=torch.onnx.TrainingMode.PRESERVE)
+    capsys.readouterr()  # the dynamo exporter reports its steps on stdout
+    (node,) = [n for n in onnx.load(paths["dynamo"]).graph.node if n.op_type == "BatchNormalization"]
+    assert not any(a.name == "training_mode" and a.i for a in node.attribute)
+    results = {name: infer_json(capsys, str(path), "--gpu", "a10g") for name, path in paths.items()}
+    for result in results.values():
+        assert "1 BatchNormalization node(s) run in training mode" in " ".join(result["warnings"])
+        (kernel,) = result["kernels"]
+        activation = 16 * 64 * 64 * 64 * 4
+        assert 3 * activation < kernel["bytes"] <= 3 * activation + 6 * 64 * 4  # X twice, Y; parameters and statistics
+    assert results["dynamo"]["latency_ms"] == pytest.approx(results["torchscript"]["latency_ms"], rel=1e-4)
+    eval_path = tmp_path / "bn-eval.onnx"
+    torch.onnx.export(module.eval(), example, eval_path, dynamo=True)
+    capsys.readouterr()
+    assert not any("training mode" in w for w in infer_json(capsys, str(eval_path), "--gpu", "a10g")["warnings"])
