@@ -159,3 +159,30 @@ def test_unsupported_op_is_reported_by_name():
     graph = build_graph(model)
     assert graph.unsupported_ops == ["MyFancyOp"]
     assert any("MyFancyOp" in w for w in graph.warnings)
+
+
+def test_losses_have_cost_formulas():
+    """Cross-entropy is a log-softmax over the classes (axis 1) and a pick of each target's entry; the negative
+    log-likelihood reads one entry per target, not the whole input."""
+    scores, target = tensor("x", [32, 10]), tensor("t", [32], TensorProto.INT64)
+    loss = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["y"], reduction="mean")
+    node = only_node(single_node_graph(loss, [scores, target], [tensor("y", None)]))
+    assert (node["flops"], node["bytes_read"], node["bytes_written"]) == (6 * 320, 4 * 320 + 8 * 32, 4)
+    nll = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], reduction="mean")
+    graph = single_node_graph(nll, [scores, target], [tensor("y", None)])
+    node = only_node(graph)
+    assert (node["flops"], node["bytes_read"], node["bytes_written"]) == (2 * 32, 4 * 32 + 8 * 32, 4)
+    assert graph.unsupported_ops == []
+
+
+def test_cross_entropy_kernel_is_priced_as_the_log_softmax_eager_runs():
+    """The softmax model learned kernels that write what they read; eager's cross-entropy writes the
+    log-probabilities, so the kernel's writes are those of its (N, C) scores."""
+    from lilou.latency.kernel_model.kernel import describe_graph_kernel
+
+    loss = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["y"], name="loss")
+    graph = single_node_graph(loss, [tensor("x", [4096, 1000]), tensor("t", [4096], TensorProto.INT64)],
+                              [tensor("y", None)])
+    spec = describe_graph_kernel(graph, ["loss"])
+    assert (spec.family, spec.rows, spec.cols) == ("softmax", 4096, 1000)
+    assert (spec.bytes_written, spec.out_elements) == (4 * 4096 * 1000, 4096 * 1000)

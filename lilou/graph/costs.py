@@ -173,9 +173,22 @@ def _batchnorm_flops(node: CostInput) -> int:
     return 2 * _elements(node.inputs[0])
 
 
+#: max, subtract, exp, sum, divide.
+_SOFTMAX_FLOPS = 5
+
+
 def _softmax_flops(node: CostInput) -> int:
-    # max, subtract, exp, sum, divide.
-    return 5 * _elements(node.inputs[0])
+    return _SOFTMAX_FLOPS * _elements(node.inputs[0])
+
+
+def _softmax_cross_entropy_flops(node: CostInput) -> int:
+    # A log-softmax over the classes (axis 1), then the target's negated entry picked and averaged.
+    return (_SOFTMAX_FLOPS + 1) * _elements(node.inputs[0])
+
+
+def _nll_loss_flops(node: CostInput) -> int:
+    # One entry picked per target (and weighted), then averaged.
+    return 2 * _elements(node.inputs[1]) if len(node.inputs) > 1 else 0
 
 
 def _pool_flops(node: CostInput) -> int:
@@ -288,6 +301,8 @@ _FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
     "BatchNormalization": _batchnorm_flops,
     "Softmax": _softmax_flops,
     "LogSoftmax": _softmax_flops,
+    "SoftmaxCrossEntropyLoss": _softmax_cross_entropy_flops,
+    "NegativeLogLikelihoodLoss": _nll_loss_flops,
     "MaxPool": _pool_flops,
     "AveragePool": _pool_flops,
     "LpPool": _pool_flops,
@@ -330,6 +345,10 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
         inputs = inputs[:1]  # the second input lends its type only
     if node.op in _RECURRENT_GATES:
         return _recurrent_reads(node)
+    if node.op == "NegativeLogLikelihoodLoss" and len(inputs) > 1:
+        # one input entry per target is read, not the whole input
+        picked = (inputs[1].elements or 0) * (inputs[0].itemsize or 4)
+        return [(inputs[0], picked)] + [(t, t.nbytes or 0) for t in inputs[1:]]
     if node.op in ("Gather", "GatherElements", "GatherND", "Slice") and inputs:
         selected = _bytes(node.outputs)
         rest = [] if node.op == "Slice" else inputs[1:]

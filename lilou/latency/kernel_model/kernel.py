@@ -32,7 +32,8 @@ _FAMILY_OF_OP = {
     "Conv": "conv", "ConvTranspose": "conv",
     "LayerNormalization": "layernorm", "SimplifiedLayerNormalization": "layernorm",
     "RMSNormalization": "layernorm", "GroupNormalization": "layernorm", "InstanceNormalization": "layernorm",
-    "Softmax": "softmax", "LogSoftmax": "softmax",
+    "Softmax": "softmax", "LogSoftmax": "softmax", "SoftmaxCrossEntropyLoss": "softmax",
+    "NegativeLogLikelihoodLoss": "reduction",
     "ReduceMean": "reduction", "ReduceSum": "reduction", "ReduceMax": "reduction", "ReduceMin": "reduction",
     "ReduceProd": "reduction", "ReduceL1": "reduction", "ReduceL2": "reduction",
     "ReduceSumSquare": "reduction", "ReduceLogSumExp": "reduction", "ArgMax": "reduction", "ArgMin": "reduction",
@@ -110,6 +111,12 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
         spec["gemm"], spec["conv"] = _conv_dims(main)
     elif family in ("layernorm", "softmax", "reduction"):
         spec["rows"], spec["cols"] = _row_dims(main)
+    if main.op == "SoftmaxCrossEntropyLoss" and main.inputs and main.inputs[0] is not None:
+        # Eager runs log_softmax, which writes the log-probabilities, then picks each target's entry (a tiny second
+        # kernel): priced as that log_softmax, the kernel the softmax model learned.
+        scores = main.inputs[0]
+        spec["bytes_written"] = max(spec["bytes_written"], scores.nbytes or 0)
+        spec["out_elements"] = max(spec["out_elements"], scores.elements or 0)
     spec["recurrent"] = _recurrent(nodes)
     return KernelSpec(**spec)
 
@@ -183,6 +190,11 @@ def _row_dims(node: CostInput) -> tuple[int, int]:
         return 1, 1
     if node.op in ("GlobalAveragePool", "GlobalMaxPool"):
         return math.prod(data[:2]), math.prod(data[2:])
+    if node.op == "SoftmaxCrossEntropyLoss":  # scores (N, C, d1 ...): one row of C classes per sample and position
+        return math.prod(data) // max(data[1] if len(data) > 1 else 1, 1), data[1] if len(data) > 1 else 1
+    if node.op == "NegativeLogLikelihoodLoss":  # one picked entry per target, summed
+        target = _shape(node.inputs[1]) if len(node.inputs) > 1 else ()
+        return 1, math.prod(target) if target else 1
     if node.op in ("MaxPool", "AveragePool"):
         out = _shape(node.outputs[0])
         return math.prod(out), math.prod(node.attributes.get("kernel_shape") or [1])
