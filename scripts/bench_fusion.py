@@ -109,7 +109,7 @@ def opset18_zoo(checkpoint: Path, folder: Path) -> list[dict]:
         path = folder / f"{name}-1layer-o18.onnx"
         if not path.exists():
             export_onnx(build(name, **shape, **overrides), path, strip_weights=True, optimize=True, opset=18)
-        graph = build_graph(load_onnx(path), name=path.stem)
+        graph = build_graph(load_onnx(path), name=path.stem, restore_folded=False)
         truth = eager_partition(load_onnx(path), graph)
         for rule, value in (("with gelu rule", chains), ("without gelu rule", ())):
             eager_replay._GELU_CHAINS = value  # an ablation of the replay: restored below

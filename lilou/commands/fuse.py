@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from lilou.graph.dag import load_graph
 
     check_backend(args.backend)
-    graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args))
+    # the oracles label the file's own nodes: no batch norm folded into a convolution is put back for them
+    graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args), restore_folded=not args.oracle)
     if not graph.runtime_nodes():
         raise LilouInputError(f"{args.model} has no nodes to run: nothing to fuse")
     if args.oracle:

@@ -43,7 +43,7 @@ def iter_labelled(root: Path, split: str, backend: str, hide_names: bool = False
         if hide_names:
             proto = without_exporter_names(proto, HIDDEN_NAME_PREFIX)
             payload = _prefixed(payload, HIDDEN_NAME_PREFIX)
-        graph = build_graph(proto, name=spec_id)
+        graph = build_graph(proto, name=spec_id, restore_folded=False)
         yield LabelledGraph(spec_id, family, spec_id.rsplit("-", 1)[1], graph, Partition.from_json(payload))
 
 

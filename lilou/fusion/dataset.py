@@ -275,7 +275,7 @@ def build_sample(spec: SampleSpec, root: Path, backends: tuple[str, ...], retry_
         if label_is_current(label, backend) or (label_failed.exists() and not retry_failed):
             continue
         try:
-            graph = graph or build_graph(load_onnx(path), name=spec.id)
+            graph = graph or build_graph(load_onnx(path), name=spec.id, restore_folded=False)
             partition = oracle_partition(backend, path, graph, strict=True)
         except Exception as exc:  # noqa: BLE001 - an oracle that cannot run on this graph
             label_failed.write_text(f"{type(exc).__name__}: {exc}\n")
@@ -325,7 +325,7 @@ def load_sample(path: Path, family: str, backends: Sequence[str] = ("eager", "tv
             for b in keys:
                 data[f"y_{b}"] = tensors[f"y_{b}"]
             return FusionSample(path.stem, family, path.stem.rsplit("-", 1)[1], data, keys)
-    graph = build_graph(load_onnx(path), name=path.stem)
+    graph = build_graph(load_onnx(path), name=path.stem, restore_folded=False)
     partitions = {b: Partition.from_json(json.loads(p.read_text())) for b, p in labels.items()}
     data = fusion_data(graph, partitions)
     save_file({k: data[k].contiguous() for k in (*_TENSOR_KEYS, *(f"y_{b}" for b in keys))}, cache)

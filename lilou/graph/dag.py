@@ -25,6 +25,7 @@ from onnx import helper
 
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
+from lilou.graph.folded_norms import restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
 from lilou.graph.shapes import MAX_DIM, MAX_ELEMENTS, apply_input_shapes, infer_shapes, runtime_inputs
 
@@ -88,16 +89,18 @@ class ModelGraph:
 
 
 def load_graph(path: str | os.PathLike[str], batch: int | None = None,
-               shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
+               shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ModelGraph:
     """Load an ONNX file, apply input-shape overrides, infer shapes and annotate every node."""
     model = load_onnx(path)
     name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
-    return build_graph(model, name=name, batch=batch, shapes=shapes)
+    return build_graph(model, name=name, batch=batch, shapes=shapes, restore_folded=restore_folded)
 
 
 def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
-    return annotate_graph(shape_model(model, batch=batch, shapes=shapes), name=name)
+                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ModelGraph:
+    """``restore_folded``: put back the batch norms an exporter folded into convolutions, as eager runs them
+    (:mod:`lilou.graph.folded_norms`); the fusion dataset keeps the file's own nodes, which its labels name."""
+    return annotate_graph(shape_model(model, batch=batch, shapes=shapes, restore_folded=restore_folded), name=name)
 
 
 @dataclass
@@ -115,15 +118,21 @@ class ShapedModel:
 
 
 def shape_model(model: onnx.ModelProto, batch: int | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> ShapedModel:
-    """Check the file, set its input shapes (in place) and infer every tensor's shape."""
+                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ShapedModel:
+    """Check the file, set its input shapes (in place) and infer every tensor's shape (``restore_folded``: see
+    :func:`build_graph`)."""
     _check_opset(model)
     _check_initializers(model)
     apply_input_shapes(model, batch=batch, shapes=shapes)
     _check_structure(model)
     _check_ranges(model.graph)
-    _sort_topologically(model)
     notes: list[str] = []
+    restored = restore_folded_batchnorms(model) if restore_folded else []
+    if restored:
+        notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
+                     f"({_listed(restored)}) are restored as their own kernels, as eager PyTorch runs them "
+                     "(export with optimize=False to keep them)")
+    _sort_topologically(model)
     evaluated: dict[str, int] = {}
     inferred = infer_shapes(model, notes=notes, evaluated=evaluated)
     return ShapedModel(model=inferred, tensors=_tensor_table(inferred), notes=notes, evaluated=evaluated)
@@ -734,6 +743,10 @@ def _mark_constant_subgraphs(dag: nx.DiGraph, initializers: set[str]) -> None:
             constant_tensors.update(t.name for t in data["outputs"])
 
 
+def _listed(names: Sequence[str], limit: int = 5) -> str:
+    return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
+
+
 def _warnings(dag: nx.DiGraph) -> list[str]:
     warnings = []
     unsupported = sorted({d["op"] for _, d in dag.nodes(data=True)
@@ -754,6 +767,6 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
     unknown = [n for n, d in dag.nodes(data=True)
                if not d["constant"] and any(t.shape is None for t in d["outputs"])]
     if unknown:
-        shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        shown = _listed(unknown)
         warnings.append(f"{len(unknown)} node(s) have outputs of unknown shape ({shown}); their costs are incomplete")
     return warnings

@@ -130,12 +130,12 @@ def tvm_partition_with_stats(model: onnx.ModelProto | str | os.PathLike[str],
         path = Path(model)
         model = _load_model(path)
         if graph is None:
-            graph = build_graph(model, name=path.stem)
+            graph = build_graph(model, name=path.stem, restore_folded=False)
     else:
         if model.functions:  # as load_onnx does, so node names match the graph's
             model = onnx.inliner.inline_local_functions(model)
         if graph is None:
-            graph = build_graph(model, name=model.graph.name or "model")
+            graph = build_graph(model, name=model.graph.name or "model", restore_folded=False)
     names = unique_node_names(model.graph)
     if set(names) != set(graph.dag.nodes):
         raise ValueError(f"graph {graph.name!r} does not describe this model: its node names differ")

@@ -1,0 +1,62 @@
+"""Batch norms the dynamo exporter's optimiser folded into the convolution before them are put back, as eager
+PyTorch runs them: real exports of a conv-BN-ReLU-conv-BN block, with and without the optimiser."""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from lilou.api import Predictor
+from lilou.graph.dag import load_graph
+
+
+def _block(training: bool):
+    import torch
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1, bias=False), torch.nn.BatchNorm2d(64),
+                                 torch.nn.ReLU(), torch.nn.Conv2d(64, 48, 3, padding=1), torch.nn.BatchNorm2d(48))
+    return module.train(training), (torch.randn(8, 32, 56, 56),)
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """{(training, optimize): path} of the same block exported by the dynamo exporter."""
+    import torch
+
+    folder = tmp_path_factory.mktemp("folded")
+    paths = {}
+    for training in (False, True):
+        module, example = _block(training)
+        for optimize in (False, True):
+            paths[training, optimize] = folder / f"block-train{int(training)}-opt{int(optimize)}.onnx"
+            torch.onnx.export(module, example, paths[training, optimize], dynamo=True, optimize=optimize)
+    return paths
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_folded_batch_norms_are_restored_with_their_channels(exports, training):
+    folded = exports[training, True]
+    assert [n.op_type for n in onnx.load(folded).graph.node] == ["Conv", "Relu", "Conv"]  # the optimiser folded both
+    graph = load_graph(folded)
+    norms = [n for n in graph.nodes_in_order() if graph.dag.nodes[n]["op"] == "BatchNormalization"]
+    assert [graph.dag.nodes[n]["inputs"][1].shape for n in norms] == [(64,), (48,)]
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == [
+        "Conv", "BatchNormalization", "Relu", "Conv", "BatchNormalization"]
+    note = next(w for w in graph.warnings if "folded" in w)
+    assert note.startswith("2 BatchNormalization(s) that the exporter folded into the node before them")
+    assert any("run in training mode" in w for w in graph.warnings) == training
+    assert len([n for n in load_graph(folded, restore_folded=False).runtime_nodes()]) == 3
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_restored_export_is_predicted_like_the_unoptimised_one(exports, training):
+    """The same kernels and bytes as the export that kept its batch norms (but the zero bias of 64 floats that the
+    unoptimised export gives the first, bias-free convolution); training mode reads the input twice."""
+    predictor = Predictor()
+    kept, restored = (predictor.predict(exports[training, optimize], gpu="t4") for optimize in (False, True))
+    ops = [("Conv",), ("BatchNormalization",), ("Relu",), ("Conv",), ("BatchNormalization",)]
+    assert [k.ops for k in kept.kernels] == ops and [k.ops for k in restored.kernels] == ops
+    assert [k.bytes for k in restored.kernels] == [kept.kernels[0].bytes - 64 * 4] + [k.bytes for k in kept.kernels[1:]]
+    assert restored.latency_ms == pytest.approx(kept.latency_ms, rel=1e-3)
+    first_norm = kept.kernels[1]
+    activation = 8 * 64 * 56 * 56 * 4
+    assert first_norm.bytes - 4 * 64 * 4 == (3 if training else 2) * activation
