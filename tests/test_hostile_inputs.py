@@ -700,3 +700,35 @@ def test_an_aborting_shape_inference_prints_one_line(tmp_path):
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(lines) == 1, run.stderr
     assert lines[0].startswith("lilou: error: ONNX shape inference aborted on this model (signal 6")
+
+
+def folded_batch_norm_claim(channels: int) -> onnx.ModelProto:
+    """A Conv whose metadata says the exporter folded a batch norm into it, with a weight-free weight of
+    ``channels`` output channels: a file of a few hundred bytes."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv")
+    entry = node.metadata_props.add()
+    entry.key, entry.value = "namespace", "m: torch.nn.BatchNorm2d/bn: aten._native_batch_norm_legit_no_training.default"
+    w = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[channels, 1, 1, 1])
+    w.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", str(4 * channels))):
+        field = w.external_data.add()
+        field.key, field.value = key, value
+    return make_model([node], [tensor("x", [1, 1, 1, 1])], [tensor("y", None)], [w])
+
+
+def test_a_claimed_folded_batch_norm_of_a_billion_channels_stays_under_1_gb(tmp_path):
+    """Restoring the batch norm needs its per-channel parameters' dims, never their bytes."""
+    path = save(folded_batch_norm_claim(2**30), tmp_path / "claim.onnx")
+    assert os.path.getsize(path) < 1000
+    script = ("import resource, subprocess, sys\n"
+              f"done = subprocess.run([sys.executable, '-m', 'lilou.cli', 'graph', {path!r}, '--format', 'json'], "
+              "capture_output=True, text=True)\n"
+              "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+              "sys.stdout.write(done.stdout)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    first, _, report = done.stdout.partition("\n")
+    status, peak_kib = (int(v) for v in first.split())
+    assert status == 0, done.stderr
+    assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
+    assert "1 BatchNormalization(s) that the exporter folded" in report

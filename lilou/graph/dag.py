@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ from onnx import helper
 
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
-from lilou.graph.folded_norms import restore_folded_batchnorms
+from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
 from lilou.graph.shapes import MAX_DIM, MAX_ELEMENTS, apply_input_shapes, infer_shapes, runtime_inputs
 
@@ -579,22 +578,9 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
             elif isinstance(value, list):
                 value = [v.decode(errors="replace") if isinstance(v, bytes) else v for v in value]
             values[attr.name] = value
-    if node.op_type == "BatchNormalization" and not values.get("training_mode") and _exported_in_training_mode(node):
+    if node.op_type == "BatchNormalization" and not values.get("training_mode") and exported_in_training_mode(node):
         values["training_mode"] = 1
     return values
-
-
-#: The aten batch norms that normalise with the batch's statistics (``_no_training`` and ``_no_update`` do not).
-_TRAINING_BATCH_NORM = re.compile(r"_native_batch_norm_legit(?!_no_training)|_batch_norm_with_update")
-
-
-def _exported_in_training_mode(node: onnx.NodeProto) -> bool:
-    """A BatchNormalization that the dynamo exporter wrote for a training-mode aten batch norm: it writes
-    ``_native_batch_norm_legit_functional`` (a module left in ``train()``) as an ONNX BatchNormalization without
-    ``training_mode``, but names the aten op in the node's name and metadata, and PyTorch ran it with the batch's
-    statistics."""
-    texts = [node.name] + [p.value for p in node.metadata_props if p.key in ("namespace", "pkg.torch.onnx.fx_node")]
-    return any(_TRAINING_BATCH_NORM.search(text) for text in texts)
 
 
 def _small_int_constants(graph: onnx.GraphProto) -> dict[str, int]:

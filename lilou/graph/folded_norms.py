@@ -7,7 +7,7 @@ never does: cuDNN runs the convolution, then the batch norm, as two kernels, and
 keeps the batch norm's metadata (its ``namespace`` ends in ``aten._native_batch_norm_legit_no_training``,
 ``..._functional`` ...), so the fold can be undone: :func:`restore_folded_batchnorms` puts a
 ``BatchNormalization`` back after the node, with per-channel parameters of the right size, and moves the
-metadata to it (which tells a training-mode one: :func:`lilou.graph.dag._exported_in_training_mode`).
+metadata to it (which tells a training-mode one: :func:`exported_in_training_mode`).
 Files without that metadata (TorchScript exports fold eval-mode batch norms too) cannot be told apart
 from a model without batch norms.
 """
@@ -79,13 +79,12 @@ def _batch_norm_after(node: onnx.NodeProto, channels: int, data_type: int, graph
     before = f"{node.output[0]}__before_batch_norm"
     parameters = []
     for role in ("scale", "bias", "mean", "var"):
-        name = f"{base}__batch_norm_{role}"
-        parameters.append(name)
-        graph.initializer.append(helper.make_tensor(name, data_type, [channels], [1.0] * channels))
+        parameters.append(f"{base}__batch_norm_{role}")
+        graph.initializer.append(_weight_free(parameters[-1], data_type, channels))
     if data_type not in _FLOAT_TYPES:
         data_type = onnx.TensorProto.FLOAT
     # no training_mode attribute (ONNX would want the running statistics as outputs too): the moved metadata names
-    # the training-mode aten call, which is how the graph reader tells (lilou.graph.dag._exported_in_training_mode)
+    # the training-mode aten call, which is how the graph reader tells (:func:`exported_in_training_mode`)
     norm = helper.make_node("BatchNormalization", [before, *parameters], [node.output[0]],
                             name=f"{base}__batch_norm", epsilon=1e-5)
     kept = [p for p in node.metadata_props if p.key not in _CALL_METADATA]
@@ -95,3 +94,28 @@ def _batch_norm_after(node: onnx.NodeProto, channels: int, data_type: int, graph
     node.metadata_props.extend(kept)
     node.output[0] = before
     return norm
+
+
+def _weight_free(name: str, data_type: int, channels: int) -> onnx.TensorProto:
+    """A per-channel parameter with its dims and type but no bytes (as ``lilou zoo export --strip-weights`` writes
+    weights): a file that claims a billion channels must not make Lilou allocate them."""
+    tensor = onnx.TensorProto(name=name, data_type=data_type, dims=[channels])
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "restored-batch-norm"), ("offset", "0"),
+                       ("length", str(channels * helper.tensor_dtype_to_np_dtype(data_type).itemsize))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+#: The aten batch norms that normalise with the batch's statistics (``_no_training`` and ``_no_update`` do not).
+_TRAINING_BATCH_NORM = re.compile(r"_native_batch_norm_legit(?!_no_training)|_batch_norm_with_update")
+
+
+def exported_in_training_mode(node: onnx.NodeProto) -> bool:
+    """A BatchNormalization that the dynamo exporter wrote for a training-mode aten batch norm: it writes
+    ``_native_batch_norm_legit_functional`` (a module left in ``train()``) as an ONNX BatchNormalization without
+    ``training_mode``, but names the aten op in the node's name and metadata, and PyTorch ran it with the batch's
+    statistics. Batch norms restored here carry that metadata too."""
+    texts = [node.name] + [p.value for p in node.metadata_props if p.key in ("namespace", "pkg.torch.onnx.fx_node")]
+    return any(_TRAINING_BATCH_NORM.search(text) for text in texts)
