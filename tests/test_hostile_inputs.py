@@ -732,3 +732,27 @@ def test_a_claimed_folded_batch_norm_of_a_billion_channels_stays_under_1_gb(tmp_
     assert status == 0, done.stderr
     assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
     assert "1 BatchNormalization(s) that the exporter folded" in report
+
+
+@pytest.mark.parametrize("command", [["graph"], ["fuse"], ["infer", "--gpu", "a10g"]])
+def test_invalid_utf8_in_node_metadata_is_read(command, tmp_path, capsys):
+    """Protobuf hands back a string field holding invalid UTF-8 as bytes (fuzz cases 325 and 407 of seed 21: the
+    batch-norm metadata checks raised TypeError on them). Metadata is only read: the prediction goes on. A node
+    name that is not UTF-8 stays a one-line error."""
+    batch_norm = helper.make_node("BatchNormalization", ["y", "s", "b", "m", "v"], ["z"], name="bn_marker")
+    entry = batch_norm.metadata_props.add()
+    entry.key, entry.value = "namespace", "m: BatchNorm2d/bn: aten._native_batch_norm_legit_functional.default"
+    model = folded_batch_norm_claim(8)
+    model.graph.node.append(batch_norm)
+    model.graph.initializer.extend(weight(n, [8]) for n in ("s", "b", "m", "v"))
+    model.graph.output[0].name = "z"
+    raw = model.SerializeToString()
+    for text in (b"aten._native_batch_norm_legit_no_training", b"aten._native_batch_norm_legit_functional"):
+        raw = raw.replace(text, text[:-2] + b"\xff\xfe")
+    path = tmp_path / "invalid-utf8.onnx"
+    path.write_bytes(raw)
+    assert main([command[0], str(path), *command[1:]]) == 0, capsys.readouterr().err
+    path.write_bytes(raw.replace(b"bn_marker", b"bn_mark\xff\xfe"))
+    assert main([command[0], str(path), *command[1:]]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.endswith("is not valid UTF-8 text (b'bn_mark\\xff\\xfe'); the file is damaged, re-export it")

@@ -52,8 +52,13 @@ def _holds_folded_batch_norm(node: onnx.NodeProto) -> bool:
     """A Conv/Gemm/... node whose metadata names an aten batch-norm call as the last one it computes."""
     if node.op_type not in _FOLDED_INTO or node.domain not in ("", "ai.onnx"):
         return False
-    namespace = next((p.value for p in node.metadata_props if p.key == "namespace"), "")
+    namespace = _text(next((p.value for p in node.metadata_props if p.key == "namespace"), ""))
     return bool(_BATCH_NORM_CALL.match(namespace.rsplit(": ", 1)[-1]))
+
+
+def _text(value: str | bytes) -> str:
+    """A protobuf string field as text: a file may hold invalid UTF-8, which protobuf hands back as bytes."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _output_channels(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> int | None:
@@ -118,4 +123,4 @@ def exported_in_training_mode(node: onnx.NodeProto) -> bool:
     ``training_mode``, but names the aten op in the node's name and metadata, and PyTorch ran it with the batch's
     statistics. Batch norms restored here carry that metadata too."""
     texts = [node.name] + [p.value for p in node.metadata_props if p.key in ("namespace", "pkg.torch.onnx.fx_node")]
-    return any(_TRAINING_BATCH_NORM.search(text) for text in texts)
+    return any(_TRAINING_BATCH_NORM.search(_text(text)) for text in texts)
