@@ -251,6 +251,8 @@ def recurrent_layer_boundaries(graph: ModelGraph) -> set[Edge]:
     layout view of the input, and from an earlier layer into a node that also reads a later one (the ``Concat``
     of the layers' final states, which cuDNN writes in place: it stays with the last layer)."""
     dag = graph.dag
+    if not any(data["op"] in RECURRENT_OPS for _, data in dag.nodes(data=True)):
+        return set()
     runtime = graph.runtime_nodes()
     order = {n: i for i, n in enumerate(runtime)}
     boundaries: set[Edge] = set()
