@@ -60,3 +60,23 @@ def test_restored_export_is_predicted_like_the_unoptimised_one(exports, training
     first_norm = kept.kernels[1]
     activation = 8 * 64 * 56 * 56 * 4
     assert first_norm.bytes - 4 * 64 * 4 == (3 if training else 2) * activation
+
+
+def test_a_half_precision_model_gets_half_precision_batch_norm_parameters():
+    """The restored parameters take the weight's type (FP16 here), so ONNX's type inference accepts the node."""
+    from onnx import TensorProto, helper
+
+    from lilou.graph.dag import build_graph
+    from tests.onnx_builders import make_model, tensor
+
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv")
+    entry = node.metadata_props.add()
+    entry.key, entry.value = "namespace", "m: BatchNorm2d/bn: aten._native_batch_norm_legit_no_training.default"
+    weight = helper.make_tensor("w", TensorProto.FLOAT16, [16, 8, 3, 3], [0.0] * (16 * 8 * 9))
+    model = make_model([node], [tensor("x", [2, 8, 10, 10], TensorProto.FLOAT16)], [tensor("y", None, TensorProto.FLOAT16)],
+                       [weight])
+    graph = build_graph(model)
+    (norm,) = [n for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] == "BatchNormalization"]
+    scale = graph.dag.nodes[norm]["inputs"][1]
+    assert (scale.shape, scale.dtype) == ((16,), "float16")
+    assert graph.dag.nodes[norm]["outputs"][0].shape == (2, 16, 8, 8)

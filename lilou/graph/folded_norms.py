@@ -82,12 +82,12 @@ def _batch_norm_after(node: onnx.NodeProto, channels: int, data_type: int, graph
     """A BatchNormalization reading the node's output, which now goes to a new tensor; the metadata moves."""
     base = node.name or node.output[0]
     before = f"{node.output[0]}__before_batch_norm"
+    if data_type not in _FLOAT_TYPES:
+        data_type = onnx.TensorProto.FLOAT
     parameters = []
     for role in ("scale", "bias", "mean", "var"):
         parameters.append(f"{base}__batch_norm_{role}")
         graph.initializer.append(_weight_free(parameters[-1], data_type, channels))
-    if data_type not in _FLOAT_TYPES:
-        data_type = onnx.TensorProto.FLOAT
     # no training_mode attribute (ONNX would want the running statistics as outputs too): the moved metadata names
     # the training-mode aten call, which is how the graph reader tells (:func:`exported_in_training_mode`)
     norm = helper.make_node("BatchNormalization", [before, *parameters], [node.output[0]],
