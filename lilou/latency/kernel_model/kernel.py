@@ -191,7 +191,8 @@ def _row_dims(node: CostInput) -> tuple[int, int]:
     if node.op in ("GlobalAveragePool", "GlobalMaxPool"):
         return math.prod(data[:2]), math.prod(data[2:])
     if node.op == "SoftmaxCrossEntropyLoss":  # scores (N, C, d1 ...): one row of C classes per sample and position
-        return math.prod(data) // max(data[1] if len(data) > 1 else 1, 1), data[1] if len(data) > 1 else 1
+        classes = data[1] if len(data) > 1 else 1
+        return math.prod(data) // max(classes, 1), classes
     if node.op == "NegativeLogLikelihoodLoss":  # one picked entry per target, summed
         target = _shape(node.inputs[1]) if len(node.inputs) > 1 else ()
         return 1, math.prod(target) if target else 1
