@@ -46,7 +46,7 @@ from lilou.fusion.rules import RuleTable, rule_partition
 from lilou.fusion.tvm_replay import replay_partition
 
 REPO = Path(__file__).resolve().parents[1]
-METRICS = ("edge_accuracy", "precision", "recall", "f1", "exact_partition")
+METRICS = ("edge_accuracy", "precision", "recall", "f1", "exact_partition", "exact_kernels", "kernel_count_ratio")
 TARGETS = {"edge_accuracy": 0.995, "exact_partition": 0.90}
 SPLIT_NAMES = {"test": "leave-family-out", "test-op": "leave-op-out", "test-exporter": "leave-exporter-setting-out",
                "val": "validation", "train": "training"}
@@ -141,18 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title=f"fusion on held-out splits (held-out ops: {', '.join(sorted(TEST_OPS))}; "
                         f"held-out exporter settings: {', '.join(sorted(TEST_EXPORTERS))})")
     columns = ("split", "backend", "method", "graphs", "n", "edge acc", "precision", "recall", "F1", "exact",
-               "ms/graph", "targets")
+               "exact kernels", "kernels / oracle's", "ms/graph", "targets")
     for column in columns:
         table.add_column(column, justify="left" if column in ("split", "backend", "method", "graphs") else "right")
     for r in rows:
         if r["graphs"] == "missing":
             table.add_row(SPLIT_NAMES.get(r["split"], r["split"]), r["backend"], "-", "not built", "0",
-                          *[""] * 7)
+                          *[""] * 9)
             continue
         ms = f"{r['ms_per_graph']:.1f}" if r["ms_per_graph"] is not None else ""
         table.add_row(SPLIT_NAMES.get(r["split"], r["split"]), r["backend"], r["method"], r["graphs"], str(r["n"]),
                       f"{100 * r['edge_accuracy']:.2f} %", f"{r['precision']:.4f}", f"{r['recall']:.4f}",
-                      f"{r['f1']:.4f}", f"{100 * r['exact_partition']:.1f} %", ms,
+                      f"{r['f1']:.4f}", f"{100 * r['exact_partition']:.1f} %", f"{100 * r['exact_kernels']:.1f} %",
+                      f"{r['kernel_count_ratio']:.4f}", ms,
                       "met" if r["meets_targets"] else "missed")
     console.print(table)
     for key, patterns in misses.items():

@@ -18,7 +18,9 @@ from lilou.fusion.features import (
     fusion_data,
     with_backend_prior,
 )
+from lilou.fusion.eager_replay import silence_view_groups
 from lilou.fusion.partition import (
+    KernelGroup,
     Partition,
     check_covers,
     fused_edge_labels,
@@ -316,3 +318,38 @@ def test_prior_and_name_dropout_hide_their_columns_of_whole_training_graphs(tiny
     assert not names_dropped[:, EXPORT_NAME_COLUMN].any()
     others = [c for c in range(FUSION_EDGE_FEATURES) if c != EXPORT_NAME_COLUMN]
     assert torch.equal(names_dropped[:, others], batch.edge_attr[:, others])
+
+
+def test_predicted_groups_of_views_alone_launch_nothing_as_the_oracle_says(tmp_path):
+    """GPT-2 splits its fused QKV projection (``torch.split``: SplitToSequence, a view in eager). The GNN puts
+    the split in a group of its own, as the oracle does; that group must not launch a kernel (one per layer
+    did before, each priced at a launch), while a ``.contiguous()`` copy of a transposed view still launches."""
+    from lilou.fusion.predict import predict_partition
+    from lilou.zoo.export import export_onnx
+    from lilou.zoo.registry import build
+
+    path = export_onnx(build("gpt2", batch=1, seq=16, n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=32),
+                       tmp_path / "gpt2.onnx", strip_weights=True)
+    graph = build_graph(load_onnx(path), name="tiny-gpt2", restore_folded=False)
+    truth = eager_partition(load_onnx(path), graph)
+    for method in ("gnn", "rules"):
+        predicted = predict_partition(graph, "eager", method=method)
+        splits = [g for g in predicted.groups if any(graph.dag.nodes[n]["op"] == "SplitToSequence" for n in g.nodes)]
+        assert len(splits) == 2 and not any(g.launches for g in splits) and {g.reason for g in splits} == {"view"}
+        copies = [g for g in predicted.kernels if [graph.dag.nodes[n]["op"] for n in g.nodes] == ["Transpose", "Identity"]]
+        assert len(copies) == 2  # the merge of the heads before the output projection, one per layer
+    # Every group the oracle keeps silent that the GNN predicted as it is stays silent.
+    predicted = {frozenset(g.nodes): g.launches for g in predict_partition(graph, "eager").groups}
+    silent = [frozenset(g.nodes) for g in truth.groups if not g.launches and g.reason == "view"]
+    assert len(silent) >= 2 and all(not predicted[g] for g in silent if g in predicted)
+    # The oracle's own groups with the two splits launching, as partitions built from edges alone had them:
+    # the same node groups, two kernels more, which the kernel metrics see and the silencing undoes.
+    launched = Partition("eager", [KernelGroup(g.nodes) if any(graph.dag.nodes[n]["op"] == "SplitToSequence"
+                                                                for n in g.nodes) else g for g in truth.groups])
+    score = FusionScore()
+    score.add_partitions(graph, truth, launched)
+    assert score.as_dict()["exact_partition"] == 1.0 and score.as_dict()["exact_kernels"] == 0.0
+    assert score.as_dict()["kernel_count_ratio"] == (len(truth.kernels) + 2) / len(truth.kernels)
+    score = FusionScore()
+    score.add_partitions(graph, truth, silence_view_groups(graph, launched))
+    assert score.as_dict()["exact_kernels"] == 1.0 and score.as_dict()["kernel_count_ratio"] == 1.0

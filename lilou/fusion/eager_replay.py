@@ -36,7 +36,7 @@ from __future__ import annotations
 import networkx as nx
 
 from lilou.fusion.export_names import inlined_call_edges
-from lilou.fusion.partition import Edge, Partition, partition_from_group_ids, runtime_edges
+from lilou.fusion.partition import Edge, KernelGroup, Partition, partition_from_group_ids, runtime_edges
 from lilou.graph.dag import ModelGraph
 
 #: ONNX ops that the dynamo exporter writes for aten views (and eval-mode dropout).
@@ -292,4 +292,30 @@ def replayed_eager_fused_edges(graph: ModelGraph) -> dict[Edge, bool]:
 
 def replay_eager_partition(graph: ModelGraph) -> Partition:
     """The replay's grouping alone, as a partition (a baseline in ``make bench-fusion``)."""
-    return partition_from_group_ids(graph, replay_eager_groups(graph), "eager", source="eager-replay")
+    return silence_view_groups(graph, partition_from_group_ids(graph, replay_eager_groups(graph), "eager",
+                                                               source="eager-replay"))
+
+
+def silence_view_groups(graph: ModelGraph, partition: Partition) -> Partition:
+    """The partition with every group made only of eager views launching nothing, as the oracle labels them.
+
+    Fused edges decide which nodes share a kernel, not whether a group launches one. The eager oracle
+    (:mod:`lilou.fusion.backends.eager`) never lets a view launch: a view read by kernels of two groups, or
+    feeding a graph output, sits in a group of its own that launches nothing. A partition built from
+    predicted edges launched such a group whenever it held a view outside the cost model's metadata-only
+    ops (``Expand``, ``Transpose``, ``Slice``, ``SplitToSequence``): GPT-2's ``split`` of the fused QKV
+    projection, one per layer, and Switch Transformer's expanded router masks ran as kernels eager never runs.
+    A copy of a strided view (``Identity`` after a transpose: ``.contiguous()``) still launches.
+    """
+    dag = graph.dag
+    candidates = [i for i, g in enumerate(partition.groups)
+                  if g.launches and all(dag.nodes[n]["op"] in VIEW_LIKE_OPS for n in g.nodes)]
+    if not candidates:
+        return partition
+    strided = _strided_outputs(graph, [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]])
+    groups = list(partition.groups)
+    for i in candidates:
+        if all(_launches_no_kernel(graph, n, strided) for n in groups[i].nodes):
+            groups[i] = KernelGroup(groups[i].nodes, launches=False, reason="view")
+    return Partition(backend=partition.backend, groups=groups, source=partition.source,
+                     warnings=list(partition.warnings))
