@@ -186,3 +186,24 @@ def test_cross_entropy_kernel_is_priced_as_the_log_softmax_eager_runs():
     spec = describe_graph_kernel(graph, ["loss"])
     assert (spec.family, spec.rows, spec.cols) == ("softmax", 4096, 1000)
     assert (spec.bytes_written, spec.out_elements) == (4 * 4096 * 1000, 4096 * 1000)
+
+
+def test_values_read_only_for_their_shape_compute_nothing():
+    """``a`` (Add) and ``b`` (Mul of ``a``) are read only by ``Shape`` (through ``b``) and ``CastLike``'s type
+    input: no runtime computes them. ``c`` is read by the same ``Shape`` but is also a graph output, and ``d``
+    is read by value: both run."""
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="a"),
+             helper.make_node("Mul", ["a", "a"], ["b"], name="b"),
+             helper.make_node("Shape", ["b"], ["shape"], name="shape"),
+             helper.make_node("CastLike", ["x", "a"], ["cast"], name="cast"),
+             helper.make_node("Relu", ["x"], ["c"], name="c"),
+             helper.make_node("Shape", ["c"], ["shape_c"], name="shape_c"),
+             helper.make_node("Expand", ["cast", "shape"], ["e"], name="e"),
+             helper.make_node("Neg", ["x"], ["d"], name="d"),
+             helper.make_node("Reshape", ["d", "shape_c"], ["y"], name="y")]
+    graph = build_graph(make_model(nodes, [tensor("x", [4, 8])],
+                                   [tensor("y", None), tensor("c", None), tensor("e", None)]))
+    data = graph.dag.nodes
+    assert [n for n in ("a", "b") if data[n].get("shape_only")] == ["a", "b"]
+    assert graph.runtime_nodes() == ["cast", "c", "e", "d", "y"]
+    assert not any(data[n].get("shape_only") for n in ("cast", "c", "e", "d", "y"))

@@ -236,3 +236,27 @@ def test_dynamo_export_of_a_training_mode_batchnorm_is_priced_as_one(tmp_path, c
     torch.onnx.export(module.eval(), example, eval_path, dynamo=True)
     capsys.readouterr()
     assert not any("training mode" in w for w in infer_json(capsys, str(eval_path), "--gpu", "a10g")["warnings"])
+
+
+def test_torchscript_mse_loss_prices_no_broadcast_shape_work(tmp_path, capsys):
+    """The TorchScript exporter writes ``F.mse_loss``'s ``broadcast_tensors`` as ``ConstantOfShape`` + two
+    ``Add`` of the inputs read only by the ``Shape`` that sizes an ``Expand`` of each input. Eager computes
+    broadcast shapes without touching data and expands by views: the Adds compute nothing and the Expands
+    launch nothing. What is left is (a - b), (a - b) again (the exporter writes the square as a product), their
+    product and the mean: 4 kernels, where each Add and Expand launched one before (8)."""
+    import torch
+
+    class MSE(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.nn.functional.mse_loss(a, b)
+
+    path = tmp_path / "mse.onnx"
+    torch.onnx.export(MSE(), (torch.randn(128, 4096), torch.randn(128, 4096)), path, dynamo=False, opset_version=18)
+    op_of = {n.name: n.op_type for n in onnx.load(path).graph.node}
+    ops = list(op_of.values())
+    assert ops.count("Add") == 2 and ops.count("Expand") == 2 and "ConstantOfShape" in ops
+    result = infer_json(capsys, str(path), "--gpu", "a100-sxm4-80gb")
+    kernel_ops = sorted(tuple(op_of[n] for n in k["nodes"]) for k in result["kernels"])
+    assert kernel_ops == [("Mul",), ("ReduceMean",), ("Sub",), ("Sub",)]
+    # two Subs and the Mul, one add per element of the mean and its division
+    assert sum(k["flops"] for k in result["kernels"]) == 4 * 128 * 4096 + 1

@@ -146,6 +146,7 @@ def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
     _check_windows(dag)
     _check_splits(inferred.graph, tensors)
     _mark_constant_subgraphs(dag, initializers={t.name for t in inferred.graph.initializer})
+    _mark_shape_only_values(dag, graph_outputs={v.name for v in inferred.graph.output})
     warnings = _warnings(dag) + notes
     return ModelGraph(
         name=name,
@@ -727,6 +728,32 @@ def _mark_constant_subgraphs(dag: nx.DiGraph, initializers: set[str]) -> None:
         if all(t.name in constant_tensors for t in value_inputs):
             data["constant"] = True
             constant_tensors.update(t.name for t in data["outputs"])
+
+
+def _mark_shape_only_values(dag: nx.DiGraph, graph_outputs: set[str]) -> None:
+    """A node whose values are read only for their shape (through ``Shape``/``Size``, possibly via other such
+    nodes) computes nothing a runtime needs: it is marked constant, with ``shape_only``.
+
+    The TorchScript exporter writes ``torch.broadcast_tensors`` (``F.mse_loss``, ``F.l1_loss`` ...) as
+    ``ConstantOfShape`` + ``Add`` of the inputs, read only by the ``Shape`` that sizes the ``Expand`` after it;
+    eager PyTorch computes broadcast shapes without touching the data, and every ONNX runtime drops such
+    values. Before, each ``Add`` was priced as a kernel (a 2-kernel ``mse_loss`` exported as 8).
+    """
+    for name in reversed(list(nx.topological_sort(dag))):
+        data = dag.nodes[name]
+        if data["constant"] or not data["outputs"] or any(t.name in graph_outputs for t in data["outputs"]):
+            continue
+        produced = {t.name for t in data["outputs"]}
+        readers = list(dag.successors(name))
+        if readers and all(dag.nodes[r].get("shape_only") or _reads_only_metadata(dag.nodes[r], produced)
+                           for r in readers):
+            data["constant"] = data["shape_only"] = True
+
+
+def _reads_only_metadata(reader: dict, tensors: set[str]) -> bool:
+    """Does this node read ``tensors`` only at inputs whose shape or type it uses, not their values?"""
+    metadata_only = _METADATA_ONLY_INPUTS.get(reader["op"], set())
+    return all(i in metadata_only for i, t in enumerate(reader["inputs"]) if t is not None and t.name in tensors)
 
 
 def _listed(names: Sequence[str], limit: int = 5) -> str:
