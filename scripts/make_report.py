@@ -69,22 +69,30 @@ NOTES = {
         "model's figures."),
 }
 LIMITS = """\
-* **FP32 eager data only.** Every latency number rests on NeuSight's measurements: per-kernel rows
-  (`neusight/kernels/train`) and end-to-end labels (`neusight/e2e`, eager files, not `-fusion`), FP32,
-  PyTorch 2.1 eager. Nothing here measures FP16/BF16, TensorRT, TVM-compiled or `torch.compile` latency.
-* **Five training GPUs** (A100 40/80GB PCIe, P100, P4, T4, V100). Leave-one-GPU-out has five folds; any
-  other GPU (A10G, L4, H100 ...) and every MIG slice is an extrapolation from specs, checked here for
-  monotonicity only (figure above), not against measurements.
-* **What limits the kernel model** is measured by `make bench-kernels`: with two constants of the held-out
+* **What was measured.** End-to-end labels: NeuSight's eager FP32 forward passes of six transformer families on
+  five GPUs (`neusight/e2e`, PyTorch 2.1, CUDA events; no CNN, no FP16/BF16 model). Per-kernel rows: the kernel
+  table of five public sources (NeuSight, DeepBench, AIConfigurator, Vidur, Liger-Kernel) on 23 GPUs from Maxwell
+  to Blackwell in seven dtypes, each timed its own way (eager CUDA events, host-timer loops, CUDA-graph replay,
+  profiler kernel time, `do_bench`; docs/kernel_table.md). LLM serving: ML.ENERGY and Argonne runs (docs/llm.md).
+  No source measured TF32, TensorRT, `torch.compile` or TVM-compiled latency.
+* **Two kernel models.** FP32 GEMMs, norms, softmax and elementwise kernels are priced by the model trained on
+  NeuSight's rows alone (6 GPUs; its leave-one-GPU-out figures are the `kernels` rows above); GEMMs and
+  convolutions in every other precision, and every FP32 convolution, by the model trained on the whole kernel
+  table (`kernel_table` rows: leave-one-GPU-out per source, dtype and family, and leave-one-architecture-out).
+  Rows measured on H100 and L4 GPUs are held back from both for an independent evaluation.
+* **What limits the FP32 model** is measured by `make bench-kernels`: with two constants of the held-out
   machine fitted in hindsight (its launch offset and speed scale), elementwise, softmax and layer norm reach
   8-9 % leave-one-GPU-out, while GEMM and conv stay at 20-26 % (kernel choices differ by architecture, and the
-  P4's large GEMMs slow more than the T4's as they run longer). Those rows in the summary above are diagnostics, not results.
-* **Sixteen NeuSight ops** (GEMM/linear/bmm, conv, elementwise, softmax, layer norm ...); kernels of other
-  kinds use the memory-bound fallback.
+  P4's large GEMMs slow more than the T4's as they run longer). Those rows in the summary above are diagnostics,
+  not results.
+* **Kinds nobody measured** (batch norms, pooling, reductions, copies, depthwise convolutions, cumulative sums ...)
+  use the memory-bound fallback and are flagged extrapolated; TF32 kernels stand in on the FP16 tensor-core
+  pipeline at the TF32 peak; every prediction names these in its warnings. The launch gap (30 us per kernel) is
+  NeuSight's 2023 hosts'.
 * **Fusion labels** come from oracles, not from profiling: eager groups from the dynamo exporter's node
   metadata; TVM groups from TVM 0.27 Relax `FuseOps` for `{"kind": "cuda", "arch": "sm_80"}` without
   compiling or running anything. TorchScript exports carry TVM labels only. The fusion dataset is zoo models
-  with reduced depth/width (30 families); held-out families are never seen in training.
+  with reduced depth/width (30 families) and a decomposition corpus; held-out families are never seen in training.
 * **No TVM latency data**: the TVM backend's fusion is evaluated, its latency is not.
 * Quick runs (`make report QUICK=1`) train on tiny subsets for one or two epochs: their numbers show that the
   pipeline runs and are **not** results.
