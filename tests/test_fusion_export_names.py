@@ -10,7 +10,7 @@ from torch import nn
 
 from lilou.fusion.backends.eager import eager_partition
 from lilou.fusion.eager_replay import replay_eager_partition
-from lilou.fusion.export_names import edges_inside_one_call, inlined_runs, without_exporter_names
+from lilou.fusion.export_names import edges_between_calls, edges_inside_one_call, inlined_runs, without_exporter_names
 from lilou.fusion.features import EXPORT_NAME_COLUMN, fusion_arrays, with_backend_prior
 from lilou.fusion.partition import fused_edge_labels
 from lilou.graph.dag import build_graph
@@ -95,3 +95,24 @@ def test_only_eager_sees_the_exporter_name_flag():
     assert arrays.edge_attr[:, EXPORT_NAME_COLUMN].tolist() == [1.0]
     assert with_backend_prior(arrays.edge_attr, "eager")[0, EXPORT_NAME_COLUMN] == 1.0
     assert with_backend_prior(arrays.edge_attr, "tvm")[0, EXPORT_NAME_COLUMN] == 0.0
+
+
+@pytest.mark.slow
+def test_hand_written_activations_keep_their_aten_calls(tmp_path):
+    """``x * torch.sigmoid(x)`` and an erf GELU written out are several aten calls, each result named after its
+    FX node: the replay's op patterns (silu's Sigmoid -> Mul, the erf chain) no longer join them, and eager's
+    kernel counts (2 and 5) are the oracle's. ``F.silu`` keeps its one kernel: its Sigmoid writes a ``val_<k>``.
+    TorchScript names say nothing, and the patterns still join there."""
+    cases = {"hand-swish": (decomp.Lambda(lambda x: x * torch.sigmoid(x)), 2),
+             "hand-gelu": (decomp.Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0)))), 5),
+             "silu": (nn.SiLU(), 1)}
+    for name, (module, kernels) in cases.items():
+        model, graph = exported(tmp_path, name, module)
+        replay = replay_eager_partition(graph)
+        assert len(replay.kernels) == len(eager_partition(model, graph).kernels) == kernels, name
+    _, swish = exported(tmp_path, "hand-swish-names", cases["hand-swish"][0])
+    assert edges_between_calls(swish) == {("node_sigmoid", "node_mul")}
+    path = tmp_path / "hand-swish-ts.onnx"
+    torch.onnx.export(cases["hand-swish"][0], (torch.zeros(2, 6, 16),), path, dynamo=False, opset_version=18)
+    scripted = build_graph(load_onnx(path))
+    assert edges_between_calls(scripted) == set() and len(replay_eager_partition(scripted).kernels) == 1

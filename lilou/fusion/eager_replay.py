@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from lilou.fusion.export_names import inlined_call_edges
+from lilou.fusion.export_names import edges_between_calls, inlined_call_edges
 from lilou.fusion.partition import Edge, KernelGroup, Partition, partition_from_group_ids, runtime_edges
 from lilou.graph.dag import ModelGraph
 
@@ -194,8 +194,11 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         return node
 
     in_decomposition: set[str] = set()
+    # Where the exporter's names say an edge leaves one aten call, no op pattern joins it: hand-written
+    # `x * torch.sigmoid(x)` or a tanh-GELU formula exported by dynamo are several calls, several kernels.
+    between_calls = edges_between_calls(graph)
     for u, v in runtime_edges(graph):
-        if _one_aten_call(graph, u, v, constant):
+        if (u, v) not in between_calls and _one_aten_call(graph, u, v, constant):
             parent[find(u)] = find(v)
             in_decomposition.update((u, v))
     layer_boundaries = recurrent_layer_boundaries(graph)
@@ -205,6 +208,8 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         parent[find(u)] = find(v)
         in_decomposition.update((u, v))
     for chain in gelu_decompositions(graph):
+        if any(edge in between_calls for edge in zip(chain, chain[1:])):
+            continue
         for node in chain[1:]:
             parent[find(node)] = find(chain[0])
         in_decomposition.update(chain)

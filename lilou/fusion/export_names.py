@@ -67,6 +67,20 @@ def edges_inside_one_call(graph: ModelGraph) -> set[Edge]:
     return inside
 
 
+def edges_between_calls(graph: ModelGraph) -> set[Edge]:
+    """Runtime edges whose names say they leave one aten call for the next.
+
+    The dynamo exporter names the node that returns a call's value ``node_<value>``, after the FX node
+    (``node_sigmoid`` writes ``sigmoid``); a call's inner nodes write ``val_<k>`` (``aten.silu``'s Sigmoid:
+    ``node_Sigmoid_0`` -> ``val_0``). An edge carrying such a returned value ends a call: a hand-written
+    ``x * torch.sigmoid(x)`` is two calls and two eager kernels, where ``F.silu`` is one. Other exporters' names
+    never match.
+    """
+    dag = graph.dag
+    return {(u, v) for u, v in runtime_edges(graph)
+            if dag.edges[u, v]["tensors"] and all(u == f"node_{t}" for t in dag.edges[u, v]["tensors"])}
+
+
 def without_exporter_names(model, prefix: str = "x"):
     """A copy of an ONNX ``model`` whose node and value names no longer follow the exporter's patterns.
 
