@@ -4,9 +4,15 @@ from __future__ import annotations
 from onnx import helper
 
 from lilou.fusion.backends.eager import eager_partition
-from lilou.fusion.eager_replay import replay_eager_groups, replayed_eager_fused_edges
+from lilou.fusion.eager_replay import (
+    eager_views,
+    replay_eager_groups,
+    replayed_eager_fused_edges,
+    silence_view_groups,
+    without_view_bridges,
+)
 from lilou.fusion.features import EAGER_PRIOR_COLUMN, TVM_PRIOR_COLUMN, fusion_arrays, with_backend_prior
-from lilou.fusion.partition import fused_edge_labels
+from lilou.fusion.partition import fused_edge_labels, partition_from_fused_edges
 from lilou.graph.dag import build_graph
 from tests.onnx_builders import ints, make_model, tensor, weight
 from tests.test_fusion import tiny_bert  # noqa: F401 - pytest fixture
@@ -106,3 +112,41 @@ def test_each_backend_sees_only_its_own_prior():
     eager, tvm = with_backend_prior(full, "eager"), with_backend_prior(full, "tvm")
     assert not eager[:, TVM_PRIOR_COLUMN].any() and (eager[:, EAGER_PRIOR_COLUMN] == full[:, EAGER_PRIOR_COLUMN]).all()
     assert not tvm[:, EAGER_PRIOR_COLUMN].any() and (tvm[:, TVM_PRIOR_COLUMN] == full[:, TVM_PRIOR_COLUMN]).all()
+
+
+def test_a_select_is_a_view_and_an_index_select_is_not():
+    """``x[:, 3]`` exports as a Gather of one constant 0-d index (``aten.select``, a view): it joins its reader's
+    kernel, and a ``.contiguous()`` of it is a copy. A Gather of an index list copies (``index_select``)."""
+    scalar = helper.make_tensor("i", 7, [], [3])  # INT64, 0-d
+    nodes = [helper.make_node("Gather", ["x", "i"], ["s"], name="select", axis=1),
+             helper.make_node("Relu", ["s"], ["y"], name="relu"),
+             helper.make_node("Gather", ["x", "rows"], ["g"], name="index_select", axis=1),
+             helper.make_node("Gather", ["x", "i"], ["s2"], name="select_2", axis=1),
+             helper.make_node("Identity", ["s2"], ["c"], name="contiguous"),
+             helper.make_node("Neg", ["g"], ["z"], name="neg")]
+    graph = build_graph(make_model(nodes, [tensor("x", [4, 8])], [tensor("y", None), tensor("z", None), tensor("c", None)],
+                                   [scalar, ints("rows", [1, 2])]))
+    runtime = graph.runtime_nodes()
+    assert eager_views(graph, runtime) == {"select", "select_2"}
+    assert groups_of(graph) == {frozenset({"select", "relu"}), frozenset({"index_select"}), frozenset({"neg"}),
+                                frozenset({"select_2", "contiguous"})}
+
+
+def test_a_view_read_by_two_kernels_does_not_merge_them():
+    """An Identity read by two MatMuls, both edges predicted fused: the view belongs to neither kernel, so the
+    edges are dropped and the view is left alone, launching nothing (Switch Transformer's shared position bias
+    read by 48 matmuls was one 48-matmul kernel). With the readers joined in one kernel, the edges stay."""
+    nodes = [helper.make_node("Identity", ["x"], ["v"], name="view"),
+             helper.make_node("MatMul", ["v", "w1"], ["a"], name="a"),
+             helper.make_node("MatMul", ["v", "w2"], ["b"], name="b"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    graph = build_graph(make_model(nodes, [tensor("x", [4, 8])], [tensor("y", None)],
+                                   [weight("w1", [8, 8]), weight("w2", [8, 8])]))
+    through_view = [("view", "a"), ("view", "b")]
+    assert without_view_bridges(graph, through_view) == []
+    partition = silence_view_groups(graph, partition_from_fused_edges(graph, without_view_bridges(graph, through_view),
+                                                                      "eager"))
+    assert [k.nodes for k in partition.kernels] == [("a",), ("b",), ("add",)]
+    assert [g.reason for g in partition.groups if g.nodes == ("view",)] == ["view"]
+    everything = [*through_view, ("a", "add"), ("b", "add")]
+    assert sorted(without_view_bridges(graph, everything)) == sorted(everything)

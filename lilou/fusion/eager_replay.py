@@ -10,9 +10,10 @@ training (Swin's patch merging: one view read by four slices read by one concat)
 This module replays the oracle's rule from the ONNX graph alone, without exporter
 metadata:
 
-* view-like ONNX ops (:data:`VIEW_LIKE_OPS`) launch no kernel, except an
-  ``Identity`` that reads a non-contiguous view (a transpose, slice or expand,
-  possibly behind reshapes): that is ``.contiguous()``, a copy kernel;
+* view-like ONNX ops (:data:`VIEW_LIKE_OPS`) and a ``Gather`` of one constant
+  index (``aten.select``) launch no kernel, except an ``Identity`` that reads a
+  non-contiguous view (a transpose, slice, expand or select, possibly behind
+  reshapes): that is ``.contiguous()``, a copy kernel;
 * in reverse topological order, a no-kernel node joins the group of its readers
   when they all sit in one group and it feeds no graph output, so a chain of views
   collapses into the kernel at its end.
@@ -33,6 +34,8 @@ them inside the ``aten.lstm`` call (:func:`lilou.fusion.backends.eager.recurrent
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import networkx as nx
 
 from lilou.fusion.export_names import edges_between_calls, inlined_call_edges
@@ -48,24 +51,36 @@ _STRIDED_OPS = frozenset({"Transpose", "Slice", "Expand"})
 _LAYOUT_KEEPING_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 
 
-def _strided_outputs(graph: ModelGraph, runtime: list[str]) -> dict[str, bool]:
-    """Runtime node (topological order) -> is its output a non-contiguous view?"""
+def selects_one_index(graph: ModelGraph, node: str, constant: set[str]) -> bool:
+    """Is this a ``Gather`` of one constant index (a 0-d index tensor)? That is ``aten.select`` (``x[:, i]``),
+    a view in eager; a ``Gather`` of an index tensor (``index_select``, embeddings) copies."""
+    data = graph.dag.nodes[node]
+    index = data["inputs"][1] if data["op"] == "Gather" and len(data["inputs"]) > 1 else None
+    return index is not None and index.shape == () and index.name in constant
+
+
+def eager_views(graph: ModelGraph, runtime: list[str]) -> set[str]:
+    """The runtime nodes (``runtime`` in topological order) that launch no kernel in eager.
+
+    View-like ops (:data:`VIEW_LIKE_OPS`) and selects of one index (:func:`selects_one_index`), except an
+    ``Identity`` or ``Dropout`` that reads a non-contiguous view (a transpose, slice, expand or select, possibly
+    behind reshapes): that is ``.contiguous()``, a copy kernel.
+    """
     dag = graph.dag
+    constant = graph.constant_tensors()
     strided: dict[str, bool] = {}
+    views: set[str] = set()
     for node in runtime:
         op = dag.nodes[node]["op"]
-        strided[node] = op in _STRIDED_OPS or (
+        select = op == "Gather" and selects_one_index(graph, node, constant)
+        strided[node] = op in _STRIDED_OPS or select or (
             op in _LAYOUT_KEEPING_OPS and any(strided.get(p, False) for p in dag.predecessors(node)))
-    return strided
-
-
-def _launches_no_kernel(graph: ModelGraph, node: str, strided: dict[str, bool]) -> bool:
-    op = graph.dag.nodes[node]["op"]
-    if op not in VIEW_LIKE_OPS:
-        return False
-    if op in ("Identity", "Dropout"):  # a copy of a strided view is .contiguous(); otherwise dropout
-        return not any(strided.get(p, False) for p in graph.dag.predecessors(node))
-    return True
+        if op in ("Identity", "Dropout"):
+            if not any(strided.get(p, False) for p in dag.predecessors(node)):
+                views.add(node)
+        elif op in VIEW_LIKE_OPS or select:
+            views.add(node)
+    return views
 
 
 def _one_aten_call(graph: ModelGraph, producer: str, consumer: str, constant: set[str]) -> bool:
@@ -182,7 +197,7 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
     dag = graph.dag
     runtime = [n for n in nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n]["order"])
                if not dag.nodes[n]["constant"]]
-    strided = _strided_outputs(graph, runtime)
+    views = eager_views(graph, runtime)
     constant = graph.constant_tensors()
     outputs = {t.name for t in graph.outputs}
     parent = {n: n for n in runtime}
@@ -220,7 +235,7 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
                 in_decomposition.update((node, view))
     for node in reversed(runtime):
         # A reshape inside group_norm's decomposition is part of that kernel, not a view of its own.
-        if node in in_decomposition or not _launches_no_kernel(graph, node, strided):
+        if node in in_decomposition or node not in views:
             continue
         if any(t.name in outputs for t in dag.nodes[node]["outputs"]):
             continue
@@ -301,6 +316,46 @@ def replay_eager_partition(graph: ModelGraph) -> Partition:
                                                                source="eager-replay"))
 
 
+def without_view_bridges(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
+    """The fused edges, less those that would join kernels through a view they read.
+
+    A view launches no kernel; eager counts it in its readers' kernel only when they all sit in one (the
+    oracle's rule, :mod:`lilou.fusion.backends.eager`). Edges from one view to readers in different kernels, all
+    predicted fused, would merge those kernels into one group through it: Switch Transformer's clone of the
+    shared position bias, read by the 48 attention-score matmuls, made one 48-matmul kernel. Such a view's edges
+    to its readers are dropped (it is left alone and launches nothing); a view whose readers all sit in one
+    group keeps them. Views are visited in reverse topological order, so a chain of views resolves from its end.
+    """
+    dag = graph.dag
+    fused = list(fused)
+    runtime = [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]]
+    views = eager_views(graph, runtime)
+    parent = {n: n for n in runtime}
+
+    def find(node: str) -> str:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    kept, from_view = [], {}
+    for u, v in fused:
+        if u in views:
+            from_view.setdefault(u, []).append((u, v))
+        else:
+            kept.append((u, v))
+            parent[find(u)] = find(v)
+    outputs = {t.name for t in graph.outputs}
+    for node in reversed(runtime):
+        if node not in from_view:
+            continue
+        readers = {find(r) for r in dag.successors(node) if r in parent}
+        if len(readers) == 1 and not any(t.name in outputs for t in dag.nodes[node]["outputs"]):
+            kept += from_view[node]
+            parent[find(node)] = readers.pop()
+    return kept
+
+
 def silence_view_groups(graph: ModelGraph, partition: Partition) -> Partition:
     """The partition with every group made only of eager views launching nothing, as the oracle labels them.
 
@@ -314,13 +369,14 @@ def silence_view_groups(graph: ModelGraph, partition: Partition) -> Partition:
     """
     dag = graph.dag
     candidates = [i for i, g in enumerate(partition.groups)
-                  if g.launches and all(dag.nodes[n]["op"] in VIEW_LIKE_OPS for n in g.nodes)]
+                  if g.launches and all(dag.nodes[n]["op"] in VIEW_LIKE_OPS or dag.nodes[n]["op"] == "Gather"
+                                        for n in g.nodes)]
     if not candidates:
         return partition
-    strided = _strided_outputs(graph, [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]])
+    views = eager_views(graph, [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]])
     groups = list(partition.groups)
     for i in candidates:
-        if all(_launches_no_kernel(graph, n, strided) for n in groups[i].nodes):
+        if all(n in views for n in groups[i].nodes):
             groups[i] = KernelGroup(groups[i].nodes, launches=False, reason="view")
     return Partition(backend=partition.backend, groups=groups, source=partition.source,
                      warnings=list(partition.warnings))
