@@ -45,7 +45,7 @@ from lilou.latency.kernel_model.precision import (MATH_FAMILIES, PrecisionPath, 
 from lilou.graph.precision import ModelPrecision, model_precision
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
-from lilou.plan.extrapolation import unmeasured_shapes
+from lilou.plan.extrapolation import fused_attention, unmeasured_shapes
 
 if TYPE_CHECKING:
     from lilou.fusion.partition import Partition
@@ -319,6 +319,7 @@ class Predictor:
         return Ranking(model=prepared.name, backend=self.backend, entries=entries,
                        warnings=_ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
                        + _fallback_warning(kernels, shares) + _grouped_conv_warning(kernels, shares)
+                       + _fused_attention_warning(kernels, shares)
                        + _power_note(self.model.kernel_model, devices)
                        + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
@@ -385,6 +386,7 @@ class Predictor:
                            kernels=_estimates(kernels, work, shares, waits, j, bounds),
                            warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
                            + _fallback_warning(kernels, shares[:, [j]]) + _grouped_conv_warning(kernels, shares[:, [j]])
+                           + _fused_attention_warning(kernels, shares[:, [j]])
                            + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device], need)
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
@@ -532,6 +534,16 @@ def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str
         return []
     return [f"{int(mask.sum())} grouped convolutions: no source measured one, so they are priced by the convolution "
             f"model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
+
+
+def _fused_attention_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Say so when a fused attention kernel (F.scaled_dot_product_attention) is priced: nobody measured one in eager."""
+    mask = fused_attention(kernels.unique)[kernels.index]
+    if not mask.any():
+        return []
+    return [f"{int(mask.sum())} fused attention kernel(s) (F.scaled_dot_product_attention, one kernel in eager): "
+            "priced as a GEMM of Q.K^T carrying both products and the softmax, reading Q, K and V once; no eager "
+            f"attention kernel was measured (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
 
 
 #: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.

@@ -10,8 +10,15 @@ from torch import nn
 
 from lilou.fusion.backends.eager import eager_partition
 from lilou.fusion.eager_replay import replay_eager_partition
-from lilou.fusion.export_names import edges_between_calls, edges_inside_one_call, inlined_runs, without_exporter_names
+from lilou.fusion.export_names import (
+    edges_between_calls,
+    edges_inside_one_call,
+    fused_call_nodes,
+    inlined_runs,
+    without_exporter_names,
+)
 from lilou.fusion.features import EXPORT_NAME_COLUMN, fusion_arrays, with_backend_prior
+from lilou.fusion.evaluation import node_groups
 from lilou.fusion.partition import fused_edge_labels
 from lilou.graph.dag import build_graph
 from lilou.graph.loading import load_onnx
@@ -116,3 +123,46 @@ def test_hand_written_activations_keep_their_aten_calls(tmp_path):
     torch.onnx.export(cases["hand-swish"][0], (torch.zeros(2, 6, 16),), path, dynamo=False, opset_version=18)
     scripted = build_graph(load_onnx(path))
     assert edges_between_calls(scripted) == set() and len(replay_eager_partition(scripted).kernels) == 1
+
+
+@pytest.mark.slow
+def test_scaled_dot_product_attention_is_one_kernel(tmp_path):
+    """The dynamo exporter writes ``F.scaled_dot_product_attention`` as its math (scale, Q.K^T, softmax, P.V) and
+    names the last node after the call; eager runs one attention kernel, and so does the oracle. The replay and
+    the prediction group the call as the oracle does; the prediction prices it as one kernel, flagged
+    extrapolated and named in the warnings. The same attention written out by hand stays four kernels (the
+    division by sqrt(d) is one)."""
+    from lilou.api import Predictor
+    from lilou.fusion.predict import predict_partition
+
+    class Attention(nn.Module):
+        def __init__(self, fused: bool):
+            super().__init__()
+            self.fused = fused
+
+        def forward(self, q, k, v):
+            if self.fused:
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+    args = tuple(torch.randn(2, 4, 64, 32) for _ in range(3))
+    for fused, kernels in ((True, 1), (False, 4)):
+        built = BuiltModel("sdpa", Attention(fused), args, ("q", "k", "v"), "output")
+        path = export_onnx(built, tmp_path / f"attention-{fused}.onnx")
+        model, graph = load_onnx(path), build_graph(load_onnx(path), name="attention")
+        oracle = eager_partition(model, graph)
+        assert len(oracle.kernels) == kernels
+        calls = fused_call_nodes(graph)
+        assert len(calls) == int(fused)
+        for partition in (replay_eager_partition(graph), predict_partition(graph, "eager")):
+            assert node_groups(graph, partition, launching_only=True) == node_groups(graph, oracle, launching_only=True)
+        prediction = Predictor().predict(path, gpu="a100-sxm4-80gb")
+        assert len(prediction.kernels) == kernels
+        warned = [w for w in prediction.warnings if "fused attention kernel" in w]
+        assert len(warned) == int(fused)
+        if fused:
+            (kernel,) = prediction.kernels
+            assert kernel.extrapolated
+            assert kernel.flops == sum(graph.dag.nodes[n]["flops"] for n in calls[0])
+            # Q, K and V read once, O written, and the two scale factors: no score matrix
+            assert kernel.bytes == 4 * (4 * 2 * 4 * 64 * 32) + 2 * 4

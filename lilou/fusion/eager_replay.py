@@ -38,7 +38,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from lilou.fusion.export_names import edges_between_calls, inlined_call_edges
+from lilou.fusion.export_names import edges_between_calls, fused_call_nodes, inlined_call_edges
 from lilou.fusion.partition import Edge, KernelGroup, Partition, partition_from_group_ids, runtime_edges
 from lilou.graph.dag import ModelGraph
 
@@ -134,6 +134,7 @@ DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sig
                   "recurrent layer: LSTM/GRU/RNN + its layout views",
                   "gelu, erf form: Div + Erf + Add + Mul + Mul (opsets without Gelu)",
                   "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul",
+                  "scaled_dot_product_attention: its math up to the node named after it (lilou/fusion/export_names.py)",
                   "an inlined torchlib function: a run of nodes named n0, n1 ... (lilou/fusion/export_names.py)")
 
 #: aten.gelu as torchlib writes it where the opset has no Gelu op: the op chain from the input ``x``
@@ -222,6 +223,10 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
             continue
         parent[find(u)] = find(v)
         in_decomposition.update((u, v))
+    for call in fused_call_nodes(graph):  # scaled_dot_product_attention: one attention kernel in eager
+        for node in call[1:]:
+            parent[find(node)] = find(call[0])
+        in_decomposition.update(call)
     for chain in gelu_decompositions(graph):
         if any(edge in between_calls for edge in zip(chain, chain[1:])):
             continue

@@ -81,6 +81,37 @@ def edges_between_calls(graph: ModelGraph) -> set[Edge]:
             if dag.edges[u, v]["tensors"] and all(u == f"node_{t}" for t in dag.edges[u, v]["tensors"])}
 
 
+#: aten calls eager runs as one fused kernel whatever the exporter decomposes them into, by the name of the
+#: node that returns their value: ``F.scaled_dot_product_attention`` (flash or memory-efficient attention).
+_FUSED_CALL_NODE = re.compile(r"node_scaled_dot_product_attention(?:_\d+)?")
+
+
+def fused_call_nodes(graph: ModelGraph) -> list[list[str]]:
+    """The runtime nodes of each call eager runs as one fused kernel (:data:`_FUSED_CALL_NODE`).
+
+    The dynamo exporter writes ``F.scaled_dot_product_attention`` as its math (scale, Q.K^T, mask, softmax, P.V,
+    with reshapes of K), and names the last node ``node_scaled_dot_product_attention`` and every value inside the
+    call ``val_<k>``; eager runs one attention kernel. The call is that node and every runtime node that reaches
+    it through edges carrying ``val_<k>`` values only (constants such as a causal mask are folded anyway).
+    """
+    dag = graph.dag
+    calls = []
+    for end in graph.runtime_nodes():
+        if not _FUSED_CALL_NODE.fullmatch(end):
+            continue
+        members, stack = [end], [end]
+        while stack:
+            node = stack.pop()
+            for producer in dag.predecessors(node):
+                if producer in members or dag.nodes[producer]["constant"]:
+                    continue
+                if all(_INTERNAL_VALUE.fullmatch(t) for t in dag.edges[producer, node]["tensors"] or ["-"]):
+                    members.append(producer)
+                    stack.append(producer)
+        calls.append(members)
+    return calls
+
+
 def without_exporter_names(model, prefix: str = "x"):
     """A copy of an ONNX ``model`` whose node and value names no longer follow the exporter's patterns.
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from lilou.latency.kernel_model.features import ELEMENTWISE_BLOCK, KernelBatch
-from lilou.latency.kernel_model.kernel import FAMILIES
+from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec
 
 #: The features whose measured range is checked, in column order.
 RANGE_FEATURES: tuple[str, ...] = ("log2_flops", "log2_bytes", "log2_intensity", "log2_waves")
@@ -48,6 +48,14 @@ def unmeasured_shapes(kernels: KernelBatch) -> np.ndarray:
     where the measured ones are compute-bound, and go to the memory-bound fallback:
     :func:`lilou.latency.composition.fallback.depthwise`)."""
     return (kernels.family == FAMILIES.index("conv")) & (kernels.conv_groups > 1)
+
+
+def fused_attention(specs: Sequence[KernelSpec]) -> np.ndarray:
+    """bool per kernel: two matrix products with a softmax in one kernel, what eager runs for
+    ``F.scaled_dot_product_attention`` (:func:`lilou.fusion.export_names.fused_call_nodes`). It is priced as a GEMM
+    of its first product carrying the FLOPs of both and the softmax, reading Q, K and V once; no eager attention
+    kernel was measured, so the GEMM rows' range says nothing about it."""
+    return np.array([spec.ops.count("MatMul") >= 2 and "Softmax" in spec.ops for spec in specs], dtype=bool)
 
 
 def range_key(architecture: str, dtype: str, family: str) -> str:
