@@ -34,12 +34,19 @@ them inside the ``aten.lstm`` call (:func:`lilou.fusion.backends.eager.recurrent
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import networkx as nx
 
 from lilou.fusion.export_names import edges_between_calls, fused_call_nodes, inlined_call_edges
-from lilou.fusion.partition import Edge, KernelGroup, Partition, partition_from_group_ids, runtime_edges
+from lilou.fusion.partition import (
+    Edge,
+    KernelGroup,
+    Partition,
+    partition_from_fused_edges,
+    partition_from_group_ids,
+    runtime_edges,
+)
 from lilou.graph.dag import ModelGraph
 
 #: ONNX ops that the dynamo exporter writes for aten views (and eval-mode dropout).
@@ -331,10 +338,12 @@ def without_view_bridges(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]
     to its readers are dropped (it is left alone and launches nothing); a view whose readers all sit in one
     group keeps them. Views are visited in reverse topological order, so a chain of views resolves from its end.
     """
+    runtime = _runtime_in_order(graph)
+    return _without_view_bridges(graph, list(fused), runtime, eager_views(graph, runtime))
+
+
+def _without_view_bridges(graph: ModelGraph, fused: list[Edge], runtime: list[str], views: set[str]) -> list[Edge]:
     dag = graph.dag
-    fused = list(fused)
-    runtime = [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]]
-    views = eager_views(graph, runtime)
     parent = {n: n for n in runtime}
 
     def find(node: str) -> str:
@@ -372,16 +381,39 @@ def silence_view_groups(graph: ModelGraph, partition: Partition) -> Partition:
     projection, one per layer, and Switch Transformer's expanded router masks ran as kernels eager never runs.
     A copy of a strided view (``Identity`` after a transpose: ``.contiguous()``) still launches.
     """
+    return _silenced(graph, partition, None)
+
+
+def _silenced(graph: ModelGraph, partition: Partition, views: set[str] | None) -> Partition:
     dag = graph.dag
     candidates = [i for i, g in enumerate(partition.groups)
                   if g.launches and all(dag.nodes[n]["op"] in VIEW_LIKE_OPS or dag.nodes[n]["op"] == "Gather"
                                         for n in g.nodes)]
     if not candidates:
         return partition
-    views = eager_views(graph, [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]])
+    if views is None:
+        views = eager_views(graph, _runtime_in_order(graph))
     groups = list(partition.groups)
     for i in candidates:
         if all(n in views for n in groups[i].nodes):
             groups[i] = KernelGroup(groups[i].nodes, launches=False, reason="view")
     return Partition(backend=partition.backend, groups=groups, source=partition.source,
                      warnings=list(partition.warnings))
+
+
+def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], source: str,
+                                     scores: Mapping[Edge, float] | None = None) -> Partition:
+    """Eager kernel groups from predicted fused edges (the GNN's, the rules'), under eager's view rules: no view
+    merges the kernels that read it (:func:`without_view_bridges`), and a group of views alone launches nothing
+    (:func:`silence_view_groups`)."""
+    runtime = _runtime_in_order(graph)
+    views = eager_views(graph, runtime)
+    partition = partition_from_fused_edges(graph, _without_view_bridges(graph, list(fused), runtime, views), "eager",
+                                           source=source, scores=scores)
+    return _silenced(graph, partition, views)
+
+
+def _runtime_in_order(graph: ModelGraph) -> list[str]:
+    """Runtime nodes in a topological order (the views of :func:`eager_views` follow their producers)."""
+    dag = graph.dag
+    return [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]]

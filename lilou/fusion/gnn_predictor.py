@@ -39,7 +39,7 @@ from lilou.fusion.features import (
     fusion_arrays,
     with_backend_prior,
 )
-from lilou.fusion.eager_replay import recurrent_layer_boundaries, silence_view_groups, without_view_bridges
+from lilou.fusion.eager_replay import eager_partition_from_fused_edges, recurrent_layer_boundaries
 from lilou.fusion.gnn_numpy import edge_logits
 from lilou.fusion.partition import Partition, partition_from_fused_edges
 from lilou.graph.dag import ModelGraph
@@ -148,6 +148,5 @@ class FusionPredictor:
                   if runtime}
         fused = [edge for edge, p in scores.items() if p >= self.threshold]
         if backend == "eager":
-            fused = without_view_bridges(graph, fused)
-        partition = partition_from_fused_edges(graph, fused, backend, source="gnn", scores=scores)
-        return silence_view_groups(graph, partition) if backend == "eager" else partition
+            return eager_partition_from_fused_edges(graph, fused, source="gnn", scores=scores)
+        return partition_from_fused_edges(graph, fused, backend, source="gnn", scores=scores)

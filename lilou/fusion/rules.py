@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lilou.fusion.eager_replay import recurrent_layer_boundaries, silence_view_groups, without_view_bridges
+from lilou.fusion.eager_replay import eager_partition_from_fused_edges, recurrent_layer_boundaries
 from lilou.fusion.partition import Edge, Partition, partition_from_fused_edges, runtime_edges
 from lilou.graph.costs import ELEMENTWISE_FLOPS, VIEW_OPS
 from lilou.graph.dag import ModelGraph
@@ -83,7 +83,6 @@ def rule_partition(graph: ModelGraph, table: RuleTable) -> Partition:
     into kernels of different groups, and a group of views alone launches nothing."""
     boundaries = recurrent_layer_boundaries(graph) if table.backend == "eager" else set()
     fused = [e for e in runtime_edges(graph) if table.fuses(*edge_key(graph, e)) and e not in boundaries]
-    if table.backend != "eager":
-        return partition_from_fused_edges(graph, fused, table.backend, source="rules")
-    partition = partition_from_fused_edges(graph, without_view_bridges(graph, fused), "eager", source="rules")
-    return silence_view_groups(graph, partition)
+    if table.backend == "eager":
+        return eager_partition_from_fused_edges(graph, fused, source="rules")
+    return partition_from_fused_edges(graph, fused, table.backend, source="rules")
