@@ -77,8 +77,8 @@ def edges_between_calls(graph: ModelGraph) -> set[Edge]:
     never match.
     """
     dag = graph.dag
-    return {(u, v) for u, v in runtime_edges(graph)
-            if dag.edges[u, v]["tensors"] and all(u == f"node_{t}" for t in dag.edges[u, v]["tensors"])}
+    return {(u, v) for u, v in runtime_edges(graph) if u.startswith("node_")
+            and dag.edges[u, v]["tensors"] and all(u[5:] == t for t in dag.edges[u, v]["tensors"])}
 
 
 #: aten calls eager runs as one fused kernel whatever the exporter decomposes them into, by the name of the

@@ -739,6 +739,8 @@ def _mark_shape_only_values(dag: nx.DiGraph, graph_outputs: set[str]) -> None:
     eager PyTorch computes broadcast shapes without touching the data, and every ONNX runtime drops such
     values. Before, each ``Add`` was priced as a kernel (a 2-kernel ``mse_loss`` exported as 8).
     """
+    if not any(data["op"] in _METADATA_ONLY_INPUTS for _, data in dag.nodes(data=True)):
+        return  # no node reads a value for its shape alone (most dynamo exports)
     for name in reversed(list(nx.topological_sort(dag))):
         data = dag.nodes[name]
         if data["constant"] or not data["outputs"] or any(t.name in graph_outputs for t in data["outputs"]):
