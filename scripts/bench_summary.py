@@ -2,8 +2,8 @@
 
 Reads whichever exist of data.json, graph.json, kernels.json, kernel_table.json, fusion.json, e2e.json,
 speed.json, plan_speed.json, intervals.json and llm.json and prints the headline figures with the targets of
-the issues that set them (kernel model and speed: issue 15; intervals and plans: issue 19; LLM serving: issue 18;
-the per-GPU end-to-end and ranking targets: issue 5). A benchmark not run yet is listed as missing.
+the issues that set them (kernel model and speed: issue 15; fusion: issue 16; intervals and plans: issue 19; LLM
+serving: issue 18; the per-GPU end-to-end and ranking targets: issue 5). A benchmark not run yet is listed as missing.
 
     python scripts/bench_summary.py [--dir outputs/bench] [--format table|json]
 """
@@ -24,6 +24,8 @@ BENCHES = ("data", "graph", "kernels", "kernel_table", "fusion", "e2e", "speed",
 FP32_FAMILY_MAPE_TARGET, HALF_GEMM_ATTENTION_MAPE_TARGET = 12.0, 10.0
 ARCHITECTURE_MAPE_TARGET, E2E_MAPE_TARGET = 15.0, 6.0
 INFER_FLOOR_RATIO_TARGET, RANK_INFER_RATIO_TARGET = 1.5, 1.2
+# Issue 16: the held-out protocol fusion GNN on each split and backend.
+FUSION_EDGE_TARGET, FUSION_EXACT_TARGET = 99.5, 90.0
 # Issue 5: each GPU's end-to-end MAPE and the ranking of GPUs per model.
 GPU_MAPE_TARGET, SPEARMAN_TARGET = 12.0, 0.95
 # Issue 19: 90 % interval coverage on the leave-one-GPU-out folds, and `plan` against one `infer`.
@@ -103,16 +105,22 @@ def kernel_table_rows(data: dict) -> list[Row]:
 
 
 def fusion_rows(data: list[dict]) -> list[Row]:
+    """The held-out protocol GNN and the replay alone on each split and backend (``make bench-fusion``), every
+    graph of the split ("all"), with issue 16's targets on the GNN."""
+    splits = {"test": "leave-family-out", "test-op": "leave-op-out", "test-exporter": "leave-exporter-setting-out"}
     out = []
-    seen = set()
     for r in data:
-        key = (r["backend"], r["method"])
-        if key in seen:  # the first group listed is the whole test split
+        if r["graphs"] != "all" or r["method"] not in ("gnn", "replay"):
             continue
-        seen.add(key)
-        label = f"{r['backend']} {r['method']} ({r['graphs']}, {r['n']} graphs)"
-        out.append(_row("fusion", f"edge F1 {label}", r["f1"]))
-        out.append(_row("fusion", f"exact partition {label}", 100 * r["exact_partition"], unit="%"))
+        label = f"{r['backend']} {r['method']}, {splits.get(r['split'], r['split'])} ({r['n']} graphs)"
+        gnn = r["method"] == "gnn"
+        edges, exact = 100 * r["edge_accuracy"], 100 * r["exact_partition"]
+        out.append(_row("fusion", f"edge accuracy {label}", edges, target=f">= {FUSION_EDGE_TARGET:g} %" if gnn else "",
+                        ok=edges >= FUSION_EDGE_TARGET if gnn else None, unit="%"))
+        out.append(_row("fusion", f"exact partition {label}", exact, target=f">= {FUSION_EXACT_TARGET:g} %" if gnn else "",
+                        ok=exact >= FUSION_EXACT_TARGET if gnn else None, unit="%"))
+        if "exact_kernels" in r:
+            out.append(_row("fusion", f"exact launching groups {label}", 100 * r["exact_kernels"], unit="%"))
     return out
 
 
