@@ -734,7 +734,7 @@ def _mark_shape_only_values(dag: nx.DiGraph, graph_outputs: set[str]) -> None:
     """A node whose values are read only for their shape (through ``Shape``/``Size``, possibly via other such
     nodes) computes nothing a runtime needs: it is marked constant, with ``shape_only``.
 
-    The TorchScript exporter writes ``torch.broadcast_tensors`` (``F.mse_loss``, ``F.l1_loss`` ...) as
+    The TorchScript exporter writes ``torch.broadcast_tensors`` (inside ``F.mse_loss``, for one) as
     ``ConstantOfShape`` + ``Add`` of the inputs, read only by the ``Shape`` that sizes the ``Expand`` after it;
     eager PyTorch computes broadcast shapes without touching the data, and every ONNX runtime drops such
     values. Before, each ``Add`` was priced as a kernel (a 2-kernel ``mse_loss`` exported as 8).
