@@ -208,42 +208,36 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
     views = eager_views(graph, runtime)
     constant = graph.constant_tensors()
     outputs = {t.name for t in graph.outputs}
-    parent = {n: n for n in runtime}
-
-    def find(node: str) -> str:
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
+    runtime_set = set(runtime)
+    kernel_of = nx.utils.UnionFind(runtime)
     in_decomposition: set[str] = set()
     # Where the exporter's names say an edge leaves one aten call, no op pattern joins it: hand-written
     # `x * torch.sigmoid(x)` or a tanh-GELU formula exported by dynamo are several calls, several kernels.
     between_calls = edges_between_calls(graph)
     for u, v in runtime_edges(graph):
         if (u, v) not in between_calls and _one_aten_call(graph, u, v, constant):
-            parent[find(u)] = find(v)
+            kernel_of.union(u, v)
             in_decomposition.update((u, v))
     layer_boundaries = recurrent_layer_boundaries(graph)
     for u, v in inlined_call_edges(graph):
         if (u, v) in layer_boundaries:  # one aten.lstm call of several layers runs a kernel per layer
             continue
-        parent[find(u)] = find(v)
+        kernel_of.union(u, v)
         in_decomposition.update((u, v))
     for call in fused_call_nodes(graph):  # scaled_dot_product_attention: one attention kernel in eager
         for node in call[1:]:
-            parent[find(node)] = find(call[0])
+            kernel_of.union(node, call[0])
         in_decomposition.update(call)
     for chain in gelu_decompositions(graph):
         if any(edge in between_calls for edge in zip(chain, chain[1:])):
             continue
         for node in chain[1:]:
-            parent[find(node)] = find(chain[0])
+            kernel_of.union(node, chain[0])
         in_decomposition.update(chain)
     for node in runtime:
         if dag.nodes[node]["op"] in RECURRENT_OPS:
             for view in _recurrent_tail(graph, node):
-                parent[find(view)] = find(node)
+                kernel_of.union(view, node)
                 in_decomposition.update((node, view))
     for node in reversed(runtime):
         # A reshape inside group_norm's decomposition is part of that kernel, not a view of its own.
@@ -251,10 +245,10 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
             continue
         if any(t.name in outputs for t in dag.nodes[node]["outputs"]):
             continue
-        readers = {find(s) for s in dag.successors(node) if s in parent}
+        readers = {kernel_of[s] for s in dag.successors(node) if s in runtime_set}
         if len(readers) == 1:
-            parent[find(node)] = readers.pop()
-    return {n: find(n) for n in runtime}
+            kernel_of.union(node, readers.pop())
+    return {n: kernel_of[n] for n in runtime}
 
 
 def _recurrent_tail(graph: ModelGraph, node: str) -> list[str]:
@@ -344,29 +338,23 @@ def without_view_bridges(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]
 
 def _without_view_bridges(graph: ModelGraph, fused: list[Edge], runtime: list[str], views: set[str]) -> list[Edge]:
     dag = graph.dag
-    parent = {n: n for n in runtime}
-
-    def find(node: str) -> str:
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
+    runtime_set = set(runtime)
+    kernel_of = nx.utils.UnionFind(runtime)
     kept, from_view = [], {}
     for u, v in fused:
         if u in views:
             from_view.setdefault(u, []).append((u, v))
         else:
             kept.append((u, v))
-            parent[find(u)] = find(v)
+            kernel_of.union(u, v)
     outputs = {t.name for t in graph.outputs}
     for node in reversed(runtime):
         if node not in from_view:
             continue
-        readers = {find(r) for r in dag.successors(node) if r in parent}
+        readers = {kernel_of[r] for r in dag.successors(node) if r in runtime_set}
         if len(readers) == 1 and not any(t.name in outputs for t in dag.nodes[node]["outputs"]):
             kept += from_view[node]
-            parent[find(node)] = readers.pop()
+            kernel_of.union(node, readers.pop())
     return kept
 
 
