@@ -1,5 +1,5 @@
-"""Batch norms the dynamo exporter's optimiser folded into the convolution before them are put back, as eager
-PyTorch runs them: real exports of a conv-BN-ReLU-conv-BN block, with and without the optimiser."""
+"""Batch norms an exporter folded into the convolution before them are put back, as eager PyTorch runs them: real
+exports of a conv-BN-ReLU-conv-BN block, by the dynamo exporter with and without its optimiser and by TorchScript."""
 from __future__ import annotations
 
 import onnx
@@ -80,3 +80,33 @@ def test_a_half_precision_model_gets_half_precision_batch_norm_parameters():
     scale = graph.dag.nodes[norm]["inputs"][1]
     assert (scale.shape, scale.dtype) == ((16,), "float16")
     assert graph.dag.nodes[norm]["outputs"][0].shape == (2, 16, 8, 8)
+
+
+def test_batch_norms_torchscript_folded_are_restored_and_plain_convolutions_are_not(tmp_path):
+    """TorchScript's exporter folds eval-mode batch norms and keeps no metadata; the folded weight and bias are
+    constants it named ``onnx::Conv_<n>``. A convolution with its own bias (``2.bias``) keeps its module names."""
+    import torch
+
+    module, example = _block(training=False)
+    folded = tmp_path / "block-ts.onnx"
+    torch.onnx.export(module, example, folded, dynamo=False)
+    convs = [n for n in onnx.load(folded).graph.node if n.op_type == "Conv"]
+    assert [n.op_type for n in onnx.load(folded).graph.node] == ["Conv", "Relu", "Conv"]
+    assert all(name.startswith("onnx::Conv_") for n in convs for name in n.input[1:])
+    graph = load_graph(folded)
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == [
+        "Conv", "BatchNormalization", "Relu", "Conv", "BatchNormalization"]
+    assert next(w for w in graph.warnings if "folded" in w).startswith("2 BatchNormalization(s) that the exporter folded")
+    unfolded = tmp_path / "block-dynamo.onnx"
+    torch.onnx.export(module, example, unfolded, dynamo=True, optimize=False)
+    kept = Predictor().predict(unfolded, gpu="t4")
+    restored = Predictor().predict(folded, gpu="t4")
+    assert [k.ops for k in restored.kernels] == [k.ops for k in kept.kernels]
+    assert restored.latency_ms == pytest.approx(kept.latency_ms, rel=1e-3)
+
+    plain = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3), torch.nn.ReLU(), torch.nn.Conv2d(64, 8, 1)).eval()
+    torch.onnx.export(plain, example, tmp_path / "plain-ts.onnx", dynamo=False)
+    assert [n.input[2] for n in onnx.load(tmp_path / "plain-ts.onnx").graph.node if n.op_type == "Conv"] == [
+        "0.bias", "2.bias"]
+    plain_graph = load_graph(tmp_path / "plain-ts.onnx")
+    assert [plain_graph.dag.nodes[n]["op"] for n in plain_graph.runtime_nodes()] == ["Conv", "Relu", "Conv"]

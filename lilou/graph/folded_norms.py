@@ -8,8 +8,12 @@ keeps the batch norm's metadata (its ``namespace`` ends in ``aten._native_batch_
 ``..._functional`` ...), so the fold can be undone: :func:`restore_folded_batchnorms` puts a
 ``BatchNormalization`` back after the node, with per-channel parameters of the right size, and moves the
 metadata to it (which tells a training-mode one: :func:`exported_in_training_mode`).
-Files without that metadata (TorchScript exports fold eval-mode batch norms too) cannot be told apart
-from a model without batch norms.
+TorchScript exports (``dynamo=False``) fold eval-mode batch norms into convolutions too and keep no metadata,
+but the fold leaves a trace: the convolution's weight and bias are new constants, which that exporter names
+after the op (``onnx::Conv_123``; numbers alone before torch 1.12), where a convolution's own parameters keep
+their module names (``layer1.0.conv1.weight``) and a convolution without a bias has none
+(:func:`_torchscript_folded`). Other files without metadata cannot be told apart from a model without batch
+norms.
 """
 from __future__ import annotations
 
@@ -35,9 +39,11 @@ def restore_folded_batchnorms(model: onnx.ModelProto) -> list[str]:
     weights = {t.name: t for t in graph.initializer}
     restored: list[str] = []
     nodes = []
+    torchscript = model.producer_name == "pytorch"
     for node in graph.node:
         nodes.append(node)
-        channels = _output_channels(node, weights) if _holds_folded_batch_norm(node) else None
+        folded = _holds_folded_batch_norm(node) or (torchscript and _torchscript_folded(node))
+        channels = _output_channels(node, weights) if folded else None
         if channels is None or len(node.output) != 1:
             continue
         nodes.append(_batch_norm_after(node, channels, weights[node.input[1]].data_type, graph))
@@ -54,6 +60,20 @@ def _holds_folded_batch_norm(node: onnx.NodeProto) -> bool:
         return False
     namespace = _text(next((p.value for p in node.metadata_props if p.key == "namespace"), ""))
     return bool(_BATCH_NORM_CALL.match(namespace.rsplit(": ", 1)[-1]))
+
+
+#: The names TorchScript's exporter gives a constant it computed (a folded weight or bias) that feeds a Conv.
+_TORCHSCRIPT_FOLDED_CONSTANT = re.compile(r"(onnx::Conv_)?\d+")
+
+
+def _torchscript_folded(node: onnx.NodeProto) -> bool:
+    """A Conv of a TorchScript export (no dynamo metadata) whose weight and bias are both constants the exporter
+    computed: the eval-mode batch norm after it was folded in (see the module docstring)."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
+        return False
+    if any(p.key.startswith("pkg.torch.onnx.") for p in node.metadata_props):
+        return False
+    return all(_TORCHSCRIPT_FOLDED_CONSTANT.fullmatch(name) for name in node.input[1:3])
 
 
 def _text(value: str | bytes) -> str:
