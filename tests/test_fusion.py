@@ -244,6 +244,21 @@ def test_fuse_cli_unknown_op_fails_the_tvm_oracle_but_the_model_still_predicts(t
     assert "never saw: Celu" in out
 
 
+def test_ops_seen_are_the_op_types_of_the_graphs_labelled_for_each_backend(tmp_path):
+    import onnx
+
+    from lilou.fusion.dataset import FusionSample, op_types_seen
+
+    (tmp_path / "op-celu").mkdir()
+    onnx.save(onnx.load(_celu_model(tmp_path)), tmp_path / "op-celu" / "celu-d18.onnx")
+    softmax = [helper.make_node("Softmax", ["x"], ["y"], name="s")]
+    (tmp_path / "cnn").mkdir()
+    onnx.save(make_model(softmax, [tensor("x", [2, 8])], [tensor("y", [2, 8])]), tmp_path / "cnn" / "sm-d18.onnx")
+    samples = [FusionSample("celu-d18", "op-celu", "d18", None, ("eager",)),
+               FusionSample("sm-d18", "cnn", "d18", None, ("eager", "tvm"))]
+    assert op_types_seen(samples, tmp_path) == {"eager": ["Add", "Celu", "Relu", "Softmax"], "tvm": ["Softmax"]}
+
+
 def test_shipped_gnn_keeps_an_unsupported_op_as_its_own_kernel():
     from lilou.fusion.gnn_predictor import FusionPredictor
 

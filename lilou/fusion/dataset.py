@@ -334,6 +334,20 @@ def load_sample(path: Path, family: str, backends: Sequence[str] = ("eager", "tv
     return FusionSample(path.stem, family, path.stem.rsplit("-", 1)[1], data, keys)
 
 
+def op_types_seen(samples: Iterable[FusionSample], root: Path) -> dict[str, list[str]]:
+    """The ONNX op types of the graphs ``samples`` label for each backend (function bodies included).
+
+    The GNN's one-hot vocabulary is shorter than this: an op outside it is a generic op to the model, yet it was
+    learned from when training graphs held it. Predictions name only the ops absent from these graphs."""
+    seen: dict[str, set[str]] = {}
+    for sample in samples:
+        model = load_onnx(root / sample.family / f"{sample.spec_id}.onnx")
+        ops = {n.op_type for n in model.graph.node} | {n.op_type for f in model.functions for n in f.node}
+        for backend in sample.backends:
+            seen.setdefault(backend, set()).update(ops)
+    return {backend: sorted(ops) for backend, ops in sorted(seen.items())}
+
+
 def split_of(family: str, exporter: str | None = None) -> str:
     """``train``, ``val`` or a held-out split (:data:`HELD_OUT_SPLITS`) of a graph of ``family``.
 

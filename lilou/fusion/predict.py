@@ -7,6 +7,7 @@ op types the models never saw are named in the partition's warnings.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_path
 from lilou.fusion.backends import check_backend
@@ -21,8 +22,8 @@ def rule_table(backend: str) -> RuleTable:
     return RuleTable.load(path) if path.exists() else RuleTable(backend)
 
 
-def unknown_ops(graph: ModelGraph) -> list[str]:
-    known = set(OP_VOCABULARY)
+def unknown_ops(graph: ModelGraph, known: Iterable[str] = OP_VOCABULARY) -> list[str]:
+    known = set(known)
     return sorted({graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()} - known)
 
 
@@ -30,12 +31,17 @@ def predict_partition(graph: ModelGraph, backend: str = "eager", method: str = "
     """Kernel groups predicted from the ONNX graph alone (``method``: auto, gnn or rules)."""
     check_backend(backend)
     gnn_folder = checkpoint_path(FUSION_GNN, required=method == "gnn")
+    known: Iterable[str] = OP_VOCABULARY
     if method in ("auto", "gnn") and gnn_folder.exists():
         from lilou.fusion.gnn_predictor import FusionPredictor  # torch model, loaded on demand
-        partition = FusionPredictor.load_shipped().predict(graph, backend)
+        predictor = FusionPredictor.load_shipped()
+        partition = predictor.predict(graph, backend)
+        # Ops outside the one-hot vocabulary that training graphs of this backend held were learned from (as a
+        # generic op); a checkpoint that does not list them falls back to the vocabulary.
+        known = predictor.config.get("ops_seen", {}).get(backend, OP_VOCABULARY)
     else:
         partition = rule_partition(graph, rule_table(backend))
-    unknown = unknown_ops(graph)
+    unknown = unknown_ops(graph, known)
     if unknown:
         partition.warnings.append(f"op(s) the fusion model never saw: {', '.join(unknown)}; "
                                   "they are treated as a generic op")

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lilou.fusion.benchmark import iter_labelled, score, tuned_rule_table
 from lilou.fusion.datamodule import FusionDataModule
-from lilou.fusion.dataset import HELD_OUT_SPLITS
+from lilou.fusion.dataset import HELD_OUT_SPLITS, op_types_seen
 from lilou.fusion.gnn_predictor import FusionPredictor
 from lilou.fusion.rules import rule_partition
 
@@ -34,6 +34,7 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDa
               "edge_feature_mask": list(module.hparams.get("edge_feature_mask") or []),
               "backends": list(datamodule.backends),
               "trained_on": sorted({s.family for s in datamodule.samples["train"]}),
+              "ops_seen": op_types_seen(datamodule.samples["train"], datamodule.root),
               "config": OmegaConf.to_container(cfg, resolve=False)}
     predictor = FusionPredictor.from_torch(module.net, config)
     return predictor, datamodule
