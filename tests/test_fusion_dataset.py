@@ -45,7 +45,7 @@ def test_a_label_from_an_older_oracle_is_redone_and_the_feature_cache_follows(tm
     assert build_fusion_dataset(tmp_path, ("eager",), limit=1) == {"graphs": 1, "labels": 1, "failed": 0}
     label = tmp_path / spec.family / f"{spec.id}.eager.json"
     payload = json.loads(label.read_text())
-    assert payload["oracle_version"] == ORACLE_VERSIONS["eager"] == 3
+    assert payload["oracle_version"] == ORACLE_VERSIONS["eager"] == 4
     cached = load_sample(label.with_name(f"{spec.id}.onnx"), spec.family, ("eager",)).data.y_eager
 
     # What version 1 wrote: the attention dropout's clone (after the softmax) as its own group.

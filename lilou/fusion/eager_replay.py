@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 
 import networkx as nx
 
+from lilou.fusion.eager_layout import casts_to_its_own_type, selects_one_index, strided_tensors
 from lilou.fusion.export_names import edges_between_calls, fused_call_nodes, inlined_call_edges
 from lilou.fusion.partition import (
     Edge,
@@ -52,40 +53,33 @@ from lilou.graph.dag import ModelGraph
 #: ONNX ops that the dynamo exporter writes for aten views (and eval-mode dropout).
 VIEW_LIKE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Slice", "Split",
                            "SplitToSequence", "SequenceAt", "Expand", "Identity", "Dropout"})
-#: Views whose result is not contiguous: a copy of them is a real kernel.
-_STRIDED_OPS = frozenset({"Transpose", "Slice", "Expand"})
-#: Views that keep whatever layout their input has.
-_LAYOUT_KEEPING_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
-
-
-def selects_one_index(graph: ModelGraph, node: str, constant: set[str]) -> bool:
-    """Is this a ``Gather`` of one constant index (a 0-d index tensor)? That is ``aten.select`` (``x[:, i]``),
-    a view in eager; a ``Gather`` of an index tensor (``index_select``, embeddings) copies."""
-    data = graph.dag.nodes[node]
-    index = data["inputs"][1] if data["op"] == "Gather" and len(data["inputs"]) > 1 else None
-    return index is not None and index.shape == () and index.name in constant
 
 
 def eager_views(graph: ModelGraph, runtime: list[str]) -> set[str]:
     """The runtime nodes (``runtime`` in topological order) that launch no kernel in eager.
 
-    View-like ops (:data:`VIEW_LIKE_OPS`) and selects of one index (:func:`selects_one_index`), except an
-    ``Identity`` or ``Dropout`` that reads a non-contiguous view (a transpose, slice, expand or select, possibly
-    behind reshapes): that is ``.contiguous()``, a copy kernel.
+    View-like ops (:data:`VIEW_LIKE_OPS`), selects of one index (:func:`selects_one_index`) and a ``Cast`` to the
+    type its input already has (``.to()`` returns the tensor itself), except:
+
+    * an ``Identity`` or ``Dropout`` that reads a non-contiguous view (a transpose, slice, expand or select,
+      possibly behind reshapes): that is ``.contiguous()``, a copy kernel;
+    * a ``Reshape``-like node whose new shape PyTorch cannot express with the strides of the view it reads
+      (:func:`lilou.fusion.eager_layout.strided_tensors`): ``reshape`` copies there.
     """
     dag = graph.dag
     constant = graph.constant_tensors()
-    strided: dict[str, bool] = {}
+    strided, copies = strided_tensors(graph, runtime)
     views: set[str] = set()
     for node in runtime:
-        op = dag.nodes[node]["op"]
-        select = op == "Gather" and selects_one_index(graph, node, constant)
-        strided[node] = op in _STRIDED_OPS or select or (
-            op in _LAYOUT_KEEPING_OPS and any(strided.get(p, False) for p in dag.predecessors(node)))
+        data = dag.nodes[node]
+        op = data["op"]
+        if node in copies:
+            continue
         if op in ("Identity", "Dropout"):
-            if not any(strided.get(p, False) for p in dag.predecessors(node)):
+            if not (data["inputs"] and data["inputs"][0] is not None and data["inputs"][0].name in strided):
                 views.add(node)
-        elif op in VIEW_LIKE_OPS or select:
+        elif (op in VIEW_LIKE_OPS or (op == "Gather" and selects_one_index(graph, node, constant))
+              or (op == "Cast" and casts_to_its_own_type(data))):
             views.add(node)
     return views
 
@@ -100,12 +94,23 @@ def _one_aten_call(graph: ModelGraph, producer: str, consumer: str, constant: se
     if pair == ("MatMul", "Add"):  # aten.linear: x @ W^T + b, weight and bias constant
         weights = [t.name for t in dag.nodes[producer]["inputs"][1:2] if t is not None]
         return bool(weights) and weights[0] in constant and len(others) == 1 and others[0] in constant
-    if pair == ("Sigmoid", "Mul"):  # aten.silu: x * sigmoid(x)
+    if pair == ("Sigmoid", "Mul"):  # aten.silu: x * sigmoid(x); aten.glu: a * sigmoid(b), a and b split from one x
         sigmoid_input = {t.name for t in dag.nodes[producer]["inputs"] if t is not None}
-        return len(others) == 1 and others[0] in sigmoid_input
+        return len(others) == 1 and (others[0] in sigmoid_input or _split_siblings(graph, producer, others[0]))
+    if pair == ("Sqrt", "Div"):  # aten.rsqrt as TorchScript writes it: 1 / sqrt(x)
+        return len(inputs) == 2 and inputs[1] in produced and inputs[0] in constant
     if pair in (("Reshape", "Mul"), ("Mul", "Add")):  # aten.group_norm's affine: normalised * weight + bias
         return len(others) == 1 and others[0] in constant and _after_instance_norm(graph, producer)
     return pair in _ALWAYS_ONE_CALL
+
+
+def _split_siblings(graph: ModelGraph, sigmoid: str, other: str) -> bool:
+    """Does ``sigmoid`` read one output of a ``Split`` whose other output is ``other`` (``F.glu``'s halves)?"""
+    dag = graph.dag
+    for producer in dag.predecessors(sigmoid):
+        if dag.nodes[producer]["op"] == "Split":
+            return other in {t.name for t in dag.nodes[producer]["outputs"]}
+    return False
 
 
 def _after_instance_norm(graph: ModelGraph, node: str) -> bool:
@@ -124,6 +129,7 @@ def _after_instance_norm(graph: ModelGraph, node: str) -> bool:
 #: Producer -> consumer pairs the dynamo exporter only writes inside one aten call.
 _ALWAYS_ONE_CALL = frozenset({
     ("Sqrt", "Reciprocal"),                # aten.rsqrt
+    ("Equal", "Not"),                      # aten.ne (TorchScript)
     ("Softmax", "Cast"),                   # aten.softmax with a dtype
     ("Reshape", "InstanceNormalization"),  # aten.group_norm: reshape to (N, groups, -1), normalise, reshape back
     ("InstanceNormalization", "Reshape"),
@@ -136,20 +142,29 @@ RECURRENT_TAIL = 3
 _LAYOUT_VIEW_OPS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze"})
 #: The multi-node aten decompositions the replay knows (others are left to the GNN).
 DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sigmoid + Mul",
-                  "rsqrt: Sqrt + Reciprocal", "softmax with dtype: Softmax + Cast",
+                  "glu: Sigmoid + Mul of the two outputs of one Split",
+                  "rsqrt: Sqrt + Reciprocal, or Sqrt + Div of a constant (TorchScript)", "ne: Equal + Not",
+                  "softmax with dtype: Softmax + Cast",
                   "group_norm: Reshape + InstanceNormalization + Reshape + Mul + Add (constant weight and bias)",
                   "recurrent layer: LSTM/GRU/RNN + its layout views",
                   "gelu, erf form: Div + Erf + Add + Mul + Mul (opsets without Gelu)",
-                  "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul",
+                  "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul, or TorchScript's x * x * x",
+                  "mish: Softplus + Tanh + Mul; log_sigmoid: Sigmoid + Log; softplus with beta: Mul + Softplus + Div",
                   "scaled_dot_product_attention: its math up to the node named after it (lilou/fusion/export_names.py)",
                   "an inlined torchlib function: a run of nodes named n0, n1 ... (lilou/fusion/export_names.py)")
 
-#: aten.gelu as torchlib writes it where the opset has no Gelu op: the op chain from the input ``x``
-#: to the result, and how many of its Add/Mul nodes read ``x`` itself (the rest read constants; the
-#: order of the final ``* x`` and ``* 0.5`` varies between onnxscript versions).
+#: One-kernel activations that exporters write as a chain of ONNX ops: the op chain from the input ``x`` to the
+#: result, and how many of its Add/Mul nodes read ``x`` itself (the rest read constants). aten.gelu as torchlib
+#: writes it where the opset has no Gelu op (the order of the final ``* x`` and ``* 0.5`` varies between
+#: onnxscript versions) and as TorchScript writes it; TorchScript's forms of mish, log_sigmoid and softplus
+#: with a beta (opsets without Mish; ``F.mish`` is one kernel in eager).
 _GELU_CHAINS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("Div", "Erf", "Add", "Mul", "Mul"), 1),                        # x/sqrt2, erf, +1, *0.5 and *x
     (("Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul", "Mul"), 2),  # x^3, *c, +x, *c, tanh, +1, *0.5 and *x
+    (("Mul", "Mul", "Mul", "Add", "Mul", "Tanh", "Add", "Mul", "Mul"), 3),  # TorchScript: x*x, *x, *c, +x ...
+    (("Softplus", "Tanh", "Mul"), 1),                                # mish: x * tanh(softplus(x))
+    (("Sigmoid", "Log"), 0),                                         # log_sigmoid
+    (("Mul", "Softplus", "Div"), 0),                                 # softplus(beta * x) / beta
 )
 
 
@@ -159,7 +174,7 @@ def _runtime_inputs(graph: ModelGraph, node: str, constant: set[str]) -> list[st
 
 
 def gelu_decompositions(graph: ModelGraph) -> list[list[str]]:
-    """The node chains of every erf- or tanh-form ``aten.gelu`` (:data:`_GELU_CHAINS`) in the graph.
+    """The node chains of every erf- or tanh-form ``aten.gelu`` and the other activations of :data:`_GELU_CHAINS`.
 
     A chain matches when each node is the only runtime reader of the previous one and reads
     nothing but the previous node's output, constants and (as many Add/Mul nodes as the
@@ -175,7 +190,7 @@ def gelu_decompositions(graph: ModelGraph) -> list[list[str]]:
         for ops, reads_x in _GELU_CHAINS:
             if dag.nodes[start]["op"] != ops[0]:
                 continue
-            inputs = _runtime_inputs(graph, start, constant)
+            inputs = list(dict.fromkeys(_runtime_inputs(graph, start, constant)))  # TorchScript's x * x reads x twice
             if len(inputs) != 1:
                 continue
             x, chain, current, x_reads = inputs[0], [start], start, 0
@@ -375,7 +390,7 @@ def silence_view_groups(graph: ModelGraph, partition: Partition) -> Partition:
 def _silenced(graph: ModelGraph, partition: Partition, views: set[str] | None) -> Partition:
     dag = graph.dag
     candidates = [i for i, g in enumerate(partition.groups)
-                  if g.launches and all(dag.nodes[n]["op"] in VIEW_LIKE_OPS or dag.nodes[n]["op"] == "Gather"
+                  if g.launches and all(dag.nodes[n]["op"] in VIEW_LIKE_OPS or dag.nodes[n]["op"] in ("Gather", "Cast")
                                         for n in g.nodes)]
     if not candidates:
         return partition

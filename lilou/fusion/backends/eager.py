@@ -13,7 +13,9 @@ group. Four refinements make the groups match what eager really launches:
   ``split``) launch no kernel: they only change strides. The
   ONNX nodes of such a call are merged into the kernel that reads them when a
   single kernel does (a MatMul reading a transposed view reads it in place), and
-  are otherwise kept as a ``launches=False`` group.
+  are otherwise kept as a ``launches=False`` group. A view call whose node is a reshape that no strides of
+  its input allow (:func:`lilou.fusion.eager_layout.strided_tensors`) is the copy of a ``clone`` the
+  exporter's optimiser removed: it launches.
 * ONNX nodes in constant or shape subgraphs are folded (host-side scalars).
 * Nodes without metadata (added by the exporter itself) are their own group.
 * Recurrent layers (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``) run as cuDNN's fused RNN
@@ -38,6 +40,7 @@ import onnx
 import torch
 
 from lilou.errors import LilouInputError
+from lilou.fusion.eager_layout import strided_tensors
 from lilou.fusion.partition import Partition, partition_from_groups
 from lilou.graph.dag import ModelGraph, unique_node_names
 
@@ -186,11 +189,15 @@ def eager_partition(model: onnx.ModelProto, graph: ModelGraph) -> Partition:
             "exporter (`lilou zoo export`); without --oracle the fusion model predicts the groups")
     by_call: OrderedDict[str, list[str]] = OrderedDict()
     view_calls: set[str] = set()
+    # A view call written as a reshape of strides no view can have: the exporter's optimiser dropped the
+    # ``clone`` (``.contiguous()``) before it, which eager runs as a copy kernel.
+    _, copies = strided_tensors(graph, runtime)
     for node in runtime:
         key, target = calls.get(node, (f"<no metadata: {node}>", ""))
         by_call.setdefault(key, []).append(node)
         if launches_no_kernel(target):
             view_calls.add(key)
+    view_calls -= {key for key, nodes in by_call.items() if copies.intersection(nodes)}
 
     group_of = {node: key for key, nodes in by_call.items() for node in nodes}
     dag = graph.dag
