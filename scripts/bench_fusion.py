@@ -22,6 +22,10 @@ reported as missing, not scored.
     python scripts/bench_fusion.py [--data datasets/fusion] [--checkpoint outputs/fusion_heldout]
                                    [--splits test,test-op,test-exporter] [--backends eager,tvm] [--opset18-zoo]
 
+TorchScript exports (``-ts``, labelled by TVM only: they carry no aten-call metadata) are also scored on eager by
+kernel count: the GNN's and the replay's launching groups against the eager oracle's count on the dynamo export of
+the same module (eager runs the same kernels whichever exporter wrote the file) -> fusion_torchscript.json.
+
 ``--opset18-zoo`` also exports four one-layer zoo transformers (BERT-base, BERT-large, GPT-2, ViT-B/16)
 the way most users do (dynamo, opset 18, default optimiser: erf GELU as five nodes) and scores the
 GNN on eager against the oracle, with and without the replay's gelu rule -> fusion_opset18_zoo.json
@@ -39,7 +43,7 @@ from rich.table import Table
 
 from lilou.errors import MissingDataError
 from lilou.fusion.benchmark import edge_misses, iter_labelled, score, tuned_rule_table
-from lilou.fusion.dataset import HELD_OUT_SPLITS, TEST_EXPORTERS, TEST_OPS
+from lilou.fusion.dataset import HELD_OUT_SPLITS, TEST_EXPORTERS, TEST_OPS, split_of
 from lilou.fusion.eager_replay import replay_eager_partition
 from lilou.fusion.gnn_predictor import FusionPredictor
 from lilou.fusion.rules import RuleTable, rule_partition
@@ -122,6 +126,30 @@ def opset18_zoo(checkpoint: Path, folder: Path) -> list[dict]:
     return rows
 
 
+def torchscript_counts(data: Path, checkpoint: Path) -> list[dict]:
+    """Eager kernel counts predicted on TorchScript exports (read as ``lilou infer`` reads them: folded batch norms
+    put back) against the eager oracle's count on the dynamo export of the same module."""
+    from lilou.fusion.benchmark import torchscript_twins
+    from lilou.graph.dag import load_graph
+
+    predictor = FusionPredictor.load(checkpoint)
+    rows = []
+    for twin in torchscript_twins(data):
+        graph = load_graph(twin.path)
+        predicted = {"gnn": predictor.predict(graph, "eager"), "replay": replay_eager_partition(graph)}
+        rows.append({"family": twin.family, "spec": twin.spec, "split": split_of(twin.family, "ts"),
+                     "oracle_kernels": twin.oracle_kernels,
+                     **{f"{m}_kernels": sum(1 for g in p.groups if g.launches) for m, p in predicted.items()}})
+    return rows
+
+
+def summarise_counts(rows: list[dict], method: str) -> dict:
+    """Share of TorchScript exports with the oracle's kernel count, and predicted / oracle kernels in total."""
+    equal = sum(r[f"{method}_kernels"] == r["oracle_kernels"] for r in rows)
+    return {"graphs": len(rows), "same_count": equal / len(rows) if rows else 0.0,
+            "kernel_ratio": sum(r[f"{method}_kernels"] for r in rows) / max(sum(r["oracle_kernels"] for r in rows), 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=REPO / "datasets" / "fusion")
@@ -173,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
             writer = csv.DictWriter(handle, fieldnames=list(scored[0]))
             writer.writeheader()
             writer.writerows(scored)
+    counts = torchscript_counts(args.data, args.checkpoint)
+    summary = {f"{split}/{method}": summarise_counts([r for r in counts if split == "all" or r["split"] == split], method)
+               for split in ("all", *sorted({r["split"] for r in counts})) for method in ("gnn", "replay")}
+    for key, s in summary.items():
+        console.print(f"TorchScript exports, eager kernel count vs the dynamo twin's oracle, {key}: {s['graphs']} graphs, "
+                      f"{100 * s['same_count']:.1f} % with the same count, predicted / oracle kernels {s['kernel_ratio']:.4f}")
+    (args.out / "fusion_torchscript.json").write_text(json.dumps({"summary": summary, "graphs": counts}, indent=1) + "\n")
     if args.opset18_zoo:
         zoo = opset18_zoo(args.checkpoint, args.out / "fusion_opset18_zoo")
         for r in zoo:

@@ -97,3 +97,31 @@ def edge_misses(graphs: list[LabelledGraph], predict: Callable[[ModelGraph], Par
              "examples": sorted(e["graphs"])[:3]}
             for (p, c, fused), e in patterns.items()]
     return sorted(rows, key=lambda r: (-r["edges"], r["producer"], r["consumer"]))
+
+
+#: The dynamo exports whose eager oracle stands for a TorchScript export of the same module, in order of preference.
+_DYNAMO_TWINS = ("d18", "dynamo", "d20", "d23")
+
+
+@dataclass
+class TorchScriptTwin:
+    spec: str            # the sample without its exporter suffix
+    family: str
+    path: Path           # the TorchScript export (no eager label: it carries no aten-call metadata)
+    oracle_kernels: int  # kernels the eager oracle counts on the dynamo export of the same module
+
+
+def torchscript_twins(root: Path) -> Iterator[TorchScriptTwin]:
+    """TorchScript exports with a dynamo export of the same module labelled by the eager oracle.
+
+    Eager runs the same kernels whichever exporter wrote the file, so the oracle's kernel count on the dynamo
+    twin is the count a prediction on the TorchScript file should reach; node names differ between the two files,
+    so groups cannot be compared one by one."""
+    for path in sorted(root.glob("*/*-ts.onnx")):
+        spec = path.name.removesuffix("-ts.onnx")
+        label = next((path.with_name(f"{spec}-{e}.eager.json") for e in _DYNAMO_TWINS
+                      if path.with_name(f"{spec}-{e}.eager.json").exists()), None)
+        if label is None:
+            continue
+        truth = Partition.from_json(json.loads(label.read_text()))
+        yield TorchScriptTwin(spec, path.parent.name, path, sum(1 for g in truth.groups if g.launches))
