@@ -123,11 +123,14 @@ train-fusion: install
 
 # The shipped per-kernel models: checkpoints/kernel_latency (FP32, NeuSight; conf/experiment/kernel_latency.yaml)
 # and checkpoints/kernel_latency_tensor (every other unit, the whole kernel table; kernel_latency_tensor.yaml,
-# about 3 min on 2 cores) with its measured coverage (coverage.json).
+# about 3 min on 2 cores) with its measured coverage (coverage.json); the fitted parameters beside them: recurrent
+# layers (recurrent.json) and the backward-data / forward ratios of transposed convolutions (transposed_conv.json).
 train-kernels: install
 	$(PY) -m lilou.train experiment=kernel_latency
 	$(PY) -m lilou.train experiment=kernel_latency_tensor
 	$(PY) scripts/kernel_coverage.py --out checkpoints/kernel_latency_tensor
+	$(PY) scripts/fit_recurrent.py
+	$(PY) scripts/fit_transposed_conv.py
 
 # End-to-end side: memory-bound fallback and launch/gap overhead fitted on the real NeuSight
 # rows and eager end-to-end labels of the training GPUs -> checkpoints/e2e_overhead. Exports the

@@ -33,11 +33,13 @@ import numpy as np
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.errors import LilouInputError
 from lilou.hardware import Device, resolve_device
+from lilou.hardware.database import architecture_class
 from lilou.latency.composition.breakdown import CATEGORIES, kernel_category
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.composition.fallback import FallbackModel, fallback_ops
 from lilou.latency.kernel_model.inference import KernelModel
+from lilou.latency.kernel_model.transposed import load_ratios
 from lilou.latency.kernel_model.features import KernelBatch, power_factor
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 from lilou.latency.kernel_model.precision import (MATH_FAMILIES, PrecisionPath, check_precision, check_tf32,
@@ -319,7 +321,7 @@ class Predictor:
         return Ranking(model=prepared.name, backend=self.backend, entries=entries,
                        warnings=_ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
                        + _fallback_warning(kernels, shares) + _grouped_conv_warning(kernels, shares)
-                       + _fused_attention_warning(kernels, shares)
+                       + _transposed_conv_warning(kernels, shares, devices) + _fused_attention_warning(kernels, shares)
                        + _power_note(self.model.kernel_model, devices)
                        + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
@@ -386,6 +388,7 @@ class Predictor:
                            kernels=_estimates(kernels, work, shares, waits, j, bounds),
                            warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
                            + _fallback_warning(kernels, shares[:, [j]]) + _grouped_conv_warning(kernels, shares[:, [j]])
+                           + _transposed_conv_warning(kernels, shares[:, [j]], [device])
                            + _fused_attention_warning(kernels, shares[:, [j]])
                            + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device], need)
                            + self._interval_warnings(bounds),
@@ -404,7 +407,8 @@ class Predictor:
             return no_intervals(shares, dtypes)
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
                                  self.model.kernel_model.config.get("trained_on", []),
-                                 unmeasured=_tf32_kernels(kernels, devices, paths))
+                                 unmeasured=_tf32_kernels(kernels, devices, paths)
+                                 | _transposed_beyond_data(kernels, devices))
 
     def _interval_warnings(self, bounds: Intervals) -> list[str]:
         notes = list(self._interval_notes)
@@ -426,6 +430,15 @@ def _tf32_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: Seque
             tf32 = [f for f in MATH_FAMILIES if kernel_unit(f, path, device) == "tf32_tensor"]
             out[:, j] = np.isin(families, tf32) & ~kernels.unique_fallback
     return out
+
+
+def _transposed_beyond_data(kernels: GraphKernels, devices: Sequence[Device]) -> np.ndarray:
+    """bool [distinct kernels, devices]: transposed convolutions on an architecture where no source measured the
+    backward-data kernel that prices them (:mod:`lilou.latency.kernel_model.transposed`)."""
+    transposed = np.array([spec.transposed for spec in kernels.unique], dtype=bool) & ~kernels.unique_fallback
+    measured = load_ratios().architectures
+    beyond = np.array([architecture_class(d.gpu) not in measured for d in devices], dtype=bool)
+    return transposed[:, None] & beyond[None, :]
 
 
 @dataclass(frozen=True)
@@ -534,6 +547,20 @@ def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str
         return []
     return [f"{int(mask.sum())} grouped convolutions: no source measured one, so they are priced by the convolution "
             f"model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
+
+
+def _transposed_conv_warning(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device]) -> list[str]:
+    """Say so when transposed convolutions run on an architecture where no backward-data kernel was measured."""
+    beyond = _transposed_beyond_data(kernels, devices)
+    if not beyond.any():
+        return []
+    mask = beyond.any(axis=1)[kernels.index]
+    ratios = load_ratios()
+    architectures = sorted({architecture_class(d.gpu) for d, b in zip(devices, beyond.any(axis=0)) if b})
+    return [f"{int(mask.sum())} transposed convolutions (ConvTranspose): priced as the convolution whose input "
+            f"gradient they compute, x{ratios.strided:.2f} when strided (the backward-data / forward ratio measured on "
+            f"{', '.join(ratios.architectures)} GPUs); no source measured them on {', '.join(architectures)} (flagged "
+            f"extrapolated): {_share_text(mask, shares)} of the predicted time"]
 
 
 def _fused_attention_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:

@@ -7,6 +7,11 @@ of that architecture (NeuSight's and DeepBench's rows alike) and scored on the h
 against the model's time for its own timing method (the eager floor for NeuSight's, the host-loop floor where the
 model learned one; a model with one floor uses the eager one for every row, as the kernel folds do).
 
+The same fold models also price DeepBench's FP32 backward-data rows as the ``ConvTranspose`` that runs that kernel
+(``nn.ConvTranspose2d``): described as the forward convolution whose input gradient it computes, as Lilou prices
+one, alone ("as forward", the ratio 1) and times the backward-data / forward ratio fitted on the measured pairs of
+the *other* architectures (``lilou/latency/kernel_model/transposed.py``), beside the plain roofline at the FP32 peak.
+
 Prints a table per architecture and geometry, their means, and writes ``outputs/bench/conv_geometry[_<experiment>].json``.
 
     python scripts/bench_conv_geometry.py [--experiment kernel_latency] [hydra overrides ...]
@@ -24,7 +29,9 @@ from hydra import compose, initialize_config_dir
 
 from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.dataset import KernelDataset, concat_datasets, dataset_from_sample
+from lilou.latency.kernel_model.features import roofline_ms
 from lilou.latency.kernel_model.training import fit
+from lilou.latency.kernel_model.transposed import SHAPE_FIELDS, fit_ratios, paired_ratios
 from lilou.research.fold_tables import print_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +61,59 @@ def conv_rows(data_dir: str | None) -> tuple[KernelDataset, dict[int, str]]:
     return dataset_from_sample(sample), filters
 
 
+def transposed_rows(data_dir: str | None) -> tuple[KernelDataset, dict[int, str], list[dict]]:
+    """DeepBench's FP32 backward-data convolutions as ConvTranspose kernels, their filters, and the measured
+    forward / backward-data pairs the ratios are fitted on."""
+    from lilou.data.kernel_table import kernel_table
+    from lilou.latency.kernel_model.table_kernels import table_kernels
+    from lilou.latency.kernel_model.table_sample import sample_table
+
+    relation = kernel_table(["deepbench"], data_dir).filter("dtype = 'fp32' AND family = 'conv'")
+    sample = sample_table(relation, per_group=2**31 - 1, mode="backward-data")
+    priced = table_kernels(sample, use_units=True)
+    filters = {i: f"{sample['kernel_h'][j]}x{sample['kernel_w'][j]}" for i, j in enumerate(priced.index)}
+    columns = ["gpu", "dtype", "subset", "mode", *SHAPE_FIELDS, "latency_ms"]
+    pairs = paired_ratios(relation.project(", ".join(columns)).to_arrow_table().to_pylist())
+    return dataset_from_sample(sample), filters, pairs
+
+
+def _score_transposed(predictor, rows: KernelDataset, labels: list[str], pairs: list[dict], architecture: str) -> list[dict]:
+    """Fold rows of the held-out architecture's backward-data convolutions: as forward, x the ratio fitted on the
+    other architectures' pairs, and the roofline."""
+    fitted = fit_ratios([p for p in pairs if architecture_class(p["gpu"]) != architecture])
+    strided = rows.kernels.conv_stride > 1
+    factor = np.where(strided, fitted["strided"]["ratio"], fitted["unit_stride"]["ratio"])
+    prediction = predictor.predict(rows.kernels, rows.devices, rows.timing)
+    compute, memory = roofline_ms(rows.kernels, rows.devices)
+    priced = {"as_forward": prediction.latency_ms, "with_ratio": prediction.floor_ms + prediction.work_ms * factor,
+              "roofline": np.maximum(compute, memory)}
+    out = []
+    for label in sorted(set(labels)) + ["all strided", "all stride 1"]:
+        pick = (strided if label == "all strided" else ~strided if label == "all stride 1"
+                else np.array([item == label for item in labels]))
+        if not pick.any():
+            continue
+        measured = rows.latency_ms[pick]
+        row = {"architecture": architecture, "geometry": label, "gpus": len(set(rows.gpu[pick])), "rows": int(pick.sum()),
+               "ratio_fitted": float(np.unique(factor[pick]).max())}
+        for name, values in priced.items():
+            row[f"{name}_mape"] = float(np.mean(np.abs(values[pick] - measured) / measured) * 100)
+        row["with_ratio_median_ape"] = float(np.median(np.abs(priced["with_ratio"][pick] - measured) / measured) * 100)
+        # the shipped 90 % band of FP32 convolutions (lilou/plan/calibration.json), which these kernels get where
+        # their architecture was measured
+        residual = np.abs(np.log(measured / priced["with_ratio"][pick]))
+        row["in_conv_band_pct"] = float(np.mean(residual <= _conv_band()) * 100)
+        out.append(row)
+    return out
+
+
+def _conv_band() -> float:
+    """Half-width (log) of the shipped 90 % band of FP32 convolutions on an architecture the model never saw."""
+    from lilou.plan.calibration import Calibration
+
+    return float(Calibration.load().kernel_band("conv", "fp32", "arch_unseen").hi)
+
+
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.fmean(values) if values else None
@@ -68,6 +128,8 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         base = compose("train", overrides=[f"experiment={args.experiment}", *args.overrides])
     deepbench, filters = conv_rows(base.data.get("data_dir"))
+    transposed, transposed_filters, pairs = transposed_rows(base.data.get("data_dir"))
+    transposed_folds = []
     gpus = sorted(set(deepbench.gpu) | set(NEUSIGHT_GPUS))
     architectures = sorted({architecture_class(g) for g in deepbench.gpu})
     rows = []
@@ -86,6 +148,10 @@ def main() -> None:
         predicted = predictor.predict(scored.kernels, scored.devices, scored.timing).latency_ms
         ratio = scored.latency_ms / predicted
         ape = np.abs(predicted - scored.latency_ms) / scored.latency_ms * 100
+        held_t = np.flatnonzero(np.isin(transposed.gpu, held_out))
+        if len(held_t):
+            transposed_folds += _score_transposed(predictor, transposed.take(held_t),
+                                                  geometry(transposed, held_t, transposed_filters), pairs, architecture)
         for label in sorted(set(labels)):
             pick = np.array([item == label for item in labels])
             long = pick & (scored.latency_ms >= LONG_MS)
@@ -113,12 +179,25 @@ def main() -> None:
     print_table("Mean over architectures", summary, ["geometry", "architectures", "rows", "mape", "long_rows",
                                                      "long_mape", "measured_over_predicted_scale"])
     print(f"DeepBench rows, pooled MAPE: {pooled:.1f} %; those of at least {LONG_MS} ms: {pooled_long:.1f} %")
+    print_table(f"FP32 transposed convolutions (DeepBench backward-data rows), leave-one-architecture-out "
+                f"({args.experiment})", transposed_folds,
+                ["architecture", "geometry", "gpus", "rows", "ratio_fitted", "as_forward_mape", "with_ratio_mape",
+                 "with_ratio_median_ape", "in_conv_band_pct", "roofline_mape"])
+    transposed_summary = {}
+    for label in ("all strided", "all stride 1"):
+        picked = [r for r in transposed_folds if r["geometry"] == label]
+        transposed_summary[label] = {f"{name}_mape": _mean(r[f"{name}_mape"] for r in picked)
+                                     for name in ("as_forward", "with_ratio", "roofline")}
+        transposed_summary[label]["in_conv_band_pct"] = _mean(r["in_conv_band_pct"] for r in picked)
+        print(f"transposed, {label}, mean over architectures: " + ", ".join(
+            f"{name} {value:.1f} %" for name, value in transposed_summary[label].items()))
     OUT.mkdir(parents=True, exist_ok=True)
     name = "conv_geometry" if args.experiment == "kernel_latency" and not args.overrides else \
         f"conv_geometry_{args.experiment}"
     (OUT / f"{name}.json").write_text(json.dumps({
         "experiment": args.experiment, "overrides": args.overrides, "folds": rows, "summary": summary,
         "deepbench_pooled_mape": pooled, "deepbench_pooled_long_mape": pooled_long,
+        "transposed_folds": transposed_folds, "transposed_summary": transposed_summary,
         "wall_s": time.perf_counter() - started}, indent=2) + "\n")
 
 

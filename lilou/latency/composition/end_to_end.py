@@ -33,6 +33,7 @@ from lilou.latency.composition.monotone import dominating_devices, ladder_factor
 from lilou.latency.composition.overhead import OverheadModel
 from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit
 from lilou.latency.kernel_model.recurrent import RecurrentModel, RecurrentShape
+from lilou.latency.kernel_model.transposed import load_ratios
 
 if TYPE_CHECKING:  # onnx and networkx are imported only when a graph is read
     from lilou.fusion.partition import Partition
@@ -220,6 +221,7 @@ class EndToEndModel:
                 tensor_priced[rows] = ~tf32 | (tensor_work <= flat_work[rows])
                 flat_work[rows] = np.where(tf32, np.minimum(tensor_work, flat_work[rows]), tensor_work)
             work[model_rows] = flat_work.reshape(d, rungs, m).min(axis=1).T
+            work[model_rows] *= _dgrad_factors([specs[i] for i in model_rows])[:, None]
             # The kernel type is that of the kernel itself (rung 0), not of its size ladder.
             first = (np.arange(d)[:, None] * rungs * m + np.arange(m)[None, :]).reshape(-1)
             kernel_types = self.kernel_model.predict_types(ladder_pairs.take(first), ladder_columns.take(first))
@@ -240,6 +242,17 @@ class EndToEndModel:
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
         return self.overhead.kernel_ms(work.work_ms)
+
+
+def _dgrad_factors(specs: Sequence[KernelSpec]) -> np.ndarray:
+    """Per kernel: the measured backward-data / forward ratio of a transposed convolution (described as the forward
+    convolution whose input gradient it computes; :mod:`lilou.latency.kernel_model.transposed`), 1 otherwise."""
+    transposed = np.array([spec.transposed for spec in specs], dtype=bool)
+    factors = np.ones(len(specs))
+    if transposed.any():
+        strides = np.array([spec.conv[1] for spec, t in zip(specs, transposed) if t])
+        factors[transposed] = load_ratios().factor(strides)
+    return factors
 
 
 #: Kernel type of an LSTM/GRU/RNN layer (cuDNN's fused RNN kernels), priced by the recurrent model.

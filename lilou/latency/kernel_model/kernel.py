@@ -67,6 +67,9 @@ class KernelSpec:
     # An LSTM/GRU/RNN layer: (cell, time steps, batch, directions, input size, hidden size, bytes per element),
     # priced by lilou.latency.kernel_model.recurrent, not by the network.
     recurrent: tuple[str, int, int, int, int, int, int] | None = None
+    # A ConvTranspose: ``gemm`` and ``conv`` describe the forward convolution whose input gradient it computes,
+    # and its price is that convolution's times the measured dgrad/forward ratio (lilou.latency.kernel_model.transposed).
+    transposed: bool = False
 
     @property
     def bytes(self) -> int:
@@ -109,6 +112,10 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
         spec["gemm"] = _matmul_dims(main)
     elif family == "conv":
         spec["gemm"], spec["conv"] = _conv_dims(main)
+        spec["transposed"] = main.op == "ConvTranspose"
+        if spec["transposed"] and main.outputs[0].name in writes and main.inputs[0] is not None:
+            # the forward convolution's output is the transpose's input (same bytes moved, read the other way)
+            spec["out_elements"] += (main.inputs[0].elements or 0) - (main.outputs[0].elements or 0)
     elif family in ("layernorm", "softmax", "reduction"):
         spec["rows"], spec["cols"] = _row_dims(main)
     if main.op == "SoftmaxCrossEntropyLoss" and main.inputs and main.inputs[0] is not None:
@@ -169,16 +176,18 @@ def _matmul_dims(node: CostInput) -> tuple[int, int, int, int]:
 
 
 def _conv_dims(node: CostInput) -> tuple[tuple[int, int, int, int], tuple[int, int, int]]:
-    weight, out = _shape(node.inputs[1]), _shape(node.outputs[0])
+    """The implicit GEMM and (window, stride, groups) of a convolution. A ConvTranspose is described as the forward
+    convolution whose input gradient it computes (its output shape to its input shape, the same weight): the
+    kernel PyTorch runs for it is that convolution's cuDNN backward-data, with the same FLOPs."""
+    weight = _shape(node.inputs[1])
     groups = int(node.attributes.get("group", 1))
     window = math.prod(weight[2:]) if len(weight) > 2 else 1
     strides = node.attributes.get("strides") or [1]
-    if node.op == "ConvTranspose":
-        c_out = weight[1] * groups if len(weight) > 1 else 1
-        c_in_per_group = weight[0] // groups if weight else 1
-    else:
-        c_out = weight[0] if weight else 1
-        c_in_per_group = weight[1] if len(weight) > 1 else 1
+    # weight: Conv [C_out, C_in / groups, k...]; ConvTranspose [C_in, C_out / groups, k...], whose forward
+    # convolution maps C_out / groups channels to C_in: the same layout read the other way round
+    c_out = weight[0] if weight else 1
+    c_in_per_group = weight[1] if len(weight) > 1 else 1
+    out = _shape(node.inputs[0] if node.op == "ConvTranspose" else node.outputs[0])
     pixels = math.prod(out[2:]) * (out[0] if out else 1)
     gemm = (groups, pixels, c_out // max(groups, 1), c_in_per_group * window)
     return gemm, (window, int(max(strides)), groups)

@@ -3,6 +3,7 @@
 Each row of a family the model prices (gemm, bmm, conv, elementwise, norm, softmax) becomes the
 ONNX nodes that compute what was measured, with tensors of the row's precision, and goes
 through :func:`lilou.latency.kernel_model.kernel.describe_kernel` like any kernel group of a real graph.
+A convolution's backward-data row (``mode``) becomes the ``ConvTranspose`` that runs that kernel.
 Rows whose shape the table does not pin down are skipped and counted.
 """
 from __future__ import annotations
@@ -87,6 +88,9 @@ def row_nodes(row: dict) -> list[CostInput] | None:
         if oh <= 0 or ow <= 0:
             return None
         attributes = {"kernel_shape": [kh, kw], "strides": [sh, sw], "pads": [ph, pw, ph, pw], "group": groups}
+        if row.get("mode") == "backward-data":  # the input gradient: what a ConvTranspose of this weight runs
+            return [CostInput("ConvTranspose", attributes, [t("dy", (n, co, oh, ow)), t("w", (co, c // groups, kh, kw))],
+                              [t("dx", (n, c, h, w))])]
         return [CostInput("Conv", attributes, [t("x", (n, c, h, w)), t("w", (co, c // groups, kh, kw))],
                           [t("y", (n, co, oh, ow))])]
     rows, cols = row.get("rows"), row.get("cols")
@@ -123,7 +127,7 @@ def table_kernels(columns: dict[str, list], use_units: bool = True) -> TableKern
         if row["family"] not in PRICED_FAMILIES:
             skipped[f"family {row['family']} not priced by the model"] += 1
             continue
-        key = tuple(row.get(f) for f in ("family", "op", "dtype", "quant", "batch", "m", "n", "k", "bias", "in_c", "in_h",
+        key = tuple(row.get(f) for f in ("family", "op", "mode", "dtype", "quant", "batch", "m", "n", "k", "bias", "in_c", "in_h",
                                           "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h",
                                           "pad_w", "groups", "rows", "cols"))
         if key not in cache:

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 _COLUMNS = ("source", "gpu", "dtype", "quant", "family", "op", "unit", "timing", "provider", "batch", "m", "n", "k",
             "bias", "in_c", "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w",
-            "groups", "rows", "cols", "latency_ms")
+            "groups", "rows", "cols", "mode", "latency_ms")
 
 
-def sample_table(relation, per_group: int = 2000) -> dict[str, list]:
-    """At most ``per_group`` forward-pass rows per (source, GPU, dtype, family), as ``{column: values}``."""
+def sample_table(relation, per_group: int = 2000, mode: str = "forward") -> dict[str, list]:
+    """At most ``per_group`` rows of ``mode`` (forward passes unless told) per (source, GPU, dtype, family), as
+    ``{column: values}``."""
     columns = ", ".join(f'"{c}"' for c in _COLUMNS)
     partition = "source, gpu, dtype, family"
-    sampled = relation.filter("mode = 'forward'").project(
+    if mode not in ("forward", "backward-data"):
+        raise ValueError(f"no sample of {mode!r} rows")
+    sampled = relation.filter(f"mode = '{mode}'").project(
         f"{columns}, row_number() OVER (PARTITION BY {partition} ORDER BY hash(source, gpu, op, m, n, k, rows, cols, "
         f"in_c, out_c, in_h, latency_ms)) AS pick").filter(f"pick <= {per_group}").order(f"{partition}, pick")
     table = sampled.to_arrow_table()
