@@ -31,7 +31,7 @@ from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.dataset import KernelDataset, concat_datasets, dataset_from_sample
 from lilou.latency.kernel_model.features import roofline_ms
 from lilou.latency.kernel_model.training import fit
-from lilou.latency.kernel_model.transposed import SHAPE_FIELDS, fit_ratios, paired_ratios
+from lilou.latency.kernel_model.transposed import backward_data_rows, fit_ratios, held_out_prices
 from lilou.research.fold_tables import print_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,32 +61,15 @@ def conv_rows(data_dir: str | None) -> tuple[KernelDataset, dict[int, str]]:
     return dataset_from_sample(sample), filters
 
 
-def transposed_rows(data_dir: str | None) -> tuple[KernelDataset, dict[int, str], list[dict]]:
-    """DeepBench's FP32 backward-data convolutions as ConvTranspose kernels, their filters, and the measured
-    forward / backward-data pairs the ratios are fitted on."""
-    from lilou.data.kernel_table import kernel_table
-    from lilou.latency.kernel_model.table_kernels import table_kernels
-    from lilou.latency.kernel_model.table_sample import sample_table
-
-    relation = kernel_table(["deepbench"], data_dir).filter("dtype = 'fp32' AND family = 'conv'")
-    sample = sample_table(relation, per_group=2**31 - 1, mode="backward-data")
-    priced = table_kernels(sample, use_units=True)
-    filters = {i: f"{sample['kernel_h'][j]}x{sample['kernel_w'][j]}" for i, j in enumerate(priced.index)}
-    columns = ["gpu", "dtype", "subset", "mode", *SHAPE_FIELDS, "latency_ms"]
-    pairs = paired_ratios(relation.project(", ".join(columns)).to_arrow_table().to_pylist())
-    return dataset_from_sample(sample), filters, pairs
-
-
 def _score_transposed(predictor, rows: KernelDataset, labels: list[str], pairs: list[dict], architecture: str) -> list[dict]:
     """Fold rows of the held-out architecture's backward-data convolutions: as forward, x the ratio fitted on the
     other architectures' pairs, and the roofline."""
     fitted = fit_ratios([p for p in pairs if architecture_class(p["gpu"]) != architecture])
     strided = rows.kernels.conv_stride > 1
     factor = np.where(strided, fitted["strided"]["ratio"], fitted["unit_stride"]["ratio"])
-    prediction = predictor.predict(rows.kernels, rows.devices, rows.timing)
+    as_forward, with_ratio = held_out_prices(predictor, rows, pairs, architecture)
     compute, memory = roofline_ms(rows.kernels, rows.devices)
-    priced = {"as_forward": prediction.latency_ms, "with_ratio": prediction.floor_ms + prediction.work_ms * factor,
-              "roofline": np.maximum(compute, memory)}
+    priced = {"as_forward": as_forward, "with_ratio": with_ratio, "roofline": np.maximum(compute, memory)}
     out = []
     for label in sorted(set(labels)) + ["all strided", "all stride 1"]:
         pick = (strided if label == "all strided" else ~strided if label == "all stride 1"
@@ -128,7 +111,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         base = compose("train", overrides=[f"experiment={args.experiment}", *args.overrides])
     deepbench, filters = conv_rows(base.data.get("data_dir"))
-    transposed, transposed_filters, pairs = transposed_rows(base.data.get("data_dir"))
+    transposed, transposed_filters, pairs = backward_data_rows(base.data.get("data_dir"))
     transposed_folds = []
     gpus = sorted(set(deepbench.gpu) | set(NEUSIGHT_GPUS))
     architectures = sorted({architecture_class(g) for g in deepbench.gpu})

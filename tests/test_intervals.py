@@ -111,6 +111,21 @@ def test_lookup_falls_back_from_tier_to_pool_and_widens_when_extrapolated():
     assert calibration.kernel_band("memory", "fp32", "arch_seen") == Band(-0.2, 0.2)
 
 
+def test_transposed_convolutions_have_their_own_band_or_the_convolutions_one():
+    """A calibration with residuals of transposed convolutions gives them their band; an older file without any
+    gives them the convolutions' band, not the elementwise fallback's."""
+    conv = {"conv|fp32|arch_unseen": {"lo": -0.5, "hi": 0.5}, "conv|fp32|any": {"lo": -0.5, "hi": 0.5}}
+    older = Calibration(dict(SMALL, kernel={**SMALL["kernel"], **conv}))
+    assert older.kernel_band("conv_transposed", "fp32", "arch_seen") == Band(-0.5, 0.5)
+    assert older.pooled_band("conv_transposed", "fp32") == Band(-0.5, 0.5)
+    own = {"conv_transposed|fp32|arch_unseen": {"lo": -0.8, "hi": 0.8}, "conv_transposed|fp32|any": {"lo": -0.8, "hi": 0.8}}
+    shipped = Calibration(dict(SMALL, kernel={**SMALL["kernel"], **conv, **own}))
+    assert shipped.kernel_band("conv_transposed", "fp32", "trained") == Band(-0.8, 0.8)
+    assert shipped.kernel_band("conv", "fp32", "trained") == Band(-0.5, 0.5)
+    # FP16 transposed convolutions: no residual of their own, the family's widest band, uncalibrated
+    assert shipped.kernel_band("conv_transposed", "fp16", "arch_unseen") == Band(-0.8, 0.8, calibrated=False)
+
+
 def test_sparse_dtype_falls_back_to_its_single_gpu_and_memory_bound_pools():
     """A family and dtype with one held-out GPU (no ``any`` pool) takes the hull of its one-GPU band and its dtype's
     memory-bound pool, calibrated; with neither, the family's widest band, uncalibrated."""

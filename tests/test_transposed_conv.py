@@ -100,3 +100,23 @@ def test_a_strided_transposed_convolution_costs_the_measured_ratio_more_than_its
         assert len(warned) == (0 if measured else 1)
         if not measured:
             assert "no source measured them on GA100 (flagged extrapolated): 100.0 % of the predicted time" in warned[0]
+
+
+def test_a_transposed_convolution_gets_the_band_of_its_own_residuals(tmp_path):
+    """On a T4, the ConvTranspose's 90 % interval is the ``conv_transposed`` band calibrated on DeepBench's
+    backward-data rows, wider than the forward convolution's (convolution bands come from leave-one-architecture-out
+    folds alone, so every tier resolves to the ``arch_unseen`` one)."""
+    import math
+
+    from lilou.plan.calibration import Calibration
+
+    paths = up_and_down(tmp_path)
+    predictor = Predictor()
+    calibration = Calibration.load()
+    for name, family in (("up", "conv_transposed"), ("down", "conv")):
+        (kernel,) = predictor.predict(paths[name], gpu="t4").kernels
+        band = calibration.kernel_band(family, "fp32", "arch_unseen")
+        assert kernel.interval_ms[1] / kernel.latency_ms == pytest.approx(math.exp(band.hi), rel=1e-4)
+        assert kernel.interval_ms[0] / kernel.latency_ms == pytest.approx(math.exp(band.lo), rel=1e-4)
+    assert calibration.kernel_band("conv_transposed", "fp32", "arch_unseen").hi > \
+        calibration.kernel_band("conv", "fp32", "arch_unseen").hi

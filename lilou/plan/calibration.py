@@ -31,6 +31,10 @@ _FALLBACK_TIERS = {"trained": ("trained", "arch_seen", "any", "arch_unseen"),
 _TIER_ORDER = ("trained", "arch_seen", "arch_unseen")
 #: Kernel kinds without measurements run on the memory-bound fallback, fitted on elementwise rows.
 FALLBACK_FAMILY = "elementwise"
+#: Transposed convolutions (ConvTranspose: lilou.latency.kernel_model.transposed) have bands of their own, from
+#: DeepBench's backward-data rows; a calibration file without them gives them the convolutions' band.
+TRANSPOSED_FAMILY = "conv_transposed"
+_STAND_IN_FAMILY = {TRANSPOSED_FAMILY: "conv"}
 #: Families whose residuals are pooled per dtype when one family alone has too few held-out GPUs.
 BAND_CLASS = {family: "memory-bound" for family in ("elementwise", "layernorm", "softmax", "reduction", "memory")}
 
@@ -83,9 +87,16 @@ class Calibration:
             self._cache[key] = self._kernel_band(*key)
         return self._cache[key]
 
+    def _known(self, family: str) -> str:
+        """``family``, or the family whose bands stand in for it when the file has none of its own."""
+        while not any(k.startswith(f"{family}|") for k in self._kernel):
+            family = _STAND_IN_FAMILY.get(family, FALLBACK_FAMILY)
+            if family == FALLBACK_FAMILY:
+                break
+        return family
+
     def _kernel_band(self, family: str, dtype: str, tier: str, extrapolated: bool) -> Band:
-        if not any(k.startswith(f"{family}|") for k in self._kernel):
-            family = FALLBACK_FAMILY
+        family = self._known(family)
         # A tier farther from the measured GPUs is never narrower than a nearer one: with two or three held-out
         # GPUs per pool, a pool of near GPUs can come out wider (the P4's quirks), and the hull keeps the order.
         found = None
@@ -114,9 +125,7 @@ class Calibration:
 
     def pooled_band(self, family: str, dtype: str) -> Band | None:
         """The band over every unseen tier of a family and dtype (what the end-to-end band is set against)."""
-        if not any(k.startswith(f"{family}|") for k in self._kernel):
-            family = FALLBACK_FAMILY
-        return self._kernel.get(f"{family}|{dtype}|any")
+        return self._kernel.get(f"{self._known(family)}|{dtype}|any")
 
 
 @functools.cache

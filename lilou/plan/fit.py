@@ -42,7 +42,7 @@ import numpy as np
 
 from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.kernel import FAMILIES
-from lilou.plan.calibration import BAND_CLASS
+from lilou.plan.calibration import BAND_CLASS, TRANSPOSED_FAMILY
 from lilou.plan.conformal import COVERAGE, group_weights, log_residuals, symmetric_bounds
 from lilou.plan.extrapolation import measured_ranges, range_features, range_key
 
@@ -263,6 +263,7 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
     from lilou.latency.kernel_model.table_sample import sample_table
     from lilou.latency.kernel_model.table_kernels import PRICED_FAMILIES, table_kernels
     from lilou.latency.kernel_model.training import fit
+    from lilou.latency.kernel_model.transposed import backward_data_rows, held_out_prices
     from lilou.quiet import quiet_lightning
 
     def config(*overrides: str):
@@ -281,6 +282,10 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
     # FP32 convolutions too: the tensor-core model prices them (EndToEndModel.prices_fp32_convolutions); NeuSight's
     # eager 3x3 rows and DeepBench's host-loop rows of every geometry, each against its own timing's floor.
     wanted = ((rows["dtype"] != "fp32") & np.isin(family, TENSOR_FAMILIES)) | (family == "conv")
+    # FP32 transposed convolutions: DeepBench's backward-data rows, as the ConvTranspose that runs them, priced by
+    # the same folds times the backward-data / forward ratio refitted without the architecture
+    transposed, _, pairs = backward_data_rows(data_dir)
+    transposed_arch = np.array([architecture_class(g) for g in transposed.gpu], dtype=object)
     parts = []
     for architecture in sorted(set(arch[wanted])):
         mask = arch == architecture
@@ -296,8 +301,14 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
         parts.append(_residuals(predicted[keep], test.latency_ms[keep], family[index], rows["dtype"][index],
                                 "arch_unseen", rows["gpu"][index], rows["gpu"][index],
                                 np.array([f"tensor:{x}" for x in rows["source"][index]], dtype=object), False))
-        log(f"tensor fold {architecture}: {int(keep.sum()):,} GEMM/conv rows it prices "
-            f"({time.perf_counter() - started:.0f} s)")
+        held = np.flatnonzero(transposed_arch == architecture)
+        if len(held):
+            rows_t = transposed.take(held)
+            predicted_t = held_out_prices(predictor, rows_t, pairs, architecture)[1]
+            parts.append(_residuals(predicted_t, rows_t.latency_ms, TRANSPOSED_FAMILY, "fp32", "arch_unseen",
+                                    rows_t.gpu, rows_t.gpu, "tensor:deepbench-backward-data", False))
+        log(f"tensor fold {architecture}: {int(keep.sum()):,} GEMM/conv rows it prices, {len(held)} transposed "
+            f"convolutions ({time.perf_counter() - started:.0f} s)")
     return Residuals.concat(parts)
 
 
@@ -466,7 +477,7 @@ def _add_tensor_fingerprint(calibration: dict[str, Any], kernel: Residuals) -> N
     if folder.exists() and rows:
         calibration["tensor_model"] = {"checkpoint": f"checkpoints/{KERNEL_LATENCY_TENSOR}",
                                        "fingerprint": kernel_model_fingerprint(folder),
-                                       "families": list(TENSOR_FAMILIES), "residual_rows": rows}
+                                       "families": [*TENSOR_FAMILIES, TRANSPOSED_FAMILY], "residual_rows": rows}
 
 
 def _write(calibration: dict[str, Any], out: Path, started: float) -> int:

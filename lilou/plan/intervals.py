@@ -24,7 +24,7 @@ from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
 from lilou.latency.composition.end_to_end import GraphKernels
 from lilou.latency.kernel_model.features import KernelBatch
-from lilou.plan.calibration import FALLBACK_FAMILY, Calibration
+from lilou.plan.calibration import FALLBACK_FAMILY, TRANSPOSED_FAMILY, Calibration
 from lilou.plan.extrapolation import fused_attention, outside, range_features, unmeasured_shapes
 
 #: Dtypes the end-to-end labels measured (NeuSight: FP32 PyTorch eager).
@@ -67,6 +67,9 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     batch = KernelBatch.from_specs(unique)
     families = np.array([FALLBACK_FAMILY if fb else spec.family for spec, fb in zip(unique, kernels.unique_fallback)],
                         dtype=object)
+    # the measured range is the family's (a transposed convolution is described as a forward one); the band is its own
+    band_families = np.array([TRANSPOSED_FAMILY if spec.transposed and not fb else family
+                              for spec, fb, family in zip(unique, kernels.unique_fallback, families)], dtype=object)
     n_unique, d = len(unique), len(devices)
     lo_log = np.zeros((n_unique, d))
     hi_log = np.zeros((n_unique, d))
@@ -82,7 +85,7 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
         tier = device_tier(device, trained_on, trained_archs)
         key = (architecture, dtype, tier)
         if key not in bands:
-            bands[key] = _family_bands(families, dtype, tier, calibration, uncalibrated)
+            bands[key] = _family_bands(band_families, dtype, tier, calibration, uncalibrated)
         lo_in, hi_in, lo_out, hi_out, width_ratio = bands[key]
         features = shape_features.copy()
         features[:, 3] = range_features(batch, float(device.sms))[:, 3]

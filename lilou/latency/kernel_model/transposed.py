@@ -24,6 +24,8 @@ from importlib import resources
 
 import numpy as np
 
+from lilou.hardware.database import architecture_class
+
 PARAMETERS_FILE = "transposed_conv.json"
 #: The shape columns that pin one DeepBench convolution down (a backward-data row pairs with the forward row of
 #: the same GPU, dtype, subset and these values).
@@ -90,3 +92,31 @@ def fit_ratios(pairs: Iterable[Mapping]) -> dict[str, dict]:
         out[cls] = {"ratio": statistics.median(medians.values()), "gpus": medians,
                     "rows": {gpu: len(values) for gpu, values in sorted(gpus.items())}}
     return out
+
+
+def backward_data_rows(data_dir=None, dtype: str = "fp32"):
+    """DeepBench's backward-data convolutions of ``dtype`` as the ``ConvTranspose`` kernels that run them
+    (a :class:`lilou.latency.kernel_model.dataset.KernelDataset`), each row's filter as ``"KhxKw"`` (by dataset
+    row), and the measured forward / backward-data pairs of that dtype (:func:`paired_ratios`). For the folds of
+    ``make bench-conv-geometry`` and ``make calibrate``."""
+    from lilou.data.kernel_table import kernel_table
+    from lilou.latency.kernel_model.dataset import dataset_from_sample
+    from lilou.latency.kernel_model.table_kernels import table_kernels
+    from lilou.latency.kernel_model.table_sample import sample_table
+
+    relation = kernel_table(["deepbench"], data_dir).filter(f"dtype = '{dtype}' AND family = 'conv'")
+    sample = sample_table(relation, per_group=2**31 - 1, mode="backward-data")
+    priced = table_kernels(sample, use_units=True)
+    filters = {i: f"{sample['kernel_h'][j]}x{sample['kernel_w'][j]}" for i, j in enumerate(priced.index)}
+    columns = ["gpu", "dtype", "subset", "mode", *SHAPE_FIELDS, "latency_ms"]
+    pairs = paired_ratios(relation.project(", ".join(columns)).to_arrow_table().to_pylist())
+    return dataset_from_sample(sample), filters, pairs
+
+
+def held_out_prices(predictor, rows, pairs: Iterable[Mapping], architecture: str) -> tuple[np.ndarray, np.ndarray]:
+    """(as a forward convolution, x the ratio) latency (ms) of ``rows`` (backward-data rows of ``architecture``) by a
+    fold ``predictor`` that never saw the architecture, the ratio refitted on the other architectures' ``pairs``."""
+    fitted = fit_ratios([p for p in pairs if architecture_class(p["gpu"]) != architecture])
+    factor = np.where(rows.kernels.conv_stride > 1, fitted["strided"]["ratio"], fitted["unit_stride"]["ratio"])
+    prediction = predictor.predict(rows.kernels, rows.devices, rows.timing)
+    return prediction.latency_ms, prediction.floor_ms + prediction.work_ms * factor
