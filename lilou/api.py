@@ -47,7 +47,7 @@ from lilou.latency.kernel_model.precision import (MATH_FAMILIES, PrecisionPath, 
 from lilou.graph.precision import ModelPrecision, model_precision
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
-from lilou.plan.extrapolation import fused_attention, unmeasured_shapes
+from lilou.plan.extrapolation import fused_attention, unmeasured_conv_forms, unmeasured_shapes
 
 if TYPE_CHECKING:
     from lilou.fusion.partition import Partition
@@ -321,7 +321,8 @@ class Predictor:
         return Ranking(model=prepared.name, backend=self.backend, entries=entries,
                        warnings=_ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
                        + _fallback_warning(kernels, shares) + _grouped_conv_warning(kernels, shares)
-                       + _transposed_conv_warning(kernels, shares, devices) + _fused_attention_warning(kernels, shares)
+                       + _conv_form_warning(kernels, shares) + _transposed_conv_warning(kernels, shares, devices)
+                       + _fused_attention_warning(kernels, shares)
                        + _power_note(self.model.kernel_model, devices)
                        + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
@@ -388,6 +389,7 @@ class Predictor:
                            kernels=_estimates(kernels, work, shares, waits, j, bounds),
                            warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
                            + _fallback_warning(kernels, shares[:, [j]]) + _grouped_conv_warning(kernels, shares[:, [j]])
+                           + _conv_form_warning(kernels, shares[:, [j]])
                            + _transposed_conv_warning(kernels, shares[:, [j]], [device])
                            + _fused_attention_warning(kernels, shares[:, [j]])
                            + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device], need)
@@ -547,6 +549,18 @@ def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str
         return []
     return [f"{int(mask.sum())} grouped convolutions: no source measured one, so they are priced by the convolution "
             f"model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
+
+
+def _conv_form_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Say so when 3-D or dilated convolutions are priced: every measured convolution is 2-D without dilation."""
+    mask = unmeasured_conv_forms(kernels.unique)[kernels.index] & ~kernels.fallback
+    forms = np.array([spec.conv_form for spec in kernels.unique], dtype=object)[kernels.index]
+    if not mask.any():
+        return []
+    counts = ", ".join(f"{int((forms[mask] == form).sum())} {form}" for form in sorted(set(forms[mask])))
+    return [f"convolutions of a form no source measured ({counts}; every measured one is 2-D without dilation): "
+            f"priced by the convolution model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of "
+            "the predicted time"]
 
 
 def _transposed_conv_warning(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device]) -> list[str]:

@@ -8,7 +8,8 @@ stores, per (architecture class, dtype, family), the range of each over the rows
 (:mod:`lilou.data.kernel_table`; H100 and L4 rows are held back from it). A kernel is *extrapolated*
 when its architecture class has no row of that dtype and family, or any of its four numbers falls
 outside the stored range. Kernels on the memory-bound fallback have no measured kind at all and are
-always extrapolated, and so are grouped (depthwise) convolutions: no source of the kernel table measured one.
+always extrapolated, and so are grouped (depthwise), 3-D and dilated convolutions: no source of the kernel table
+measured one.
 """
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ def unmeasured_shapes(kernels: KernelBatch) -> np.ndarray:
     where the measured ones are compute-bound, and go to the memory-bound fallback:
     :func:`lilou.latency.composition.fallback.depthwise`)."""
     return (kernels.family == FAMILIES.index("conv")) & (kernels.conv_groups > 1)
+
+
+def unmeasured_conv_forms(specs: Sequence[KernelSpec]) -> np.ndarray:
+    """bool per kernel: 3-D or dilated convolutions (:attr:`KernelSpec.conv_form`). Every convolution of the kernel
+    table is 2-D without dilation (NeuSight's 3x3 ones, DeepBench's of every filter and stride), so the measured
+    range says nothing about how cuDNN's 3-D or dilated kernels run."""
+    return np.array([bool(spec.conv_form) for spec in specs], dtype=bool)
 
 
 def fused_attention(specs: Sequence[KernelSpec]) -> np.ndarray:

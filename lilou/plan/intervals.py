@@ -25,7 +25,8 @@ from lilou.hardware.database import architecture_class
 from lilou.latency.composition.end_to_end import GraphKernels
 from lilou.latency.kernel_model.features import KernelBatch
 from lilou.plan.calibration import FALLBACK_FAMILY, TRANSPOSED_FAMILY, Calibration
-from lilou.plan.extrapolation import fused_attention, outside, range_features, unmeasured_shapes
+from lilou.plan.extrapolation import (fused_attention, outside, range_features, unmeasured_conv_forms,
+                                      unmeasured_shapes)
 
 #: Dtypes the end-to-end labels measured (NeuSight: FP32 PyTorch eager).
 E2E_DTYPES = frozenset({"fp32"})
@@ -77,7 +78,7 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     flags = np.zeros((n_unique, d), dtype=bool)
     uncalibrated: set[str] = set()
     shape_features = range_features(batch, 1.0)
-    unusual = unmeasured_shapes(batch) | fused_attention(unique)
+    unusual = unmeasured_shapes(batch) | unmeasured_conv_forms(unique) | fused_attention(unique)
     trained_archs = frozenset(architecture_class(g) for g in trained_on)
     bands: dict[tuple[str, str, str], tuple[np.ndarray, ...]] = {}  # (architecture, dtype, tier) -> per kernel
     for j, device in enumerate(devices):

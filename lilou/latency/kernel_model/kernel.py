@@ -70,6 +70,8 @@ class KernelSpec:
     # A ConvTranspose: ``gemm`` and ``conv`` describe the forward convolution whose input gradient it computes,
     # and its price is that convolution's times the measured dgrad/forward ratio (lilou.latency.kernel_model.transposed).
     transposed: bool = False
+    # A convolution of a form no source measured ("3-D", "dilated" or both); "" for the 2-D undilated ones measured.
+    conv_form: str = ""
 
     @property
     def bytes(self) -> int:
@@ -113,6 +115,7 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
     elif family == "conv":
         spec["gemm"], spec["conv"] = _conv_dims(main)
         spec["transposed"] = main.op == "ConvTranspose"
+        spec["conv_form"] = _conv_form(main)
         if spec["transposed"] and main.outputs[0].name in writes and main.inputs[0] is not None:
             # the forward convolution's output is the transpose's input (same bytes moved, read the other way)
             spec["out_elements"] += (main.inputs[0].elements or 0) - (main.outputs[0].elements or 0)
@@ -191,6 +194,18 @@ def _conv_dims(node: CostInput) -> tuple[tuple[int, int, int, int], tuple[int, i
     pixels = math.prod(out[2:]) * (out[0] if out else 1)
     gemm = (groups, pixels, c_out // max(groups, 1), c_in_per_group * window)
     return gemm, (window, int(max(strides)), groups)
+
+
+def _conv_form(node: CostInput) -> str:
+    """What sets a convolution apart from the 2-D undilated ones every source measured: "3-D" (three or more
+    spatial dims: cuDNN's 3-D kernels), "dilated" (no Winograd, gathered taps), both, or ""."""
+    weight = _shape(node.inputs[1])
+    forms = []
+    if len(weight) > 4:
+        forms.append("3-D")
+    if any(int(d) > 1 for d in node.attributes.get("dilations") or []):
+        forms.append("dilated")
+    return " ".join(forms)
 
 
 def _row_dims(node: CostInput) -> tuple[int, int]:
