@@ -18,8 +18,8 @@ CASES = {  # name: (input, weight, output, attributes, form)
 }
 
 
-def _model(tmp_path, name):
-    shape_in, shape_w, shape_out, attributes, _ = CASES[name]
+def _model(tmp_path, name, case=None):
+    shape_in, shape_w, shape_out, attributes, _ = case or CASES[name]
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **attributes)],
                        [tensor("x", shape_in)], [tensor("y", shape_out)], [weight("w", shape_w)])
     path = tmp_path / f"{name}.onnx"
@@ -45,3 +45,22 @@ def test_unmeasured_convolution_forms_are_flagged_and_named(tmp_path):
         assert warned == ([f"convolutions of a form no source measured (1 {form}; every measured one is 2-D without "
                            "dilation): priced by the convolution model beyond its data (flagged extrapolated): "
                            "100.0 % of the predicted time"] if form else [])
+
+
+def test_only_a_2d_undilated_3x3_filter_is_winograd_eligible(tmp_path):
+    """cuDNN's Winograd kernels take 2-D 3x3 filters without dilation; a dilated 3x3 or a 3-D 3x3x1 filter has a
+    window of 9 taps too but runs as an implicit GEMM, so it must not get the Winograd roofline."""
+    from lilou.hardware import resolve_device
+    from lilou.latency.kernel_model.features import DeviceColumns, KernelBatch, winograd_eligible
+
+    cases = dict(CASES, **{"3x3x1": ([2, 32, 16, 56, 56], [32, 32, 3, 3, 1], [2, 32, 16, 56, 56],
+                                     {"pads": [1, 1, 0, 1, 1, 0]}, "3-D")})
+    specs = {name: describe_graph_kernel(build_graph(load_onnx(_model(tmp_path, name, case))), ["conv"])
+             for name, case in cases.items()}
+    assert {name: spec.conv[0] for name, spec in specs.items()} == {"plain": 9, "dilated": 9, "3d": 27, "3x3x1": 9}
+    batch = KernelBatch.from_specs(list(specs.values()))
+    eligible = winograd_eligible(batch, DeviceColumns.from_devices([resolve_device("t4")] * len(specs)))
+    assert dict(zip(specs, eligible.tolist())) == {"plain": True, "dilated": False, "3d": False, "3x3x1": False}
+    predictor = Predictor()
+    plain, dilated = (predictor.predict(_model(tmp_path, name), gpu="t4").kernels[0] for name in ("plain", "dilated"))
+    assert plain.flops == dilated.flops and dilated.work_ms > plain.work_ms

@@ -42,6 +42,7 @@ class KernelBatch:
     conv_window: np.ndarray
     conv_stride: np.ndarray
     conv_groups: np.ndarray
+    conv_winograd_shape: np.ndarray  # 1.0 for a 2-D 3x3 filter without dilation (KernelSpec.winograd_shape)
     rows: np.ndarray
     cols: np.ndarray
 
@@ -64,6 +65,7 @@ class KernelBatch:
             gemm_n=column(g[2] for g in gemm), gemm_k=column(g[3] for g in gemm),
             conv_window=column(c[0] for c in conv), conv_stride=column(c[1] for c in conv),
             conv_groups=column(c[2] for c in conv),
+            conv_winograd_shape=column(float(s.winograd_shape) for s in specs),
             rows=column(s.rows for s in specs), cols=column(s.cols for s in specs),
         )
 
@@ -141,10 +143,10 @@ WINOGRAD_GAIN = 2.25
 
 
 def winograd_eligible(kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
-    """bool [n]: 3x3, stride-1, ungrouped convolutions on FP32 CUDA cores, which cuDNN may run as Winograd
-    (its tensor-core convolutions are implicit GEMMs)."""
+    """bool [n]: 3x3 (2-D, undilated), stride-1, ungrouped convolutions on FP32 CUDA cores, which cuDNN may run as
+    Winograd (its tensor-core convolutions are implicit GEMMs)."""
     conv = kernels.family == FAMILIES.index("conv")
-    shape = (kernels.conv_window == 9) & (kernels.conv_stride == 1) & (kernels.conv_groups <= 1)
+    shape = (kernels.conv_winograd_shape > 0) & (kernels.conv_stride == 1) & (kernels.conv_groups <= 1)
     return conv & shape & (np.broadcast_to(devices.unit, (len(kernels),)) == 0)
 
 
@@ -270,7 +272,7 @@ def kernel_features(kernels: KernelBatch, devices: DeviceColumns,
                     np.log2((k.flops + 1.0) / (k.bytes + 1.0)),
                     _log2(k.gemm_batch), _log2(k.gemm_m), _log2(k.gemm_n), _log2(k.gemm_k),
                     _log2(k.conv_window), k.conv_stride, _log2(k.conv_groups),
-                    ((k.conv_window == 9) & (k.conv_stride == 1)).astype(np.float64),
+                    ((k.conv_winograd_shape > 0) & (k.conv_stride == 1)).astype(np.float64),
                     _log2(k.rows), _log2(k.cols)]
     compute, memory = roofline_ms(kernels, devices)
     if "roofline" in groups:

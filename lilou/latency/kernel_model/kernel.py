@@ -72,6 +72,9 @@ class KernelSpec:
     transposed: bool = False
     # A convolution of a form no source measured ("3-D", "dilated" or both); "" for the 2-D undilated ones measured.
     conv_form: str = ""
+    # A 2-D 3x3 filter without dilation: the only shape cuDNN's Winograd kernels take (a 3-D 3x3x1, a 1x9 or a
+    # dilated 3x3 filter has a window of 9 taps too, and runs as an implicit GEMM).
+    winograd_shape: bool = False
 
     @property
     def bytes(self) -> int:
@@ -116,6 +119,8 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
         spec["gemm"], spec["conv"] = _conv_dims(main)
         spec["transposed"] = main.op == "ConvTranspose"
         spec["conv_form"] = _conv_form(main)
+        weight = _shape(main.inputs[1])
+        spec["winograd_shape"] = tuple(weight[2:]) == (3, 3) and spec["conv_form"] == ""
         if spec["transposed"] and main.outputs[0].name in writes and main.inputs[0] is not None:
             # the forward convolution's output is the transpose's input (same bytes moved, read the other way)
             spec["out_elements"] += (main.inputs[0].elements or 0) - (main.outputs[0].elements or 0)
