@@ -208,7 +208,8 @@ def _conv_form(node: CostInput) -> str:
     forms = []
     if len(weight) > 4:
         forms.append("3-D")
-    if any(int(d) > 1 for d in node.attributes.get("dilations") or []):
+    dilations = node.attributes.get("dilations")
+    if isinstance(dilations, (list, tuple)) and any(isinstance(d, int) and d > 1 for d in dilations):
         forms.append("dilated")
     return " ".join(forms)
 
