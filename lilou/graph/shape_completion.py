@@ -267,9 +267,11 @@ def _fold_constants(model: onnx.ModelProto, known: _Known, opset: int, max_eleme
             if results is None:
                 _note_too_big(node, known)
                 continue
+            results = [np.asarray(result) for result in results]
+            if any(_not_a_tensor(result) for result in results):
+                continue  # an optional's None or a sequence: no tensor value, left to shape inference
             evaluated += 1
             for name, result in zip(node.output, results):
-                result = np.asarray(result)
                 if result.size <= max_elements:
                     known.values[name] = result
                 known.shapes[name] = result.shape
@@ -278,6 +280,11 @@ def _fold_constants(model: onnx.ModelProto, known: _Known, opset: int, max_eleme
             if all(name in known.values for name in node.output if name):
                 known.folded.add(index)
     return evaluated
+
+
+def _not_a_tensor(result: np.ndarray) -> bool:
+    """An object array that holds something else than strings (None, nested sequences): no ONNX tensor."""
+    return result.dtype == object and not all(isinstance(v, (str, bytes)) for v in result.flat)
 
 
 def _note_too_big(node: onnx.NodeProto, known: _Known) -> None:
