@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lilou.latency.evaluation.cross_gpu import op_scalings, paired_times, spec_ratios, table_rows
+from lilou.latency.evaluation.cross_gpu import op_scalings, paired_times, peak_shares, spec_ratios, table_rows
 
 
 def test_pairs_join_op_family_and_shape_and_keep_the_first_repeat():
@@ -41,3 +41,17 @@ def test_vidur_custom_kernels_scale_below_bandwidth(datasets_dir):
     assert scaling["add"] == pytest.approx(bandwidth, rel=0.1)
     for op in ("attn_rope", "input_layernorm", "post_attention_layernorm", "mlp_act"):
         assert 1.4 < scaling[op] < 2.0, op
+
+
+def test_large_bf16_gemms_reach_different_shares_of_their_spec_peak(datasets_dir):
+    """AIConfigurator's BF16 GEMMs with M, N, K >= 4096 reach 0.56 (L40S) to 0.84 (RTX PRO 6000) of the spec
+    peak; priced at the other GPUs' mean share, the L40S is 21.4 % off: a spec-peak model's floor on these rows."""
+    shares = {s.gpu: s for s in peak_shares("aiconfigurator", "bf16", "bf16_tensor", data_dir=str(datasets_dir))}
+    assert set(shares) == {"a100-sxm4-80gb", "b200", "b300", "gb200", "gb300", "h200", "l40s",
+                           "rtx-pro-6000-blackwell-server"}
+    assert shares["b200"].rows == 2061
+    assert shares["l40s"].median_share == pytest.approx(0.5556, abs=5e-4)
+    assert shares["rtx-pro-6000-blackwell-server"].median_share == pytest.approx(0.8431, abs=5e-4)
+    assert shares["l40s"].others_mean_share == pytest.approx(
+        sum(s.median_share for g, s in shares.items() if g != "l40s") / 7)
+    assert shares["l40s"].mape_at_others_share == pytest.approx(21.37, abs=0.01)

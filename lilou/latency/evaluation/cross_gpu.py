@@ -85,3 +85,46 @@ def table_rows(source: str, gpu: str, families: tuple[str, ...], tp: int | None 
             continue
         out.append((op, family, (subset, shape), float(ms)))
     return out
+
+
+@dataclass(frozen=True)
+class PeakShare:
+    """The median share of a unit's spec peak that one GPU's large GEMMs reach, and the error of pricing them at the
+    other GPUs' mean share (what a model that knows only spec peaks can do at best on these rows)."""
+
+    gpu: str
+    rows: int
+    median_share: float
+    others_mean_share: float
+    mape_at_others_share: float   # % over the GPU's rows
+
+
+def peak_shares(source: str, dtype: str, unit: str, min_dim: int = 4096, data_dir: str | None = None,
+                exclude_gpus: tuple[str, ...] = ()) -> list[PeakShare]:
+    """Large GEMMs (M, N and K all >= ``min_dim``: far from launch floors and tile quantisation) of one source and
+    dtype: per GPU, FLOPs / (time x the spec peak of ``unit``), and the MAPE of pricing each GPU's rows at the mean
+    of the other GPUs' median shares (leave-one-GPU-out, no model)."""
+    from lilou.data.kernel_table import kernel_table
+    from lilou.hardware import resolve_device
+
+    relation = kernel_table([source], data_dir=data_dir).filter(
+        f"family = 'gemm' AND dtype = '{dtype}' AND m >= {min_dim} AND n >= {min_dim} AND k >= {min_dim}")
+    shares: dict[str, np.ndarray] = {}
+    for gpu, m, n, k, ms in relation.project("gpu, m, n, k, latency_ms").fetchall():
+        if gpu in exclude_gpus:
+            continue
+        peak = resolve_device(gpu).peak_tflops.get(unit)
+        if peak:
+            shares.setdefault(gpu, []).append(2.0 * m * n * k / (ms * 1e-3) / (peak * 1e12))
+    shares = {gpu: np.asarray(values) for gpu, values in shares.items()}
+    medians = {gpu: float(np.median(values)) for gpu, values in shares.items()}
+    out = []
+    for gpu in sorted(shares):
+        others = [medians[g] for g in medians if g != gpu]
+        if not others:
+            continue
+        guess = float(np.mean(others))
+        # time at share s is FLOPs / (s x peak): relative error of pricing at ``guess`` is share / guess - 1
+        mape = float(np.mean(np.abs(shares[gpu] / guess - 1.0)) * 100)
+        out.append(PeakShare(gpu, len(shares[gpu]), medians[gpu], guess, mape))
+    return out
