@@ -168,6 +168,7 @@ class RankEntry:
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms
     extrapolated_share: float = 0.0
     fits: bool = True  # weights + largest activation within the device's (or slice's) memory
+    gpu_work_ms: float = 0.0  # the kernels' GPU time alone, without waits for launches: what a faster host leaves
 
     @property
     def device(self) -> str:
@@ -176,7 +177,7 @@ class RankEntry:
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
-                "fits": self.fits, "precision": self.precision, "tf32": self.tf32}
+                "fits": self.fits, "precision": self.precision, "tf32": self.tf32, "gpu_work_ms": self.gpu_work_ms}
 
 
 @dataclass
@@ -308,22 +309,27 @@ class Predictor:
         prepared = self._prepared(model, batch, shapes)
         graph, kernels = prepared.graph, prepared.kernels
         reading = _GraphPrecision.of(graph, precision, tf32)
-        shares = self.model.compose(self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path))
+        work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
+        shares = self.model.compose(work)
         totals = shares.sum(axis=0)
+        gpu_work = self.model.overhead.gpu_ms(work.work_ms).sum(axis=0)
         paths = [reading.path(d) for d in devices]
         precision_notes = reading.notes(paths, devices, self.coverage)
         bounds = self._intervals(kernels, shares, devices, paths)
         need = memory_needed(graph)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
-                             round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d))
+                             round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4))
                    for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
-        entries.sort(key=lambda e: (e.latency_ms, e.gpu, e.mig or ""))
+        # Devices the host's launches hold to one latency are told apart by their GPU work: the order a faster host
+        # would see (alphabetical order before session 25).
+        entries.sort(key=lambda e: (e.latency_ms, e.gpu_work_ms, e.gpu, e.mig or ""))
         return Ranking(model=prepared.name, backend=self.backend, entries=entries,
                        warnings=_ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
                        + _fallback_warning(kernels, shares) + _grouped_conv_warning(kernels, shares)
                        + _conv_form_warning(kernels, shares) + _transposed_conv_warning(kernels, shares, devices)
                        + _fused_attention_warning(kernels, shares)
                        + _power_note(self.model.kernel_model, devices)
+                       + _launch_bound_note(entries, self.model.overhead.gap_ms)
                        + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
     # ---------------------------------------------------------------- helpers
@@ -589,6 +595,24 @@ def _fused_attention_warning(kernels: GraphKernels, shares: np.ndarray) -> list[
 
 #: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.
 _NOTE_TIMES_MS = (0.1, 100.0)
+
+
+#: A device is launch-bound when its GPU work is at most this share of its latency (it waits for the host the rest).
+LAUNCH_BOUND_WORK_SHARE = 0.5
+
+
+def _launch_bound_note(entries: Sequence[RankEntry], gap_ms: float) -> list[str]:
+    """Say so when two or more ranked devices are launch-bound: the host's kernel launches, not the GPU, set their
+    latency, so they tie (to within 1 %) and are ordered by GPU work alone. The launch gap is NeuSight's 2023 hosts'
+    (docs/end_to_end.md); a faster host shortens it, and then the GPU work decides."""
+    bound = [e for e in entries if e.latency_ms > 0 and e.gpu_work_ms <= LAUNCH_BOUND_WORK_SHARE * e.latency_ms]
+    if len(bound) < 2 or max(e.latency_ms for e in bound) > 1.01 * min(e.latency_ms for e in bound):
+        return []
+    names = ", ".join(e.device for e in bound[:4]) + (f" and {len(bound) - 4} more" if len(bound) > 4 else "")
+    return [f"{len(bound)} devices are launch-bound ({names}): the host's kernel launches ({1000 * gap_ms:.0f} us "
+            f"each, measured on NeuSight's 2023 hosts) set their predicted latency, not the GPU, so they tie and are "
+            f"ordered by GPU work (the kernels' time alone, {min(e.gpu_work_ms for e in bound):.3f}-"
+            f"{max(e.gpu_work_ms for e in bound):.3f} ms), the order a faster host would see"]
 
 
 def _power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[str]:

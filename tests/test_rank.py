@@ -29,12 +29,14 @@ def test_every_gpu_and_mig_profile_fastest_first(capsys):
     devices = all_devices()
     assert len(ranking) == len(devices)
     assert {(r["gpu"], r["mig"]) for r in ranking} == {(d.gpu, d.mig) for d in devices}
-    assert all(set(r) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision", "tf32"}
+    assert all(set(r) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision", "tf32",
+                              "gpu_work_ms"}
                for r in ranking)
     assert all(r["interval_ms"][0] <= r["latency_ms"] * 1.5 and r["interval_ms"][1] >= r["interval_ms"][0] > 0
                for r in ranking)
     latencies = [r["latency_ms"] for r in ranking]
     assert latencies == sorted(latencies) and latencies[0] > 0
+    assert all(0 < r["gpu_work_ms"] <= r["latency_ms"] for r in ranking)
 
 
 def test_listed_gpus_and_slices(capsys):
@@ -89,3 +91,37 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert code == 2 and out == ""
     assert err.startswith("lilou: error:") and err.count("\n") == 1 and "Traceback" not in err
     assert message in err
+
+
+CONSUMER = "gtx-1080-ti,titan-x-pascal,titan-xp,rtx-2080-ti,titan-rtx"
+
+
+def test_launch_bound_devices_tie_and_are_ordered_by_gpu_work(capsys, tmp_path):
+    """A NAS-Bench-201 cell at batch 32 launches 279 kernels of a few microseconds: on these five boards the host's
+    launches set the latency, so they tie; the GPU work orders them (alphabetical before), and a warning says so."""
+    from lilou.zoo import export_onnx
+
+    model = tmp_path / "nas201.onnx"
+    export_onnx("nas201-0", model, batch=32, strip_weights=True)
+    code, out, err = run(capsys, "rank", str(model), "--gpus", CONSUMER, "--format", "json")
+    assert code == 0, err
+    ranking = json.loads(out)
+    assert len({r["latency_ms"] for r in ranking}) == 1
+    work = [r["gpu_work_ms"] for r in ranking]
+    assert work == sorted(work) and work[0] < work[-1] <= 0.5 * ranking[0]["latency_ms"]
+    assert "5 devices are launch-bound" in err and "30 us each" in err
+
+
+def test_launch_bound_note_needs_two_tied_devices():
+    from lilou.api import RankEntry, _launch_bound_note
+
+    def entry(gpu: str, latency: float, work: float) -> RankEntry:
+        return RankEntry(gpu, None, latency, gpu_work_ms=work)
+
+    tied = [entry("a", 2.00, 0.3), entry("b", 2.01, 0.9), entry("c", 2.40, 1.9)]
+    (note,) = _launch_bound_note(tied, 0.03)
+    assert note.startswith("2 devices are launch-bound (a, b): the host's kernel launches (30 us each")
+    assert "0.300-0.900 ms" in note
+    assert _launch_bound_note(tied[:1] + tied[2:], 0.03) == []           # one launch-bound device
+    assert _launch_bound_note([entry("a", 2.0, 0.3), entry("b", 2.1, 0.3)], 0.03) == []   # 5 % apart: no tie
+    assert _launch_bound_note([entry("a", 2.0, 1.2), entry("b", 2.0, 1.3)], 0.03) == []   # GPU-bound

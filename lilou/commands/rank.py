@@ -37,13 +37,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = console()
     table = new_table(title=f"{ranking.model} ({ranking.backend}): {len(ranking)} devices, fastest first")
-    for column in ("#", "gpu", "mig", "ms", "90 % interval", "extrapolated", "vs fastest"):
-        table.add_column(column, justify="right" if column in ("#", "ms", "90 % interval", "extrapolated",
-                                                               "vs fastest") else "left")
+    for column in ("#", "gpu", "mig", "ms", "90 % interval", "GPU work ms", "extrapolated", "vs fastest"):
+        table.add_column(column, justify="left" if column in ("gpu", "mig") else "right")
     fastest = ranking[0].latency_ms
     for i, entry in enumerate(ranking, 1):
         table.add_row(str(i), entry.gpu, entry.mig or "-", f"{entry.latency_ms:.3f}",
-                      f"{entry.interval_ms[0]:.3f}-{entry.interval_ms[1]:.3f}",
+                      f"{entry.interval_ms[0]:.3f}-{entry.interval_ms[1]:.3f}", f"{entry.gpu_work_ms:.3f}",
                       f"{100 * entry.extrapolated_share:.0f} %",
                       f"{entry.latency_ms / fastest:.2f}x" if fastest else "-")
     out.print(table)

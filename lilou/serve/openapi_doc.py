@@ -66,6 +66,8 @@ class RankEntryBody(BaseModel):
     interval_ms: list[float] | None = Field(None, description="90 % interval [lo, hi], where the API gives one")
     precision: str
     tf32: str
+    gpu_work_ms: float | None = Field(None, description="the kernels' GPU time without waits for launches; "
+                                                        "devices tied by the host's launches are ordered by it")
 
 
 class MemoryBody(BaseModel):
