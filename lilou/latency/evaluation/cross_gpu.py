@@ -99,8 +99,8 @@ class PeakShare:
     mape_at_others_share: float   # % over the GPU's rows
 
 
-def peak_shares(source: str, dtype: str, unit: str, min_dim: int = 4096, data_dir: str | None = None,
-                exclude_gpus: tuple[str, ...] = ()) -> list[PeakShare]:
+def peak_shares(source: str, dtype: str, unit: str, min_dim: int = 4096,
+                data_dir: str | None = None) -> list[PeakShare]:
     """Large GEMMs (M, N and K all >= ``min_dim``: far from launch floors and tile quantisation) of one source and
     dtype: per GPU, FLOPs / (time x the spec peak of ``unit``), and the MAPE of pricing each GPU's rows at the mean
     of the other GPUs' median shares (leave-one-GPU-out, no model)."""
@@ -109,14 +109,12 @@ def peak_shares(source: str, dtype: str, unit: str, min_dim: int = 4096, data_di
 
     relation = kernel_table([source], data_dir=data_dir).filter(
         f"family = 'gemm' AND dtype = '{dtype}' AND m >= {min_dim} AND n >= {min_dim} AND k >= {min_dim}")
-    shares: dict[str, np.ndarray] = {}
+    collected: dict[str, list[float]] = {}
     for gpu, m, n, k, ms in relation.project("gpu, m, n, k, latency_ms").fetchall():
-        if gpu in exclude_gpus:
-            continue
         peak = resolve_device(gpu).peak_tflops.get(unit)
         if peak:
-            shares.setdefault(gpu, []).append(2.0 * m * n * k / (ms * 1e-3) / (peak * 1e12))
-    shares = {gpu: np.asarray(values) for gpu, values in shares.items()}
+            collected.setdefault(gpu, []).append(2.0 * m * n * k / (ms * 1e-3) / (peak * 1e12))
+    shares = {gpu: np.asarray(values) for gpu, values in collected.items()}
     medians = {gpu: float(np.median(values)) for gpu, values in shares.items()}
     out = []
     for gpu in sorted(shares):
