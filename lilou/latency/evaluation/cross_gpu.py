@@ -109,11 +109,13 @@ def peak_shares(source: str, dtype: str, unit: str, min_dim: int = 4096,
 
     relation = kernel_table([source], data_dir=data_dir).filter(
         f"family = 'gemm' AND dtype = '{dtype}' AND m >= {min_dim} AND n >= {min_dim} AND k >= {min_dim}")
+    peaks: dict[str, float | None] = {}   # one database look-up per GPU, not per row
     collected: dict[str, list[float]] = {}
     for gpu, m, n, k, ms in relation.project("gpu, m, n, k, latency_ms").fetchall():
-        peak = resolve_device(gpu).peak_tflops.get(unit)
-        if peak:
-            collected.setdefault(gpu, []).append(2.0 * m * n * k / (ms * 1e-3) / (peak * 1e12))
+        if gpu not in peaks:
+            peaks[gpu] = resolve_device(gpu).peak_tflops.get(unit)
+        if peaks[gpu]:
+            collected.setdefault(gpu, []).append(2.0 * m * n * k / (ms * 1e-3) / (peaks[gpu] * 1e12))
     shares = {gpu: np.asarray(values) for gpu, values in collected.items()}
     medians = {gpu: float(np.median(values)) for gpu, values in shares.items()}
     out = []
