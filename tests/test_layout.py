@@ -46,3 +46,19 @@ def test_latency_has_only_its_three_stages() -> None:
     assert stages == ["composition", "evaluation", "kernel_model"]
     for stage in stages:
         assert ast.get_docstring(ast.parse((latency / stage / "__init__.py").read_text())), stage
+
+
+def test_package_tracks_only_code_and_small_data_files() -> None:
+    """Nothing a script writes (an exported model, a fold's output) is committed inside the package: session 26
+    found a 4.5 MB ONNX export and a fold result under lilou/ from a path that once resolved to the package."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "lilou"], cwd=LILOU.parent, capture_output=True, text=True,
+                             check=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    allowed = {".py", ".json", ".yaml", ".html", ".css", ".js"}
+    odd = [p for p in tracked if Path(p).suffix not in allowed]
+    big = [p for p in tracked if (LILOU.parent / p).exists() and (LILOU.parent / p).stat().st_size > 512 * 1024]
+    stray = [p for p in tracked if Path(p).parts[1] in ("datasets", "outputs", "checkpoints")]
+    assert (odd, big, stray) == ([], [], [])
