@@ -9,7 +9,7 @@ import argparse
 
 
 def register_all(subparsers: argparse._SubParsersAction) -> None:
-    from lilou.commands import data, fuse, gpus, graph, infer, llm, plan, rank, serve, zoo
+    from lilou.commands import data, fuse, gpus, graph, infer, llm, plan, profile, rank, serve, zoo
     from lilou.commands import eval as eval_cmd
 
     graph.register(subparsers)
@@ -23,3 +23,4 @@ def register_all(subparsers: argparse._SubParsersAction) -> None:
     serve.register(subparsers)
     llm.register(subparsers)
     plan.register(subparsers)
+    profile.register(subparsers)

@@ -1,4 +1,5 @@
-"""`lilou data list|fetch`: the registered datasets, and downloading them with checksums."""
+"""`lilou data list|fetch|verify|add`: the registered datasets, downloading them with checksums, and adding a GPU
+profile that `lilou profile ops` measured."""
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="only these local paths (fnmatch patterns)")
     verify.set_defaults(handler=run_verify)
 
+    add = actions.add_parser("add", help="add a GPU profile measured by `lilou profile ops` to the kernel table")
+    add.add_argument("folder", metavar="DIR", help="the --out folder of `lilou profile ops`")
+    _add_data_dir(add)
+    add.add_argument("--name", default=None, help="its folder name under <data root>/lilou_profile (default: DIR's)")
+    add.add_argument("--force", action="store_true", help="replace a profile already added under that name")
+    add.set_defaults(handler=run_add)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from lilou.data.kernel_schema import is_held_back
+    from lilou.data.profiles import add_profile
+
+    profile, target, gpu = add_profile(args.folder, args.data_dir, args.name, args.force)
+    out = console()
+    out.print(f"{profile.rows} rows measured on {profile.device} ({gpu}) added: {target}", highlight=False)
+    if is_held_back(gpu):
+        out.print(f"  {gpu} rows are held back from every source for independent evaluation: the table keeps them "
+                  "out of training", highlight=False)
+    out.print("  the kernel table reads them as the source lilou_profile; retrain with `make train-kernels`",
+              highlight=False)
+    return 0
+
 
 def _add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR", default=None,
@@ -67,7 +90,7 @@ def _status(dataset: Dataset, root: Path) -> dict:
 
 def run_list(args: argparse.Namespace) -> int:
     root = data_root(args.data_dir)
-    rows = [_listing(dataset, root) for dataset in DATASETS.values()]
+    rows = [_listing(dataset, root) for dataset in DATASETS.values()] + _local_listings(root)
     if args.format == "json":
         print_json(rows)
         return 0
@@ -111,6 +134,31 @@ def _listing(dataset: Dataset, root: Path) -> dict:
     entry.update({"state" if key == "present" else key: value for key, value in status.items()
                   if key not in ("name", "licence")})
     return entry
+
+
+def _local_listings(root: Path) -> list[dict]:
+    """Lines of `lilou data list` for the sources measured here (`lilou data add`), where the data root has any."""
+    from lilou.data.kernel_table import LOCAL_SOURCES, build_source, check_sources, summarise
+    from lilou.data.profiles import ROWS_FILE
+    from lilou.errors import LilouInputError
+
+    entries = []
+    for name in (n for n in check_sources(None, root) if n in LOCAL_SOURCES):
+        profiles = len(list((root / name).glob(f"*/{ROWS_FILE}")))
+        entry = {"name": name, "licence": "measured here (provenance.json per profile)", "gpus": [], "dtypes": [],
+                 "families": [], "rows": None, "timing": [], "present": True, "kind": "kernels", "dropped": {},
+                 "state": "complete", "description": "GPU profiles of `lilou profile ops`, added by `lilou data add`",
+                 "repository": None, "commit": None, "files": profiles, "files_present": profiles, "local_only": 0,
+                 "root": str(root)}
+        try:
+            summary = summarise(build_source(name, root))
+        except LilouInputError as exc:
+            entry["error"] = str(exc)
+        else:
+            entry.update(gpus=summary.gpus, dtypes=summary.dtypes, families=summary.families, rows=summary.rows,
+                         timing=summary.timing, dropped=summary.dropped)
+        entries.append(entry)
+    return entries
 
 
 def run_fetch(args: argparse.Namespace) -> int:

@@ -72,7 +72,8 @@ SHAPE_FIELDS = ("batch", "m", "n", "k", "in_c", "in_h", "in_w", "out_c", "kernel
 
 #: Every column, in table order, with its DuckDB type and meaning.
 COLUMNS = MappingProxyType({
-    "source": ("VARCHAR", "dataset the row comes from (neusight, aiconfigurator, vidur, deepbench, liger_kernel)"),
+    "source": ("VARCHAR", "dataset the row comes from (neusight, aiconfigurator, vidur, deepbench, liger_kernel; "
+                          "lilou_profile: measured by `lilou profile ops`)"),
     "subset": ("VARCHAR", "the source's own split of its files (NeuSight train/test, DeepBench train/inference, "
                           "the AIConfigurator system, the Vidur model), null when it has none"),
     "gpu": ("VARCHAR", "canonical name in the GPU database (lilou gpus)"),

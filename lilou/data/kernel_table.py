@@ -31,12 +31,17 @@ import duckdb
 
 from lilou.data.kernel_schema import COLUMN_NAMES, DTYPES, FAMILIES, TIMING_METHODS
 from lilou.data.paths import data_root, dataset_dir
+from lilou.data.profiles import PROFILE_DATASET, ROWS_FILE
 from lilou.data.readers.base import SourceRows
 from lilou.errors import LilouInputError
 
 #: Sources of kernel measurements, in table order: dataset name -> reader module.
 SOURCES = {name: f"lilou.data.readers.{name}" for name in
            ("neusight", "aiconfigurator", "vidur", "deepbench", "liger_kernel")}
+#: Rows Lilou measured itself (`lilou profile ops` + `lilou data add`): a source of the table wherever the data root
+#: holds any, after the published ones; never fetched, so no manifest.
+LOCAL_SOURCES = {PROFILE_DATASET: "lilou.data.readers.lilou_profile"}
+READERS = {**SOURCES, **LOCAL_SOURCES}
 SCHEMA_VERSION = 1
 CACHE_ENV = "LILOU_CACHE_DIR"
 
@@ -70,14 +75,16 @@ def connect() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def check_sources(names: Iterable[str] | None) -> list[str]:
-    """The wanted source names (all when None); an unknown name is a one-line input error."""
+def check_sources(names: Iterable[str] | None, data_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """The wanted source names (when None: the published ones, and the local ones present under the data root);
+    an unknown name is a one-line input error."""
     if names is None:
-        return list(SOURCES)
+        root = data_root(data_dir)
+        return list(SOURCES) + [name for name in LOCAL_SOURCES if any((root / name).glob(f"*/{ROWS_FILE}"))]
     wanted = list(dict.fromkeys(names))
-    unknown = [n for n in wanted if n not in SOURCES]
+    unknown = [n for n in wanted if n not in READERS]
     if unknown:
-        raise LilouInputError(f"unknown kernel source {', '.join(unknown)}; known: {', '.join(SOURCES)}")
+        raise LilouInputError(f"unknown kernel source {', '.join(unknown)}; known: {', '.join(READERS)}")
     return wanted
 
 
@@ -89,7 +96,7 @@ def build_source(name: str, data_dir: str | os.PathLike[str] | None = None, refr
     """
     check_sources([name])
     folder = dataset_dir(name, data_dir)
-    reader = import_module(SOURCES[name])
+    reader = import_module(READERS[name])
     con = connect()
     try:
         return _build(name, reader, folder, con, refresh)
@@ -133,7 +140,7 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
 def build_table(sources: Iterable[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
                 refresh: bool = False) -> list[SourceBuild]:
     """Every wanted source's cached part (built where missing or stale)."""
-    return [build_source(name, data_dir, refresh) for name in check_sources(sources)]
+    return [build_source(name, data_dir, refresh) for name in check_sources(sources, data_dir)]
 
 
 def kernel_table(sources: Iterable[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
@@ -269,6 +276,8 @@ def _reader_fingerprint(name: str) -> bytes:
     paths = [here / "readers" / f"{name}.py", here / "readers" / "base.py", here / "kernel_schema.py", Path(__file__)]
     if name == "deepbench":
         paths.append(here / "readers" / "deepbench_xlsx.py")
+    if name == PROFILE_DATASET:
+        paths.append(here / "profiles.py")
     hardware = resources.files("lilou.hardware")
     text = b"".join(p.read_bytes() for p in paths if p.is_file())
     # GPU names are mapped by the database's code as well as its data file.

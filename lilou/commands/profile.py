@@ -1,0 +1,123 @@
+"""`lilou profile ops --device cuda[:N]|cpu --out DIR`: time a sweep of single operators on this machine's GPU and
+write them as kernel-table rows with their provenance (docs/profile.md). `lilou data add DIR` then makes them part
+of the table the kernel model trains on. Needs torch (the rest of Lilou's prediction does not)."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+from pathlib import Path
+
+from lilou.commands._common import console
+from lilou.errors import LilouInputError
+
+_DEVICE = re.compile(r"^(cpu|cuda(:\d{1,2})?)$")
+
+
+def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise LilouInputError(f"unknown {what} {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
+    return names
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from lilou.profile.sweep import DTYPES, FAMILIES, SIZES
+
+    parser = subparsers.add_parser("profile", help="measure operators on this machine's GPU (needs torch)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    ops = actions.add_parser("ops", help="time a sweep of GEMMs, convolutions, elementwise ops, softmax and "
+                                         "layer norms; write kernel-table rows and their provenance")
+    ops.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a dry run: CPU rows never enter the "
+                                                      "table) (default: cuda)")
+    ops.add_argument("--out", required=True, metavar="DIR", help="folder for rows.csv and provenance.json")
+    ops.add_argument("--families", default=",".join(FAMILIES), metavar="F,...",
+                     help=f"op families to time (default: all of {', '.join(FAMILIES)})")
+    ops.add_argument("--dtypes", default=",".join(DTYPES), metavar="D,...",
+                     help=f"precisions (default: {', '.join(DTYPES)}; tf32 applies to gemm, bmm and conv)")
+    ops.add_argument("--size", choices=SIZES, default="quick", help="quick (688 cases) or full (1,564)")
+    ops.add_argument("--timing", choices=("eager", "graph", "both"), default="eager",
+                     help="eager: CUDA events around each eager call, its launch included (NeuSight's method); "
+                          "graph: CUDA-graph replay (no launch); both (default: eager)")
+    ops.add_argument("--repeats", type=int, default=20, help="timed calls per case, median kept (default: 20)")
+    ops.add_argument("--warmup", type=int, default=5, help="untimed calls first (default: 5)")
+    ops.add_argument("--max-elements", type=int, default=None, metavar="N",
+                     help="skip cases whose tensors hold more than N elements in all")
+    ops.add_argument("--quiet", action="store_true", help="no progress line (there is none when stderr is not a "
+                                                          "terminal)")
+    ops.set_defaults(handler=run_ops)
+
+
+def run_ops(args: argparse.Namespace) -> int:
+    from lilou.profile.sweep import DTYPES, FAMILIES, op_sweep
+
+    families = _names(args.families, FAMILIES, "family")
+    dtypes = _names(args.dtypes, DTYPES, "dtype")
+    if not _DEVICE.match(args.device):
+        raise LilouInputError(f"--device {args.device!r}: give cuda, cuda:N or cpu")
+    for name in ("repeats", "warmup", "max_elements"):
+        value = getattr(args, name)
+        if value is not None and not (0 < value <= (10**12 if name == "max_elements" else 10_000)) \
+                and not (name == "warmup" and value == 0):
+            raise LilouInputError(f"--{name.replace('_', '-')} {value}: out of range")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise LilouInputError(f"--out {out}: exists and is not a folder")
+    _check_torch(args.device)
+    cases = op_sweep(families, dtypes, args.size)
+    timings = {"eager": ("cuda-events-eager",), "graph": ("cuda-graph-replay",),
+               "both": ("cuda-events-eager", "cuda-graph-replay")}[args.timing]
+    if args.device == "cpu":
+        timings = ("host-timer-loop",)
+    return _profile(args, cases, timings, out)
+
+
+def _check_torch(device: str) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise LilouInputError("lilou profile needs PyTorch (pip install torch); prediction does not") from None
+    if device == "cpu":
+        return
+    if not torch.cuda.is_available():
+        raise LilouInputError(f"--device {device}: PyTorch sees no CUDA device on this machine (use --device cpu for "
+                              "a dry run)")
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise LilouInputError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def _profile(args: argparse.Namespace, cases, timings: tuple[str, ...], out: Path) -> int:
+    from lilou.data.profiles import write_profile
+    from lilou.profile.provenance import describe_device, provenance
+    from lilou.profile.runner import profile_ops
+
+    started = dt.datetime.now(dt.UTC)
+    info = describe_device(args.device)
+
+    live = not args.quiet and sys.stderr.isatty()
+
+    def progress(index: int, case) -> None:
+        if live:
+            print(f"\r{index + 1}/{len(cases)} {case.family} {case.dtype}      ", end="", file=sys.stderr, flush=True)
+
+    result = profile_ops(cases, args.device, info, timings, args.repeats, args.warmup, args.max_elements, progress)
+    if live:
+        print(file=sys.stderr)
+    settings = {"families": args.families.split(","), "dtypes": args.dtypes.split(","), "size": args.size,
+                "timing": list(timings), "repeats": args.repeats, "warmup": args.warmup,
+                "max_elements": args.max_elements, "cases": len(cases)}
+    write_profile(out, result.rows, provenance(info, ["lilou", *sys.argv[1:]], settings, started, len(result.rows),
+                                               dict(result.skipped)))
+    shell = console()
+    shell.print(f"{len(result.rows)} rows measured on {info.name} ({info.kind}) -> {out}", highlight=False)
+    for reason, count in sorted(result.skipped.items(), key=lambda item: -item[1]):
+        shell.print(f"  skipped {count}: {reason}", highlight=False)
+    if info.kind == "cpu":
+        shell.print("  a CPU dry run: these rows are not GPU data and `lilou data add` refuses them", highlight=False)
+    else:
+        shell.print(f"  next: lilou data add {out}", highlight=False)
+    return 0

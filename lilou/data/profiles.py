@@ -1,0 +1,173 @@
+"""Profile directories (what `lilou profile ops` writes) and `lilou data add`.
+
+A profile directory holds ``rows.csv`` (one kernel-table row per timed call, in :data:`ROW_COLUMNS`) and
+``provenance.json`` (the device as PyTorch and the driver saw it, the software, the command, the settings).
+`lilou data add DIR` checks both and copies them into ``<data root>/lilou_profile/<name>/``, where the kernel table
+reads every profile as the source ``lilou_profile`` (:mod:`lilou.data.readers.lilou_profile`). Only whole-GPU
+profiles are added: CPU dry runs are not GPU data, and the table has no column for a MIG slice yet.
+
+The files are read as untrusted input: sizes are capped before reading, and every problem is one line naming the
+file (and the line of ``rows.csv``).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lilou.data.kernel_schema import DTYPES, FAMILY_SHAPES, TIMING_METHODS
+from lilou.data.paths import data_root
+from lilou.errors import LilouInputError
+
+#: The dataset folder under the data root that holds added profiles, and the kernel-table source they form.
+PROFILE_DATASET = "lilou_profile"
+PROVENANCE_FILE = "provenance.json"
+ROWS_FILE = "rows.csv"
+FORMAT_VERSION = 1
+#: Shape fields a profile fills (the union over the families `lilou profile ops` sweeps).
+SHAPE_COLUMNS = ("batch", "m", "n", "k", "in_c", "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h",
+                 "stride_w", "pad_h", "pad_w", "groups", "rows", "cols")
+#: The header of ``rows.csv``: kernel-table columns, plus ``device_kind`` (cuda, mig or cpu).
+ROW_COLUMNS = ("source", "device", "device_kind", "dtype", "unit", "family", "op", "mode", *SHAPE_COLUMNS, "bias",
+               "latency_ms", "latency_stat", "timing", "includes", "framework")
+DEVICE_KINDS = ("cuda", "mig", "cpu")
+MAX_ROWS_BYTES = 64 * 2**20
+MAX_PROVENANCE_BYTES = 2**20
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A checked profile directory."""
+
+    folder: Path
+    provenance: dict[str, Any]
+    rows: int
+    device: str       # the device string PyTorch reported
+    kind: str         # cuda, mig or cpu
+
+
+def write_profile(folder: Path, rows: list[dict], provenance: dict[str, Any]) -> None:
+    """Write a profile directory (created if needed; its two files replaced)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ROWS_FILE, "w", newline="", encoding="utf-8") as out:
+        writer = csv.DictWriter(out, fieldnames=ROW_COLUMNS, extrasaction="raise")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({name: _cell(row.get(name)) for name in ROW_COLUMNS})
+    (folder / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return "" if value is None else value
+
+
+def read_profile(folder: str | os.PathLike[str]) -> Profile:
+    """Check a profile directory; a one-line :class:`LilouInputError` names the first problem."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise LilouInputError(f"{folder}: not a directory (give the --out folder of `lilou profile ops`)")
+    provenance = _read_provenance(folder / PROVENANCE_FILE)
+    device = provenance["device"]
+    rows = _check_rows(folder / ROWS_FILE, device["name"])
+    return Profile(folder, provenance, rows, device["name"], device["kind"])
+
+
+def _capped_text(path: Path, limit: int) -> str:
+    if not path.is_file():
+        raise LilouInputError(f"{path}: missing (a profile directory holds {ROWS_FILE} and {PROVENANCE_FILE})")
+    if path.stat().st_size > limit:
+        raise LilouInputError(f"{path}: larger than {limit // 2**20} MiB, more than any profile writes")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LilouInputError(f"{path}: cannot be read as UTF-8 text ({type(exc).__name__})") from None
+
+
+def _read_provenance(path: Path) -> dict[str, Any]:
+    try:
+        provenance = json.loads(_capped_text(path, MAX_PROVENANCE_BYTES))
+    except json.JSONDecodeError as exc:
+        raise LilouInputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    device = provenance.get("device") if isinstance(provenance, dict) else None
+    if not isinstance(device, dict) or not isinstance(device.get("name"), str) or not device["name"].strip():
+        raise LilouInputError(f"{path}: no device name (\"device\": {{\"name\": ..., \"kind\": ...}})")
+    if provenance.get("format") != FORMAT_VERSION:
+        raise LilouInputError(f"{path}: format {provenance.get('format')!r}, this Lilou reads format {FORMAT_VERSION}")
+    if device.get("kind") not in DEVICE_KINDS:
+        raise LilouInputError(f"{path}: device kind {device.get('kind')!r} is not one of {', '.join(DEVICE_KINDS)}")
+    return provenance
+
+
+def _check_rows(path: Path, device: str) -> int:
+    reader = csv.reader(_capped_text(path, MAX_ROWS_BYTES).splitlines())
+    header = next(reader, None)
+    if header is None or tuple(header) != ROW_COLUMNS:
+        raise LilouInputError(f"{path}: the header is not that of `lilou profile ops` ({', '.join(ROW_COLUMNS[:4])} ...)")
+    count = 0
+    for line, values in enumerate(reader, start=2):
+        row = dict(zip(ROW_COLUMNS, values))
+        problem = _row_problem(row, len(values), device)
+        if problem:
+            raise LilouInputError(f"{path}, line {line}: {problem}")
+        count += 1
+    if count == 0:
+        raise LilouInputError(f"{path}: no rows (every case was skipped? see the \"skipped\" of {PROVENANCE_FILE})")
+    return count
+
+
+def _row_problem(row: dict[str, str], width: int, device: str) -> str | None:
+    if width != len(ROW_COLUMNS):
+        return f"{width} fields, the header has {len(ROW_COLUMNS)}"
+    if row["device"] != device:
+        return f"device {row['device']!r} differs from the provenance's {device!r}"
+    if row["family"] not in FAMILY_SHAPES or row["dtype"] not in DTYPES or row["timing"] not in TIMING_METHODS:
+        return f"unknown family, dtype or timing ({row['family']!r}, {row['dtype']!r}, {row['timing']!r})"
+    try:
+        latency = float(row["latency_ms"])
+        sizes = [int(row[name]) for name in SHAPE_COLUMNS if row[name] != ""]
+    except ValueError:
+        return "latency_ms is not a number or a shape field is not an integer"
+    if not (math.isfinite(latency) and latency > 0):
+        return f"latency_ms {row['latency_ms']} is not a positive number"
+    if any(size < 0 for size in sizes):
+        return "a negative shape field"
+    return None
+
+
+def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None,
+                name: str | None = None, force: bool = False) -> tuple[Profile, Path, str]:
+    """Check ``folder`` and copy it into the data root's profiles; returns the profile, where it went and the
+    database GPU its device is."""
+    from lilou.hardware import find_gpu
+
+    profile = read_profile(folder)
+    if profile.kind == "cpu":
+        raise LilouInputError(f"{profile.folder}: measured on a CPU ({profile.device}), a dry run of the sweep; only "
+                              "GPU profiles enter the kernel table")
+    if profile.kind == "mig":
+        raise LilouInputError(f"{profile.folder}: measured on a MIG slice ({profile.device}); the kernel table has no "
+                              "MIG column yet, so the rows would be taken for the whole GPU's: not added")
+    try:
+        gpu = find_gpu(profile.device).name
+    except LilouInputError:
+        raise LilouInputError(f"{profile.folder}: {profile.device!r} is not in the GPU database (`lilou gpus`); add "
+                              "it to lilou/hardware/gpus.yaml with its sources first") from None
+    target_name = name or profile.folder.resolve().name
+    if not target_name or target_name in (".", "..") or "/" in target_name or os.sep in target_name:
+        raise LilouInputError(f"{target_name!r} is not a folder name for the profile (use --name)")
+    target = data_root(data_dir) / PROFILE_DATASET / target_name
+    if target.exists() and not force:
+        raise LilouInputError(f"{target}: a profile of that name is already added (--name another, or --force)")
+    target.mkdir(parents=True, exist_ok=True)
+    for file in (ROWS_FILE, PROVENANCE_FILE):
+        shutil.copyfile(profile.folder / file, target / file)
+    return profile, target, gpu

@@ -1,0 +1,201 @@
+"""`lilou profile ops` and `lilou data add`: the sweep, a real CPU dry run, the profile checks and the kernel table's
+`lilou_profile` source (fed with real NeuSight rows written as a profile, since no GPU is guaranteed here)."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from lilou.cli import main
+from lilou.data.kernel_schema import FAMILY_SHAPES
+from lilou.data.kernel_table import build_source, check_sources, kernel_table
+from lilou.data.profiles import (PROVENANCE_FILE, ROW_COLUMNS, ROWS_FILE, SHAPE_COLUMNS, add_profile, read_profile,
+                                 write_profile)
+from lilou.errors import LilouInputError
+from lilou.profile.sweep import MATH_FAMILIES, op_sweep
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def one_line_error(status: int, err: str, fragment: str) -> None:
+    assert status == 2 and "Traceback" not in err
+    assert err.strip().count("\n") == 0 and fragment in err, err
+
+
+# ------------------------------------------------------------------------------------------ the sweep
+
+def test_sweep_cases_are_rows_the_kernel_model_can_price() -> None:
+    """Every case fills only its family's shape fields, uses NeuSight's op names, and becomes the ONNX nodes the
+    kernel model prices (table_kernels.row_nodes): a profiled row is usable as it is."""
+    from lilou.latency.kernel_model.table_kernels import row_nodes
+
+    quick, full = op_sweep(size="quick"), op_sweep(size="full")
+    assert (len(quick), len(full)) == (688, 1564)
+    assert {c.key() for c in quick} <= {c.key() for c in full}
+    assert len({c.key() for c in full}) == len(full)
+    for case in full:
+        assert set(case.shape) <= set(FAMILY_SHAPES[case.family]) & set(SHAPE_COLUMNS), case
+        assert case.dtype != "tf32" or case.family in MATH_FAMILIES
+        assert row_nodes({"family": case.family, "op": case.op, "dtype": case.dtype, "mode": "forward",
+                          "bias": case.op == "linear", **case.shape}), case
+    depthwise = [c for c in quick if c.family == "conv" and c.shape["groups"] == c.shape["in_c"] > 1]
+    assert len(depthwise) == 5 * 3 * 4  # five depthwise layers x three batches x four precisions
+    assert min(c.elements() for c in quick if c.family == "elementwise") == 2  # one-element relu: the launch floor
+
+
+def test_sweep_rejects_unknown_names() -> None:
+    with pytest.raises(ValueError, match="unknown family attention"):
+        op_sweep(families=("attention",))
+    with pytest.raises(ValueError, match="unknown dtype fp8"):
+        op_sweep(dtypes=("fp8",))
+
+
+# ------------------------------------------------------------------------------------------ a CPU dry run
+
+def test_cpu_dry_run_writes_a_checked_profile_that_data_add_refuses(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cpu-profile"
+    status, stdout, _ = run(capsys, "profile", "ops", "--device", "cpu", "--out", str(out), "--families",
+                            "elementwise,norm,softmax,gemm", "--dtypes", "fp32", "--max-elements", "700000",
+                            "--repeats", "5", "--warmup", "1")
+    assert status == 0
+    wanted = [c for c in op_sweep(("elementwise", "norm", "softmax", "gemm"), ("fp32",)) if c.elements() <= 700_000]
+    profile = read_profile(out)
+    assert (profile.kind, profile.rows) == ("cpu", len(wanted)) and len(wanted) == 29
+    assert f"{len(wanted)} rows measured on" in stdout and "dry run" in stdout
+    with open(out / ROWS_FILE, encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert tuple(rows[0]) == ROW_COLUMNS
+    assert {r["timing"] for r in rows} == {"host-timer-loop"} and {r["device_kind"] for r in rows} == {"cpu"}
+    assert all(float(r["latency_ms"]) > 0 for r in rows)
+    assert [(r["family"], r["op"], r["rows"] or r["m"]) for r in rows] == [
+        (c.family, c.op, str(c.shape.get("rows", c.shape.get("m")))) for c in wanted]
+    provenance = json.loads((out / PROVENANCE_FILE).read_text())
+    assert provenance["device"]["kind"] == "cpu" and provenance["software"]["torch"]
+    assert provenance["settings"]["max_elements"] == 700_000
+    assert sum(provenance["skipped"].values()) == len(op_sweep(("elementwise", "norm", "softmax", "gemm"),
+                                                                ("fp32",))) - len(wanted)
+    status, _, err = run(capsys, "data", "add", str(out), "--data-dir", str(tmp_path / "root"))
+    one_line_error(status, err, "measured on a CPU")
+    assert not (tmp_path / "root").exists()
+
+
+def test_cuda_without_a_gpu_is_one_line(tmp_path: Path, capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    status, _, err = run(capsys, "profile", "ops", "--device", "cuda", "--out", str(tmp_path / "p"))
+    one_line_error(status, err, "sees no CUDA device")
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (("--families", "gemm,attention"), "unknown family attention"),
+    (("--dtypes", "fp8"), "unknown dtype fp8"),
+    (("--device", "gpu0"), "give cuda, cuda:N or cpu"),
+    (("--repeats", "0"), "--repeats 0: out of range"),
+])
+def test_bad_profile_options(tmp_path: Path, capsys, argv: tuple[str, ...], fragment: str) -> None:
+    status, _, err = run(capsys, "profile", "ops", "--device", "cpu", "--out", str(tmp_path / "p"), *argv)
+    one_line_error(status, err, fragment)
+
+
+# ------------------------------------------------------------------------------------------ GPU profiles
+
+def neusight_t4_adds(datasets_dir: Path, count: int = 20) -> list[dict]:
+    """Real rows: NeuSight's first ``count`` `add` calls on the Tesla T4, written as a profile writes them."""
+    with open(datasets_dir / "neusight" / "kernels" / "train" / "add" / "Tesla_T4.csv", encoding="utf-8") as handle:
+        upstream = [r for _, r in zip(range(count), csv.DictReader(handle))]
+    return [{"source": "lilou_profile", "device": "Tesla T4", "device_kind": "cuda", "dtype": "fp32",
+             "family": "elementwise", "op": "add", "mode": "forward", "rows": int(r["B"]), "cols": int(r["H"]),
+             "latency_ms": float(r["Latency"]), "latency_stat": "mean of the fastest repeats",
+             "timing": "cuda-events-eager", "framework": "PyTorch 2.1"} for r in upstream]
+
+
+def provenance_of(name: str, kind: str) -> dict:
+    return {"format": 1, "device": {"name": name, "kind": kind},
+            "note": "test fixture: NeuSight's published T4 rows in the profile format"}
+
+
+def test_a_gpu_profile_becomes_the_lilou_profile_source(datasets_dir: Path, tmp_path: Path, capsys,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "cache"))
+    rows = neusight_t4_adds(datasets_dir)
+    write_profile(tmp_path / "t4-run", rows, provenance_of("Tesla T4", "cuda"))
+    root = tmp_path / "root"
+    assert "lilou_profile" not in check_sources(None, root)
+    status, stdout, _ = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root))
+    assert status == 0 and "20 rows measured on Tesla T4 (t4) added" in stdout
+    assert check_sources(None, root)[-1] == "lilou_profile"
+    assert "lilou_profile" not in check_sources(None, datasets_dir)  # the shared mirror has no profile
+    table = kernel_table(["lilou_profile"], root)
+    got = table.project("gpu, subset, family, op, rows, cols, latency_ms, timing").order("rows, cols, latency_ms")
+    expected = sorted(("t4", "t4-run", "elementwise", "add", r["rows"], r["cols"], r["latency_ms"], "cuda-events-eager")
+                      for r in rows)
+    assert sorted(got.fetchall(), key=lambda t: (t[4], t[5], t[6])) == sorted(expected, key=lambda t: (t[4], t[5], t[6]))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root))
+    one_line_error(status, err, "already added")
+    status, stdout, _ = run(capsys, "data", "list", "--data-dir", str(root), "--format", "json")
+    listed = {entry["name"]: entry for entry in json.loads(stdout)}
+    assert status == 0 and listed["lilou_profile"]["rows"] == 20 and listed["lilou_profile"]["gpus"] == ["t4"]
+    assert listed["lilou_profile"]["timing"] == ["cuda-events-eager"] and listed["neusight"]["present"] is False
+    # a CPU dry run copied in by hand is read and dropped with its reason, never taken for a GPU's rows
+    cpu_rows = [{**r, "device": "x86_64", "device_kind": "cpu"} for r in rows[:3]]
+    write_profile(root / "lilou_profile" / "cpu-copied", cpu_rows, provenance_of("x86_64", "cpu"))
+    build = build_source("lilou_profile", root)
+    assert (build.rows, build.dropped) == (20, {"measured on a CPU (a dry run of the sweep)": 3})
+
+
+def test_data_add_refuses_mig_slices_and_unknown_gpus(datasets_dir: Path, tmp_path: Path) -> None:
+    rows = neusight_t4_adds(datasets_dir, 2)
+    mig = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    write_profile(tmp_path / "mig", [{**r, "device": mig, "device_kind": "mig"} for r in rows], provenance_of(mig, "mig"))
+    with pytest.raises(LilouInputError, match="MIG slice"):
+        add_profile(tmp_path / "mig", tmp_path / "root")
+    write_profile(tmp_path / "odd", [{**r, "device": "NVIDIA Z9000"} for r in rows], provenance_of("NVIDIA Z9000", "cuda"))
+    with pytest.raises(LilouInputError, match="not in the GPU database"):
+        add_profile(tmp_path / "odd", tmp_path / "root")
+
+
+def test_damaged_profiles_are_one_line(datasets_dir: Path, tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    write_profile(good, neusight_t4_adds(datasets_dir, 3), provenance_of("Tesla T4", "cuda"))
+    assert read_profile(good).rows == 3
+    lines = (good / ROWS_FILE).read_text().splitlines()
+
+    def damaged(name: str, rows_text: str | None = None, provenance_text: str | None = None) -> Path:
+        folder = tmp_path / name
+        write_profile(folder, [], provenance_of("Tesla T4", "cuda"))
+        (folder / ROWS_FILE).write_text(rows_text if rows_text is not None else "\n".join(lines) + "\n")
+        if provenance_text is not None:
+            (folder / PROVENANCE_FILE).write_text(provenance_text)
+        return folder
+
+    negative = lines[2].replace(lines[2].split(",")[ROW_COLUMNS.index("latency_ms")], "-1.0")
+    cases = {
+        "header": (damaged("header", "a,b\n1,2\n"), "the header is not that of"),
+        "negative": (damaged("negative", "\n".join([*lines[:2], negative]) + "\n"), "line 3: latency_ms -1.0"),
+        "empty": (damaged("empty", lines[0] + "\n"), "no rows"),
+        "json": (damaged("json", provenance_text="{not json"), "not JSON"),
+        "format": (damaged("format", provenance_text='{"format": 9, "device": {"name": "Tesla T4", "kind": "cuda"}}'),
+                   "format 9"),
+        "device": (damaged("device", provenance_text='{"format": 1, "device": {"name": "Tesla P4", "kind": "cuda"}}'),
+                   "differs from the provenance"),
+    }
+    for name, (folder, fragment) in cases.items():
+        with pytest.raises(LilouInputError, match=fragment) as error:
+            read_profile(folder)
+        assert "\n" not in str(error.value), name
+    huge = damaged("huge")
+    with open(huge / ROWS_FILE, "r+b") as handle:  # a sparse 65 MiB file: refused before it is read
+        handle.truncate(65 * 2**20)
+    with pytest.raises(LilouInputError, match="larger than 64 MiB"):
+        read_profile(huge)
+    with pytest.raises(LilouInputError, match="not a directory"):
+        read_profile(tmp_path / "absent")
