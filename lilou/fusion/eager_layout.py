@@ -40,12 +40,14 @@ def casts_to_its_own_type(data: dict) -> bool:
     return source is not None and output is not None and source.dtype == output.dtype and source.dtype != "unknown"
 
 
-def strided_tensors(graph: ModelGraph, runtime: Sequence[str]) -> tuple[dict[str, Strides | None], set[str]]:
+def strided_tensors(graph: ModelGraph, runtime: Sequence[str], constant: set[str] | None = None
+                    ) -> tuple[dict[str, Strides | None], set[str]]:
     """The tensors behind a transpose, slice, expand or select (possibly behind reshapes and same-type casts),
     with their strides (None where a shape is unknown), and the ``Reshape``-like nodes (of ``runtime``, in
-    topological order) that must copy because PyTorch finds no strides for their new shape."""
+    topological order) that must copy because PyTorch finds no strides for their new shape. ``constant``:
+    the graph's constant tensors, when the caller has them."""
     dag = graph.dag
-    constant = graph.constant_tensors()
+    constant = graph.constant_tensors() if constant is None else constant
     strided: dict[str, Strides | None] = {}
     copies: set[str] = set()
     for node in runtime:

@@ -47,6 +47,7 @@ from lilou.fusion.partition import (
     partition_from_fused_edges,
     partition_from_group_ids,
     runtime_edges,
+    topological_file_order,
 )
 from lilou.graph.dag import ModelGraph
 
@@ -55,7 +56,7 @@ VIEW_LIKE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transp
                            "SplitToSequence", "SequenceAt", "Expand", "Identity", "Dropout"})
 
 
-def eager_views(graph: ModelGraph, runtime: list[str]) -> set[str]:
+def eager_views(graph: ModelGraph, runtime: list[str], constant: set[str] | None = None) -> set[str]:
     """The runtime nodes (``runtime`` in topological order) that launch no kernel in eager.
 
     View-like ops (:data:`VIEW_LIKE_OPS`), selects of one index (:func:`selects_one_index`) and a ``Cast`` to the
@@ -67,8 +68,8 @@ def eager_views(graph: ModelGraph, runtime: list[str]) -> set[str]:
       (:func:`lilou.fusion.eager_layout.strided_tensors`): ``reshape`` copies there.
     """
     dag = graph.dag
-    constant = graph.constant_tensors()
-    strided, copies = strided_tensors(graph, runtime)
+    constant = graph.constant_tensors() if constant is None else constant  # callers that have it pass it
+    strided, copies = strided_tensors(graph, runtime, constant)
     views: set[str] = set()
     for node in runtime:
         data = dag.nodes[node]
@@ -173,7 +174,7 @@ def _runtime_inputs(graph: ModelGraph, node: str, constant: set[str]) -> list[st
     return [t.name for t in graph.dag.nodes[node]["inputs"] if t is not None and t.name not in constant]
 
 
-def gelu_decompositions(graph: ModelGraph) -> list[list[str]]:
+def gelu_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> list[list[str]]:
     """The node chains of every erf- or tanh-form ``aten.gelu`` and the other activations of :data:`_GELU_CHAINS`.
 
     A chain matches when each node is the only runtime reader of the previous one and reads
@@ -183,7 +184,7 @@ def gelu_decompositions(graph: ModelGraph) -> list[list[str]]:
     are by far the common source of these chains.
     """
     dag = graph.dag
-    constant = graph.constant_tensors()
+    constant = graph.constant_tensors() if constant is None else constant  # callers that have it pass it
     starts = {ops[0] for ops, _ in _GELU_CHAINS}
     found = []
     for start in (n for n in graph.runtime_nodes() if dag.nodes[n]["op"] in starts):
@@ -218,10 +219,10 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
     topological order, a view joins its readers' kernel when there is one.
     """
     dag = graph.dag
-    runtime = [n for n in nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n]["order"])
-               if not dag.nodes[n]["constant"]]
-    views = eager_views(graph, runtime)
+    data = dict(dag.nodes(data=True))
+    runtime = [n for n in topological_file_order(graph) if not data[n]["constant"]]
     constant = graph.constant_tensors()
+    views = eager_views(graph, runtime, constant)
     outputs = {t.name for t in graph.outputs}
     runtime_set = set(runtime)
     kernel_of = nx.utils.UnionFind(runtime)
@@ -243,14 +244,14 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         for node in call[1:]:
             kernel_of.union(node, call[0])
         in_decomposition.update(call)
-    for chain in gelu_decompositions(graph):
+    for chain in gelu_decompositions(graph, constant):
         if any(edge in between_calls for edge in zip(chain, chain[1:])):
             continue
         for node in chain[1:]:
             kernel_of.union(node, chain[0])
         in_decomposition.update(chain)
     for node in runtime:
-        if dag.nodes[node]["op"] in RECURRENT_OPS:
+        if data[node]["op"] in RECURRENT_OPS:
             for view in _recurrent_tail(graph, node):
                 kernel_of.union(view, node)
                 in_decomposition.update((node, view))
@@ -258,7 +259,7 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         # A reshape inside group_norm's decomposition is part of that kernel, not a view of its own.
         if node in in_decomposition or node not in views:
             continue
-        if any(t.name in outputs for t in dag.nodes[node]["outputs"]):
+        if any(t.name in outputs for t in data[node]["outputs"]):
             continue
         readers = {kernel_of[s] for s in dag.successors(node) if s in runtime_set}
         if len(readers) == 1:
@@ -388,9 +389,9 @@ def silence_view_groups(graph: ModelGraph, partition: Partition) -> Partition:
 
 
 def _silenced(graph: ModelGraph, partition: Partition, views: set[str] | None) -> Partition:
-    dag = graph.dag
+    data = dict(graph.dag.nodes(data=True))
     candidates = [i for i, g in enumerate(partition.groups)
-                  if g.launches and all(dag.nodes[n]["op"] in VIEW_LIKE_OPS or dag.nodes[n]["op"] in ("Gather", "Cast")
+                  if g.launches and all(data[n]["op"] in VIEW_LIKE_OPS or data[n]["op"] in ("Gather", "Cast")
                                         for n in g.nodes)]
     if not candidates:
         return partition
@@ -419,4 +420,5 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
 def _runtime_in_order(graph: ModelGraph) -> list[str]:
     """Runtime nodes in a topological order (the views of :func:`eager_views` follow their producers)."""
     dag = graph.dag
-    return [n for n in nx.topological_sort(dag) if not dag.nodes[n]["constant"]]
+    data = dict(dag.nodes(data=True))
+    return [n for n in nx.topological_sort(dag) if not data[n]["constant"]]

@@ -69,6 +69,11 @@ _KINDS: dict[str, str] = {
 KINDS: tuple[str, ...] = ("anchor", "reduce", "pool", "movement", "view", "elementwise", "other")
 #: TVM pattern one-hot columns; BROADCAST never occurs (Relax marks broadcasting adds elementwise).
 TVM_PATTERN_COLUMNS: tuple[int | None, ...] = (None, ELEMWISE, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, OPAQUE)
+#: The one-hot columns of each kind and pattern, built once rather than per node.
+_KIND_ONE_HOT: dict[str, tuple[float, ...]] = {kind: tuple(float(kind == k) for k in KINDS) for kind in KINDS}
+_PATTERN_ONE_HOT: dict[int | None, tuple[float, ...]] = {
+    pattern: tuple(float(pattern == p) for p in TVM_PATTERN_COLUMNS) for pattern in TVM_PATTERN_COLUMNS}
+_NO_PATTERN = (0.0,) * len(TVM_PATTERN_COLUMNS)
 NUM_EXTRA_NODE_FEATURES = 10 + len(KINDS) + len(TVM_PATTERN_COLUMNS)
 NUM_EXTRA_EDGE_FEATURES = 14
 FUSION_NODE_FEATURES = NUM_NODE_FEATURES + NUM_EXTRA_NODE_FEATURES
@@ -131,22 +136,27 @@ def op_kind(op: str) -> str:
 
 @dataclass
 class _GraphContext:
-    """Per-graph lookups shared by the node and edge features."""
+    """Per-graph lookups shared by the node and edge features, read from the DAG once (networkx's views cost a
+    call per lookup)."""
 
     constant_tensors: set[str]     # initializers and outputs of constant nodes
     graph_inputs: set[str]
     graph_outputs: set[str]
     runtime_in: dict[str, int]     # runtime producers per node
     runtime_out: dict[str, int]    # runtime consumers per node
+    data: dict[str, dict]          # node -> its attribute dict
+    in_degree: dict[str, int]      # producers per node, constant ones included
 
 
 def _context(graph: ModelGraph) -> _GraphContext:
     dag = graph.dag
-    runtime = {n for n in dag.nodes if not dag.nodes[n]["constant"]}
+    data = dict(dag.nodes(data=True))
+    runtime = {n for n, d in data.items() if not d["constant"]}
     return _GraphContext(
         graph.constant_tensors(), {t.name for t in graph.inputs}, {t.name for t in graph.outputs},
-        {n: sum(1 for p in dag.predecessors(n) if p in runtime) for n in runtime},
-        {n: sum(1 for s in dag.successors(n) if s in runtime) for n in runtime})
+        {n: len(runtime.intersection(dag.predecessors(n))) for n in runtime},
+        {n: len(runtime.intersection(dag.successors(n))) for n in runtime},
+        data, dict(dag.in_degree()))
 
 
 def _ints(value) -> list[int]:
@@ -156,8 +166,8 @@ def _ints(value) -> list[int]:
     return []
 
 
-def _extra_node_features(graph: ModelGraph, name: str, ctx: _GraphContext) -> list[float]:
-    data = graph.dag.nodes[name]
+def _extra_node_features(name: str, ctx: _GraphContext) -> list[float]:
+    data = ctx.data[name]
     attrs = data["attributes"]
     kernel = _ints(attrs.get("kernel_shape"))
     strides = _ints(attrs.get("strides"))
@@ -173,30 +183,32 @@ def _extra_node_features(graph: ModelGraph, name: str, ctx: _GraphContext) -> li
     out_elements = sum(t.elements or 0 for t in data["outputs"])
     in_elements = max((t.elements or 0 for t in inputs if t.name not in ctx.constant_tensors), default=0)
     return [math.log1p(area), float(max(strides, default=1)), depthwise, float(constant_inputs), float(from_inputs),
-            is_output, float(graph.dag.in_degree(name)), float(ctx.runtime_in.get(name, 0)),
+            is_output, float(ctx.in_degree[name]), float(ctx.runtime_in.get(name, 0)),
             float(ctx.runtime_out.get(name, 0)),
             math.log((out_elements + 1) / (in_elements + 1)),  # < 0 reduces, > 0 expands
-            *(float(kind == k) for k in KINDS),
-            *(float(pattern == p) for p in TVM_PATTERN_COLUMNS)]
+            *_KIND_ONE_HOT[kind], *_PATTERN_ONE_HOT.get(pattern, _NO_PATTERN)]
 
 
-def _extra_edge_features(graph: ModelGraph, u: str, v: str, ctx: _GraphContext, one_call: bool,
-                         eager_prior: bool, tvm_prior: bool) -> list[float]:
-    dag = graph.dag
-    e = dag.edges[u, v]
-    producer, consumer = dag.nodes[u], dag.nodes[v]
-    slots = [i for i, t in enumerate(consumer["inputs"]) if t is not None and t.name in e["tensors"]]
+def _extra_edge_features(u: str, v: str, e: dict, ctx: _GraphContext, one_call: bool, eager_prior: bool,
+                         tvm_prior: bool) -> list[float]:
+    """The extra features of edge ``u -> v`` whose attribute dict is ``e``."""
+    producer, consumer = ctx.data[u], ctx.data[v]
+    tensors, shape, constant = e["tensors"], e["shape"], ctx.constant_tensors
+    slots = [i for i, t in enumerate(consumer["inputs"]) if t is not None and t.name in tensors]
     slot = min(slots, default=0)
     out_shape = consumer["outputs"][0].shape if consumer["outputs"] else None
-    producer_inputs = {t.name for t in producer["inputs"] if t is not None}
-    others = [t for t in consumer["inputs"] if t is not None and t.name not in e["tensors"]]
-    shares_input = any(t.name in producer_inputs and t.name not in ctx.constant_tensors for t in others)
-    other_constant = any(t.name in ctx.constant_tensors for t in others)
-    tensor_elements = max(1, math.prod(e["shape"])) if e["shape"] else 1
+    others = [t for t in consumer["inputs"] if t is not None and t.name not in tensors]
+    if others:
+        producer_inputs = {t.name for t in producer["inputs"] if t is not None}
+        shares_input = any(t.name in producer_inputs and t.name not in constant for t in others)
+        other_constant = any(t.name in constant for t in others)
+    else:
+        shares_input = other_constant = False
+    tensor_elements = max(1, math.prod(shape)) if shape else 1
     out_elements = max(1, math.prod(out_shape)) if out_shape else 1
     return [float(slot == 0), float(slot == 1), float(slot >= 2),
-            float(e["shape"] is not None and e["shape"] == out_shape),
-            float(any(t in ctx.graph_outputs for t in e["tensors"])),
+            float(shape is not None and shape == out_shape),
+            float(any(t in ctx.graph_outputs for t in tensors)),
             float(shares_input),                              # x * sigmoid(x): one aten call, one kernel
             float(other_constant),                            # e.g. a bias or weight beside the tensor
             float(ctx.runtime_out.get(u, 0) == 1),            # the producer's only reader
@@ -226,14 +238,16 @@ def fusion_arrays(graph: ModelGraph, labels: Mapping[str, Partition] | None = No
     base = graph_arrays(graph)
     names = base.node_names
     ctx = _context(graph)
-    extra = np.array([_extra_node_features(graph, n, ctx) for n in names],
+    extra = np.array([_extra_node_features(n, ctx) for n in names],
                      dtype=np.float32).reshape(len(names), NUM_EXTRA_NODE_FEATURES)
     edges = base.edge_names
     runtime = set(runtime_edges(graph))
     eager_prior, tvm_prior = replayed_eager_fused_edges(graph), replayed_fused_edges(graph)
     one_call = edges_inside_one_call(graph)
-    edge_extra = [_extra_edge_features(graph, u, v, ctx, (u, v) in one_call, eager_prior.get((u, v), False),
-                                       tvm_prior.get((u, v), False)) for u, v in edges]
+    edge_data = {(u, v): e for u, v, e in graph.dag.edges(data=True)}
+    edge_extra = [_extra_edge_features(u, v, edge_data[u, v], ctx, (u, v) in one_call,
+                                       eager_prior.get((u, v), False), tvm_prior.get((u, v), False))
+                  for u, v in edges]
     edge_attr = np.concatenate([base.edge_attr, np.array(edge_extra, dtype=np.float32)
                                 .reshape(len(edges), NUM_EXTRA_EDGE_FEATURES)], axis=1)
     mask = np.array([e in runtime for e in edges], dtype=bool)

@@ -32,12 +32,36 @@ def _layer_norm(w: Mapping[str, np.ndarray], prefix: str, x: np.ndarray, eps: fl
     return (x - mean) / np.sqrt(var + eps) * w[f"{prefix}.weight"] + w[f"{prefix}.bias"]
 
 
-def _gine(w: Mapping[str, np.ndarray], prefix: str, h: np.ndarray, source: np.ndarray, target: np.ndarray,
-          e: np.ndarray) -> np.ndarray:
+def _scatter_rounds(index: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Rows of ``index`` split into rounds where no value repeats: round r holds each value's r-th row.
+
+    Summing round by round adds each target's rows in row order, as ``np.add.at`` does (so the float32
+    sums are bit for bit the same), with a few vectorised steps instead of its slow row-by-row loop.
+    """
+    rows = np.argsort(index, kind="stable")
+    sorted_index = index[rows]
+    starts = np.flatnonzero(np.r_[True, sorted_index[1:] != sorted_index[:-1]]) if len(rows) else rows
+    rank = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+    rounds = []
+    for r in range(int(rank.max(initial=-1)) + 1):
+        selected = rows[rank == r]
+        rounds.append((selected, index[selected]))
+    return rounds
+
+
+def _scatter_sum(values: np.ndarray, rounds: list[tuple[np.ndarray, np.ndarray]], size: int) -> np.ndarray:
+    """``np.add.at(zeros, index, values)`` for the ``index`` that :func:`_scatter_rounds` split."""
+    out = np.zeros((size, *values.shape[1:]), dtype=values.dtype)
+    for rows, targets in rounds:
+        out[targets] += values[rows]
+    return out
+
+
+def _gine(w: Mapping[str, np.ndarray], prefix: str, h: np.ndarray, source: np.ndarray,
+          target_rounds: list[tuple[np.ndarray, np.ndarray]], e: np.ndarray) -> np.ndarray:
     """PyG GINEConv: nn((1 + eps) h_i + sum_j relu(h_j + lin(e_ji)))."""
     messages = np.maximum(h[source] + _linear(w, f"{prefix}.lin", e), 0.0)
-    aggregated = np.zeros_like(h)
-    np.add.at(aggregated, target, messages)
+    aggregated = _scatter_sum(messages, target_rounds, len(h))
     eps = float(w.get(f"{prefix}.eps", np.zeros(1)).reshape(-1)[0])
     return _mlp(w, f"{prefix}.nn", aggregated + (1.0 + eps) * h)
 
@@ -50,10 +74,11 @@ def edge_logits(weights: Mapping[str, np.ndarray], layers: int, x: np.ndarray, e
     h = _mlp(w, "node_in", x) + backend_vector
     e = _mlp(w, "edge_in", edge_attr)
     source, target = edge_index[0], edge_index[1]
+    into_target, into_source = _scatter_rounds(target), _scatter_rounds(source)  # the same for every layer
     for i in range(layers):
         p = f"layers.{i}"
-        down = _gine(w, f"{p}.forward_conv", h, source, target, e)
-        up = _gine(w, f"{p}.backward_conv", h, target, source, e)
+        down = _gine(w, f"{p}.forward_conv", h, source, into_target, e)
+        up = _gine(w, f"{p}.backward_conv", h, target, into_source, e)
         h = _layer_norm(w, f"{p}.norm", h + _gelu(_linear(w, f"{p}.combine", np.concatenate([down, up], axis=1))))
     backend_rows = np.broadcast_to(backend_vector, (len(source), backend_vector.shape[0]))
     z = np.concatenate([h[source], h[target], e, backend_rows], axis=1)

@@ -133,7 +133,7 @@ class FusionPredictor:
     def predict(self, graph: ModelGraph, backend: str) -> Partition:
         arrays = fusion_arrays(graph)
         probabilities = self.edge_probabilities(arrays, backend)
-        unsupported = {n for n in graph.dag.nodes if not graph.dag.nodes[n]["supported"]}
+        unsupported = {n for n, data in graph.dag.nodes(data=True) if not data["supported"]}
         if unsupported:
             probabilities[[u in unsupported or v in unsupported for u, v in arrays.edge_names]] = 0.0
         if backend in PRIOR_FLOOR_BACKENDS:

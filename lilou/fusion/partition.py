@@ -12,8 +12,9 @@ group never creates a cycle, so the kernels can run in some order.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
@@ -86,19 +87,33 @@ def runtime_edges(graph: ModelGraph) -> list[Edge]:
     carry no decision (the constant side is folded).
     """
     dag = graph.dag
-    order = {n: dag.nodes[n]["order"] for n in dag.nodes}
-    edges = [(u, v) for u, v in dag.edges if not dag.nodes[u]["constant"] and not dag.nodes[v]["constant"]]
+    order = {n: d["order"] for n, d in dag.nodes(data=True) if not d["constant"]}  # runtime nodes only
+    edges = [(u, v) for u, v in dag.edges if u in order and v in order]
     return sorted(edges, key=lambda e: (order[e[0]], order[e[1]]))
+
+
+def topological_file_order(graph: ModelGraph) -> list[str]:
+    """``nx.lexicographical_topological_sort(dag, key=order)``: file order, as loaded graphs are topological."""
+    dag = graph.dag
+    order = {n: d["order"] for n, d in dag.nodes(data=True)}
+    return _lexicographic_topological_order(order, dag.edges, lambda: dag)
+
+
+def _lexicographic_topological_order(key: Mapping[Hashable, Any], edges: Iterable[tuple[Hashable, Hashable]],
+                                     build: Callable[[], nx.DiGraph]) -> list:
+    """What ``nx.lexicographical_topological_sort(build(), key=key.__getitem__)`` returns, without its heap when
+    the answer is plain: where no two keys tie and every edge runs forward in key order, the sort by key is
+    the one order whose every step takes the least key ready. Otherwise (and for a cycle's error) networkx
+    decides, on the graph ``build`` makes (``key`` holds its nodes in insertion order)."""
+    if len(set(key.values())) == len(key) and all(key[u] < key[v] for u, v in edges):
+        return sorted(key, key=key.__getitem__)
+    return list(nx.lexicographical_topological_sort(build(), key=key.__getitem__))
 
 
 def fused_edge_labels(graph: ModelGraph, partition: Partition) -> dict[Edge, bool]:
     """For each runtime edge: do both ends sit in the same kernel group?"""
     group = partition.group_index()
     return {(u, v): group[u] == group[v] for u, v in runtime_edges(graph)}
-
-
-def _is_view_only(graph: ModelGraph, nodes: Iterable[str]) -> bool:
-    return all(graph.dag.nodes[n]["op"] in VIEW_OPS for n in nodes)
 
 
 def partition_from_groups(graph: ModelGraph, runtime_groups: Iterable[Iterable[str]], backend: str,
@@ -110,13 +125,14 @@ def partition_from_groups(graph: ModelGraph, runtime_groups: Iterable[Iterable[s
     ``VIEW_OPS``) and the groups in ``no_kernel`` launch nothing.
     """
     dag = graph.dag
-    order = {n: dag.nodes[n]["order"] for n in dag.nodes}
+    data = dict(dag.nodes(data=True))
+    order = {n: d["order"] for n, d in data.items()}
     member: dict[str, int] = {}
     groups: list[list[str]] = []
     silent: set[int] = set()
     labelled = [(nodes, True) for nodes in no_kernel] + [(nodes, False) for nodes in runtime_groups]
     for nodes, is_silent in labelled:
-        nodes = [n for n in nodes if n in dag and not dag.nodes[n]["constant"] and n not in member]
+        nodes = [n for n in nodes if n in data and not data[n]["constant"] and n not in member]
         if nodes:
             if is_silent:
                 silent.add(len(groups))
@@ -128,20 +144,26 @@ def partition_from_groups(graph: ModelGraph, runtime_groups: Iterable[Iterable[s
             member[n] = len(groups)
             groups.append([n])
 
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(range(len(groups)))
-    quotient.add_edges_from((member[u], member[v]) for u, v in runtime_edges(graph) if member[u] != member[v])
+    between = [(member[u], member[v]) for u, v in runtime_edges(graph) if member[u] != member[v]]
+
+    def quotient() -> nx.DiGraph:
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(len(groups)))
+        graph.add_edges_from(between)
+        return graph
+
     try:
-        ordered = list(nx.lexicographical_topological_sort(quotient, key=lambda g: order[groups[g][0]]))
+        ordered = _lexicographic_topological_order({g: order[nodes[0]] for g, nodes in enumerate(groups)}, between,
+                                                   quotient)
     except nx.NetworkXUnfeasible as exc:
         raise LilouInputError(f"{backend} kernel groups of {graph.name} are not convex: they form a cycle") from exc
 
     result = []
     for g in ordered:
-        launches = g not in silent and not _is_view_only(graph, groups[g])
+        launches = g not in silent and not all(data[n]["op"] in VIEW_OPS for n in groups[g])
         result.append(KernelGroup(tuple(groups[g]), launches=launches, reason="" if launches else "view"))
     result += [KernelGroup((n,), launches=False, reason="constant")
-               for n in graph.nodes_in_order() if dag.nodes[n]["constant"]]
+               for n in graph.nodes_in_order() if data[n]["constant"]]
     return Partition(backend=backend, groups=result, source=source)
 
 
