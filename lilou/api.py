@@ -23,6 +23,7 @@ code, so a prepared model gives exactly the results its path gives.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -230,10 +231,13 @@ class Predictor:
     """Loads the per-kernel and end-to-end checkpoints once; predicts any number of models."""
 
     def __init__(self, backend: str = "eager", kernel_checkpoint: str | os.PathLike[str] | None = None,
-                 overhead_checkpoint: str | os.PathLike[str] | None = None) -> None:
+                 overhead_checkpoint: str | os.PathLike[str] | None = None, launch_gap_ms: float | None = None) -> None:
+        """``launch_gap_ms``: the host's issue time per kernel, for a host measured with `lilou profile ops` (the
+        median of its one-element calls); default: the checkpoint's, NeuSight's 2023 hosts (about 30 us)."""
         from lilou.fusion.backends import check_backend
 
         self.backend = check_backend(backend)
+        gap = check_launch_gap(launch_gap_ms)
         kernel_model = KernelModel.load(kernel_checkpoint or checkpoint_path(KERNEL_LATENCY))
         params = load_overhead(overhead_checkpoint or checkpoint_path(E2E_OVERHEAD))
         # Without the tensor-core model (a checkpoint folder that lacks it), every kernel is priced at FP32
@@ -241,8 +245,11 @@ class Predictor:
         tensor_folder = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
         has_tensor = tensor_folder.exists()
         self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
-        self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
-                                   OverheadModel(**params["overhead"]),
+        overhead = OverheadModel(**params["overhead"])
+        self.launch_gap_given = gap is not None
+        if gap is not None:
+            overhead = OverheadModel(scale=overhead.scale, gap_ms=gap)
+        self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]), overhead,
                                    tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
         self._interval_notes, self._tensor_interval_note = _calibration_notes(
             kernel_checkpoint or checkpoint_path(KERNEL_LATENCY), has_tensor)
@@ -329,7 +336,7 @@ class Predictor:
                        + _conv_form_warning(kernels, shares) + _transposed_conv_warning(kernels, shares, devices)
                        + _fused_attention_warning(kernels, shares)
                        + _power_note(self.model.kernel_model, devices)
-                       + _launch_bound_note(entries, self.model.overhead.gap_ms)
+                       + _launch_bound_note(entries, self.model.overhead.gap_ms, self.launch_gap_given)
                        + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
     # ---------------------------------------------------------------- helpers
@@ -601,16 +608,30 @@ _NOTE_TIMES_MS = (0.1, 100.0)
 LAUNCH_BOUND_WORK_SHARE = 0.5
 
 
-def _launch_bound_note(entries: Sequence[RankEntry], gap_ms: float) -> list[str]:
+#: Largest host issue time per kernel accepted (ms): a Python loop per op on a slow host is under 0.2 ms.
+MAX_LAUNCH_GAP_MS = 1.0
+
+
+def check_launch_gap(gap_ms: float | None) -> float | None:
+    """A given launch gap, checked: 0 (CUDA-graph replay: no launches between kernels) up to 1 ms."""
+    if gap_ms is None:
+        return None
+    if not (isinstance(gap_ms, int | float) and math.isfinite(gap_ms) and 0 <= gap_ms <= MAX_LAUNCH_GAP_MS):
+        raise LilouInputError(f"launch gap {gap_ms!r} ms: give 0 to {MAX_LAUNCH_GAP_MS:g} ms (0 to 1000 us) per kernel")
+    return float(gap_ms)
+
+
+def _launch_bound_note(entries: Sequence[RankEntry], gap_ms: float, given: bool = False) -> list[str]:
     """Say so when two or more ranked devices are launch-bound: the host's kernel launches, not the GPU, set their
     latency, so they tie (to within 1 %) and are ordered by GPU work alone. The launch gap is NeuSight's 2023 hosts'
-    (docs/end_to_end.md); a faster host shortens it, and then the GPU work decides."""
+    (docs/end_to_end.md) unless the caller gave its own; a faster host shortens it, and then the GPU work decides."""
     bound = [e for e in entries if e.latency_ms > 0 and e.gpu_work_ms <= LAUNCH_BOUND_WORK_SHARE * e.latency_ms]
     if len(bound) < 2 or max(e.latency_ms for e in bound) > 1.01 * min(e.latency_ms for e in bound):
         return []
     names = ", ".join(e.device for e in bound[:4]) + (f" and {len(bound) - 4} more" if len(bound) > 4 else "")
+    origin = "as given" if given else "measured on NeuSight's 2023 hosts"
     return [f"{len(bound)} devices are launch-bound ({names}): the host's kernel launches ({1000 * gap_ms:.0f} us "
-            f"each, measured on NeuSight's 2023 hosts) set their predicted latency, not the GPU, so they tie and are "
+            f"each, {origin}) set their predicted latency, not the GPU, so they tie and are "
             f"ordered by GPU work (the kernels' time alone, {min(e.gpu_work_ms for e in bound):.3f}-"
             f"{max(e.gpu_work_ms for e in bound):.3f} ms), the order a faster host would see"]
 

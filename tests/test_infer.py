@@ -144,6 +144,8 @@ def test_weight_free_transformer(capsys, zoo_onnx):
     (["--gpu", "a10g", "--batch", "4"], "fixed shapes baked in"),
     (["--gpu", "a10g", "--plot", "/nonexistent/folder/x.png"], "does not exist"),
     (["--gpu", "a10g", "--backend", "inductor"], "invalid choice"),
+    (["--gpu", "a10g", "--launch-gap-us", "-3"], "--launch-gap-us -3: give 0 to 1000 microseconds"),
+    (["--gpu", "a10g", "--launch-gap-us", "nan"], "--launch-gap-us nan: give 0 to 1000 microseconds"),
     ([], "--gpu"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, message):
@@ -151,6 +153,39 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert code == 2 and out == ""
     assert err.startswith("lilou: error:") and err.count("\n") == 1 and "Traceback" not in err
     assert message in err
+
+
+def test_launch_gap_of_the_host_composes_the_queue(capsys):
+    """--launch-gap-us replaces NeuSight's 2023 hosts' issue time per kernel: 0 (CUDA-graph replay) leaves the
+    kernels' GPU time alone, a gap longer than every kernel makes the model launch-bound (one gap per kernel, then
+    the last kernel's GPU time); the default is the checkpoint's."""
+    import numpy as np
+
+    from lilou.api import Predictor
+    from lilou.latency.composition.overhead import load_overhead, queue_shares
+
+    default = Predictor()
+    assert default.model.overhead.gap_ms == load_overhead(REPO / "checkpoints" / "e2e_overhead")["overhead"]["gap_ms"]
+    prepared = default.prepare(EXAMPLE)
+    device = default.predict(prepared, "a10g")
+    assert device.latency_ms == infer_json(capsys, EXAMPLE, "--gpu", "a10g")["latency_ms"]
+    no_gap = Predictor(launch_gap_ms=0.0).predict(prepared, "a10g")
+    slow_host = Predictor(launch_gap_ms=1.0).predict(prepared, "a10g")
+    from lilou.hardware import resolve_device
+
+    work = default.model.kernel_work(prepared.kernels, [resolve_device("a10g")], 1, lambda d: _path(default, prepared, d))
+    gpu = default.model.overhead.gpu_ms(work.work_ms)[:, 0]
+    assert no_gap.latency_ms == round(float(gpu.sum()), 4) < device.latency_ms
+    assert gpu.max() < 1.0
+    assert slow_host.latency_ms == round(float(len(gpu) * 1.0 + gpu[-1]), 4)
+    assert np.isclose(queue_shares(gpu, 1.0).sum(), len(gpu) + gpu[-1])
+    assert infer_json(capsys, EXAMPLE, "--gpu", "a10g", "--launch-gap-us", "0")["latency_ms"] == no_gap.latency_ms
+
+
+def _path(predictor, prepared, device):
+    from lilou.api import _GraphPrecision
+
+    return _GraphPrecision.of(prepared.graph, None, None).path(device)
 
 
 def test_missing_file(capsys, tmp_path):

@@ -201,3 +201,6 @@ def test_llm_plan_over_lilou_llm(capsys):
     assert [u["device"] for u in plan["unmet"]] == ["t4"] and "does not fit on t4" in plan["unmet"][0]["reason"]
     code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40")
     assert code == 2 and "--input-len, --output-len" in err
+    code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40", "--input-len",
+                       "512", "--output-len", "128", "--launch-gap-us", "10")
+    assert code == 2 and "--launch-gap-us applies to ONNX models" in err and err.count("\n") == 1

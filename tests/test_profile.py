@@ -199,3 +199,15 @@ def test_damaged_profiles_are_one_line(datasets_dir: Path, tmp_path: Path) -> No
         read_profile(huge)
     with pytest.raises(LilouInputError, match="not a directory"):
         read_profile(tmp_path / "absent")
+
+
+def test_launch_floor_is_the_median_of_the_one_element_eager_calls() -> None:
+    from lilou.commands.profile import launch_floor_us
+
+    def row(op: str, rows: int, ms: float, timing: str = "cuda-events-eager") -> dict:
+        return {"family": "elementwise", "op": op, "rows": rows, "cols": 1, "latency_ms": ms, "timing": timing}
+
+    rows = [row("add", 1, 0.012), row("relu", 1, 0.010), row("mul", 1, 0.020), row("add", 64, 0.5),
+            row("add", 1, 0.004, "cuda-graph-replay")]
+    assert launch_floor_us(rows) == pytest.approx(12.0)
+    assert launch_floor_us([row("add", 64, 0.5)]) is None

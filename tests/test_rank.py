@@ -125,3 +125,6 @@ def test_launch_bound_note_needs_two_tied_devices():
     assert _launch_bound_note(tied[:1] + tied[2:], 0.03) == []           # one launch-bound device
     assert _launch_bound_note([entry("a", 2.0, 0.3), entry("b", 2.1, 0.3)], 0.03) == []   # 5 % apart: no tie
     assert _launch_bound_note([entry("a", 2.0, 1.2), entry("b", 2.0, 1.3)], 0.03) == []   # GPU-bound
+    assert "NeuSight's 2023 hosts" in note
+    (given,) = _launch_bound_note(tied, 0.012, given=True)  # --launch-gap-us 12: the user's host, said as such
+    assert "(12 us each, as given)" in given and "NeuSight" not in given

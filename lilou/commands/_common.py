@@ -67,3 +67,23 @@ def add_precision_options(parser) -> None:
     parser.add_argument("--tf32", default=None, choices=("off", "conv", "on"),
                         help="what FP32 convolutions/matmuls run in (default: PyTorch's, TF32 convolutions "
                              "from compute capability 8.0 on)")
+
+
+def add_launch_gap_option(parser) -> None:
+    """--launch-gap-us, shared by the commands that compose kernels end to end (infer, rank, plan)."""
+    parser.add_argument("--launch-gap-us", type=float, default=None, metavar="US",
+                        help="the host's issue time per kernel in microseconds (default: about 30, NeuSight's 2023 "
+                             "hosts; `lilou profile ops` measures yours: its one-element calls; 0 for CUDA-graph "
+                             "replay)")
+
+
+def launch_gap_ms(args) -> float | None:
+    """--launch-gap-us in ms, checked in the unit the user gave (0 to 1000 us)."""
+    from lilou.errors import LilouInputError
+
+    gap = args.launch_gap_us
+    if gap is None:
+        return None
+    if not 0 <= gap <= 1000:  # also refuses nan
+        raise LilouInputError(f"--launch-gap-us {gap:g}: give 0 to 1000 microseconds per kernel")
+    return gap / 1000.0

@@ -5,8 +5,9 @@ import argparse
 import csv
 import sys
 
-from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
-                                    console, new_table, print_json, shape_overrides, warn)
+from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
+                                    add_shape_options, console, launch_gap_ms, new_table, print_json, shape_overrides,
+                                    warn)
 from lilou.graph.report import human
 
 
@@ -22,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_shape_options(parser)
     add_precision_options(parser)
     add_backend_option(parser)
+    add_launch_gap_option(parser)
     add_format_option(parser, ("table", "json", "csv"))
     parser.add_argument("--plot", metavar="OUT.png", default=None,
                         help="also write a bar chart of the kernels with the most predicted time")
@@ -38,9 +40,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
         raise LilouInputError(f"--plot: folder {os.path.dirname(os.path.abspath(args.plot))!r} does not exist")
 
-    prediction = Predictor(backend=args.backend).predict(args.model, gpu=args.gpu, mig=args.mig, batch=args.batch,
-                                                         shapes=shape_overrides(args), precision=args.precision,
-                                                         tf32=args.tf32)
+    predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
+    prediction = predictor.predict(args.model, gpu=args.gpu, mig=args.mig, batch=args.batch,
+                                   shapes=shape_overrides(args), precision=args.precision, tf32=args.tf32)
     if args.plot:
         from lilou.report.plot import plot_breakdown
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, console, new_table,
-                                    print_json, shape_overrides, warn)
+from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
+                                    console, launch_gap_ms, new_table, print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "tried (repeatable)")
     add_precision_options(parser)
     add_backend_option(parser)
+    add_launch_gap_option(parser)
     llm = parser.add_argument_group("decoder LLMs (lilou llm)")
     llm.add_argument("--llm", action="store_true", help="MODEL is a decoder LLM: plan over `lilou llm`")
     llm.add_argument("--itl-slo-ms", type=float, default=None, metavar="T", help="inter-token latency SLO (ms)")
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
         prices = read_prices(args.prices)
     if args.llm:
+        if args.launch_gap_us is not None:
+            raise LilouInputError("--launch-gap-us applies to ONNX models; with --llm the engine's host time is "
+                                  "lilou llm's own (--engine)")
         plan = _plan_llm(args, gpus, batches, prices)
     else:
         from lilou.api import Predictor
@@ -65,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
 
         if args.slo_ms is None:
             raise LilouInputError("plan needs --slo-ms T (or --llm MODEL --itl-slo-ms T --input-len I --output-len O)")
-        plan = plan_model(args.model, args.slo_ms, gpus=gpus, batches=batches, prices=prices,
-                          predictor=Predictor(backend=args.backend), shapes=shape_overrides(args),
-                          precision=args.precision, tf32=args.tf32)
+        predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
+        plan = plan_model(args.model, args.slo_ms, gpus=gpus, batches=batches, prices=prices, predictor=predictor,
+                          shapes=shape_overrides(args), precision=args.precision, tf32=args.tf32)
     if args.plot:
         from lilou.plan.plot import plot_plan
 

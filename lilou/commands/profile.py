@@ -119,5 +119,19 @@ def _profile(args: argparse.Namespace, cases, timings: tuple[str, ...], out: Pat
     if info.kind == "cpu":
         shell.print("  a CPU dry run: these rows are not GPU data and `lilou data add` refuses them", highlight=False)
     else:
+        floor = launch_floor_us(result.rows)
+        if floor is not None:
+            shell.print(f"  this host's launch floor: {floor:.1f} us per eager call (median of its one-element calls); "
+                        f"`lilou infer/rank/plan --launch-gap-us {floor:.1f}` composes models with it", highlight=False)
         shell.print(f"  next: lilou data add {out}", highlight=False)
     return 0
+
+
+def launch_floor_us(rows: list[dict]) -> float | None:
+    """The median eager time of the sweep's one-element elementwise calls (their GPU work is nothing): the host's
+    issue time per kernel, what end-to-end composition calls the launch gap (lilou.latency.composition.overhead)."""
+    import statistics
+
+    tiny = [r["latency_ms"] for r in rows if r["timing"] == "cuda-events-eager" and r["family"] == "elementwise"
+            and r["rows"] * r["cols"] == 1]
+    return 1000 * statistics.median(tiny) if tiny else None

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from lilou.commands._common import (add_backend_option, add_format_option, add_precision_options, add_shape_options,
-                                    console, new_table, print_json, shape_overrides, warn)
+from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
+                                    add_shape_options, console, launch_gap_ms, new_table, print_json, shape_overrides,
+                                    warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_shape_options(parser)
     add_precision_options(parser)
     add_backend_option(parser)
+    add_launch_gap_option(parser)
     add_format_option(parser)
     parser.set_defaults(handler=run)
 
@@ -27,9 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from lilou.api import Predictor
 
     gpus = None if args.gpus is None else args.gpus.split(",")
-    ranking = Predictor(backend=args.backend).rank(args.model, gpus=gpus, batch=args.batch,
-                                                   shapes=shape_overrides(args), precision=args.precision,
-                                                   tf32=args.tf32)
+    predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
+    ranking = predictor.rank(args.model, gpus=gpus, batch=args.batch, shapes=shape_overrides(args),
+                             precision=args.precision, tf32=args.tf32)
     if args.format == "json":
         print_json(ranking.to_json())
         for message in ranking.warnings:
