@@ -8,7 +8,6 @@ The loaders read the data at run time from :func:`data_root` (``--data-dir``,
 ``LILOU_DATA_DIR``, ``<repo>/datasets``, ``~/.cache/lilou/datasets``); nothing
 is shipped in the package but file manifests (paths and sha256 sums).
 """
-from lilou.data.fetch import fetch  # binds the function over the submodule of the same name
 from lilou.data.paths import data_root, dataset_dir, dataset_file
 from lilou.data.sources import DATASETS, Dataset, ManifestFile, get_dataset
 
@@ -22,7 +21,6 @@ __all__ = [
     "data_root",
     "dataset_dir",
     "dataset_file",
-    "fetch",
     "get_dataset",
     "load_device_configs",
     "load_e2e",
