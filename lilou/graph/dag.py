@@ -11,6 +11,7 @@ An edge ``u -> v`` means v consumes a tensor u produces; its attributes are
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -211,10 +212,10 @@ def _sort_topologically(model: onnx.ModelProto) -> None:
     where it is already valid, so such a file gives the same answer as its sorted copy."""
     graph = model.graph
     producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
-    needs = [sorted({producer[t] for t in _node_reads(node) if t in producer and producer[t] != i})
-             for i, node in enumerate(graph.node)]
-    if all(j < i for i, deps in enumerate(needs) for j in deps):
-        return
+    reads = [_node_reads(node) for node in graph.node]
+    if all(producer.get(t, -1) <= i for i, names in enumerate(reads) for t in names):
+        return  # already in order (nearly every file), a node reading its own output aside
+    needs = [sorted({producer[t] for t in names if t in producer and producer[t] != i}) for i, names in enumerate(reads)]
     import heapq
 
     waiting = [len(deps) for deps in needs]
@@ -405,37 +406,55 @@ def _check_raw_size(tensor: onnx.TensorProto) -> None:
                               f"{list(tensor.dims)} need {expected}; the file is damaged, re-export it")
 
 
-def _check_arity(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
+def _check_arity(graph: onnx.GraphProto, opsets: Mapping[str, int], schemas: dict | None = None) -> None:
     """A node with fewer inputs than its operator requires (a Conv without its weight), or an attribute of
     another type than its operator declares (a FLOAT ``axis``), is bad input."""
+    schemas = {} if schemas is None else schemas
     for index, node in enumerate(graph.node):
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         if domain not in opsets:
             continue
-        try:
-            schema = onnx.defs.get_schema(node.op_type, opsets[domain], domain)
-        except onnx.defs.SchemaError:
+        schema = _schema(node.op_type, opsets[domain], domain, schemas)
+        if schema is None:
             continue
+        min_input, declared_types = schema
         given = len(node.input)
         while given and not node.input[given - 1]:
             given -= 1
-        label = node.name or f"{node.op_type}_{index}"
-        if given < schema.min_input:
+        if given < min_input:
+            label = node.name or f"{node.op_type}_{index}"
             raise LilouInputError(f"node {label!r} ({node.op_type}) has {given} input(s) but needs at least "
-                                  f"{schema.min_input}; the model is incomplete")
+                                  f"{min_input}; the model is incomplete")
         for attribute in node.attribute:
-            declared = schema.attributes.get(attribute.name)
-            if declared is not None and int(declared.type) != attribute.type:
+            declared = declared_types.get(attribute.name)
+            if declared is not None and declared[0] != attribute.type:
+                label = node.name or f"{node.op_type}_{index}"
                 given_type = onnx.AttributeProto.AttributeType.Name(attribute.type) if attribute.type in \
                     onnx.AttributeProto.AttributeType.values() else str(attribute.type)
                 raise LilouInputError(f"attribute {attribute.name!r} of node {label!r} ({node.op_type}) is "
-                                      f"{given_type}, but the operator declares {declared.type.name}; the model is "
+                                      f"{given_type}, but the operator declares {declared[1]}; the model is "
                                       "damaged, re-export it")
     for node in graph.node:  # Loop / If / Scan bodies
         for attribute in node.attribute:
             for subgraph in (attribute.g, *attribute.graphs) if attribute.type in (
                     onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else ():
-                _check_arity(subgraph, opsets)
+                _check_arity(subgraph, opsets, schemas)
+
+
+def _schema(op_type: str, version: int, domain: str, schemas: dict) -> tuple[int, dict[str, tuple[int, str]]] | None:
+    """The operator's fewest inputs and declared attribute types (number, name), or None where ONNX has no schema.
+
+    Looked up once per distinct op in ``schemas`` (a model has thousands of nodes but a few dozen ops, and each
+    lookup, and each read of ``OpSchema.attributes``, converts C++ data). The memo lives for one check only."""
+    key = (op_type, version, domain)
+    if key not in schemas:
+        try:
+            schema = onnx.defs.get_schema(op_type, version, domain)
+            schemas[key] = (schema.min_input, {name: (int(attr.type), attr.type.name)
+                                               for name, attr in schema.attributes.items()})
+        except onnx.defs.SchemaError:
+            schemas[key] = None
+    return schemas[key]
 
 
 def _check_structure(model: onnx.ModelProto) -> None:
@@ -498,6 +517,9 @@ def _check_kernel_shapes(graph: onnx.GraphProto) -> None:
 
 
 def _check_acyclic(graph: onnx.GraphProto) -> None:
+    position = {out: index for index, node in enumerate(graph.node) for out in node.output if out}
+    if all(position[t] < index for index, node in enumerate(graph.node) for t in node.input if t in position):
+        return  # every tensor is read after the node that writes it (nearly every file): no cycle
     names = unique_node_names(graph)
     producer = {out: name for name, node in zip(names, graph.node) for out in node.output if out}
     links = nx.DiGraph()
@@ -538,17 +560,27 @@ def _tensor_info_from_value(value: onnx.ValueInfoProto) -> TensorInfo | None:
     shape: tuple[int, ...] | None = None
     if tensor_type.HasField("shape"):
         dims = tensor_type.shape.dim
-        if all(d.HasField("dim_value") and d.dim_value >= 0 for d in dims):
-            shape = tuple(int(d.dim_value) for d in dims)
+        values = tuple(d.dim_value for d in dims)
+        # An unset (symbolic) dim reads as 0: only then is each dim asked whether it holds a value.
+        if min(values, default=0) >= 0 and (0 not in values or all(d.HasField("dim_value") for d in dims)):
+            shape = values
     return _make_info(value.name, shape, tensor_type.elem_type)
 
 
 def _make_info(name: str, shape: tuple[int, ...] | None, elem_type: int) -> TensorInfo:
+    dtype, itemsize = _element_type(elem_type)
+    return TensorInfo(name=name, shape=shape, dtype=dtype, itemsize=itemsize)
+
+
+@functools.lru_cache(maxsize=64)
+def _element_type(elem_type: int) -> tuple[str, int]:
+    """(numpy dtype name, item size) of an ONNX element type, ("unknown", 0) for one numpy lacks; once per type
+    (``np.dtype(...).name`` costs microseconds, and a model has thousands of tensors)."""
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-        return TensorInfo(name=name, shape=shape, dtype=dtype.name, itemsize=dtype.itemsize)
+        return dtype.name, dtype.itemsize
     except (KeyError, TypeError, ValueError):
-        return TensorInfo(name=name, shape=shape, dtype="unknown", itemsize=0)
+        return "unknown", 0
 
 
 def unique_node_names(graph: onnx.GraphProto) -> list[str]:
@@ -613,10 +645,11 @@ def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], cons
 
 
 def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constants: Mapping[str, int],
-               notes: list[str], attributes: Mapping[str, Any] | None = None) -> NodeCost:
-    """FLOPs and bytes of one node (``attributes``: its :func:`_attributes`, when the caller has them)."""
-    inputs = [tensors.get(t) or _unknown(t) if t else None for t in node.input]
-    outputs = [tensors.get(t) or _unknown(t) for t in node.output]
+               notes: list[str], attributes: Mapping[str, Any] | None = None,
+               io: tuple[list[TensorInfo | None], list[TensorInfo]] | None = None) -> NodeCost:
+    """FLOPs and bytes of one node (``attributes``: its :func:`_attributes`, ``io``: its :func:`_node_io`, when the
+    caller has them)."""
+    inputs, outputs = _node_io(node, tensors) if io is None else io
     attributes = _attributes(node) if attributes is None else attributes
     cost = node_cost(CostInput(op=node.op_type, attributes=attributes, inputs=inputs, outputs=outputs))
     if node.domain not in ("", "ai.onnx") or node.op_type not in ("Loop", "If", "Scan"):
@@ -676,32 +709,46 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
     constants = _small_int_constants(graph) if any(n.op_type in CONTROL_FLOW_OPS for n in graph.node) else {}
     notes = [] if notes is None else notes
     for order, (node, name) in enumerate(zip(graph.node, names)):
-        inputs = [tensors.get(t) or _unknown(t) if t else None for t in node.input]
-        outputs = [tensors.get(t) or _unknown(t) for t in node.output]
+        io = _node_io(node, tensors)
         attributes = _attributes(node)
         supported = node.domain in ("", "ai.onnx") and node.op_type in SUPPORTED_OPS
-        cost = _node_cost(node, tensors, constants, notes, attributes)
+        cost = _node_cost(node, tensors, constants, notes, attributes, io)
         dag.add_node(name, op=node.op_type, domain=node.domain, attributes=attributes,
-                     inputs=inputs, outputs=outputs, flops=cost.flops, bytes_read=cost.bytes_read,
+                     inputs=io[0], outputs=io[1], flops=cost.flops, bytes_read=cost.bytes_read,
                      bytes_written=cost.bytes_written, constant=False, order=order, supported=supported)
         for tensor in node.output:
             if tensor:
                 producer[tensor] = name
+    dag.add_edges_from((source, name, edge) for (source, name), edge in _edges(graph, names, producer, tensors).items())
+    return dag
+
+
+def _node_io(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo]) -> tuple[list[TensorInfo | None],
+                                                                                 list[TensorInfo]]:
+    """A node's input infos (None for an omitted optional) and output infos."""
+    return ([tensors.get(t) or _unknown(t) if t else None for t in node.input],
+            [tensors.get(t) or _unknown(t) for t in node.output])
+
+
+def _edges(graph: onnx.GraphProto, names: Sequence[str], producer: Mapping[str, str],
+           tensors: Mapping[str, TensorInfo]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Edge attributes by (producer, reader), in the order the readers read them (built in a plain dict: asking
+    networkx about each of thousands of edges costs more than the rest of the DAG)."""
+    edges: dict[tuple[str, str], dict[str, Any]] = {}
     for name, node in zip(names, graph.node):
         for tensor in node.input:
             source = producer.get(tensor)
             if source is None:
                 continue
             info = tensors.get(tensor) or _unknown(tensor)
-            if dag.has_edge(source, name):
-                edge = dag.edges[source, name]
-                if tensor not in edge["tensors"]:
-                    edge["tensors"].append(tensor)
-                    edge["bytes"] += info.nbytes or 0
-            else:
-                dag.add_edge(source, name, tensor=tensor, tensors=[tensor], shape=info.shape,
-                             dtype=info.dtype, bytes=info.nbytes or 0)
-    return dag
+            edge = edges.get((source, name))
+            if edge is None:
+                edges[source, name] = {"tensor": tensor, "tensors": [tensor], "shape": info.shape,
+                                       "dtype": info.dtype, "bytes": info.nbytes or 0}
+            elif tensor not in edge["tensors"]:
+                edge["tensors"].append(tensor)
+                edge["bytes"] += info.nbytes or 0
+    return edges
 
 
 def _check_reshapes(dag: nx.DiGraph) -> None:
@@ -721,7 +768,7 @@ def _check_reshapes(dag: nx.DiGraph) -> None:
 def _mark_constant_subgraphs(dag: nx.DiGraph, initializers: set[str]) -> None:
     """A node is constant when every input it reads by value is a constant or initializer."""
     constant_tensors = set(initializers)
-    for name in nx.topological_sort(dag):
+    for name in _file_order(dag):
         data = dag.nodes[name]
         metadata_only = _METADATA_ONLY_INPUTS.get(data["op"], set())
         value_inputs = [t for i, t in enumerate(data["inputs"]) if t is not None and i not in metadata_only]
@@ -741,7 +788,7 @@ def _mark_shape_only_values(dag: nx.DiGraph, graph_outputs: set[str]) -> None:
     """
     if not any(data["op"] in _METADATA_ONLY_INPUTS for _, data in dag.nodes(data=True)):
         return  # no node reads a value for its shape alone (most dynamo exports)
-    for name in reversed(list(nx.topological_sort(dag))):
+    for name in reversed(_file_order(dag)):
         data = dag.nodes[name]
         if data["constant"] or not data["outputs"] or any(t.name in graph_outputs for t in data["outputs"]):
             continue
@@ -750,6 +797,12 @@ def _mark_shape_only_values(dag: nx.DiGraph, graph_outputs: set[str]) -> None:
         if readers and all(dag.nodes[r].get("shape_only") or _reads_only_metadata(dag.nodes[r], produced)
                            for r in readers):
             data["constant"] = data["shape_only"] = True
+
+
+def _file_order(dag: nx.DiGraph) -> list[str]:
+    """The nodes in file order, a topological order of the DAG (:func:`_sort_topologically` made it one); cheaper
+    than networkx's sort, and each marking pass gives the same marks in any topological order."""
+    return sorted(dag.nodes, key=lambda name: dag.nodes[name]["order"])
 
 
 def _reads_only_metadata(reader: dict, tensors: set[str]) -> bool:
