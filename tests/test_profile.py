@@ -95,6 +95,31 @@ def test_cuda_without_a_gpu_is_one_line(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "p").exists()
 
 
+def test_cpu_dry_run_of_a_model_writes_its_label_beside_its_graph(tmp_path: Path, capsys) -> None:
+    """`lilou profile model`: a zoo CNN timed on the CPU (a real, if CPU, measurement), its weight-free export
+    readable by `lilou infer` at the same batch."""
+    out = tmp_path / "cnn"
+    status, stdout, _ = run(capsys, "profile", "model", "cnn-0", "--device", "cpu", "--out", str(out), "--batch",
+                            "2", "--repeats", "3", "--warmup", "1")
+    assert status == 0 and "cnn-0 (batch 2, fp32, TF32 conv) on" in stdout
+    label = json.loads((out / "label.json").read_text())
+    assert (label["model"], label["batch"], label["inputs"], label["timing"]) == (
+        "cnn-0", 2, {"x": [2, 3, 64, 64]}, "host-timer-loop")
+    assert label["latency_ms"] > 0 and label["device"]["kind"] == "cpu" and label["onnx"] == "model.onnx"
+    assert json.loads((out / PROVENANCE_FILE).read_text())["settings"]["batch"] == 2
+    status, stdout, _ = run(capsys, "infer", str(out / "model.onnx"), "--gpu", "t4", "--format", "json")
+    assert status == 0 and json.loads(stdout)["batch"] == 2
+
+
+def test_bad_model_profiles_are_one_line(tmp_path: Path, capsys) -> None:
+    status, _, err = run(capsys, "profile", "model", "resnet-51", "--device", "cpu", "--out", str(tmp_path / "m"))
+    one_line_error(status, err, "unknown zoo model 'resnet-51'")
+    status, _, err = run(capsys, "profile", "model", "cnn-0", "--device", "cpu", "--out", str(tmp_path / "m"),
+                         "--repeats", "0")
+    one_line_error(status, err, "--repeats 0: out of range")
+    assert not (tmp_path / "m").exists()
+
+
 @pytest.mark.parametrize(("argv", "fragment"), [
     (("--families", "gemm,attention"), "unknown family attention"),
     (("--dtypes", "fp8"), "unknown dtype fp8"),

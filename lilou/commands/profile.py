@@ -50,6 +50,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                           "terminal)")
     ops.set_defaults(handler=run_ops)
 
+    model = actions.add_parser("model", help="time a zoo model's eager forward pass end to end; write the label "
+                                             "with the model's weight-free ONNX export")
+    model.add_argument("name", help="a zoo model (`lilou zoo list`)")
+    model.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a dry run) (default: cuda)")
+    model.add_argument("--out", required=True, metavar="DIR", help="folder for label.json and model.onnx")
+    model.add_argument("--batch", type=int, default=None, help="batch size (default: the zoo entry's)")
+    model.add_argument("--seq", type=int, default=None, help="sequence length of a text model")
+    model.add_argument("--image-size", type=int, default=None, help="image size of a vision model")
+    model.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32", help="precision (default: fp32)")
+    model.add_argument("--tf32", choices=("off", "conv", "on"), default="conv",
+                       help="TF32 for FP32 math: conv (PyTorch's default), on, off (default: conv)")
+    model.add_argument("--timing", choices=("eager", "graph"), default="eager",
+                       help="eager: CUDA events around each forward call (default); graph: CUDA-graph replay")
+    model.add_argument("--repeats", type=int, default=20, help="timed calls, median kept (default: 20)")
+    model.add_argument("--warmup", type=int, default=5, help="untimed calls first (default: 5)")
+    model.add_argument("--no-export", action="store_true", help="do not write model.onnx")
+    model.set_defaults(handler=run_model)
+
 
 def run_ops(args: argparse.Namespace) -> int:
     from lilou.profile.sweep import DTYPES, FAMILIES, op_sweep
@@ -73,6 +91,60 @@ def run_ops(args: argparse.Namespace) -> int:
     if args.device == "cpu":
         timings = ("host-timer-loop",)
     return _profile(args, cases, timings, out)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    for name in ("repeats", "warmup"):
+        value = getattr(args, name)
+        if not (0 <= value <= 10_000) or (name == "repeats" and value == 0):
+            raise LilouInputError(f"--{name} {value}: out of range")
+
+
+def run_model(args: argparse.Namespace) -> int:
+    import json
+
+    from lilou.data.profiles import PROVENANCE_FILE
+    from lilou.profile.model import profile_model
+    from lilou.profile.provenance import describe_device, provenance
+
+    if not _DEVICE.match(args.device):
+        raise LilouInputError(f"--device {args.device!r}: give cuda, cuda:N or cpu")
+    _check_counts(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise LilouInputError(f"--out {out}: exists and is not a folder")
+    from lilou.zoo.registry import get_entry
+
+    get_entry(args.name)  # an unknown name fails before anything runs
+    _check_torch(args.device)
+    started = dt.datetime.now(dt.UTC)
+    info = describe_device(args.device)
+    timing = "host-timer-loop" if args.device == "cpu" else \
+        {"eager": "cuda-events-eager", "graph": "cuda-graph-replay"}[args.timing]
+    label = profile_model(args.name, args.device, info, args.batch, args.seq, args.image_size, args.dtype, args.tf32,
+                          timing, args.repeats, args.warmup)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.no_export:
+        from lilou.zoo.export import export_onnx
+
+        target = out / "model.onnx"
+        if target.exists():
+            target.unlink()
+        export_onnx(args.name, target, batch=label["batch"], seq=args.seq, image_size=args.image_size,
+                    strip_weights=True)
+        label["onnx"] = target.name
+    (out / "label.json").write_text(json.dumps(label, indent=1) + "\n", encoding="utf-8")
+    settings = {key: getattr(args, key) for key in ("batch", "seq", "image_size", "dtype", "tf32", "repeats", "warmup")}
+    (out / PROVENANCE_FILE).write_text(json.dumps(provenance(info, ["lilou", *sys.argv[1:]], settings, started, 1, {}),
+                                                  indent=1) + "\n", encoding="utf-8")
+    shell = console()
+    shell.print(f"{args.name} (batch {label['batch']}, {args.dtype}, TF32 {args.tf32}) on {info.name}: "
+                f"{label['latency_ms']:.3f} ms ({label['latency_stat']}, {timing}) -> {out}", highlight=False)
+    if info.kind != "cpu" and not args.no_export:
+        precision = "" if args.dtype == "fp32" else f" --precision {args.dtype}"
+        shell.print(f"  compare: lilou infer {out / 'model.onnx'} --gpu '{info.name}'{precision} --tf32 {args.tf32}",
+                    highlight=False)
+    return 0
 
 
 def _check_torch(device: str) -> None:
