@@ -23,6 +23,8 @@ code, so a prepared model gives exactly the results its path gives.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -248,13 +250,25 @@ class Predictor:
         overhead = OverheadModel(**params["overhead"])
         self.launch_gap_given = gap is not None
         if gap is not None:
-            overhead = OverheadModel(scale=overhead.scale, gap_ms=gap)
+            overhead = dataclasses.replace(overhead, gap_ms=gap)
         self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]), overhead,
                                    tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
         self._interval_notes, self._tensor_interval_note = _calibration_notes(
             kernel_checkpoint or checkpoint_path(KERNEL_LATENCY), has_tensor)
 
     # ----------------------------------------------------------------- public
+
+    def with_launch_gap(self, launch_gap_ms: float | None) -> Predictor:
+        """This predictor with another host issue time per kernel (None: itself), sharing its loaded networks and
+        fusion model: cheap enough for one per request (the service's ``launch_gap_us``)."""
+        gap = check_launch_gap(launch_gap_ms)
+        if gap is None:
+            return self
+        clone = copy.copy(self)
+        clone.model = copy.copy(self.model)
+        clone.model.overhead = dataclasses.replace(self.model.overhead, gap_ms=gap)
+        clone.launch_gap_given = True
+        return clone
 
     @contextlib.contextmanager
     def reusing_kernel_rows(self) -> Iterator[None]:

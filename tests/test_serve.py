@@ -165,6 +165,25 @@ def test_predict_fields_as_query_parameters_with_precision(client, predictor):
     assert response.json()["precision"] == "fp16"
 
 
+def test_launch_gap_of_the_callers_host(client, predictor):
+    """launch_gap_us, as `--launch-gap-us`: the same answers as a predictor with that gap (sharing the loaded one)."""
+    response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g", "launch_gap_us": 0})
+    assert response.status_code == 200, response.text
+    expected = predictor.with_launch_gap(0.0).predict(RESNET18, gpu="a10g").to_json()
+    assert response.json() == _expected(expected, "resnet18.onnx")
+    assert response.json()["latency_ms"] < predictor.predict(RESNET18, gpu="a10g").latency_ms
+    assert predictor.with_launch_gap(None) is predictor and predictor.model.overhead.gap_ms > 0.02  # left as it was
+    gpus = ["a10g", "t4"]
+    response = client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": gpus, "launch_gap_us": 12})
+    assert response.json() == predictor.with_launch_gap(0.012).rank(RESNET18, gpus=gpus).to_json()
+    response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g", "launch_gap_us": -1})
+    assert (response.status_code, response.json()) == (422, {
+        "detail": "launch_gap_us: Input should be greater than or equal to 0"})
+    response = client.post("/v1/plan", json={"model": "llama-3.1-8b", "llm": True, "itl_slo_ms": 40, "input_len": 512,
+                                             "output_len": 128, "launch_gap_us": 10})
+    assert response.status_code == 422 and response.json()["detail"].startswith("launch_gap_us applies to ONNX models")
+
+
 def test_rank_body_is_the_cli_list_and_warnings_travel_in_a_header(client, models_root, predictor):
     gpus = ["a10g", "t4", "a100-80gb/1g.10gb", "h100-sxm"]
     response = client.post("/v1/rank", json={"model": "sub/copy.onnx", "gpus": gpus})

@@ -50,6 +50,12 @@ class _GraphRequest(_Request):
     precision: Precision | None = Field(None, description="precision the model computes in (default: ONNX types)")
     tf32: TF32 | None = Field(None, description="what FP32 convolutions/matmuls run in (default: PyTorch's)")
     backend: Backend = Field("eager", description="runtime whose kernels are predicted")
+    launch_gap_us: float | None = Field(None, ge=0, le=1000, allow_inf_nan=False, description=(
+        "the host's issue time per kernel in microseconds (--launch-gap-us; default: NeuSight's 2023 hosts', about "
+        "30; 0 for CUDA-graph replay)"))
+
+    def launch_gap_ms(self) -> float | None:
+        return None if self.launch_gap_us is None else self.launch_gap_us / 1000.0
 
     @field_validator("shapes", mode="before")
     @classmethod

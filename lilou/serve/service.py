@@ -155,15 +155,16 @@ class Service:
     def predict(self, request: PredictRequest, source: ModelSource) -> dict[str, Any]:
         with named_errors(source, self.models_root.root):
             prepared = self.prepared(source, request.batch, request.shapes, request.backend)
-            prediction = self.predictor(request.backend).predict(prepared, gpu=request.gpu, mig=request.mig,
-                                                                 precision=request.precision, tf32=request.tf32)
+            predictor = self.predictor(request.backend).with_launch_gap(request.launch_gap_ms())
+            prediction = predictor.predict(prepared, gpu=request.gpu, mig=request.mig, precision=request.precision,
+                                           tf32=request.tf32)
         return prediction.to_json()
 
     def rank(self, request: RankRequest, source: ModelSource) -> tuple[list[dict[str, Any]], list[str]]:
         with named_errors(source, self.models_root.root):
             prepared = self.prepared(source, request.batch, request.shapes, request.backend)
-            ranking = self.predictor(request.backend).rank(prepared, gpus=request.gpus, precision=request.precision,
-                                                           tf32=request.tf32)
+            predictor = self.predictor(request.backend).with_launch_gap(request.launch_gap_ms())
+            ranking = predictor.rank(prepared, gpus=request.gpus, precision=request.precision, tf32=request.tf32)
         return ranking.to_json(), list(ranking.warnings)
 
     def plan(self, request: PlanRequest, model: str | Path, source: ModelSource | None) -> dict[str, Any]:
@@ -178,6 +179,9 @@ class Service:
                                                     ("output_len", request.output_len)) if value is None]
                 if missing:
                     raise InvalidField(f"plan with llm needs {', '.join(missing)}")
+                if request.launch_gap_us is not None:
+                    raise InvalidField("launch_gap_us applies to ONNX models; with llm the engine's host time is "
+                                       "lilou llm's own (engine)")
                 plan = plan_llm(model, request.itl_slo_ms, input_len=request.input_len, output_len=request.output_len,
                                 gpus=request.gpus, batches=request.batches, prices=prices, dtype=request.dtype,
                                 engine=request.engine, llm_predictor=self.llm_predictor())
@@ -187,7 +191,8 @@ class Service:
                 # Each batch re-shapes the graph: one cached prepared model per batch, shared with /v1/predict;
                 # batches not cached are read through one BatchSeries (later ones derived from the first reads).
                 plan = plan_model(model, request.slo_ms, gpus=request.gpus, batches=request.batches, prices=prices,
-                                  predictor=self.predictor(request.backend), shapes=request.shapes or None,
+                                  predictor=self.predictor(request.backend).with_launch_gap(request.launch_gap_ms()),
+                                  shapes=request.shapes or None,
                                   precision=request.precision, tf32=request.tf32,
                                   prepare=self._plan_batches(source, request.backend, request.batches))
         result = plan.to_json()
