@@ -236,3 +236,48 @@ def test_launch_floor_is_the_median_of_the_one_element_eager_calls() -> None:
             row("add", 1, 0.004, "cuda-graph-replay")]
     assert launch_floor_us(rows) == pytest.approx(12.0)
     assert launch_floor_us([row("add", 64, 0.5)]) is None
+
+
+def neusight_label(datasets_dir: Path, folder: Path, gpu_dir: str = "Tesla_T4", device: str = "Tesla T4") -> float:
+    """A real end-to-end label in the form `lilou profile model` writes: NeuSight's BERT-large (seq 512, batch 8,
+    eager FP32, TF32 off, CUDA events) on the T4."""
+    measured = json.loads((datasets_dir / "neusight" / "e2e" / gpu_dir / "bert_large-inf-512-8.json").read_text())
+    folder.mkdir(parents=True)
+    (folder / "label.json").write_text(json.dumps({
+        "format": 1, "model": "bert_large", "batch": 8, "seq": 512, "image_size": None, "dtype": "fp32", "tf32": "off",
+        "latency_ms": measured["e2e_latency"], "timing": "cuda-events-eager", "device": {"name": device, "kind": "cuda"},
+        "note": "test fixture: NeuSight's published label"}))
+    return measured["e2e_latency"]
+
+
+def test_check_puts_the_prediction_beside_a_real_label(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    measured = neusight_label(datasets_dir, tmp_path / "t4-bert")
+    status, stdout, err = run(capsys, "profile", "check", str(tmp_path / "t4-bert"), "--format", "json")
+    assert status == 0 and "exporting bert_large (batch 8)" in err
+    (row,) = json.loads(stdout)
+    status, infer_out, _ = run(capsys, "infer", str(tmp_path / "t4-bert" / "model.onnx"), "--gpu", "Tesla T4",
+                               "--tf32", "off", "--format", "json")
+    predicted = json.loads(infer_out)
+    assert (row["gpu"], row["mig"], row["batch"], row["measured_ms"]) == ("t4", None, 8, round(measured, 4))
+    assert row["predicted_ms"] == predicted["latency_ms"] and row["interval_ms"] == predicted["interval_ms"]
+    assert row["ape_pct"] == round(100 * abs(predicted["latency_ms"] - measured) / measured, 2)
+    assert row["inside"] == (predicted["interval_ms"][0] <= measured <= predicted["interval_ms"][1])
+    status, table, _ = run(capsys, "profile", "check", str(tmp_path / "t4-bert"))  # the export is reused
+    assert status == 0 and f"MAPE {row['ape_pct']:.1f} %" in table
+
+
+def test_check_refuses_cpu_and_damaged_labels(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    neusight_label(datasets_dir, tmp_path / "cpu", device="x86_64")
+    label = json.loads((tmp_path / "cpu" / "label.json").read_text())
+    (tmp_path / "cpu" / "label.json").write_text(json.dumps({**label, "device": {"name": "x86_64", "kind": "cpu"}}))
+    status, _, err = run(capsys, "profile", "check", str(tmp_path / "cpu"))
+    one_line_error(status, err, "measured on a CPU")
+    for name, change, fragment in (("batch", {"batch": 0}, "batch 0 is not a positive integer"),
+                                   ("latency", {"latency_ms": "fast"}, "latency_ms 'fast' is not a positive number"),
+                                   ("format", {"format": 7}, "not a format-1 label")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "label.json").write_text(json.dumps({**label, "device": {"name": "Tesla T4", "kind": "cuda"},
+                                                       **change}))
+        status, _, err = run(capsys, "profile", "check", str(folder))
+        one_line_error(status, err, fragment)

@@ -1,6 +1,8 @@
-"""`lilou profile ops --device cuda[:N]|cpu --out DIR`: time a sweep of single operators on this machine's GPU and
-write them as kernel-table rows with their provenance (docs/profile.md). `lilou data add DIR` then makes them part
-of the table the kernel model trains on. Needs torch (the rest of Lilou's prediction does not)."""
+"""`lilou profile ops|model|check`: measure this machine's GPU (docs/profile.md).
+
+`ops` times a sweep of single operators and writes them as kernel-table rows with their provenance (`lilou data add
+DIR` then makes them part of the table the kernel model trains on); `model` times a zoo model end to end beside its
+ONNX export; `check` puts Lilou's prediction beside such labels. Measuring needs torch (prediction does not)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +26,7 @@ def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from lilou.data.profiles import MODEL_DTYPES, TF32_MODES
     from lilou.profile.sweep import DTYPES, FAMILIES, SIZES
 
     parser = subparsers.add_parser("profile", help="measure operators on this machine's GPU (needs torch)")
@@ -58,8 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--batch", type=int, default=None, help="batch size (default: the zoo entry's)")
     model.add_argument("--seq", type=int, default=None, help="sequence length of a text model")
     model.add_argument("--image-size", type=int, default=None, help="image size of a vision model")
-    model.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32", help="precision (default: fp32)")
-    model.add_argument("--tf32", choices=("off", "conv", "on"), default="conv",
+    model.add_argument("--dtype", choices=MODEL_DTYPES, default="fp32", help="precision (default: fp32)")
+    model.add_argument("--tf32", choices=TF32_MODES, default="conv",
                        help="TF32 for FP32 math: conv (PyTorch's default), on, off (default: conv)")
     model.add_argument("--timing", choices=("eager", "graph"), default="eager",
                        help="eager: CUDA events around each forward call (default); graph: CUDA-graph replay")
@@ -67,6 +70,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--warmup", type=int, default=5, help="untimed calls first (default: 5)")
     model.add_argument("--no-export", action="store_true", help="do not write model.onnx")
     model.set_defaults(handler=run_model)
+
+    check = actions.add_parser("check", help="put Lilou's prediction beside the labels of `lilou profile model`")
+    check.add_argument("folders", nargs="+", metavar="DIR", help="--out folders of `lilou profile model`")
+    check.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
+    check.set_defaults(handler=run_check)
 
 
 def run_ops(args: argparse.Namespace) -> int:
@@ -145,6 +153,64 @@ def run_model(args: argparse.Namespace) -> int:
         shell.print(f"  compare: lilou infer {out / 'model.onnx'} --gpu '{info.name}'{precision} --tf32 {args.tf32}",
                     highlight=False)
     return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Each label beside `lilou infer` of its model on its GPU (or MIG slice), in its precision, TF32 mode and
+    timing (a CUDA-graph replay is composed without host gaps)."""
+    from lilou.api import Predictor
+    from lilou.commands._common import print_json
+    from lilou.data.profiles import read_model_label
+
+    labels = [read_model_label(folder) for folder in args.folders]  # every folder checked before any work
+    for label in labels:
+        if label.kind == "cpu":
+            raise LilouInputError(f"{label.folder}: measured on a CPU ({label.device}), a dry run; no GPU to compare")
+    predictor = Predictor()
+    rows = []
+    for label in labels:
+        onnx_path = _label_model(label)
+        chosen = predictor.with_launch_gap(0.0) if label.timing == "cuda-graph-replay" else predictor
+        prediction = chosen.predict(str(onnx_path), label.gpu_name, mig=label.mig_profile,
+                                    precision=None if label.dtype == "fp32" else label.dtype, tf32=label.tf32)
+        low, high = prediction.interval_ms
+        rows.append({"folder": str(label.folder), "model": label.model, "gpu": prediction.gpu, "mig": prediction.mig,
+                     "batch": label.batch, "dtype": label.dtype, "tf32": label.tf32, "timing": label.timing,
+                     "measured_ms": round(label.latency_ms, 4), "predicted_ms": prediction.latency_ms,
+                     "ape_pct": round(100 * abs(prediction.latency_ms - label.latency_ms) / label.latency_ms, 2),
+                     "interval_ms": [low, high], "inside": low <= label.latency_ms <= high,
+                     "extrapolated_share": prediction.extrapolated_share})
+    if args.format == "json":
+        print_json(rows)
+        return 0
+    from lilou.commands._common import new_table
+
+    table = new_table(title=f"{len(rows)} measured label(s) beside Lilou's prediction")
+    for column in ("model", "device", "batch", "dtype", "measured ms", "predicted ms", "APE %", "90 % interval"):
+        table.add_column(column, justify="left" if column in ("model", "device", "dtype") else "right")
+    for row in rows:
+        device = row["gpu"] + (f"/{row['mig']}" if row["mig"] else "")
+        table.add_row(row["model"], device, str(row["batch"]), row["dtype"], f"{row['measured_ms']:.3f}",
+                      f"{row['predicted_ms']:.3f}", f"{row['ape_pct']:.1f}",
+                      f"{row['interval_ms'][0]:.3f}-{row['interval_ms'][1]:.3f}" + ("" if row["inside"] else " (out)"))
+    shell = console()
+    shell.print(table)
+    mape = sum(row["ape_pct"] for row in rows) / len(rows)
+    shell.print(f"MAPE {mape:.1f} %, {sum(row['inside'] for row in rows)}/{len(rows)} inside the 90 % interval",
+                highlight=False)
+    return 0
+
+
+def _label_model(label) -> Path:
+    """The label's ONNX model: its folder's ``model.onnx``, exported (weight-free, the zoo's) where absent."""
+    target = label.folder / "model.onnx"
+    if not target.is_file():
+        from lilou.zoo.export import export_onnx
+
+        print(f"lilou: exporting {label.model} (batch {label.batch}) to {target}", file=sys.stderr)
+        export_onnx(label.model, target, batch=label.batch, seq=label.seq, image_size=label.image_size,
+                    strip_weights=True)
+    return target
 
 
 def _check_torch(device: str) -> None:

@@ -1,10 +1,13 @@
 """Profile directories (what `lilou profile ops` writes) and `lilou data add`.
 
-A profile directory holds ``rows.csv`` (one kernel-table row per timed call, in :data:`ROW_COLUMNS`) and
+An op profile directory holds ``rows.csv`` (one kernel-table row per timed call, in :data:`ROW_COLUMNS`) and
 ``provenance.json`` (the device as PyTorch and the driver saw it, the software, the command, the settings).
 `lilou data add DIR` checks both and copies them into ``<data root>/lilou_profile/<name>/``, where the kernel table
 reads every profile as the source ``lilou_profile`` (:mod:`lilou.data.readers.lilou_profile`). Only whole-GPU
 profiles are added: CPU dry runs are not GPU data, and the table has no column for a MIG slice yet.
+
+A model profile directory (`lilou profile model`) holds ``label.json`` instead: one end-to-end latency of a zoo
+model, read by :func:`read_model_label` for `lilou profile check`.
 
 The files are read as untrusted input: sizes are capped before reading, and every problem is one line naming the
 file (and the line of ``rows.csv``).
@@ -171,3 +174,78 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     for file in (ROWS_FILE, PROVENANCE_FILE):
         shutil.copyfile(profile.folder / file, target / file)
     return profile, target, gpu
+
+
+# ------------------------------------------------------------------------------------------ model labels
+
+LABEL_FILE = "label.json"
+MODEL_DTYPES = ("fp32", "fp16", "bf16")
+TF32_MODES = ("off", "conv", "on")
+
+
+@dataclass(frozen=True)
+class ModelLabel:
+    """One end-to-end latency measured by `lilou profile model` (``label.json``)."""
+
+    folder: Path
+    model: str
+    batch: int
+    seq: int | None
+    image_size: int | None
+    dtype: str
+    tf32: str
+    latency_ms: float
+    timing: str
+    device: str   # the device string PyTorch reported
+    kind: str     # cuda, mig or cpu
+
+    @property
+    def mig_profile(self) -> str | None:
+        """The MIG profile a MIG slice's device string names (``NVIDIA A100-SXM4-80GB MIG 1g.10gb``)."""
+        return self.device.split(" MIG ", 1)[1].strip() if " MIG " in self.device else None
+
+    @property
+    def gpu_name(self) -> str:
+        return self.device.split(" MIG ", 1)[0].strip()
+
+
+def read_model_label(folder: str | os.PathLike[str]) -> ModelLabel:
+    """Check a model profile directory's ``label.json``; a one-line :class:`LilouInputError` names the problem."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise LilouInputError(f"{folder}: not a directory (give the --out folder of `lilou profile model`)")
+    path = folder / LABEL_FILE
+    try:
+        label = json.loads(_capped_text(path, MAX_PROVENANCE_BYTES))
+    except json.JSONDecodeError as exc:
+        raise LilouInputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    problem = _label_problem(label)
+    if problem:
+        raise LilouInputError(f"{path}: {problem}")
+    device = label["device"]
+    return ModelLabel(folder, label["model"], label["batch"], label.get("seq"), label.get("image_size"),
+                      label["dtype"], label["tf32"], float(label["latency_ms"]), label["timing"], device["name"],
+                      device["kind"])
+
+
+def _label_problem(label: Any) -> str | None:
+    if not isinstance(label, dict) or label.get("format") != FORMAT_VERSION:
+        return f"not a format-{FORMAT_VERSION} label of `lilou profile model`"
+    if not isinstance(label.get("model"), str) or not label["model"]:
+        return "no model name"
+    for key in ("batch", "seq", "image_size"):
+        value = label.get(key)
+        if (value is not None or key == "batch") and not (type(value) is int and 0 < value <= 1 << 20):
+            return f"{key} {value!r} is not a positive integer"
+    if label.get("dtype") not in MODEL_DTYPES or label.get("tf32") not in TF32_MODES:
+        return f"dtype {label.get('dtype')!r} or tf32 {label.get('tf32')!r} unknown"
+    if label.get("timing") not in TIMING_METHODS:
+        return f"unknown timing {label.get('timing')!r}"
+    latency = label.get("latency_ms")
+    if not (isinstance(latency, int | float) and not isinstance(latency, bool) and math.isfinite(latency)
+            and latency > 0):
+        return f"latency_ms {latency!r} is not a positive number"
+    device = label.get("device")
+    if not isinstance(device, dict) or not isinstance(device.get("name"), str) or device.get("kind") not in DEVICE_KINDS:
+        return "no device name and kind"
+    return None

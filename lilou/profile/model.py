@@ -15,8 +15,7 @@ from typing import Any
 from lilou.profile.provenance import DeviceInfo
 from lilou.profile.timing import TIMERS
 
-MODEL_DTYPES = ("fp32", "fp16", "bf16")
-TF32_MODES = ("off", "conv", "on")
+from lilou.data.profiles import FORMAT_VERSION
 
 
 def profile_model(name: str, device: str, info: DeviceInfo, batch: int | None, seq: int | None,
@@ -38,7 +37,7 @@ def profile_model(name: str, device: str, info: DeviceInfo, batch: int | None, s
             latency = TIMERS[timing](lambda: module(*args), repeats, warmup)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    return {"model": name, "batch": int(built.args[0].shape[0]), "inputs": {n: list(a.shape) for n, a in
-                                                                            zip(built.input_names, built.args)},
+    return {"format": FORMAT_VERSION, "model": name, "batch": int(built.args[0].shape[0]), "seq": seq, "image_size": image_size,
+            "inputs": {n: list(a.shape) for n, a in zip(built.input_names, built.args)},
             "dtype": dtype, "tf32": tf32, "latency_ms": latency, "latency_stat": f"median of {repeats}",
             "timing": timing, "parameters": built.num_parameters, "device": asdict(info)}
