@@ -247,12 +247,11 @@ class Predictor:
         tensor_folder = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
         has_tensor = tensor_folder.exists()
         self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
-        overhead = OverheadModel(**params["overhead"])
-        self.launch_gap_given = gap is not None
-        if gap is not None:
-            overhead = dataclasses.replace(overhead, gap_ms=gap)
-        self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]), overhead,
+        self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]), OverheadModel(**params["overhead"]),
                                    tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
+        self.launch_gap_given = False
+        if gap is not None:
+            self._use_launch_gap(gap)
         self._interval_notes, self._tensor_interval_note = _calibration_notes(
             kernel_checkpoint or checkpoint_path(KERNEL_LATENCY), has_tensor)
 
@@ -266,9 +265,13 @@ class Predictor:
             return self
         clone = copy.copy(self)
         clone.model = copy.copy(self.model)
-        clone.model.overhead = dataclasses.replace(self.model.overhead, gap_ms=gap)
-        clone.launch_gap_given = True
+        clone._use_launch_gap(gap)
         return clone
+
+    def _use_launch_gap(self, gap_ms: float) -> None:
+        """Compose with ``gap_ms`` per kernel (checked) instead of the checkpoint's gap; the fitted scale stays."""
+        self.model.overhead = dataclasses.replace(self.model.overhead, gap_ms=gap_ms)
+        self.launch_gap_given = True
 
     @contextlib.contextmanager
     def reusing_kernel_rows(self) -> Iterator[None]:

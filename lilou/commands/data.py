@@ -116,31 +116,37 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _listing(dataset: Dataset, root: Path) -> dict:
     """One dataset's line of `lilou data list`: the DESIGN.md fields first, then the file status."""
-    from lilou.data.kernel_table import SOURCES, build_source, summarise
-    from lilou.errors import LilouInputError
+    from lilou.data.kernel_table import SOURCES
 
     status = _status(dataset, root)
     entry = {"name": dataset.name, "licence": dataset.licence, "gpus": [], "dtypes": [], "families": [], "rows": None,
              "timing": [], "present": status["present"] != "absent", "kind": "kernels" if dataset.name in SOURCES else
              "other", "dropped": {}}
     if dataset.name in SOURCES and entry["present"]:
-        try:
-            summary = summarise(build_source(dataset.name, root))
-        except LilouInputError as exc:
-            entry["error"] = str(exc)
-        else:
-            entry.update(gpus=summary.gpus, dtypes=summary.dtypes, families=summary.families, rows=summary.rows,
-                         timing=summary.timing, dropped=summary.dropped)
+        _add_summary(entry, dataset.name, root)
     entry.update({"state" if key == "present" else key: value for key, value in status.items()
                   if key not in ("name", "licence")})
     return entry
 
 
+def _add_summary(entry: dict, name: str, root: Path) -> None:
+    """What a kernel source holds (its rows, GPUs, dtypes ...) into ``entry``, or the one-line error reading it."""
+    from lilou.data.kernel_table import build_source, summarise
+    from lilou.errors import LilouInputError
+
+    try:
+        summary = summarise(build_source(name, root))
+    except LilouInputError as exc:
+        entry["error"] = str(exc)
+    else:
+        entry.update(gpus=summary.gpus, dtypes=summary.dtypes, families=summary.families, rows=summary.rows,
+                     timing=summary.timing, dropped=summary.dropped)
+
+
 def _local_listings(root: Path) -> list[dict]:
     """Lines of `lilou data list` for the sources measured here (`lilou data add`), where the data root has any."""
-    from lilou.data.kernel_table import LOCAL_SOURCES, build_source, check_sources, summarise
+    from lilou.data.kernel_table import LOCAL_SOURCES, check_sources
     from lilou.data.profiles import ROWS_FILE
-    from lilou.errors import LilouInputError
 
     entries = []
     for name in (n for n in check_sources(None, root) if n in LOCAL_SOURCES):
@@ -150,13 +156,7 @@ def _local_listings(root: Path) -> list[dict]:
                  "state": "complete", "description": "GPU profiles of `lilou profile ops`, added by `lilou data add`",
                  "repository": None, "commit": None, "files": profiles, "files_present": profiles, "local_only": 0,
                  "root": str(root)}
-        try:
-            summary = summarise(build_source(name, root))
-        except LilouInputError as exc:
-            entry["error"] = str(exc)
-        else:
-            entry.update(gpus=summary.gpus, dtypes=summary.dtypes, families=summary.families, rows=summary.rows,
-                         timing=summary.timing, dropped=summary.dropped)
+        _add_summary(entry, name, root)
         entries.append(entry)
     return entries
 

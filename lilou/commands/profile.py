@@ -17,11 +17,11 @@ from lilou.errors import LilouInputError
 _DEVICE = re.compile(r"^(cpu|cuda(:\d{1,2})?)$")
 
 
-def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+def _names(text: str, option: str) -> tuple[str, ...]:
+    """A comma-separated option's names (each once); checked against the sweep's by :func:`op_sweep`."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise LilouInputError(f"unknown {what} {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
+    if not names:
+        raise LilouInputError(f"{option}: name at least one, comma-separated")
     return names
 
 
@@ -78,10 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_ops(args: argparse.Namespace) -> int:
-    from lilou.profile.sweep import DTYPES, FAMILIES, op_sweep
+    from lilou.profile.sweep import op_sweep
 
-    families = _names(args.families, FAMILIES, "family")
-    dtypes = _names(args.dtypes, DTYPES, "dtype")
+    try:
+        cases = op_sweep(_names(args.families, "--families"), _names(args.dtypes, "--dtypes"), args.size)
+    except ValueError as exc:  # an unknown family or dtype, named with the known ones
+        raise LilouInputError(str(exc)) from None
     if not _DEVICE.match(args.device):
         raise LilouInputError(f"--device {args.device!r}: give cuda, cuda:N or cpu")
     _check_counts(args)
@@ -91,7 +93,6 @@ def run_ops(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise LilouInputError(f"--out {out}: exists and is not a folder")
     _check_torch(args.device)
-    cases = op_sweep(families, dtypes, args.size)
     timings = {"eager": ("cuda-events-eager",), "graph": ("cuda-graph-replay",),
                "both": ("cuda-events-eager", "cuda-graph-replay")}[args.timing]
     if args.device == "cpu":

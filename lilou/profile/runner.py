@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from lilou.profile.provenance import DeviceInfo
+from lilou.profile.provenance import DeviceInfo, software
 from lilou.profile.sweep import MATH_FAMILIES, OpCase
 from lilou.profile.timing import TIMERS
 
@@ -149,15 +149,10 @@ def _too_big(case: OpCase, device: str, max_elements: int | None) -> str | None:
 
 
 def _framework() -> str:
-    import torch
-
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    parts = [f"PyTorch {torch.__version__}"]
-    if torch.version.cuda:
-        parts.append(f"CUDA {torch.version.cuda}")
-    if cudnn:
-        parts.append(f"cuDNN {cudnn}")
-    return " ".join(parts)
+    """The row's ``framework``: PyTorch, CUDA and cuDNN versions as the provenance records them."""
+    versions = software()
+    names = (("torch", "PyTorch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"))
+    return " ".join(f"{label} {versions[key]}" for key, label in names if versions[key])
 
 
 @contextlib.contextmanager
