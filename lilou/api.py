@@ -379,8 +379,17 @@ class Predictor:
                 raise LilouInputError("batch and shapes apply when loading a file; pass them to load_graph instead")
             return model
         from lilou.graph.dag import load_graph
+        from lilou.graph.guarded_inference import meanwhile
 
-        return load_graph(model, batch=batch, shapes=shapes)
+        with meanwhile(self._load_fusion_model):
+            return load_graph(model, batch=batch, shapes=shapes)
+
+    def _load_fusion_model(self) -> None:
+        """What :meth:`_kernels` needs first (the fusion modules, networkx, the GNN's weights): loaded while ONNX
+        shape inference runs in its child process, which a fresh process would otherwise wait for idle."""
+        from lilou.fusion.predict import shipped_gnn
+
+        shipped_gnn()
 
     def _kernels(self, graph: ModelGraph, partition: Partition | None = None
                  ) -> tuple[GraphKernels, list[str], Partition]:

@@ -707,6 +707,42 @@ def test_guarded_shape_inference_gives_what_onnx_gives(monkeypatch):
         guarded_inference.infer_shapes(model)
 
 
+def test_work_handed_to_the_guarded_inference_runs_once_in_the_parent_and_changes_nothing():
+    """``meanwhile``: the parent runs the work while the first child infers (not in the child, not twice, not outside
+    the block), a failing task is dropped, and the inferred model is ONNX's own answer either way."""
+    from onnx import shape_inference
+
+    from lilou.graph import guarded_inference
+
+    model = onnx.load(str(REPO / "examples" / "resnet18.onnx"), load_external_data=False)
+    direct = shape_inference.infer_shapes(model).SerializeToString()
+    ran: list[int] = []
+
+    def failing() -> None:
+        raise ImportError("a head start that fails is dropped; the caller's own import raises it later")
+
+    guarded_inference.infer_shapes(model)
+    with guarded_inference.meanwhile(failing, lambda: ran.append(os.getpid())):
+        assert ran == []
+        first = guarded_inference.infer_shapes(model)
+        second = guarded_inference.infer_shapes(model)
+    guarded_inference.infer_shapes(model)
+    assert ran == [os.getpid()]
+    assert first.SerializeToString() == second.SerializeToString() == direct
+
+
+def test_reading_a_graph_loads_the_fusion_model_while_shapes_are_inferred(monkeypatch):
+    """Predictor reads a file with the fusion GNN's load handed to the guarded inference: the GNN is loaded by the
+    time the graph is read, before any fusion is predicted."""
+    from lilou import Predictor
+    from lilou.fusion import predict
+
+    loaded: list[str] = []
+    monkeypatch.setattr(predict, "shipped_gnn", lambda method="auto": loaded.append(method))
+    graph = Predictor()._graph(str(REPO / "examples" / "resnet18.onnx"), None, None)
+    assert loaded == ["auto"] and graph.dag.number_of_nodes() > 0
+
+
 def test_an_aborting_shape_inference_prints_one_line(tmp_path):
     """ONNX's C++ assertion text is written by the guarded child to fd 2, out of capsys's reach: a real process
     shows whether the user sees one line."""

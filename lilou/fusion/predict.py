@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_path
 from lilou.fusion.backends import check_backend
@@ -15,6 +16,10 @@ from lilou.fusion.partition import Partition
 from lilou.fusion.rules import RuleTable, rule_partition
 from lilou.graph.dag import ModelGraph
 from lilou.graph.features import OP_VOCABULARY
+
+if TYPE_CHECKING:
+    from lilou.fusion.gnn_predictor import FusionPredictor
+
 
 @functools.lru_cache(maxsize=4)
 def rule_table(backend: str) -> RuleTable:
@@ -27,14 +32,23 @@ def unknown_ops(graph: ModelGraph, known: Iterable[str] = OP_VOCABULARY) -> list
     return sorted({graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()} - known)
 
 
+def shipped_gnn(method: str = "auto") -> FusionPredictor | None:
+    """The shipped fusion GNN (read once per process), or None where ``method`` asks for rules or no GNN
+    checkpoint is installed (an error when ``method`` is "gnn")."""
+    gnn_folder = checkpoint_path(FUSION_GNN, required=method == "gnn")
+    if method not in ("auto", "gnn") or not gnn_folder.exists():
+        return None
+    from lilou.fusion.gnn_predictor import FusionPredictor  # numpy weights, read on demand
+
+    return FusionPredictor.load_shipped()
+
+
 def predict_partition(graph: ModelGraph, backend: str = "eager", method: str = "auto") -> Partition:
     """Kernel groups predicted from the ONNX graph alone (``method``: auto, gnn or rules)."""
     check_backend(backend)
-    gnn_folder = checkpoint_path(FUSION_GNN, required=method == "gnn")
     known: Iterable[str] = OP_VOCABULARY
-    if method in ("auto", "gnn") and gnn_folder.exists():
-        from lilou.fusion.gnn_predictor import FusionPredictor  # torch model, loaded on demand
-        predictor = FusionPredictor.load_shipped()
+    predictor = shipped_gnn(method)
+    if predictor is not None:
         partition = predictor.predict(graph, backend)
         # Ops outside the one-hot vocabulary that training graphs of this backend held were learned from (as a
         # generic op); a checkpoint that does not list them falls back to the vocabulary.

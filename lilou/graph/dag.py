@@ -16,9 +16,8 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 import onnx
 from onnx import helper
@@ -28,6 +27,9 @@ from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, ba
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
 from lilou.graph.shapes import MAX_DIM, MAX_ELEMENTS, apply_input_shapes, infer_shapes, runtime_inputs
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # Ops whose output depends only on the *type or shape* of these input positions,
 # so they are constant once shapes are static.
@@ -520,6 +522,8 @@ def _check_acyclic(graph: onnx.GraphProto) -> None:
     position = {out: index for index, node in enumerate(graph.node) for out in node.output if out}
     if all(position[t] < index for index, node in enumerate(graph.node) for t in node.input if t in position):
         return  # every tensor is read after the node that writes it (nearly every file): no cycle
+    import networkx as nx
+
     names = unique_node_names(graph)
     producer = {out: name for name, node in zip(names, graph.node) for out in node.output if out}
     links = nx.DiGraph()
@@ -702,6 +706,8 @@ def _scan_length(node: onnx.NodeProto, inputs: Sequence[TensorInfo | None]) -> i
 
 def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
                notes: list[str] | None = None) -> nx.DiGraph:
+    import networkx as nx  # here, not at the top: its import overlaps ONNX shape inference (lilou.api)
+
     graph = model.graph
     dag = nx.DiGraph()
     producer: dict[str, str] = {}

@@ -9,13 +9,19 @@ that is killed after :data:`TIME_LIMIT_S` (the budget grows with the model's own
 twice). A child that runs out of memory or time, or aborts (ONNX asserts on some malformed dimensions), is bad
 input, said in one line (the child's own output goes to /dev/null); any other outcome (the inferred model, or
 ONNX's own error) is exactly what the in-process call gives. Where ``os.fork`` does not exist the call runs in-process.
+
+While the child infers, the parent is idle: :func:`meanwhile` hands it work to do then (a command's later imports
+and checkpoint loads), so a fresh process spends the child's time once, not twice.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import select
 import signal
 import time
+from collections.abc import Callable, Iterator
 
 import onnx
 from onnx import shape_inference
@@ -28,6 +34,32 @@ TIME_LIMIT_S = 60.0
 #: ONNX errors passed back to the parent as themselves, so callers handle them as before.
 _ERRORS = {"InferenceError": shape_inference.InferenceError, "ValidationError": onnx.checker.ValidationError,
            "RuntimeError": RuntimeError, "ValueError": ValueError}
+#: Work the parent does while the next child infers (:func:`meanwhile`).
+_PENDING: contextvars.ContextVar[tuple[Callable[[], object], ...]] = contextvars.ContextVar("pending", default=())
+
+
+@contextlib.contextmanager
+def meanwhile(*work: Callable[[], object]) -> Iterator[None]:
+    """Within the block, the first guarded inference runs ``work`` in the parent while its child infers.
+
+    Only a head start: ``work`` runs at most once and may not run at all (no fork, no inference, a graph read
+    without it), and what it raises is dropped, so it must be something the caller would do later anyway (an
+    import, a cached load) whose errors surface again there."""
+    token = _PENDING.set(_PENDING.get() + work)
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
+
+
+def _run_pending() -> None:
+    work = _PENDING.get()
+    _PENDING.set(())
+    for task in work:
+        try:
+            task()
+        except Exception:  # noqa: BLE001 - a head start only: the caller's own later call raises it again
+            pass
 
 
 def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
@@ -51,6 +83,7 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
         os._exit(code)
     os.close(write_fd)
     try:
+        _run_pending()
         payload = _read(read_fd, TIME_LIMIT_S, pid)
     finally:
         os.close(read_fd)
