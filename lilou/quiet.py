@@ -1,10 +1,19 @@
-"""Keep Lightning's banners and warnings out of runs that train many small models (folds, ablations)."""
+"""Keep Lightning's banners and warnings out of runs that train many small models (folds, ablations), and send
+those runs' own progress lines to stderr (stdout stays the result)."""
 from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+#: Where a long run's progress lines go.
+Log = Callable[[str], None]
+
+
+def log_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 
 from lilou.commands.eval import print_tables, write_csv
-from lilou.latency.evaluation.e2e_eval import FUSION_MODES, evaluate
+from lilou.latency.evaluation.e2e_eval import evaluate
+from lilou.latency.evaluation.e2e_workloads import FUSION_MODES
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"

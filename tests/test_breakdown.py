@@ -10,7 +10,7 @@ from lilou.fusion.predict import predict_partition
 from lilou.graph.dag import load_graph
 from lilou.latency.composition.breakdown import (CATEGORIES, kernel_category, measured_breakdown, node_category,
                                                 predicted_breakdown)
-from lilou.latency.evaluation.e2e_eval import EvalResult, EvalRow
+from lilou.latency.evaluation.e2e_results import EvalResult, EvalRow
 from lilou.latency.composition.end_to_end import describe_kernels
 from tests.conftest import REPO
 

@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from lilou.cli import main
-from lilou.latency.evaluation.e2e_eval import (FOLDS, EvalResult, EvalRow, ape, average_ranks, evaluate, kendall,
-                                    select_labels, spearman)
+from lilou.latency.evaluation.e2e_eval import evaluate
+from lilou.latency.evaluation.e2e_results import EvalResult, EvalRow
+from lilou.latency.evaluation.e2e_workloads import select_labels
+from lilou.latency.evaluation.fold_parts import FOLDS
+from lilou.latency.evaluation.scores import ape, average_ranks, kendall, spearman
 
 # ------------------------------------------------------------------ metrics (exact, by hand)
 

@@ -56,10 +56,8 @@ def _run_pending() -> None:
     work = _PENDING.get()
     _PENDING.set(())
     for task in work:
-        try:
+        with contextlib.suppress(Exception):  # a head start only: the caller's own later call raises it again
             task()
-        except Exception:  # noqa: BLE001 - a head start only: the caller's own later call raises it again
-            pass
 
 
 def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:

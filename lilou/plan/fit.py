@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from lilou.latency.kernel_model.kernel import FAMILIES
 from lilou.plan.calibration import BAND_CLASS, TRANSPOSED_FAMILY
 from lilou.plan.conformal import COVERAGE, group_weights, log_residuals, symmetric_bounds
 from lilou.plan.extrapolation import measured_ranges, range_features, range_key
+from lilou.quiet import Log, log_to_stderr
 
 REPO = Path(__file__).resolve().parents[2]
 CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration.json"
@@ -56,13 +55,6 @@ E2E_MIN_LABELS = 19
 TIERS = ("trained", "arch_seen", "arch_unseen")
 #: Where ``make calibrate`` leaves the residuals it pooled (git-ignored), for ``--residuals`` and the benchmark.
 RESIDUALS_FILE = REPO / "outputs" / "calibration" / "residuals.npz"
-
-Log = Callable[[str], None]
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
 
 @dataclass
 class Residuals:
@@ -131,12 +123,12 @@ def _residuals(predicted, measured, family, dtype, tier, group, gpu, source, ext
 # ------------------------------------------------------------------ NeuSight folds
 
 
-def neusight_residuals(data_dir=None, log: Log = _stderr) -> Residuals:
+def neusight_residuals(data_dir=None, log: Log = log_to_stderr) -> Residuals:
     """Leave-one-GPU-out residuals of the five NeuSight folds, and in-sample residuals on new shapes."""
     from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
     from lilou.data.neusight import load_kernels
     from lilou.latency.kernel_model.dataset import build_dataset
-    from lilou.latency.evaluation.e2e_eval import FOLDS, logo_parts
+    from lilou.latency.evaluation.fold_parts import FOLDS, logo_parts
     from lilou.latency.kernel_model.inference import KernelModel
 
     parts = []
@@ -189,12 +181,12 @@ class TableScan:
     skipped: dict[str, int]
 
 
-def table_residuals(per_group: int, data_dir=None, log: Log = _stderr) -> TableScan:
+def table_residuals(per_group: int, data_dir=None, log: Log = log_to_stderr) -> TableScan:
     """Held-out residuals of the kernel table's non-NeuSight rows, and every architecture x dtype x family's
     measured range (all sources)."""
     from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
     from lilou.data.kernel_table import kernel_table
-    from lilou.latency.evaluation.e2e_eval import FOLDS, logo_parts
+    from lilou.latency.evaluation.fold_parts import FOLDS, logo_parts
     from lilou.latency.kernel_model.inference import KernelModel
     from lilou.latency.evaluation.table_folds import Fold, score
     from lilou.latency.kernel_model.table_sample import sample_table
@@ -251,7 +243,7 @@ def table_residuals(per_group: int, data_dir=None, log: Log = _stderr) -> TableS
 TENSOR_FAMILIES = ("gemm", "conv")
 
 
-def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _stderr) -> Residuals:
+def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = log_to_stderr) -> Residuals:
     """Leave-one-architecture-out residuals of the tensor-core model's config (``experiment=kernel_latency_tensor``)
     on the rows of the kernel table it prices (non-FP32 GEMMs, every convolution): one fold model per
     architecture class that has such rows, trained on every other row of the same sample (all of them
@@ -315,7 +307,7 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = _st
 # ------------------------------------------------------------------ end to end
 
 
-def e2e_residuals(e2e_json: Path | None = None, data_dir=None, log: Log = _stderr) -> Residuals:
+def e2e_residuals(e2e_json: Path | None = None, data_dir=None, log: Log = log_to_stderr) -> Residuals:
     """Leave-one-GPU-out end-to-end residuals: from a ``make bench-e2e`` JSON, or by running the evaluation."""
     if e2e_json is not None:
         result = json.loads(Path(e2e_json).read_text())
