@@ -1,4 +1,5 @@
-"""ONNX -> annotated DAG: loading, shape handling, FLOPs/bytes per node, PyG conversion.
+"""ONNX -> annotated DAG: loading, checks of the file (:mod:`lilou.graph.validation`), shape handling, FLOPs/bytes
+per node, PyG conversion.
 
 ``load_graph(path, batch=None, shapes=None)`` is the entry point; ``to_pyg`` (in
 :mod:`lilou.graph.pyg`, which imports torch) converts the result for the GNN;

@@ -42,7 +42,8 @@ import torch
 from lilou.errors import LilouInputError
 from lilou.fusion.eager_layout import strided_tensors
 from lilou.fusion.partition import Partition, partition_from_groups
-from lilou.graph.dag import ModelGraph, unique_node_names
+from lilou.graph.dag import ModelGraph
+from lilou.graph.names import unique_node_names
 
 FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"

@@ -58,7 +58,8 @@ import onnx
 
 from lilou.errors import LilouInputError
 from lilou.fusion.partition import Partition, partition_from_groups
-from lilou.graph.dag import ModelGraph, build_graph, unique_node_names
+from lilou.graph.dag import ModelGraph, build_graph
+from lilou.graph.names import unique_node_names
 
 BACKEND = "tvm"
 TARGET = {"kind": "cuda", "arch": "sm_80"}
