@@ -621,7 +621,8 @@ def _fused_attention_warning(kernels: GraphKernels, shares: np.ndarray) -> list[
     mask = fused_attention(kernels.unique)[kernels.index]
     if not mask.any():
         return []
-    return [f"{int(mask.sum())} fused attention kernel(s) (F.scaled_dot_product_attention, one kernel in eager): "
+    return [f"{int(mask.sum())} fused attention kernel(s) (F.scaled_dot_product_attention, or an ONNX Attention "
+            "node: one kernel in eager): "
             "priced as a GEMM of Q.K^T carrying both products and the softmax, reading Q, K and V once; no eager "
             f"attention kernel was measured (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
 

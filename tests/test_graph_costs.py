@@ -207,3 +207,28 @@ def test_values_read_only_for_their_shape_compute_nothing():
     assert [n for n in ("a", "b") if data[n].get("shape_only")] == ["a", "b"]
     assert graph.runtime_nodes() == ["cast", "c", "e", "d", "y"]
     assert not any(data[n].get("shape_only") for n in ("cast", "c", "e", "d", "y"))
+
+
+def test_ops_pytorch_programs_export_beyond_the_common_ones_have_cost_formulas():
+    """torch.asin / sinh / bitwise_and, Hardshrink (ONNX Shrink), cumprod, topk and Hardmax: priced, not sent to the
+    memory-bound fallback as unknown ops."""
+    x = tensor("x", [4, 1000])
+    for op, flops_per_element in (("Asin", 1), ("Sinh", 1), ("Atanh", 1), ("Shrink", 2)):
+        node = only_node(single_node_graph(helper.make_node(op, ["x"], ["y"]), [x], [tensor("y", None)]))
+        assert (node["flops"], node["bytes_read"], node["bytes_written"]) == (flops_per_element * 4000, 16000, 16000)
+    ints_in = tensor("a", [4, 1000], TensorProto.INT32), tensor("b", [4, 1000], TensorProto.INT32)
+    out = tensor("y", None, TensorProto.INT32)
+    node = only_node(single_node_graph(helper.make_node("BitwiseAnd", ["a", "b"], ["y"]), ints_in, [out]))
+    assert (node["flops"], node["bytes_read"], node["bytes_written"]) == (4000, 32000, 16000)
+    cumprod = helper.make_node("CumProd", ["x", "axis"], ["y"])  # opset 26
+    node = only_node(build_graph(make_model([cumprod], [x], [tensor("y", None)], [ints("axis", 1)], opset=26)))
+    assert node["flops"] == 4000 and node["bytes_written"] == 16000
+    # top 5 of 1000 per row: log2(5 + 1) -> 3 selection passes; values (float) and indices (int64) written
+    topk = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)
+    graph = single_node_graph(topk, [x], [tensor("values", None), tensor("indices", None, TensorProto.INT64)],
+                              [ints("k", [5])])
+    node = only_node(graph)
+    assert (node["flops"], node["bytes_written"]) == (3 * 4000, 4 * 20 + 8 * 20)
+    hardmax = only_node(single_node_graph(helper.make_node("Hardmax", ["x"], ["y"]), [x], [tensor("y", None)]))
+    assert hardmax["flops"] == 2 * 4000
+    assert graph.unsupported_ops == []

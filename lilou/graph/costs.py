@@ -91,6 +91,10 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "Celu": 4, "ThresholdedRelu": 1, "Sigmoid": 4, "HardSigmoid": 3, "HardSwish": 4,
     "Softplus": 3, "Softsign": 3, "Mish": 6, "Gelu": 8, "BiasGelu": 9, "FastGelu": 10,
     "QuickGelu": 5, "Swish": 5,
+    # Inverse and hyperbolic trigonometry, bitwise and shrink ops (torch.asin ... , torch.bitwise_*, Hardshrink and
+    # Softshrink, which torch.onnx writes as Shrink).
+    "Asin": 1, "Acos": 1, "Atan": 1, "Sinh": 1, "Cosh": 1, "Asinh": 1, "Acosh": 1, "Atanh": 1,
+    "BitwiseAnd": 1, "BitwiseOr": 1, "BitwiseXor": 1, "BitwiseNot": 1, "BitShift": 1, "Shrink": 2,
 }
 
 # Per-element cost of the normalisations (ONNX function bodies): mean, centre,
@@ -228,6 +232,66 @@ def _cumsum_flops(node: CostInput) -> int:
     return _elements(node.inputs[0])
 
 
+def _topk_flops(node: CostInput) -> int:
+    """A compare per input element for each of log2(k) selection passes (a radix or bitonic select), at least one."""
+    out = node.outputs[0].shape if node.outputs and node.outputs[0].shape else ()
+    axis = node.attributes.get("axis", -1)
+    k = out[axis % len(out)] if out and isinstance(axis, int) and -len(out) <= axis < len(out) else 1
+    return _elements(node.inputs[0]) * max(1, math.ceil(math.log2(max(k, 1) + 1)))
+
+
+def _hardmax_flops(node: CostInput) -> int:
+    """A compare per element along the axis, then the one-hot write."""
+    return _elements(node.inputs[0]) + _out_elements(node)
+
+
+def attention_dims(node: CostInput) -> tuple[int, int, int, int, int] | None:
+    """(batch x query heads, query length, key length with the past, Q/K head size, V head size) of an ONNX
+    ``Attention`` node (opset 23: what ``torch.onnx.export`` writes for ``F.scaled_dot_product_attention``), its
+    Q, K and V either 4-D ``[batch, heads, length, head size]`` or 3-D ``[batch, length, heads x head size]`` with
+    the head counts as attributes; None when a shape is unknown."""
+    q, k, v = (node.inputs[i] if len(node.inputs) > i else None for i in range(3))
+    if any(t is None or t.shape is None or len(t.shape) not in (3, 4) for t in (q, k, v)):
+        return None
+    q_heads, kv_heads = node.attributes.get("q_num_heads", 0), node.attributes.get("kv_num_heads", 0)
+    if len(q.shape) == 4:
+        batch, q_heads, q_len, head = q.shape
+    elif isinstance(q_heads, int) and q_heads > 0:
+        batch, q_len, head = q.shape[0], q.shape[1], q.shape[2] // q_heads
+    else:
+        return None
+    kv_len = k.shape[2] if len(k.shape) == 4 else k.shape[1]
+    if len(v.shape) == 4:
+        v_head = v.shape[3]
+    elif isinstance(kv_heads, int) and kv_heads > 0:
+        v_head = v.shape[2] // kv_heads
+    else:
+        return None
+    past = node.inputs[4] if len(node.inputs) > 4 else None
+    if past is not None and past.shape is not None and len(past.shape) == 4:
+        kv_len += past.shape[2]
+    return batch * q_heads, q_len, kv_len, head, v_head
+
+
+def _attention_flops(node: CostInput) -> int:
+    """What the decomposed ``scaled_dot_product_attention`` the dynamo exporter writes below opset 23 counts: Q and
+    K (one copy per query head) scaled by the square root of the scale, Q.K^T and P.V (2 FLOPs per multiply-add),
+    the mask (given or causal) added to and the softmax taken over every score."""
+    dims = attention_dims(node)
+    if dims is None:
+        return 0
+    heads, q_len, kv_len, head, v_head = dims
+    scores = heads * q_len * kv_len
+    masked = (len(node.inputs) > 3 and node.inputs[3] is not None) or bool(node.attributes.get("is_causal", 0))
+    scaled = _elements(node.inputs[0]) + heads * kv_len * head
+    return 2 * scores * (head + v_head) + (int(masked) + _SOFTMAX_FLOPS) * scores + scaled
+
+
+def _rotary_flops(node: CostInput) -> int:
+    """x cos + rotate(x) sin on the rotated part of every element (3 per element), the rest copied."""
+    return 3 * _out_elements(node)
+
+
 # Recurrent layers (ONNX LSTM / GRU / RNN, one node per layer; what cuDNN runs as its fused RNN
 # kernels). Per time step, direction and batch row, a layer with G gates of hidden size H on an
 # input of size I computes the input and recurrent projections (2*G*H*(I+H)), both biases (2*G*H)
@@ -315,6 +379,11 @@ _FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
     "Resize": _resize_flops,
     "Upsample": _resize_flops,
     "CumSum": _cumsum_flops,
+    "CumProd": _cumsum_flops,
+    "TopK": _topk_flops,
+    "Hardmax": _hardmax_flops,
+    "Attention": _attention_flops,
+    "RotaryEmbedding": _rotary_flops,
     "Einsum": _einsum_flops,
     "LSTM": _recurrent_flops,
     "GRU": _recurrent_flops,
@@ -353,10 +422,23 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
         selected = _bytes(node.outputs)
         rest = [] if node.op == "Slice" else inputs[1:]
         return [(inputs[0], selected)] + [(t, t.nbytes or 0) for t in rest]
+    if node.op == "RotaryEmbedding" and len(node.inputs) > 3 and node.inputs[3] is not None:
+        # cos and sin caches hold every position ([max positions, rotary dim / 2]); the kernel reads the rows of
+        # position_ids only
+        positions = node.inputs[3].elements or 0
+        return [(t, _rows_read(t, positions) if t is node.inputs[1] or t is node.inputs[2] else t.nbytes or 0)
+                for t in inputs]
     if batchnorm_training(node) and inputs:
         # One pass over X for the batch statistics, a second to normalise it: X is read twice.
         return [(inputs[0], 2 * (inputs[0].nbytes or 0))] + [(t, t.nbytes or 0) for t in inputs[1:]]
     return [(t, t.nbytes or 0) for t in inputs]
+
+
+def _rows_read(table: TensorInfo, rows: int) -> int:
+    """Bytes of ``rows`` rows of a 2-D ``table`` (all of it when it is not 2-D or has fewer rows)."""
+    if table.shape is None or len(table.shape) != 2 or table.shape[0] <= rows:
+        return table.nbytes or 0
+    return rows * table.shape[1] * table.itemsize
 
 
 def node_bytes(node: CostInput) -> tuple[int, int]:

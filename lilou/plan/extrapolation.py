@@ -62,8 +62,10 @@ def fused_attention(specs: Sequence[KernelSpec]) -> np.ndarray:
     """bool per kernel: two matrix products with a softmax in one kernel, what eager runs for
     ``F.scaled_dot_product_attention`` (:func:`lilou.fusion.export_names.fused_call_nodes`). It is priced as a GEMM
     of its first product carrying the FLOPs of both and the softmax, reading Q, K and V once; no eager attention
-    kernel was measured, so the GEMM rows' range says nothing about it."""
-    return np.array([spec.ops.count("MatMul") >= 2 and "Softmax" in spec.ops for spec in specs], dtype=bool)
+    kernel was measured, so the GEMM rows' range says nothing about it. An ONNX ``Attention`` node (opset 23, what
+    the exporter writes for the same call there) is the same kernel."""
+    return np.array([(spec.ops.count("MatMul") >= 2 and "Softmax" in spec.ops) or "Attention" in spec.ops
+                     for spec in specs], dtype=bool)
 
 
 def range_key(architecture: str, dtype: str, family: str) -> str:

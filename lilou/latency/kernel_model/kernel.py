@@ -18,8 +18,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lilou.graph.costs import (ELEMENTWISE_FLOPS, RECURRENT_OPS, VIEW_OPS, CostInput, input_reads, node_cost,
-                               recurrent_dims)
+from lilou.graph.costs import (ELEMENTWISE_FLOPS, RECURRENT_OPS, VIEW_OPS, CostInput, TensorInfo, attention_dims,
+                               input_reads, node_cost, recurrent_dims)
 
 if TYPE_CHECKING:  # kernels built without a graph (the kernel table, `lilou llm`) need no onnx
     from lilou.graph.dag import ModelGraph
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # kernels built without a graph (the kernel table, `lilou llm
 FAMILIES: tuple[str, ...] = ("gemm", "conv", "elementwise", "layernorm", "softmax", "reduction", "memory")
 
 _FAMILY_OF_OP = {
-    "MatMul": "gemm", "Gemm": "gemm", "Einsum": "gemm",
+    "MatMul": "gemm", "Gemm": "gemm", "Einsum": "gemm", "Attention": "gemm",
     "Conv": "conv", "ConvTranspose": "conv",
     "LayerNormalization": "layernorm", "SimplifiedLayerNormalization": "layernorm",
     "RMSNormalization": "layernorm", "GroupNormalization": "layernorm", "InstanceNormalization": "layernorm",
@@ -38,7 +38,8 @@ _FAMILY_OF_OP = {
     "ReduceProd": "reduction", "ReduceL1": "reduction", "ReduceL2": "reduction",
     "ReduceSumSquare": "reduction", "ReduceLogSumExp": "reduction", "ArgMax": "reduction", "ArgMin": "reduction",
     "GlobalAveragePool": "reduction", "GlobalMaxPool": "reduction", "MaxPool": "reduction",
-    "AveragePool": "reduction", "CumSum": "reduction",
+    "AveragePool": "reduction", "CumSum": "reduction", "CumProd": "reduction", "TopK": "reduction",
+    "Hardmax": "reduction",
 }
 # Families in order of precedence: a group's family is that of its "main" node.
 _PRECEDENCE = ("gemm", "conv", "layernorm", "softmax", "reduction", "elementwise", "memory")
@@ -91,11 +92,13 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
         raise ValueError("a kernel needs at least one node")
     produced = {t.name for node in nodes for t in node.outputs}
     consumed = {t.name for node in nodes for t in node.inputs if t is not None}
+    viewed = _viewed_tensors(nodes)
     reads: dict[str, int] = {}
     for node in nodes:
         for tensor, nbytes in input_reads(node):
-            if tensor.name not in produced:
-                reads[tensor.name] = max(reads.get(tensor.name, 0), nbytes)
+            source = viewed.get(tensor.name, tensor)  # a view made inside the kernel reads what it views
+            if source.name not in produced:
+                reads[source.name] = max(reads.get(source.name, 0), nbytes)
     outputs = [t for node in nodes for t in node.outputs]
     if external_outputs is None:
         writes = {t.name: t for t in outputs if t.name not in consumed}
@@ -136,6 +139,25 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
     return KernelSpec(**spec)
 
 
+#: Views of their first input's data (same elements, another shape): a kernel reading one reads that input.
+_DATA_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
+
+
+def _viewed_tensors(nodes: Sequence[CostInput]) -> dict[str, TensorInfo]:
+    """Output name -> the tensor it views, for the data views among ``nodes`` (chains followed to their source).
+
+    A view launches nothing and reads nothing itself; the node that reads the view reads its source's memory. When
+    both are in one kernel (a fused ``scaled_dot_product_attention`` call reshapes K before Q.K^T; a TVM group
+    starts with a reshape), that source is what the kernel reads from outside."""
+    viewed: dict[str, TensorInfo] = {}
+    for node in nodes:
+        if node.op in _DATA_VIEWS and node.inputs and node.inputs[0] is not None:
+            source = viewed.get(node.inputs[0].name, node.inputs[0])
+            for out in node.outputs:
+                viewed[out.name] = source
+    return viewed
+
+
 def _recurrent(nodes: Sequence[CostInput]) -> tuple[str, int, int, int, int, int, int] | None:
     """The recurrent layer of a group holding one ONNX LSTM/GRU/RNN node of known shapes."""
     cells = [node for node in nodes if node.op in RECURRENT_OPS]
@@ -169,6 +191,12 @@ def _shape(tensor) -> tuple[int, ...]:
 
 
 def _matmul_dims(node: CostInput) -> tuple[int, int, int, int]:
+    if node.op == "Attention":  # its first product, Q.K^T, as the decomposed SDPA kernels are described
+        dims = attention_dims(node)
+        if dims is None:
+            return 1, 1, 1, 1
+        heads, q_len, kv_len, head, _ = dims
+        return heads, q_len, kv_len, head
     a, b = _shape(node.inputs[0]), _shape(node.inputs[1])
     out = _shape(node.outputs[0])
     if node.op == "Gemm" or len(b) <= 2:
@@ -233,7 +261,7 @@ def _row_dims(node: CostInput) -> tuple[int, int]:
     axes = node.attributes.get("axes")
     # Reduce ops of opset >= 18 take axes as an input whose value the graph does not carry
     # here: the last axis is assumed, as in most normalisation-style reductions.
-    if node.op.startswith("Reduce") or node.op in ("ArgMax", "ArgMin", "CumSum"):
+    if node.op.startswith("Reduce") or node.op in ("ArgMax", "ArgMin", "CumSum", "CumProd", "TopK", "Hardmax"):
         reduced = [a % len(data) for a in (axes or [axis])]
     elif node.op in ("LayerNormalization", "GroupNormalization", "InstanceNormalization"):
         start = axis % len(data) if node.op == "LayerNormalization" else 2
@@ -255,6 +283,7 @@ def describe_graph_kernel(graph: ModelGraph, node_names: Sequence[str]) -> Kerne
     external = set(graph_outputs)
     for name in members:
         for consumer in dag.successors(name):
-            if consumer not in members:
+            # a constant consumer (a CastLike or Shape of the value: folded, it reads the type or shape) reads no data
+            if consumer not in members and not dag.nodes[consumer]["constant"]:
                 external.update(dag.edges[name, consumer]["tensors"])
     return describe_kernel(nodes, external_outputs=external)
