@@ -24,6 +24,7 @@ from onnx import helper
 
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
+from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
 from lilou.graph.names import unique_node_names
@@ -136,6 +137,10 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
                      f"({_listed(restored)}) are restored as their own kernels, as eager PyTorch runs them "
                      "(export with optimize=False to keep them)")
+    unfused = restore_exporter_fusions(model) if restore_folded else []
+    if unfused:
+        notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
+                     f"({_listed(unfused)}; onnxscript's RmsNormFusion) are priced as those ops")
     _sort_topologically(model)
     evaluated: dict[str, int] = {}
     inferred = infer_shapes(model, notes=notes, evaluated=evaluated)
