@@ -60,8 +60,13 @@ def test_a_plan_runs_the_network_once_per_distinct_row_across_batches(monkeypatc
     path = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
     predictor = Predictor()
     gpus = ["a10g", "t4", "a100-80gb", "a100-80gb/1g.10gb"]
-    alone = [{(e.gpu, e.mig): e.latency_ms for e in predictor.rank(path, gpus=gpus, batch=b)} for b in (1, 2)]
     counts = _counting_network(monkeypatch)
+    alone = []
+    for batch in (1, 2):
+        counts.clear()
+        alone.append({(e.gpu, e.mig): e.latency_ms for e in predictor.rank(path, gpus=gpus, batch=batch)})
+    alone_second = sum(counts)  # rows batch 2 runs by itself
+    counts.clear()
     with predictor.reusing_kernel_rows():
         memo, runs = [], []
         for batch in (1, 2):
@@ -69,7 +74,8 @@ def test_a_plan_runs_the_network_once_per_distinct_row_across_batches(monkeypatc
             runs.append(len(counts))  # network calls so far
         first, second = sum(counts[:runs[0]]), sum(counts[runs[0]:])
     assert memo == alone
-    assert second == 0 < first  # every row of batch 2 was on batch 1's ladder
+    # Batch 2 runs only the rungs batch 1 did not need (end_to_end.LADDER_BOUND_MARGIN): its own kernels at batch 2.
+    assert 0 < second < alone_second / 2 and first > 0
     members = [*predictor.model.kernel_model._members, *predictor.model.tensor_model._members]
     assert all(member.memo is None for member in members)
 
@@ -112,8 +118,9 @@ def test_the_network_in_chunks_gives_every_row_what_it_gives_them_whole(monkeypa
     example = Path(__file__).resolve().parents[1] / "examples" / "resnet18.onnx"
     predictor = Predictor()
     counts = _counting_network(monkeypatch)
+    monkeypatch.setattr(inference, "CHUNK_ROWS", 256)
     chunked = [(e.gpu, e.mig, e.latency_ms, e.interval_ms) for e in predictor.rank(example)]
-    assert max(counts) > 3 * inference.CHUNK_ROWS  # ResNet-18: 13,000 distinct tensor-core rows, four chunks
+    assert max(counts) > 3 * inference.CHUNK_ROWS  # ResNet-18: about 900 distinct tensor-core rows in one call
     monkeypatch.setattr(inference, "CHUNK_ROWS", 10**9)
     whole = [(e.gpu, e.mig, e.latency_ms, e.interval_ms) for e in predictor.rank(example)]
     assert whole == chunked
@@ -137,3 +144,32 @@ def test_neither_kernel_model_prices_below_the_strict_roofline(datasets_dir) -> 
         work = KernelModel.load(checkpoint_path(name)).predict_work(rows.kernels, rows.devices)[0]
         assert np.all(work >= STRICT_BOUND_MARGIN * bound), name
         assert np.median(work / bound) > 1.05  # a bound, not the price
+
+
+def test_pricing_only_the_rungs_that_can_win_changes_no_price(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rung of the size ladder whose roofline is above the kernel's own price is not priced
+    (end_to_end.LADDER_BOUND_MARGIN): every kernel's work and type on every device is what pricing every rung gives,
+    up to float32 rounding, from a fraction of the network's rows."""
+    from pathlib import Path
+
+    from lilou.api import Predictor, _GraphPrecision, _leading_dim, rank_devices
+    from lilou.latency.composition import end_to_end
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "resnet18.onnx"
+    predictor = Predictor()
+    prepared = predictor.prepare(example)
+    devices = rank_devices(None)
+    path = _GraphPrecision.of(prepared.graph, None, None).path
+    counts = _counting_network(monkeypatch)
+
+    def work() -> tuple[np.ndarray, np.ndarray, int]:
+        counts.clear()
+        result = predictor.model.kernel_work(prepared.kernels, devices, _leading_dim(prepared.graph), path)
+        return result.work_ms, result.kernel_type, sum(counts)
+
+    pruned, pruned_types, pruned_rows = work()
+    monkeypatch.setattr(end_to_end, "LADDER_BOUND_MARGIN", 0.0)  # every rung's bound is under the price
+    every, every_types, every_rows = work()
+    assert np.allclose(pruned, every, rtol=1e-6, atol=0.0)
+    assert np.array_equal(pruned_types, every_types)
+    assert pruned_rows < every_rows / 2

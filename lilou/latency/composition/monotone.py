@@ -15,7 +15,9 @@ for elementwise ops), so the copies of a batch-``b`` kernel are the same kernel 
 batches ``b, b+1, ..., 16`` and 32 and 64: the ladder of a larger batch ``c <= 16``
 is a subset of that of ``b``, and the end-to-end latency at ``c`` can never be
 below that at ``b``. Above batch 16 the ladder is ``b, 2b, 4b``: exact along
-doublings. Without a known batch it is 1, 2, 4, 8, 16 times the work.
+doublings. Without a known batch it is 1, 2, 4, 8, 16 times the work. A rung is priced only where its
+roofline is under the kernel's own price (a rung above it cannot be the minimum; ``LADDER_BOUND_MARGIN`` in
+:mod:`lilou.latency.composition.end_to_end`).
 
 **MIG.** A slice is a subset of its parent's SMs, L2 slices and memory controllers
 at the same clock, so any schedule of a kernel on a smaller slice also runs on a
