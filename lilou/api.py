@@ -18,7 +18,8 @@ ResNet-18), so a caller that predicts one model many times prepares it once:
 >>> p.predict(prepared, gpu="t4"), p.rank(prepared, gpus=["a10g", "l4"])   # doctest: +SKIP
 
 ``predict``, ``predict_many`` and ``rank`` of a path or a graph are ``prepare`` followed by the same
-code, so a prepared model gives exactly the results its path gives.
+code, so a prepared model gives exactly the results its path gives. The objects they return are defined in
+:mod:`lilou.results`, the warnings they attach in :mod:`lilou.caveats`.
 """
 from __future__ import annotations
 
@@ -28,182 +29,34 @@ import dataclasses
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning, fallback_warning,
+                           fused_attention_warning, grouped_conv_warning, launch_bound_note, memory_warning,
+                           power_note, transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.errors import LilouInputError
+from lilou.graph.memory import fits_memory, memory_needed
 from lilou.hardware import Device, resolve_device
-from lilou.hardware.database import architecture_class
-from lilou.latency.composition.breakdown import CATEGORIES, kernel_category
-from lilou.latency.kernel_model.coverage import MeasuredCoverage
+from lilou.latency.composition.breakdown import kernel_category
 from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
-from lilou.latency.composition.fallback import FallbackModel, fallback_ops
-from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.transposed import load_ratios
-from lilou.latency.kernel_model.features import KernelBatch, power_factor
+from lilou.latency.composition.fallback import FallbackModel
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
-from lilou.latency.kernel_model.precision import (MATH_FAMILIES, PrecisionPath, check_precision, check_tf32,
-                                                  kernel_unit, precision_path, precision_warnings)
+from lilou.latency.kernel_model.coverage import MeasuredCoverage
+from lilou.latency.kernel_model.inference import KernelModel
+from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, precision_path,
+                                                  precision_warnings)
 from lilou.graph.precision import ModelPrecision, model_precision
-from lilou.plan.calibration import CALIBRATION_FILE, Calibration
+from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
-from lilou.plan.extrapolation import fused_attention, unmeasured_conv_forms, unmeasured_shapes
+from lilou.results import KernelEstimate, ModelInput, Prediction, PreparedModel, RankEntry, Ranking
 
 if TYPE_CHECKING:
     from lilou.fusion.partition import Partition
     from lilou.graph.dag import ModelGraph
-
-
-@dataclass(frozen=True)
-class PreparedModel:
-    """A model read and grouped into kernels once, ready to be predicted on any device, any number of times.
-
-    Made by :meth:`Predictor.prepare`; the service caches these. Its parts are shared between calls and
-    threads and never modified by a prediction."""
-
-    name: str                  # what predictions call the model (the path as given, or the graph's name)
-    graph: ModelGraph
-    kernels: GraphKernels
-    warnings: tuple[str, ...]  # of reading the graph and grouping it into kernels
-    backend: str               # the backend whose fusion grouped it; only a Predictor of that backend takes it
-    batch: int | None = None   # the batch option it was read with (None: the file's own)
-    partition: Partition | None = None  # the kernel groups (a plan reuses them at its other batch sizes)
-
-
-#: What the API predicts: an ONNX path, a loaded graph or a prepared model (a string: lilou.graph.dag, which
-#: needs onnx, is imported only when a graph is read, so that `lilou llm` starts without it).
-ModelInput = "str | os.PathLike[str] | ModelGraph | PreparedModel"
-
-
-@dataclass(frozen=True)
-class KernelEstimate:
-    """One predicted kernel: its ONNX nodes and its share of the end-to-end time."""
-
-    nodes: tuple[str, ...]
-    ops: tuple[str, ...]
-    type: str             # kernel type from the kernel-type head, or "memory_fallback"
-    latency_ms: float     # share of the end-to-end latency (kernels sum to the total)
-    work_ms: float        # GPU time of the kernel alone, as the per-kernel model predicts it
-    host_wait_ms: float   # part of latency_ms the GPU idles before it, waiting for the host to launch it
-    flops: int
-    bytes: int
-    compute_bound: bool   # FLOPs / peak above bytes / bandwidth on this device
-    fallback: bool        # no measurements for this kind of kernel: memory-bound fallback
-    category: str         # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.composition.breakdown)
-    interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (lilou.plan.intervals)
-    extrapolated: bool = False  # features outside the measured range for its GPU class and dtype (or fallback)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_bound else "memory"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"nodes": list(self.nodes), "type": self.type, "latency_ms": self.latency_ms,
-                "interval_ms": list(self.interval_ms), "extrapolated": self.extrapolated,
-                "flops": self.flops, "bytes": self.bytes}
-
-
-@dataclass
-class Prediction:
-    """End-to-end latency of one model on one device, kernel by kernel (execution order)."""
-
-    model: str
-    gpu: str
-    mig: str | None
-    backend: str
-    batch: int | None
-    latency_ms: float
-    kernels: list[KernelEstimate]
-    warnings: list[str] = field(default_factory=list)
-    precision: str = "fp32"   # what the model computes in (ONNX tensor types, or --precision)
-    tf32: str = "off"         # off | conv | on: what FP32 convolutions / matmuls run in on this device
-    interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (docs/intervals.md)
-    extrapolated_share: float = 0.0  # share (0..1) of the predicted time on extrapolated kernels
-    fits: bool = True  # weights + largest activation within the device's (or slice's) memory
-
-    @property
-    def device(self) -> str:
-        return self.gpu if self.mig is None else f"{self.gpu}/{self.mig}"
-
-    @property
-    def fallback_kernels(self) -> list[KernelEstimate]:
-        return [k for k in self.kernels if k.fallback]
-
-    @property
-    def fallback_share(self) -> float:
-        """Share (0..1) of the predicted time carried by fallback kernels."""
-        return sum(k.latency_ms for k in self.fallback_kernels) / self.latency_ms if self.latency_ms else 0.0
-
-    @property
-    def host_wait_share(self) -> float:
-        """Share (0..1) of the predicted time the GPU waits for kernel launches (1 - GPU busy share)."""
-        return sum(k.host_wait_ms for k in self.kernels) / self.latency_ms if self.latency_ms else 0.0
-
-    def category_shares(self) -> dict[str, float]:
-        """Share (0..1) of the predicted time per kernel category, launch waits included; the categories
-        `lilou eval` checks against NeuSight's per-node measurements."""
-        shares = dict.fromkeys(CATEGORIES, 0.0)
-        for k in self.kernels:
-            shares[k.category] += k.latency_ms / self.latency_ms if self.latency_ms else 0.0
-        return shares
-
-    def top(self, n: int) -> list[KernelEstimate]:
-        return sorted(self.kernels, key=lambda k: -k.latency_ms)[:n]
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``lilou infer --format json`` object (DESIGN.md)."""
-        return {"model": self.model, "gpu": self.gpu, "mig": self.mig, "backend": self.backend,
-                "batch": self.batch, "precision": self.precision, "tf32": self.tf32, "latency_ms": self.latency_ms,
-                "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
-                "fits": self.fits, "kernels": [k.to_json() for k in self.kernels], "warnings": list(self.warnings)}
-
-
-@dataclass(frozen=True)
-class RankEntry:
-    gpu: str
-    mig: str | None
-    latency_ms: float
-    precision: str = "fp32"
-    tf32: str = "off"
-    interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms
-    extrapolated_share: float = 0.0
-    fits: bool = True  # weights + largest activation within the device's (or slice's) memory
-    gpu_work_ms: float = 0.0  # the kernels' GPU time alone, without waits for launches: what a faster host leaves
-
-    @property
-    def device(self) -> str:
-        return self.gpu if self.mig is None else f"{self.gpu}/{self.mig}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
-                "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
-                "fits": self.fits, "precision": self.precision, "tf32": self.tf32, "gpu_work_ms": self.gpu_work_ms}
-
-
-@dataclass
-class Ranking:
-    """Devices fastest first; iterating gives :class:`RankEntry` objects."""
-
-    model: str
-    backend: str
-    entries: list[RankEntry]
-    warnings: list[str] = field(default_factory=list)
-
-    def __iter__(self) -> Iterator[RankEntry]:
-        return iter(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __getitem__(self, index: int) -> RankEntry:
-        return self.entries[index]
-
-    def to_json(self) -> list[dict[str, Any]]:
-        """The ``lilou rank --format json`` list (DESIGN.md)."""
-        return [entry.to_json() for entry in self.entries]
 
 
 def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
@@ -252,7 +105,7 @@ class Predictor:
         self.launch_gap_given = False
         if gap is not None:
             self._use_launch_gap(gap)
-        self._interval_notes, self._tensor_interval_note = _calibration_notes(
+        self._interval_notes, self._tensor_interval_note = calibration_notes(
             kernel_checkpoint or checkpoint_path(KERNEL_LATENCY), has_tensor)
 
     # ----------------------------------------------------------------- public
@@ -348,13 +201,13 @@ class Predictor:
         # would see (alphabetical order before session 25).
         entries.sort(key=lambda e: (e.latency_ms, e.gpu_work_ms, e.gpu, e.mig or ""))
         return Ranking(model=prepared.name, backend=self.backend, entries=entries,
-                       warnings=_ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
-                       + _fallback_warning(kernels, shares) + _grouped_conv_warning(kernels, shares)
-                       + _conv_form_warning(kernels, shares) + _transposed_conv_warning(kernels, shares, devices)
-                       + _fused_attention_warning(kernels, shares)
-                       + _power_note(self.model.kernel_model, devices)
-                       + _launch_bound_note(entries, self.model.overhead.gap_ms, self.launch_gap_given)
-                       + _memory_warning(graph, devices, need) + self._interval_warnings(bounds))
+                       warnings=ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
+                       + fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)
+                       + conv_form_warning(kernels, shares) + transposed_conv_warning(kernels, shares, devices)
+                       + fused_attention_warning(kernels, shares)
+                       + power_note(self.model.kernel_model, devices)
+                       + launch_bound_note(entries, self.model.overhead.gap_ms, self.launch_gap_given)
+                       + memory_warning(graph, devices, need) + self._interval_warnings(bounds))
 
     # ---------------------------------------------------------------- helpers
 
@@ -427,11 +280,11 @@ class Predictor:
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, shares, waits, j, bounds),
                            warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
-                           + _fallback_warning(kernels, shares[:, [j]]) + _grouped_conv_warning(kernels, shares[:, [j]])
-                           + _conv_form_warning(kernels, shares[:, [j]])
-                           + _transposed_conv_warning(kernels, shares[:, [j]], [device])
-                           + _fused_attention_warning(kernels, shares[:, [j]])
-                           + _power_note(self.model.kernel_model, [device]) + _memory_warning(graph, [device], need)
+                           + fallback_warning(kernels, shares[:, [j]]) + grouped_conv_warning(kernels, shares[:, [j]])
+                           + conv_form_warning(kernels, shares[:, [j]])
+                           + transposed_conv_warning(kernels, shares[:, [j]], [device])
+                           + fused_attention_warning(kernels, shares[:, [j]])
+                           + power_note(self.model.kernel_model, [device]) + memory_warning(graph, [device], need)
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
                            interval_ms=_rounded(bounds.interval(j)),
@@ -443,13 +296,12 @@ class Predictor:
                    paths: Sequence[PrecisionPath]) -> Intervals:
         """90 % intervals and extrapolation flags (lilou.plan.intervals) of every kernel on every device."""
         dtypes = [p.precision for p in paths]
-        calibration = _calibration()
+        calibration = Calibration.shipped()
         if calibration is None:
             return no_intervals(shares, dtypes)
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
                                  self.model.kernel_model.config.get("trained_on", []),
-                                 unmeasured=_tf32_kernels(kernels, devices, paths)
-                                 | _transposed_beyond_data(kernels, devices))
+                                 unmeasured=unmeasured_kernels(kernels, devices, paths))
 
     def _interval_warnings(self, bounds: Intervals) -> list[str]:
         notes = list(self._interval_notes)
@@ -459,27 +311,6 @@ class Predictor:
             notes.append(f"no held-out measurements of {', '.join(bounds.uncalibrated)} kernels: their 90 % "
                          "interval is the widest of their family (docs/intervals.md)")
         return notes
-
-
-def _tf32_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: Sequence[PrecisionPath]) -> np.ndarray:
-    """bool [distinct kernels, devices]: FP32 GEMMs and convolutions priced on the TF32 tensor cores, a unit no
-    source of the kernel table measured (their intervals are those of extrapolated kernels)."""
-    families = np.array([spec.family for spec in kernels.unique], dtype=object)
-    out = np.zeros((len(families), len(devices)), dtype=bool)
-    for j, (device, path) in enumerate(zip(devices, paths)):
-        if path.tf32 != "off":
-            tf32 = [f for f in MATH_FAMILIES if kernel_unit(f, path, device) == "tf32_tensor"]
-            out[:, j] = np.isin(families, tf32) & ~kernels.unique_fallback
-    return out
-
-
-def _transposed_beyond_data(kernels: GraphKernels, devices: Sequence[Device]) -> np.ndarray:
-    """bool [distinct kernels, devices]: transposed convolutions on an architecture where no source measured the
-    backward-data kernel that prices them (:mod:`lilou.latency.kernel_model.transposed`)."""
-    transposed = np.array([spec.transposed for spec in kernels.unique], dtype=bool) & ~kernels.unique_fallback
-    measured = load_ratios().architectures
-    beyond = np.array([architecture_class(d.gpu) not in measured for d in devices], dtype=bool)
-    return transposed[:, None] & beyond[None, :]
 
 
 @dataclass(frozen=True)
@@ -523,118 +354,6 @@ def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, wait
             for i, (nodes, spec) in enumerate(zip(kernels.nodes, kernels.specs))]
 
 
-def _calibration() -> Calibration | None:
-    """The shipped interval calibration, or None when its file is missing (intervals then collapse to the
-    estimate, and a warning says so)."""
-    from lilou.errors import MissingDataError
-
-    try:
-        return Calibration.load()
-    except MissingDataError:
-        return None
-
-
-def _rounded(interval: tuple[float, float]) -> tuple[float, float]:
-    return round(interval[0], 4), round(interval[1], 4)
-
-
-def _calibration_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: bool) -> tuple[list[str], str | None]:
-    """(warnings for every prediction, a warning for non-FP32 ones) when the interval calibration was made for
-    other kernel models than the ones loaded."""
-    from lilou.plan.calibration import checkpoint_fingerprint
-
-    calibration = _calibration()
-    if calibration is None:
-        return [f"no interval calibration file ({CALIBRATION_FILE}): every interval is the estimate itself; "
-                "regenerate it with `make calibrate`"], None
-    notes = []
-    if checkpoint_fingerprint(os.fspath(kernel_checkpoint)) != calibration.fingerprint:
-        notes.append(f"the 90 % intervals were calibrated for another kernel model "
-                     f"({calibration.data['kernel_model']['checkpoint']}, {calibration.fingerprint}); regenerate "
-                     "them for this one with `make calibrate`")
-    tensor = None
-    shipped = calibration.data.get("tensor_model")
-    if has_tensor and shipped is None:
-        tensor = ("the 90 % intervals of non-FP32 kernels come from the FP32 model's held-out residuals, not the "
-                  "tensor-core model's that priced them (docs/intervals.md)")
-    elif has_tensor and checkpoint_fingerprint(os.fspath(checkpoint_path(KERNEL_LATENCY_TENSOR))) != shipped["fingerprint"]:
-        tensor = ("the 90 % intervals of non-FP32 GEMMs and convolutions were calibrated for another tensor-core "
-                  f"model ({shipped['fingerprint']}); regenerate them with `make calibrate`")
-    return notes, tensor
-
-
-def _fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
-    """Which kernels rest on the fallback and their share of the time (a range over devices for rank)."""
-    mask = kernels.fallback
-    if not mask.any():
-        return []
-    ops = list(dict.fromkeys(op for spec, m in zip(kernels.specs, mask) if m for op in fallback_ops(spec)))
-    return [f"{int(mask.sum())} of {len(kernels)} kernels ({', '.join(ops)}) use the memory-bound fallback "
-            f"(no measurements of these op kinds): {_share_text(mask, shares)} of the predicted time"]
-
-
-def _share_text(mask: np.ndarray, shares: np.ndarray) -> str:
-    """The share of the predicted time on the kernels of ``mask``: one figure, or its range over devices."""
-    share = 100 * shares[mask].sum(axis=0) / shares.sum(axis=0)
-    low, high = float(np.min(share)), float(np.max(share))
-    return f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
-
-
-def _grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
-    """Say so when grouped convolutions are priced by a convolution model: no source measured one
-    (:func:`lilou.plan.extrapolation.unmeasured_shapes`). Depthwise ones are on the fallback and named there."""
-    mask = unmeasured_shapes(KernelBatch.from_specs(kernels.unique))[kernels.index] & ~kernels.fallback
-    if not mask.any():
-        return []
-    return [f"{int(mask.sum())} grouped convolutions: no source measured one, so they are priced by the convolution "
-            f"model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
-
-
-def _conv_form_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
-    """Say so when 3-D or dilated convolutions are priced: every measured convolution is 2-D without dilation."""
-    mask = unmeasured_conv_forms(kernels.unique)[kernels.index] & ~kernels.fallback
-    forms = np.array([spec.conv_form for spec in kernels.unique], dtype=object)[kernels.index]
-    if not mask.any():
-        return []
-    counts = ", ".join(f"{int((forms[mask] == form).sum())} {form}" for form in sorted(set(forms[mask])))
-    return [f"convolutions of a form no source measured ({counts}; every measured one is 2-D without dilation): "
-            f"priced by the convolution model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of "
-            "the predicted time"]
-
-
-def _transposed_conv_warning(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device]) -> list[str]:
-    """Say so when transposed convolutions run on an architecture where no backward-data kernel was measured."""
-    beyond = _transposed_beyond_data(kernels, devices)
-    if not beyond.any():
-        return []
-    mask = beyond.any(axis=1)[kernels.index]
-    ratios = load_ratios()
-    architectures = sorted({architecture_class(d.gpu) for d, b in zip(devices, beyond.any(axis=0)) if b})
-    return [f"{int(mask.sum())} transposed convolutions (ConvTranspose): priced as the convolution whose input "
-            f"gradient they compute, x{ratios.strided:.2f} when strided (the backward-data / forward ratio measured on "
-            f"{', '.join(ratios.architectures)} GPUs); no source measured them on {', '.join(architectures)} (flagged "
-            f"extrapolated): {_share_text(mask, shares)} of the predicted time"]
-
-
-def _fused_attention_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
-    """Say so when a fused attention kernel (F.scaled_dot_product_attention) is priced: nobody measured one in eager."""
-    mask = fused_attention(kernels.unique)[kernels.index]
-    if not mask.any():
-        return []
-    return [f"{int(mask.sum())} fused attention kernel(s) (F.scaled_dot_product_attention, or an ONNX Attention "
-            "node: one kernel in eager): "
-            "priced as a GEMM of Q.K^T carrying both products and the softmax, reading Q, K and V once; no eager "
-            f"attention kernel was measured (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
-
-
-#: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.
-_NOTE_TIMES_MS = (0.1, 100.0)
-
-
-#: A device is launch-bound when its GPU work is at most this share of its latency (it waits for the host the rest).
-LAUNCH_BOUND_WORK_SHARE = 0.5
-
-
 #: Largest host issue time per kernel accepted (ms): a Python loop per op on a slow host is under 0.2 ms.
 MAX_LAUNCH_GAP_MS = 1.0
 
@@ -648,85 +367,8 @@ def check_launch_gap(gap_ms: float | None) -> float | None:
     return float(gap_ms)
 
 
-def _launch_bound_note(entries: Sequence[RankEntry], gap_ms: float, given: bool = False) -> list[str]:
-    """Say so when two or more ranked devices are launch-bound: the host's kernel launches, not the GPU, set their
-    latency, so they tie (to within 1 %) and are ordered by GPU work alone. The launch gap is NeuSight's 2023 hosts'
-    (docs/end_to_end.md) unless the caller gave its own; a faster host shortens it, and then the GPU work decides."""
-    bound = [e for e in entries if e.latency_ms > 0 and e.gpu_work_ms <= LAUNCH_BOUND_WORK_SHARE * e.latency_ms]
-    if len(bound) < 2 or max(e.latency_ms for e in bound) > 1.01 * min(e.latency_ms for e in bound):
-        return []
-    names = ", ".join(e.device for e in bound[:4]) + (f" and {len(bound) - 4} more" if len(bound) > 4 else "")
-    origin = "as given" if given else "measured on NeuSight's 2023 hosts"
-    return [f"{len(bound)} devices are launch-bound ({names}): the host's kernel launches ({1000 * gap_ms:.0f} us "
-            f"each, {origin}) set their predicted latency, not the GPU, so they tie and are "
-            f"ordered by GPU work (the kernels' time alone, {min(e.gpu_work_ms for e in bound):.3f}-"
-            f"{max(e.gpu_work_ms for e in bound):.3f} ms), the order a faster host would see"]
-
-
-def _power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[str]:
-    """Say so when low-power boards compute below their peak in the model (lilou.latency.kernel_model.model)."""
-    short, long = (float(e) for e in kernel_model.low_power_exponent(np.array(_NOTE_TIMES_MS)))
-    slowed: dict[str, tuple[float, float, float]] = {}  # board -> (power W, factor for short, for long kernels)
-    for device in devices:
-        low, high = float(power_factor(device.board_power_w, short)), float(power_factor(device.board_power_w, long))
-        if high > 1.0:
-            slowed[device.gpu] = (device.board_power_w, low, high)
-    span = (f"{_NOTE_TIMES_MS[0]:g} ms", f"{_NOTE_TIMES_MS[1]:g} ms")
-    if len(slowed) == 1:
-        (gpu, (power, low, high)), = slowed.items()
-        return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {low:.2f}x (kernels of "
-                f"{span[0]} at peak) to {high:.2f}x ({span[1]}) slower than its spec-sheet peak, for its power "
-                "limit (learned from the P4 and T4 kernel rows; docs/kernel_model.md)"]
-    if slowed:
-        boards = ", ".join(f"{gpu} ({power:g} W) {low:.2f}-{high:.2f}x" for gpu, (power, low, high) in slowed.items())
-        return [f"compute-bound kernels are predicted slower than spec-sheet peak on low-power boards, for their "
-                f"power limit (kernels of {span[0]} to {span[1]} at peak): {boards} (docs/kernel_model.md)"]
-    return []
-
-
-def _ambiguity_notes(names: Sequence[str] | None) -> list[str]:
-    from lilou.hardware.database import ambiguity_note
-
-    notes = []
-    for raw in names or ():
-        gpu = raw.partition("/")[0].strip()
-        note = ambiguity_note(gpu) if gpu else None
-        if note and note not in notes:
-            notes.append(note)
-    return notes
-
-
-def memory_needed(graph: ModelGraph) -> tuple[int, int]:
-    """(bytes of the weights as declared, bytes of the largest activation tensor); nothing is read."""
-    data = graph.dag.nodes
-    produced = {t.name: t for n in data for t in data[n]["outputs"]}
-    inputs = {t.name: t for t in graph.inputs}
-    weights: dict[str, int] = {}
-    for n in data:
-        for t in data[n]["inputs"]:
-            if t is not None and t.name not in produced and t.name not in inputs:
-                weights[t.name] = t.nbytes or 0
-    constant = {t.name for n in data if data[n]["constant"] for t in data[n]["outputs"]}
-    activations = [t.nbytes or 0 for name, t in {**inputs, **produced}.items() if name not in constant]
-    return sum(weights.values()), max(activations, default=0)
-
-
-def fits_memory(need: tuple[int, int], device: Device) -> bool:
-    """Whether the weights and the largest activation (:func:`memory_needed`) fit the device's memory."""
-    return sum(need) <= device.memory_gb * 2**30
-
-
-def _memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int, int] | None = None) -> list[str]:
-    """Say so when the weights and the largest activation cannot fit the device's memory (``need``: what
-    :func:`memory_needed` returns, when already computed)."""
-    weights, activation = need or memory_needed(graph)
-    short = [d for d in devices if not fits_memory((weights, activation), d)]
-    if not short:
-        return []
-    gib = 2**30
-    where = short[0].name if len(short) == 1 else f"{len(short)} of {len(devices)} devices ({short[0].name}, ...)"
-    return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + largest activation "
-            f"{activation / gib:,.2f} GiB > {short[0].memory_gb:g} GB; the prediction assumes it would run"]
+def _rounded(interval: tuple[float, float]) -> tuple[float, float]:
+    return round(interval[0], 4), round(interval[1], 4)
 
 
 def _leading_dim(graph: ModelGraph) -> int | None:

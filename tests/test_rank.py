@@ -113,18 +113,19 @@ def test_launch_bound_devices_tie_and_are_ordered_by_gpu_work(capsys, tmp_path):
 
 
 def test_launch_bound_note_needs_two_tied_devices():
-    from lilou.api import RankEntry, _launch_bound_note
+    from lilou.caveats import launch_bound_note
+    from lilou.results import RankEntry
 
     def entry(gpu: str, latency: float, work: float) -> RankEntry:
         return RankEntry(gpu, None, latency, gpu_work_ms=work)
 
     tied = [entry("a", 2.00, 0.3), entry("b", 2.01, 0.9), entry("c", 2.40, 1.9)]
-    (note,) = _launch_bound_note(tied, 0.03)
+    (note,) = launch_bound_note(tied, 0.03)
     assert note.startswith("2 devices are launch-bound (a, b): the host's kernel launches (30 us each")
     assert "0.300-0.900 ms" in note
-    assert _launch_bound_note(tied[:1] + tied[2:], 0.03) == []           # one launch-bound device
-    assert _launch_bound_note([entry("a", 2.0, 0.3), entry("b", 2.1, 0.3)], 0.03) == []   # 5 % apart: no tie
-    assert _launch_bound_note([entry("a", 2.0, 1.2), entry("b", 2.0, 1.3)], 0.03) == []   # GPU-bound
+    assert launch_bound_note(tied[:1] + tied[2:], 0.03) == []           # one launch-bound device
+    assert launch_bound_note([entry("a", 2.0, 0.3), entry("b", 2.1, 0.3)], 0.03) == []   # 5 % apart: no tie
+    assert launch_bound_note([entry("a", 2.0, 1.2), entry("b", 2.0, 1.3)], 0.03) == []   # GPU-bound
     assert "NeuSight's 2023 hosts" in note
-    (given,) = _launch_bound_note(tied, 0.012, given=True)  # --launch-gap-us 12: the user's host, said as such
+    (given,) = launch_bound_note(tied, 0.012, given=True)  # --launch-gap-us 12: the user's host, said as such
     assert "(12 us each, as given)" in given and "NeuSight" not in given

@@ -71,6 +71,15 @@ class Calibration:
     def load(cls, path: str | os.PathLike[str] | None = None) -> Calibration:
         return _load(str(path or CALIBRATION_FILE))
 
+    @classmethod
+    def shipped(cls) -> Calibration | None:
+        """The shipped calibration, or None when its file is missing (intervals then collapse to the estimate,
+        and a warning says so)."""
+        try:
+            return cls.load()
+        except MissingDataError:
+            return None
+
     @property
     def fingerprint(self) -> str:
         return self.data["kernel_model"]["fingerprint"]

@@ -169,7 +169,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     whose graph differs is grouped anew). ``prepare(batch, shapes)``, when
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
     service passes its cache's, so a second plan of the same bytes skips the graph work."""
-    from lilou.api import Predictor, PreparedModel, memory_needed, rank_devices
+    from lilou.api import Predictor, PreparedModel, rank_devices
+    from lilou.graph.memory import memory_needed
     from lilou.graph.batch_series import BatchSeries
 
     slo = check_slo(slo_ms)

@@ -147,10 +147,10 @@ def _in_chunks(rows: np.ndarray, head: Callable[[np.ndarray], np.ndarray]) -> np
     """``head`` (a row-wise network) applied to ``rows`` CHUNK_ROWS at a time, the results stacked.
 
     A ``rank`` of a large graph can hand the network tens of thousands of rows (ResNet-50 over every device did,
-    28,000, before the size ladder priced only the rungs that can win): whole, every layer is a fresh 29 MB array, and on machines where
-    page faults are expensive (VMs, sandboxes) touching new memory cost more than the layer's arithmetic (170 ms
-    for the first SiLU, 13 ms for the next of the same size). In chunks the same few megabytes are reused and stay
-    in cache; each row's arithmetic is unchanged."""
+    28,000, before the size ladder priced only the rungs that can win): whole, every layer is a fresh 29 MB array,
+    and on machines where page faults are expensive (VMs, sandboxes) touching new memory cost more than the
+    layer's arithmetic (170 ms for the first SiLU, 13 ms for the next of the same size). In chunks the same few
+    megabytes are reused and stay in cache; each row's arithmetic is unchanged."""
     if len(rows) <= CHUNK_ROWS:
         return head(rows)
     return np.concatenate([head(rows[start:start + CHUNK_ROWS]) for start in range(0, len(rows), CHUNK_ROWS)])

@@ -1,0 +1,217 @@
+"""What a prediction cannot stand behind, said in its warnings: kernels on the memory-bound fallback, convolution
+forms and units no source measured, fused attention, low-power boards, launch-bound devices, a model that does not
+fit, intervals calibrated for other checkpoints. Each function returns a list of zero or one line for
+:class:`lilou.api.Predictor` to append; the shares quoted are of the predicted time (a range over devices for
+``rank``).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lilou.checkpoints import KERNEL_LATENCY_TENSOR, checkpoint_path
+from lilou.graph.memory import fits_memory, memory_needed
+from lilou.hardware import Device
+from lilou.hardware.database import architecture_class
+from lilou.latency.composition.fallback import fallback_ops
+from lilou.latency.kernel_model.features import KernelBatch, power_factor
+from lilou.latency.kernel_model.precision import MATH_FAMILIES, PrecisionPath, kernel_unit
+from lilou.latency.kernel_model.transposed import load_ratios
+from lilou.plan.calibration import CALIBRATION_FILE, Calibration
+from lilou.plan.extrapolation import fused_attention, unmeasured_conv_forms, unmeasured_shapes
+
+if TYPE_CHECKING:
+    from lilou.graph.dag import ModelGraph
+    from lilou.latency.composition.end_to_end import GraphKernels
+    from lilou.latency.kernel_model.inference import KernelModel
+    from lilou.results import RankEntry
+
+
+def _tf32_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: Sequence[PrecisionPath]) -> np.ndarray:
+    """bool [distinct kernels, devices]: FP32 GEMMs and convolutions priced on the TF32 tensor cores, a unit no
+    source of the kernel table measured (their intervals are those of extrapolated kernels)."""
+    families = np.array([spec.family for spec in kernels.unique], dtype=object)
+    out = np.zeros((len(families), len(devices)), dtype=bool)
+    for j, (device, path) in enumerate(zip(devices, paths)):
+        if path.tf32 != "off":
+            tf32 = [f for f in MATH_FAMILIES if kernel_unit(f, path, device) == "tf32_tensor"]
+            out[:, j] = np.isin(families, tf32) & ~kernels.unique_fallback
+    return out
+
+
+def _transposed_beyond_data(kernels: GraphKernels, devices: Sequence[Device]) -> np.ndarray:
+    """bool [distinct kernels, devices]: transposed convolutions on an architecture where no source measured the
+    backward-data kernel that prices them (:mod:`lilou.latency.kernel_model.transposed`)."""
+    transposed = np.array([spec.transposed for spec in kernels.unique], dtype=bool) & ~kernels.unique_fallback
+    measured = load_ratios().architectures
+    beyond = np.array([architecture_class(d.gpu) not in measured for d in devices], dtype=bool)
+    return transposed[:, None] & beyond[None, :]
+
+
+def unmeasured_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: Sequence[PrecisionPath]) -> np.ndarray:
+    """bool [distinct kernels, devices]: kernels priced on a unit or architecture no source measured (their intervals
+    are those of extrapolated kernels)."""
+    return _tf32_kernels(kernels, devices, paths) | _transposed_beyond_data(kernels, devices)
+
+
+def calibration_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: bool) -> tuple[list[str], str | None]:
+    """(warnings for every prediction, a warning for non-FP32 ones) when the interval calibration was made for
+    other kernel models than the ones loaded."""
+    from lilou.plan.calibration import checkpoint_fingerprint
+
+    calibration = Calibration.shipped()
+    if calibration is None:
+        return [f"no interval calibration file ({CALIBRATION_FILE}): every interval is the estimate itself; "
+                "regenerate it with `make calibrate`"], None
+    notes = []
+    if checkpoint_fingerprint(os.fspath(kernel_checkpoint)) != calibration.fingerprint:
+        notes.append(f"the 90 % intervals were calibrated for another kernel model "
+                     f"({calibration.data['kernel_model']['checkpoint']}, {calibration.fingerprint}); regenerate "
+                     "them for this one with `make calibrate`")
+    tensor = None
+    shipped = calibration.data.get("tensor_model")
+    if has_tensor and shipped is None:
+        tensor = ("the 90 % intervals of non-FP32 kernels come from the FP32 model's held-out residuals, not the "
+                  "tensor-core model's that priced them (docs/intervals.md)")
+    elif has_tensor and checkpoint_fingerprint(os.fspath(checkpoint_path(KERNEL_LATENCY_TENSOR))) != shipped["fingerprint"]:
+        tensor = ("the 90 % intervals of non-FP32 GEMMs and convolutions were calibrated for another tensor-core "
+                  f"model ({shipped['fingerprint']}); regenerate them with `make calibrate`")
+    return notes, tensor
+
+
+def fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Which kernels rest on the fallback and their share of the time (a range over devices for rank)."""
+    mask = kernels.fallback
+    if not mask.any():
+        return []
+    ops = list(dict.fromkeys(op for spec, m in zip(kernels.specs, mask) if m for op in fallback_ops(spec)))
+    return [f"{int(mask.sum())} of {len(kernels)} kernels ({', '.join(ops)}) use the memory-bound fallback "
+            f"(no measurements of these op kinds): {_share_text(mask, shares)} of the predicted time"]
+
+
+def _share_text(mask: np.ndarray, shares: np.ndarray) -> str:
+    """The share of the predicted time on the kernels of ``mask``: one figure, or its range over devices."""
+    share = 100 * shares[mask].sum(axis=0) / shares.sum(axis=0)
+    low, high = float(np.min(share)), float(np.max(share))
+    return f"{low:.1f} %" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} % (by device)"
+
+
+def grouped_conv_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Say so when grouped convolutions are priced by a convolution model: no source measured one
+    (:func:`lilou.plan.extrapolation.unmeasured_shapes`). Depthwise ones are on the fallback and named there."""
+    mask = unmeasured_shapes(KernelBatch.from_specs(kernels.unique))[kernels.index] & ~kernels.fallback
+    if not mask.any():
+        return []
+    return [f"{int(mask.sum())} grouped convolutions: no source measured one, so they are priced by the convolution "
+            f"model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
+
+
+def conv_form_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Say so when 3-D or dilated convolutions are priced: every measured convolution is 2-D without dilation."""
+    mask = unmeasured_conv_forms(kernels.unique)[kernels.index] & ~kernels.fallback
+    forms = np.array([spec.conv_form for spec in kernels.unique], dtype=object)[kernels.index]
+    if not mask.any():
+        return []
+    counts = ", ".join(f"{int((forms[mask] == form).sum())} {form}" for form in sorted(set(forms[mask])))
+    return [f"convolutions of a form no source measured ({counts}; every measured one is 2-D without dilation): "
+            f"priced by the convolution model beyond its data (flagged extrapolated): {_share_text(mask, shares)} of "
+            "the predicted time"]
+
+
+def transposed_conv_warning(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device]) -> list[str]:
+    """Say so when transposed convolutions run on an architecture where no backward-data kernel was measured."""
+    beyond = _transposed_beyond_data(kernels, devices)
+    if not beyond.any():
+        return []
+    mask = beyond.any(axis=1)[kernels.index]
+    ratios = load_ratios()
+    architectures = sorted({architecture_class(d.gpu) for d, b in zip(devices, beyond.any(axis=0)) if b})
+    return [f"{int(mask.sum())} transposed convolutions (ConvTranspose): priced as the convolution whose input "
+            f"gradient they compute, x{ratios.strided:.2f} when strided (the backward-data / forward ratio measured on "
+            f"{', '.join(ratios.architectures)} GPUs); no source measured them on {', '.join(architectures)} (flagged "
+            f"extrapolated): {_share_text(mask, shares)} of the predicted time"]
+
+
+def fused_attention_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
+    """Say so when a fused attention kernel (F.scaled_dot_product_attention) is priced: nobody measured one in eager."""
+    mask = fused_attention(kernels.unique)[kernels.index]
+    if not mask.any():
+        return []
+    return [f"{int(mask.sum())} fused attention kernel(s) (F.scaled_dot_product_attention, or an ONNX Attention "
+            "node: one kernel in eager): "
+            "priced as a GEMM of Q.K^T carrying both products and the softmax, reading Q, K and V once; no eager "
+            f"attention kernel was measured (flagged extrapolated): {_share_text(mask, shares)} of the predicted time"]
+
+
+#: Ideal kernel times (ms at peak) at which the low-power note quotes the slowdown.
+_NOTE_TIMES_MS = (0.1, 100.0)
+
+
+#: A device is launch-bound when its GPU work is at most this share of its latency (it waits for the host the rest).
+LAUNCH_BOUND_WORK_SHARE = 0.5
+
+
+def launch_bound_note(entries: Sequence[RankEntry], gap_ms: float, given: bool = False) -> list[str]:
+    """Say so when two or more ranked devices are launch-bound: the host's kernel launches, not the GPU, set their
+    latency, so they tie (to within 1 %) and are ordered by GPU work alone. The launch gap is NeuSight's 2023 hosts'
+    (docs/end_to_end.md) unless the caller gave its own; a faster host shortens it, and then the GPU work decides."""
+    bound = [e for e in entries if e.latency_ms > 0 and e.gpu_work_ms <= LAUNCH_BOUND_WORK_SHARE * e.latency_ms]
+    if len(bound) < 2 or max(e.latency_ms for e in bound) > 1.01 * min(e.latency_ms for e in bound):
+        return []
+    names = ", ".join(e.device for e in bound[:4]) + (f" and {len(bound) - 4} more" if len(bound) > 4 else "")
+    origin = "as given" if given else "measured on NeuSight's 2023 hosts"
+    return [f"{len(bound)} devices are launch-bound ({names}): the host's kernel launches ({1000 * gap_ms:.0f} us "
+            f"each, {origin}) set their predicted latency, not the GPU, so they tie and are "
+            f"ordered by GPU work (the kernels' time alone, {min(e.gpu_work_ms for e in bound):.3f}-"
+            f"{max(e.gpu_work_ms for e in bound):.3f} ms), the order a faster host would see"]
+
+
+def power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[str]:
+    """Say so when low-power boards compute below their peak in the model (lilou.latency.kernel_model.model)."""
+    short, long = (float(e) for e in kernel_model.low_power_exponent(np.array(_NOTE_TIMES_MS)))
+    slowed: dict[str, tuple[float, float, float]] = {}  # board -> (power W, factor for short, for long kernels)
+    for device in devices:
+        low, high = float(power_factor(device.board_power_w, short)), float(power_factor(device.board_power_w, long))
+        if high > 1.0:
+            slowed[device.gpu] = (device.board_power_w, low, high)
+    span = (f"{_NOTE_TIMES_MS[0]:g} ms", f"{_NOTE_TIMES_MS[1]:g} ms")
+    if len(slowed) == 1:
+        (gpu, (power, low, high)), = slowed.items()
+        return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {low:.2f}x (kernels of "
+                f"{span[0]} at peak) to {high:.2f}x ({span[1]}) slower than its spec-sheet peak, for its power "
+                "limit (learned from the P4 and T4 kernel rows; docs/kernel_model.md)"]
+    if slowed:
+        boards = ", ".join(f"{gpu} ({power:g} W) {low:.2f}-{high:.2f}x" for gpu, (power, low, high) in slowed.items())
+        return [f"compute-bound kernels are predicted slower than spec-sheet peak on low-power boards, for their "
+                f"power limit (kernels of {span[0]} to {span[1]} at peak): {boards} (docs/kernel_model.md)"]
+    return []
+
+
+def ambiguity_notes(names: Sequence[str] | None) -> list[str]:
+    """For each GPU named (``GPU`` or ``GPU/PROFILE``) that stands for several boards, the note that says which one
+    is priced; once each."""
+    from lilou.hardware.database import ambiguity_note
+
+    notes = []
+    for raw in names or ():
+        gpu = raw.partition("/")[0].strip()
+        note = ambiguity_note(gpu) if gpu else None
+        if note and note not in notes:
+            notes.append(note)
+    return notes
+
+
+def memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int, int] | None = None) -> list[str]:
+    """Say so when the weights and the largest activation cannot fit the device's memory (``need``: what
+    :func:`memory_needed` returns, when already computed)."""
+    weights, activation = need or memory_needed(graph)
+    short = [d for d in devices if not fits_memory((weights, activation), d)]
+    if not short:
+        return []
+    gib = 2**30
+    where = short[0].name if len(short) == 1 else f"{len(short)} of {len(devices)} devices ({short[0].name}, ...)"
+    return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + largest activation "
+            f"{activation / gib:,.2f} GiB > {short[0].memory_gb:g} GB; the prediction assumes it would run"]
