@@ -21,8 +21,8 @@ metadata:
 Before that, the edges inside a few common multi-node aten decompositions
 (:data:`DECOMPOSITIONS`: ``linear`` as ``MatMul`` + bias ``Add``, ``silu``,
 ``rsqrt``, ``softmax`` with a dtype, ``group_norm``, ``gelu`` in its erf and tanh
-forms, from the decomposition corpus's training ops) are joined, and so is every run of
-nodes the dynamo exporter names as one inlined torchlib function (``n0``, ``n1`` ...;
+forms, from the decomposition corpus's training ops, and ``layer_norm`` as written before opset 17) are
+joined, and so is every run of nodes the dynamo exporter names as one inlined torchlib function (``n0``, ``n1`` ...;
 :mod:`lilou.fusion.export_names`), whatever op it computes. Others (``roll``,
 ``baddbmm``, the ops the leave-op-out split holds out) are left to the GNN, which
 learns them from op types. Like the TVM replay, this is a *feature*, not the prediction.
@@ -149,6 +149,7 @@ DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sig
                   "group_norm: Reshape + InstanceNormalization + Reshape + Mul + Add (constant weight and bias)",
                   "recurrent layer: LSTM/GRU/RNN + its layout views",
                   "gelu, erf form: Div + Erf + Add + Mul + Mul (opsets without Gelu)",
+                  "layer_norm before opset 17: ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div [, Mul, Add]",
                   "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul, or TorchScript's x * x * x",
                   "mish: Softplus + Tanh + Mul; log_sigmoid: Sigmoid + Log; softplus with beta: Mul + Softplus + Div",
                   "scaled_dot_product_attention: its math up to the node named after it (lilou/fusion/export_names.py)",
@@ -212,6 +213,59 @@ def gelu_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> 
     return found
 
 
+def layer_norm_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> list[list[str]]:
+    """The nodes of every ``nn.LayerNorm`` as exporters write it where ONNX has no LayerNormalization (opset < 17):
+    ``d = x - mean(x)``, ``d / sqrt(mean(d ** 2) + eps)``, then ``* weight + bias`` (constants) when affine.
+
+    Eager runs it as one kernel (``aten.native_layer_norm``). Every node must read only the pattern's own values and
+    constants, and each intermediate value only its pattern readers; a hand-written layer norm of exactly these
+    ops matches too (several kernels in eager), as with :func:`gelu_decompositions`.
+    """
+    dag = graph.dag
+    constant = graph.constant_tensors() if constant is None else constant
+
+    def only_reader(node: str, op: str) -> str | None:
+        readers = [r for r in dag.successors(node) if not dag.nodes[r]["constant"]]
+        return readers[0] if len(readers) == 1 and dag.nodes[readers[0]]["op"] == op else None
+
+    def reads(node: str) -> set[str]:
+        return set(_runtime_inputs(graph, node, constant))
+
+    def out(node: str) -> str:
+        return dag.nodes[node]["outputs"][0].name
+
+    found = []
+    for mean in (n for n in graph.runtime_nodes() if dag.nodes[n]["op"] == "ReduceMean"):
+        inputs = reads(mean)
+        if len(inputs) != 1:
+            continue
+        x = inputs.pop()
+        centred = only_reader(mean, "Sub")
+        if centred is None or [t.name for t in dag.nodes[centred]["inputs"]] != [x, out(mean)]:
+            continue
+        readers = {dag.nodes[r]["op"]: r for r in dag.successors(centred) if not dag.nodes[r]["constant"]}
+        if sorted(readers) != ["Div", "Pow"] or reads(readers["Pow"]) != {out(centred)}:
+            continue
+        chain, current = [mean, centred, readers["Pow"]], readers["Pow"]
+        for op in ("ReduceMean", "Add", "Sqrt"):
+            current = only_reader(current, op)
+            if current is None or reads(current) != {out(chain[-1])}:
+                break
+            chain.append(current)
+        divide = readers["Div"]
+        if len(chain) != 6 or only_reader(chain[-1], "Div") != divide \
+                or [t.name for t in dag.nodes[divide]["inputs"]] != [out(centred), out(chain[-1])]:
+            continue
+        chain.append(divide)
+        for op in ("Mul", "Add"):  # the affine weight and bias
+            following = only_reader(chain[-1], op)
+            if following is None or reads(following) != {out(chain[-1])}:
+                break
+            chain.append(following)
+        found.append(chain)
+    return found
+
+
 def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
     """Runtime node -> a representative node of the kernel that runs it.
 
@@ -244,7 +298,7 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         for node in call[1:]:
             kernel_of.union(node, call[0])
         in_decomposition.update(call)
-    for chain in gelu_decompositions(graph, constant):
+    for chain in [*gelu_decompositions(graph, constant), *layer_norm_decompositions(graph, constant)]:
         if any(edge in between_calls for edge in zip(chain, chain[1:])):
             continue
         for node in chain[1:]:

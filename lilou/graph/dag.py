@@ -24,6 +24,7 @@ from onnx import helper
 
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
+from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
@@ -103,8 +104,10 @@ def load_graph(path: str | os.PathLike[str], batch: int | None = None,
 
 def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ModelGraph:
-    """``restore_folded``: put back the batch norms an exporter folded into convolutions, as eager runs them
-    (:mod:`lilou.graph.folded_norms`); the fusion dataset keeps the file's own nodes, which its labels name."""
+    """``restore_folded``: put back what an exporter or optimizer fused that eager runs as the module's own ops: batch
+    norms folded into convolutions (:mod:`lilou.graph.folded_norms`), onnxscript's RMS-norm fusion
+    (:mod:`lilou.graph.exporter_fusions`) and onnxruntime's contrib ops (:mod:`lilou.graph.contrib_ops`); the fusion
+    dataset keeps the file's own nodes, which its labels name."""
     return annotate_graph(shape_model(model, batch=batch, shapes=shapes, restore_folded=restore_folded), name=name)
 
 
@@ -141,6 +144,11 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     if unfused:
         notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
                      f"({_listed(unfused)}; onnxscript's RmsNormFusion) are priced as those ops")
+    contrib = restore_contrib_ops(model) if restore_folded else {}
+    if contrib:
+        counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
+        notes.append(f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the "
+                     "modules they replaced, as eager PyTorch runs them")
     _sort_topologically(model)
     evaluated: dict[str, int] = {}
     inferred = infer_shapes(model, notes=notes, evaluated=evaluated)

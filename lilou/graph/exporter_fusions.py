@@ -23,7 +23,7 @@ _RMS_NORM_RULES = ("RmsNormFusion",)
 def restore_exporter_fusions(model: onnx.ModelProto) -> list[str]:
     """Write every exporter-fused RMS norm back as the ops eager runs (in place); the fused nodes' names."""
     graph = model.graph
-    types = _element_types(graph)
+    types = element_types(graph)
     restored: list[str] = []
     nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(graph.node):
@@ -43,7 +43,7 @@ def _fused_rms_norm(node: onnx.NodeProto) -> bool:
     if node.op_type != "RMSNormalization" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
         return False
     rule = next((p.value for p in node.metadata_props if p.key == RULE_NAME), "")
-    return rule.startswith(_RMS_NORM_RULES) and _attribute(node, "axis", -1) == -1
+    return rule.startswith(_RMS_NORM_RULES) and node_attribute(node, "axis", -1) == -1
 
 
 def _rms_norm_ops(node: onnx.NodeProto, label: str, types: dict[str, int], graph: onnx.GraphProto
@@ -51,7 +51,7 @@ def _rms_norm_ops(node: onnx.NodeProto, label: str, types: dict[str, int], graph
     """What the rule matched: [Cast] Pow(x, 2), ReduceMean over the last axis, Add(eps), Sqrt, Reciprocal, Mul(x),
     [Cast], Mul(scale); the constants as small initializers."""
     x, scale = node.input
-    stash = _attribute(node, "stash_type", onnx.TensorProto.FLOAT)
+    stash = node_attribute(node, "stash_type", onnx.TensorProto.FLOAT)
     target = types.get(scale, types.get(x, stash))
 
     def name(step: str) -> str:
@@ -66,7 +66,7 @@ def _rms_norm_ops(node: onnx.NodeProto, label: str, types: dict[str, int], graph
     if types.get(x, stash) != stash:
         ops.append(helper.make_node("Cast", [x], [name("cast_in")], to=stash))
         value = name("cast_in")
-    epsilon = float(_attribute(node, "epsilon", 1e-5))
+    epsilon = float(node_attribute(node, "epsilon", 1e-5))
     ops += [helper.make_node("Pow", [value, constant("two", [2.0], stash)], [name("pow")]),
             helper.make_node("ReduceMean", [name("pow"), constant("axes", [-1], onnx.TensorProto.INT64)],
                              [name("mean")], keepdims=1),
@@ -86,12 +86,12 @@ def _rms_norm_ops(node: onnx.NodeProto, label: str, types: dict[str, int], graph
     return ops
 
 
-def _attribute(node: onnx.NodeProto, key: str, default):
+def node_attribute(node: onnx.NodeProto, key: str, default):
     found = next((a for a in node.attribute if a.name == key), None)
     return default if found is None else helper.get_attribute_value(found)
 
 
-def _element_types(graph: onnx.GraphProto) -> dict[str, int]:
+def element_types(graph: onnx.GraphProto) -> dict[str, int]:
     """Element type of every tensor whose type the file states (inputs, value infos, outputs, initializers)."""
     types = {t.name: t.data_type for t in graph.initializer}
     for value in (*graph.input, *graph.value_info, *graph.output):

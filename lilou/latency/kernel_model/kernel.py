@@ -14,7 +14,8 @@ intermediates stay in registers or shared memory.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -107,7 +108,7 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
     if all(node.op in VIEW_OPS for node in nodes):
         writes = {}  # a view launches nothing and moves nothing
     main = _main_node(nodes)
-    family = _family(main.op)
+    family = "layernorm" if decomposed_layer_norm(node.op for node in nodes) else _family(main.op)
     spec = dict(
         family=family,
         ops=tuple(node.op for node in nodes),
@@ -170,6 +171,19 @@ def _recurrent(nodes: Sequence[CostInput]) -> tuple[str, int, int, int, int, int
     steps, batch, directions, inputs, hidden = dims
     itemsize = node.inputs[0].itemsize if node.inputs[0] is not None else 4
     return node.op.lower(), int(steps), int(batch), int(directions), int(inputs), int(hidden), int(itemsize)
+
+
+#: The ops of ``nn.LayerNorm`` as exported before opset 17 (mean, centre, square, mean, add eps, sqrt, divide), and
+#: what else such a kernel may hold: the affine Mul and Add, casts, views.
+_LAYER_NORM_OPS = Counter({"ReduceMean": 2, "Sub": 1, "Pow": 1, "Sqrt": 1, "Div": 1})
+_LAYER_NORM_EXTRA = frozenset({"Add", "Mul", "Cast"}) | VIEW_OPS
+
+
+def decomposed_layer_norm(ops: Iterable[str]) -> bool:
+    """A kernel of exactly one layer norm written op by op (fused by the eager replay's ``layer_norm`` rule): it is a
+    layer-norm kernel, priced as one, not a reduction."""
+    counts = Counter(ops)
+    return counts & _LAYER_NORM_OPS == _LAYER_NORM_OPS and set(counts - _LAYER_NORM_OPS) <= _LAYER_NORM_EXTRA
 
 
 def _family(op: str) -> str:

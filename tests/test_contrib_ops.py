@@ -1,0 +1,158 @@
+"""Files onnxruntime's transformer optimizer rewrote with its contrib ops are priced as the exports they came from,
+and a layer norm exported before opset 17 (ReduceMean ... Div) is one layer-norm kernel, as eager runs it.
+
+The graphs in tests/data/ort are real: small Hugging Face models exported by torch.onnx (TorchScript) and optimized
+by onnxruntime 1.20 (scripts/make_ort_fixtures.py), weights stripped.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from lilou.graph import build_graph
+from tests.onnx_builders import make_model, tensor, weight
+
+ORT = Path(__file__).resolve().parent / "data" / "ort"
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    from lilou.api import Predictor
+
+    return Predictor()
+
+
+@pytest.mark.parametrize(("name", "note"), [
+    ("bert", "2 BiasGelu, 4 SkipLayerNormalization"),
+    ("bert-opset14", "2 BiasGelu, 1 LayerNormalization, 4 SkipLayerNormalization"),
+    ("gpt2", "2 FastGelu, 4 SkipLayerNormalization"),
+    ("t5", "1 SimplifiedLayerNormalization, 4 SkipSimplifiedLayerNormalization"),
+])
+def test_an_optimized_file_is_priced_as_its_export(predictor, name: str, note: str) -> None:
+    exported = predictor.predict(ORT / f"{name}.onnx", gpu="a10g")
+    optimized = predictor.predict(ORT / f"{name}-ort.onnx", gpu="a10g")
+    # The optimizer also folds casts and reshapes (which launch nothing): the kernels, not their nodes, are the same.
+    assert Counter(k.type for k in optimized.kernels) == Counter(k.type for k in exported.kernels)
+    assert len(optimized.kernels) == len(exported.kernels)
+    assert optimized.latency_ms == exported.latency_ms
+    assert any(f"onnxruntime's fused ops ({note}) are priced as the standard ops" in w for w in optimized.warnings)
+    assert not any("unknown shape" in w or "unsupported op" in w for w in optimized.warnings)
+
+
+def test_the_optimized_file_had_no_shapes_after_its_first_contrib_op() -> None:
+    """Without the rewrite (what Lilou read before): ONNX's inference stops at the contrib ops."""
+    from lilou.graph.dag import load_graph
+
+    plain = load_graph(ORT / "bert-ort.onnx", restore_folded=False)
+    assert any("unknown shape" in w for w in plain.warnings)
+    assert {"SkipLayerNormalization", "BiasGelu"} <= set(plain.unsupported_ops)
+
+
+def test_a_half_precision_optimized_file_keeps_its_precision(predictor) -> None:
+    fp16 = predictor.predict(ORT / "bert-ort-fp16.onnx", gpu="a10g")
+    assert fp16.precision == "fp16"
+    assert not any("unknown shape" in w or "unsupported op" in w for w in fp16.warnings)
+    norms = [k for k in fp16.kernels if k.category == "layernorm"]
+    assert len(norms) == 5 and all(k.ops == ("LayerNormalization",) for k in norms)
+
+
+def test_a_layer_norm_before_opset_17_is_one_layer_norm_kernel(predictor) -> None:
+    """nn.LayerNorm exported at opset 14 is nine nodes; eager runs one kernel, priced as the opset-17 node is."""
+    from lilou.fusion.eager_replay import layer_norm_decompositions
+    from lilou.graph.dag import load_graph
+
+    chains = layer_norm_decompositions(load_graph(ORT / "bert-opset14.onnx"))
+    assert len(chains) == 5  # the embeddings' and two per layer
+    assert all([o.split("/")[-1] for o in chain] == ["ReduceMean", "Sub", "Pow", "ReduceMean_1", "Add", "Sqrt", "Div",
+                                                    "Mul", "Add_1"] for chain in chains)
+    old = predictor.predict(ORT / "bert-opset14.onnx", gpu="a10g")
+    new = predictor.predict(ORT / "bert.onnx", gpu="a10g")
+    old_norms = [k for k in old.kernels if k.category == "layernorm"]
+    new_norms = [k for k in new.kernels if k.category == "layernorm"]
+    assert len(old_norms) == len(new_norms) == 5 and len(old.kernels) == len(new.kernels) == 41
+    assert [k.latency_ms for k in old_norms] == pytest.approx([k.latency_ms for k in new_norms], rel=1e-4)
+    assert old.latency_ms == new.latency_ms
+
+
+def _single(node: onnx.NodeProto, inputs, initializers=(), opset: int = 17, outputs=None) -> onnx.ModelProto:
+    model = make_model([node], inputs, outputs or [tensor(node.output[0], None)], initializers, opset=opset)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def _ops(graph) -> list[str]:
+    return [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
+
+
+@pytest.mark.parametrize(("node", "inputs", "initializers", "expected"), [
+    (helper.make_node("QuickGelu", ["x"], ["y"], domain="com.microsoft", alpha=1.702), [tensor("x", [2, 8, 64])], [],
+     ["Mul", "Sigmoid", "Mul"]),
+    (helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft"), [tensor("x", [2, 8, 64])], [],
+     ["Div", "Erf", "Add", "Mul", "Mul"]),
+    (helper.make_node("BiasAdd", ["x", "b", "s"], ["y"], domain="com.microsoft"),
+     [tensor("x", [2, 8, 64]), tensor("s", [2, 8, 64])], [weight("b", [64])], ["Add", "Add"]),
+    (helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft"), [tensor("x", [2, 8, 64])], [],
+     ["Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"]),
+])
+def test_each_contrib_op_becomes_its_exported_ops(node, inputs, initializers, expected) -> None:
+    graph = build_graph(_single(node, inputs, initializers))
+    assert _ops(graph) == expected
+    assert graph.outputs[0].shape == (2, 8, 64) and not graph.unsupported_ops
+
+
+def test_an_untyped_activation_gets_constants_cast_like_its_input() -> None:
+    """Gelu on an fp16 tensor whose type the file does not state: the constants follow it (CastLike, folded)."""
+    cast = helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16)
+    gelu = helper.make_node("Gelu", ["h"], ["y"], domain="com.microsoft", name="gelu")
+    model = make_model([cast, gelu], [tensor("x", [2, 8, 64])], [tensor("y", None, TensorProto.FLOAT16)], opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    graph = build_graph(model)
+    assert _ops(graph) == ["Cast", "Div", "Erf", "Add", "Mul", "Mul"]
+    assert graph.outputs[0].shape == (2, 8, 64) and graph.outputs[0].dtype == "float16"
+
+
+def test_a_norm_whose_statistics_are_read_stays_as_it_is() -> None:
+    """SkipLayerNormalization's mean output has no eager twin: a file that reads it keeps the op (warned)."""
+    node = helper.make_node("SkipLayerNormalization", ["x", "s", "g", "b"], ["y", "mean"], domain="com.microsoft")
+    use = helper.make_node("Identity", ["mean"], ["m"])
+    model = make_model([node, use], [tensor("x", [2, 8, 64]), tensor("s", [2, 8, 64])],
+                       [tensor("y", None), tensor("m", None)], [weight("g", [64]), weight("b", [64])], opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    graph = build_graph(model)
+    assert graph.unsupported_ops == ["SkipLayerNormalization"]
+
+
+def test_a_hostile_contrib_node_is_left_alone_and_names_never_collide() -> None:
+    """A node missing a required input stays (the checks report it); two nodes of one name get distinct tensors."""
+    short = helper.make_node("SkipLayerNormalization", ["x", "s"], ["y"], domain="com.microsoft", name="n")
+    assert build_graph(_single(short, [tensor("x", [2, 8, 64]), tensor("s", [2, 8, 64])])).unsupported_ops == [
+        "SkipLayerNormalization"]
+    first = helper.make_node("FastGelu", ["x"], ["h"], domain="com.microsoft", name="same")
+    second = helper.make_node("FastGelu", ["h"], ["y"], domain="com.microsoft", name="same")
+    model = make_model([first, second], [tensor("x", [2, 8, 64])], [tensor("y", None)], opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    graph = build_graph(model)
+    assert _ops(graph) == ["Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"] * 2
+    assert graph.outputs[0].shape == (2, 8, 64)
+
+
+def test_a_rewritten_rms_norm_computes_what_the_contrib_op_computes() -> None:
+    """The written-back SimplifiedLayerNormalization, run by ONNX's reference evaluator, is x / rms(x) * scale."""
+    from onnx.reference import ReferenceEvaluator
+
+    from lilou.graph.contrib_ops import restore_contrib_ops
+
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-6, stash_type=1)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 4, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    model = make_model([node], [tensor("x", [2, 4, 16])], [tensor("y", [2, 4, 16])],
+                       [onnx.numpy_helper.from_array(w, "w")], opset=17)
+    assert restore_contrib_ops(model) == {"SimplifiedLayerNormalization": 1}
+    (y,) = ReferenceEvaluator(model).run(None, {"x": x})
+    expected = x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + 1e-6) * w
+    assert np.allclose(y, expected, rtol=1e-5, atol=1e-6)
