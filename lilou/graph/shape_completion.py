@@ -161,9 +161,21 @@ def _canonical_node(node: onnx.NodeProto) -> bytes:
 
 @functools.lru_cache(maxsize=512)
 def _evaluator(canonical: bytes, opset: int):
+    """onnx.reference's evaluator of one node at the file's opset, built from a one-node model: built from the bare
+    NodeProto, the reference takes the newest version of the op whatever ``opsets`` says, so an opset-11
+    ``Unsqueeze`` (axes an attribute) failed as the opset-13 one and every shape computed from it stayed unknown
+    (Swin-tiny exported at opset 11: 444 nodes of unknown shape, half its kernels lost)."""
     from onnx.reference import ReferenceEvaluator
 
-    return ReferenceEvaluator(onnx.NodeProto.FromString(canonical), opsets={"": opset})
+    node = onnx.NodeProto.FromString(canonical)
+    outputs = list(node.output)
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    if not all(outputs):
+        raise ValueError("an unnamed output before a named one")  # not evaluated (the caller catches it)
+    graph = onnx.helper.make_graph([node], "node", [onnx.helper.make_empty_tensor_value_info(n) for n in node.input if n],
+                                   [onnx.helper.make_empty_tensor_value_info(n) for n in outputs])
+    return ReferenceEvaluator(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)]))
 
 
 def _value_shape(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
@@ -350,7 +362,14 @@ def _folded_outputs(model: onnx.ModelProto, known: _Known) -> list[str]:
     return [name for i in sorted(known.folded) for name in model.graph.node[i].output if name]
 
 
-def complete_shapes(model: onnx.ModelProto, max_elements: int = MAX_VALUE_ELEMENTS, max_rounds: int = 8,
+#: Rounds of folding and inference :func:`complete_shapes` runs at most; it stops as soon as a round learns nothing.
+#: Files of opset < 13 need about one per block: ONNX's inference does not propagate the values of Shape-1 there,
+#: so a block whose reshape reads the shape of the block before waits for the round that learned it (PoolFormer-S12
+#: at opset 11: 17 rounds; files of opset >= 13 need one or two).
+MAX_ROUNDS = 64
+
+
+def complete_shapes(model: onnx.ModelProto, max_elements: int = MAX_VALUE_ELEMENTS, max_rounds: int = MAX_ROUNDS,
                     notes: list[str] | None = None, inferred: bool = False,
                     evaluated: dict[str, int] | None = None) -> onnx.ModelProto:
     """Give every node output a static shape in ``value_info`` (in place; returns ``model``).
