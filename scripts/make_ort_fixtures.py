@@ -8,13 +8,15 @@ is stripped, as the zoo strips its exports)::
     pip install onnxruntime==1.20.0      # only for this script
     python scripts/make_ort_fixtures.py  # writes tests/data/ort/*.onnx
 
-Each model is a small random-weight Hugging Face model (two layers, 256 wide), exported by the TorchScript exporter
+Each model is a small random-weight Hugging Face model (two layers, 256 wide; ``bert-classic``: BERT as transformers
+4.x wrote it, whose attention onnxruntime fuses), exported by the TorchScript exporter
 (``dynamo=False``, what the optimizer's patterns match) at the opset named, then optimized with
 ``optimize_model(model_type=..., opt_level=0, use_gpu=True)``. Which contrib ops each holds is printed.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -38,6 +40,53 @@ class _Hidden(torch.nn.Module):
         if self.with_mask:
             return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         return self.model(input_ids=ids).last_hidden_state
+
+
+class _ClassicBert(torch.nn.Module):
+    """BERT as transformers 4.x wrote it (``BertSelfAttention`` with the additive extended mask, eager): the pattern
+    onnxruntime's Attention and EmbedLayerNormalization fusions match. Today's transformers builds its masks and
+    attention otherwise, and no fusion of onnxruntime 1.20 matches their exports."""
+
+    def __init__(self, vocab: int = 1000, hidden: int = 256, heads: int = 4, inner: int = 1024, layers: int = 2) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.heads, self.head_size = heads, hidden // heads
+        self.words, self.positions, self.token_types = nn.Embedding(vocab, hidden), nn.Embedding(512, hidden), \
+            nn.Embedding(2, hidden)
+        self.register_buffer("position_ids", torch.arange(512).unsqueeze(0))
+        self.norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "query": nn.Linear(hidden, hidden), "key": nn.Linear(hidden, hidden), "value": nn.Linear(hidden, hidden),
+            "dense": nn.Linear(hidden, hidden), "norm1": nn.LayerNorm(hidden, eps=1e-12),
+            "inner": nn.Linear(hidden, inner), "outer": nn.Linear(inner, hidden),
+            "norm2": nn.LayerNorm(hidden, eps=1e-12)}) for _ in range(layers))
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.size(0), x.size(1), self.heads, self.head_size).permute(0, 2, 1, 3)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, token_types: torch.Tensor) -> torch.Tensor:
+        positions = self.position_ids[:, :ids.size(1)]
+        x = self.norm(self.words(ids) + self.positions(positions) + self.token_types(token_types))
+        extended = (1.0 - mask[:, None, None, :].float()) * -10000.0
+        for block in self.blocks:
+            q, k, v = (self._heads(block[name](x)) for name in ("query", "key", "value"))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_size)
+            context = torch.matmul(torch.softmax(scores + extended, dim=-1), v).permute(0, 2, 1, 3).contiguous()
+            x = block["norm1"](block["dense"](context.view(x.shape)) + x)
+            x = block["norm2"](block["outer"](torch.nn.functional.gelu(block["inner"](x))) + x)
+        return x
+
+
+def _classic_bert(out: Path, optimizer) -> None:
+    torch.manual_seed(0)
+    ids, mask = torch.randint(0, 1000, (2, 64)), torch.ones(2, 64, dtype=torch.long)
+    exported = out / "bert-classic.onnx"
+    torch.onnx.export(_ClassicBert().eval(), (ids, mask, torch.zeros_like(ids)), exported, dynamo=False,
+                      opset_version=17, input_names=["input_ids", "attention_mask", "token_type_ids"])
+    optimized = optimizer.optimize_model(str(exported), model_type="bert", num_heads=4, hidden_size=256,
+                                         opt_level=0, use_gpu=True)
+    _save(onnx.load(exported), exported)
+    _save(_as_saved(optimized), out / "bert-classic-ort.onnx")
 
 
 def _models():
@@ -73,6 +122,7 @@ def main() -> None:
         if fp16:
             optimized.convert_float_to_float16(keep_io_types=True)
             _save(_as_saved(optimized), args.out / f"{name}-ort-fp16.onnx")
+    _classic_bert(args.out, optimizer)
 
 
 def _as_saved(optimized) -> onnx.ModelProto:

@@ -156,3 +156,41 @@ def test_a_rewritten_rms_norm_computes_what_the_contrib_op_computes() -> None:
     (y,) = ReferenceEvaluator(model).run(None, {"x": x})
     expected = x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + 1e-6) * w
     assert np.allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_bert_attention_and_embeddings_are_written_back_as_the_module_ran(predictor) -> None:
+    """BERT with onnxruntime's Attention and EmbedLayerNormalization (transformers 4.x's attention): the kernels of
+    the export, three projections, Q.K^T, scale, mask, softmax, P.V and the head merge per layer; the extended mask
+    once. The optimized file's own extra nodes are its int32 casts of the three inputs."""
+    exported = predictor.predict(ORT / "bert-classic.onnx", gpu="a10g")
+    optimized = predictor.predict(ORT / "bert-classic-ort.onnx", gpu="a10g")
+    assert any("onnxruntime's fused ops (2 Attention, 2 BiasGelu, 1 EmbedLayerNormalization, 4 SkipLayerNormalization)"
+               in w for w in optimized.warnings)
+    assert not any("unknown shape" in w or "unsupported op" in w for w in optimized.warnings)
+    extra = Counter(k.ops for k in optimized.kernels) - Counter(k.ops for k in exported.kernels)
+    missing = Counter(k.ops for k in exported.kernels) - Counter(k.ops for k in optimized.kernels)
+    assert extra == {("Cast",): 3, ("Unsqueeze", "Cast"): 1} and missing == {("Unsqueeze", "Unsqueeze", "Cast"): 1}
+    casts = sum(k.latency_ms for k in optimized.kernels if k.ops == ("Cast",))
+    assert optimized.latency_ms - casts == pytest.approx(exported.latency_ms, rel=0.01)
+    gemms = [k for k in optimized.kernels if k.category == "gemm"]
+    assert len(gemms) == len([k for k in exported.kernels if k.category == "gemm"]) == 16  # 8 per layer
+
+
+def _attention(**attributes) -> onnx.ModelProto:
+    node = helper.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain="com.microsoft", num_heads=4,
+                            **attributes)
+    model = make_model([node], [tensor("x", [2, 8, 64]), tensor("past", [2, 2, 4, 1, 16])], [tensor("y", None)],
+                       [weight("w", [64, 192]), weight("b", [192])], opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def test_an_attention_form_the_rewrite_does_not_reproduce_stays_unsupported() -> None:
+    """A past state (a decoder's KV cache) has no counterpart in the encoder block written back: the op stays."""
+    assert build_graph(_attention()).unsupported_ops == ["Attention"]
+    plain = _attention()
+    del plain.graph.node[0].input[3:]
+    graph = build_graph(plain)
+    assert not graph.unsupported_ops and graph.outputs[0].shape == (2, 8, 64)
+    assert _ops(graph) == ["MatMul", "Add", "Reshape", "Transpose"] * 3 + ["MatMul", "Div", "Softmax", "MatMul",
+                                                                          "Transpose", "Reshape"]

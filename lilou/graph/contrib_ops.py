@@ -12,10 +12,10 @@ prices an optimized file as the export it came from.
 
 Written back: ``SkipLayerNormalization``, ``SkipSimplifiedLayerNormalization``, ``SimplifiedLayerNormalization``
 and, in a file of opset < 17, ``LayerNormalization`` (onnxruntime registers both in the ONNX domain), ``BiasGelu``,
-``Gelu``, ``FastGelu``, ``QuickGelu`` and ``BiasAdd``. A node whose extra outputs (mean, inverse standard
-deviation) something reads stays as it is, and so do the attention ops (``Attention``, ``MultiHeadAttention``,
-``GroupQueryAttention``; current exports of Hugging Face models do not match their patterns) and the quantized
-ones (``MatMulNBits`` ...): what they replaced is not in the file, and the warnings name them as unsupported.
+``Gelu``, ``FastGelu``, ``QuickGelu`` and ``BiasAdd``; BERT's ``Attention`` and ``EmbedLayerNormalization`` in
+:mod:`lilou.graph.contrib_attention`. A node whose extra outputs (mean, inverse standard deviation) something reads
+stays as it is, and so do decoder attention (a KV cache, ``MultiHeadAttention``, ``GroupQueryAttention``) and the
+quantized ops (``MatMulNBits`` ...): the warnings name them as unsupported.
 """
 from __future__ import annotations
 
@@ -24,8 +24,11 @@ from collections import Counter
 from collections.abc import Callable
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
+from lilou.graph.contrib_attention import (attention_applies, embed_applies, raw_masks, write_attention,
+                                           write_embedding)
+from lilou.graph.contrib_writer import MARK, OpWriter, add_bias, layer_norm, node_input, node_output
 from lilou.graph.exporter_fusions import element_types, node_attribute
 
 MICROSOFT = "com.microsoft"
@@ -36,17 +39,16 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     """Write every contrib op this module knows back as standard ops (in place); how many of each op type."""
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
-    read = {name for node in graph.node for name in node.input} | {v.name for v in graph.output}
-    writer = _Writer(graph, opset, element_types(graph))
-    taken = {name.partition(_MARK)[0] for name in _names(graph) if _MARK in name}  # labels a file already uses
+    writer = OpWriter(graph, opset, element_types(graph))
+    planned = _planned(graph, opset, writer.dims)
+    if not planned:
+        return Counter()
+    taken = {name.partition(MARK)[0] for name in _names(graph) if MARK in name}  # labels a file already uses
     restored: Counter[str] = Counter()
     nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(graph.node):
-        rewrite = _REWRITES.get((node.domain if node.domain not in _ONNX else "", node.op_type))
-        if node.op_type == "LayerNormalization" and (opset >= 17 or node_attribute(node, "axis", -1) != -1):
-            rewrite = None  # a standard op from opset 17; before it, onnxruntime's own (last axis only here)
-        extra_read = any(out in read for out in node.output[1:3])  # mean / inverse std: no eager twin
-        if rewrite is None or extra_read or not _complete(node):
+        rewrite = planned.get(index)
+        if rewrite is None:
             nodes.append(node)
             continue
         label = node.name or f"{node.op_type}_{index}"
@@ -57,14 +59,43 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
         rewrite(writer, node)
         nodes.extend(writer.finish())
         restored[node.op_type] += 1
-    if restored:
-        del graph.node[:]
-        graph.node.extend(nodes)
+    del graph.node[:]
+    graph.node.extend(nodes)
     return restored
 
 
-#: What the names of written-back nodes and constants carry after the contrib node's name.
-_MARK = "/lilou_unfused/"
+def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]]
+             ) -> dict[int, Callable[[OpWriter, onnx.NodeProto], None]]:
+    """Node index -> its rewrite, for every contrib node this module reproduces. The embedding op goes only with
+    every attention op that reads its mask index (which the rewrite replaces by the raw mask)."""
+    read = {name for node in graph.node for name in node.input} | {v.name for v in graph.output}
+    masks = raw_masks(graph)
+    planned: dict[int, Callable[[OpWriter, onnx.NodeProto], None]] = {}
+    embeddings: list[int] = []
+    for index, node in enumerate(graph.node):
+        key = (node.domain if node.domain not in _ONNX else "", node.op_type)
+        if key == (MICROSOFT, "EmbedLayerNormalization"):
+            embeddings.append(index)
+        elif key == (MICROSOFT, "Attention"):
+            if attention_applies(node, dims, opset):
+                planned[index] = lambda w, n: write_attention(w, n, masks)
+        elif key in _REWRITES and _complete(node) and not any(out in read for out in node.output[1:3]) \
+                and _own_op(node, opset):  # outputs 1-2 of the norms: mean and inverse deviation, no eager twin
+            planned[index] = _REWRITES[key]
+    for index in embeddings:
+        node = graph.node[index]
+        index_name = node_output(node, 1)
+        readers = [i for i, other in enumerate(graph.node) if index_name and index_name in other.input]
+        rewritten = all(i in planned and graph.node[i].op_type == "Attention" for i in readers) \
+            and index_name not in {v.name for v in graph.output}
+        if embed_applies(node, dims, opset, rewritten):
+            planned[index] = write_embedding
+    return planned
+
+
+def _own_op(node: onnx.NodeProto, opset: int) -> bool:
+    """Not a standard op: LayerNormalization is ONNX's own from opset 17 (onnxruntime's before it, last axis here)."""
+    return node.op_type != "LayerNormalization" or (opset < 17 and node_attribute(node, "axis", -1) == -1)
 
 
 def _names(graph: onnx.GraphProto) -> set[str]:
@@ -75,89 +106,10 @@ def _names(graph: onnx.GraphProto) -> set[str]:
 def _complete(node: onnx.NodeProto) -> bool:
     """The inputs the op requires are there, and the output it is read by (a hostile file may drop either)."""
     required = _REQUIRED_INPUTS[node.op_type]
-    return len(node.input) >= required and all(node.input[:required]) and bool(_output(node, 0))
+    return len(node.input) >= required and all(node.input[:required]) and bool(node_output(node, 0))
 
 
-class _Writer:
-    """Builds the standard nodes of one contrib node: names under ``<node>/lilou_unfused/``, constants as small
-    initializers in the element type of the tensor they meet, the last node writing the contrib node's output."""
-
-    def __init__(self, graph: onnx.GraphProto, opset: int, types: dict[str, int]) -> None:
-        self.graph, self.opset, self.types = graph, opset, types
-        self.nodes: list[onnx.NodeProto] = []
-
-    def start(self, node: onnx.NodeProto, label: str) -> None:
-        self.node, self.label, self.nodes = node, label, []
-
-    def name(self, step: str) -> str:
-        return f"{self.label}{_MARK}{step}"
-
-    def type_of(self, *tensors: str) -> int | None:
-        return next((self.types[t] for t in tensors if t in self.types), None)
-
-    def op(self, op_type: str, inputs: list[str], step: str, output: str | None = None, **attributes) -> str:
-        out = output or self.name(step)
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(f"{len(self.nodes)}_{op_type}"),
-                                           **attributes))
-        return out
-
-    def constant(self, step: str, value: float, like: str, data_type: int | None) -> str:
-        """A scalar for an elementwise op with ``like``: in ``data_type``; when that is unknown, a float32 scalar
-        cast like ``like`` (CastLike, opset 15), or float32 before it."""
-        known = data_type if data_type is not None else TensorProto.FLOAT
-        name = self.name(f"constant_{step}")  # apart from the nodes' outputs
-        self.graph.initializer.append(helper.make_tensor(name, known, [], [value]))
-        if data_type is None and self.opset >= 15:
-            return self.op("CastLike", [name, like], f"constant_{step}_like")
-        return name
-
-    def reduce_mean(self, value: str, step: str) -> str:
-        """Mean over the last axis, kept (axes an attribute before opset 18, an input from it)."""
-        if self.opset >= 18:
-            axes = self.name(f"constant_{step}_axes")
-            self.graph.initializer.append(helper.make_tensor(axes, TensorProto.INT64, [1], [-1]))
-            return self.op("ReduceMean", [value, axes], step, keepdims=1)
-        return self.op("ReduceMean", [value], step, axes=[-1], keepdims=1)
-
-    def finish(self) -> list[onnx.NodeProto]:
-        self.nodes[-1].name = self.label  # the contrib node's name stays on the node writing its output
-        for op in self.nodes:
-            op.metadata_props.extend(self.node.metadata_props)
-        return self.nodes
-
-
-def _input(node: onnx.NodeProto, index: int) -> str:
-    return node.input[index] if len(node.input) > index else ""
-
-
-def _output(node: onnx.NodeProto, index: int) -> str:
-    return node.output[index] if len(node.output) > index else ""
-
-
-def _add_bias(w: _Writer, value: str, bias: str, step: str) -> str:
-    """``value + bias`` (a Linear's bias, which eager adds in the GEMM: the exporter writes MatMul, Add)."""
-    return w.op("Add", [value, bias], step) if bias else value
-
-
-def _layer_norm(w: _Writer, value: str, gamma: str, beta: str, epsilon: float, output: str, dtype: int | None) -> None:
-    """``nn.LayerNorm`` over the last axis: one LayerNormalization from opset 17, the pre-17 export before it."""
-    if w.opset >= 17:
-        w.op("LayerNormalization", [value, gamma, beta] if beta else [value, gamma], "layer_norm", output,
-             axis=-1, epsilon=epsilon)
-        return
-    mean = w.reduce_mean(value, "mean")
-    centred = w.op("Sub", [value, mean], "centred")
-    square = w.op("Pow", [centred, w.constant("two", 2.0, centred, dtype)], "square")
-    variance = w.reduce_mean(square, "variance")
-    shifted = w.op("Add", [variance, w.constant("epsilon", epsilon, variance, dtype)], "shifted")
-    normalized = w.op("Div", [centred, w.op("Sqrt", [shifted], "std")], "normalized")
-    if beta:
-        w.op("Add", [w.op("Mul", [normalized, gamma], "scaled"), beta], "shifted_out", output)
-    else:
-        w.op("Mul", [normalized, gamma], "scaled", output)
-
-
-def _rms_norm(w: _Writer, value: str, scale: str, epsilon: float, stash: int, output: str) -> None:
+def _rms_norm(w: OpWriter, value: str, scale: str, epsilon: float, stash: int, output: str) -> None:
     """A Python RMS norm (T5LayerNorm, LlamaRMSNorm) as TorchScript exports it: [Cast] Pow(2), ReduceMean,
     Add(eps), Sqrt, Div(1, .), Mul(x), [Cast], Mul(scale)."""
     source = w.type_of(value, scale)
@@ -174,7 +126,7 @@ def _rms_norm(w: _Writer, value: str, scale: str, epsilon: float, stash: int, ou
     w.op("Mul", [scale, normalized], "scaled", output)
 
 
-def _gelu(w: _Writer, value: str, output: str, dtype: int | None) -> None:
+def _gelu(w: OpWriter, value: str, output: str, dtype: int | None) -> None:
     """``F.gelu`` (erf) as exported before opset 20: Div(sqrt 2), Erf, Add(1), Mul(x), Mul(0.5)."""
     erf = w.op("Erf", [w.op("Div", [value, w.constant("sqrt_two", math.sqrt(2.0), value, dtype)], "scaled")], "erf")
     shifted = w.op("Add", [erf, w.constant("one", 1.0, erf, dtype)], "shifted")
@@ -182,7 +134,7 @@ def _gelu(w: _Writer, value: str, output: str, dtype: int | None) -> None:
     w.op("Mul", [product, w.constant("half", 0.5, product, dtype)], "gelu", output)
 
 
-def _tanh_gelu(w: _Writer, value: str, output: str, dtype: int | None) -> None:
+def _tanh_gelu(w: OpWriter, value: str, output: str, dtype: int | None) -> None:
     """GPT-2's ``gelu_new`` as exported: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
     half = w.op("Mul", [value, w.constant("half", 0.5, value, dtype)], "half")
     cube = w.op("Pow", [value, w.constant("three", 3.0, value, dtype)], "cube")
@@ -194,57 +146,57 @@ def _tanh_gelu(w: _Writer, value: str, output: str, dtype: int | None) -> None:
     w.op("Mul", [half, shifted], "gelu", output)
 
 
-def _skip_sum(w: _Writer, node: onnx.NodeProto, bias: str) -> str:
+def _skip_sum(w: OpWriter, node: onnx.NodeProto, bias: str) -> str:
     """input (+ bias) + skip: the residual add, into the node's fourth output when it has one."""
-    value = _add_bias(w, _input(node, 0), bias, "bias")
-    return w.op("Add", [value, _input(node, 1)], "residual", _output(node, 3) or None)
+    value = add_bias(w, node_input(node, 0), bias, "bias")
+    return w.op("Add", [value, node_input(node, 1)], "residual", node_output(node, 3) or None)
 
 
-def _skip_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
-    total = _skip_sum(w, node, _input(node, 4))
-    dtype = w.type_of(_input(node, 2), _input(node, 0))
-    _layer_norm(w, total, _input(node, 2), _input(node, 3), float(node_attribute(node, "epsilon", 1e-12)),
+def _skip_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
+    total = _skip_sum(w, node, node_input(node, 4))
+    dtype = w.type_of(node_input(node, 2), node_input(node, 0))
+    layer_norm(w, total, node_input(node, 2), node_input(node, 3), float(node_attribute(node, "epsilon", 1e-12)),
                 node.output[0], dtype)
 
 
-def _skip_simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
-    total = _skip_sum(w, node, _input(node, 3))
-    _rms_norm(w, total, _input(node, 2), float(node_attribute(node, "epsilon", 1e-6)), TensorProto.FLOAT,
+def _skip_simplified_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
+    total = _skip_sum(w, node, node_input(node, 3))
+    _rms_norm(w, total, node_input(node, 2), float(node_attribute(node, "epsilon", 1e-6)), TensorProto.FLOAT,
               node.output[0])
 
 
-def _simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
-    _rms_norm(w, _input(node, 0), _input(node, 1), float(node_attribute(node, "epsilon", 1e-5)),
+def _simplified_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
+    _rms_norm(w, node_input(node, 0), node_input(node, 1), float(node_attribute(node, "epsilon", 1e-5)),
               int(node_attribute(node, "stash_type", TensorProto.FLOAT)), node.output[0])
 
 
-def _old_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+def _old_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
     """onnxruntime's LayerNormalization in a file of opset < 17, where ONNX has none: the pre-17 export."""
-    dtype = w.type_of(_input(node, 1), _input(node, 0))
-    _layer_norm(w, _input(node, 0), _input(node, 1), _input(node, 2), float(node_attribute(node, "epsilon", 1e-5)),
+    dtype = w.type_of(node_input(node, 1), node_input(node, 0))
+    layer_norm(w, node_input(node, 0), node_input(node, 1), node_input(node, 2), float(node_attribute(node, "epsilon", 1e-5)),
                 node.output[0], dtype)
 
 
-def _bias_gelu(w: _Writer, node: onnx.NodeProto) -> None:
-    dtype = w.type_of(_input(node, 1), _input(node, 0))
-    _gelu(w, _add_bias(w, _input(node, 0), _input(node, 1), "bias"), node.output[0], dtype)
+def _bias_gelu(w: OpWriter, node: onnx.NodeProto) -> None:
+    dtype = w.type_of(node_input(node, 1), node_input(node, 0))
+    _gelu(w, add_bias(w, node_input(node, 0), node_input(node, 1), "bias"), node.output[0], dtype)
 
 
-def _fast_gelu(w: _Writer, node: onnx.NodeProto) -> None:
-    dtype = w.type_of(_input(node, 1), _input(node, 0))
-    _tanh_gelu(w, _add_bias(w, _input(node, 0), _input(node, 1), "bias"), node.output[0], dtype)
+def _fast_gelu(w: OpWriter, node: onnx.NodeProto) -> None:
+    dtype = w.type_of(node_input(node, 1), node_input(node, 0))
+    _tanh_gelu(w, add_bias(w, node_input(node, 0), node_input(node, 1), "bias"), node.output[0], dtype)
 
 
-def _quick_gelu(w: _Writer, node: onnx.NodeProto) -> None:
+def _quick_gelu(w: OpWriter, node: onnx.NodeProto) -> None:
     """CLIP's QuickGELU, x * sigmoid(alpha x), as exported: Mul, Sigmoid, Mul."""
-    value, dtype = _input(node, 0), w.type_of(_input(node, 0))
+    value, dtype = node_input(node, 0), w.type_of(node_input(node, 0))
     scaled = w.op("Mul", [value, w.constant("alpha", float(node_attribute(node, "alpha", 1.702)), value, dtype)],
                   "scaled")
     w.op("Mul", [value, w.op("Sigmoid", [scaled], "sigmoid")], "gelu", node.output[0])
 
 
-def _bias_add(w: _Writer, node: onnx.NodeProto) -> None:
-    w.op("Add", [w.op("Add", [_input(node, 0), _input(node, 1)], "bias"), _input(node, 2)], "residual",
+def _bias_add(w: OpWriter, node: onnx.NodeProto) -> None:
+    w.op("Add", [w.op("Add", [node_input(node, 0), node_input(node, 1)], "bias"), node_input(node, 2)], "residual",
          node.output[0])
 
 
@@ -253,14 +205,14 @@ _REQUIRED_INPUTS = {"LayerNormalization": 2, "SkipLayerNormalization": 3, "SkipS
                     "SimplifiedLayerNormalization": 2, "BiasGelu": 2, "Gelu": 1, "FastGelu": 1, "QuickGelu": 1,
                     "BiasAdd": 3}
 
-_REWRITES: dict[tuple[str, str], Callable[[_Writer, onnx.NodeProto], None]] = {
+_REWRITES: dict[tuple[str, str], Callable[[OpWriter, onnx.NodeProto], None]] = {
     (MICROSOFT, "SkipLayerNormalization"): _skip_layer_norm,
     (MICROSOFT, "SkipSimplifiedLayerNormalization"): _skip_simplified_layer_norm,
     ("", "SimplifiedLayerNormalization"): _simplified_layer_norm,
     ("", "LayerNormalization"): _old_layer_norm,
     (MICROSOFT, "SimplifiedLayerNormalization"): _simplified_layer_norm,
     (MICROSOFT, "BiasGelu"): _bias_gelu,
-    (MICROSOFT, "Gelu"): lambda w, node: _gelu(w, _input(node, 0), node.output[0], w.type_of(_input(node, 0))),
+    (MICROSOFT, "Gelu"): lambda w, node: _gelu(w, node_input(node, 0), node.output[0], w.type_of(node_input(node, 0))),
     (MICROSOFT, "FastGelu"): _fast_gelu,
     (MICROSOFT, "QuickGelu"): _quick_gelu,
     (MICROSOFT, "BiasAdd"): _bias_add,

@@ -1,0 +1,107 @@
+"""Writing standard ONNX nodes in place of one contrib node (:mod:`lilou.graph.contrib_ops`), at the file's opset."""
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+#: What the names of written-back nodes and constants carry after the contrib node's name.
+MARK = "/lilou_unfused/"
+
+
+class OpWriter:
+    """Builds the standard nodes of one contrib node: names under ``<node>/lilou_unfused/``, constants as small
+    initializers in the element type of the tensor they meet, the last node writing the contrib node's output."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int, types: dict[str, int]) -> None:
+        self.graph, self.opset, self.types = graph, opset, types
+        self.dims = {t.name: tuple(t.dims) for t in graph.initializer}  # weights' shapes (their data may be stripped)
+        self.nodes: list[onnx.NodeProto] = []
+        self.shared: dict[str, str] = {}  # values written once for several contrib nodes (an attention mask)
+
+    def start(self, node: onnx.NodeProto, label: str) -> None:
+        self.node, self.label, self.nodes = node, label, []
+
+    def name(self, step: str) -> str:
+        return f"{self.label}{MARK}{step}"
+
+    def type_of(self, *tensors: str) -> int | None:
+        return next((self.types[t] for t in tensors if t in self.types), None)
+
+    def op(self, op_type: str, inputs: list[str], step: str, output: str | None = None, **attributes) -> str:
+        out = output or self.name(step)
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(f"{len(self.nodes)}_{op_type}"),
+                                           **attributes))
+        return out
+
+    def constant(self, step: str, value: float, like: str, data_type: int | None) -> str:
+        """A scalar for an elementwise op with ``like``: in ``data_type``; when that is unknown, a float32 scalar
+        cast like ``like`` (CastLike, opset 15), or float32 before it."""
+        known = data_type if data_type is not None else TensorProto.FLOAT
+        name = self.name(f"constant_{step}")  # apart from the nodes' outputs
+        self.graph.initializer.append(helper.make_tensor(name, known, [], [value]))
+        if data_type is None and self.opset >= 15:
+            return self.op("CastLike", [name, like], f"constant_{step}_like")
+        return name
+
+    def ints(self, step: str, values: list[int]) -> str:
+        """A 1-D int64 constant (shapes, axes, slice bounds)."""
+        name = self.name(f"constant_{step}")
+        self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+        return name
+
+    def scalar_int(self, step: str, value: int) -> str:
+        """A 0-d int64 constant (a Gather index, a Range bound)."""
+        name = self.name(f"constant_{step}")
+        self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [], [value]))
+        return name
+
+    def unsqueeze(self, value: str, axes: list[int], step: str) -> str:
+        """Unsqueeze (axes an attribute before opset 13, an input from it)."""
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [value, self.ints(f"{step}_axes", axes)], step)
+        return self.op("Unsqueeze", [value], step, axes=axes)
+
+    def reduce_mean(self, value: str, step: str) -> str:
+        """Mean over the last axis, kept (axes an attribute before opset 18, an input from it)."""
+        if self.opset >= 18:
+            axes = self.name(f"constant_{step}_axes")
+            self.graph.initializer.append(helper.make_tensor(axes, TensorProto.INT64, [1], [-1]))
+            return self.op("ReduceMean", [value, axes], step, keepdims=1)
+        return self.op("ReduceMean", [value], step, axes=[-1], keepdims=1)
+
+    def finish(self) -> list[onnx.NodeProto]:
+        self.nodes[-1].name = self.label  # the contrib node's name stays on the node writing its output
+        for op in self.nodes:
+            op.metadata_props.extend(self.node.metadata_props)
+        return self.nodes
+
+
+def node_input(node: onnx.NodeProto, index: int) -> str:
+    return node.input[index] if len(node.input) > index else ""
+
+
+def node_output(node: onnx.NodeProto, index: int) -> str:
+    return node.output[index] if len(node.output) > index else ""
+
+
+def add_bias(w: OpWriter, value: str, bias: str, step: str) -> str:
+    """``value + bias`` (a Linear's bias, which eager adds in the GEMM: the exporter writes MatMul, Add)."""
+    return w.op("Add", [value, bias], step) if bias else value
+
+
+def layer_norm(w: OpWriter, value: str, gamma: str, beta: str, epsilon: float, output: str, dtype: int | None) -> None:
+    """``nn.LayerNorm`` over the last axis: one LayerNormalization from opset 17, the pre-17 export before it."""
+    if w.opset >= 17:
+        w.op("LayerNormalization", [value, gamma, beta] if beta else [value, gamma], "layer_norm", output,
+             axis=-1, epsilon=epsilon)
+        return
+    mean = w.reduce_mean(value, "mean")
+    centred = w.op("Sub", [value, mean], "centred")
+    square = w.op("Pow", [centred, w.constant("two", 2.0, centred, dtype)], "square")
+    variance = w.reduce_mean(square, "variance")
+    shifted = w.op("Add", [variance, w.constant("epsilon", epsilon, variance, dtype)], "shifted")
+    normalized = w.op("Div", [centred, w.op("Sqrt", [shifted], "std")], "normalized")
+    if beta:
+        w.op("Add", [w.op("Mul", [normalized, gamma], "scaled"), beta], "shifted_out", output)
+    else:
+        w.op("Mul", [normalized, gamma], "scaled", output)
