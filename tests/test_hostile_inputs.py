@@ -178,6 +178,18 @@ def _invalid_utf8_name(tmp_path: Path) -> list[str]:
     return ["graph", str(path)]
 
 
+def _invalid_utf8_metadata(tmp_path: Path) -> list[str]:
+    """relu_model whose node carries a metadata key of invalid UTF-8 (found by `make fuzz`, seed 2817: the folded
+    batch-norm check read it as bytes and crashed with a TypeError). Metadata is only read: the prediction goes on."""
+    model = relu_model()
+    entry = model.graph.node[0].metadata_props.add()
+    entry.key, entry.value = "pkg.marker", "v"
+    data = model.SerializeToString().replace(b"pkg.marker", b"pkg.m\xe4rker", 1)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    return ["infer", str(path), "--gpu", "t4"]
+
+
 def loop_bomb_model() -> onnx.ModelProto:
     """288 bytes: a Loop body input of 2^31 - 1 elements, which ONNX's shape inference with data propagation
     materialises as a list of dims (found by `make fuzz`: the process took gigabytes and was killed)."""
@@ -784,6 +796,26 @@ def test_a_claimed_folded_batch_norm_of_a_billion_channels_stays_under_1_gb(tmp_
     assert status == 0, done.stderr
     assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
     assert "1 BatchNormalization(s) that the exporter folded" in report
+
+
+def test_a_metadata_key_of_invalid_utf8_is_read(tmp_path, capsys):
+    """A Conv with a bias (the TorchScript folded-norm check reads its metadata keys) and an exporter-fused RMS norm
+    (its rule name) whose metadata is not UTF-8: predicted, exit 0."""
+    assert main(_invalid_utf8_metadata(tmp_path)) == 0, capsys.readouterr().err
+    conv = conv_model()
+    conv.graph.node[0].input.append("b")
+    conv.graph.initializer.append(weight("b", [4]))
+    conv.graph.node[0].metadata_props.add(key="pkg.marker", value="v")
+    rms = helper.make_node("RMSNormalization", ["x", "w"], ["y"], name="norm", axis=-1)
+    rms.metadata_props.add(key="pkg.onnxscript.rewriter.rule_name", value="RmsNormFusion1")
+    for model, text in ((conv, b"pkg.marker"), (rms_model(rms), b"RmsNormFusion1")):
+        path = tmp_path / "m.onnx"
+        path.write_bytes(model.SerializeToString().replace(text, text[:-3] + b"\xe4\xff\xfe", 1))
+        assert main(["infer", str(path), "--gpu", "t4"]) == 0, capsys.readouterr().err
+
+
+def rms_model(node) -> onnx.ModelProto:
+    return make_model([node], [tensor("x", [2, 16, 64])], [tensor("y", None)], [weight("w", [64])], opset=23)
 
 
 @pytest.mark.parametrize("command", [["graph"], ["fuse"], ["infer", "--gpu", "a10g"]])

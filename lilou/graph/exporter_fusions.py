@@ -15,6 +15,8 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
+from lilou.graph.names import protobuf_text
+
 #: The metadata key onnxscript's rewriter writes on the nodes a rule produced.
 RULE_NAME = "pkg.onnxscript.rewriter.rule_name"
 _RMS_NORM_RULES = ("RmsNormFusion",)
@@ -42,7 +44,7 @@ def restore_exporter_fusions(model: onnx.ModelProto) -> list[str]:
 def _fused_rms_norm(node: onnx.NodeProto) -> bool:
     if node.op_type != "RMSNormalization" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
         return False
-    rule = next((p.value for p in node.metadata_props if p.key == RULE_NAME), "")
+    rule = protobuf_text(next((p.value for p in node.metadata_props if p.key == RULE_NAME), ""))
     return rule.startswith(_RMS_NORM_RULES) and node_attribute(node, "axis", -1) == -1
 
 

@@ -22,6 +22,8 @@ import re
 import onnx
 from onnx import helper
 
+from lilou.graph.names import protobuf_text
+
 #: The aten batch-norm call a fused node's ``namespace`` metadata ends with.
 _BATCH_NORM_CALL = re.compile(r"aten\.(_native_batch_norm_legit\w*|native_batch_norm|batch_norm|"
                               r"_batch_norm_with_update|_batch_norm_no_update|cudnn_batch_norm)\.")
@@ -58,7 +60,7 @@ def _holds_folded_batch_norm(node: onnx.NodeProto) -> bool:
     """A Conv/Gemm/... node whose metadata names an aten batch-norm call as the last one it computes."""
     if node.op_type not in _FOLDED_INTO or node.domain not in ("", "ai.onnx"):
         return False
-    namespace = _text(next((p.value for p in node.metadata_props if p.key == "namespace"), ""))
+    namespace = protobuf_text(next((p.value for p in node.metadata_props if p.key == "namespace"), ""))
     return bool(_BATCH_NORM_CALL.match(namespace.rsplit(": ", 1)[-1]))
 
 
@@ -71,14 +73,9 @@ def _torchscript_folded(node: onnx.NodeProto) -> bool:
     computed: the eval-mode batch norm after it was folded in (see the module docstring)."""
     if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
         return False
-    if any(p.key.startswith("pkg.torch.onnx.") for p in node.metadata_props):
+    if any(protobuf_text(p.key).startswith("pkg.torch.onnx.") for p in node.metadata_props):
         return False
     return all(_TORCHSCRIPT_FOLDED_CONSTANT.fullmatch(name) for name in node.input[1:3])
-
-
-def _text(value: str | bytes) -> str:
-    """A protobuf string field as text: a file may hold invalid UTF-8, which protobuf hands back as bytes."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _output_channels(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> int | None:
@@ -143,4 +140,4 @@ def exported_in_training_mode(node: onnx.NodeProto) -> bool:
     ``training_mode``, but names the aten op in the node's name and metadata, and PyTorch ran it with the batch's
     statistics. Batch norms restored here carry that metadata too."""
     texts = [node.name] + [p.value for p in node.metadata_props if p.key in ("namespace", "pkg.torch.onnx.fx_node")]
-    return any(_TRAINING_BATCH_NORM.search(_text(text)) for text in texts)
+    return any(_TRAINING_BATCH_NORM.search(protobuf_text(text)) for text in texts)

@@ -1,4 +1,4 @@
-"""Node names Lilou can key on: ONNX allows empty and repeated ones."""
+"""Node names Lilou can key on (ONNX allows empty and repeated ones), and protobuf strings as text."""
 from __future__ import annotations
 
 import onnx
@@ -16,3 +16,8 @@ def unique_node_names(graph: onnx.GraphProto) -> list[str]:
         seen.add(candidate)
         names.append(candidate)
     return names
+
+
+def protobuf_text(value: str | bytes) -> str:
+    """A protobuf string field as text: a file may hold invalid UTF-8, which protobuf hands back as bytes."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
