@@ -25,6 +25,7 @@ from onnx import helper
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
 from lilou.graph.contrib_ops import restore_contrib_ops
+from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
@@ -106,7 +107,8 @@ def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None =
                 shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ModelGraph:
     """``restore_folded``: put back what an exporter or optimizer fused that eager runs as the module's own ops: batch
     norms folded into convolutions (:mod:`lilou.graph.folded_norms`), onnxscript's RMS-norm fusion
-    (:mod:`lilou.graph.exporter_fusions`) and onnxruntime's contrib ops (:mod:`lilou.graph.contrib_ops`); the fusion
+    (:mod:`lilou.graph.exporter_fusions`), onnxruntime's contrib ops (:mod:`lilou.graph.contrib_ops`) and quantized
+    graphs (:mod:`lilou.graph.quantized`); the fusion
     dataset keeps the file's own nodes, which its labels name."""
     return annotate_graph(shape_model(model, batch=batch, shapes=shapes, restore_folded=restore_folded), name=name)
 
@@ -149,10 +151,16 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
         counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
         notes.append(f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the "
                      "modules they replaced, as eager PyTorch runs them")
+    quantized = restore_quantized_ops(model) if restore_folded else None
+    if quantized:
+        notes.append(quantized.note())
     _sort_topologically(model)
     evaluated: dict[str, int] = {}
     inferred = infer_shapes(model, notes=notes, evaluated=evaluated)
-    return ShapedModel(model=inferred, tensors=_tensor_table(inferred), notes=notes, evaluated=evaluated)
+    tensors = _tensor_table(inferred)
+    if quantized:
+        tensors = runtime_types(tensors, quantized, inferred.graph.node)
+    return ShapedModel(model=inferred, tensors=tensors, notes=notes, evaluated=evaluated)
 
 
 def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:

@@ -1,0 +1,332 @@
+"""Quantized ONNX graphs read as the INT8 (or FP8) model they describe.
+
+onnxruntime's quantization tool (and Optimum's ORTQuantizer, NVIDIA's ModelOpt, TensorRT's workflows) writes a
+quantized model in one of three forms:
+
+- **QDQ**: ``QuantizeLinear``/``DequantizeLinear`` pairs around float ops. No runtime executes the pairs: INT8
+  runtimes (TensorRT, onnxruntime's CUDA provider) fold the quantize into the op that writes the tensor and the
+  dequantize into the op that reads it, and run that op on its INT8 unit.
+- **QOperator**: ``QLinearConv``, ``QLinearMatMul`` and onnxruntime's ``QGemm``, ``QLinearAdd``, ``QLinearMul``,
+  ``QLinearSoftmax`` ... ops whose inputs and outputs are INT8.
+- **dynamic**: ``DynamicQuantizeLinear`` (the range of a tensor, then its quantized copy) before ``ConvInteger``
+  and ``MatMulInteger`` (INT8 inputs, INT32 output).
+
+Without this module every Q/DQ node was its own memory-bound fallback kernel and the convolutions and matmuls
+between them FP32 (a QDQ ResNet priced at about twice its float export), and QOperator ops had no cost at all.
+Here each form is written as the float ops it quantizes, and every tensor keeps the element type it has at run
+time (:class:`QuantizedRewrite`): the math ops read INT8 tensors, so the model's precision is INT8 and its
+convolutions and matmuls are priced on the INT8 unit (:mod:`lilou.graph.precision`), with INT8 bytes.
+
+The written graph stays type-correct float for ONNX's shape inference (which needs one type per op): every
+tensor whose type differs at run time is listed, and :func:`runtime_types` sets those types on the inferred
+tensor table. What becomes what:
+
+- a DequantizeLinear goes (its readers read the quantized tensor), except one that writes a graph output (a
+  conversion kernel, written as a ``Cast``) or reads a constant (the weight, stored quantized: no kernel);
+- a QuantizeLinear goes where every reader of its input is a quantize (the op before it writes the quantized
+  tensor), else it is a conversion kernel (a graph input quantized, a tensor also read in float);
+- a quantize/dequantize pair that writes a graph output goes whole (the op before it writes the float output);
+- QLinear ops become their float op; ``ConvInteger``/``MatMulInteger`` a Conv/MatMul writing INT32;
+  ``DynamicQuantizeLinear`` a range reduction and a conversion kernel.
+
+Kernels are still grouped as the backend groups the float ops (Lilou has no TensorRT backend): an INT8 runtime
+fuses more (a convolution with its bias, activation and residual add), which the warnings say.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from lilou.graph.costs import TensorInfo
+from lilou.graph.exporter_fusions import element_types, node_attribute
+
+_ONNX = ("", "ai.onnx")
+_MICROSOFT = "com.microsoft"
+_FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
+#: Element types a quantized tensor has at run time.
+QUANTIZED_TYPES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4,
+                             TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                             TensorProto.FLOAT8E5M2FNUZ})
+
+_TYPE_NAMES = {TensorProto.INT8: "INT8", TensorProto.UINT8: "INT8", TensorProto.INT4: "INT4", TensorProto.UINT4: "INT4",
+               TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.FLOAT8E4M3FNUZ: "FP8", TensorProto.FLOAT8E5M2: "FP8",
+               TensorProto.FLOAT8E5M2FNUZ: "FP8"}
+
+#: QLinear op -> (float op, positions of its data inputs, position of its output zero point or None).
+_QLINEAR = {
+    ("", "QLinearConv"): ("Conv", (0, 3, 8), 7),
+    ("", "QLinearMatMul"): ("MatMul", (0, 3), 7),
+    (_MICROSOFT, "QGemm"): ("Gemm", (0, 3, 6), 8),
+    (_MICROSOFT, "QLinearAdd"): ("Add", (0, 3), 7),
+    (_MICROSOFT, "QLinearMul"): ("Mul", (0, 3), 7),
+    (_MICROSOFT, "QLinearSoftmax"): ("Softmax", (0,), 4),
+    (_MICROSOFT, "QLinearSigmoid"): ("Sigmoid", (0,), 4),
+    (_MICROSOFT, "QLinearLeakyRelu"): ("LeakyRelu", (0,), 4),
+    (_MICROSOFT, "QLinearGlobalAveragePool"): ("GlobalAveragePool", (0,), 4),
+    (_MICROSOFT, "QLinearAveragePool"): ("AveragePool", (0,), 4),
+    ("", "ConvInteger"): ("Conv", (0, 1), None),
+    ("", "MatMulInteger"): ("MatMul", (0, 1), None),
+}
+#: Attributes each float op keeps (the QLinear op's others describe its quantization).
+_KEPT = {"Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
+         "Gemm": ("alpha", "transA", "transB"), "Softmax": ("axis",), "LeakyRelu": ("alpha",),
+         "AveragePool": ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")}
+#: Ops whose output has their first input's element type: a quantized tensor through them stays quantized.
+_TYPE_PRESERVING = frozenset({"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+                              "Slice", "Concat", "Split", "Pad", "Expand", "Tile", "Relu", "Resize", "Gather",
+                              "DepthToSpace", "SpaceToDepth", "GlobalMaxPool"})
+
+
+@dataclass
+class QuantizedRewrite:
+    """What :func:`restore_quantized_ops` wrote: counts of the ops it replaced, and the element type every listed
+    tensor has at run time where the written graph (float for shape inference) says otherwise."""
+
+    replaced: Counter[str] = field(default_factory=Counter)
+    runtime: dict[str, int] = field(default_factory=dict)   # tensor -> ONNX element type at run time
+    stored: dict[str, int] = field(default_factory=dict)    # quantized types the file states (value infos ...)
+
+    def __bool__(self) -> bool:
+        return bool(self.replaced)
+
+    def note(self) -> str:
+        """The line a prediction carries: what was read how, and what Lilou cannot stand behind."""
+        counts = ", ".join(f"{count} {op}" for op, count in sorted(self.replaced.items()))
+        kinds = sorted({_TYPE_NAMES.get(k, "INT8") for k in self.runtime.values() if k in QUANTIZED_TYPES})
+        unit = "/".join(kinds) or "INT8"
+        return (f"quantized graph ({counts}): priced as the model it quantizes, its tensors in {unit} between the "
+                "quantized ops, each quantize and dequantize folded into the op beside it as INT8 runtimes "
+                "(TensorRT, onnxruntime) run them, and its convolutions and matmuls on the unit of the type they "
+                "read; kernels are grouped as the backend groups the float ops (an INT8 runtime fuses more: bias, "
+                "activation, residual add)")
+
+
+def is_quantized(model: onnx.ModelProto) -> bool:
+    return any((n.domain if n.domain not in _ONNX else "", n.op_type) in _QLINEAR
+               or n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+               for n in model.graph.node)
+
+
+def restore_quantized_ops(model: onnx.ModelProto) -> QuantizedRewrite:
+    """Write a quantized graph as its float ops in place (see the module's docstring); nothing for a float one."""
+    if not is_quantized(model):
+        return QuantizedRewrite()
+    return _Rewriter(model).run()
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.graph = model.graph
+        self.types = element_types(self.graph)
+        self.constants = {t.name for t in self.graph.initializer}
+        self.constants |= {o for n in self.graph.node if n.op_type == "Constant" for o in n.output}
+        self.graph_inputs = {v.name for v in self.graph.input} - self.constants
+        self.graph_outputs = {v.name for v in self.graph.output}
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        for node in self.graph.node:
+            for name in node.input:
+                if name:
+                    self.readers.setdefault(name, []).append(node)
+            for name in node.output:
+                if name:
+                    self.producer[name] = node
+        self.result = QuantizedRewrite(stored={t: k for t, k in self.types.items() if k in QUANTIZED_TYPES})
+        self.alias: dict[str, str] = {}       # tensor -> the tensor its readers read instead
+        self.renamed: dict[str, str] = {}     # tensor -> the name its producer writes instead
+        self.shims: dict[str, str] = {}       # constant or graph input of another type -> its float stand-in
+        self.nodes: list[onnx.NodeProto] = []
+
+    def run(self) -> QuantizedRewrite:
+        for node in list(self.graph.node):
+            key = (node.domain if node.domain not in _ONNX else "", node.op_type)
+            if key == ("", "QuantizeLinear"):
+                self._quantize(node)
+            elif key == ("", "DequantizeLinear"):
+                self._dequantize(node)
+            elif key == ("", "DynamicQuantizeLinear"):
+                self._dynamic(node)
+            elif key in _QLINEAR and self._writable(node, key):
+                self._qlinear(node, key)
+            elif key == (_MICROSOFT, "QLinearConcat"):
+                self._concat(node)
+            else:
+                self.nodes.append(node)
+                continue
+            self.result.replaced[node.op_type] += 1
+        for node in self.nodes:
+            for i, name in enumerate(node.input):
+                name = self._read(name)
+                node.input[i] = self._float(name) if self.types.get(name) in QUANTIZED_TYPES else name
+            for i, name in enumerate(node.output):
+                node.output[i] = self.renamed.get(name, name)
+        shims = [helper.make_node("Cast", [source], [shim], name=f"{source}/lilou_as_float", to=TensorProto.FLOAT)
+                 for source, shim in self.shims.items()]
+        del self.graph.node[:]
+        self.graph.node.extend(shims + self.nodes)
+        self._float_value_infos()
+        return self.result
+
+    # -- tensors -----------------------------------------------------------------------------------------------
+    def _read(self, name: str) -> str:
+        """What a reader of ``name`` reads after the rewrite (following dropped nodes and renamed outputs)."""
+        seen = 0
+        while name in self.alias and seen < 1000:
+            name, seen = self.alias[name], seen + 1
+        return self.renamed.get(name, name)
+
+    def _float(self, name: str) -> str:
+        """``name`` as a data input of a written float op: a constant or graph input of another type is read
+        through a float stand-in (a no-kernel cast to its own run-time type)."""
+        kind = self.types.get(name)
+        if not name or kind is None or kind in _FLOATS or name not in self.constants | self.graph_inputs:
+            return name
+        if name not in self.shims:
+            self.shims[name] = f"{name}/lilou_as_float"
+            self.result.runtime[self.shims[name]] = kind
+        return self.shims[name]
+
+    def _quantized_type(self, node: onnx.NodeProto, zero_point: int | None) -> int:
+        """The element type a quantizing node writes: its zero point's, ``output_dtype``'s, else UINT8."""
+        point = node.input[zero_point] if zero_point is not None and len(node.input) > zero_point else ""
+        if point and point in self.types:
+            return self.types[point]
+        return int(node_attribute(node, "output_dtype", 0) or TensorProto.UINT8)
+
+    def _only_read_by(self, name: str, op_type: str) -> bool:
+        readers = self.readers.get(name, [])
+        return bool(readers) and all(r.op_type == op_type for r in readers) and name not in self.graph_outputs
+
+    def _cast(self, node: onnx.NodeProto, source: str, output: str, runtime: int | None) -> None:
+        """A conversion kernel (or a no-kernel cast of a constant) in the node's place."""
+        self.nodes.append(helper.make_node("Cast", [source], [output], name=node.name or output, to=TensorProto.FLOAT))
+        if runtime is not None and runtime not in _FLOATS:
+            self.result.runtime[output] = runtime
+
+    # -- rewrites ----------------------------------------------------------------------------------------------
+    def _quantize(self, node: onnx.NodeProto) -> None:
+        source, output = node.input[0], node.output[0]
+        kind = self._quantized_type(node, 2)
+        producer = self.producer.get(source)
+        if output in self.graph_outputs:
+            self._cast(node, source, output, kind)
+        elif self._pair_to_output(output):
+            # Q -> DQ -> graph output: the op before writes the float output itself.
+            self.renamed[source] = self._dequantized_by(output).output[0]
+            self.alias[output] = source
+        elif (producer is not None and source not in self.constants and source not in self.graph_inputs
+              and self._only_read_by(source, "QuantizeLinear")):
+            self.alias[output] = source
+            self.result.runtime[source] = kind
+        else:
+            self._cast(node, source, output, kind)
+
+    def _pair_to_output(self, quantized: str) -> bool:
+        """``quantized`` is read by one dequantize only, which writes a graph output, and the float tensor before
+        the quantize is read by it alone and written by an op."""
+        readers = self.readers.get(quantized, [])
+        if len(readers) != 1 or readers[0].op_type != "DequantizeLinear" or readers[0].output[0] not in self.graph_outputs:
+            return False
+        source = self.producer[quantized].input[0]
+        return (source in self.producer and source not in self.constants
+                and len(self.readers.get(source, [])) == 1 and source not in self.graph_outputs)
+
+    def _dequantized_by(self, quantized: str) -> onnx.NodeProto:
+        return self.readers[quantized][0]
+
+    def _dequantize(self, node: onnx.NodeProto) -> None:
+        source, output = node.input[0], node.output[0]
+        if self.alias.get(source) is not None and self.renamed.get(self.alias[source]) == output:
+            return  # the pair written to a graph output by the op before it
+        if output in self.graph_outputs:
+            self._cast(node, self._float(source), output, None)
+        else:
+            self.alias[output] = self._float(source)  # a weight stays stored quantized; an activation is read so
+
+    def _dynamic(self, node: onnx.NodeProto) -> None:
+        """The range of the tensor (one reduction kernel), then its quantized copy (a conversion kernel)."""
+        source = node.input[0]
+        quantized, scale = node.output[0], node.output[1] if len(node.output) > 1 else ""
+        point = node.output[2] if len(node.output) > 2 else ""
+        label = node.name or quantized
+        scale = scale or f"{label}/lilou_range"
+        self.nodes.append(helper.make_node("ReduceMax", [source], [scale], name=f"{label}/lilou_range", keepdims=0))
+        self.nodes.append(helper.make_node("Cast", [source], [quantized], name=label, to=TensorProto.FLOAT))
+        self.result.runtime[quantized] = TensorProto.UINT8
+        if point and self.readers.get(point):
+            self.nodes.append(helper.make_node("Cast", [scale], [point], name=f"{label}/lilou_zero_point",
+                                               to=TensorProto.FLOAT))
+            self.result.runtime[point] = TensorProto.UINT8
+
+    def _writable(self, node: onnx.NodeProto, key: tuple[str, str]) -> bool:
+        """QLinear ops with a layout the float op has (channels-last pools do not) and their data inputs present."""
+        if node_attribute(node, "channels_last", 0):
+            return False
+        positions = _QLINEAR[key][1]
+        return len(node.input) > positions[0] and all(node.input[p] for p in positions[:2] if p < len(node.input))
+
+    def _qlinear(self, node: onnx.NodeProto, key: tuple[str, str]) -> None:
+        op, positions, zero_point = _QLINEAR[key]
+        inputs = [self._float(node.input[p]) for p in positions if p < len(node.input) and node.input[p]]
+        kept = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in _KEPT.get(op, ())}
+        self.nodes.append(helper.make_node(op, inputs, [node.output[0]], name=node.name or node.output[0], **kept))
+        if zero_point is None:
+            kind = TensorProto.INT32
+        elif key == (_MICROSOFT, "QGemm") and not (len(node.input) > 7 and node.input[7]):
+            kind = TensorProto.FLOAT  # a QGemm without an output scale writes float
+        else:
+            kind = self._quantized_type(node, zero_point)
+        if kind not in _FLOATS:
+            self.result.runtime[node.output[0]] = kind
+
+    def _concat(self, node: onnx.NodeProto) -> None:
+        """``QLinearConcat(Y_scale, Y_zero_point, X1, X1_scale, X1_zero_point, ...)`` -> Concat(X1, ...)."""
+        inputs = [self._float(node.input[i]) for i in range(2, len(node.input), 3)]
+        self.nodes.append(helper.make_node("Concat", inputs, [node.output[0]], name=node.name or node.output[0],
+                                           axis=int(node_attribute(node, "axis", 0))))
+        self.result.runtime[node.output[0]] = self._quantized_type(node, 1)
+
+    def _float_value_infos(self) -> None:
+        """Value infos that would contradict the float graph: a quantized type is dropped (inference writes the
+        tensor again) and a graph output's is set to float; the run-time type is kept in ``stored``."""
+        kept = [v for v in self.graph.value_info if v.type.tensor_type.elem_type not in QUANTIZED_TYPES
+                and v.name not in self.result.runtime]
+        del self.graph.value_info[:]
+        self.graph.value_info.extend(kept)
+        for value in self.graph.output:
+            if value.type.tensor_type.elem_type in QUANTIZED_TYPES | {TensorProto.INT32} and \
+                    value.name in self.producer:
+                value.type.tensor_type.elem_type = TensorProto.FLOAT
+
+
+def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
+                  nodes: Iterable[onnx.NodeProto]) -> dict[str, TensorInfo]:
+    """The inferred tensor table with every tensor's run-time element type: the rewrite's, then the file's own
+    quantized types where inference wrote float, then through ops that keep their input's type (in graph order)."""
+    table = dict(tensors)
+
+    def retype(name: str, kind: int) -> None:
+        info = table.get(name)
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(kind))
+        if info is not None and info.dtype != dtype.name:
+            table[name] = replace(info, dtype=dtype.name, itemsize=dtype.itemsize)
+
+    for name, kind in rewrite.runtime.items():
+        retype(name, kind)
+    for name, kind in rewrite.stored.items():
+        if name not in rewrite.runtime and name in table and table[name].dtype in ("float32", "float16"):
+            retype(name, kind)
+    for node in nodes:
+        if node.op_type not in _TYPE_PRESERVING or not node.input or node.input[0] not in table:
+            continue
+        source = table[node.input[0]]
+        for output in node.output[:1]:
+            info = table.get(output)
+            if info is not None and info.dtype == "float32" and source.itemsize == 1 and output not in rewrite.runtime:
+                table[output] = replace(info, dtype=source.dtype, itemsize=source.itemsize)
+    return table

@@ -1,0 +1,162 @@
+"""Quantized ONNX graphs (QDQ, QOperator, dynamic) are priced as the INT8 model they describe.
+
+The graphs in tests/data/quantized are real: a Hugging Face ResNet (basic blocks, 64x64 images) and a two-layer BERT,
+exported by torch.onnx (TorchScript) and quantized by onnxruntime 1.20's quantization tool in its three forms
+(scripts/make_quantized_fixtures.py), weights stripped. The FP8 and weight-only graphs are built here: onnxruntime
+1.20's FP8 calibration does not run beside this onnx.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from lilou.graph import build_graph
+from tests.onnx_builders import make_model, tensor
+
+QUANTIZED = Path(__file__).resolve().parent / "data" / "quantized"
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    from lilou.api import Predictor
+
+    return Predictor()
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_a_quantized_resnet_runs_its_convolutions_in_int8(predictor, form: str) -> None:
+    float_model = predictor.predict(QUANTIZED / "resnet.onnx", gpu="t4")
+    quantized = predictor.predict(QUANTIZED / f"resnet-{form}.onnx", gpu="t4")
+    assert quantized.precision == "int8"
+    convs = [k for k in quantized.kernels if k.category == "conv"]
+    assert len(convs) == 20 and {k.type for k in convs} == {"conv_int8_tensor"}
+    float_convs = [k for k in float_model.kernels if k.category == "conv"]
+    assert sum(k.flops for k in convs) == sum(k.flops for k in float_convs)
+    # The stem convolution reads and writes INT8 (1x3x64x64 in, 1x32x32x32 out, 32x3x7x7 weights), its bias INT32;
+    # the float export's reads and writes the same tensors in FP32.
+    stem = next(k for k in convs if "embedder/convolution/Conv" in k.nodes[0])
+    assert stem.bytes == 3 * 64 * 64 + 32 * 3 * 7 * 7 + 4 * 32 + 32 * 32 * 32
+    assert float_convs[0].bytes == 4 * (3 * 64 * 64 + 32 * 3 * 7 * 7 + 32 + 32 * 32 * 32)
+    assert not any("unsupported op" in w or "unknown shape" in w for w in quantized.warnings)
+
+
+def test_quantize_and_dequantize_fold_into_the_ops_beside_them(predictor) -> None:
+    """Only the quantize of the float input is a kernel of its own (a conversion); the pair before the graph's
+    float output goes with it (the residual add writes the float output), as an INT8 runtime runs it."""
+    qdq = predictor.predict(QUANTIZED / "resnet-qdq.onnx", gpu="t4")
+    assert len(qdq.kernels) == 30  # 20 convolutions, 8 residual adds, the max pool, the input's quantize
+    conversions = [k.nodes for k in qdq.kernels if any("uantize" in n for n in k.nodes)]
+    assert conversions == [("pixel_values_QuantizeLinear",)]
+    assert qdq.kernels[-1].nodes == ("/model/encoder/stages.3/layers.1/Add",)
+    assert any("quantized graph (54 DequantizeLinear, 30 QuantizeLinear): priced as the model it quantizes" in w
+               for w in qdq.warnings)
+    qoperator = predictor.predict(QUANTIZED / "resnet-qoperator.onnx", gpu="t4")
+    # QOperator ends in its own dequantize of the last QLinearAdd's INT8 output: a conversion kernel.
+    assert [k.nodes for k in qoperator.kernels if any("uantize" in n for n in k.nodes)] == [
+        ("pixel_values_QuantizeLinear",), ("input.180_DequantizeLinear",)]
+
+
+def test_an_int8_resnet_is_priced_faster_than_its_float_export_where_compute_bound(predictor) -> None:
+    shape = {"pixel_values": (64, 3, 224, 224)}
+    float_model = predictor.predict(QUANTIZED / "resnet.onnx", gpu="t4", shapes=shape)
+    quantized = predictor.predict(QUANTIZED / "resnet-qdq.onnx", gpu="t4", shapes=shape)
+    float_convs = sum(k.latency_ms for k in float_model.kernels if k.category == "conv")
+    int8_convs = sum(k.latency_ms for k in quantized.kernels if k.category == "conv")
+    assert int8_convs < float_convs / 3  # T4: 130 INT8 tensor TOPS against 8 FP32 TFLOPS
+    assert quantized.latency_ms < float_model.latency_ms / 3
+
+
+@pytest.mark.parametrize(("form", "note"), [
+    ("qdq", "92 DequantizeLinear, 71 QuantizeLinear"),
+    ("qoperator", "8 DequantizeLinear, 22 QLinearAdd, 16 QLinearMatMul, 6 QLinearMul, 2 QLinearSoftmax, "
+                  "7 QuantizeLinear"),
+])
+def test_a_quantized_bert_has_the_kernels_of_its_export_in_int8(predictor, form: str, note: str) -> None:
+    float_model = predictor.predict(QUANTIZED / "bert.onnx", gpu="t4")
+    quantized = predictor.predict(QUANTIZED / f"bert-{form}.onnx", gpu="t4")
+    assert len(quantized.kernels) == len(float_model.kernels) == 41
+    assert Counter(k.type for k in quantized.kernels)["gemm_int8_tensor"] == 16
+    assert Counter(k.category for k in quantized.kernels) == Counter(k.category for k in float_model.kernels)
+    assert any(f"quantized graph ({note})" in w for w in quantized.warnings)
+    assert not any("unsupported op" in w or "unknown shape" in w for w in quantized.warnings)
+
+
+def test_dynamic_quantization_prices_the_range_and_the_int32_output(predictor) -> None:
+    dynamic = predictor.predict(QUANTIZED / "bert-dynamic.onnx", gpu="t4")
+    assert dynamic.precision == "int8"
+    ranges = [k for k in dynamic.kernels if k.nodes[0].endswith("/lilou_range")]
+    assert len(ranges) == 8  # one per DynamicQuantizeLinear, beside its conversion kernel
+    query = next(k for k in dynamic.kernels if k.nodes == ("/model/encoder/layer.0/attention/self/query/MatMul_quant",))
+    # UINT8 activations 2x64x256, INT8 weights 256x256, INT32 output 2x64x256
+    assert query.bytes == 2 * 64 * 256 + 256 * 256 + 4 * 2 * 64 * 256
+    assert query.type == "gemm_int8_tensor"
+    # The attention's two matmuls stay float: the graph mixes precisions and says so.
+    assert any("mix precisions" in w for w in dynamic.warnings)
+
+
+def test_without_the_rewrite_the_quantized_ops_were_unsupported() -> None:
+    from lilou.graph.dag import load_graph
+
+    plain = load_graph(QUANTIZED / "resnet-qoperator.onnx", restore_folded=False)
+    assert {"QLinearConv", "QLinearAdd", "QuantizeLinear"} <= set(plain.unsupported_ops)
+
+
+def _qdq_matmul(kind: int, weight_kind: int, quantize_activation: bool = True):
+    """x (float, 8x256) -> [Q -> DQ] -> MatMul with DQ(weight 256x512) -> y, the pattern NVIDIA ModelOpt writes."""
+    point = numpy_helper.from_array(np.zeros((), dtype=helper.tensor_dtype_to_np_dtype(kind)), "point") \
+        if kind != TensorProto.FLOAT8E4M3FN else helper.make_tensor("point", kind, [], [0.0])
+    weight_point = helper.make_tensor("w_point", weight_kind, [], [0])
+    initializers = [numpy_helper.from_array(np.array(0.1, dtype=np.float32), "scale"), point, weight_point,
+                    helper.make_tensor("w", weight_kind, [256, 512], [0] * (256 * 512))]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale", "w_point"], ["w_float"])]
+    if quantize_activation:
+        nodes += [helper.make_node("QuantizeLinear", ["x", "scale", "point"], ["x_q"], name="x_quantize"),
+                  helper.make_node("DequantizeLinear", ["x_q", "scale", "point"], ["x_dq"]),
+                  helper.make_node("MatMul", ["x_dq", "w_float"], ["y"], name="matmul")]
+    else:
+        nodes.append(helper.make_node("MatMul", ["x", "w_float"], ["y"], name="matmul"))
+    return make_model(nodes, [tensor("x", [8, 256])], [tensor("y", [8, 512])], initializers, opset=21)
+
+
+def test_an_fp8_qdq_matmul_is_priced_in_fp8(predictor) -> None:
+    graph = build_graph(_qdq_matmul(TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FN), name="fp8")
+    matmul = graph.dag.nodes["matmul"]
+    assert [t.dtype for t in matmul["inputs"]] == ["float8_e4m3fn", "float8_e4m3fn"]
+    assert matmul["bytes_read"] == 8 * 256 + 256 * 512
+    assert matmul["bytes_written"] == 4 * 8 * 512  # the dequantized float output
+
+
+def test_weight_only_quantization_keeps_float_math_with_int8_weights() -> None:
+    from lilou.graph.precision import model_precision
+
+    graph = build_graph(_qdq_matmul(TensorProto.INT8, TensorProto.INT8, quantize_activation=False), name="w8")
+    matmul = graph.dag.nodes["matmul"]
+    assert [t.dtype for t in matmul["inputs"]] == ["float32", "int8"]
+    assert model_precision(graph).precision == "fp32"
+    assert matmul["bytes_read"] == 4 * 8 * 256 + 256 * 512
+
+
+def test_a_quantized_graph_input_is_read_without_a_kernel(predictor, tmp_path: Path) -> None:
+    """An image fed as UINT8 and dequantized before the first convolution: the dequantize folds into it."""
+    initializers = [numpy_helper.from_array(np.array(0.02, dtype=np.float32), "scale"),
+                    numpy_helper.from_array(np.array(128, dtype=np.uint8), "point"),
+                    numpy_helper.from_array(np.array(0, dtype=np.int8), "w_point"),
+                    numpy_helper.from_array(np.zeros((16, 3, 3, 3), dtype=np.int8), "w")]
+    nodes = [helper.make_node("DequantizeLinear", ["image", "scale", "point"], ["image_float"]),
+             helper.make_node("DequantizeLinear", ["w", "scale", "w_point"], ["w_float"]),
+             helper.make_node("Conv", ["image_float", "w_float"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    model = make_model(nodes, [tensor("image", [1, 3, 32, 32], TensorProto.UINT8)], [tensor("y", [1, 16, 32, 32])],
+                       initializers)
+    onnx.save(model, tmp_path / "uint8-input.onnx")
+    graph = build_graph(model, name="uint8-input")  # rewrites ``model`` in place
+    conv = graph.dag.nodes["conv"]
+    assert [t.dtype for t in conv["inputs"]] == ["uint8", "int8"]
+    prediction = predictor.predict(tmp_path / "uint8-input.onnx", gpu="a100-80gb")
+    # One kernel: the float stand-in of the input is a cast to its own type (a view), grouped with the convolution.
+    assert [k.nodes for k in prediction.kernels] == [("image/lilou_as_float", "conv")]
+    assert prediction.precision == "int8" and prediction.kernels[0].type == "conv_int8_tensor"
