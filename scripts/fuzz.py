@@ -7,7 +7,7 @@ Three kinds of cases, drawn from a seeded generator (case i of seed s is always 
   Transpose, Softmax, LayerNormalization, Concat, Slice, ConstantOfShape, Range, Loop, If, ...) with
   random shapes and attributes (zero, negative, huge, wrong types), missing inputs, duplicate names,
   random opsets and initializer dims;
-- mutants of real files: examples/resnet18.onnx (and `--zoo NAME` exports) with random byte flips,
+- mutants of real files: examples/resnet18.onnx (and `--zoo NAME` exports, `--file PATH` files) with random byte flips,
   truncations and insertions, or with random dims/attributes/opsets rewritten in the parsed protobuf;
 - one case in ten: a Hugging Face config.json of a few families (Llama, Mixtral, Falcon, GPT-2, a nested
   text_config) with fields dropped or set to hostile JSON values (booleans, strings, NaN, huge or negative
@@ -548,8 +548,8 @@ def llm_argv(rng: random.Random) -> list[str]:
 
 # ----------------------------------------------------------------------------- cases
 
-def seed_files(zoo: list[str], folder: Path) -> list[Path]:
-    files = [REPO / "examples" / "resnet18.onnx"]
+def seed_files(zoo: list[str], folder: Path, extra: list[str] | None = None) -> list[Path]:
+    files = [REPO / "examples" / "resnet18.onnx", *(Path(f) for f in extra or [])]
     for name in zoo:
         path = folder / f"{name}.onnx"
         if not path.exists():  # in another process: the forked cases would inherit the exporter's memory
@@ -673,7 +673,7 @@ def run(args: argparse.Namespace) -> dict:
     if out_dir:
         (out_dir / "cases").mkdir(parents=True, exist_ok=True)
     seeds = [(p.read_bytes(), onnx.load(str(p), load_external_data=False))
-             for p in seed_files(args.zoo, out_dir or work)]
+             for p in seed_files(args.zoo, out_dir or work, args.file)]
     counts = dict.fromkeys(CLASSES, 0)
     by_kind: dict[str, dict[str, int]] = {}
     failures: list[dict] = []
@@ -768,6 +768,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="folder for failing cases and summary.json")
     parser.add_argument("--zoo", action="append", default=[], metavar="NAME",
                         help="also mutate this zoo model, exported weight-free (repeatable)")
+    parser.add_argument("--file", action="append", default=[], metavar="PATH",
+                        help="also mutate this ONNX file, e.g. tests/data/quantized/*.onnx (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="also print contract violations")
     args = parser.parse_args(argv)
     if args.cases is None and args.seconds is None:

@@ -57,6 +57,9 @@ _TYPE_NAMES = {TensorProto.INT8: "INT8", TensorProto.UINT8: "INT8", TensorProto.
                TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.FLOAT8E4M3FNUZ: "FP8", TensorProto.FLOAT8E5M2: "FP8",
                TensorProto.FLOAT8E5M2FNUZ: "FP8"}
 
+#: Types a quantizing node can write (opset 21 adds 16-bit integers); anything else in a file reads as UINT8.
+_WRITABLE_TYPES = QUANTIZED_TYPES | {TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32}
+
 #: QLinear op -> (float op, positions of its data inputs, position of its output zero point or None).
 _QLINEAR = {
     ("", "QLinearConv"): ("Conv", (0, 3, 8), 7),
@@ -145,6 +148,9 @@ class _Rewriter:
     def run(self) -> QuantizedRewrite:
         for node in list(self.graph.node):
             key = (node.domain if node.domain not in _ONNX else "", node.op_type)
+            if not (node.input and node.input[0] and node.output and node.output[0]):
+                self.nodes.append(node)  # a node without its data input or output: the checks name it
+                continue
             if key == ("", "QuantizeLinear"):
                 self._quantize(node)
             elif key == ("", "DequantizeLinear"):
@@ -194,9 +200,8 @@ class _Rewriter:
     def _quantized_type(self, node: onnx.NodeProto, zero_point: int | None) -> int:
         """The element type a quantizing node writes: its zero point's, ``output_dtype``'s, else UINT8."""
         point = node.input[zero_point] if zero_point is not None and len(node.input) > zero_point else ""
-        if point and point in self.types:
-            return self.types[point]
-        return int(node_attribute(node, "output_dtype", 0) or TensorProto.UINT8)
+        kind = self.types.get(point) if point else node_attribute(node, "output_dtype", None)
+        return kind if kind in _WRITABLE_TYPES else TensorProto.UINT8
 
     def _only_read_by(self, name: str, op_type: str) -> bool:
         readers = self.readers.get(name, [])
@@ -230,7 +235,8 @@ class _Rewriter:
         """``quantized`` is read by one dequantize only, which writes a graph output, and the float tensor before
         the quantize is read by it alone and written by an op."""
         readers = self.readers.get(quantized, [])
-        if len(readers) != 1 or readers[0].op_type != "DequantizeLinear" or readers[0].output[0] not in self.graph_outputs:
+        if len(readers) != 1 or readers[0].op_type != "DequantizeLinear" or not readers[0].output \
+                or readers[0].output[0] not in self.graph_outputs:
             return False
         source = self.producer[quantized].input[0]
         return (source in self.producer and source not in self.constants
@@ -273,8 +279,9 @@ class _Rewriter:
     def _qlinear(self, node: onnx.NodeProto, key: tuple[str, str]) -> None:
         op, positions, zero_point = _QLINEAR[key]
         inputs = [self._float(node.input[p]) for p in positions if p < len(node.input) and node.input[p]]
-        kept = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in _KEPT.get(op, ())}
-        self.nodes.append(helper.make_node(op, inputs, [node.output[0]], name=node.name or node.output[0], **kept))
+        written = helper.make_node(op, inputs, [node.output[0]], name=node.name or node.output[0])
+        written.attribute.extend(a for a in node.attribute if a.name in _KEPT.get(op, ()))
+        self.nodes.append(written)
         if zero_point is None:
             kind = TensorProto.INT32
         elif key == (_MICROSOFT, "QGemm") and not (len(node.input) > 7 and node.input[7]):
@@ -287,8 +294,9 @@ class _Rewriter:
     def _concat(self, node: onnx.NodeProto) -> None:
         """``QLinearConcat(Y_scale, Y_zero_point, X1, X1_scale, X1_zero_point, ...)`` -> Concat(X1, ...)."""
         inputs = [self._float(node.input[i]) for i in range(2, len(node.input), 3)]
-        self.nodes.append(helper.make_node("Concat", inputs, [node.output[0]], name=node.name or node.output[0],
-                                           axis=int(node_attribute(node, "axis", 0))))
+        written = helper.make_node("Concat", inputs, [node.output[0]], name=node.name or node.output[0])
+        written.attribute.extend(a for a in node.attribute if a.name == "axis")
+        self.nodes.append(written)
         self.result.runtime[node.output[0]] = self._quantized_type(node, 1)
 
     def _float_value_infos(self) -> None:
@@ -312,7 +320,10 @@ def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
 
     def retype(name: str, kind: int) -> None:
         info = table.get(name)
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(kind))
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(kind))
+        except (KeyError, TypeError, ValueError):
+            return
         if info is not None and info.dtype != dtype.name:
             table[name] = replace(info, dtype=dtype.name, itemsize=dtype.itemsize)
 
