@@ -160,3 +160,15 @@ def test_a_quantized_graph_input_is_read_without_a_kernel(predictor, tmp_path: P
     # One kernel: the float stand-in of the input is a cast to its own type (a view), grouped with the convolution.
     assert [k.nodes for k in prediction.kernels] == [("image/lilou_as_float", "conv")]
     assert prediction.precision == "int8" and prediction.kernels[0].type == "conv_int8_tensor"
+
+
+def test_a_weight_held_by_a_constant_node_is_read_quantized() -> None:
+    """A ``Constant`` node's INT8 weight (no initializer, no value info) dequantized into a convolution."""
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.zeros((8, 3, 3, 3), np.int8))),
+             helper.make_node("Constant", [], ["scale"], value=numpy_helper.from_array(np.array(0.1, np.float32))),
+             helper.make_node("DequantizeLinear", ["w", "scale"], ["w_float"]),
+             helper.make_node("Conv", ["x", "w_float"], ["y"], name="conv")]
+    graph = build_graph(make_model(nodes, [tensor("x", [1, 3, 16, 16])], [tensor("y", None)], opset=21))
+    conv = graph.dag.nodes["conv"]
+    assert [t.dtype for t in conv["inputs"]] == ["float32", "int8"]
+    assert conv["bytes_read"] == 4 * 3 * 16 * 16 + 8 * 3 * 3 * 3

@@ -127,8 +127,14 @@ class _Rewriter:
         self.graph = model.graph
         self.types = element_types(self.graph)
         self.constants = {t.name for t in self.graph.initializer}
-        self.constants |= {o for n in self.graph.node if n.op_type == "Constant" for o in n.output}
+        for node in self.graph.node:
+            if node.op_type == "Constant" and node.output:
+                self.constants.add(node.output[0])
+                value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+                if value is not None:
+                    self.types.setdefault(node.output[0], value.data_type)
         self.graph_inputs = {v.name for v in self.graph.input} - self.constants
+        self.sources = self.constants | self.graph_inputs  # tensors no node of the graph writes
         self.graph_outputs = {v.name for v in self.graph.output}
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         self.producer: dict[str, onnx.NodeProto] = {}
@@ -190,7 +196,7 @@ class _Rewriter:
         """``name`` as a data input of a written float op: a constant or graph input of another type is read
         through a float stand-in (a no-kernel cast to its own run-time type)."""
         kind = self.types.get(name)
-        if not name or kind is None or kind in _FLOATS or name not in self.constants | self.graph_inputs:
+        if not name or kind is None or kind in _FLOATS or name not in self.sources:
             return name
         if name not in self.shims:
             self.shims[name] = f"{name}/lilou_as_float"
