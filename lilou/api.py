@@ -158,6 +158,8 @@ class Predictor:
         """End-to-end latency of ``model`` (an ONNX path, a loaded graph or a :class:`PreparedModel`) on one GPU
         or MIG slice.
 
+        ``shapes`` sets whole inputs (``{"input_ids": (8, 512)}``) or named dynamic dimensions in every input
+        (``{"sequence_length": (512,)}``; :func:`lilou.graph.shapes.apply_input_shapes`).
         ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
         ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.kernel_model.precision)."""
         from lilou.hardware.database import ambiguity_note

@@ -165,6 +165,19 @@ def test_predict_fields_as_query_parameters_with_precision(client, predictor):
     assert response.json()["precision"] == "fp16"
 
 
+def test_named_dimensions_in_shapes(client, predictor, tmp_path):
+    """``shapes`` binds a named dynamic dimension in every input, as ``--shape sequence_length=N`` does."""
+    from tests.test_named_dimensions import BOUND, decoder_step
+
+    path = decoder_step(tmp_path)
+    shapes = {name: list(size) for name, size in BOUND.items()}
+    response = client.post("/v1/predict", files=_upload(path, "decoder_step.onnx"),
+                           data={"gpu": "a10g", "shapes": json.dumps(shapes)})
+    assert response.status_code == 200, response.text
+    expected = predictor.predict(path, gpu="a10g", shapes=BOUND).to_json()
+    assert response.json() == _expected(expected, "decoder_step.onnx")
+
+
 def test_launch_gap_of_the_callers_host(client, predictor):
     """launch_gap_us, as `--launch-gap-us`: the same answers as a predictor with that gap (sharing the loaded one)."""
     response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g", "launch_gap_us": 0})

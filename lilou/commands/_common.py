@@ -38,7 +38,8 @@ def add_shape_options(parser) -> None:
     parser.add_argument("--batch", type=int, default=None, metavar="N",
                         help="set the leading (batch) dimension of every input")
     parser.add_argument("--shape", action="append", default=[], metavar="INPUT=D1xD2...",
-                        help="set one input's full shape, e.g. input_ids=8x512 (repeatable)")
+                        help="set one input's full shape, e.g. input_ids=8x512, or a named dynamic dimension in "
+                             "every input, e.g. sequence_length=512 (repeatable)")
 
 
 def shape_overrides(args) -> dict[str, tuple[int, ...]]:

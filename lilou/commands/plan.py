@@ -29,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", default=None, metavar="OUT.png",
                         help="also write latency and its interval against batch per device, with the SLO line")
     parser.add_argument("--shape", action="append", default=[], metavar="INPUT=D1xD2...",
-                        help="set one input's full shape, e.g. input_ids=1x512; its leading dim follows each batch "
-                             "tried (repeatable)")
+                        help="set one input's full shape, e.g. input_ids=1x512, or a named dynamic dimension in "
+                             "every input, e.g. sequence_length=512; the leading dim follows each batch tried "
+                             "(repeatable)")
     add_precision_options(parser)
     add_backend_option(parser)
     add_launch_gap_option(parser)

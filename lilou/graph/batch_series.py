@@ -96,7 +96,8 @@ class BatchSeries:
         else:
             self._refused = True  # nothing to check against: read every batch
             return
-        pins = {t.name: t.shape for t in derived.inputs if t.name in (shapes or {})}
+        derived_inputs = {t.name: t.shape for t in derived.inputs}
+        pins = {name: derived_inputs.get(name, dims) for name, dims in (shapes or {}).items()}  # inputs, named dims
         try:
             _, graph = self._read(target, pins or None)
         except LilouInputError:
@@ -117,7 +118,8 @@ class BatchSeries:
             if dims is False:
                 return None
             tensors[name] = info if dims == info.shape else replace(info, shape=dims)
-        if any(tuple(dims) != (tensors[name].shape if name in tensors else None) for name, dims in (shapes or {}).items()):
+        # a pinned input keeps its shape (a named dimension, no tensor of that name, was pinned in both reads)
+        if any(name in tensors and tuple(dims) != tensors[name].shape for name, dims in (shapes or {}).items()):
             return None
         if _size_classes(first, tensors) != self._first_classes:
             return None

@@ -6,6 +6,7 @@ hand-written pass: it is maintained with the operator set itself.
 """
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,11 @@ MAX_ELEMENTS = 1 << 48
 #: An Einsum equation as the ONNX spec writes it: letters, commas, ellipses, spaces, at most one arrow.
 #: ONNX's shape inference loops forever on some other characters (e.g. 'ab?' with two inputs).
 _EINSUM_EQUATION = re.compile(r"^[A-Za-z,.\s]*(->[A-Za-z.\s]*)?$")
+
+#: Named dimensions a --shape may bind, and the expressions of them a file may write (Optimum's
+#: ``past_sequence_length + sequence_length``): names, integers, + - * and // only, short.
+_DIMENSION_NAME = re.compile(r"[A-Za-z_][\w.\-]{0,99}")
+_MAX_EXPRESSION = 200
 
 _SHAPE_SPEC = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[xX,]\s*\d+)*)\s*$")
 
@@ -64,18 +70,31 @@ def check_batch(batch: int) -> None:
 
 def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
                        shapes: Mapping[str, Sequence[int]] | None = None) -> None:
-    """Set input dims in place: ``batch`` sets every input's leading dim, ``shapes`` whole inputs.
+    """Set input dims in place: ``batch`` sets every input's leading dim; ``shapes`` whole inputs
+    (``{"input_ids": (8, 512)}``) or named dynamic dimensions (``{"sequence_length": (512,)}``: every dimension
+    the file names so, or writes as an expression of it such as Optimum's ``past_sequence_length +
+    sequence_length``, in every input). An input's name wins over a dimension's; ``batch`` over a named
+    leading dimension.
 
-    Raises if a named input does not exist, a rank differs, or a dynamic dim is left unset.
+    Raises if a named input or dimension does not exist, a rank differs, or a dynamic dim is left unset.
     """
     if batch is not None:
         check_batch(batch)
     shapes = dict(shapes or {})
     inputs = runtime_inputs(model)
     names = [value.name for value in inputs]
-    unknown = sorted(set(shapes) - set(names))
+    dimensions = _named_dimensions(inputs)
+    bound: dict[str, int] = {}
+    for key, dims in shapes.items():
+        if key not in names and key in dimensions:
+            if len(dims) != 1:
+                raise LilouInputError(f"--shape {key}: a named dimension takes one size, e.g. {key}=512")
+            bound[key] = int(dims[0])
+    unknown = sorted(set(shapes) - set(names) - set(bound))
     if unknown:
-        raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; the model's inputs are: {', '.join(names)}")
+        named = f"; its named dimensions: {', '.join(sorted(dimensions))}" if dimensions else ""
+        raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; the model's inputs are: "
+                              f"{', '.join(names)}{named}")
     for value in inputs:
         dims = value.type.tensor_type.shape.dim
         if value.name in shapes:
@@ -83,16 +102,97 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
                 raise LilouInputError(f"--shape {value.name}: the input has rank {len(dims)}, got {len(wanted)} dims")
             _set_dims(value, wanted)
-        elif batch is not None and len(dims) > 0:
+            continue
+        if bound:
+            _bind_dimensions(value, bound)
+        if batch is not None and len(dims) > 0:
             dims[0].Clear()
             dims[0].dim_value = batch
-    _require_static_inputs(inputs)
+    _require_static_inputs(inputs, dimensions)
     if batch is not None or shapes:
         # Intermediate and output shapes recorded by the exporter describe the old inputs
         # (or a symbolic batch); let inference derive them from the new ones.
         model.graph.ClearField("value_info")
         for value in model.graph.output:
             value.type.tensor_type.ClearField("shape")
+
+
+def _named_dimensions(inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
+    """The names the inputs' dynamic dimensions are written with (a name, or the names in an expression)."""
+    found: set[str] = set()
+    for value in inputs:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_value <= 0 and dim.dim_param:
+                found |= {name for name in _dimension_names(dim.dim_param) if _DIMENSION_NAME.fullmatch(name)}
+    return found
+
+
+def _bind_dimensions(value: onnx.ValueInfoProto, bound: Mapping[str, int]) -> None:
+    """Set every dynamic dimension of ``value`` that ``bound`` determines."""
+    for dim in value.type.tensor_type.shape.dim:
+        if dim.dim_value > 0 or not dim.dim_param:
+            continue
+        size = _dimension_value(dim.dim_param, bound)
+        if size is None:
+            continue
+        if not 0 < size <= MAX_DIM:
+            raise LilouInputError(f"--shape: input {value.name!r}'s dimension {dim.dim_param[:80]!r} comes to {size}; "
+                                  "a dimension must be a positive integer up to 2^40")
+        dim.Clear()
+        dim.dim_value = size
+
+
+
+
+def _dimension_names(expression: str) -> set[str]:
+    """The names a dim_param is written with: itself, or those its arithmetic expression reads."""
+    tree = _parse_dimension(expression)
+    if tree is None:
+        return {expression}
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def _parse_dimension(expression: str) -> ast.Expression | None:
+    """``expression`` as an arithmetic expression of names and integers, or None (a plain or odd name)."""
+    if len(expression) > _MAX_EXPRESSION or not re.fullmatch(r"[\w\s+\-*/()]+", expression):
+        return None
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    allowed = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Name, ast.Load, ast.Constant)
+    if not all(isinstance(node, allowed) for node in ast.walk(tree)):
+        return None
+    if any(isinstance(node, ast.Constant) and type(node.value) is not int for node in ast.walk(tree)):
+        return None
+    return tree
+
+
+def _dimension_value(expression: str, bound: Mapping[str, int]) -> int | None:
+    """The size of a dim_param under ``bound`` (None: a name in it is not bound)."""
+    if expression in bound:
+        return bound[expression]
+    tree = _parse_dimension(expression)
+    if tree is None or not _dimension_names(expression) <= set(bound):
+        return None
+
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant):
+            return min(int(node.value), MAX_DIM + 1)
+        if isinstance(node, ast.Name):
+            return bound[node.id]
+        left, right = value(node.left), value(node.right)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        return left // right if right else 0
+
+    return value(tree)
 
 
 def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
@@ -102,7 +202,7 @@ def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
         shape.dim.add().dim_value = int(d)
 
 
-def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto]) -> None:
+def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto], dimensions: set[str] | None = None) -> None:
     for value in inputs:
         tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
@@ -112,9 +212,11 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto]) -> None:
         dynamic = [d.dim_param or "?" for d in tensor_type.shape.dim if d.dim_value <= 0]
         if dynamic:
             shown = "x".join(str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "?") for d in tensor_type.shape.dim)
+            names = sorted({n for d in dynamic for n in _dimension_names(d) if n in (dimensions or ())})
+            by_name = f", by name in every input ({', '.join(f'--shape {n}=N' for n in names[:4])})" if names else ""
             raise LilouInputError(
                 f"input {value.name!r} has dynamic dimensions ({shown}); set them with "
-                f"--shape {value.name}=D1xD2... (or --batch N for the leading one)")
+                f"--shape {value.name}=D1xD2...{by_name} (or --batch N for the leading one)")
         dims = [d.dim_value for d in tensor_type.shape.dim]
         if math.prod(dims) > MAX_ELEMENTS:
             raise LilouInputError(f"input {value.name!r} has shape {'x'.join(map(str, dims))}, "

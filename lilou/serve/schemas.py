@@ -46,7 +46,8 @@ class _Request(BaseModel):
 class _GraphRequest(_Request):
     batch: PositiveInt | None = Field(None, description="leading (batch) dimension of every input (--batch)")
     shapes: dict[str, list[PositiveInt]] = Field(default_factory=dict, description=(
-        "full shape of named inputs, e.g. {\"input_ids\": [8, 512]} (--shape input_ids=8x512)"))
+        "full shape of named inputs, e.g. {\"input_ids\": [8, 512]} (--shape input_ids=8x512), or the size of a "
+        "named dynamic dimension in every input, e.g. {\"sequence_length\": [512]}"))
     precision: Precision | None = Field(None, description="precision the model computes in (default: ONNX types)")
     tf32: TF32 | None = Field(None, description="what FP32 convolutions/matmuls run in (default: PyTorch's)")
     backend: Backend = Field("eager", description="runtime whose kernels are predicted")

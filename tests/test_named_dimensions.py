@@ -1,0 +1,107 @@
+"""``--shape NAME=N`` binds a named dynamic dimension in every input (lilou.graph.shapes.apply_input_shapes).
+
+A decoder exported with its KV cache (Hugging Face Optimum, ``torch.onnx`` with dynamic axes) has a dozen or more
+inputs sharing ``batch_size``, ``sequence_length`` and ``past_sequence_length``, and writes the attention mask's
+length as ``past_sequence_length + sequence_length``: one size per name sets them all.
+"""
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from lilou.errors import LilouInputError
+from lilou.graph.batch_series import BatchSeries, same_graph
+from lilou.graph.dag import load_graph
+from lilou.graph.shapes import apply_input_shapes
+from tests.onnx_builders import make_model, tensor, weight
+from tests.test_graph_errors import assert_one_line_error, run_cli
+
+BOUND = {"batch_size": (2,), "sequence_length": (1,), "past_sequence_length": (511,)}
+
+
+def decoder_step(tmp_path, mask_length: str = "past_sequence_length + sequence_length"):
+    """One attention step over a KV cache, with the dynamic axes Optimum names."""
+    nodes = [helper.make_node("MatMul", ["hidden", "w_key"], ["key"], name="key"),
+             helper.make_node("Concat", ["past_key", "key"], ["keys"], name="cache", axis=1),
+             helper.make_node("Transpose", ["keys"], ["keys_t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["hidden", "keys_t"], ["scores"], name="scores"),
+             helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["mask", "axis"], ["mask_rows"]),
+             helper.make_node("Add", ["scores", "mask_rows"], ["masked"], name="masked"),
+             helper.make_node("Softmax", ["masked"], ["probs"], name="softmax", axis=-1)]
+    inputs = [tensor("hidden", ["batch_size", "sequence_length", 32]),
+              tensor("attention_mask", ["batch_size", mask_length], TensorProto.INT64),
+              tensor("past_key", ["batch_size", "past_sequence_length", 32])]
+    axis = onnx.numpy_helper.from_array(__import__("numpy").array([1], dtype="int64"), "axis")
+    model = make_model(nodes, inputs, [tensor("probs", None)], [weight("w_key", [32, 32]), axis])
+    path = tmp_path / "decoder_step.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_named_dimensions_set_every_input_and_the_expression_of_them(tmp_path):
+    graph = load_graph(decoder_step(tmp_path), shapes=BOUND)
+    assert {t.name: t.shape for t in graph.inputs} == {
+        "hidden": (2, 1, 32), "attention_mask": (2, 512), "past_key": (2, 511, 32)}
+    assert graph.dag.nodes["softmax"]["outputs"][0].shape == (2, 1, 512)
+    assert graph.dag.nodes["scores"]["flops"] == 2 * 2 * 1 * 32 * 512
+
+
+def test_an_input_shape_and_the_batch_win_over_a_named_dimension(tmp_path):
+    model = onnx.load(decoder_step(tmp_path))
+    apply_input_shapes(model, batch=4, shapes={**BOUND, "hidden": (2, 3, 32)})
+    shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in model.graph.input}
+    assert shapes == {"hidden": (2, 3, 32),  # the whole input, as given
+                      "attention_mask": (4, 512), "past_key": (4, 511, 32)}  # --batch sets the leading dims
+
+
+def test_the_cli_binds_named_dimensions(capsys, tmp_path):
+    path = str(decoder_step(tmp_path))
+    status, out, _ = run_cli(capsys, "graph", path, "--shape", "batch_size=2", "--shape", "sequence_length=1",
+                             "--shape", "past_sequence_length=511", "--format", "json")
+    assert status == 0
+    import json
+
+    nodes = {n["name"]: n for n in json.loads(out)["nodes"]}
+    assert nodes["softmax"]["outputs"][0]["shape"] == [2, 1, 512]
+
+
+def test_the_dynamic_dimension_error_names_the_dimensions(capsys, tmp_path):
+    status, _, err = run_cli(capsys, "graph", str(decoder_step(tmp_path)), "--batch", "2")
+    assert_one_line_error(status, err, "'hidden'", "--shape hidden=D1xD2...", "--shape sequence_length=N")
+
+
+@pytest.mark.parametrize(("shapes", "message"), [
+    ({"seq": (4,)}, "unknown input(s) seq; the model's inputs are: hidden, attention_mask, past_key; its named "
+                    "dimensions: batch_size, past_sequence_length, sequence_length"),
+    ({"sequence_length": (2, 4)}, "a named dimension takes one size"),
+])
+def test_bad_named_dimensions_are_one_line_errors(tmp_path, shapes, message):
+    model = onnx.load(decoder_step(tmp_path))
+    with pytest.raises(LilouInputError) as error:
+        apply_input_shapes(model, shapes=shapes)
+    assert message in str(error.value)
+
+
+def test_an_expression_that_comes_to_no_size_is_refused(tmp_path):
+    model = onnx.load(decoder_step(tmp_path, mask_length="sequence_length - past_sequence_length"))
+    with pytest.raises(LilouInputError, match="comes to -510; a dimension must be a positive integer"):
+        apply_input_shapes(model, shapes=BOUND)
+
+
+def test_an_odd_dimension_name_is_not_evaluated(tmp_path):
+    """Only names, integers, + - * and // are read as an expression; anything else is a name like any other."""
+    model = onnx.load(decoder_step(tmp_path, mask_length="__import__('os').getpid()"))
+    with pytest.raises(LilouInputError, match="dynamic dimensions"):
+        apply_input_shapes(model, shapes=BOUND)
+
+
+def test_a_batch_series_with_named_dimensions_derives_its_graphs(tmp_path):
+    """``lilou plan`` over batches: the named dimensions are pinned in every read, and derived graphs equal reads."""
+    path = decoder_step(tmp_path)
+    shapes = {"sequence_length": (1,), "past_sequence_length": (511,)}
+    series = BatchSeries(path, largest=16)
+    for batch in (1, 2, 4, 8, 16):
+        assert same_graph(series.graph(batch, shapes), load_graph(path, batch=batch, shapes=shapes)), batch
+    assert series.reads == 3
