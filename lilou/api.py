@@ -47,9 +47,9 @@ from lilou.latency.composition.fallback import FallbackModel
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, precision_path,
-                                                  precision_warnings)
-from lilou.graph.precision import ModelPrecision, model_precision
+from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, kernel_path,
+                                                  precision_path, precision_warnings)
+from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
 from lilou.results import KernelEstimate, ModelInput, Prediction, PreparedModel, RankEntry, Ranking
@@ -324,12 +324,16 @@ class _GraphPrecision:
     tf32: str | None        # --tf32
     has_conv: bool
     has_matmul: bool
+    others: tuple[tuple[str, bool, bool], ...] = ()  # (precision, has_conv, has_matmul) of the math ops' other types
 
     @classmethod
     def of(cls, graph: ModelGraph, precision: str | None, tf32: str | None) -> _GraphPrecision:
         ops = {graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()}
-        return cls(model_precision(graph), precision, tf32, has_conv=bool(ops & {"Conv", "ConvTranspose"}),
-                   has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}))
+        detected = model_precision(graph)
+        read = math_op_precisions(graph) if precision is None else {}
+        others = tuple((p, "conv" in read[p], "gemm" in read[p]) for p in sorted(read) if p != detected.precision)
+        return cls(detected, precision, tf32, has_conv=bool(ops & {"Conv", "ConvTranspose"}),
+                   has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}), others=others)
 
     def path(self, device: Device) -> PrecisionPath:
         return precision_path(self.detected.precision, device, self.precision, self.tf32)
@@ -337,9 +341,15 @@ class _GraphPrecision:
     def notes(self, paths: list[PrecisionPath], devices: list[Device],
               coverage: MeasuredCoverage | None) -> list[str]:
         """The warnings for what the kernel models cannot stand behind on these paths (one per device)."""
-        return precision_warnings(paths, has_conv=self.has_conv, has_matmul=self.has_matmul,
-                                  mixed=self.precision is None and self.detected.mixed,
-                                  file_precision=self.detected.precision, devices=devices, coverage=coverage)
+        lines = precision_warnings(paths, has_conv=self.has_conv, has_matmul=self.has_matmul,
+                                   mixed=self.precision is None and self.detected.mixed,
+                                   file_precision=self.detected.precision, devices=devices, coverage=coverage)
+        for other, has_conv, has_matmul in self.others:  # the kernels priced in another precision than the model's
+            other_paths = [kernel_path(p, other) for p in paths]
+            lines += [line for line in precision_warnings(other_paths, has_conv=has_conv, has_matmul=has_matmul,
+                                                          mixed=False, devices=devices, coverage=coverage)
+                      if line not in lines]
+        return lines
 
 
 def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,

@@ -18,7 +18,7 @@ from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
 from lilou.latency.composition.fallback import fallback_ops
 from lilou.latency.kernel_model.features import KernelBatch, power_factor
-from lilou.latency.kernel_model.precision import MATH_FAMILIES, PrecisionPath, kernel_unit
+from lilou.latency.kernel_model.precision import MATH_FAMILIES, PrecisionPath, kernel_path, kernel_unit
 from lilou.latency.kernel_model.transposed import load_ratios
 from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.extrapolation import fused_attention, unmeasured_conv_forms, unmeasured_shapes
@@ -33,12 +33,13 @@ if TYPE_CHECKING:
 def _tf32_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: Sequence[PrecisionPath]) -> np.ndarray:
     """bool [distinct kernels, devices]: FP32 GEMMs and convolutions priced on the TF32 tensor cores, a unit no
     source of the kernel table measured (their intervals are those of extrapolated kernels)."""
-    families = np.array([spec.family for spec in kernels.unique], dtype=object)
-    out = np.zeros((len(families), len(devices)), dtype=bool)
+    kinds = [(spec.family, spec.precision) for spec in kernels.unique]
+    out = np.zeros((len(kinds), len(devices)), dtype=bool)
     for j, (device, path) in enumerate(zip(devices, paths)):
         if path.tf32 != "off":
-            tf32 = [f for f in MATH_FAMILIES if kernel_unit(f, path, device) == "tf32_tensor"]
-            out[:, j] = np.isin(families, tf32) & ~kernels.unique_fallback
+            tf32 = {kind for kind in set(kinds) if kind[0] in MATH_FAMILIES
+                    and kernel_unit(kind[0], kernel_path(path, kind[1]), device) == "tf32_tensor"}
+            out[:, j] = np.array([kind in tf32 for kind in kinds], dtype=bool) & ~kernels.unique_fallback
     return out
 
 

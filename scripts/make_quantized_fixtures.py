@@ -15,7 +15,8 @@ Models (random weights, calibrated on random inputs: the values do not matter to
 does): ``resnet``, Hugging Face's ``ResNetModel`` (ResNet-18 layout at 64 wide, 64x64 images, batch 1), and
 ``bert``, a two-layer ``BertModel`` 256 wide (64 tokens, batch 2), each exported by the TorchScript exporter at
 opset 17, pre-processed (``quant_pre_process``, as onnxruntime's documentation asks) and quantized as QDQ (signed
-INT8 activations and weights, per channel), QOperator and dynamic.
+INT8 activations and weights, per channel), QOperator and dynamic; ``resnet-qdq-partial`` is the QDQ form with the
+first convolution left in float (``nodes_to_exclude``), as deployments keep layers that lose accuracy in INT8.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import torch
 from lilou.zoo.export import strip_weights
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "quantized"
+STEM = "/model/embedder/embedder/convolution/Conv"  # the ResNet's first convolution
 
 
 class _Hidden(torch.nn.Module):
@@ -86,7 +88,8 @@ def main() -> None:
                               input_names=list(inputs))
             prepared = Path(folder) / f"{name}-prepared.onnx"
             quant_pre_process(str(exported), str(prepared))  # the documented first step: folds, infers shapes
-            for variant in ("qdq", "qoperator", "dynamic"):
+            variants = ("qdq", "qoperator", "dynamic") + (("qdq-partial",) if name == "resnet" else ())
+            for variant in variants:
                 target = Path(folder) / f"{name}-{variant}.onnx"
                 _quantize(variant, prepared, target, inputs)
                 _save(onnx.load(target), args.out / target.name)
@@ -96,9 +99,12 @@ def main() -> None:
 def _quantize(variant: str, source: Path, target: Path, inputs: dict[str, torch.Tensor]) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
-    if variant == "qdq":
+    if variant.startswith("qdq"):
+        # "qdq-partial" keeps the stem convolution in float, as deployments keep sensitive layers
+        excluded = [STEM] if variant == "qdq-partial" else []
         quantize_static(str(source), str(target), _reader(inputs), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True)
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True,
+                        nodes_to_exclude=excluded)
     elif variant == "qoperator":
         quantize_static(str(source), str(target), _reader(inputs), quant_format=QuantFormat.QOperator)
     else:

@@ -52,6 +52,18 @@ def test_a_mixed_graph_reports_its_dominant_precision() -> None:
     assert found.shares == {"fp32": pytest.approx(big / (big + small)), "fp16": pytest.approx(small / (big + small))}
 
 
+def test_each_matmul_of_a_mixed_graph_is_priced_in_its_own_precision(tmp_path: Path) -> None:
+    """The FP32 matmul runs on the CUDA cores and the FP16 one on the tensor cores, whatever the dominant precision;
+    ``--precision`` puts both on its path."""
+    path = tmp_path / "mixed.onnx"
+    onnx.save(mixed_model(), path)
+    predictor = Predictor()
+    found = {k.nodes[0]: k.type for k in predictor.predict(path, gpu="a100-80gb").kernels}
+    assert found["big"] == "gemm_sgemm" and found["small"] == "gemm_fp16_tensor"
+    forced = {k.nodes[0]: k.type for k in predictor.predict(path, gpu="a100-80gb", precision="fp16").kernels}
+    assert forced["big"] == forced["small"] == "gemm_fp16_tensor"
+
+
 def test_tf32_defaults_follow_pytorch_by_compute_capability() -> None:
     assert {gpu: default_tf32(resolve_device(gpu)) for gpu in ("t4", "v100-sxm2-16gb", "a10g", "a100-sxm4-80gb",
                                                                  "h100-sxm", "b200", "rtx-5090")} == {
@@ -234,7 +246,8 @@ class PeakEcho:
 
 
 def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
-    """EndToEndModel hands a model that learned the kernel table's units the peak of each GEMM's unit."""
+    """EndToEndModel hands a model that learned the kernel table's units the peak of each GEMM's unit (the FP32 path is
+    ``--precision fp32`` on the BF16 file: without it, the kernel's own BF16 type sets its unit)."""
     from lilou.fusion.predict import predict_partition
     from lilou.latency.composition.end_to_end import describe_kernels
 
@@ -246,7 +259,7 @@ def test_a_units_aware_model_gets_each_gemms_unit_peak() -> None:
     h200 = resolve_device("h200")
     flops = 2 * 4096 ** 3
     bf16 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d)).work_ms
-    fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("fp32", d)).work_ms
+    fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d, "fp32")).work_ms
     assert float(bf16.max()) == pytest.approx(flops / (989.4 * 1e9), rel=1e-6)
     assert float(fp32.max()) == pytest.approx(flops / (66.9 * 1e9), rel=1e-6)
 
@@ -261,9 +274,9 @@ def test_the_tensor_model_prices_only_what_runs_off_the_fp32_cores() -> None:
     graph = build_graph(matmul_model(TensorProto.BFLOAT16, m=4096, k=4096, n=4096))
     kernels = describe_kernels(graph, predict_partition(graph, "eager"))
     h200 = resolve_device("h200")
-    fp32_before = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("fp32", d)).work_ms
+    fp32_before = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d, "fp32")).work_ms
     predictor.model.tensor_model = PeakEcho()
     bf16 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d)).work_ms
-    fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("fp32", d)).work_ms
+    fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d, "fp32")).work_ms
     assert float(bf16.max()) == pytest.approx(2 * 4096 ** 3 / (989.4 * 1e9), rel=1e-6)
     assert np.array_equal(fp32, fp32_before)

@@ -95,8 +95,31 @@ def test_dynamic_quantization_prices_the_range_and_the_int32_output(predictor) -
     # UINT8 activations 2x64x256, INT8 weights 256x256, INT32 output 2x64x256
     assert query.bytes == 2 * 64 * 256 + 256 * 256 + 4 * 2 * 64 * 256
     assert query.type == "gemm_int8_tensor"
-    # The attention's two matmuls stay float: the graph mixes precisions and says so.
-    assert any("mix precisions" in w for w in dynamic.warnings)
+    # The attention's two matmuls per layer stay float, and are priced so; the graph mixes precisions and says so.
+    gemms = Counter(k.type for k in dynamic.kernels if k.category == "gemm")
+    assert gemms == {"gemm_int8_tensor": 12, "gemm_sgemm": 4}
+    assert any("mix precisions: each is priced on the unit of the type it reads" in w for w in dynamic.warnings)
+
+
+def test_a_layer_left_in_float_is_priced_in_float(predictor) -> None:
+    """``resnet-qdq-partial`` keeps its stem convolution in float (onnxruntime's ``nodes_to_exclude``): that
+    convolution is priced as the float export's, the 19 others as the fully quantized model's."""
+    shape = {"pixel_values": (64, 3, 224, 224)}
+    partial = predictor.predict(QUANTIZED / "resnet-qdq-partial.onnx", gpu="t4", shapes=shape)
+    full = predictor.predict(QUANTIZED / "resnet-qdq.onnx", gpu="t4", shapes=shape)
+    float_model = predictor.predict(QUANTIZED / "resnet.onnx", gpu="t4", shapes=shape)
+    assert partial.precision == "int8"
+
+    def convs(prediction):
+        return {k.nodes[0]: k for k in prediction.kernels if k.category == "conv"}
+
+    stem = "/model/embedder/embedder/convolution/Conv"
+    assert convs(partial)[stem].latency_ms == convs(float_model)[stem].latency_ms
+    assert convs(partial)[stem].bytes == convs(float_model)[stem].bytes
+    assert convs(partial)[stem].type != "conv_int8_tensor"
+    others = {name: k.latency_ms for name, k in convs(partial).items() if name != stem}
+    assert len(others) == 19 and others == {name: k.latency_ms for name, k in convs(full).items() if name != stem}
+    assert any("mix precisions" in w for w in partial.warnings)
 
 
 def test_without_the_rewrite_the_quantized_ops_were_unsupported() -> None:

@@ -55,3 +55,17 @@ def model_precision(graph: ModelGraph) -> ModelPrecision:
         return ModelPrecision("fp32", {})
     shares = {p: flops[p] / total for p in PRECISIONS if flops[p]}
     return ModelPrecision(max(shares, key=shares.__getitem__), shares)
+
+
+def math_op_precisions(graph: ModelGraph) -> dict[str, set[str]]:
+    """Each precision the math-heavy nodes read -> the kernel families reading it ("conv", "gemm")."""
+    read: dict[str, set[str]] = {}
+    for name in graph.runtime_nodes():
+        data = graph.dag.nodes[name]
+        if data["op"] not in MATH_OPS:
+            continue
+        first = next((t for t in data["inputs"] if t is not None), None)
+        precision = PRECISION_OF_DTYPE.get(first.dtype) if first is not None else None
+        if precision is not None:
+            read.setdefault(precision, set()).add("conv" if "Conv" in data["op"] else "gemm")
+    return read

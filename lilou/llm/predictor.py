@@ -412,7 +412,9 @@ class LLMPredictor:
             nodes=[(k.name,) for k in kernels], specs=[k.spec for k in kernels], unique=unique,
             unique_fallback=np.array([uses_fallback(s) for s in unique], dtype=bool),
             unique_fixed_bytes=np.array([fixed for _, fixed in position], dtype=np.float64), index=index)
-        path = precision_path(dtype, device, None, "off")
+        # as an option: every GEMM on the path of the serving dtype, whatever its activations' type (BF16 beside FP8
+        # weights), as the engine constants were fitted (kernel_path)
+        path = precision_path(dtype, device, dtype, "off")
         # batch None: the five-rung size ladder (x1 .. x16), enough for monotonic work and 4x cheaper than a ladder
         # over every batch up to the dense limit
         work = self.predictor.model.kernel_work(graph_kernels, [device], None, lambda _: path)

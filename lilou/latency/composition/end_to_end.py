@@ -31,7 +31,7 @@ from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec, describe_graph_kernel
 from lilou.latency.composition.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
 from lilou.latency.composition.overhead import OverheadModel
-from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit
+from lilou.latency.kernel_model.precision import PrecisionPath, kernel_path, kernel_unit
 from lilou.latency.kernel_model.recurrent import RecurrentModel, RecurrentShape
 from lilou.latency.kernel_model.transposed import load_ratios
 
@@ -197,8 +197,8 @@ class EndToEndModel:
             ladder_columns = DeviceColumns(**{k: np.repeat(v, rungs * m) for k, v in device_columns.items()})
             on_unit = np.zeros(len(ladder_pairs), dtype=bool)
             if path_for is not None and (self.kernel_model.uses_units or self.tensor_model is not None):
-                unit_columns, on_unit = _with_units(ladder_columns, [specs[i].family for i in model_rows], devices,
-                                                    path_for, rungs)
+                unit_columns, on_unit = _with_units(ladder_columns, [(specs[i].family, specs[i].precision)
+                                                                     for i in model_rows], devices, path_for, rungs)
                 if self.kernel_model.uses_units:
                     ladder_columns, on_unit = unit_columns, np.zeros_like(on_unit)
             flat_work = np.full(len(ladder_pairs), np.inf)  # a rung never priced cannot be the minimum
@@ -325,19 +325,20 @@ def strict_floor_ms(kernels: KernelBatch, columns: DeviceColumns) -> np.ndarray:
     return np.maximum(np.maximum(compute, memory), 1e-9)
 
 
-def _with_units(columns: DeviceColumns, families: list[str], devices: list[Device],
+def _with_units(columns: DeviceColumns, kinds: list[tuple[str, str]], devices: list[Device],
                 path_for: Callable[[Device], PrecisionPath], rungs: int) -> tuple[DeviceColumns, np.ndarray]:
     """``columns`` (device-major, then rung, then kernel) with each GEMM/conv row's unit and its peak, and
-    which rows run on a unit other than the FP32 CUDA cores."""
-    m = len(families)
+    which rows run on a unit other than the FP32 CUDA cores. ``kinds``: each kernel's family and the precision it
+    reads (:func:`lilou.latency.kernel_model.precision.kernel_path`)."""
+    m = len(kinds)
     compute, unit = columns.compute_tflops.copy(), columns.unit.copy()
-    # the unit depends on the device and the family only: one lookup per family, applied to its rows of every rung
-    of_kind = {kind: np.tile(np.array([f == kind for f in families]), rungs) for kind in sorted(set(families))}
+    # the unit depends on the device, the family and the precision only: one lookup per kind, for its rows of every rung
+    of_kind = {kind: np.tile(np.array([k == kind for k in kinds]), rungs) for kind in sorted(set(kinds))}
     for j, device in enumerate(devices):
         path = path_for(device)
         block = slice(j * rungs * m, (j + 1) * rungs * m)  # this device's rungs x kernels, kernel fastest
-        for kind, rows in of_kind.items():
-            name = kernel_unit(kind, path, device)
+        for (family, precision), rows in of_kind.items():
+            name = kernel_unit(family, kernel_path(path, precision), device)
             if name is None:
                 continue
             compute[block][rows] = device.peak_tflops[name]

@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lilou.graph.precision import PRECISION_OF_DTYPE
 from lilou.graph.costs import (ELEMENTWISE_FLOPS, RECURRENT_OPS, VIEW_OPS, CostInput, TensorInfo, attention_dims,
                                input_reads, node_cost, recurrent_dims)
 
@@ -77,6 +78,10 @@ class KernelSpec:
     # A 2-D 3x3 filter without dilation: the only shape cuDNN's Winograd kernels take (a 3-D 3x3x1, a 1x9 or a
     # dilated 3x3 filter has a window of 9 taps too, and runs as an implicit GEMM).
     winograd_shape: bool = False
+    # The precision a GEMM or convolution reads (its first input's type: "fp32", "fp16", "int8" ...; "" for other
+    # families or an unknown type). A graph mixing precisions prices each on its own unit
+    # (lilou.latency.kernel_model.precision.kernel_path).
+    precision: str = ""
 
     @property
     def bytes(self) -> int:
@@ -117,6 +122,8 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
         bytes_written=sum(t.nbytes or 0 for t in writes.values()),
         out_elements=sum(t.elements or 0 for t in writes.values()),
     )
+    if family in ("gemm", "conv") and main.inputs and main.inputs[0] is not None:
+        spec["precision"] = PRECISION_OF_DTYPE.get(main.inputs[0].dtype, "")
     if family == "gemm":
         spec["gemm"] = _matmul_dims(main)
     elif family == "conv":

@@ -19,7 +19,7 @@ peaks (8x on an A100) wherever the kernel is compute-bound.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lilou.errors import LilouInputError
 from lilou.graph.precision import PRECISIONS
@@ -106,7 +106,8 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
         families = [f for f, present in (("gemm", has_matmul), ("conv", has_conv)) if present]
         warnings += _coverage_warnings(paths, devices, families, coverage)
     if mixed:
-        warnings.append("the graph's matmuls and convolutions mix precisions: the dominant one is reported")
+        warnings.append("the graph's matmuls and convolutions mix precisions: each is priced on the unit of the type "
+                        "it reads; the dominant one is reported, and its interval bands apply to all")
     tf32_conv = has_conv and any(runs_tf32("conv", p) for p in paths)
     tf32_matmul = has_matmul and any(runs_tf32("gemm", p) for p in paths)
     if tf32_conv or tf32_matmul:
@@ -130,6 +131,15 @@ def runs_tf32(family: str, path: PrecisionPath) -> bool:
 _TENSOR_UNITS = {"fp16": ("fp16_tensor", "fp16"), "bf16": ("bf16_tensor", "fp32"), "fp8": ("fp8_tensor", None),
                  "int8": ("int8_tensor", "int8"), "int4": ("int4_tensor", None), "fp4": ("fp4_tensor", None)}
 MATH_FAMILIES = frozenset({"gemm", "conv"})
+
+
+def kernel_path(path: PrecisionPath, precision: str) -> PrecisionPath:
+    """The path of one GEMM or convolution that reads ``precision`` (``KernelSpec.precision``): its own where the
+    file's types give it one other than the model's (a partly quantized model's FP32 first convolution, a
+    dynamically quantized BERT's FP32 attention matmuls), the model's under ``--precision``."""
+    if not precision or precision == path.precision or path.source == "option":
+        return path
+    return replace(path, precision=precision)
 
 
 def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
