@@ -6,6 +6,8 @@ length as ``past_sequence_length + sequence_length``: one size per name sets the
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -105,3 +107,24 @@ def test_a_batch_series_with_named_dimensions_derives_its_graphs(tmp_path):
     for batch in (1, 2, 4, 8, 16):
         assert same_graph(series.graph(batch, shapes), load_graph(path, batch=batch, shapes=shapes)), batch
     assert series.reads == 3
+
+
+KV_CACHE = Path(__file__).resolve().parent / "data" / "kv_cache" / "llama-past.onnx"
+
+
+def test_a_decoder_exported_with_its_kv_cache_is_sized_by_three_names():
+    """tests/data/kv_cache/llama-past.onnx (scripts/make_kv_cache_fixture.py): a two-layer Llama's decode step, its
+    seven inputs sized by batch_size, sequence_length and past_sequence_length as Optimum names them."""
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    step = {"batch_size": (8,), "sequence_length": (1,)}
+    prepared = predictor.prepare(KV_CACHE, shapes={**step, "past_sequence_length": (1023,)})
+    inputs = {t.name: t.shape for t in prepared.graph.inputs}
+    assert inputs["attention_mask"] == (8, 1024) and inputs["input_ids"] == (8, 1)
+    assert inputs["past_key_values.1.value"] == (8, 2, 1023, 64)
+    assert {t.name: t.shape for t in prepared.graph.outputs}["present.0.key"] == (8, 2, 1024, 64)
+    # a longer cache is more bytes to read each step: the step's predicted time grows with it
+    times = [predictor.predict(KV_CACHE, gpu="a10g", shapes={**step, "past_sequence_length": (past,)}).latency_ms
+             for past in (127, 1023, 4095)]
+    assert times == sorted(times) and times[0] < times[-1]
