@@ -137,3 +137,36 @@ def test_llm_form_shows_the_steady_state_of_a_vllm_server(browser, server):  # n
                                       output_len=128).to_json()["steady_state"]
     assert shown["ITL, server with 8 running (ms)"].startswith(js_number(expected["itl_ms"]) + " (90 %: ")
     assert shown["tokens/s, server with 8 running"] == js_number(expected["tokens_per_s"])
+
+
+def test_shapes_field_sizes_a_decoder_by_named_dimensions(browser, server, predictor):  # noqa: F811 - fixtures
+    """The page's Shapes field takes inputs and named dimensions as --shape does; a typo is a one-line error."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from tests.test_named_dimensions import KV_CACHE
+
+    shapes = {"batch_size": (8,), "sequence_length": (1,), "past_sequence_length": (1023,)}
+    ranking = predictor.rank(KV_CACHE, gpus=DEVICES, shapes=shapes)
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#devices option")) > 100)
+    browser.find_element(By.ID, "file").send_keys(str(KV_CACHE))
+    browser.find_element(By.ID, "all-devices").click()
+    select = Select(browser.find_element(By.ID, "devices"))
+    for value in DEVICES:
+        select.select_by_value(value)
+    field = browser.find_element(By.ID, "shapes")
+    field.send_keys("batch_size=8, sequence_length=1 past_sequence_length=1023")
+    browser.find_element(By.ID, "rank-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "rank-status").text == "Done.")
+    rows = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")]
+    assert [(row[1], None if row[2] == "–" else row[2], row[3]) for row in rows] == [
+        (e.gpu, e.mig, js_ms(e.latency_ms)) for e in ranking]
+    field.clear()
+    field.send_keys("past_sequence_length=10x")
+    browser.find_element(By.ID, "rank-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "rank-status").text.startswith("Error:"))
+    assert browser.find_element(By.ID, "rank-status").text == (
+        'Error: cannot read shape "past_sequence_length=10x"; write NAME=D1xD2 (an input) or NAME=N (a named dimension)')

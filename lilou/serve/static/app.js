@@ -54,10 +54,23 @@ function chosenDevices() {
 }
 
 // ----------------------------------------------------------------- ranking
+// "input_ids=8x512, sequence_length=512" -> {"input_ids": [8, 512], "sequence_length": [512]} (as --shape reads it)
+function parseShapes(text) {
+  const shapes = {};
+  for (const item of text.split(/[\s,;]+/).filter(Boolean)) {
+    const match = /^([^=]+)=(\d+(?:[xX]\d+)*)$/.exec(item);
+    if (!match) throw new Error(`cannot read shape "${item}"; write NAME=D1xD2 (an input) or NAME=N (a named dimension)`);
+    shapes[match[1]] = match[2].split(/[xX]/).map(Number);
+  }
+  return shapes;
+}
+
 function modelForm(extra) {
   const form = new FormData();
   form.append("file", $("file").files[0]);
   if ($("batch").value) form.append("batch", $("batch").value);
+  const shapes = parseShapes($("shapes").value);
+  if (Object.keys(shapes).length) form.append("shapes", JSON.stringify(shapes));
   if ($("precision").value) form.append("precision", $("precision").value);
   for (const [k, v] of Object.entries(extra)) if (v !== null && v !== undefined) form.append(k, v);
   return form;
