@@ -92,9 +92,21 @@ def test_an_expression_that_comes_to_no_size_is_refused(tmp_path):
         apply_input_shapes(model, shapes=BOUND)
 
 
-def test_an_odd_dimension_name_is_not_evaluated(tmp_path):
+@pytest.mark.parametrize(("expression", "message"), [
+    ("past_sequence_length * past_sequence_length * past_sequence_length * past_sequence_length * past_sequence_length",
+     "comes to more than 2\\^40"),
+    ("past_sequence_length // (sequence_length - 1)", "comes to 0"),
+])
+def test_an_expression_past_the_limits_is_refused(tmp_path, expression, message):
+    model = onnx.load(decoder_step(tmp_path, mask_length=expression))
+    with pytest.raises(LilouInputError, match=message):
+        apply_input_shapes(model, shapes=BOUND)
+
+
+@pytest.mark.parametrize("expression", ["__import__('os').getpid()", "9**9**9", "1e10", "(" * 150 + "x" + ")" * 150])
+def test_an_odd_dimension_name_is_not_evaluated(tmp_path, expression):
     """Only names, integers, + - * and // are read as an expression; anything else is a name like any other."""
-    model = onnx.load(decoder_step(tmp_path, mask_length="__import__('os').getpid()"))
+    model = onnx.load(decoder_step(tmp_path, mask_length=expression))
     with pytest.raises(LilouInputError, match="dynamic dimensions"):
         apply_input_shapes(model, shapes=BOUND)
 

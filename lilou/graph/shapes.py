@@ -136,7 +136,8 @@ def _bind_dimensions(value: onnx.ValueInfoProto, bound: Mapping[str, int]) -> No
         if size is None:
             continue
         if not 0 < size <= MAX_DIM:
-            raise LilouInputError(f"--shape: input {value.name!r}'s dimension {dim.dim_param[:80]!r} comes to {size}; "
+            shown = size if size <= MAX_DIM else "more than 2^40"
+            raise LilouInputError(f"--shape: input {value.name!r}'s dimension {dim.dim_param[:80]!r} comes to {shown}; "
                                   "a dimension must be a positive integer up to 2^40")
         dim.Clear()
         dim.dim_value = size
