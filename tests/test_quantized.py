@@ -195,3 +195,20 @@ def test_a_weight_held_by_a_constant_node_is_read_quantized() -> None:
     conv = graph.dag.nodes["conv"]
     assert [t.dtype for t in conv["inputs"]] == ["float32", "int8"]
     assert conv["bytes_read"] == 4 * 3 * 16 * 16 + 8 * 3 * 3 * 3
+
+
+def test_an_int32_accumulator_keeps_its_type_through_a_reshape() -> None:
+    """``ConvInteger`` writes INT32; a Reshape of it (its value infos INT32, the graph's output INT32) stays INT32,
+    and the float graph written for shape inference does not clash with the file's stated types."""
+    nodes = [helper.make_node("ConvInteger", ["x", "w"], ["y"], name="conv"),
+             helper.make_node("Reshape", ["y", "shape"], ["r"], name="reshape")]
+    initializers = [numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.int8), "w"),
+                    numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
+    model = make_model(nodes, [tensor("x", [1, 3, 8, 8], TensorProto.UINT8)],
+                       [tensor("r", [1, 144], TensorProto.INT32)], initializers, opset=17)
+    model.graph.value_info.append(tensor("y", [1, 4, 6, 6], TensorProto.INT32))
+    graph = build_graph(model, name="conv-integer")
+    conv, reshape = graph.dag.nodes["conv"], graph.dag.nodes["reshape"]
+    assert [t.dtype for t in conv["inputs"]] == ["uint8", "int8"]
+    assert conv["outputs"][0].dtype == "int32" and reshape["outputs"][0].dtype == "int32"
+    assert conv["flops"] == 2 * 4 * 6 * 6 * 3 * 3 * 3

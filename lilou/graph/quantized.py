@@ -79,6 +79,9 @@ _QLINEAR = {
 _KEPT = {"Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
          "Gemm": ("alpha", "transA", "transB"), "Softmax": ("axis",), "LeakyRelu": ("alpha",),
          "AveragePool": ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")}
+#: numpy names of the types :data:`_WRITABLE_TYPES` gives tensors at run time.
+_RUNTIME_DTYPES = frozenset({"int8", "uint8", "int4", "uint4", "int16", "uint16", "int32", "float8_e4m3fn",
+                             "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
 #: Ops whose output has their first input's element type: a quantized tensor through them stays quantized.
 _TYPE_PRESERVING = frozenset({"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity",
                               "Slice", "Concat", "Split", "Pad", "Expand", "Tile", "Relu", "Resize", "Gather",
@@ -92,7 +95,7 @@ class QuantizedRewrite:
 
     replaced: Counter[str] = field(default_factory=Counter)
     runtime: dict[str, int] = field(default_factory=dict)   # tensor -> ONNX element type at run time
-    stored: dict[str, int] = field(default_factory=dict)    # quantized types the file states (value infos ...)
+    stored: dict[str, int] = field(default_factory=dict)    # integer types the file states (value infos ...)
 
     def __bool__(self) -> bool:
         return bool(self.replaced)
@@ -145,7 +148,7 @@ class _Rewriter:
             for name in node.output:
                 if name:
                     self.producer[name] = node
-        self.result = QuantizedRewrite(stored={t: k for t, k in self.types.items() if k in QUANTIZED_TYPES})
+        self.result = QuantizedRewrite(stored={t: k for t, k in self.types.items() if k in _WRITABLE_TYPES})
         self.alias: dict[str, str] = {}       # tensor -> the tensor its readers read instead
         self.renamed: dict[str, str] = {}     # tensor -> the name its producer writes instead
         self.shims: dict[str, str] = {}       # constant or graph input of another type -> its float stand-in
@@ -306,16 +309,16 @@ class _Rewriter:
         self.result.runtime[node.output[0]] = self._quantized_type(node, 1)
 
     def _float_value_infos(self) -> None:
-        """Value infos that would contradict the float graph: a quantized type is dropped (inference writes the
-        tensor again) and a graph output's is set to float; the run-time type is kept in ``stored``."""
-        kept = [v for v in self.graph.value_info if v.type.tensor_type.elem_type not in QUANTIZED_TYPES
+        """Value infos that could contradict the float graph go: every one not of a float type (inference writes
+        them again; an INT32 accumulator read by a Reshape would otherwise clash), and a graph output's type unless
+        float. The run-time types are kept in ``stored``."""
+        kept = [v for v in self.graph.value_info if v.type.tensor_type.elem_type in _FLOATS
                 and v.name not in self.result.runtime]
         del self.graph.value_info[:]
         self.graph.value_info.extend(kept)
         for value in self.graph.output:
-            if value.type.tensor_type.elem_type in QUANTIZED_TYPES | {TensorProto.INT32} and \
-                    value.name in self.producer:
-                value.type.tensor_type.elem_type = TensorProto.FLOAT
+            if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type not in _FLOATS:
+                value.type.tensor_type.elem_type = TensorProto.UNDEFINED  # inference states it
 
 
 def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
@@ -344,6 +347,7 @@ def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
         source = table[node.input[0]]
         for output in node.output[:1]:
             info = table.get(output)
-            if info is not None and info.dtype == "float32" and source.itemsize == 1 and output not in rewrite.runtime:
+            if info is not None and info.dtype == "float32" and source.dtype in _RUNTIME_DTYPES \
+                    and output not in rewrite.runtime:
                 table[output] = replace(info, dtype=source.dtype, itemsize=source.itemsize)
     return table
