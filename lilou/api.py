@@ -48,7 +48,7 @@ from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, kernel_path,
-                                                  precision_path, precision_warnings)
+                                                  kernel_precisions, precision_path, precision_warnings)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
@@ -303,7 +303,8 @@ class Predictor:
             return no_intervals(shares, dtypes)
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
                                  self.model.kernel_model.config.get("trained_on", []),
-                                 unmeasured=unmeasured_kernels(kernels, devices, paths))
+                                 unmeasured=unmeasured_kernels(kernels, devices, paths),
+                                 kernel_dtypes=kernel_precisions(kernels.unique, paths))
 
     def _interval_warnings(self, bounds: Intervals) -> list[str]:
         notes = list(self._interval_notes)

@@ -117,6 +117,9 @@ def test_a_layer_left_in_float_is_priced_in_float(predictor) -> None:
     assert convs(partial)[stem].latency_ms == convs(float_model)[stem].latency_ms
     assert convs(partial)[stem].bytes == convs(float_model)[stem].bytes
     assert convs(partial)[stem].type != "conv_int8_tensor"
+    # its 90 % interval and extrapolation flag are those of an FP32 convolution, not of an INT8 one
+    assert convs(partial)[stem].interval_ms == convs(float_model)[stem].interval_ms
+    assert convs(partial)[stem].extrapolated == convs(float_model)[stem].extrapolated
     others = {name: k.latency_ms for name, k in convs(partial).items() if name != stem}
     assert len(others) == 19 and others == {name: k.latency_ms for name, k in convs(full).items() if name != stem}
     assert any("mix precisions" in w for w in partial.warnings)

@@ -60,10 +60,13 @@ def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozen
 
 def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device], dtypes: Sequence[str],
                       calibration: Calibration, trained_on: Sequence[str],
-                      unmeasured: np.ndarray | None = None) -> Intervals:
+                      unmeasured: np.ndarray | None = None, kernel_dtypes: np.ndarray | None = None) -> Intervals:
     """Intervals of every kernel share ``shares`` [kernels, devices] (ms) on ``devices``; ``dtypes``: each
     device's precision (the prediction's path). ``unmeasured`` (bool [distinct kernels, devices]): kernels that
-    run on a unit no source measured (FP32 GEMMs and convolutions in TF32), always extrapolated."""
+    run on a unit no source measured (FP32 GEMMs and convolutions in TF32), always extrapolated.
+    ``kernel_dtypes`` (str [distinct kernels, devices]): the precision each kernel is priced in where a graph mixes
+    them (:func:`lilou.latency.kernel_model.precision.kernel_path`); its band and measured range are that
+    precision's. Default: the device's."""
     unique = kernels.unique
     batch = KernelBatch.from_specs(unique)
     families = np.array([FALLBACK_FAMILY if fb else spec.family for spec, fb in zip(unique, kernels.unique_fallback)],
@@ -82,20 +85,25 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     trained_archs = frozenset(architecture_class(g) for g in trained_on)
     bands: dict[tuple[str, str, str], tuple[np.ndarray, ...]] = {}  # (architecture, dtype, tier) -> per kernel
     for j, device in enumerate(devices):
-        dtype, architecture = dtypes[j], architecture_class(device.gpu)
+        architecture = architecture_class(device.gpu)
         tier = device_tier(device, trained_on, trained_archs)
-        key = (architecture, dtype, tier)
-        if key not in bands:
-            bands[key] = _family_bands(band_families, dtype, tier, calibration, uncalibrated)
-        lo_in, hi_in, lo_out, hi_out, width_ratio = bands[key]
         features = shape_features.copy()
         features[:, 3] = range_features(batch, float(device.sms))[:, 3]
-        flag = outside(features, families, architecture, dtype, calibration.ranges) | kernels.unique_fallback | unusual
-        if unmeasured is not None:
-            flag |= unmeasured[:, j]
-        flags[:, j] = flag
-        lo_log[:, j], hi_log[:, j] = np.where(flag, lo_out, lo_in), np.where(flag, hi_out, hi_in)
-        ratio[:, j] = width_ratio
+        column = (np.full(n_unique, dtypes[j], dtype=object) if kernel_dtypes is None
+                  else np.asarray(kernel_dtypes[:, j], dtype=object))
+        for dtype in sorted(set(column)):
+            rows = column == dtype
+            key = (architecture, dtype, tier)
+            if key not in bands:
+                bands[key] = _family_bands(band_families, dtype, tier, calibration, uncalibrated)
+            lo_in, hi_in, lo_out, hi_out, width_ratio = (band[rows] for band in bands[key])
+            flag = (outside(features[rows], families[rows], architecture, dtype, calibration.ranges)
+                    | kernels.unique_fallback[rows] | unusual[rows])
+            if unmeasured is not None:
+                flag |= unmeasured[rows, j]
+            flags[rows, j] = flag
+            lo_log[rows, j], hi_log[rows, j] = np.where(flag, lo_out, lo_in), np.where(flag, hi_out, hi_in)
+            ratio[rows, j] = width_ratio
     rows = kernels.index
     lo, hi = shares * np.exp(lo_log[rows]), shares * np.exp(hi_log[rows])
     extrapolated = flags[rows]

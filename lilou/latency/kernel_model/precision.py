@@ -19,13 +19,20 @@ peaks (8x on an A100) wherever the kernel is compute-bound.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from lilou.errors import LilouInputError
 from lilou.graph.precision import PRECISIONS
 from lilou.hardware import Device
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
+
+if TYPE_CHECKING:
+    from lilou.latency.kernel_model.kernel import KernelSpec
 
 TF32_MODES = ("off", "conv", "on")
 #: Precisions the shipped kernel model has measurements of.
@@ -140,6 +147,16 @@ def kernel_path(path: PrecisionPath, precision: str) -> PrecisionPath:
     if not precision or precision == path.precision or path.source == "option":
         return path
     return replace(path, precision=precision)
+
+
+def kernel_precisions(specs: Sequence[KernelSpec], paths: Sequence[PrecisionPath]) -> np.ndarray:
+    """str [kernels, paths]: the precision each kernel is priced in on each path (a GEMM's or convolution's own,
+    :func:`kernel_path`; the path's for the other families)."""
+    out = np.empty((len(specs), len(paths)), dtype=object)
+    for j, path in enumerate(paths):
+        out[:, j] = [kernel_path(path, spec.precision).precision if spec.family in MATH_FAMILIES else path.precision
+                     for spec in specs]
+    return out
 
 
 def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
