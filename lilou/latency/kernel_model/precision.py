@@ -114,7 +114,7 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
         warnings += _coverage_warnings(paths, devices, families, coverage)
     if mixed:
         warnings.append("the graph's matmuls and convolutions mix precisions: each is priced on the unit of the type "
-                        "it reads; the dominant one is reported, and its interval bands apply to all")
+                        "it reads, with that precision's interval band; the dominant one is reported")
     tf32_conv = has_conv and any(runs_tf32("conv", p) for p in paths)
     tf32_matmul = has_matmul and any(runs_tf32("gemm", p) for p in paths)
     if tf32_conv or tf32_matmul:
