@@ -140,3 +140,13 @@ def test_a_decoder_exported_with_its_kv_cache_is_sized_by_three_names():
     times = [predictor.predict(KV_CACHE, gpu="a10g", shapes={**step, "past_sequence_length": (past,)}).latency_ms
              for past in (127, 1023, 4095)]
     assert times == sorted(times) and times[0] < times[-1]
+
+
+def test_a_dimension_name_of_invalid_utf8_is_read(capsys, tmp_path):
+    """A byte mutant's dim_param that is not UTF-8 (protobuf hands it over as bytes; fuzz seed 2904 case 1628 ended in
+    an internal TypeError): the dynamic-dimension error, exit 2, and binding the other names still works."""
+    model = onnx.load(decoder_step(tmp_path))
+    path = tmp_path / "odd.onnx"
+    path.write_bytes(model.SerializeToString().replace(b"past_sequence_length", b"past_sequence_\xe4\xff\xfegth"))
+    status, _, err = run_cli(capsys, "graph", str(path), "--shape", "batch_size=2", "--shape", "sequence_length=1")
+    assert_one_line_error(status, err, "'attention_mask'", "dynamic dimensions", "past_sequence_")

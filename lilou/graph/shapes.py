@@ -16,6 +16,7 @@ from onnx import shape_inference
 
 from lilou.errors import LilouInputError
 from lilou.graph import guarded_inference
+from lilou.graph.names import protobuf_text
 from lilou.graph.shape_completion import complete_shapes, data_propagation_is_safe
 
 #: The largest dimension and element count Lilou accepts: far above any real model, far below int64.
@@ -123,7 +124,7 @@ def _named_dimensions(inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
     for value in inputs:
         for dim in value.type.tensor_type.shape.dim:
             if dim.dim_value <= 0 and dim.dim_param:
-                found |= {name for name in _dimension_names(dim.dim_param) if _DIMENSION_NAME.fullmatch(name)}
+                found |= {name for name in _dimension_names(protobuf_text(dim.dim_param)) if _DIMENSION_NAME.fullmatch(name)}
     return found
 
 
@@ -132,12 +133,13 @@ def _bind_dimensions(value: onnx.ValueInfoProto, bound: Mapping[str, int]) -> No
     for dim in value.type.tensor_type.shape.dim:
         if dim.dim_value > 0 or not dim.dim_param:
             continue
-        size = _dimension_value(dim.dim_param, bound)
+        size = _dimension_value(protobuf_text(dim.dim_param), bound)
         if size is None:
             continue
         if not 0 < size <= MAX_DIM:
             shown = size if size <= MAX_DIM else "more than 2^40"
-            raise LilouInputError(f"--shape: input {value.name!r}'s dimension {dim.dim_param[:80]!r} comes to {shown}; "
+            name = protobuf_text(dim.dim_param)[:80]
+            raise LilouInputError(f"--shape: input {value.name!r}'s dimension {name!r} comes to {shown}; "
                                   "a dimension must be a positive integer up to 2^40")
         dim.Clear()
         dim.dim_value = size
@@ -210,9 +212,10 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto], dimensions: se
             raise LilouInputError(f"input {value.name!r} is not a tensor (sequences and maps are not supported)")
         if not tensor_type.HasField("shape"):
             raise LilouInputError(f"input {value.name!r} has no shape; pass --shape {value.name}=D1xD2...")
-        dynamic = [d.dim_param or "?" for d in tensor_type.shape.dim if d.dim_value <= 0]
+        dynamic = [protobuf_text(d.dim_param) or "?" for d in tensor_type.shape.dim if d.dim_value <= 0]
         if dynamic:
-            shown = "x".join(str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "?") for d in tensor_type.shape.dim)
+            shown = "x".join(str(d.dim_value) if d.dim_value > 0 else (protobuf_text(d.dim_param) or "?")
+                             for d in tensor_type.shape.dim)
             names = sorted({n for d in dynamic for n in _dimension_names(d) if n in (dimensions or ())})
             by_name = f", by name in every input ({', '.join(f'--shape {n}=N' for n in names[:4])})" if names else ""
             raise LilouInputError(
