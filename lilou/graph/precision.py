@@ -8,6 +8,7 @@ its dominant precision.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,19 +38,23 @@ class ModelPrecision:
         return sum(1 for share in self.shares.values() if share >= 0.01) > 1
 
 
-def model_precision(graph: ModelGraph) -> ModelPrecision:
-    """The FLOP-weighted precision of ``graph``'s math-heavy nodes."""
-    flops: Counter[str] = Counter()
+def _math_reads(graph: ModelGraph) -> Iterator[tuple[dict, str]]:
+    """(node data, the precision its first input reads) of every math-heavy node whose type Lilou knows."""
     for name in graph.runtime_nodes():
         data = graph.dag.nodes[name]
         if data["op"] not in MATH_OPS:
             continue
         first = next((t for t in data["inputs"] if t is not None), None)
-        if first is None:
-            continue
-        precision = PRECISION_OF_DTYPE.get(first.dtype)
+        precision = PRECISION_OF_DTYPE.get(first.dtype) if first is not None else None
         if precision is not None:
-            flops[precision] += max(int(data.get("flops") or 0), 1)
+            yield data, precision
+
+
+def model_precision(graph: ModelGraph) -> ModelPrecision:
+    """The FLOP-weighted precision of ``graph``'s math-heavy nodes."""
+    flops: Counter[str] = Counter()
+    for data, precision in _math_reads(graph):
+        flops[precision] += max(int(data.get("flops") or 0), 1)
     total = sum(flops.values())
     if not total:
         return ModelPrecision("fp32", {})
@@ -60,12 +65,6 @@ def model_precision(graph: ModelGraph) -> ModelPrecision:
 def math_op_precisions(graph: ModelGraph) -> dict[str, set[str]]:
     """Each precision the math-heavy nodes read -> the kernel families reading it ("conv", "gemm")."""
     read: dict[str, set[str]] = {}
-    for name in graph.runtime_nodes():
-        data = graph.dag.nodes[name]
-        if data["op"] not in MATH_OPS:
-            continue
-        first = next((t for t in data["inputs"] if t is not None), None)
-        precision = PRECISION_OF_DTYPE.get(first.dtype) if first is not None else None
-        if precision is not None:
-            read.setdefault(precision, set()).add("conv" if "Conv" in data["op"] else "gemm")
+    for data, precision in _math_reads(graph):
+        read.setdefault(precision, set()).add("conv" if "Conv" in data["op"] else "gemm")
     return read

@@ -145,8 +145,6 @@ def _bind_dimensions(value: onnx.ValueInfoProto, bound: Mapping[str, int]) -> No
         dim.dim_value = size
 
 
-
-
 def _dimension_names(expression: str) -> set[str]:
     """The names a dim_param is written with: itself, or those its arithmetic expression reads."""
     tree = _parse_dimension(expression)
@@ -176,7 +174,7 @@ def _dimension_value(expression: str, bound: Mapping[str, int]) -> int | None:
     if expression in bound:
         return bound[expression]
     tree = _parse_dimension(expression)
-    if tree is None or not _dimension_names(expression) <= set(bound):
+    if tree is None or not {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} <= set(bound):
         return None
 
     def value(node: ast.AST) -> int:

@@ -153,9 +153,13 @@ def kernel_precisions(specs: Sequence[KernelSpec], paths: Sequence[PrecisionPath
     """str [kernels, paths]: the precision each kernel is priced in on each path (a GEMM's or convolution's own,
     :func:`kernel_path`; the path's for the other families)."""
     out = np.empty((len(specs), len(paths)), dtype=object)
+    columns: dict[tuple[str, str], list[str]] = {}  # the column depends on the path's precision and source only
     for j, path in enumerate(paths):
-        out[:, j] = [kernel_path(path, spec.precision).precision if spec.family in MATH_FAMILIES else path.precision
-                     for spec in specs]
+        key = (path.precision, path.source)
+        if key not in columns:
+            columns[key] = [kernel_path(path, spec.precision).precision if spec.family in MATH_FAMILIES
+                            else path.precision for spec in specs]
+        out[:, j] = columns[key]
     return out
 
 
