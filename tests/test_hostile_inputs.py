@@ -178,6 +178,15 @@ def _invalid_utf8_name(tmp_path: Path) -> list[str]:
     return ["graph", str(path)]
 
 
+def _invalid_utf8_branch_op(tmp_path: Path) -> list[str]:
+    """if_model with the op type of a node inside a branch replaced by invalid UTF-8 (fuzz seed 3003 on a merged
+    decoder: the arity check looked the bytes up as an op schema and ended in an internal TypeError)."""
+    data = if_model().SerializeToString().replace(b"Sigmoid", b"Sigm\xe4id", 1)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    return ["infer", str(path), "--gpu", "t4"]
+
+
 def _invalid_utf8_metadata(tmp_path: Path) -> list[str]:
     """relu_model whose node carries a metadata key of invalid UTF-8 (found by `make fuzz`, seed 2817: the folded
     batch-norm check read it as bytes and crashed with a TypeError). Metadata is only read: the prediction goes on."""
@@ -441,6 +450,7 @@ ERROR_CASES = {
                                                         [tensor("x", [2, 4])], [tensor("y", [2, 4])])),
                            "attribute 'axis' of node 'sm' (Softmax) is FLOAT, but the operator declares INT"),
     "invalid-utf8-node-name": (_invalid_utf8_name, "not valid UTF-8"),
+    "invalid-utf8-branch-op": (_invalid_utf8_branch_op, "not valid UTF-8 text (b'Sigm\\xe4id')"),
     "pool-kernel-negative-rank-mismatch": (_graph_of(lambda: pool_model([1, 2**40 + 1, -1], x_shape=(1, 4))),
                                            "kernel_shape=[1, 1099511627777, -1]"),
     "conv-kernel-negative": (_graph_of(lambda: conv_model(kernel_shape=[-2, 3])), "kernel_shape=[-2, 3]"),
@@ -536,7 +546,8 @@ SUCCESS_CASES = {
                            warning="not evaluated"),
     "loop-graph": _success("graph", loop_model, warning="control flow (Loop)"),
     "loop-infer": _success("infer", loop_model, "--gpu", "t4", "--format", "json", warning="control flow (Loop)"),
-    "if-infer": _success("infer", if_model, "--gpu", "t4", "--format", "json", warning="control flow (If)"),
+    "if-infer": _success("infer", if_model, "--gpu", "t4", "--format", "json",
+                         warning="If 'if' reads its condition from the run-time input 'c': priced as its"),
     "weights-4tib": _success("infer", lambda: huge_weight_model((2**20, 2**20)), "--gpu", "h100", "--format",
                              "json", warning="does not fit in memory"),
     "activation-too-big": _success("infer", lambda: relu_model((2**36,)), "--gpu", "t4", "--format", "json",
@@ -579,12 +590,11 @@ def test_odd_but_valid_input_works(case, tmp_path, capsys):
 def test_control_flow_is_estimated(tmp_path, capsys):
     for builder, flops, note in ((loop_model, 10 * 2 * 4 * 8 * 8, "trip count (10)"),
                                  (scan_model, 12 * (2 * 4 * 8 * 8 + 4 * 8), "scan length (12)"),
-                                 (if_model, 4 * 4 * 8, "larger branch")):
+                                 (if_model, 4 * 4 * 8, "priced as its else branch, the larger")):
         assert main(["graph", save(builder(), tmp_path / "m.onnx"), "--format", "json"]) == 0
         result = json.loads(capsys.readouterr().out)
         assert result["totals"]["flops"] == flops
-        assert main(["graph", save(builder(), tmp_path / "m.onnx")]) == 0
-        assert note in capsys.readouterr().out
+        assert any(note in warning for warning in result["warnings"])
 
 
 def test_ambiguity_names_the_choice_and_the_alternatives(tmp_path, capsys):

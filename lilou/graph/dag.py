@@ -24,6 +24,7 @@ from onnx import helper
 
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
+from lilou.graph.branches import resolve_branches
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
@@ -130,13 +131,43 @@ class ShapedModel:
 def shape_model(model: onnx.ModelProto, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ShapedModel:
     """Check the file, set its input shapes (in place) and infer every tensor's shape (``restore_folded``: see
-    :func:`build_graph`)."""
+    :func:`build_graph`). An ``If`` whose branch is known or chosen is first written as that branch
+    (:mod:`lilou.graph.branches`)."""
     check_opset(model)
     check_initializers(model)
     apply_input_shapes(model, batch=batch, shapes=shapes)
     check_structure(model)
     check_ranges(model.graph)
     notes: list[str] = []
+    if any(node.op_type == "If" for node in model.graph.node):
+        def size(candidate: onnx.ModelProto) -> tuple[tuple[float, float], ShapedModel]:
+            work = onnx.ModelProto()
+            work.CopyFrom(candidate)
+            check_structure(work)
+            check_ranges(work.graph)
+            shaped = _shape_checked(work, restore_folded, [])
+            graph = annotate_graph(shaped)  # its shape checks: a branch that cannot run at these shapes says so
+            return _total_size(graph), shaped
+
+        model, chosen = resolve_branches(model, notes, size)
+        if chosen is not None:
+            chosen.notes[:0] = notes
+            return chosen
+        if notes:  # branches were inlined: their nodes are checked as the file's own are
+            check_structure(model)
+            check_ranges(model.graph)
+    return _shape_checked(model, restore_folded, notes)
+
+
+def _total_size(graph: ModelGraph) -> tuple[float, float]:
+    """FLOPs and bytes of every node of a graph (what picks the larger branch of an ``If``)."""
+    nodes = [data for _, data in graph.dag.nodes(data=True) if not data["constant"]]
+    return (float(sum(data["flops"] for data in nodes)),
+            float(sum(data["bytes_read"] + data["bytes_written"] for data in nodes)))
+
+
+def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str]) -> ShapedModel:
+    """:func:`shape_model` after its checks: put back what was fused, then infer every shape."""
     restored = restore_folded_batchnorms(model) if restore_folded else []
     if restored:
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "

@@ -130,11 +130,22 @@ def check_structure(model: onnx.ModelProto) -> None:
 
 
 def _check_text(graph: onnx.GraphProto) -> None:
-    """Names, op types and domains must be text: protobuf hands invalid UTF-8 over as bytes."""
-    values = [*graph.input, *graph.output, *graph.value_info]
-    names = [v.name for v in values] + [t.name for t in graph.initializer]
-    for node in graph.node:
-        names += [node.op_type, node.domain, node.name, *node.input, *node.output]
+    """Names, op types and domains must be text: protobuf hands invalid UTF-8 over as bytes. Subgraphs (the
+    branches of an ``If``, the body of a ``Loop``) too: a branch is inlined and checked as the graph's own."""
+    names: list = []
+    graphs = [graph]
+    while graphs:
+        current = graphs.pop()
+        values = [*current.input, *current.output, *current.value_info]
+        names += [v.name for v in values] + [t.name for t in current.initializer]
+        for node in current.node:
+            names += [node.op_type, node.domain, node.name, *node.input, *node.output]
+            for attribute in node.attribute:
+                names.append(attribute.name)
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(attribute.g)
+                elif attribute.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(attribute.graphs)
     bad = next((n for n in names if not isinstance(n, str)), None)
     if bad is not None:
         raise LilouInputError(f"the file holds a name that is not valid UTF-8 text ({bytes(bad)[:40]!r}); "

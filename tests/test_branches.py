@@ -1,0 +1,172 @@
+"""An ``If`` is priced as the branch that runs, its nodes inlined (lilou.graph.branches).
+
+``tests/data/kv_cache/llama-merged.onnx`` (scripts/make_kv_cache_fixture.py) is the layout of Optimum's
+``decoder_model_merged.onnx``: one ``If`` on the input ``use_cache_branch`` holding the cached decode step (then)
+and the prompt pass (else) of a two-layer Llama; ``llama-past.onnx`` is the decode step alone, exported from the
+same model.
+"""
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from lilou.graph.branches import MAX_COMPARED, branch_points, inline_branch
+from lilou.graph.dag import build_graph, load_graph
+from lilou.graph.loading import load_onnx
+from tests.onnx_builders import make_model, tensor, weight
+from tests.test_graph_errors import run_cli
+
+DATA = Path(__file__).resolve().parent / "data" / "kv_cache"
+MERGED, PAST = DATA / "llama-merged.onnx", DATA / "llama-past.onnx"
+DECODE = {"batch_size": (2,), "sequence_length": (1,), "past_sequence_length": (511,)}
+PROMPT = {"batch_size": (2,), "sequence_length": (128,), "past_sequence_length": (1,)}
+
+
+def _branch(path: Path, name: str) -> onnx.GraphProto:
+    return next(a.g for a in load_onnx(path).graph.node[0].attribute if a.name == name)
+
+
+def _with_condition(value: bool) -> onnx.ModelProto:
+    """The merged decoder with ``use_cache_branch`` stated as a constant."""
+    model = load_onnx(MERGED)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([value]), "use_cache_branch"))
+    return model
+
+
+def test_a_merged_decoder_is_priced_as_the_decode_step_it_runs():
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    merged = predictor.predict(MERGED, gpu="a10g", shapes=DECODE)
+    step = predictor.predict(PAST, gpu="a10g", shapes=DECODE)
+    assert len(merged.kernels) == len(step.kernels) == 90  # before: one If kernel on the fallback, 0 FLOPs
+    assert merged.latency_ms == step.latency_ms
+    assert [k.nodes for k in merged.kernels] == [k.nodes for k in step.kernels]
+    note = next(w for w in merged.warnings if "optimum::if" in w)
+    assert "the run-time input 'use_cache_branch'" in note and "priced as its then branch, the larger" in note
+    assert not any("control flow" in w for w in merged.warnings)
+
+
+def test_a_constant_condition_picks_its_branch_exactly():
+    for value, name in ((False, "else_branch"), (True, "then_branch")):
+        graph = build_graph(_with_condition(value), shapes=DECODE if value else PROMPT)
+        branch = _branch(MERGED, name)
+        assert collections.Counter(d["op"] for _, d in graph.dag.nodes(data=True)) == \
+            collections.Counter(n.op_type for n in branch.node)
+        assert f"constant condition ({str(value).lower()}): its {name.replace('_', ' ')} ({len(branch.node)} " \
+               "nodes)" in graph.warnings[0]
+    prompt = build_graph(_with_condition(False), shapes=PROMPT)
+    outputs = {t.name: t.shape for t in prompt.outputs}
+    assert outputs["logits"] == (2, 128, 1000) and outputs["present.1.value"] == (2, 2, 128, 64)
+
+
+def test_a_branch_that_cannot_run_at_the_shapes_leaves_the_other():
+    """The decode step was traced at one new token and bakes a head reshape in: at 128 new tokens only the
+    prompt branch runs, and the note says why the other was not priced."""
+    graph = load_graph(MERGED, shapes=PROMPT)
+    assert len(graph.dag) == len(_branch(MERGED, "else_branch").node)
+    note = next(w for w in graph.warnings if "optimum::if" in w)
+    assert "priced as its else branch; its then branch cannot run at these shapes (Reshape " in note
+
+
+def _if_model(then_nodes, else_nodes, condition="flag", inputs=None, initializers=()):
+    """y = If(flag) over x (2 x 8), branches writing ``out``; ``t`` is also a name the outer graph uses."""
+    then_graph = helper.make_graph(then_nodes, "then", [], [tensor("out", None)])
+    else_graph = helper.make_graph(else_nodes, "else", [], [tensor("out_else", None)])
+    nodes = [helper.make_node("Relu", ["x"], ["t"], name="outer_t"),
+             helper.make_node("If", [condition], ["y"], name="choice", then_branch=then_graph,
+                              else_branch=else_graph),
+             helper.make_node("Add", ["y", "t"], ["z"], name="after")]
+    inputs = inputs if inputs is not None else [tensor("x", [2, 8]), tensor("flag", [1], TensorProto.BOOL)]
+    return make_model(nodes, inputs, [tensor("z", None)], list(initializers))
+
+
+def test_inlining_renames_a_name_the_outer_graph_holds_and_passes_an_outer_value_through():
+    then_nodes = [helper.make_node("MatMul", ["t", "w"], ["t"], name="inner"),  # writes 't' again
+                  helper.make_node("Sigmoid", ["t"], ["out"], name="squash")]
+    model = _if_model(then_nodes, [], initializers=[weight("w", [8, 8])])
+    else_branch = next(a.g for a in model.graph.node[1].attribute if a.name == "else_branch")
+    else_branch.output[0].name = "t"  # the outer value itself is the output
+    inlined = {}
+    for branch in ("then_branch", "else_branch"):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        assert inline_branch(copy, branch_points(copy)[0], branch)
+        onnx.shape_inference.infer_shapes(copy, check_type=True, strict_mode=True)  # a valid graph
+        inlined[branch] = [(n.op_type, list(n.input), list(n.output)) for n in copy.graph.node]
+    assert inlined["then_branch"] == [("Relu", ["x"], ["t"]), ("MatMul", ["t", "w"], ["t__1"]),
+                                      ("Sigmoid", ["t__1"], ["y"]), ("Add", ["y", "t"], ["z"])]
+    assert inlined["else_branch"] == [("Relu", ["x"], ["t"]), ("Identity", ["t"], ["y"]), ("Add", ["y", "t"], ["z"])]
+
+
+def test_the_larger_branch_of_a_run_time_condition_is_priced():
+    then_nodes = [helper.make_node("MatMul", ["x", "w"], ["out"], name="big")]
+    else_nodes = [helper.make_node("Neg", ["x"], ["out_else"], name="small")]
+    graph = build_graph(_if_model(then_nodes, else_nodes, initializers=[weight("w", [8, 8])]))
+    assert graph.dag.nodes["big"]["flops"] == 2 * 2 * 8 * 8 and "small" not in graph.dag
+    note = next(w for w in graph.warnings if "'choice'" in w)
+    # Relu 16 + MatMul 256 + Add 16 FLOPs against Relu + Neg + Add
+    assert note == ("If 'choice' reads its condition from the run-time input 'flag': priced as its then branch, the "
+                    "larger of the two at these shapes (the model with it 288 FLOPs, 704 B moved; with the other "
+                    "48 FLOPs, 448 B moved); the other branch is not priced")
+
+
+def test_a_condition_computed_in_the_graph_is_named_as_such_and_nested_ifs_resolve():
+    inner_then = helper.make_graph([helper.make_node("Exp", ["x"], ["inner_out"], name="exp")], "inner_then", [],
+                                   [tensor("inner_out", None)])
+    inner_else = helper.make_graph([helper.make_node("Neg", ["x"], ["inner_else"], name="neg")], "inner_else", [],
+                                   [tensor("inner_else", None)])
+    then_nodes = [helper.make_node("If", ["yes"], ["out"], name="nested", then_branch=inner_then,
+                                   else_branch=inner_else)]
+    else_nodes = [helper.make_node("Neg", ["x"], ["out_else"], name="other")]
+    model = _if_model(then_nodes, else_nodes, condition="computed",
+                      initializers=[numpy_helper.from_array(np.array(True), "yes")])
+    model.graph.node.insert(0, helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0))
+    model.graph.node.insert(1, helper.make_node("Greater", ["peak", "zero"], ["computed"]))
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"))
+    graph = build_graph(model)
+    assert "exp" in graph.dag and not any(d["op"] == "If" for _, d in graph.dag.nodes(data=True))
+    assert any("'computed', a value known only at run time" in w for w in graph.warnings)
+    assert any("If 'nested' has a constant condition (true): its then branch (1 nodes)" in w for w in graph.warnings)
+
+
+def test_ifs_beyond_the_comparison_cap_stay_one_fallback_kernel_and_say_so():
+    nodes, previous = [], "x"
+    for index in range(MAX_COMPARED + 1):
+        then_graph = helper.make_graph([helper.make_node("Exp", [previous], [f"a{index}"])], f"t{index}", [],
+                                       [tensor(f"a{index}", None)])
+        else_graph = helper.make_graph([helper.make_node("Neg", [previous], [f"b{index}"])], f"e{index}", [],
+                                       [tensor(f"b{index}", None)])
+        nodes.append(helper.make_node("If", ["flag"], [f"y{index}"], name=f"if{index}", then_branch=then_graph,
+                                      else_branch=else_graph))
+        previous = f"y{index}"
+    model = make_model(nodes, [tensor("x", [2, 8]), tensor("flag", [1], TensorProto.BOOL)], [tensor(previous, None)])
+    graph = build_graph(model)
+    assert [d["op"] for _, d in graph.dag.nodes(data=True)].count("If") == 1
+    assert sum("reads its condition from the run-time input 'flag'" in w for w in graph.warnings) == MAX_COMPARED
+    assert any(w.startswith("control flow (If) is approximated") for w in graph.warnings)
+
+
+@pytest.mark.parametrize("command", ["graph", "infer"])
+def test_the_cli_reads_a_merged_decoder(capsys, command):
+    args = [command, str(MERGED), *(a for name, size in DECODE.items() for a in ("--shape", f"{name}={size[0]}"))]
+    status, out, err = run_cli(capsys, *args, "--format", "json", *(["--gpu", "a10g"] if command == "infer" else []))
+    assert status == 0, err
+    assert any("'optimum::if' reads its condition from the run-time input 'use_cache_branch'" in w
+               for w in json.loads(out)["warnings"])
+
+
+def test_rank_prices_a_merged_decoder_as_its_decode_step(capsys):
+    shapes = [a for name, size in DECODE.items() for a in ("--shape", f"{name}={size[0]}")]
+    ranked = {}
+    for path in (MERGED, PAST):
+        status, out, err = run_cli(capsys, "rank", str(path), *shapes, "--gpus", "a10g,l4", "--format", "json")
+        assert status == 0, err
+        ranked[path] = [(entry["gpu"], entry["latency_ms"]) for entry in json.loads(out)]
+    assert ranked[MERGED] == ranked[PAST] and len(ranked[PAST]) == 2
