@@ -14,8 +14,9 @@ Written back: ``SkipLayerNormalization``, ``SkipSimplifiedLayerNormalization``, 
 and, in a file of opset < 17, ``LayerNormalization`` (onnxruntime registers both in the ONNX domain), ``BiasGelu``,
 ``Gelu``, ``FastGelu``, ``QuickGelu`` and ``BiasAdd``; BERT's ``Attention`` and ``EmbedLayerNormalization`` in
 :mod:`lilou.graph.contrib_attention`. A node whose extra outputs (mean, inverse standard deviation) something reads
-stays as it is, and so do decoder attention (a KV cache, ``MultiHeadAttention``, ``GroupQueryAttention``) and the
-quantized ops (``MatMulNBits`` ...): the warnings name them as unsupported.
+stays as it is, and so do ``MultiHeadAttention`` and the quantized ops (``MatMulNBits`` ...): the warnings name
+them as unsupported. onnxruntime-genai's decoder attention, ``GroupQueryAttention``, is written back in
+:mod:`lilou.graph.contrib_decoder` (at opset 23, the file's opset raised where its ops mean the same there).
 """
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ from onnx import TensorProto
 
 from lilou.graph.contrib_attention import (attention_applies, embed_applies, raw_masks, write_attention,
                                            write_embedding)
+from lilou.graph.contrib_decoder import OPSET as DECODER_OPSET
+from lilou.graph.contrib_decoder import gqa_applies, gqa_head_size, write_gqa
 from lilou.graph.contrib_writer import MARK, OpWriter, add_bias, layer_norm, node_input, node_output
 from lilou.graph.exporter_fusions import element_types, node_attribute
+from lilou.graph.opset_upgrade import can_raise, raise_opset
 
 MICROSOFT = "com.microsoft"
 _ONNX = ("", "ai.onnx")
@@ -38,9 +42,12 @@ _ONNX = ("", "ai.onnx")
 def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     """Write every contrib op this module knows back as standard ops (in place); how many of each op type."""
     graph = model.graph
+    head_sizes = _decoder_head_sizes(graph)
+    if head_sizes and can_raise(model, DECODER_OPSET):  # ONNX's Attention and RotaryEmbedding: opset 23
+        raise_opset(model, DECODER_OPSET)
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
     writer = OpWriter(graph, opset, element_types(graph))
-    planned = _planned(graph, opset, writer.dims)
+    planned = _planned(graph, opset, writer.dims, head_sizes)
     if not planned:
         return Counter()
     taken = {name.partition(MARK)[0] for name in _names(graph) if MARK in name}  # labels a file already uses
@@ -64,8 +71,27 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     return restored
 
 
-def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]]
-             ) -> dict[int, Callable[[OpWriter, onnx.NodeProto], None]]:
+def _decoder_head_sizes(graph: onnx.GraphProto) -> dict[int, int]:
+    """Node index -> head size, for every GroupQueryAttention :func:`write_gqa` reproduces."""
+    if not any(node.op_type == "GroupQueryAttention" for node in graph.node):
+        return {}
+    dims = {t.name: tuple(t.dims) for t in graph.initializer}
+    for value in graph.input:
+        shape = value.type.tensor_type.shape
+        if value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in shape.dim):
+            dims.setdefault(value.name, tuple(d.dim_value for d in shape.dim))
+    producers = {out: node for node in graph.node for out in node.output if out}
+    sizes = {}
+    for index, node in enumerate(graph.node):
+        if (node.domain, node.op_type) == (MICROSOFT, "GroupQueryAttention"):
+            size = gqa_head_size(node, dims, producers)
+            if gqa_applies(node, size):
+                sizes[index] = size
+    return sizes
+
+
+def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]],
+             head_sizes: dict[int, int]) -> dict[int, Callable[[OpWriter, onnx.NodeProto], None]]:
     """Node index -> its rewrite, for every contrib node this module reproduces. The embedding op goes only with
     every attention op that reads its mask index (which the rewrite replaces by the raw mask)."""
     read = {name for node in graph.node for name in node.input} | {v.name for v in graph.output}
@@ -79,7 +105,10 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
         elif key == (MICROSOFT, "Attention"):
             if attention_applies(node, dims, opset):
                 planned[index] = lambda w, n: write_attention(w, n, masks)
-        elif key in _REWRITES and _complete(node) and not any(out in read for out in node.output[1:3]) \
+        elif key == (MICROSOFT, "GroupQueryAttention"):
+            if index in head_sizes and opset >= DECODER_OPSET:
+                planned[index] = lambda w, n, size=head_sizes[index]: write_gqa(w, n, size)
+        elif key in _REWRITES and _complete(node) and not any(out and out in read for out in node.output[1:3]) \
                 and _own_op(node, opset):  # outputs 1-2 of the norms: mean and inverse deviation, no eager twin
             planned[index] = _REWRITES[key]
     for index in embeddings:

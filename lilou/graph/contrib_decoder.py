@@ -1,0 +1,157 @@
+"""onnxruntime's decoder attention (``com.microsoft::GroupQueryAttention``) written back as what eager runs.
+
+onnxruntime-genai's model builder (the files behind most ONNX LLMs on the Hugging Face Hub for onnxruntime:
+Phi, Llama, Mistral, Qwen ...) writes each attention block as one ``GroupQueryAttention``: the packed (or separate)
+Q, K and V projections in, the rotary embedding of Q and K, the KV cache grown by the new keys and values, causal
+attention over it with fewer KV heads than query heads, the heads merged. ONNX's shape inference does not know the
+op: every shape after the first layer was unknown and the model a string of fallback kernels.
+
+Eager PyTorch runs the module the op replaced (Hugging Face's ``LlamaAttention`` with SDPA): views to heads, the
+rotary embedding of Q and of K, the cache update (``torch.cat`` of the past and the new keys, and values), one
+``scaled_dot_product_attention`` call over the grown cache (grouped-query heads), the heads merged (a copy). That
+is written here with ONNX's own ops of opset 23 (``RotaryEmbedding``, ``Concat``, ``Attention``: the forms the
+dynamo exporter writes for those calls, which the rest of Lilou prices), the file's opset raised to 23 where its
+ops mean the same there (:mod:`lilou.graph.opset_upgrade`). Positions for the rotary embedding follow the cache:
+``past length ... past length + new tokens - 1`` (the op's own ``position_ids`` where it has them).
+
+Not modelled: a KV cache shared with the past buffer (``past_present_share_buffer``, the cache's full length
+allocated once; the past is then taken as its bound length), ``local_window_size`` (sliding windows; priced as
+attention over the whole cache), ``softcap``, smooth softmax and head sinks (elementwise work inside the kernel).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import onnx
+
+from lilou.graph.contrib_writer import OpWriter, node_input, node_output
+from lilou.graph.exporter_fusions import node_attribute
+
+#: The opset whose ``Attention`` and ``RotaryEmbedding`` the rewrite writes.
+OPSET = 23
+#: GroupQueryAttention's inputs.
+_QUERY, _KEY, _VALUE, _PAST_KEY, _PAST_VALUE = 0, 1, 2, 3, 4
+_COS, _SIN, _POSITIONS, _BIAS = 7, 8, 9, 10
+
+
+def gqa_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
+                  producers: Mapping[str, onnx.NodeProto]) -> int | None:
+    """The head size of a GroupQueryAttention, from what is known before shape inference: the past key's last
+    dimension (an input bound by ``--shape``), the packed projection's weight, or the rotary cache (half a head)."""
+    heads, kv_heads = int(node_attribute(node, "num_heads", 0)), int(node_attribute(node, "kv_num_heads", 0))
+    past = dims.get(node_input(node, _PAST_KEY))
+    if past is not None and len(past) == 4 and past[3] > 0:
+        return past[3]
+    producer = producers.get(node_input(node, _QUERY))
+    if producer is not None and producer.op_type == "MatMul" and len(producer.input) > 1:
+        weight = dims.get(producer.input[1])
+        if weight is not None and len(weight) == 2:
+            packed = not node_input(node, _KEY)
+            parts = heads + 2 * kv_heads if packed else heads
+            if parts > 0 and weight[1] % parts == 0:
+                return weight[1] // parts
+    cos = dims.get(node_input(node, _COS))
+    if cos is not None and len(cos) == 2 and cos[1] > 0:
+        return 2 * cos[1]
+    return None
+
+
+def gqa_applies(node: onnx.NodeProto, head_size: int | None) -> bool:
+    """Whether :func:`write_gqa` reproduces this node: head counts that group, Q/K/V packed or all three given,
+    the past key and value together, a rotary embedding with both caches."""
+    heads, kv_heads = int(node_attribute(node, "num_heads", 0)), int(node_attribute(node, "kv_num_heads", 0))
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or not head_size or not node_output(node, 0):
+        return False
+    if bool(node_input(node, _KEY)) != bool(node_input(node, _VALUE)) or not node_input(node, _QUERY):
+        return False
+    if bool(node_input(node, _PAST_KEY)) != bool(node_input(node, _PAST_VALUE)):
+        return False
+    rotary = int(node_attribute(node, "do_rotary", 0))
+    return not rotary or bool(node_input(node, _COS) and node_input(node, _SIN))
+
+
+def write_gqa(w: OpWriter, node: onnx.NodeProto, head_size: int) -> None:
+    """The attention block of ``node`` (checked by :func:`gqa_applies`) at opset 23."""
+    heads, kv_heads = int(node_attribute(node, "num_heads", 0)), int(node_attribute(node, "kv_num_heads", 0))
+    query = node_input(node, _QUERY)
+    if node_input(node, _KEY):
+        parts = [(query, heads, "q"), (node_input(node, _KEY), kv_heads, "k"), (node_input(node, _VALUE), kv_heads,
+                                                                                  "v")]
+    else:  # packed: the projections' outputs side by side, [Q | K | V] (torch.split: views)
+        bounds = [0, heads * head_size, (heads + kv_heads) * head_size, (heads + 2 * kv_heads) * head_size]
+        parts = [(w.op("Slice", [query, w.ints(f"{name}_start", [bounds[i]]), w.ints(f"{name}_end", [bounds[i + 1]]),
+                                 w.ints(f"{name}_axis", [2])], f"{name}_split"), count, name)
+                 for i, (name, count) in enumerate((("q", heads), ("k", kv_heads), ("v", kv_heads)))]
+    q, k, v = (w.op("Transpose", [w.op("Reshape", [value, w.ints(f"{name}_shape", [0, 0, count, head_size])],
+                                       f"{name}_heads")], f"{name}_transposed", perm=[0, 2, 1, 3])
+               for value, count, name in parts)
+    if int(node_attribute(node, "do_rotary", 0)):
+        cos, sin = _rotary_tables(w, node, query)
+        table = w.dims.get(node_input(node, _COS), ())
+        rotary_dim = min(2 * table[1], head_size) if len(table) == 2 and table[1] > 0 else head_size
+        q, k = (_rotated(w, value, cos, sin, name, rotary_dim, head_size) for value, name in ((q, "q"), (k, "k")))
+    caches = []
+    for index, (new, past, name) in enumerate(((k, node_input(node, _PAST_KEY), "key"),
+                                               (v, node_input(node, _PAST_VALUE), "value"))):
+        present = node_output(node, 1 + index) or None
+        if past:
+            caches.append(w.op("Concat", [past, new], f"present_{name}", present, axis=2))
+        else:
+            caches.append(w.op("Identity", [new], f"present_{name}", present) if present else new)
+    attention = {"is_causal": 1}
+    scale = float(node_attribute(node, "scale", 0.0))
+    if scale:
+        attention["scale"] = scale
+    inputs = [q, *caches] + ([node_input(node, _BIAS)] if node_input(node, _BIAS) else [])
+    context = w.op("Attention", inputs, "attention", **attention)
+    merged = w.op("Transpose", [context], "merged", perm=[0, 2, 1, 3])
+    w.op("Reshape", [merged, w.ints("out_shape", [0, 0, heads * head_size])], "out", node.output[0])
+
+
+def _rotary_tables(w: OpWriter, node: onnx.NodeProto, query: str) -> tuple[str, str]:
+    """cos and sin at every position, [batch, 1, S, rotary dim], as Hugging Face's rotary module computes them once
+    per forward (``cat(freqs, freqs)``): the rows of the op's caches at the positions, written once per model."""
+    cos_cache, sin_cache = node_input(node, _COS), node_input(node, _SIN)
+    key = f"rotary:{cos_cache}:{sin_cache}:{node_input(node, _POSITIONS)}"
+    if key not in w.shared:
+        positions = node_input(node, _POSITIONS) or _cache_positions(w, query, node_input(node, _PAST_KEY))
+        tables = []
+        for cache, name in ((cos_cache, "cos"), (sin_cache, "sin")):
+            rows = w.op("Gather", [cache, positions], f"{name}_rows")
+            tables.append(w.unsqueeze(w.op("Concat", [rows, rows], f"{name}_table", axis=-1), [1], f"{name}_heads"))
+        w.shared[key] = "|".join(tables)
+    cos, sin = w.shared[key].split("|")
+    return cos, sin
+
+
+def _rotated(w: OpWriter, value: str, cos: str, sin: str, name: str, rotary_dim: int, head_size: int) -> str:
+    """``x * cos + rotate_half(x) * sin`` (Hugging Face's ``apply_rotary_pos_emb``; ``rotate_half`` is
+    ``cat(-x2, x1)``), on the first ``rotary_dim`` channels of each head, the rest passed through (Phi-2)."""
+    def part(source: str, start: int, end: int, step: str) -> str:
+        bounds = [w.ints(f"{step}_start", [start]), w.ints(f"{step}_end", [end]), w.ints(f"{step}_axis", [3])]
+        return w.op("Slice", [source, *bounds], step)
+
+    whole, passed = value, None
+    if rotary_dim < head_size:
+        value, passed = part(whole, 0, rotary_dim, f"{name}_rot"), part(whole, rotary_dim, head_size, f"{name}_pass")
+    half = rotary_dim // 2
+    first, second = part(value, 0, half, f"{name}_first_half"), part(value, half, rotary_dim, f"{name}_second_half")
+    turned = w.op("Concat", [w.op("Neg", [second], f"{name}_negated"), first], f"{name}_rotate_half", axis=-1)
+    rotated = w.op("Add", [w.op("Mul", [value, cos], f"{name}_cos"), w.op("Mul", [turned, sin], f"{name}_sin")],
+                   f"{name}_rotary")
+    if passed is not None:
+        rotated = w.op("Concat", [rotated, passed], f"{name}_with_pass", axis=-1)
+    return rotated
+
+
+def _cache_positions(w: OpWriter, query: str, past_key: str) -> str:
+    """``past length + 0 ... past length + S - 1`` for every sequence ([batch, S]), from the shapes alone."""
+    shape = w.op("Shape", [query], "query_shape")
+    batch = w.op("Gather", [shape, w.scalar_int("batch_axis", 0)], "batch")
+    length = w.op("Gather", [shape, w.scalar_int("seq_axis", 1)], "seq_length")
+    start = (w.op("Gather", [w.op("Shape", [past_key], "past_shape"), w.scalar_int("past_axis", 2)], "past_length")
+             if past_key else w.scalar_int("no_past", 0))
+    steps = w.op("Range", [start, w.op("Add", [start, length], "end"), w.scalar_int("one", 1)], "positions")
+    size = w.op("Concat", [w.unsqueeze(batch, [0], "batch_1d"), w.unsqueeze(length, [0], "length_1d")], "size",
+                axis=0)
+    return w.op("Expand", [w.unsqueeze(steps, [0], "positions_row"), size], "position_ids")

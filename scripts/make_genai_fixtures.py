@@ -1,0 +1,68 @@
+"""Write ``tests/data/genai/``: a Llama as onnxruntime-genai's model builder writes it, FP16 and INT4, weight-free.
+
+onnxruntime-genai's builder (``python -m onnxruntime_genai.models.builder``) makes the ONNX files behind most LLMs
+published for onnxruntime (the ``*-onnx`` repositories of Phi, Llama, Mistral, Qwen on the Hugging Face Hub): one
+``GroupQueryAttention`` per layer (rotary embedding and KV cache inside), ``SkipSimplifiedLayerNormalization``,
+and for INT4 ``MatMulNBits``. The tests need real ones; the builder is not a dependency of Lilou, so::
+
+    pip install --target /tmp/genai onnxruntime-genai==0.18.0 onnxruntime==1.32.0   # only for this script
+    PYTHONPATH=/tmp/genai python scripts/make_genai_fixtures.py
+
+The model is the two-layer ``LlamaForCausalLM`` of ``scripts/make_kv_cache_fixture.py`` (256 wide, 4 heads, 2 KV
+heads, vocabulary 1000, random weights) with a word-level tokenizer (the builder reads one), built for the CUDA
+execution provider (``-e cuda``) in FP16 and INT4 (``-p fp16``, ``-p int4``); every initializer above 1 KiB is
+stripped, as the zoo strips its exports.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+import torch
+
+from lilou.zoo.export import strip_weights
+
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "genai"
+
+
+def _tiny_llama(folder: Path) -> None:
+    """The model and a tokenizer the builder can read, saved to ``folder``."""
+    import transformers as hf
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    torch.manual_seed(0)
+    hf.LlamaForCausalLM(hf.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                                       max_position_embeddings=2048)).eval().save_pretrained(folder)
+    vocabulary = {"<unk>": 0, **{f"t{i}": i for i in range(1, 1000)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    hf.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="t1", eos_token="t2",
+                               pad_token="t0").save_pretrained(folder)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "llama"
+        _tiny_llama(source)
+        for precision in ("fp16", "int4"):
+            built = Path(folder) / precision
+            subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o",
+                            str(built), "-p", precision, "-e", "cuda", "-c", str(Path(folder) / "cache")],
+                           check=True, capture_output=True)
+            target = args.out / f"llama-gqa-{precision}.onnx"
+            model = onnx.load(built / "model.onnx", load_external_data=False)
+            onnx.save(strip_weights(model, location=f"{target.stem}.weights"), target)
+            print(f"{target}: {target.stat().st_size // 1024} KB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""onnxruntime-genai's decoder files: ``GroupQueryAttention`` written back as what eager runs (lilou.graph.contrib_decoder),
+at opset 23 (lilou.graph.opset_upgrade).
+
+``tests/data/genai/llama-gqa-{fp16,int4}.onnx`` are real: the two-layer Llama of ``tests/data/kv_cache/llama-past.onnx``
+(256 wide, 4 heads, 2 KV heads) built by onnxruntime-genai 0.18's model builder for CUDA (scripts/make_genai_fixtures.py),
+weights stripped.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from lilou.graph import build_graph
+from lilou.graph.dag import load_graph
+from lilou.graph.opset_upgrade import can_raise, raise_opset
+from tests.onnx_builders import make_model, tensor
+
+DATA = Path(__file__).resolve().parent / "data"
+GENAI_FP16, KV_CACHE = DATA / "genai" / "llama-gqa-fp16.onnx", DATA / "kv_cache" / "llama-past.onnx"
+STEP = {"batch_size": (2,), "sequence_length": (1,), "past_sequence_length": (511,), "total_sequence_length": (512,),
+        "kv_cache_dim": (64,)}
+PROMPT = {**STEP, "sequence_length": (128,), "past_sequence_length": (1,), "total_sequence_length": (129,)}
+
+
+def _by_op(graph, op: str) -> list[dict]:
+    return [data for _, data in graph.dag.nodes(data=True) if data["op"] == op and not data["constant"]]
+
+
+def test_a_genai_decoder_has_every_shape_and_no_unsupported_op():
+    graph = load_graph(GENAI_FP16, shapes=STEP)
+    assert not graph.unsupported_ops and not any("unknown shape" in w for w in graph.warnings)
+    assert any("onnxruntime's fused ops (2 GroupQueryAttention, 1 SimplifiedLayerNormalization, 4 "
+               "SkipSimplifiedLayerNormalization)" in w for w in graph.warnings)
+    assert {t.name: t.shape for t in graph.outputs} == {
+        "logits": (2, 1, 1000), **{f"present.{i}.{kv}": (2, 2, 512, 64) for i in (0, 1) for kv in ("key", "value")}}
+    attention = _by_op(graph, "Attention")
+    assert [[t.shape for t in a["inputs"]] for a in attention] == [[(2, 4, 1, 64), (2, 2, 512, 64), (2, 2, 512, 64)]] * 2
+    # Q.K^T and P.V over 512 cached positions for 2 x 4 query heads, mask and softmax per score, Q and K scaled
+    scores = 2 * 4 * 1 * 512
+    assert [a["flops"] for a in attention] == [2 * scores * 128 + (1 + 5) * scores + 2 * 4 * 64 + 2 * 4 * 512 * 64] * 2
+
+
+def test_the_projections_cost_what_the_exported_decode_step_costs():
+    """The builder packs Q, K and V into one GEMM: the same multiply-adds as the export's three projections."""
+    genai = load_graph(GENAI_FP16, shapes=STEP)
+    exported = load_graph(KV_CACHE, shapes={name: STEP[name] for name in ("batch_size", "sequence_length",
+                                                                          "past_sequence_length")})
+    assert sum(m["flops"] for m in _by_op(genai, "MatMul")) == \
+        sum(m["flops"] for m in _by_op(exported, "MatMul") if m["inputs"][1].name.startswith("onnx::MatMul"))
+
+
+def test_a_genai_decoder_is_predicted_in_fp16_with_one_attention_kernel_per_layer():
+    from lilou.api import Predictor
+
+    prediction = Predictor().predict(GENAI_FP16, gpu="a10g", shapes=STEP)
+    assert prediction.precision == "fp16" and len(prediction.kernels) == 74
+    assert sum("Attention" in kernel.ops for kernel in prediction.kernels) == 2
+    assert not any("unsupported op" in w for w in prediction.warnings)
+    longer = Predictor().predict(GENAI_FP16, gpu="a10g", shapes={**STEP, "past_sequence_length": (4095,),
+                                                                  "total_sequence_length": (4096,)})
+    def attention_work(result) -> float:
+        return sum(kernel.work_ms for kernel in result.kernels if "Attention" in kernel.ops)
+
+    assert attention_work(longer) > attention_work(prediction)  # more cache to read each step (the step is host-bound)
+
+
+def test_the_prompt_pass_grows_the_cache_by_its_tokens():
+    graph = load_graph(GENAI_FP16, shapes=PROMPT)
+    assert {t.name: t.shape for t in graph.outputs}["present.1.value"] == (2, 2, 129, 64)
+    concats = [c for c in _by_op(graph, "Concat") if c["outputs"][0].name.startswith("present.0")]
+    assert [[t.shape for t in c["inputs"]] for c in concats] == [[(2, 2, 1, 64), (2, 2, 128, 64)]] * 2
+
+
+def test_the_opset_is_raised_with_the_reductions_axes_as_inputs():
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], name="mean", axes=[-1], keepdims=1),
+             helper.make_node("ReduceSum", ["x", "axes"], ["total"], name="total", keepdims=1)]
+    model = make_model(nodes, [tensor("x", [2, 8])], [tensor("mean", None), tensor("total", None)],
+                       [numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")], opset=14)
+    assert can_raise(model, 23)
+    raise_opset(model, 23)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    assert [list(n.input) for n in inferred.graph.node] == [["x", "mean/axes_opset18"], ["x", "axes"]]
+    assert [(v.name, [d.dim_value for d in v.type.tensor_type.shape.dim]) for v in inferred.graph.output] == [
+        ("mean", [2, 1]), ("total", [2, 1])]
+
+
+@pytest.mark.parametrize(("op", "opset"), [("GroupNormalization", 18), ("DFT", 19), ("Upsample", 14)])
+def test_a_graph_whose_ops_change_meaning_is_not_raised_and_its_attention_stays_unsupported(op, opset):
+    model = onnx.load(GENAI_FP16, load_external_data=False)
+    model.opset_import[0].version = opset
+    model.graph.node.append(helper.make_node(op, ["logits"], ["odd"], name="odd"))
+    assert not can_raise(model, 23)
+    from lilou.graph.contrib_ops import restore_contrib_ops
+
+    restored = restore_contrib_ops(model)
+    assert "GroupQueryAttention" not in restored and model.opset_import[0].version == opset
+    assert Counter(n.op_type for n in model.graph.node)["GroupQueryAttention"] == 2
+
+
+def test_a_query_without_a_head_size_stays_unsupported():
+    """No past key, no packed projection weight and no rotary cache: nothing says the head size."""
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "lengths", "total"], ["out"],
+                            domain="com.microsoft", name="gqa", num_heads=4, kv_num_heads=2)
+    model = make_model([node], [tensor("q", [2, 1, 256]), tensor("k", [2, 1, 128]), tensor("v", [2, 1, 128]),
+                                tensor("lengths", [2], TensorProto.INT32), tensor("total", [], TensorProto.INT32)],
+                       [tensor("out", None)], opset=22)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    graph = build_graph(model)
+    assert graph.unsupported_ops == ["GroupQueryAttention"]
