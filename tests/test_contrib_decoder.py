@@ -112,3 +112,44 @@ def test_a_query_without_a_head_size_stays_unsupported():
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     graph = build_graph(model)
     assert graph.unsupported_ops == ["GroupQueryAttention"]
+
+
+GENAI_INT4 = DATA / "genai" / "llama-gqa-int4.onnx"
+
+
+def test_an_int4_genai_model_reads_its_weights_in_four_bits():
+    """MatMulNBits (weights packed two per byte, blocks of 32 with their scales) is a float matmul reading the
+    weight in 4 bits: the same FLOPs as the FP16 file's matmuls, a quarter of their weight bytes."""
+    from lilou.graph.memory import memory_needed
+
+    int4, fp16 = load_graph(GENAI_INT4, shapes=STEP), load_graph(GENAI_FP16, shapes=STEP)
+    assert not int4.unsupported_ops
+    assert any(w.startswith("weight-only quantized matmuls (11 MatMulNBits): priced as float matmuls reading their "
+                            "weights in 4 or 8 bits") for w in int4.warnings)
+    matmuls, float_matmuls = _by_op(int4, "MatMul"), _by_op(fp16, "MatMul")
+    assert [m["flops"] for m in matmuls] == [m["flops"] for m in float_matmuls]
+    weights = [m["inputs"][1] for m in matmuls]
+    assert {w.dtype for w in weights} == {"uint4"}
+    assert [w.nbytes * 4 for w in weights] == [m["inputs"][1].nbytes for m in float_matmuls]
+    stored = sum(w.elements for w in weights)
+    assert memory_needed(int4)[0] == memory_needed(fp16)[0] - stored * 3 // 2  # 2 bytes -> half a byte each
+
+
+def test_an_int4_genai_model_is_predicted_in_fp16_with_less_gemm_work():
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    shapes = {**STEP, "batch_size": (1,)}
+    int4, fp16 = (predictor.predict(path, gpu="h100", shapes=shapes) for path in (GENAI_INT4, GENAI_FP16))
+    assert int4.precision == fp16.precision == "fp16" and len(int4.kernels) == len(fp16.kernels)
+
+    def gemm_work(result) -> float:
+        return sum(kernel.work_ms for kernel in result.kernels if kernel.category == "gemm")
+
+    assert gemm_work(int4) < gemm_work(fp16)
+
+
+def test_four_bit_tensors_hold_two_elements_per_byte():
+    from lilou.graph.costs import TensorInfo
+
+    assert TensorInfo("w", (3, 5), "uint4", 1).nbytes == 8 and TensorInfo("w", (3, 5), "int8", 1).nbytes == 15

@@ -141,6 +141,16 @@ def test_a_hostile_contrib_node_is_left_alone_and_names_never_collide() -> None:
     assert graph.outputs[0].shape == (2, 8, 64)
 
 
+@pytest.mark.parametrize("stash_type", [0, -3, TensorProto.INT64])
+def test_a_norm_with_a_damaged_stash_type_computes_in_float32(stash_type) -> None:
+    """Fuzz seed 3005 (a genai file's byte mutants): a stash_type that is no float type ended in an internal KeyError."""
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], name="rms", stash_type=stash_type)
+    model = make_model([node], [tensor("x", [2, 8, 64])], [tensor("y", None)], [weight("scale", [64])], opset=17)
+    graph = build_graph(model)
+    assert _ops(graph) == ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Mul"]
+    assert graph.outputs[0].shape == (2, 8, 64)
+
+
 def test_a_rewritten_rms_norm_computes_what_the_contrib_op_computes() -> None:
     """The written-back SimplifiedLayerNormalization, run by ONNX's reference evaluator, is x / rms(x) * scale."""
     from onnx.reference import ReferenceEvaluator

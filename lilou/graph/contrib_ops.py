@@ -195,8 +195,11 @@ def _skip_simplified_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
 
 
 def _simplified_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
+    stash = node_attribute(node, "stash_type", TensorProto.FLOAT)
+    if stash not in _STASH_TYPES:  # a damaged attribute (fuzz seed 3005): the op's default, float32
+        stash = TensorProto.FLOAT
     _rms_norm(w, node_input(node, 0), node_input(node, 1), float(node_attribute(node, "epsilon", 1e-5)),
-              int(node_attribute(node, "stash_type", TensorProto.FLOAT)), node.output[0])
+              int(stash), node.output[0])
 
 
 def _old_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
@@ -230,6 +233,9 @@ def _bias_add(w: OpWriter, node: onnx.NodeProto) -> None:
 
 
 #: Inputs each op requires (the others are optional and may be empty names).
+#: The types a norm may compute its statistics in (``stash_type``).
+_STASH_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
+
 _REQUIRED_INPUTS = {"LayerNormalization": 2, "SkipLayerNormalization": 3, "SkipSimplifiedLayerNormalization": 3,
                     "SimplifiedLayerNormalization": 2, "BiasGelu": 2, "Gelu": 1, "FastGelu": 1, "QuickGelu": 1,
                     "BiasAdd": 3}

@@ -25,6 +25,10 @@ from typing import Any
 Shape = tuple[int, ...]
 
 
+#: Element types narrower than a byte, and their bits (ml_dtypes' names).
+SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4}
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """Static facts about one tensor: its shape (None if unknown) and element size in bytes."""
@@ -40,8 +44,12 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int | None:
+        """Bytes the tensor holds; 4-bit types pack two elements per byte (numpy gives them one byte each)."""
         elements = self.elements
-        return None if elements is None else elements * self.itemsize
+        if elements is None:
+            return None
+        bits = SUB_BYTE_BITS.get(self.dtype)
+        return -(-elements * bits // 8) if bits else elements * self.itemsize
 
 
 @dataclass(frozen=True)

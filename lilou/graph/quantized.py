@@ -27,7 +27,10 @@ tensor table. What becomes what:
   tensor), else it is a conversion kernel (a graph input quantized, a tensor also read in float);
 - a quantize/dequantize pair that writes a graph output goes whole (the op before it writes the float output);
 - QLinear ops become their float op; ``ConvInteger``/``MatMulInteger`` a Conv/MatMul writing INT32;
-  ``DynamicQuantizeLinear`` a range reduction and a conversion kernel.
+  ``DynamicQuantizeLinear`` a range reduction and a conversion kernel;
+- onnxruntime's ``MatMulNBits`` (a weight-only 4- or 8-bit matmul: onnxruntime-genai's INT4 models, blocked
+  scales) a MatMul of the float activations by the weight stored in 4 (8) bits, [K, N], plus its bias; the
+  scales (one per block of the weight, 1/16 of its INT4 bytes at blocks of 32) are not counted.
 
 Kernels are still grouped as the backend groups the float ops (Lilou has no TensorRT backend): an INT8 runtime
 fuses more (a convolution with its bias, activation and residual add), which the warnings say.
@@ -56,6 +59,9 @@ QUANTIZED_TYPES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.IN
 _TYPE_NAMES = {TensorProto.INT8: "INT8", TensorProto.UINT8: "INT8", TensorProto.INT4: "INT4", TensorProto.UINT4: "INT4",
                TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.FLOAT8E4M3FNUZ: "FP8", TensorProto.FLOAT8E5M2: "FP8",
                TensorProto.FLOAT8E5M2FNUZ: "FP8"}
+
+#: Names of the weights MatMulNBits stores in 4 or 8 bits (their float stand-ins end the same way).
+_WEIGHT_ONLY_SUFFIXES = ("/lilou_4bit", "/lilou_8bit", "/lilou_4bit/lilou_as_float", "/lilou_8bit/lilou_as_float")
 
 #: Types a quantizing node can write (opset 21 adds 16-bit integers); anything else in a file reads as UINT8.
 _WRITABLE_TYPES = QUANTIZED_TYPES | {TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32}
@@ -102,19 +108,29 @@ class QuantizedRewrite:
 
     def note(self) -> str:
         """The line a prediction carries: what was read how, and what Lilou cannot stand behind."""
-        counts = ", ".join(f"{count} {op}" for op, count in sorted(self.replaced.items()))
-        kinds = sorted({_TYPE_NAMES.get(k, "INT8") for k in self.runtime.values() if k in QUANTIZED_TYPES})
-        unit = "/".join(kinds) or "INT8"
-        return (f"quantized graph ({counts}): priced as the model it quantizes, its tensors in {unit} between the "
-                "quantized ops, each quantize and dequantize folded into the op beside it as INT8 runtimes "
-                "(TensorRT, onnxruntime) run them, and its convolutions and matmuls on the unit of the type they "
-                "read; kernels are grouped as the backend groups the float ops (an INT8 runtime fuses more: bias, "
-                "activation, residual add)")
+        weight_only = {op: count for op, count in self.replaced.items() if op == "MatMulNBits"}
+        activations = {op: count for op, count in self.replaced.items() if op not in weight_only}
+        lines = []
+        if activations:
+            counts = ", ".join(f"{count} {op}" for op, count in sorted(activations.items()))
+            kinds = sorted({_TYPE_NAMES.get(k, "INT8") for name, k in self.runtime.items()
+                            if k in QUANTIZED_TYPES and not name.endswith(_WEIGHT_ONLY_SUFFIXES)})
+            unit = "/".join(kinds) or "INT8"
+            lines.append(f"quantized graph ({counts}): priced as the model it quantizes, its tensors in {unit} between "
+                         "the quantized ops, each quantize and dequantize folded into the op beside it as INT8 runtimes "
+                         "(TensorRT, onnxruntime) run them, and its convolutions and matmuls on the unit of the type "
+                         "they read; kernels are grouped as the backend groups the float ops (an INT8 runtime fuses "
+                         "more: bias, activation, residual add)")
+        if weight_only:
+            lines.append(f"weight-only quantized matmuls ({weight_only['MatMulNBits']} MatMulNBits): priced as float "
+                         "matmuls reading their weights in 4 or 8 bits, as a dequantizing GEMM kernel does (the "
+                         "per-block scales are not counted)")
+        return "; ".join(lines)
 
 
 def is_quantized(model: onnx.ModelProto) -> bool:
     return any((n.domain if n.domain not in _ONNX else "", n.op_type) in _QLINEAR
-               or n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+               or n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulNBits")
                for n in model.graph.node)
 
 
@@ -170,6 +186,8 @@ class _Rewriter:
                 self._qlinear(node, key)
             elif key == (_MICROSOFT, "QLinearConcat"):
                 self._concat(node)
+            elif key == (_MICROSOFT, "MatMulNBits") and _nbits_shape(node) is not None:
+                self._matmul_nbits(node)
             else:
                 self.nodes.append(node)
                 continue
@@ -308,6 +326,30 @@ class _Rewriter:
         self.nodes.append(written)
         self.result.runtime[node.output[0]] = self._quantized_type(node, 1)
 
+    def _matmul_nbits(self, node: onnx.NodeProto) -> None:
+        """``MatMulNBits(A, B, scales, [zero points], [group index], [bias])`` -> MatMul(A, the weight as stored,
+        [K, N] in 4 or 8 bits) [+ bias]: float math reading a quantized weight (:mod:`lilou.graph.precision`)."""
+        k, n, bits = _nbits_shape(node)
+        weight = f"{node.input[1]}/lilou_{bits}bit"
+        if weight not in self.types:
+            stored = TensorProto(name=weight, data_type=TensorProto.FLOAT, dims=[k, n])  # no bytes: shapes only
+            stored.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", "lilou-weight-only"), ("offset", "0"), ("length", str(k * n * bits // 8))):
+                entry = stored.external_data.add()
+                entry.key, entry.value = key, value
+            self.graph.initializer.append(stored)
+            self.types[weight] = TensorProto.UINT4 if bits == 4 else TensorProto.UINT8
+            self.result.stored[weight] = self.types[weight]  # its bytes in memory, as its readers' through the shim
+            self.constants.add(weight)
+            self.sources.add(weight)
+        bias = node.input[5] if len(node.input) > 5 and node.input[5] else ""
+        product = f"{node.output[0]}/lilou_matmul" if bias else node.output[0]
+        self.nodes.append(helper.make_node("MatMul", [node.input[0], self._float(weight)], [product],
+                                           name=node.name or node.output[0]))
+        if bias:
+            self.nodes.append(helper.make_node("Add", [product, bias], [node.output[0]],
+                                               name=f"{node.name or node.output[0]}/lilou_bias"))
+
     def _float_value_infos(self) -> None:
         """Value infos that could contradict the float graph go: every one not of a float type (inference writes
         them again; an INT32 accumulator read by a Reshape would otherwise clash), and a graph output's type unless
@@ -319,6 +361,15 @@ class _Rewriter:
         for value in self.graph.output:
             if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type not in _FLOATS:
                 value.type.tensor_type.elem_type = TensorProto.UNDEFINED  # inference states it
+
+
+def _nbits_shape(node: onnx.NodeProto) -> tuple[int, int, int] | None:
+    """(K, N, bits) of a MatMulNBits this module writes back: 4 or 8 bits, K and N positive, A given."""
+    k, n = int(node_attribute(node, "K", 0)), int(node_attribute(node, "N", 0))
+    bits = int(node_attribute(node, "bits", 4))
+    if bits not in (4, 8) or not 0 < k <= 2**31 or not 0 < n <= 2**31 or len(node.input) < 2 or not node.input[1]:
+        return None
+    return k, n, bits
 
 
 def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
