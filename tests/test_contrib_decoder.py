@@ -153,3 +153,28 @@ def test_four_bit_tensors_hold_two_elements_per_byte():
     from lilou.graph.costs import TensorInfo
 
     assert TensorInfo("w", (3, 5), "uint4", 1).nbytes == 8 and TensorInfo("w", (3, 5), "int8", 1).nbytes == 15
+
+
+def test_the_total_length_and_the_cache_head_size_follow_from_three_names():
+    """A user binds what they ask about (sequences, new and cached tokens); the attention mask's total length and
+    the cache's head size follow (lilou.graph.implied_dimensions)."""
+    from lilou.api import Predictor
+
+    asked = {name: STEP[name] for name in ("batch_size", "sequence_length", "past_sequence_length")}
+    predictor = Predictor()
+    for path in (GENAI_FP16, GENAI_INT4):
+        short, full = predictor.predict(path, gpu="a10g", shapes=asked), predictor.predict(path, gpu="a10g", shapes=STEP)
+        assert short.latency_ms == full.latency_ms and len(short.kernels) == len(full.kernels)
+        assert "total_sequence_length is bound to past_sequence_length + sequence_length = 512, as onnxruntime-genai " \
+               "feeds it" in short.warnings
+        assert "kv_cache_dim (the KV cache's head size) is bound to 64, the attention's head size" in short.warnings
+        assert not any("is bound to" in w for w in full.warnings)
+
+
+def test_the_cli_prices_a_genai_step_from_three_names(capsys):
+    from tests.test_graph_errors import run_cli
+
+    status, out, err = run_cli(capsys, "infer", str(GENAI_INT4), "--gpu", "a10g", "--shape", "batch_size=2",
+                               "--shape", "sequence_length=1", "--shape", "past_sequence_length=511")
+    assert status == 0, err
+    assert "74 kernels" in out

@@ -37,22 +37,35 @@ _COS, _SIN, _POSITIONS, _BIAS = 7, 8, 9, 10
 def gqa_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
                   producers: Mapping[str, onnx.NodeProto]) -> int | None:
     """The head size of a GroupQueryAttention, from what is known before shape inference: the past key's last
-    dimension (an input bound by ``--shape``), the packed projection's weight, or the rotary cache (half a head)."""
-    heads, kv_heads = int(node_attribute(node, "num_heads", 0)), int(node_attribute(node, "kv_num_heads", 0))
+    dimension (an input bound by ``--shape``), the packed projection (:func:`gqa_projection_head_size`), or the
+    rotary cache (half a head)."""
     past = dims.get(node_input(node, _PAST_KEY))
     if past is not None and len(past) == 4 and past[3] > 0:
         return past[3]
-    producer = producers.get(node_input(node, _QUERY))
-    if producer is not None and producer.op_type == "MatMul" and len(producer.input) > 1:
-        weight = dims.get(producer.input[1])
-        if weight is not None and len(weight) == 2:
-            packed = not node_input(node, _KEY)
-            parts = heads + 2 * kv_heads if packed else heads
-            if parts > 0 and weight[1] % parts == 0:
-                return weight[1] // parts
+    projected = gqa_projection_head_size(node, dims, producers)
+    if projected is not None:
+        return projected
     cos = dims.get(node_input(node, _COS))
     if cos is not None and len(cos) == 2 and cos[1] > 0:
         return 2 * cos[1]
+    return None
+
+
+def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
+                             producers: Mapping[str, onnx.NodeProto]) -> int | None:
+    """The head size the projection writing the query gives: its output width (a ``MatMul``'s weight, a
+    ``MatMulNBits``'s ``N``) over the heads it holds (query, key and value heads when packed)."""
+    heads, kv_heads = int(node_attribute(node, "num_heads", 0)), int(node_attribute(node, "kv_num_heads", 0))
+    producer = producers.get(node_input(node, _QUERY))
+    width = 0
+    if producer is not None and producer.op_type == "MatMul" and len(producer.input) > 1:
+        weight = dims.get(producer.input[1])
+        width = weight[1] if weight is not None and len(weight) == 2 else 0
+    elif producer is not None and producer.op_type == "MatMulNBits":
+        width = int(node_attribute(producer, "N", 0))
+    parts = heads + 2 * kv_heads if not node_input(node, _KEY) else heads
+    if parts > 0 and width > 0 and width % parts == 0:
+        return width // parts
     return None
 
 

@@ -28,6 +28,7 @@ from lilou.graph.branches import resolve_branches
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
+from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
 from lilou.graph.names import unique_node_names
@@ -135,10 +136,10 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     (:mod:`lilou.graph.branches`)."""
     check_opset(model)
     check_initializers(model)
+    shapes, notes = implied_dimensions(model, shapes)
     apply_input_shapes(model, batch=batch, shapes=shapes)
     check_structure(model)
     check_ranges(model.graph)
-    notes: list[str] = []
     if any(node.op_type == "If" for node in model.graph.node):
         def size(candidate: onnx.ModelProto) -> tuple[tuple[float, float], ShapedModel]:
             work = onnx.ModelProto()

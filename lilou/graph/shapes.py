@@ -84,7 +84,7 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
     shapes = dict(shapes or {})
     inputs = runtime_inputs(model)
     names = [value.name for value in inputs]
-    dimensions = _named_dimensions(inputs)
+    dimensions = dimension_names_of(inputs)
     bound: dict[str, int] = {}
     for key, dims in shapes.items():
         if key not in names and key in dimensions:
@@ -118,7 +118,7 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             value.type.tensor_type.ClearField("shape")
 
 
-def _named_dimensions(inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
+def dimension_names_of(inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
     """The names the inputs' dynamic dimensions are written with (a name, or the names in an expression)."""
     found: set[str] = set()
     for value in inputs:
