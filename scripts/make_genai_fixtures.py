@@ -1,4 +1,4 @@
-"""Write ``tests/data/genai/``: a Llama as onnxruntime-genai's model builder writes it, FP16 and INT4, weight-free.
+"""Write ``tests/data/genai/``: a Llama as onnxruntime-genai's model builder writes it (FP16, INT4), weight-free.
 
 onnxruntime-genai's builder (``python -m onnxruntime_genai.models.builder``) makes the ONNX files behind most LLMs
 published for onnxruntime (the ``*-onnx`` repositories of Phi, Llama, Mistral, Qwen on the Hugging Face Hub): one
@@ -10,8 +10,9 @@ and for INT4 ``MatMulNBits``. The tests need real ones; the builder is not a dep
 
 The model is the two-layer ``LlamaForCausalLM`` of ``scripts/make_kv_cache_fixture.py`` (256 wide, 4 heads, 2 KV
 heads, vocabulary 1000, random weights) with a word-level tokenizer (the builder reads one), built for the CUDA
-execution provider (``-e cuda``) in FP16 and INT4 (``-p fp16``, ``-p int4``); every initializer above 1 KiB is
-stripped, as the zoo strips its exports.
+execution provider (``-e cuda``) in FP16 and INT4 (``-p fp16``, ``-p int4``), and in INT4 with its embeddings tied
+to the LM head (``tie_word_embeddings``, ``--extra_options shared_embeddings=true``: the table is the LM head's INT4
+weight, read by ``GatherBlockQuantized``); every initializer above 1 KiB is stripped, as the zoo strips its exports.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from lilou.zoo.export import strip_weights
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "genai"
 
 
-def _tiny_llama(folder: Path) -> None:
+def _tiny_llama(folder: Path, tied: bool) -> None:
     """The model and a tokenizer the builder can read, saved to ``folder``."""
     import transformers as hf
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -37,7 +38,8 @@ def _tiny_llama(folder: Path) -> None:
     torch.manual_seed(0)
     hf.LlamaForCausalLM(hf.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                                       max_position_embeddings=2048)).eval().save_pretrained(folder)
+                                       max_position_embeddings=2048, tie_word_embeddings=tied)
+                        ).eval().save_pretrained(folder)
     vocabulary = {"<unk>": 0, **{f"t{i}": i for i in range(1, 1000)}}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -51,14 +53,14 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
-        source = Path(folder) / "llama"
-        _tiny_llama(source)
-        for precision in ("fp16", "int4"):
-            built = Path(folder) / precision
+        for name, precision, tied in (("fp16", "fp16", False), ("int4", "int4", False), ("int4-tied", "int4", True)):
+            source, built = Path(folder) / f"llama-{name}", Path(folder) / name
+            _tiny_llama(source, tied)
+            extra = ["--extra_options", "shared_embeddings=true"] if tied else []
             subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o",
-                            str(built), "-p", precision, "-e", "cuda", "-c", str(Path(folder) / "cache")],
+                            str(built), "-p", precision, "-e", "cuda", "-c", str(Path(folder) / "cache"), *extra],
                            check=True, capture_output=True)
-            target = args.out / f"llama-gqa-{precision}.onnx"
+            target = args.out / f"llama-gqa-{name}.onnx"
             model = onnx.load(built / "model.onnx", load_external_data=False)
             onnx.save(strip_weights(model, location=f"{target.stem}.weights"), target)
             print(f"{target}: {target.stat().st_size // 1024} KB")

@@ -124,8 +124,8 @@ def test_an_int4_genai_model_reads_its_weights_in_four_bits():
 
     int4, fp16 = load_graph(GENAI_INT4, shapes=STEP), load_graph(GENAI_FP16, shapes=STEP)
     assert not int4.unsupported_ops
-    assert any(w.startswith("weight-only quantized matmuls (11 MatMulNBits): priced as float matmuls reading their "
-                            "weights in 4 or 8 bits") for w in int4.warnings)
+    assert any(w.startswith("weight-only quantized ops (11 MatMulNBits): priced as float matmuls and gathers "
+                            "reading their weights in 4 or 8 bits") for w in int4.warnings)
     matmuls, float_matmuls = _by_op(int4, "MatMul"), _by_op(fp16, "MatMul")
     assert [m["flops"] for m in matmuls] == [m["flops"] for m in float_matmuls]
     weights = [m["inputs"][1] for m in matmuls]
@@ -178,3 +178,22 @@ def test_the_cli_prices_a_genai_step_from_three_names(capsys):
                                "--shape", "sequence_length=1", "--shape", "past_sequence_length=511")
     assert status == 0, err
     assert "74 kernels" in out
+
+
+GENAI_TIED = DATA / "genai" / "llama-gqa-int4-tied.onnx"
+
+
+def test_int4_embeddings_tied_to_the_lm_head_are_gathered_in_four_bits():
+    """``shared_embeddings``: the embedding table is the LM head's INT4 weight, read by GatherBlockQuantized."""
+    from lilou.graph.memory import memory_needed
+
+    asked = {"batch_size": (2,), "sequence_length": (128,), "past_sequence_length": (1,)}
+    tied, untied = load_graph(GENAI_TIED, shapes=asked), load_graph(GENAI_INT4, shapes=asked)
+    assert not tied.unsupported_ops
+    assert any("weight-only quantized ops (1 GatherBlockQuantized, 11 MatMulNBits)" in w for w in tied.warnings)
+    gather = tied.dag.nodes["/model/embed_tokens/GatherBlockQuantized"]
+    assert gather["op"] == "Gather" and gather["inputs"][0].dtype == "uint4"
+    assert gather["outputs"][0].dtype == "float16" and gather["outputs"][0].shape == (2, 128, 256)
+    assert gather["bytes_read"] == 2 * 128 * 256 // 2 + 2 * 128 * 8  # the rows in 4 bits, the int64 ids
+    # stored once (the LM head's), in place of the untied file's FP16 table of 1000 x 256
+    assert memory_needed(tied)[0] == memory_needed(untied)[0] - 1000 * 256 * 2

@@ -215,3 +215,19 @@ def test_an_int32_accumulator_keeps_its_type_through_a_reshape() -> None:
     assert [t.dtype for t in conv["inputs"]] == ["uint8", "int8"]
     assert conv["outputs"][0].dtype == "int32" and reshape["outputs"][0].dtype == "int32"
     assert conv["flops"] == 2 * 4 * 6 * 6 * 3 * 3 * 3
+
+
+def test_a_bitsandbytes_4bit_matmul_is_a_float_matmul_reading_four_bit_weights():
+    """transformers.js' ``bnb4`` files: ``MatMulBnb4`` (FP4/NF4 weights packed two per byte, one absmax per block)."""
+    node = helper.make_node("MatMulBnb4", ["a", "packed", "absmax"], ["y"], domain="com.microsoft", name="bnb4",
+                            K=64, N=32, block_size=64, quant_type=1)
+    packed = numpy_helper.from_array(np.zeros(64 * 32 // 2, dtype=np.uint8), "packed")
+    absmax = numpy_helper.from_array(np.ones(64 * 32 // 64, dtype=np.float32), "absmax")
+    model = make_model([node], [tensor("a", [2, 64])], [tensor("y", None)], [packed, absmax], opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    graph = build_graph(model)
+    matmul = graph.dag.nodes["bnb4"]
+    assert matmul["op"] == "MatMul" and matmul["flops"] == 2 * 2 * 64 * 32
+    assert (matmul["inputs"][1].dtype, matmul["inputs"][1].shape, matmul["inputs"][1].nbytes) == ("uint4", (64, 32),
+                                                                                                   1024)
+    assert graph.outputs[0].shape == (2, 32) and not graph.unsupported_ops

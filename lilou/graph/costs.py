@@ -427,7 +427,7 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
         picked = (inputs[1].elements or 0) * (inputs[0].itemsize or 4)
         return [(inputs[0], picked)] + [(t, t.nbytes or 0) for t in inputs[1:]]
     if node.op in ("Gather", "GatherElements", "GatherND", "Slice") and inputs:
-        selected = _bytes(node.outputs)
+        selected = _selected_bytes(inputs[0], node.outputs)
         rest = [] if node.op == "Slice" else inputs[1:]
         return [(inputs[0], selected)] + [(t, t.nbytes or 0) for t in rest]
     if node.op == "RotaryEmbedding" and len(node.inputs) > 3 and node.inputs[3] is not None:
@@ -442,11 +442,21 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
     return [(t, t.nbytes or 0) for t in inputs]
 
 
+def _selected_bytes(table: TensorInfo, outputs: Sequence[TensorInfo | None]) -> int:
+    """Bytes a gather or slice reads of ``table``: its output's elements, each as wide as the table's (a table
+    stored in 4 bits and gathered into floats, ``GatherBlockQuantized``, reads half a byte per element)."""
+    output = outputs[0] if outputs else None
+    if output is None or output.elements is None or not table.elements or table.nbytes is None \
+            or table.dtype == output.dtype:
+        return _bytes(outputs)
+    return -(-output.elements * table.nbytes // table.elements)
+
+
 def _rows_read(table: TensorInfo, rows: int) -> int:
     """Bytes of ``rows`` rows of a 2-D ``table`` (all of it when it is not 2-D or has fewer rows)."""
     if table.shape is None or len(table.shape) != 2 or table.shape[0] <= rows:
         return table.nbytes or 0
-    return rows * table.shape[1] * table.itemsize
+    return -(-rows * (table.nbytes or 0) // table.shape[0])
 
 
 def node_bytes(node: CostInput) -> tuple[int, int]:

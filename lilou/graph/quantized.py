@@ -29,8 +29,10 @@ tensor table. What becomes what:
 - QLinear ops become their float op; ``ConvInteger``/``MatMulInteger`` a Conv/MatMul writing INT32;
   ``DynamicQuantizeLinear`` a range reduction and a conversion kernel;
 - onnxruntime's ``MatMulNBits`` (a weight-only 4- or 8-bit matmul: onnxruntime-genai's INT4 models, blocked
-  scales) a MatMul of the float activations by the weight stored in 4 (8) bits, [K, N], plus its bias; the
-  scales (one per block of the weight, 1/16 of its INT4 bytes at blocks of 32) are not counted.
+  scales) and ``MatMulBnb4`` (bitsandbytes' FP4/NF4, transformers.js' ``bnb4`` files) a MatMul of the float
+  activations by the weight stored in 4 (8) bits, [K, N], plus its bias; ``GatherBlockQuantized`` (an INT4
+  embedding table, tied to the LM head) a Gather of the table stored in 4 bits writing floats; the scales (one
+  per block of the weight, 1/16 of its INT4 bytes at blocks of 32) are not counted.
 
 Kernels are still grouped as the backend groups the float ops (Lilou has no TensorRT backend): an INT8 runtime
 fuses more (a convolution with its bias, activation and residual add), which the warnings say.
@@ -108,7 +110,8 @@ class QuantizedRewrite:
 
     def note(self) -> str:
         """The line a prediction carries: what was read how, and what Lilou cannot stand behind."""
-        weight_only = {op: count for op, count in self.replaced.items() if op == "MatMulNBits"}
+        weight_only = {op: count for op, count in self.replaced.items()
+                       if op in ("MatMulNBits", "MatMulBnb4", "GatherBlockQuantized")}
         activations = {op: count for op, count in self.replaced.items() if op not in weight_only}
         lines = []
         if activations:
@@ -122,15 +125,16 @@ class QuantizedRewrite:
                          "they read; kernels are grouped as the backend groups the float ops (an INT8 runtime fuses "
                          "more: bias, activation, residual add)")
         if weight_only:
-            lines.append(f"weight-only quantized matmuls ({weight_only['MatMulNBits']} MatMulNBits): priced as float "
-                         "matmuls reading their weights in 4 or 8 bits, as a dequantizing GEMM kernel does (the "
-                         "per-block scales are not counted)")
+            counts = ", ".join(f"{count} {op}" for op, count in sorted(weight_only.items()))
+            lines.append(f"weight-only quantized ops ({counts}): priced as float matmuls and gathers reading their "
+                         "weights in 4 or 8 bits, as a dequantizing kernel does (the per-block scales are not counted)")
         return "; ".join(lines)
 
 
 def is_quantized(model: onnx.ModelProto) -> bool:
     return any((n.domain if n.domain not in _ONNX else "", n.op_type) in _QLINEAR
-               or n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulNBits")
+               or n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulNBits",
+                                "MatMulBnb4", "GatherBlockQuantized")
                for n in model.graph.node)
 
 
@@ -155,6 +159,8 @@ class _Rewriter:
         self.graph_inputs = {v.name for v in self.graph.input} - self.constants
         self.sources = self.constants | self.graph_inputs  # tensors no node of the graph writes
         self.graph_outputs = {v.name for v in self.graph.output}
+        self.initializer_dims = {t.name: list(t.dims) for t in self.graph.initializer}
+        self.int_values = _small_int_vectors(self.graph)  # a Reshape's target shape, for a packed table's dims
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         self.producer: dict[str, onnx.NodeProto] = {}
         for node in self.graph.node:
@@ -169,6 +175,7 @@ class _Rewriter:
         self.renamed: dict[str, str] = {}     # tensor -> the name its producer writes instead
         self.shims: dict[str, str] = {}       # constant or graph input of another type -> its float stand-in
         self.nodes: list[onnx.NodeProto] = []
+        self.dropped: set[str] = set()        # outputs of file nodes whose only reader a rewrite replaced
 
     def run(self) -> QuantizedRewrite:
         for node in list(self.graph.node):
@@ -186,12 +193,15 @@ class _Rewriter:
                 self._qlinear(node, key)
             elif key == (_MICROSOFT, "QLinearConcat"):
                 self._concat(node)
-            elif key == (_MICROSOFT, "MatMulNBits") and _nbits_shape(node) is not None:
+            elif key in ((_MICROSOFT, "MatMulNBits"), (_MICROSOFT, "MatMulBnb4")) and _nbits_shape(node) is not None:
                 self._matmul_nbits(node)
+            elif key == (_MICROSOFT, "GatherBlockQuantized") and self._table_dims(node) is not None:
+                self._gather_quantized(node)
             else:
                 self.nodes.append(node)
                 continue
             self.result.replaced[node.op_type] += 1
+        self.nodes = [node for node in self.nodes if not (node.output and node.output[0] in self.dropped)]
         for node in self.nodes:
             for i, name in enumerate(node.input):
                 name = self._read(name)
@@ -330,18 +340,7 @@ class _Rewriter:
         """``MatMulNBits(A, B, scales, [zero points], [group index], [bias])`` -> MatMul(A, the weight as stored,
         [K, N] in 4 or 8 bits) [+ bias]: float math reading a quantized weight (:mod:`lilou.graph.precision`)."""
         k, n, bits = _nbits_shape(node)
-        weight = f"{node.input[1]}/lilou_{bits}bit"
-        if weight not in self.types:
-            stored = TensorProto(name=weight, data_type=TensorProto.FLOAT, dims=[k, n])  # no bytes: shapes only
-            stored.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", "lilou-weight-only"), ("offset", "0"), ("length", str(k * n * bits // 8))):
-                entry = stored.external_data.add()
-                entry.key, entry.value = key, value
-            self.graph.initializer.append(stored)
-            self.types[weight] = TensorProto.UINT4 if bits == 4 else TensorProto.UINT8
-            self.result.stored[weight] = self.types[weight]  # its bytes in memory, as its readers' through the shim
-            self.constants.add(weight)
-            self.sources.add(weight)
+        weight = self._stored_weight(node.input[1], [k, n], bits)
         bias = node.input[5] if len(node.input) > 5 and node.input[5] else ""
         product = f"{node.output[0]}/lilou_matmul" if bias else node.output[0]
         self.nodes.append(helper.make_node("MatMul", [node.input[0], self._float(weight)], [product],
@@ -349,6 +348,75 @@ class _Rewriter:
         if bias:
             self.nodes.append(helper.make_node("Add", [product, bias], [node.output[0]],
                                                name=f"{node.name or node.output[0]}/lilou_bias"))
+
+    def _stored_weight(self, packed: str, dims: list[int], bits: int) -> str:
+        """A stand-in initializer for the weight ``packed`` holds, ``dims`` in ``bits`` bits: shapes only, no bytes."""
+        weight = f"{packed}/lilou_{bits}bit"
+        if weight not in self.types:
+            stored = TensorProto(name=weight, data_type=TensorProto.FLOAT, dims=dims)
+            stored.data_location = TensorProto.EXTERNAL
+            length = -(-int(np.prod(dims, dtype=np.float64)) * bits // 8)
+            for key, value in (("location", "lilou-weight-only"), ("offset", "0"), ("length", str(length))):
+                entry = stored.external_data.add()
+                entry.key, entry.value = key, value
+            self.graph.initializer.append(stored)
+            self.types[weight] = TensorProto.UINT4 if bits == 4 else TensorProto.UINT8
+            self.result.stored[weight] = self.types[weight]  # its bytes in memory, as its readers' through the shim
+            self.constants.add(weight)
+            self.sources.add(weight)
+        return weight
+
+    def _table_dims(self, node: onnx.NodeProto) -> list[int] | None:
+        """The logical [rows, ...] of a GatherBlockQuantized table: its dims (an initializer, or a Reshape of one to
+        a constant shape), the quantized axis widened where the table packs two 4-bit values per byte."""
+        bits = int(node_attribute(node, "bits", 4))
+        axis = int(node_attribute(node, "quantize_axis", 1))
+        if bits not in (4, 8) or len(node.input) < 3 or not node.input[1] or not node.input[2]:
+            return None
+        data = node.input[0]
+        dims = self.initializer_dims.get(data)
+        producer = self.producer.get(data)
+        if dims is None and producer is not None and producer.op_type == "Reshape" and len(producer.input) > 1:
+            dims = self.int_values.get(producer.input[1])
+        if not dims or any(d <= 0 or d > 2**40 for d in dims) or not -len(dims) <= axis < len(dims):
+            return None
+        dims = list(dims)
+        if self.types.get(data, TensorProto.UINT8) == TensorProto.UINT8 and bits == 4:
+            dims[axis] *= 2
+        return dims
+
+    def _gather_quantized(self, node: onnx.NodeProto) -> None:
+        """``GatherBlockQuantized(data, indices, scales, [zero points])`` -> Gather of the table stored in 4 (8) bits,
+        writing the scales' float type."""
+        bits = int(node_attribute(node, "bits", 4))
+        dims = self._table_dims(node)
+        head = self._tied_head(node.input[0], dims)
+        if head is not None:  # the LM head's weight, [hidden, vocab]: its transpose (a view), stored once
+            if len(self.readers.get(node.input[0], [])) == 1:  # the packed table's reshape goes with the gather
+                self.dropped.add(node.input[0])
+            k, n, _ = _nbits_shape(head)
+            table = f"{node.input[0]}/lilou_tied_table"
+            self.nodes.append(helper.make_node("Transpose", [self._float(self._stored_weight(head.input[1], [k, n], bits))],
+                                               [table], name=table, perm=[1, 0]))
+        else:
+            table = self._float(self._stored_weight(node.input[0], dims, bits))
+        self.nodes.append(helper.make_node("Gather", [table, node.input[1]], [node.output[0]],
+                                           name=node.name or node.output[0],
+                                           axis=int(node_attribute(node, "gather_axis", 0))))
+        kind = self.types.get(node.input[2], TensorProto.FLOAT)
+        self.result.runtime[node.output[0]] = kind if kind in _FLOATS else TensorProto.FLOAT
+
+    def _tied_head(self, data: str, dims: list[int]) -> onnx.NodeProto | None:
+        """The MatMulNBits whose packed weight ``data`` reshapes (embeddings tied to the LM head), when the table is
+        exactly its transpose ([vocab, hidden]; a table padded to whole blocks is not)."""
+        producer = self.producer.get(data)
+        if producer is None or producer.op_type != "Reshape" or not producer.input:
+            return None
+        for reader in self.readers.get(producer.input[0], []):
+            shape = _nbits_shape(reader) if reader.op_type == "MatMulNBits" else None
+            if shape is not None and reader.input[1] == producer.input[0] and [shape[1], shape[0]] == dims:
+                return reader
+        return None
 
     def _float_value_infos(self) -> None:
         """Value infos that could contradict the float graph go: every one not of a float type (inference writes
@@ -361,6 +429,24 @@ class _Rewriter:
         for value in self.graph.output:
             if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type not in _FLOATS:
                 value.type.tensor_type.elem_type = TensorProto.UNDEFINED  # inference states it
+
+
+def _small_int_vectors(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Values of the 1-D INT64 constants of up to 8 elements (initializers and ``Constant`` nodes)."""
+    named = [(t.name, t) for t in graph.initializer]
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            named += [(node.output[0], a.t) for a in node.attribute if a.name == "value" and a.HasField("t")]
+    values = {}
+    for name, tensor in named:
+        if tensor.data_type != TensorProto.INT64 or len(tensor.dims) != 1 or not 0 < tensor.dims[0] <= 8 \
+                or tensor.data_location == TensorProto.EXTERNAL:
+            continue
+        try:
+            values[name] = [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
+        except (ValueError, TypeError):
+            continue
+    return values
 
 
 def _nbits_shape(node: onnx.NodeProto) -> tuple[int, int, int] | None:
