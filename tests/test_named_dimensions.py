@@ -150,3 +150,11 @@ def test_a_dimension_name_of_invalid_utf8_is_read(capsys, tmp_path):
     path.write_bytes(model.SerializeToString().replace(b"past_sequence_length", b"past_sequence_\xe4\xff\xfegth"))
     status, _, err = run_cli(capsys, "graph", str(path), "--shape", "batch_size=2", "--shape", "sequence_length=1")
     assert_one_line_error(status, err, "'attention_mask'", "dynamic dimensions", "past_sequence_")
+
+
+def test_an_empty_cache_is_refused_with_what_to_bind_instead(capsys):
+    """The prompt pass of a decoder runs with an empty cache; Lilou prices no empty tensor and says what to do."""
+    status, _, err = run_cli(capsys, "infer", str(KV_CACHE), "--gpu", "a10g", "--shape", "batch_size=2",
+                             "--shape", "sequence_length=128", "--shape", "past_sequence_length=0")
+    assert_one_line_error(status, err, "'past_sequence_length=0': every dimension must be a positive integer",
+                          "for an empty KV cache, the prompt pass, bind 1")

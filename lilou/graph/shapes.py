@@ -44,7 +44,9 @@ def parse_shape_overrides(specs: Sequence[str] | None) -> dict[str, tuple[int, .
             raise LilouInputError(f"cannot parse --shape {spec!r}; expected NAME=D1xD2x... such as input_ids=1x128")
         dims = tuple(int(d) for d in re.split(r"\s*[xX,]\s*", match.group(2)))
         if any(d <= 0 for d in dims):
-            raise LilouInputError(f"--shape {spec!r}: every dimension must be a positive integer")
+            raise LilouInputError(f"--shape {spec[:80]!r}: every dimension must be a positive integer (Lilou prices no "
+                                  "empty tensor; for an empty KV cache, the prompt pass, bind 1: one cached token "
+                                  "more)")
         if any(d > MAX_DIM for d in dims):
             raise LilouInputError(f"--shape {spec[:80]!r}: a dimension above 2^40 is not a real model input; "
                                   "use a realistic size")
