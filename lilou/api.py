@@ -176,7 +176,7 @@ class Predictor:
                      tf32: str | None = None) -> list[Prediction]:
         """:meth:`predict` for several devices; the graph is read and grouped once."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
-        prepared = self._prepared(model, batch, shapes)
+        prepared = self.in_precision(self._prepared(model, batch, shapes), precision)
         return self._predictions(prepared, list(devices), precision, tf32)
 
     def rank(self, model: ModelInput, gpus: Sequence[str] | None = None, batch: int | None = None,
@@ -185,7 +185,7 @@ class Predictor:
         """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
         devices = rank_devices(gpus)
-        prepared = self._prepared(model, batch, shapes)
+        prepared = self.in_precision(self._prepared(model, batch, shapes), precision)
         graph, kernels = prepared.graph, prepared.kernels
         reading = _GraphPrecision.of(graph, precision, tf32)
         work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
@@ -210,6 +210,23 @@ class Predictor:
                        + power_note(self.model.kernel_model, devices)
                        + launch_bound_note(entries, self.model.overhead.gap_ms, self.launch_gap_given)
                        + memory_warning(graph, devices, need) + self._interval_warnings(bounds))
+
+    def in_precision(self, prepared: PreparedModel, precision: str | None) -> PreparedModel:
+        """``prepared`` with its floating-point tensors stored as ``precision`` stores them (``--precision``: the
+        bytes follow the compute path; :mod:`lilou.graph.retype`), its kernel groups kept; itself when nothing
+        changes."""
+        if precision is None:
+            return prepared
+        from lilou.graph.retype import retyped
+
+        graph = retyped(prepared.graph, check_precision(precision))
+        if graph is prepared.graph or prepared.partition is None:
+            return prepared
+        stored = model_precision(prepared.graph).precision.upper()
+        note = (f"--precision {precision}: the file's {stored} model is priced as run in {precision.upper()}, its "
+                "kernels on that path and its floating-point tensors stored so (integer tensors keep their types)")
+        return dataclasses.replace(prepared, graph=graph, kernels=describe_kernels(graph, prepared.partition),
+                                   warnings=(*prepared.warnings, note))
 
     # ---------------------------------------------------------------- helpers
 

@@ -164,7 +164,14 @@ def test_precision_override_and_rank(capsys) -> None:
     predictor = Predictor()
     forced = predictor.predict(EXAMPLE, gpu="a100-80gb", precision="fp16")
     assert forced.precision == "fp16"
-    assert any("tensor sizes still follow the file's FP32 types" in w for w in forced.warnings)
+    assert "--precision fp16: the file's FP32 model is priced as run in FP16, its kernels on that path and its " \
+           "floating-point tensors stored so (integer tensors keep their types)" in forced.warnings
+    # each kernel moves half the bytes at the same FLOPs, but the pooling mean's int64 axes (16 bytes), kept as stored
+    stored = predictor.predict(EXAMPLE, gpu="a100-80gb")
+    axes = [16 if k.ops == ("ReduceMean",) else 0 for k in stored.kernels]
+    assert sum(axes) == 16
+    assert [f.bytes for f in forced.kernels] == [(k.bytes - a) // 2 + a for k, a in zip(stored.kernels, axes)]
+    assert [k.flops for k in forced.kernels] == [k.flops for k in stored.kernels]
     ranking = predictor.rank(EXAMPLE, gpus=["t4", "a10g"])
     assert {(e.gpu, e.tf32) for e in ranking} == {("t4", "off"), ("a10g", "conv")}
     assert all(set(entry) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision",

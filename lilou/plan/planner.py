@@ -199,6 +199,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=first)
             if first is None:
                 first = prepared
+            prepared = predictor.in_precision(prepared, precision)  # --precision: its bytes too, memory included
             # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
             ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
             by_device = {(e.gpu, e.mig): e for e in ranking}

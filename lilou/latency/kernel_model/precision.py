@@ -100,8 +100,9 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
     warnings = []
     overridden = sorted({p.precision for p in paths if p.source == "option"} - {file_precision})
     if file_precision and overridden:
-        warnings.append(f"--precision {overridden[0]} sets the compute path; tensor sizes still follow the file's "
-                        f"{file_precision.upper()} types (export the model in {overridden[0].upper()} for its bytes)")
+        warnings.append(f"--precision {overridden[0]}: the file's {file_precision.upper()} model is priced as run in "
+                        f"{overridden[0].upper()}, its kernels on that path and its floating-point tensors stored so "
+                        "(integer tensors keep their types)")
     if coverage is None or devices is None:
         unmeasured = sorted({p.precision for p in paths} - MEASURED_PRECISIONS)
         if unmeasured:

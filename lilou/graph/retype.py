@@ -1,0 +1,66 @@
+"""A graph priced in another precision: its floating-point tensors stored as that precision stores them.
+
+``--precision fp16`` on an FP32 export asks what the model costs run in FP16 (``model.half()``, an engine built in
+FP16): the kernels on the FP16 path *and* half the bytes. Before, the path changed and the bytes stayed the file's
+(an FP32 export asked in FP16 on a 300 GB/s L4 read twice the bytes the FP16 model reads). :func:`retyped` gives
+every floating-point tensor of the graph the element type of the precision asked for: FP16 and BF16 2 bytes, FP8
+and INT8 1 byte (weights and activations, as an FP8 or INT8 engine stores them), INT4 4-bit weights with FP16
+activations (weight-only, W4A16), FP4 4 bits both (NVFP4). Integer tensors (token ids, masks, shapes, a quantized
+file's integer weights) keep their types; FLOPs do not change; the bytes of every node are counted again.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from lilou.graph.costs import CostInput, TensorInfo, node_cost
+
+if TYPE_CHECKING:
+    from lilou.graph.dag import ModelGraph
+
+#: Element types a precision stores (activations, weights) in, with their byte widths (4-bit: SUB_BYTE_BITS).
+STORAGE = {
+    "fp32": ("float32", "float32"), "tf32": ("float32", "float32"), "fp16": ("float16", "float16"),
+    "bf16": ("bfloat16", "bfloat16"), "fp8": ("float8_e4m3fn", "float8_e4m3fn"), "int8": ("int8", "int8"),
+    "int4": ("float16", "int4"), "fp4": ("float4_e2m1fn", "float4_e2m1fn"),
+}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1, "int4": 1, "float4_e2m1fn": 1}
+FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
+#: Nodes whose cost comes from their subgraphs (Loop, Scan, an If not inlined): their bytes are kept.
+_SUBGRAPH_OPS = frozenset({"Loop", "If", "Scan"})
+
+
+def retyped(graph: ModelGraph, precision: str) -> ModelGraph:
+    """``graph`` with its floating-point tensors in ``precision``'s storage (``graph`` itself where none changes)."""
+    activation, weight = STORAGE[precision]
+    weights = graph.constant_tensors()
+    changed: dict[str, TensorInfo] = {}
+
+    def stored(tensor: TensorInfo | None) -> TensorInfo | None:
+        if tensor is None or tensor.dtype not in FLOAT_DTYPES:
+            return tensor
+        target = weight if tensor.name in weights else activation
+        if tensor.dtype == target:
+            return tensor
+        if tensor.name not in changed:
+            changed[tensor.name] = dataclasses.replace(tensor, dtype=target, itemsize=_ITEMSIZE[target])
+        return changed[tensor.name]
+
+    dag = graph.dag.copy()
+    for _, data in dag.nodes(data=True):
+        inputs, outputs = [stored(t) for t in data["inputs"]], [stored(t) for t in data["outputs"]]
+        if inputs == data["inputs"] and outputs == data["outputs"]:
+            continue
+        data["inputs"], data["outputs"] = inputs, outputs
+        if data["op"] not in _SUBGRAPH_OPS:
+            cost = node_cost(CostInput(op=data["op"], attributes=data["attributes"], inputs=inputs, outputs=outputs))
+            data["bytes_read"], data["bytes_written"] = cost.bytes_read, cost.bytes_written
+    if not changed:
+        return graph
+    produced = {t.name: t for _, data in dag.nodes(data=True) for t in data["outputs"] if t is not None}
+    for _, _, edge in dag.edges(data=True):  # the copy's own attribute dicts
+        if any(name in changed for name in edge["tensors"]):
+            edge["dtype"] = produced[edge["tensor"]].dtype if edge["tensor"] in produced else edge["dtype"]
+            edge["bytes"] = sum(produced[name].nbytes or 0 for name in edge["tensors"] if name in produced)
+    return dataclasses.replace(graph, dag=dag, inputs=[stored(t) for t in graph.inputs],
+                               outputs=[stored(t) for t in graph.outputs])

@@ -1,0 +1,47 @@
+"""``--precision`` prices the model as run in that precision: its floating-point tensors stored so (lilou.graph.retype)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lilou.graph.dag import load_graph
+from lilou.graph.memory import memory_needed
+from lilou.graph.retype import retyped
+
+DATA = Path(__file__).resolve().parent / "data"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resnet18.onnx"
+GENAI_FP16 = DATA / "genai" / "llama-gqa-fp16.onnx"
+
+
+def test_the_storage_follows_the_precision_weights_and_activations_apart():
+    graph = load_graph(EXAMPLE)
+    assert retyped(graph, "fp32") is graph and retyped(graph, "tf32") is graph  # stored as it is: nothing to do
+    weights, largest = memory_needed(graph)
+    for precision, weight_bytes, activation_bytes in (("fp16", 2, 2), ("bf16", 2, 2), ("fp8", 1, 1), ("int8", 1, 1)):
+        stored = retyped(graph, precision)
+        assert memory_needed(stored) == (weights * weight_bytes // 4, largest * activation_bytes // 4), precision
+    int4 = retyped(graph, "int4")  # weight-only: 4-bit weights, FP16 activations
+    assert memory_needed(int4) == (weights // 8, largest // 2)
+    conv = next(data for _, data in int4.dag.nodes(data=True) if data["op"] == "Conv")
+    assert (conv["inputs"][0].dtype, conv["inputs"][1].dtype, conv["outputs"][0].dtype) == ("float16", "int4", "float16")
+    assert conv["flops"] == next(d for _, d in graph.dag.nodes(data=True) if d["op"] == "Conv")["flops"]
+    assert graph.dag.nodes[next(iter(graph.dag.nodes))]["inputs"][0].dtype == "float32"  # the original is untouched
+
+
+def test_integer_tensors_keep_their_types():
+    shapes = {"batch_size": (2,), "sequence_length": (1,), "past_sequence_length": (511,)}
+    graph = load_graph(GENAI_FP16, shapes=shapes)
+    widened = retyped(graph, "fp32")
+    assert {t.name: t.dtype for t in widened.inputs}["input_ids"] == "int64"
+    assert {t.name: t.dtype for t in widened.inputs}["past_key_values.0.key"] == "float32"
+    assert memory_needed(widened)[0] > memory_needed(graph)[0]
+
+
+def test_a_plan_in_another_precision_counts_its_memory_so():
+    from lilou.api import Predictor
+    from lilou.plan.planner import plan_model
+
+    predictor = Predictor()
+    plans = {p: plan_model(EXAMPLE, 1000.0, gpus=["t4"], batches=[1], predictor=predictor, precision=p)
+             for p in (None, "fp16")}
+    need = {p: next(iter(plan.curves.values()))[0].memory_gb for p, plan in plans.items()}
+    assert abs(need["fp16"] * 2 - need[None]) < 1e-9
