@@ -170,3 +170,18 @@ def test_rank_prices_a_merged_decoder_as_its_decode_step(capsys):
         assert status == 0, err
         ranked[path] = [(entry["gpu"], entry["latency_ms"]) for entry in json.loads(out)]
     assert ranked[MERGED] == ranked[PAST] and len(ranked[PAST]) == 2
+
+
+SCRIPTED = Path(__file__).resolve().parent / "data" / "control_flow" / "scripted-if.onnx"
+
+
+@pytest.mark.parametrize(("batch", "branch", "ops"), [(1, "else", ["Gemm", "Sigmoid"]), (4, "then", ["Gemm", "Relu"])])
+def test_a_condition_the_shapes_decide_picks_the_branch_that_runs(batch, branch, ops):
+    """tests/data/control_flow/scripted-if.onnx (scripts/make_control_flow_fixture.py): ``if x.size(0) > 1`` in a
+    scripted module, exported as Shape -> Gather -> Greater -> If. The batch bound decides the branch exactly,
+    where the larger one (the sigmoid's) was priced at every batch."""
+    graph = load_graph(SCRIPTED, batch=batch)
+    runtime = [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
+    assert [op for op in runtime if op not in ("Shape", "Gather", "Greater", "Cast")] == ops
+    assert any(f"which the shapes decide ({str(batch > 1).lower()}): its {branch} branch is priced" in w
+               for w in graph.warnings)

@@ -184,12 +184,16 @@ Size = tuple[float, float]  # FLOPs, bytes moved
 
 
 def resolve_branches(model: onnx.ModelProto, notes: list[str],
-                     size: Callable[[onnx.ModelProto], tuple[Size, T]]) -> tuple[onnx.ModelProto, T | None]:
+                     size: Callable[[onnx.ModelProto], tuple[Size, T]],
+                     evaluate: Callable[[onnx.ModelProto, str], bool | None] | None = None
+                     ) -> tuple[onnx.ModelProto, T | None]:
     """Inline every ``If`` whose branch is known, and the larger branch of each ``If`` on a run-time condition.
 
-    ``size`` shapes a candidate model and returns its total FLOPs and bytes with whatever the shaping made (the
-    caller's shaped model); where the last candidate chosen is the model returned, that is returned with it, so
-    the caller need not shape it again. ``notes`` receives one line per ``If`` resolved."""
+    ``evaluate(model, name)`` gives a condition's value where it follows from the bound shapes (``x.size(0) > 1``
+    in a scripted module), or None. ``size`` shapes a candidate model and returns its total FLOPs and bytes with
+    whatever the shaping made (the caller's shaped model); where the last candidate chosen is the model returned,
+    that is returned with it, so the caller need not shape it again. ``notes`` receives one line per ``If``
+    resolved."""
     shaped: T | None = None
     compared = 0
     for _ in range(MAX_INLINED):
@@ -199,6 +203,15 @@ def resolve_branches(model: onnx.ModelProto, notes: list[str],
         if not points or compared >= MAX_COMPARED:
             break
         point, compared = points[0], compared + 1
+        value = None if point.runtime_input or evaluate is None else evaluate(model, point.condition)
+        if value is not None:
+            branch = BRANCHES[0] if value else BRANCHES[1]
+            if not inline_branch(model, point, branch):
+                break
+            shaped = None
+            notes.append(f"If {point.label!r} reads its condition from {point.condition!r}, which the shapes decide "
+                         f"({str(value).lower()}): its {_named(branch)} is priced, as the one that runs at them")
+            continue
         candidates, failed = [], []
         for branch in BRANCHES:
             candidate, inner_notes = onnx.ModelProto(), []

@@ -32,6 +32,7 @@ from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
 from lilou.graph.names import unique_node_names
+from lilou.graph.shape_completion import values_of
 from lilou.graph.shapes import apply_input_shapes, infer_shapes, runtime_inputs
 from lilou.graph.validation import (check_initializers, check_opset, check_ranges, check_reshapes, check_sizes,
                                     check_splits, check_structure, check_windows)
@@ -150,7 +151,16 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
             graph = annotate_graph(shaped)  # its shape checks: a branch that cannot run at these shapes says so
             return _total_size(graph), shaped
 
-        model, chosen = resolve_branches(model, notes, size)
+        def evaluate(candidate: onnx.ModelProto, name: str) -> bool | None:
+            work = onnx.ModelProto()
+            work.CopyFrom(candidate)
+            try:
+                value = values_of(infer_shapes(work, notes=[]), [name]).get(name)
+            except LilouInputError:
+                return None  # shapes the larger-branch comparison will report, if it comes to that
+            return bool(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+        model, chosen = resolve_branches(model, notes, size, evaluate)
         if chosen is not None:
             chosen.notes[:0] = notes
             return chosen

@@ -9,6 +9,7 @@ its code first (:mod:`lilou.graph.fast_eval`), which gives the same arrays faste
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -367,6 +368,19 @@ def _folded_outputs(model: onnx.ModelProto, known: _Known) -> list[str]:
 #: so a block whose reshape reads the shape of the block before waits for the round that learned it (PoolFormer-S12
 #: at opset 11: 17 rounds; files of opset >= 13 need one or two).
 MAX_ROUNDS = 64
+
+
+def values_of(inferred: onnx.ModelProto, names: Iterable[str], max_rounds: int = 8) -> dict[str, np.ndarray]:
+    """The values of ``names`` that follow from constants and the static shapes of an inferred model (an ``If``'s
+    condition written as ``x.size(0) > 1``), by the folding :func:`complete_shapes` runs; others are left out."""
+    opset = next((o.version for o in inferred.opset_import if o.domain in ("", "ai.onnx")), 18)
+    known = _Known(*_known_types(inferred))
+    known.values = _small_constants(inferred, MAX_VALUE_ELEMENTS)
+    wanted = set(names)
+    for _ in range(max_rounds):
+        if wanted <= known.values.keys() or _fold_constants(inferred, known, opset, MAX_VALUE_ELEMENTS) == 0:
+            break
+    return {name: known.values[name] for name in wanted if name in known.values}
 
 
 def complete_shapes(model: onnx.ModelProto, max_elements: int = MAX_VALUE_ELEMENTS, max_rounds: int = MAX_ROUNDS,
