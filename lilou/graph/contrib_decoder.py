@@ -7,12 +7,14 @@ attention over it with fewer KV heads than query heads, the heads merged. ONNX's
 op: every shape after the first layer was unknown and the model a string of fallback kernels.
 
 Eager PyTorch runs the module the op replaced (Hugging Face's ``LlamaAttention`` with SDPA): views to heads, the
-rotary embedding of Q and of K, the cache update (``torch.cat`` of the past and the new keys, and values), one
-``scaled_dot_product_attention`` call over the grown cache (grouped-query heads), the heads merged (a copy). That
-is written here with ONNX's own ops of opset 23 (``RotaryEmbedding``, ``Concat``, ``Attention``: the forms the
-dynamo exporter writes for those calls, which the rest of Lilou prices), the file's opset raised to 23 where its
-ops mean the same there (:mod:`lilou.graph.opset_upgrade`). Positions for the rotary embedding follow the cache:
-``past length ... past length + new tokens - 1`` (the op's own ``position_ids`` where it has them).
+rotary embedding of Q and of K (``apply_rotary_pos_emb``: mul, ``rotate_half`` as slices, neg and cat, mul, add), the
+cache update (``torch.cat`` of the past and the new keys, and values), one ``scaled_dot_product_attention`` call over
+the grown cache (grouped-query heads), the heads merged (a copy). That is written here with the ops the exporters
+write for those calls: the rotary embedding as the TorchScript exporter writes Hugging Face's code, the attention as
+ONNX's own ``Attention`` of opset 23 (the dynamo exporter's form, priced as the one fused kernel), the file's opset
+raised to 23 where its ops mean the same there (:mod:`lilou.graph.opset_upgrade`). The rotary tables are the rows of
+the op's cos and sin caches at ``past length ... past length + new tokens - 1`` (the op's own ``position_ids`` where
+it has them), gathered once per model as Hugging Face computes them once per forward.
 
 Not modelled: a KV cache shared with the past buffer (``past_present_share_buffer``, the cache's full length
 allocated once; the past is then taken as its bound length), ``local_window_size`` (sliding windows; priced as
@@ -27,7 +29,7 @@ import onnx
 from lilou.graph.contrib_writer import OpWriter, node_input, node_output
 from lilou.graph.exporter_fusions import node_attribute
 
-#: The opset whose ``Attention`` and ``RotaryEmbedding`` the rewrite writes.
+#: The opset whose ``Attention`` the rewrite writes.
 OPSET = 23
 #: GroupQueryAttention's inputs.
 _QUERY, _KEY, _VALUE, _PAST_KEY, _PAST_VALUE = 0, 1, 2, 3, 4
@@ -37,18 +39,12 @@ _COS, _SIN, _POSITIONS, _BIAS = 7, 8, 9, 10
 def gqa_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
                   producers: Mapping[str, onnx.NodeProto]) -> int | None:
     """The head size of a GroupQueryAttention, from what is known before shape inference: the past key's last
-    dimension (an input bound by ``--shape``), the packed projection (:func:`gqa_projection_head_size`), or the
-    rotary cache (half a head)."""
+    dimension (an input bound by ``--shape``) or the projection writing the query (:func:`gqa_projection_head_size`).
+    Not the rotary cache: it holds half the rotated channels, fewer than a head's where the rotation is partial."""
     past = dims.get(node_input(node, _PAST_KEY))
     if past is not None and len(past) == 4 and past[3] > 0:
         return past[3]
-    projected = gqa_projection_head_size(node, dims, producers)
-    if projected is not None:
-        return projected
-    cos = dims.get(node_input(node, _COS))
-    if cos is not None and len(cos) == 2 and cos[1] > 0:
-        return 2 * cos[1]
-    return None
+    return gqa_projection_head_size(node, dims, producers)
 
 
 def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
