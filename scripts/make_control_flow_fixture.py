@@ -1,8 +1,10 @@
-"""Write ``tests/data/control_flow/scripted-if.onnx``: a scripted module whose branch follows from its input's shape.
+"""Write ``tests/data/control_flow/``: scripted modules whose control flow follows from their input's shape.
 
 ``torch.jit.script`` keeps Python control flow, and the TorchScript exporter writes ``if x.size(0) > 1`` as
-``Shape -> Gather -> Greater -> Cast -> If``: the condition is known once the batch is bound, not from the file alone.
-Older exports of detection and audio models hold such conditions; the test needs a real one::
+``Shape -> Gather -> Greater -> Cast -> If`` and ``for _ in range(x.size(0))`` as a ``Loop`` whose trip count is
+``Shape -> Gather``: known once the batch is bound, not from the file alone (a loop over ``range(3)`` it unrolls
+itself). Older exports of detection, audio and recurrent models hold such control flow; the tests need real ones:
+``scripted-if.onnx``, ``scripted-loop.onnx`` and ``scripted-loop-3.onnx`` (the same loop over a constant range)::
 
     python scripts/make_control_flow_fixture.py
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "control_flow" / "scripted-if.onnx"
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "control_flow"
 
 
 class BatchDependent(torch.nn.Module):
@@ -29,15 +31,32 @@ class BatchDependent(torch.nn.Module):
         return self.one(x).sigmoid()
 
 
+class RowLoop(torch.nn.Module):
+    """One linear layer and tanh applied again and again: once per row of the batch, or ``trips`` times."""
+
+    def __init__(self, trips: int = 0) -> None:
+        super().__init__()
+        self.cell, self.trips = torch.nn.Linear(16, 16), trips
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for _ in range(x.size(0) if self.trips == 0 else self.trips):
+            h = self.cell(h).tanh()
+        return h
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     torch.manual_seed(0)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(torch.jit.script(BatchDependent()), (torch.randn(4, 16),), args.out, dynamo=False,
-                      opset_version=17, input_names=["x"], dynamic_axes={"x": {0: "batch"}})
-    print(f"{args.out}: {args.out.stat().st_size} bytes")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, module in (("scripted-if", BatchDependent()), ("scripted-loop", RowLoop()),
+                         ("scripted-loop-3", RowLoop(trips=3))):
+        path = args.out / f"{name}.onnx"
+        torch.onnx.export(torch.jit.script(module), (torch.randn(4, 16),), path, dynamo=False, opset_version=17,
+                          input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+        print(f"{path}: {path.stat().st_size} bytes")
 
 
 if __name__ == "__main__":

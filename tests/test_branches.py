@@ -185,3 +185,74 @@ def test_a_condition_the_shapes_decide_picks_the_branch_that_runs(batch, branch,
     assert [op for op in runtime if op not in ("Shape", "Gather", "Greater", "Cast")] == ops
     assert any(f"which the shapes decide ({str(batch > 1).lower()}): its {branch} branch is priced" in w
                for w in graph.warnings)
+
+
+LOOP, LOOP_3 = SCRIPTED.with_name("scripted-loop.onnx"), SCRIPTED.with_name("scripted-loop-3.onnx")
+
+
+def test_a_loop_the_shapes_decide_runs_its_body_once_per_iteration():
+    """``for _ in range(x.size(0))`` in a scripted module (a Loop whose trip count is Shape -> Gather) was one
+    fallback kernel at 0 FLOPs; unrolled at batch 3, it is priced as the exporter's own unrolling of range(3)."""
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    loop, unrolled = (predictor.predict(path, gpu="a10g", batch=3) for path in (LOOP, LOOP_3))
+    assert loop.latency_ms == unrolled.latency_ms and len(loop.kernels) == len(unrolled.kernels)
+    assert [k.flops for k in loop.kernels] == [k.flops for k in unrolled.kernels]
+    assert "Loop '/Loop' runs 3 times (decided by the bound shapes): its body is priced once per iteration, as " \
+           "eager launches it" in loop.warnings
+    assert not any("control flow" in w for w in loop.warnings)
+    # five iterations at batch 5: five thirds of the constant-range file's three
+    assert load_graph(LOOP, batch=5).totals()["flops"] * 3 == load_graph(LOOP_3, batch=5).totals()["flops"] * 5
+
+
+def _counted_loop(trips, condition=True, body_condition="pass", scan=False):
+    """h = tanh(h) ``trips`` times (a constant trip count), optionally stacking every h."""
+    body_nodes = [helper.make_node("Tanh", ["h_in"], ["h_out"], name="step")]
+    outputs = [tensor("cond_out", None, TensorProto.BOOL), tensor("h_out", None)]
+    if body_condition == "pass":
+        body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep"))
+    else:  # data-dependent: stop when the mean falls under zero
+        body_nodes += [helper.make_node("ReduceMean", ["h_out"], ["mean"], keepdims=0, name="mean"),
+                       helper.make_node("Greater", ["mean", "zero"], ["cond_out"], name="test")]
+    if scan:
+        body_nodes.append(helper.make_node("Identity", ["h_out"], ["row"], name="row"))
+        outputs.append(tensor("row", None))
+    body = helper.make_graph(body_nodes, "body", [tensor("i", [], TensorProto.INT64), tensor("cond_in", [],
+                                                                                          TensorProto.BOOL),
+                                                 tensor("h_in", [2, 8])], outputs)
+    loop = helper.make_node("Loop", ["trips", "go", "x"], ["h"] + (["rows"] if scan else []), name="loop", body=body)
+    initializers = [numpy_helper.from_array(np.array(trips, dtype=np.int64), "trips"),
+                    numpy_helper.from_array(np.array(condition), "go"),
+                    numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")]
+    return make_model([loop], [tensor("x", [2, 8])], [tensor("h", None)] + ([tensor("rows", None)] if scan else []),
+                      initializers)
+
+
+def test_a_counted_loop_is_unrolled_and_its_scan_output_stacked():
+    graph = build_graph(_counted_loop(4, scan=True))
+    ops = [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
+    assert ops.count("Tanh") == 4 and ops.count("Concat") == 1
+    assert {t.name: t.shape for t in graph.outputs} == {"h": (2, 8), "rows": (4, 2, 8)}
+    assert any("Loop 'loop' runs 4 times (set in the file)" in w for w in graph.warnings)
+
+
+@pytest.mark.parametrize("case", ["data-dependent condition", "false at the start", "too long"])
+def test_a_loop_that_may_stop_early_or_is_too_long_stays_one_kernel(case):
+    model = {"data-dependent condition": lambda: _counted_loop(4, body_condition="mean"),
+             "false at the start": lambda: _counted_loop(4, condition=False),
+             "too long": lambda: _counted_loop(10_000)}[case]()
+    graph = build_graph(model)
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Loop"]
+    assert any(w.startswith("control flow (Loop) is approximated") for w in graph.warnings)
+
+
+def test_an_if_with_a_misnamed_branch_is_a_one_line_error():
+    """Fuzz seed 3010: a byte mutant renamed then_branch to tjen_branch, and the inlining looked it up (an internal
+    StopIteration); the If is left as the file has it, and ONNX's inference names what is wrong."""
+    from lilou.errors import LilouInputError
+
+    model = _if_model([helper.make_node("Relu", ["x"], ["out"])], [helper.make_node("Neg", ["x"], ["out_else"])])
+    next(a for a in model.graph.node[1].attribute if a.name == "then_branch").name = "tjen_branch"
+    with pytest.raises(LilouInputError, match="then_branch does not contain a graph"):
+        build_graph(model)

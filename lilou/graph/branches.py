@@ -39,22 +39,23 @@ class BranchPoint:
 def branch_points(model: onnx.ModelProto) -> list[BranchPoint]:
     """The top-level ``If`` nodes of the standard domain that hold both branches, in node order."""
     graph = model.graph
-    constants = _constant_scalars(graph)
+    constants = constant_scalars(graph)
     inputs = {value.name for value in graph.input} - {tensor.name for tensor in graph.initializer}
     points = []
     for index, node in enumerate(graph.node):
         if node.op_type != "If" or node.domain not in ("", "ai.onnx") or not node.input:
             continue
-        if {a.name for a in node.attribute if a.type == onnx.AttributeProto.GRAPH} < set(BRANCHES):
-            continue
+        if not set(BRANCHES) <= {a.name for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}:
+            continue  # a branch missing or misnamed (fuzz seed 3010: 'tjen_branch'): left as the file has it
         condition = node.input[0]
         points.append(BranchPoint(index=index, label=node.name or f"If #{index}", condition=condition,
                                   constant=constants.get(condition), runtime_input=condition in inputs))
     return points
 
 
-def _constant_scalars(graph: onnx.GraphProto) -> dict[str, bool]:
-    """Truth values of one-element initializers and ``Constant`` nodes (a condition is one boolean)."""
+def constant_scalars(graph: onnx.GraphProto, integers: bool = False) -> dict[str, bool] | dict[str, int]:
+    """Values of the one-element initializers and ``Constant`` nodes of ``graph``: truth values (a condition), or
+    integers (``integers``: a trip count)."""
     tensors = {tensor.name: tensor for tensor in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
@@ -70,8 +71,10 @@ def _constant_scalars(graph: onnx.GraphProto) -> dict[str, bool]:
             array = numpy_helper.to_array(tensor)
         except (ValueError, TypeError):
             continue
-        if array.size == 1 and array.dtype.kind in "biuf":
-            values[name] = bool(np.asarray(array).reshape(-1)[0])
+        if array.size != 1 or array.dtype.kind not in ("biu" if integers else "biuf"):
+            continue
+        scalar = np.asarray(array).reshape(-1)[0]
+        values[name] = int(scalar) if integers else bool(scalar)
     return values
 
 
@@ -94,7 +97,7 @@ def inline_branch(model: onnx.ModelProto, point: BranchPoint, branch: str) -> bo
     body = branch_graph(model, point, branch)
     if body.sparse_initializer or len(body.output) != len(node.output):
         return False
-    taken = _outer_names(graph, skip=point.index) | set(node.output)
+    taken = outer_names(graph, skip=point.index) | set(node.output)
     written = [name for inner in body.node for name in inner.output if name] + [t.name for t in body.initializer]
     renames = {}
     for name in written:
@@ -119,7 +122,7 @@ def inline_branch(model: onnx.ModelProto, point: BranchPoint, branch: str) -> bo
         copy.CopyFrom(inner)
         for index, name in enumerate(copy.input):
             copy.input[index] = active.get(name, name)
-        _rename_in_subgraphs(copy, active)
+        rename_in_subgraphs(copy, active)
         for index, name in enumerate(copy.output):
             if name:
                 active[name] = outputs.get(name, renames.get(name, name))
@@ -138,7 +141,7 @@ def inline_branch(model: onnx.ModelProto, point: BranchPoint, branch: str) -> bo
     return True
 
 
-def _outer_names(graph: onnx.GraphProto, skip: int) -> set[str]:
+def outer_names(graph: onnx.GraphProto, skip: int) -> set[str]:
     """Every value name the outer graph holds, the ``If`` being inlined (node ``skip``) aside."""
     names = {value.name for value in graph.input} | {tensor.name for tensor in graph.initializer}
     names |= {value.name for value in graph.value_info} | {value.name for value in graph.output}
@@ -159,7 +162,7 @@ def _fresh(name: str, taken: set[str]) -> str:
     return fresh
 
 
-def _rename_in_subgraphs(node: onnx.NodeProto, renames: dict[str, str]) -> None:
+def rename_in_subgraphs(node: onnx.NodeProto, renames: dict[str, str]) -> None:
     """Rename the outer-scope values that nested subgraphs read (their own names stay)."""
     for attribute in node.attribute:
         graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
@@ -170,7 +173,7 @@ def _rename_in_subgraphs(node: onnx.NodeProto, renames: dict[str, str]) -> None:
             for inner in sub.node:
                 for index, name in enumerate(inner.input):
                     inner.input[index] = local.get(name, name)
-                _rename_in_subgraphs(inner, local)
+                rename_in_subgraphs(inner, local)
             for output in sub.output:
                 output.name = local.get(output.name, output.name)
 

@@ -25,6 +25,7 @@ from onnx import helper
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
 from lilou.graph.branches import resolve_branches
+from lilou.graph.loops import resolve_loops
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
@@ -134,14 +135,15 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ShapedModel:
     """Check the file, set its input shapes (in place) and infer every tensor's shape (``restore_folded``: see
     :func:`build_graph`). An ``If`` whose branch is known or chosen is first written as that branch
-    (:mod:`lilou.graph.branches`)."""
+    (:mod:`lilou.graph.branches`), a ``Loop`` whose trip count is known as its body once per iteration
+    (:mod:`lilou.graph.loops`)."""
     check_opset(model)
     check_initializers(model)
     shapes, notes = implied_dimensions(model, shapes)
     apply_input_shapes(model, batch=batch, shapes=shapes)
     check_structure(model)
     check_ranges(model.graph)
-    if any(node.op_type == "If" for node in model.graph.node):
+    if any(node.op_type in ("If", "Loop") for node in model.graph.node):
         def size(candidate: onnx.ModelProto) -> tuple[tuple[float, float], ShapedModel]:
             work = onnx.ModelProto()
             work.CopyFrom(candidate)
@@ -151,23 +153,37 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
             graph = annotate_graph(shaped)  # its shape checks: a branch that cannot run at these shapes says so
             return _total_size(graph), shaped
 
-        def evaluate(candidate: onnx.ModelProto, name: str) -> bool | None:
-            work = onnx.ModelProto()
-            work.CopyFrom(candidate)
-            try:
-                value = values_of(infer_shapes(work, notes=[]), [name]).get(name)
-            except LilouInputError:
-                return None  # shapes the larger-branch comparison will report, if it comes to that
-            return bool(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+        def truth(candidate: onnx.ModelProto, name: str) -> bool | None:
+            value = _shape_value(candidate, name)
+            return bool(value) if value is not None else None
 
-        model, chosen = resolve_branches(model, notes, size, evaluate)
+        def count(candidate: onnx.ModelProto, name: str) -> int | None:
+            value = _shape_value(candidate, name)
+            return int(value) if value is not None else None
+
+        before = len(notes)
+        resolve_loops(model, notes, count)
+        model, chosen = resolve_branches(model, notes, size, truth)
+        if resolve_loops(model, notes, count):  # a loop a branch held
+            chosen = None
         if chosen is not None:
             chosen.notes[:0] = notes
             return chosen
-        if notes:  # branches were inlined: their nodes are checked as the file's own are
+        if len(notes) > before:  # control flow was written out: its nodes are checked as the file's own are
             check_structure(model)
             check_ranges(model.graph)
     return _shape_checked(model, restore_folded, notes)
+
+
+def _shape_value(model: onnx.ModelProto, name: str) -> float | None:
+    """The one-element value of tensor ``name`` where the bound shapes decide it (``x.size(0) > 1``), else None."""
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    try:
+        value = values_of(infer_shapes(work, notes=[]), [name]).get(name)
+    except LilouInputError:
+        return None  # what the shaping of the model itself will report
+    return value.reshape(-1)[0].item() if value is not None and value.size == 1 else None
 
 
 def _total_size(graph: ModelGraph) -> tuple[float, float]:

@@ -1,0 +1,165 @@
+"""A ``Loop`` whose trip count is known, written as its body once per iteration.
+
+``torch.jit.script`` keeps a Python loop whose length is not a constant (``for _ in range(x.size(0))``), and the
+TorchScript exporter writes it as one ``Loop`` node holding its body. Priced as one node, such a loop was one
+fallback kernel: eager launches the body's kernels once per iteration. :func:`unroll_loop` writes the body
+``trips`` times in the ``Loop``'s place, the values it carries threaded from one iteration to the next, the
+iteration number a constant, and each scan output the iterations' values stacked (``Unsqueeze`` + ``Concat``, as
+``torch.stack`` of a list runs one kernel). Only a loop that surely runs ``trips`` times is unrolled: its
+condition is absent or a constant true, and its body passes it on unchanged or writes a constant true.
+The trip count comes from the file (a constant) or from the bound shapes (:func:`lilou.graph.dag.shape_model`
+evaluates it as it does an ``If``'s condition).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import onnx
+from onnx import TensorProto, helper
+
+from lilou.graph.branches import constant_scalars, outer_names, rename_in_subgraphs
+
+#: Iterations unrolled at most, and body nodes written at most, per loop; a longer loop stays one kernel.
+MAX_TRIPS = 256
+MAX_UNROLLED_NODES = 20_000
+_ONNX = ("", "ai.onnx")
+
+
+def loop_points(model: onnx.ModelProto) -> list[int]:
+    """Indices of the top-level ``Loop`` nodes of the standard domain with a body."""
+    return [index for index, node in enumerate(model.graph.node)
+            if node.op_type == "Loop" and node.domain in _ONNX and _body(node) is not None]
+
+
+def _body(node: onnx.NodeProto) -> onnx.GraphProto | None:
+    return next((a.g for a in node.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+
+
+def runs_every_trip(model: onnx.ModelProto, index: int) -> bool:
+    """Whether the loop at ``index`` runs exactly its trip count: no condition or a constant true one, passed on
+    unchanged by the body (or written there as a constant true)."""
+    node, constants = model.graph.node[index], constant_scalars(model.graph)
+    body = _body(node)
+    condition = node.input[1] if len(node.input) > 1 else ""
+    if condition and constants.get(condition) is not True:
+        return False
+    if len(body.input) < 2 or not body.output:
+        return False
+    carried_in, written = body.input[1].name, body.output[0].name
+    if written == carried_in:
+        return True
+    inner = {**constants, **constant_scalars(body)}
+    producer = next((n for n in body.node if written in n.output), None)
+    while producer is not None and producer.op_type == "Identity" and producer.input:
+        written = producer.input[0]
+        producer = next((n for n in body.node if written in n.output), None)
+    return written == carried_in or inner.get(written) is True
+
+
+def unroll_loop(model: onnx.ModelProto, index: int, trips: int) -> bool:
+    """Write the loop at ``index`` as its body ``trips`` times (in place); False where it is not (too long, or a
+    form this does not reproduce: sparse initializers, outputs that do not match the loop's)."""
+    graph = model.graph
+    node = graph.node[index]
+    body = _body(node)
+    carried = len(node.input) - 2
+    scans = len(body.output) - 1 - carried
+    if (not 0 <= trips <= MAX_TRIPS or trips * len(body.node) > MAX_UNROLLED_NODES or carried < 0 or scans < 0
+            or len(body.input) != carried + 2 or len(node.output) > carried + scans or body.sparse_initializer
+            or (trips == 0 and any(node.output[carried:]))):  # no iteration: empty scan outputs, never priced
+        return False
+    label = node.name or f"Loop #{index}"
+    taken = outer_names(graph, skip=index) | set(node.output)
+    nodes: list[onnx.NodeProto] = []
+
+    def fresh(name: str) -> str:
+        suffix, candidate = 0, name
+        while candidate in taken:
+            suffix += 1
+            candidate = f"{name}__{suffix}"
+        taken.add(candidate)
+        return candidate
+
+    constants = {}
+    for tensor in body.initializer:  # constants of the body: written once, outside
+        moved = graph.initializer.add()
+        moved.CopyFrom(tensor)
+        moved.name = constants[tensor.name] = fresh(tensor.name)
+    true = fresh(f"{label}/lilou_true")
+    graph.initializer.append(helper.make_tensor(true, TensorProto.BOOL, [], [True]))
+    values = [name for name in node.input[2:]]  # what each carried value is before the next iteration
+    stacked: list[list[str]] = [[] for _ in range(scans)]
+    for trip in range(trips):
+        step = fresh(f"{label}/lilou_iteration_{trip}")
+        graph.initializer.append(helper.make_tensor(step, TensorProto.INT64, [], [trip]))
+        names = {body.input[0].name: step, body.input[1].name: true, **constants}
+        names.update({value.name: source for value, source in zip(body.input[2:], values)})
+        for inner in body.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(inner)
+            copy.name = f"{inner.name or inner.op_type}/iteration_{trip}"
+            for position, name in enumerate(copy.input):
+                copy.input[position] = names.get(name, name)
+            rename_in_subgraphs(copy, names)
+            for position, name in enumerate(copy.output):
+                if name:
+                    names[name] = fresh(f"{name}/iteration_{trip}")
+                    copy.output[position] = names[name]
+            nodes.append(copy)
+        outputs = [names.get(value.name, value.name) for value in body.output]
+        values = outputs[1:1 + carried]
+        for column, value in enumerate(outputs[1 + carried:]):
+            stacked[column].append(value)
+    final = [*values, *[None] * scans]
+    for position, output in enumerate(node.output):
+        if not output:
+            continue
+        if position < carried:
+            nodes.append(helper.make_node("Identity", [final[position]], [output], name=f"{label}/lilou_final_{position}"))
+            continue
+        column = position - carried
+        rows = [helper.make_node("Unsqueeze", [value, _axes(graph, label, column)], [f"{output}/lilou_row_{trip}"],
+                                 name=f"{label}/lilou_row_{column}_{trip}") for trip, value in enumerate(stacked[column])]
+        nodes += rows
+        nodes.append(helper.make_node("Concat", [r.output[0] for r in rows], [output], name=f"{label}/lilou_stack_{column}",
+                                      axis=0))
+    kept = list(graph.node)
+    graph.ClearField("node")
+    graph.node.extend(kept[:index] + nodes + kept[index + 1:])
+    return True
+
+
+def _axes(graph: onnx.GraphProto, label: str, column: int) -> str:
+    name = f"{label}/lilou_stack_axes_{column}"
+    if not any(t.name == name for t in graph.initializer):
+        graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [1], [0]))
+    return name
+
+
+def resolve_loops(model: onnx.ModelProto, notes: list[str],
+                  evaluate: Callable[[onnx.ModelProto, str], int | None]) -> bool:
+    """Unroll every top-level loop that runs a trip count known from the file or the bound shapes; True if any was.
+
+    ``evaluate(model, name)`` gives the value of a tensor the bound shapes decide, or None."""
+    changed = False
+    for _ in range(MAX_TRIPS):
+        unrolled = False
+        constants = constant_scalars(model.graph, integers=True)
+        for index in loop_points(model):
+            node = model.graph.node[index]
+            count = node.input[0] if node.input else ""
+            if not count or not runs_every_trip(model, index):
+                continue
+            trips = constants.get(count)
+            source = "set in the file"
+            if trips is None:
+                trips, source = evaluate(model, count), "decided by the bound shapes"
+            if trips is None or not unroll_loop(model, index, int(trips)):
+                continue
+            notes.append(f"Loop {node.name or index!r} runs {int(trips)} times ({source}): its body is priced once per "
+                         "iteration, as eager launches it")
+            unrolled = changed = True
+            break  # indices moved: look again
+        if not unrolled:
+            break
+    return changed
