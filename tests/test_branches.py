@@ -256,3 +256,26 @@ def test_an_if_with_a_misnamed_branch_is_a_one_line_error():
     next(a for a in model.graph.node[1].attribute if a.name == "then_branch").name = "tjen_branch"
     with pytest.raises(LilouInputError, match="then_branch does not contain a graph"):
         build_graph(model)
+
+
+def test_unrolling_stops_at_its_node_budget():
+    """A small file must not make Lilou write millions of nodes: every unrolling together writes at most
+    MAX_UNROLLED_NODES body nodes (three loops of 200 trips over 40 nodes: two are unrolled, the third stays)."""
+    from lilou.graph.loops import MAX_UNROLLED_NODES
+
+    loops, previous = [], "x"
+    for index in range(3):
+        chain = [helper.make_node("Tanh", [f"h{index}_{j}" if j else f"h{index}_in"], [f"h{index}_{j + 1}"])
+                 for j in range(39)]
+        chain.append(helper.make_node("Identity", [f"c{index}_in"], [f"c{index}_out"]))
+        body = helper.make_graph(chain, f"body{index}", [tensor(f"i{index}", [], TensorProto.INT64),
+                                                         tensor(f"c{index}_in", [], TensorProto.BOOL),
+                                                         tensor(f"h{index}_in", [2, 8])],
+                                 [tensor(f"c{index}_out", None, TensorProto.BOOL), tensor(f"h{index}_39", None)])
+        loops.append(helper.make_node("Loop", ["trips", "", previous], [f"y{index}"], name=f"loop{index}", body=body))
+        previous = f"y{index}"
+    model = make_model(loops, [tensor("x", [2, 8])], [tensor(previous, None)],
+                       [numpy_helper.from_array(np.array(200, dtype=np.int64), "trips")])
+    graph = build_graph(model)
+    ops = [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
+    assert ops.count("Tanh") == 2 * 200 * 39 <= MAX_UNROLLED_NODES and ops.count("Loop") == 1

@@ -25,7 +25,7 @@ from onnx import helper
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
 from lilou.graph.branches import resolve_branches
-from lilou.graph.loops import resolve_loops
+from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
@@ -162,9 +162,9 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
             return int(value) if value is not None else None
 
         before = len(notes)
-        resolve_loops(model, notes, count)
+        written = resolve_loops(model, notes, count)
         model, chosen = resolve_branches(model, notes, size, truth)
-        if resolve_loops(model, notes, count):  # a loop a branch held
+        if resolve_loops(model, notes, count, MAX_UNROLLED_NODES - written):  # a loop a branch held
             chosen = None
         if chosen is not None:
             chosen.notes[:0] = notes

@@ -19,9 +19,11 @@ from onnx import TensorProto, helper
 
 from lilou.graph.branches import constant_scalars, outer_names, rename_in_subgraphs
 
-#: Iterations unrolled at most, and body nodes written at most, per loop; a longer loop stays one kernel.
+#: Iterations unrolled at most per loop, and body nodes written at most per model; a longer loop stays one kernel.
 MAX_TRIPS = 256
 MAX_UNROLLED_NODES = 20_000
+#: Trip counts read from the bound shapes at most per model (each shapes the model once).
+MAX_EVALUATIONS = 16
 _ONNX = ("", "ai.onnx")
 
 
@@ -56,15 +58,15 @@ def runs_every_trip(model: onnx.ModelProto, index: int) -> bool:
     return written == carried_in or inner.get(written) is True
 
 
-def unroll_loop(model: onnx.ModelProto, index: int, trips: int) -> bool:
-    """Write the loop at ``index`` as its body ``trips`` times (in place); False where it is not (too long, or a
-    form this does not reproduce: sparse initializers, outputs that do not match the loop's)."""
+def unroll_loop(model: onnx.ModelProto, index: int, trips: int, budget: int = MAX_UNROLLED_NODES) -> bool:
+    """Write the loop at ``index`` as its body ``trips`` times (in place); False where it is not (more than ``budget``
+    nodes, or a form this does not reproduce: sparse initializers, outputs that do not match the loop's)."""
     graph = model.graph
     node = graph.node[index]
     body = _body(node)
     carried = len(node.input) - 2
     scans = len(body.output) - 1 - carried
-    if (not 0 <= trips <= MAX_TRIPS or trips * len(body.node) > MAX_UNROLLED_NODES or carried < 0 or scans < 0
+    if (not 0 <= trips <= MAX_TRIPS or trips * len(body.node) > budget or carried < 0 or scans < 0
             or len(body.input) != carried + 2 or len(node.output) > carried + scans or body.sparse_initializer
             or (trips == 0 and any(node.output[carried:]))):  # no iteration: empty scan outputs, never priced
         return False
@@ -87,7 +89,7 @@ def unroll_loop(model: onnx.ModelProto, index: int, trips: int) -> bool:
         moved.name = constants[tensor.name] = fresh(tensor.name)
     true = fresh(f"{label}/lilou_true")
     graph.initializer.append(helper.make_tensor(true, TensorProto.BOOL, [], [True]))
-    values = [name for name in node.input[2:]]  # what each carried value is before the next iteration
+    values = list(node.input[2:])  # what each carried value is before the next iteration
     stacked: list[list[str]] = [[] for _ in range(scans)]
     for trip in range(trips):
         step = fresh(f"{label}/lilou_iteration_{trip}")
@@ -136,12 +138,14 @@ def _axes(graph: onnx.GraphProto, label: str, column: int) -> str:
     return name
 
 
-def resolve_loops(model: onnx.ModelProto, notes: list[str],
-                  evaluate: Callable[[onnx.ModelProto, str], int | None]) -> bool:
-    """Unroll every top-level loop that runs a trip count known from the file or the bound shapes; True if any was.
+def resolve_loops(model: onnx.ModelProto, notes: list[str], evaluate: Callable[[onnx.ModelProto, str], int | None],
+                  budget: int = MAX_UNROLLED_NODES) -> int:
+    """Unroll every top-level loop that runs a trip count known from the file or the bound shapes, writing at most
+    ``budget`` body nodes in all; how many were written (0: nothing changed).
 
     ``evaluate(model, name)`` gives the value of a tensor the bound shapes decide, or None."""
-    changed = False
+    start = budget
+    evaluations = 0  # each reads the model's shapes once
     for _ in range(MAX_TRIPS):
         unrolled = False
         constants = constant_scalars(model.graph, integers=True)
@@ -152,14 +156,17 @@ def resolve_loops(model: onnx.ModelProto, notes: list[str],
                 continue
             trips = constants.get(count)
             source = "set in the file"
-            if trips is None:
+            if trips is None and evaluations < MAX_EVALUATIONS:
+                evaluations += 1
                 trips, source = evaluate(model, count), "decided by the bound shapes"
-            if trips is None or not unroll_loop(model, index, int(trips)):
+            label, size = node.name or str(index), len(_body(node).node)
+            if trips is None or not unroll_loop(model, index, int(trips), budget):
                 continue
-            notes.append(f"Loop {node.name or index!r} runs {int(trips)} times ({source}): its body is priced once per "
-                         "iteration, as eager launches it")
-            unrolled = changed = True
+            budget -= max(1, int(trips) * size)  # a loop of no iteration still changed the model
+            notes.append(f"Loop {label!r} runs {int(trips)} times ({source}): its body is priced once per iteration, "
+                         "as eager launches it")
+            unrolled = True
             break  # indices moved: look again
         if not unrolled:
             break
-    return changed
+    return start - budget
