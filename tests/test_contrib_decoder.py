@@ -197,3 +197,17 @@ def test_int4_embeddings_tied_to_the_lm_head_are_gathered_in_four_bits():
     assert gather["bytes_read"] == 2 * 128 * 256 // 2 + 2 * 128 * 8  # the rows in 4 bits, the int64 ids
     # stored once (the LM head's), in place of the untied file's FP16 table of 1000 x 256
     assert memory_needed(tied)[0] == memory_needed(untied)[0] - 1000 * 256 * 2
+
+
+def test_the_head_size_is_read_behind_a_projection_bias():
+    """Qwen2's builds add a bias to the packed QKV projection: the head size is the MatMul's behind the Add."""
+    from onnx import helper as h
+
+    from lilou.graph.contrib_decoder import gqa_projection_head_size
+
+    matmul = h.make_node("MatMul", ["x", "w"], ["qkv"], name="proj")
+    bias = h.make_node("Add", ["qkv", "b"], ["qkv_biased"], name="bias")
+    gqa = h.make_node("GroupQueryAttention", ["qkv_biased", "", "", "pk", "pv", "lengths", "total"], ["out"],
+                      domain="com.microsoft", num_heads=4, kv_num_heads=2)
+    producers = {"qkv": matmul, "qkv_biased": bias}
+    assert gqa_projection_head_size(gqa, {"w": (256, 512), "b": (512,)}, producers) == 64

@@ -50,9 +50,13 @@ def gqa_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
 def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
                              producers: Mapping[str, onnx.NodeProto]) -> int | None:
     """The head size the projection writing the query gives: its output width (a ``MatMul``'s weight, a
-    ``MatMulNBits``'s ``N``) over the heads it holds (query, key and value heads when packed)."""
+    ``MatMulNBits``'s ``N``, behind its bias ``Add`` where it has one) over the heads it holds (query, key and value
+    heads when packed)."""
     heads, kv_heads = int(node_attribute(node, "num_heads", 0)), int(node_attribute(node, "kv_num_heads", 0))
     producer = producers.get(node_input(node, _QUERY))
+    if producer is not None and producer.op_type == "Add":  # the projection's bias (Qwen2's packed QKV bias)
+        producer = next((producers[name] for name in producer.input if name in producers
+                         and producers[name].op_type in ("MatMul", "MatMulNBits")), None)
     width = 0
     if producer is not None and producer.op_type == "MatMul" and len(producer.input) > 1:
         weight = dims.get(producer.input[1])
