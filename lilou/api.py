@@ -215,18 +215,20 @@ class Predictor:
         """``prepared`` with its floating-point tensors stored as ``precision`` stores them (``--precision``: the
         bytes follow the compute path; :mod:`lilou.graph.retype`), its kernel groups kept; itself when nothing
         changes."""
-        if precision is None:
-            return prepared
+        said = f"--precision {precision}:"
+        if precision is None or any(w.startswith(said) for w in prepared.warnings):
+            return prepared  # no option, or already retyped (a plan retypes before it ranks)
         from lilou.graph.retype import retyped
 
-        graph = retyped(prepared.graph, check_precision(precision))
-        if graph is prepared.graph or prepared.partition is None:
+        stored = model_precision(prepared.graph).precision
+        if precision == stored:
             return prepared
-        stored = model_precision(prepared.graph).precision.upper()
-        note = (f"--precision {precision}: the file's {stored} model is priced as run in {precision.upper()}, its "
-                "kernels on that path and its floating-point tensors stored so (integer tensors keep their types)")
-        return dataclasses.replace(prepared, graph=graph, kernels=describe_kernels(graph, prepared.partition),
-                                   warnings=(*prepared.warnings, note))
+        note = (f"{said} the file's {stored.upper()} model is priced as run in {precision.upper()}, its kernels on that "
+                "path and its floating-point tensors stored so (integer tensors keep their types)")
+        graph = retyped(prepared.graph, check_precision(precision))
+        if graph is not prepared.graph and prepared.partition is not None:
+            prepared = dataclasses.replace(prepared, graph=graph, kernels=describe_kernels(graph, prepared.partition))
+        return dataclasses.replace(prepared, warnings=(*prepared.warnings, note))
 
     # ---------------------------------------------------------------- helpers
 
@@ -361,7 +363,7 @@ class _GraphPrecision:
         """The warnings for what the kernel models cannot stand behind on these paths (one per device)."""
         lines = precision_warnings(paths, has_conv=self.has_conv, has_matmul=self.has_matmul,
                                    mixed=self.precision is None and self.detected.mixed,
-                                   file_precision=self.detected.precision, devices=devices, coverage=coverage)
+                                   devices=devices, coverage=coverage)
         for other, has_conv, has_matmul in self.others:  # the kernels priced in another precision than the model's
             other_paths = [kernel_path(p, other) for p in paths]
             lines += [line for line in precision_warnings(other_paths, has_conv=has_conv, has_matmul=has_matmul,

@@ -45,3 +45,17 @@ def test_a_plan_in_another_precision_counts_its_memory_so():
              for p in (None, "fp16")}
     need = {p: next(iter(plan.curves.values()))[0].memory_gb for p, plan in plans.items()}
     assert abs(need["fp16"] * 2 - need[None]) < 1e-9
+
+
+def test_the_override_is_said_once_with_the_files_own_precision():
+    """The note names what the file stores, read before retyping (INT4's FP16 activations once read as the file's)."""
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    for precision in ("int4", "fp16", "tf32"):
+        notes = [w for w in predictor.predict(EXAMPLE, gpu="a10g", precision=precision).warnings
+                 if w.startswith("--precision")]
+        assert notes == [f"--precision {precision}: the file's FP32 model is priced as run in {precision.upper()}, its "
+                         "kernels on that path and its floating-point tensors stored so (integer tensors keep their "
+                         "types)"]
+    assert not any(w.startswith("--precision") for w in predictor.predict(EXAMPLE, gpu="a10g", precision="fp32").warnings)

@@ -15,11 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from lilou.errors import LilouInputError
+from lilou.graph.constants import scalar_truths
 
 BRANCHES = ("then_branch", "else_branch")
 T = TypeVar("T")
@@ -39,7 +38,7 @@ class BranchPoint:
 def branch_points(model: onnx.ModelProto) -> list[BranchPoint]:
     """The top-level ``If`` nodes of the standard domain that hold both branches, in node order."""
     graph = model.graph
-    constants = constant_scalars(graph)
+    constants = scalar_truths(graph)
     inputs = {value.name for value in graph.input} - {tensor.name for tensor in graph.initializer}
     points = []
     for index, node in enumerate(graph.node):
@@ -51,31 +50,6 @@ def branch_points(model: onnx.ModelProto) -> list[BranchPoint]:
         points.append(BranchPoint(index=index, label=node.name or f"If #{index}", condition=condition,
                                   constant=constants.get(condition), runtime_input=condition in inputs))
     return points
-
-
-def constant_scalars(graph: onnx.GraphProto, integers: bool = False) -> dict[str, bool] | dict[str, int]:
-    """Values of the one-element initializers and ``Constant`` nodes of ``graph``: truth values (a condition), or
-    integers (``integers``: a trip count)."""
-    tensors = {tensor.name: tensor for tensor in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-            value = next((a.t for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR),
-                         None)
-            if value is not None:
-                tensors[node.output[0]] = value
-    values = {}
-    for name, tensor in tensors.items():
-        if len(tensor.dims) > 1 or (tensor.dims and tensor.dims[0] != 1) or tensor.data_location == onnx.TensorProto.EXTERNAL:
-            continue
-        try:
-            array = numpy_helper.to_array(tensor)
-        except (ValueError, TypeError):
-            continue
-        if array.size != 1 or array.dtype.kind not in ("biu" if integers else "biuf"):
-            continue
-        scalar = np.asarray(array).reshape(-1)[0]
-        values[name] = int(scalar) if integers else bool(scalar)
-    return values
 
 
 def branch_graph(model: onnx.ModelProto, point: BranchPoint, branch: str) -> onnx.GraphProto:

@@ -43,7 +43,7 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     """Write every contrib op this module knows back as standard ops (in place); how many of each op type."""
     graph = model.graph
     head_sizes = _decoder_head_sizes(graph)
-    if head_sizes and can_raise(model, DECODER_OPSET):  # ONNX's Attention and RotaryEmbedding: opset 23
+    if head_sizes and can_raise(model, DECODER_OPSET):  # ONNX's Attention: opset 23
         raise_opset(model, DECODER_OPSET)
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
     writer = OpWriter(graph, opset, element_types(graph))
@@ -232,10 +232,10 @@ def _bias_add(w: OpWriter, node: onnx.NodeProto) -> None:
          node.output[0])
 
 
-#: Inputs each op requires (the others are optional and may be empty names).
 #: The types a norm may compute its statistics in (``stash_type``).
 _STASH_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 
+#: Inputs each op requires (the others are optional and may be empty names).
 _REQUIRED_INPUTS = {"LayerNormalization": 2, "SkipLayerNormalization": 3, "SkipSimplifiedLayerNormalization": 3,
                     "SimplifiedLayerNormalization": 2, "BiasGelu": 2, "Gelu": 1, "FastGelu": 1, "QuickGelu": 1,
                     "BiasAdd": 3}

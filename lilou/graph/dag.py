@@ -12,7 +12,6 @@ An edge ``u -> v`` means v consumes a tensor u produces; its attributes are
 from __future__ import annotations
 
 import functools
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
 from lilou.graph.branches import resolve_branches
 from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
+from lilou.graph.constants import scalar_integers
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
@@ -371,27 +371,11 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
     return values
 
 
-def _small_int_constants(graph: onnx.GraphProto) -> dict[str, int]:
-    """Scalar integer constants of a graph (initializers and Constant nodes), e.g. Loop trip counts."""
-    values: dict[str, int] = {}
-    tensors = [(t.name, t) for t in graph.initializer]
-    tensors += [(n.output[0], a.t) for n in graph.node if n.op_type == "Constant" and n.output
-                for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR]
-    for name, tensor in tensors:
-        if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and math.prod(tensor.dims) == 1 \
-                and tensor.data_location != onnx.TensorProto.EXTERNAL:
-            try:
-                values[name] = int(onnx.numpy_helper.to_array(tensor).reshape(-1)[0])
-            except (ValueError, TypeError):
-                continue
-    return values
-
-
 def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], constants: Mapping[str, int],
                    notes: list[str]) -> NodeCost:
     """Sum of the costs of a subgraph's nodes (control flow inside costed the same way)."""
     tensors = {**outer, **_graph_tensor_table(graph)}
-    constants = {**constants, **_small_int_constants(graph)}
+    constants = {**constants, **scalar_integers(graph)}
     flops = read = written = 0
     for node in graph.node:
         cost = _node_cost(node, tensors, constants, notes)
@@ -463,7 +447,7 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
     dag = nx.DiGraph()
     producer: dict[str, str] = {}
     names = unique_node_names(graph)
-    constants = _small_int_constants(graph) if any(n.op_type in CONTROL_FLOW_OPS for n in graph.node) else {}
+    constants = scalar_integers(graph) if any(n.op_type in CONTROL_FLOW_OPS for n in graph.node) else {}
     notes = [] if notes is None else notes
     for order, (node, name) in enumerate(zip(graph.node, names)):
         io = _node_io(node, tensors)

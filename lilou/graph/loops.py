@@ -17,7 +17,8 @@ from collections.abc import Callable
 import onnx
 from onnx import TensorProto, helper
 
-from lilou.graph.branches import constant_scalars, outer_names, rename_in_subgraphs
+from lilou.graph.branches import outer_names, rename_in_subgraphs
+from lilou.graph.constants import scalar_integers, scalar_truths
 
 #: Iterations unrolled at most per loop, and body nodes written at most per model; a longer loop stays one kernel.
 MAX_TRIPS = 256
@@ -40,7 +41,7 @@ def _body(node: onnx.NodeProto) -> onnx.GraphProto | None:
 def runs_every_trip(model: onnx.ModelProto, index: int) -> bool:
     """Whether the loop at ``index`` runs exactly its trip count: no condition or a constant true one, passed on
     unchanged by the body (or written there as a constant true)."""
-    node, constants = model.graph.node[index], constant_scalars(model.graph)
+    node, constants = model.graph.node[index], scalar_truths(model.graph)
     body = _body(node)
     condition = node.input[1] if len(node.input) > 1 else ""
     if condition and constants.get(condition) is not True:
@@ -50,7 +51,7 @@ def runs_every_trip(model: onnx.ModelProto, index: int) -> bool:
     carried_in, written = body.input[1].name, body.output[0].name
     if written == carried_in:
         return True
-    inner = {**constants, **constant_scalars(body)}
+    inner = {**constants, **scalar_truths(body)}
     producer = next((n for n in body.node if written in n.output), None)
     while producer is not None and producer.op_type == "Identity" and producer.input:
         written = producer.input[0]
@@ -148,7 +149,7 @@ def resolve_loops(model: onnx.ModelProto, notes: list[str], evaluate: Callable[[
     evaluations = 0  # each reads the model's shapes once
     for _ in range(MAX_TRIPS):
         unrolled = False
-        constants = constant_scalars(model.graph, integers=True)
+        constants = scalar_integers(model.graph)
         for index in loop_points(model):
             node = model.graph.node[index]
             count = node.input[0] if node.input else ""

@@ -9,9 +9,9 @@ its code first (:mod:`lilou.graph.fast_eval`), which gives the same arrays faste
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
 import math
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -90,19 +90,13 @@ def precision_path(model_precision: str, device: Device, precision: str | None =
 
 
 def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: bool, mixed: bool,
-                       file_precision: str | None = None, devices: list[Device] | None = None,
-                       coverage: MeasuredCoverage | None = None) -> list[str]:
+                       devices: list[Device] | None = None, coverage: MeasuredCoverage | None = None) -> list[str]:
     """What Lilou cannot stand behind on these paths (one line each, devices pooled).
 
     ``devices`` (one per path) and ``coverage`` (what the tensor-core kernel model measured): with them,
     GEMMs and convolutions off the FP32 CUDA cores are checked for a measured neighbour of their precision,
     family and architecture class; without them every precision but FP32 is reported as unmeasured."""
-    warnings = []
-    overridden = sorted({p.precision for p in paths if p.source == "option"} - {file_precision})
-    if file_precision and overridden:
-        warnings.append(f"--precision {overridden[0]}: the file's {file_precision.upper()} model is priced as run in "
-                        f"{overridden[0].upper()}, its kernels on that path and its floating-point tensors stored so "
-                        "(integer tensors keep their types)")
+    warnings = []  # what --precision changed is said where the model is retyped (Predictor.in_precision)
     if coverage is None or devices is None:
         unmeasured = sorted({p.precision for p in paths} - MEASURED_PRECISIONS)
         if unmeasured:
