@@ -12,6 +12,14 @@ Each model is a small random-weight Hugging Face model (two layers, 256 wide; ``
 4.x wrote it, whose attention onnxruntime fuses), exported by the TorchScript exporter
 (``dynamo=False``, what the optimizer's patterns match) at the opset named, then optimized with
 ``optimize_model(model_type=..., opt_level=0, use_gpu=True)``. Which contrib ops each holds is printed.
+
+``--attention`` writes only the attention forms of a later onnxruntime (made with 1.32.0, whose BERT fusion also
+matches today's transformers export), from the ``bert`` and ``bert-classic`` exports already in the folder:
+``bert-attention`` (``Attention`` reading the mask index onnxruntime computes with ``ReduceSum``), ``bert-mha``,
+``bert-classic-mha`` (``MultiHeadAttention``: ``FusionOptions.use_multi_head_attention``, with that mask index and
+with EmbedLayerNormalization's) and ``bert-classic-mha-raw-mask`` (the raw 2-D mask: ``use_raw_attention_mask``)::
+
+    pip install --target /tmp/ort onnxruntime==1.32.0 && PYTHONPATH=/tmp/ort python scripts/make_ort_fixtures.py --attention
 """
 from __future__ import annotations
 
@@ -105,8 +113,13 @@ def _models():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--attention", action="store_true", help="write only the attention forms (see above)")
     args = parser.parse_args()
     from onnxruntime.transformers import optimizer
+
+    if args.attention:
+        _attention_forms(args.out, optimizer)
+        return
 
     args.out.mkdir(parents=True, exist_ok=True)
     ids, mask = torch.randint(0, 1000, (2, 64)), torch.ones(2, 64, dtype=torch.long)
@@ -123,6 +136,41 @@ def main() -> None:
             optimized.convert_float_to_float16(keep_io_types=True)
             _save(_as_saved(optimized), args.out / f"{name}-ort-fp16.onnx")
     _classic_bert(args.out, optimizer)
+
+
+def _attention_forms(out: Path, optimizer) -> None:
+    """onnxruntime's encoder attention ops on the committed exports (their weights are stripped: random ones are
+    put back for the optimizer, which reads the biases it concatenates)."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    forms = [("bert", "bert-attention", {}), ("bert", "bert-mha", {"use_multi_head_attention": True}),
+             ("bert-classic", "bert-classic-mha", {"use_multi_head_attention": True}),
+             ("bert-classic", "bert-classic-mha-raw-mask", {"use_multi_head_attention": True, "raw_mask": True})]
+    with tempfile.TemporaryDirectory() as folder:
+        for source, name, options in forms:
+            exported = Path(folder) / f"{source}.onnx"
+            onnx.save(_with_random_weights(onnx.load(out / f"{source}.onnx", load_external_data=False)), exported)
+            fusion = FusionOptions("bert")
+            fusion.use_multi_head_attention = options.get("use_multi_head_attention", False)
+            if options.get("raw_mask"):
+                fusion.use_raw_attention_mask(True)
+            optimized = optimizer.optimize_model(str(exported), model_type="bert", num_heads=4, hidden_size=256,
+                                                 opt_level=0, use_gpu=True, optimization_options=fusion)
+            _save(_as_saved(optimized), out / f"{name}.onnx")
+
+
+def _with_random_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every stripped initializer filled with random values of its shape and type (the graph is what matters)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    generator = np.random.default_rng(0)
+    for index, tensor in enumerate(model.graph.initializer):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+            values = generator.standard_normal(tuple(tensor.dims)).astype(dtype) * 0.02
+            model.graph.initializer[index].CopyFrom(numpy_helper.from_array(values, tensor.name))
+    return model
 
 
 def _as_saved(optimized) -> onnx.ModelProto:

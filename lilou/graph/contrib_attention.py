@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from lilou.graph.contrib_writer import OpWriter, add_bias, layer_norm, node_input, node_output
 from lilou.graph.exporter_fusions import node_attribute
@@ -66,24 +66,38 @@ def write_attention(w: OpWriter, node: onnx.NodeProto, raw_masks: Mapping[str, s
         weight = w.op("Slice", [weights, *bounds, w.ints(f"{name}_axis", [1])], f"{name}_weight")
         part = w.op("Slice", [bias, *bounds, w.ints(f"{name}_bias_axis", [0])], f"{name}_bias")
         value = add_bias(w, w.op("MatMul", [x, weight], f"{name}_matmul"), part, f"{name}_add")
-        heads_view = w.op("Reshape", [value, w.ints(f"{name}_shape", [0, 0, heads, size // heads])], f"{name}_heads")
-        projected.append(w.op("Transpose", [heads_view], f"{name}_transposed", perm=perm))
-    query, key, value = projected
+        projected.append(to_heads(w, value, name, heads, size // heads, perm))
+    attend(w, node, projected, sizes[0] // heads, raw_masks.get(mask, ""), "", dtype, sizes[2])
+
+
+def to_heads(w: OpWriter, value: str, name: str, heads: int, head_size: int, perm: list[int]) -> str:
+    """A projection (batch, sequence, heads x head size) viewed as heads and transposed (``view``, ``permute``)."""
+    heads_view = w.op("Reshape", [value, w.ints(f"{name}_shape", [0, 0, heads, head_size])], f"{name}_heads")
+    return w.op("Transpose", [heads_view], f"{name}_transposed", perm=perm)
+
+
+def attend(w: OpWriter, node: onnx.NodeProto, qkv: list[str], head_size: int, raw_mask: str, attention_bias: str,
+           dtype: int | None, width: int) -> None:
+    """Eager attention over heads Q, K^T and V into ``node``'s output: ``Q.K^T`` scaled (``Mul`` by the node's
+    ``scale``, else ``Div`` by sqrt(head size)), the extended raw mask and the attention bias added, softmax,
+    ``P.V``, the heads merged to ``width``."""
+    query, key, value = qkv
     scores = w.op("MatMul", [query, key], "scores")
     scale = float(node_attribute(node, "scale", 0.0))
     if scale:
         scores = w.op("Mul", [scores, w.constant("scale", scale, scores, dtype)], "scaled")
     else:
-        scores = w.op("Div", [scores, w.constant("sqrt_head", math.sqrt(sizes[0] // heads), scores, dtype)], "scaled")
-    raw = raw_masks.get(mask, "")
-    if raw:
-        scores = w.op("Add", [scores, _extended_mask(w, raw, dtype)], "masked")
+        scores = w.op("Div", [scores, w.constant("sqrt_head", math.sqrt(head_size), scores, dtype)], "scaled")
+    if raw_mask:
+        scores = w.op("Add", [scores, extended_mask(w, raw_mask, dtype)], "masked")
+    if attention_bias:
+        scores = w.op("Add", [scores, attention_bias], "biased")
     probabilities = w.op("Softmax", [scores], "softmax", axis=-1)
     context = w.op("Transpose", [w.op("MatMul", [probabilities, value], "context")], "merged", perm=[0, 2, 1, 3])
-    w.op("Reshape", [context, w.ints("out_shape", [0, 0, sizes[2]])], "out", node.output[0])
+    w.op("Reshape", [context, w.ints("out_shape", [0, 0, width])], "out", node.output[0])
 
 
-def _extended_mask(w: OpWriter, raw: str, dtype: int | None) -> str:
+def extended_mask(w: OpWriter, raw: str, dtype: int | None) -> str:
     """``(1 - mask[:, None, None, :]) * -10000`` in ``dtype``, written once per raw mask."""
     if raw in w.shared:
         return w.shared[raw]
@@ -123,7 +137,38 @@ def write_embedding(w: OpWriter, node: onnx.NodeProto) -> None:
 
 
 def raw_masks(graph: onnx.GraphProto) -> dict[str, str]:
-    """Mask index (an EmbedLayerNormalization's second output) -> the raw (batch, sequence) mask it came from."""
-    return {node.output[1]: node.input[_EMBED_MASK] for node in graph.node
-            if node.op_type == "EmbedLayerNormalization" and len(node.output) > 1 and node.output[1]
-            and len(node.input) > _EMBED_MASK and node.input[_EMBED_MASK]}
+    """Mask index -> the raw (batch, sequence) mask it came from: an EmbedLayerNormalization's second output, or
+    the lengths per sequence onnxruntime's attention fusion computes from a raw mask (``ReduceSum`` over its second
+    axis, not kept); a raw mask itself -> itself."""
+    masks = {node.output[1]: node.input[_EMBED_MASK] for node in graph.node
+             if node.op_type == "EmbedLayerNormalization" and len(node.output) > 1 and node.output[1]
+             and len(node.input) > _EMBED_MASK and node.input[_EMBED_MASK]}
+    ranks = _declared_ranks(graph)
+    constants = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "ReduceSum" and node.input and node.output and ranks.get(node.input[0]) == 2 \
+                and not node_attribute(node, "keepdims", 1) and _reduced_axes(node, constants) in ([1], [-1]):
+            masks[node.output[0]] = node.input[0]
+    masks.update({name: name for name, rank in ranks.items() if rank == 2 and name not in masks})
+    return masks
+
+
+def _declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:
+    """The rank of every graph input that declares one, and of the casts of them (the int32 copy of a mask)."""
+    ranks = {value.name: len(value.type.tensor_type.shape.dim) for value in graph.input
+             if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape")}
+    for node in graph.node:
+        if node.op_type == "Cast" and node.input and node.output and node.input[0] in ranks:
+            ranks[node.output[0]] = ranks[node.input[0]]
+    return ranks
+
+
+def _reduced_axes(node: onnx.NodeProto, constants: Mapping[str, onnx.TensorProto]) -> list[int] | None:
+    """A ReduceSum's axes: an attribute before opset 13, its second input from it, read where it is a constant."""
+    attribute = node_attribute(node, "axes", None)
+    if attribute is not None:
+        return list(attribute) if isinstance(attribute, list) and all(isinstance(v, int) for v in attribute) else None
+    axes = constants.get(node_input(node, 1))
+    if axes is None or axes.data_type != TensorProto.INT64 or len(axes.dims) != 1 or axes.dims[0] != 1:
+        return None
+    return [int(value) for value in numpy_helper.to_array(axes).reshape(-1)]

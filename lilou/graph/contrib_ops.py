@@ -13,16 +13,16 @@ prices an optimized file as the export it came from.
 Written back: ``SkipLayerNormalization``, ``SkipSimplifiedLayerNormalization``, ``SimplifiedLayerNormalization``
 and, in a file of opset < 17, ``LayerNormalization`` (onnxruntime registers both in the ONNX domain), ``BiasGelu``,
 ``Gelu``, ``FastGelu``, ``QuickGelu`` and ``BiasAdd``; BERT's ``Attention`` and ``EmbedLayerNormalization`` in
-:mod:`lilou.graph.contrib_attention`. A node whose extra outputs (mean, inverse standard deviation) something reads
-stays as it is, and so do ``MultiHeadAttention`` and the quantized ops (``MatMulNBits`` ...): the warnings name
-them as unsupported. onnxruntime-genai's decoder attention, ``GroupQueryAttention``, is written back in
-:mod:`lilou.graph.contrib_decoder` (at opset 23, the file's opset raised where its ops mean the same there).
-"""
+:mod:`lilou.graph.contrib_attention`, ``MultiHeadAttention`` in :mod:`lilou.graph.contrib_multihead`. A node whose
+extra outputs (mean, inverse standard deviation) something reads stays as it is, and so does an attention form those
+modules do not reproduce: the warnings name them as unsupported (the quantized ops are :mod:`lilou.graph.quantized`'s).
+onnxruntime-genai's decoder attention, ``GroupQueryAttention``, is written back in :mod:`lilou.graph.contrib_decoder`
+(at opset 23, the file's opset raised where its ops mean the same there)."""
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import onnx
 from onnx import TensorProto
@@ -31,12 +31,16 @@ from lilou.graph.contrib_attention import (attention_applies, embed_applies, raw
                                            write_embedding)
 from lilou.graph.contrib_decoder import OPSET as DECODER_OPSET
 from lilou.graph.contrib_decoder import gqa_applies, gqa_head_size, write_gqa
+from lilou.graph.contrib_multihead import multihead_applies, multihead_widths, write_multihead
 from lilou.graph.contrib_writer import MARK, OpWriter, add_bias, layer_norm, node_input, node_output
 from lilou.graph.exporter_fusions import element_types, node_attribute
 from lilou.graph.opset_upgrade import can_raise, raise_opset
 
 MICROSOFT = "com.microsoft"
 _ONNX = ("", "ai.onnx")
+#: onnxruntime's encoder attention ops, which read a mask index, and the input they read it at.
+_MASK_INPUTS = {"Attention": 3, "MultiHeadAttention": 4}
+_ATTENTIONS = frozenset(_MASK_INPUTS)
 
 
 def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
@@ -53,7 +57,10 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     taken = {name.partition(MARK)[0] for name in _names(graph) if MARK in name}  # labels a file already uses
     restored: Counter[str] = Counter()
     nodes: list[onnx.NodeProto] = []
+    unread = _unread_mask_indices(graph, planned)
     for index, node in enumerate(graph.node):
+        if index in unread:
+            continue
         rewrite = planned.get(index)
         if rewrite is None:
             nodes.append(node)
@@ -69,6 +76,29 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     del graph.node[:]
     graph.node.extend(nodes)
     return restored
+
+
+def _unread_mask_indices(graph: onnx.GraphProto, planned: Mapping[int, object]) -> set[int]:
+    """The ``ReduceSum`` nodes that computed a mask index (lengths per sequence) read only by attention nodes that
+    are written back, which read the raw mask instead: eager never computed it."""
+    masks = {index: node.output[0] for index, node in enumerate(graph.node)
+             if node.op_type == "ReduceSum" and node.output and node.output[0]}
+    if not masks or not planned:
+        return set()
+    readers: dict[str, list[int]] = {}
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            readers.setdefault(name, []).append(index)
+    outputs = {v.name for v in graph.output}
+    return {index for index, name in masks.items()
+            if name not in outputs and readers.get(name)
+            and all(reader in planned and _reads_as_mask(graph.node[reader], name) for reader in readers[name])}
+
+
+def _reads_as_mask(node: onnx.NodeProto, name: str) -> bool:
+    """Whether an attention node reads ``name`` as its mask index, and as nothing else."""
+    at = _MASK_INPUTS.get(node.op_type)
+    return at is not None and [i for i, value in enumerate(node.input) if value == name] == [at]
 
 
 def _decoder_head_sizes(graph: onnx.GraphProto) -> dict[int, int]:
@@ -95,7 +125,9 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
     """Node index -> its rewrite, for every contrib node this module reproduces. The embedding op goes only with
     every attention op that reads its mask index (which the rewrite replaces by the raw mask)."""
     read = {name for node in graph.node for name in node.input} | {v.name for v in graph.output}
-    masks = raw_masks(graph)
+    attentions = any(node.op_type in _ATTENTIONS for node in graph.node)
+    masks = raw_masks(graph) if attentions else {}
+    producers = {out: node for node in graph.node for out in node.output if out} if attentions else {}
     planned: dict[int, Callable[[OpWriter, onnx.NodeProto], None]] = {}
     embeddings: list[int] = []
     for index, node in enumerate(graph.node):
@@ -105,6 +137,10 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
         elif key == (MICROSOFT, "Attention"):
             if attention_applies(node, dims, opset):
                 planned[index] = lambda w, n: write_attention(w, n, masks)
+        elif key == (MICROSOFT, "MultiHeadAttention"):
+            widths = multihead_widths(node, dims, producers)
+            if multihead_applies(node, widths, node_input(node, 4) in masks, opset):
+                planned[index] = lambda w, n, widths=widths: write_multihead(w, n, widths, masks)
         elif key == (MICROSOFT, "GroupQueryAttention"):
             if index in head_sizes and opset >= DECODER_OPSET:
                 planned[index] = lambda w, n, size=head_sizes[index]: write_gqa(w, n, size)
@@ -115,7 +151,7 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
         node = graph.node[index]
         index_name = node_output(node, 1)
         readers = [i for i, other in enumerate(graph.node) if index_name and index_name in other.input]
-        rewritten = all(i in planned and graph.node[i].op_type == "Attention" for i in readers) \
+        rewritten = all(i in planned and graph.node[i].op_type in _ATTENTIONS for i in readers) \
             and index_name not in {v.name for v in graph.output}
         if embed_applies(node, dims, opset, rewritten):
             planned[index] = write_embedding
