@@ -186,11 +186,12 @@ def test_bert_attention_and_embeddings_are_written_back_as_the_module_ran(predic
     assert len(gemms) == len([k for k in exported.kernels if k.category == "gemm"]) == 16  # 8 per layer
 
 
-def _attention(**attributes) -> onnx.ModelProto:
+def _attention(bias: float = 0.5, **attributes) -> onnx.ModelProto:
     node = helper.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain="com.microsoft", num_heads=4,
                             **attributes)
     model = make_model([node], [tensor("x", [2, 8, 64]), tensor("past", [2, 2, 4, 1, 16])], [tensor("y", None)],
-                       [weight("w", [64, 192]), weight("b", [192])], opset=17)
+                       [weight("w", [64, 192]), onnx.numpy_helper.from_array(np.full(192, bias, np.float32), "b")],
+                       opset=17)
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return model
 
@@ -204,3 +205,11 @@ def test_an_attention_form_the_rewrite_does_not_reproduce_stays_unsupported() ->
     assert not graph.unsupported_ops and graph.outputs[0].shape == (2, 8, 64)
     assert _ops(graph) == ["MatMul", "Add", "Reshape", "Transpose"] * 3 + ["MatMul", "Div", "Softmax", "MatMul",
                                                                           "Transpose", "Reshape"]
+
+
+def test_a_zero_attention_bias_is_no_add() -> None:
+    """onnxruntime writes a zero bias for projections that had none (diffusers' attention): no Add was run."""
+    plain = _attention(bias=0.0)
+    del plain.graph.node[0].input[3:]
+    assert _ops(build_graph(plain)) == ["MatMul", "Reshape", "Transpose"] * 3 + ["MatMul", "Div", "Softmax", "MatMul",
+                                                                                "Transpose", "Reshape"]

@@ -60,11 +60,12 @@ def write_attention(w: OpWriter, node: onnx.NodeProto, raw_masks: Mapping[str, s
     sizes = _qkv_sizes(node, w.dims[weights])
     dtype = w.type_of(bias, weights, x)
     starts = [0, sizes[0], sizes[0] + sizes[1]]
+    with_bias = not w.is_zero(bias)  # a zero bias: the projections had none (diffusers' attention)
     projected = []
     for name, start, size, perm in zip("qkv", starts, sizes, ([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3])):
         bounds = [w.ints(f"{name}_start", [start]), w.ints(f"{name}_end", [start + size])]
         weight = w.op("Slice", [weights, *bounds, w.ints(f"{name}_axis", [1])], f"{name}_weight")
-        part = w.op("Slice", [bias, *bounds, w.ints(f"{name}_bias_axis", [0])], f"{name}_bias")
+        part = w.op("Slice", [bias, *bounds, w.ints(f"{name}_bias_axis", [0])], f"{name}_bias") if with_bias else ""
         value = add_bias(w, w.op("MatMul", [x, weight], f"{name}_matmul"), part, f"{name}_add")
         projected.append(to_heads(w, value, name, heads, size // heads, perm))
     attend(w, node, projected, sizes[0] // heads, raw_masks.get(mask, ""), "", dtype, sizes[2])

@@ -30,9 +30,12 @@ from onnx import TensorProto
 from lilou.graph.contrib_attention import (attention_applies, embed_applies, raw_masks, write_attention,
                                            write_embedding)
 from lilou.graph.contrib_decoder import OPSET as DECODER_OPSET
+from lilou.graph.contrib_diffusion import (bias_split_gelu_applies, group_norm_applies, nhwc_conv_applies,
+                                           skip_group_norm_applies, write_bias_split_gelu, write_group_norm,
+                                           write_nhwc_conv, write_skip_group_norm)
 from lilou.graph.contrib_decoder import gqa_applies, gqa_head_size, write_gqa
-from lilou.graph.contrib_multihead import multihead_applies, multihead_widths, write_multihead
-from lilou.graph.contrib_writer import MARK, OpWriter, add_bias, layer_norm, node_input, node_output
+from lilou.graph.contrib_multihead import multihead_applies, multihead_form, write_multihead
+from lilou.graph.contrib_writer import MARK, OpWriter, add_bias, gelu, layer_norm, node_input, node_output
 from lilou.graph.exporter_fusions import element_types, node_attribute
 from lilou.graph.opset_upgrade import can_raise, raise_opset
 
@@ -41,6 +44,10 @@ _ONNX = ("", "ai.onnx")
 #: onnxruntime's encoder attention ops, which read a mask index, and the input they read it at.
 _MASK_INPUTS = {"Attention": 3, "MultiHeadAttention": 4}
 _ATTENTIONS = frozenset(_MASK_INPUTS)
+#: onnxruntime's channels-last ops of diffusion models: their checks and rewrites (SkipGroupNorm apart).
+_DIFFUSION = {(MICROSOFT, "NhwcConv"): (nhwc_conv_applies, write_nhwc_conv),
+              (MICROSOFT, "GroupNorm"): (group_norm_applies, write_group_norm),
+              (MICROSOFT, "BiasSplitGelu"): (bias_split_gelu_applies, write_bias_split_gelu)}
 
 
 def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
@@ -51,7 +58,7 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
         raise_opset(model, DECODER_OPSET)
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
     writer = OpWriter(graph, opset, element_types(graph))
-    planned = _planned(graph, opset, writer.dims, head_sizes)
+    planned, absorbed = _planned(graph, opset, writer.dims, head_sizes)
     if not planned:
         return Counter()
     taken = {name.partition(MARK)[0] for name in _names(graph) if MARK in name}  # labels a file already uses
@@ -59,7 +66,7 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     nodes: list[onnx.NodeProto] = []
     unread = _unread_mask_indices(graph, planned)
     for index, node in enumerate(graph.node):
-        if index in unread:
+        if index in unread or id(node) in absorbed:  # computed only for what a rewrite replaces
             continue
         rewrite = planned.get(index)
         if rewrite is None:
@@ -121,14 +128,19 @@ def _decoder_head_sizes(graph: onnx.GraphProto) -> dict[int, int]:
 
 
 def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]],
-             head_sizes: dict[int, int]) -> dict[int, Callable[[OpWriter, onnx.NodeProto], None]]:
-    """Node index -> its rewrite, for every contrib node this module reproduces. The embedding op goes only with
-    every attention op that reads its mask index (which the rewrite replaces by the raw mask)."""
+             head_sizes: dict[int, int]) -> tuple[dict[int, Callable[[OpWriter, onnx.NodeProto], None]], set[int]]:
+    """Node index -> its rewrite, for every contrib node this module reproduces, and the ids of the nodes those
+    rewrites replace beside their own (a packed projection). The embedding op goes only with every attention op
+    that reads its mask index (which the rewrite replaces by the raw mask)."""
     read = {name for node in graph.node for name in node.input} | {v.name for v in graph.output}
     attentions = any(node.op_type in _ATTENTIONS for node in graph.node)
     masks = raw_masks(graph) if attentions else {}
     producers = {out: node for node in graph.node for out in node.output if out} if attentions else {}
+    initializers = {t.name: t for t in graph.initializer} if attentions else {}
+    reads = Counter(name for node in graph.node for name in node.input) + Counter(v.name for v in graph.output) \
+        if attentions else Counter()
     planned: dict[int, Callable[[OpWriter, onnx.NodeProto], None]] = {}
+    absorbed: set[int] = set()
     embeddings: list[int] = []
     for index, node in enumerate(graph.node):
         key = (node.domain if node.domain not in _ONNX else "", node.op_type)
@@ -137,10 +149,17 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
         elif key == (MICROSOFT, "Attention"):
             if attention_applies(node, dims, opset):
                 planned[index] = lambda w, n: write_attention(w, n, masks)
+        elif key == (MICROSOFT, "SkipGroupNorm"):
+            if skip_group_norm_applies(node, dims) and not _reads_statistics(node, read):
+                producers = producers or {out: n for n in graph.node for out in n.output if out}
+                planned[index] = lambda w, n, producers=producers: write_skip_group_norm(w, n, producers)
+        elif key in _DIFFUSION and _DIFFUSION[key][0](node, dims):
+            planned[index] = _DIFFUSION[key][1]
         elif key == (MICROSOFT, "MultiHeadAttention"):
-            widths = multihead_widths(node, dims, producers)
-            if multihead_applies(node, widths, node_input(node, 4) in masks, opset):
-                planned[index] = lambda w, n, widths=widths: write_multihead(w, n, widths, masks)
+            form = multihead_form(node, dims, producers, initializers, reads)
+            if multihead_applies(node, form, node_input(node, 4) in masks, opset):
+                planned[index] = lambda w, n, form=form: write_multihead(w, n, form, masks)
+                absorbed.update(id(other) for other in form.absorbed)
         elif key == (MICROSOFT, "GroupQueryAttention"):
             if index in head_sizes and opset >= DECODER_OPSET:
                 planned[index] = lambda w, n, size=head_sizes[index]: write_gqa(w, n, size)
@@ -155,7 +174,12 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
             and index_name not in {v.name for v in graph.output}
         if embed_applies(node, dims, opset, rewritten):
             planned[index] = write_embedding
-    return planned
+    return planned, absorbed
+
+
+def _reads_statistics(node: onnx.NodeProto, read: set[str]) -> bool:
+    """SkipGroupNorm has only the normalized value and the sum as outputs; anything more has no eager twin."""
+    return any(out and out in read for out in node.output[2:])
 
 
 def _own_op(node: onnx.NodeProto, opset: int) -> bool:
@@ -189,14 +213,6 @@ def _rms_norm(w: OpWriter, value: str, scale: str, epsilon: float, stash: int, o
     if target is not None and target != stash:
         normalized = w.op("Cast", [normalized], "cast_out", to=target)
     w.op("Mul", [scale, normalized], "scaled", output)
-
-
-def _gelu(w: OpWriter, value: str, output: str, dtype: int | None) -> None:
-    """``F.gelu`` (erf) as exported before opset 20: Div(sqrt 2), Erf, Add(1), Mul(x), Mul(0.5)."""
-    erf = w.op("Erf", [w.op("Div", [value, w.constant("sqrt_two", math.sqrt(2.0), value, dtype)], "scaled")], "erf")
-    shifted = w.op("Add", [erf, w.constant("one", 1.0, erf, dtype)], "shifted")
-    product = w.op("Mul", [value, shifted], "product")
-    w.op("Mul", [product, w.constant("half", 0.5, product, dtype)], "gelu", output)
 
 
 def _tanh_gelu(w: OpWriter, value: str, output: str, dtype: int | None) -> None:
@@ -247,7 +263,7 @@ def _old_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
 
 def _bias_gelu(w: OpWriter, node: onnx.NodeProto) -> None:
     dtype = w.type_of(node_input(node, 1), node_input(node, 0))
-    _gelu(w, add_bias(w, node_input(node, 0), node_input(node, 1), "bias"), node.output[0], dtype)
+    gelu(w, add_bias(w, node_input(node, 0), node_input(node, 1), "bias"), node.output[0], dtype)
 
 
 def _fast_gelu(w: OpWriter, node: onnx.NodeProto) -> None:
@@ -283,7 +299,7 @@ _REWRITES: dict[tuple[str, str], Callable[[OpWriter, onnx.NodeProto], None]] = {
     ("", "LayerNormalization"): _old_layer_norm,
     (MICROSOFT, "SimplifiedLayerNormalization"): _simplified_layer_norm,
     (MICROSOFT, "BiasGelu"): _bias_gelu,
-    (MICROSOFT, "Gelu"): lambda w, node: _gelu(w, node_input(node, 0), node.output[0], w.type_of(node_input(node, 0))),
+    (MICROSOFT, "Gelu"): lambda w, node: gelu(w, node_input(node, 0), node.output[0], w.type_of(node_input(node, 0))),
     (MICROSOFT, "FastGelu"): _fast_gelu,
     (MICROSOFT, "QuickGelu"): _quick_gelu,
     (MICROSOFT, "BiasAdd"): _bias_add,

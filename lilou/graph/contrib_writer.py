@@ -1,8 +1,11 @@
 """Writing standard ONNX nodes in place of one contrib node (:mod:`lilou.graph.contrib_ops`), at the file's opset."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 #: What the names of written-back nodes and constants carry after the contrib node's name.
 MARK = "/lilou_unfused/"
@@ -41,6 +44,24 @@ class OpWriter:
         self.graph.initializer.append(helper.make_tensor(name, known, [], [value]))
         if data_type is None and self.opset >= 15:
             return self.op("CastLike", [name, like], f"constant_{step}_like")
+        return name
+
+    def is_zero(self, name: str) -> bool:
+        """Whether ``name`` is a small initializer stored in the file whose values are all zero (the bias
+        onnxruntime's attention fusion writes for projections that had none)."""
+        tensor = next((t for t in self.graph.initializer if t.name == name), None)
+        if tensor is None or tensor.data_location == TensorProto.EXTERNAL or math.prod(tensor.dims) > 1 << 16:
+            return False
+        try:
+            return not numpy_helper.to_array(tensor).any()
+        except (ValueError, TypeError):  # a damaged tensor: not known to be zero
+            return False
+
+    def filled(self, step: str, value: float, count: int, data_type: int | None) -> str:
+        """A 1-D constant of ``count`` copies of ``value`` in ``data_type`` (float32 when unknown)."""
+        name = self.name(f"constant_{step}")
+        dtype = helper.tensor_dtype_to_np_dtype(data_type if data_type is not None else TensorProto.FLOAT)
+        self.graph.initializer.append(numpy_helper.from_array(np.full(count, value, dtype=dtype), name))
         return name
 
     def ints(self, step: str, values: list[int]) -> str:
@@ -105,3 +126,11 @@ def layer_norm(w: OpWriter, value: str, gamma: str, beta: str, epsilon: float, o
         w.op("Add", [w.op("Mul", [normalized, gamma], "scaled"), beta], "shifted_out", output)
     else:
         w.op("Mul", [normalized, gamma], "scaled", output)
+
+
+def gelu(w: OpWriter, value: str, output: str | None, dtype: int | None) -> str:
+    """``F.gelu`` (erf) as exported before opset 20: Div(sqrt 2), Erf, Add(1), Mul(x), Mul(0.5)."""
+    erf = w.op("Erf", [w.op("Div", [value, w.constant("sqrt_two", math.sqrt(2.0), value, dtype)], "scaled")], "erf")
+    shifted = w.op("Add", [erf, w.constant("one", 1.0, erf, dtype)], "shifted")
+    product = w.op("Mul", [value, shifted], "product")
+    return w.op("Mul", [product, w.constant("half", 0.5, product, dtype)], "gelu", output)

@@ -26,6 +26,7 @@ from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, ba
 from lilou.graph.branches import resolve_branches
 from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
 from lilou.graph.constants import scalar_integers
+from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
@@ -34,6 +35,7 @@ from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_b
 from lilou.graph.loading import load_onnx
 from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
+from lilou.graph.transposes import cancel_inverse_transposes
 from lilou.graph.shapes import apply_input_shapes, infer_shapes, runtime_inputs
 from lilou.graph.validation import (check_initializers, check_opset, check_ranges, check_reshapes, check_sizes,
                                     check_splits, check_structure, check_windows)
@@ -216,6 +218,8 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
     evaluated: dict[str, int] = {}
     inferred = infer_shapes(model, notes=notes, evaluated=evaluated)
     tensors = _tensor_table(inferred)
+    if any(op in CHANNELS_LAST_OPS for op in contrib):  # the transposes to and from channels-last that undo each other
+        cancel_inverse_transposes(inferred.graph, {name: info.dtype for name, info in tensors.items()})
     if quantized:
         tensors = runtime_types(tensors, quantized, inferred.graph.node)
     return ShapedModel(model=inferred, tensors=tensors, notes=notes, evaluated=evaluated)
