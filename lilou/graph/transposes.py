@@ -2,8 +2,9 @@
 
 Writing a channels-last op back as its NCHW module (:mod:`lilou.graph.contrib_diffusion`) puts a transpose to NCHW
 before it and one back to NHWC after it; between two such ops, or beside the transposes onnxruntime left at the
-edges of a channels-last region, the second undoes the first. Eager never ran either, so the second becomes an
-``Identity`` of the first's input (a view, no kernel) and the first goes where nothing else reads it. Between the
+edges of a channels-last region, the second undoes the first. Eager never ran either: the second's readers read the
+first's input instead (an ``Identity`` of it where the second wrote a graph output or a subgraph could read its
+name), and the first goes where nothing else reads it. Between the
 two may sit what launches nothing either: an ``Identity``, or a ``Cast`` to the type its input already has (the
 casts onnxruntime's optimizer adds before a channels-last convolution when it could not infer a type); they go with
 the pair. This runs on the shaped graph, whose element types decide which casts change nothing. Pairs that are both
@@ -30,7 +31,9 @@ def cancel_inverse_transposes(graph: onnx.GraphProto, types: Mapping[str, str]) 
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
     outputs = {value.name for value in graph.output}
-    cancelled, dropped = 0, set()
+    nested = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node
+                 for a in n.attribute)  # a subgraph may read a name from here: keep every name
+    cancelled, dropped, renamed = 0, set(), {}
     for node in graph.node:
         if node.op_type != "Transpose" or len(node.input) != 1:
             continue
@@ -47,6 +50,9 @@ def cancel_inverse_transposes(graph: onnx.GraphProto, types: Mapping[str, str]) 
         del node.attribute[:]
         readers[source] = readers.get(source, 0) + 1
         cancelled += 1
+        if node.output[0] not in outputs and not nested:  # its readers read the source itself: no node at all
+            renamed[node.output[0]] = source
+            dropped.add(id(node))
         for passed in [*between, first]:
             readers[passed.output[0]] -= 1
             if readers[passed.output[0]] > 0 or passed.output[0] in outputs:
@@ -54,6 +60,11 @@ def cancel_inverse_transposes(graph: onnx.GraphProto, types: Mapping[str, str]) 
             dropped.add(id(passed))
     if dropped:
         kept = [node for node in graph.node if id(node) not in dropped]
+        for node in kept:
+            for position, name in enumerate(node.input):
+                while name in renamed:
+                    name = renamed[name]
+                node.input[position] = name
         del graph.node[:]
         graph.node.extend(kept)
     return cancelled
