@@ -20,6 +20,13 @@ matches today's transformers export), from the ``bert`` and ``bert-classic`` exp
 with EmbedLayerNormalization's) and ``bert-classic-mha-raw-mask`` (the raw 2-D mask: ``use_raw_attention_mask``)::
 
     pip install --target /tmp/ort onnxruntime==1.32.0 && PYTHONPATH=/tmp/ort python scripts/make_ort_fixtures.py --attention
+
+``--session`` writes only models as an onnxruntime session saves them after optimizing
+(``SessionOptions.optimized_model_filepath``, CPU execution provider, onnxruntime 1.32.0): ``bert-ort-session``
+(``ORT_ENABLE_EXTENDED``: FusedMatMul, Gelu, SkipLayerNormalization) from the committed ``bert`` export, and a small
+residual CNN (``cnn``: conv, batch norm, ReLU6, two residual blocks, a sigmoid gate, a linear head) with
+``cnn-ort-session`` (``ORT_ENABLE_EXTENDED``: FusedConv, FusedGemm) and ``cnn-ort-session-cpu`` (``ORT_ENABLE_ALL``:
+the CPU-only NCHWc layout ops, which Lilou names and cannot price).
 """
 from __future__ import annotations
 
@@ -114,11 +121,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--attention", action="store_true", help="write only the attention forms (see above)")
+    parser.add_argument("--session", action="store_true", help="write only the saved-session forms (see above)")
     args = parser.parse_args()
     from onnxruntime.transformers import optimizer
 
     if args.attention:
         _attention_forms(args.out, optimizer)
+        return
+    if args.session:
+        _session_forms(args.out)
         return
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -157,6 +168,52 @@ def _attention_forms(out: Path, optimizer) -> None:
             optimized = optimizer.optimize_model(str(exported), model_type="bert", num_heads=4, hidden_size=256,
                                                  opt_level=0, use_gpu=True, optimization_options=fusion)
             _save(_as_saved(optimized), out / f"{name}.onnx")
+
+
+class _ResidualCnn(torch.nn.Module):
+    """A small CNN with what onnxruntime's session fusions match: conv + ReLU6, conv + batch norm + ReLU (the norm
+    folded by the exporter), a residual add before a ReLU, conv + sigmoid, Gemm + ReLU."""
+
+    def __init__(self, channels: int = 32) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem, self.act = nn.Conv2d(3, channels, 3, stride=2, padding=1), nn.ReLU6()
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "c1": nn.Conv2d(channels, channels, 3, padding=1, bias=False), "b1": nn.BatchNorm2d(channels),
+            "c2": nn.Conv2d(channels, channels, 3, padding=1, bias=False), "b2": nn.BatchNorm2d(channels)})
+            for _ in range(2))
+        self.gate, self.head = nn.Conv2d(channels, channels, 1), nn.Linear(channels, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.stem(x))
+        for block in self.blocks:
+            x = torch.relu(block["b2"](block["c2"](torch.relu(block["b1"](block["c1"](x))))) + x)
+        x = x * torch.sigmoid(self.gate(x))
+        return torch.relu(self.head(x.mean((2, 3))))
+
+
+def _session_forms(out: Path) -> None:
+    """Models as an onnxruntime session saves them after its graph optimizations (CPU execution provider)."""
+    import onnxruntime as ort
+
+    levels = {"ort-session": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              "ort-session-cpu": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    with tempfile.TemporaryDirectory() as folder:
+        torch.manual_seed(0)
+        cnn = Path(folder) / "cnn.onnx"
+        torch.onnx.export(_ResidualCnn().eval(), (torch.randn(1, 3, 64, 64),), cnn, dynamo=False, opset_version=17,
+                          input_names=["x"])
+        _save(onnx.load(cnn), out / "cnn.onnx")
+        bert = Path(folder) / "bert.onnx"
+        onnx.save(_with_random_weights(onnx.load(out / "bert.onnx", load_external_data=False)), bert)
+        for source, suffixes in ((cnn, ("ort-session", "ort-session-cpu")), (bert, ("ort-session",))):
+            for suffix in suffixes:
+                saved = Path(folder) / f"{source.stem}-{suffix}.onnx"
+                options = ort.SessionOptions()
+                options.graph_optimization_level = levels[suffix]
+                options.optimized_model_filepath = str(saved)
+                ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+                _save(onnx.load(saved), out / saved.name)
 
 
 def _with_random_weights(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -34,6 +34,8 @@ from lilou.graph.contrib_diffusion import (bias_split_gelu_applies, group_norm_a
                                            skip_group_norm_applies, write_bias_split_gelu, write_group_norm,
                                            write_nhwc_conv, write_skip_group_norm)
 from lilou.graph.contrib_decoder import gqa_applies, gqa_head_size, write_gqa
+from lilou.graph.contrib_session import (fused_conv_applies, fused_gemm_applies, fused_matmul_applies,
+                                         write_fused_conv, write_fused_gemm, write_fused_matmul)
 from lilou.graph.contrib_multihead import multihead_applies, multihead_form, write_multihead
 from lilou.graph.contrib_writer import MARK, OpWriter, add_bias, gelu, layer_norm, node_input, node_output
 from lilou.graph.exporter_fusions import element_types, node_attribute
@@ -44,10 +46,14 @@ _ONNX = ("", "ai.onnx")
 #: onnxruntime's encoder attention ops, which read a mask index, and the input they read it at.
 _MASK_INPUTS = {"Attention": 3, "MultiHeadAttention": 4}
 _ATTENTIONS = frozenset(_MASK_INPUTS)
-#: onnxruntime's channels-last ops of diffusion models: their checks and rewrites (SkipGroupNorm apart).
-_DIFFUSION = {(MICROSOFT, "NhwcConv"): (nhwc_conv_applies, write_nhwc_conv),
-              (MICROSOFT, "GroupNorm"): (group_norm_applies, write_group_norm),
-              (MICROSOFT, "BiasSplitGelu"): (bias_split_gelu_applies, write_bias_split_gelu)}
+#: Rewrites with a check of their own (weights' shapes, attributes): onnxruntime's channels-last ops of diffusion
+#: models (SkipGroupNorm apart, which needs the producers) and its session-level fusions.
+_CHECKED = {(MICROSOFT, "NhwcConv"): (nhwc_conv_applies, write_nhwc_conv),
+            (MICROSOFT, "GroupNorm"): (group_norm_applies, write_group_norm),
+            (MICROSOFT, "BiasSplitGelu"): (bias_split_gelu_applies, write_bias_split_gelu),
+            (MICROSOFT, "FusedConv"): (lambda node, dims: fused_conv_applies(node), write_fused_conv),
+            (MICROSOFT, "FusedGemm"): (lambda node, dims: fused_gemm_applies(node), write_fused_gemm),
+            (MICROSOFT, "FusedMatMul"): (fused_matmul_applies, write_fused_matmul)}
 
 
 def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
@@ -153,8 +159,8 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
             if skip_group_norm_applies(node, dims) and not _reads_statistics(node, read):
                 producers = producers or {out: n for n in graph.node for out in n.output if out}
                 planned[index] = lambda w, n, producers=producers: write_skip_group_norm(w, n, producers)
-        elif key in _DIFFUSION and _DIFFUSION[key][0](node, dims):
-            planned[index] = _DIFFUSION[key][1]
+        elif key in _CHECKED and _CHECKED[key][0](node, dims):
+            planned[index] = _CHECKED[key][1]
         elif key == (MICROSOFT, "MultiHeadAttention"):
             form = multihead_form(node, dims, producers, initializers, reads)
             if multihead_applies(node, form, node_input(node, 4) in masks, opset):

@@ -197,6 +197,7 @@ def _total_size(graph: ModelGraph) -> tuple[float, float]:
 
 def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str]) -> ShapedModel:
     """:func:`shape_model` after its checks: put back what was fused, then infer every shape."""
+    contrib = restore_contrib_ops(model) if restore_folded else {}  # first: a FusedConv's Conv may hold a folded norm
     restored = restore_folded_batchnorms(model) if restore_folded else []
     if restored:
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
@@ -206,7 +207,6 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
     if unfused:
         notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
                      f"({_listed(unfused)}; onnxscript's RmsNormFusion) are priced as those ops")
-    contrib = restore_contrib_ops(model) if restore_folded else {}
     if contrib:
         counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
         notes.append(f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the "
@@ -546,12 +546,22 @@ def _listed(names: Sequence[str], limit: int = 5) -> str:
     return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
 
 
+#: onnxruntime's domain for its CPU-only blocked-channel layout (``NchwcTransformer``).
+NCHWC_DOMAIN = "com.microsoft.nchwc"
+
+
 def _warnings(dag: nx.DiGraph) -> list[str]:
     warnings = []
     unsupported = sorted({d["op"] for _, d in dag.nodes(data=True)
                           if not d["supported"] and not d["constant"] and d["op"] not in CONTROL_FLOW_OPS})
     if unsupported:
         warnings.append(f"no cost formula for op(s) {', '.join(unsupported)}: counted as 0 FLOPs, bytes from tensor sizes")
+    blocked = sorted({d["op"] for _, d in dag.nodes(data=True) if d.get("domain") == NCHWC_DOMAIN})
+    if blocked:
+        warnings.append(f"the file holds onnxruntime's CPU layout ops ({', '.join(blocked)} of "
+                        f"{NCHWC_DOMAIN}: saved after ORT_ENABLE_ALL on a CPU, channels in blocks of 8 or 16), "
+                        "which no GPU runs: priced on the memory-bound fallback; save the model at "
+                        "ORT_ENABLE_EXTENDED, or pass the export, to price its convolutions")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "
