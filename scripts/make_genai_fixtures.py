@@ -12,7 +12,9 @@ The model is the two-layer ``LlamaForCausalLM`` of ``scripts/make_kv_cache_fixtu
 heads, vocabulary 1000, random weights) with a word-level tokenizer (the builder reads one), built for the CUDA
 execution provider (``-e cuda``) in FP16 and INT4 (``-p fp16``, ``-p int4``), and in INT4 with its embeddings tied
 to the LM head (``tie_word_embeddings``, ``--extra_options shared_embeddings=true``: the table is the LM head's INT4
-weight, read by ``GatherBlockQuantized``); every initializer above 1 KiB is stripped, as the zoo strips its exports.
+weight, read by ``GatherBlockQuantized``), and in FP16 for DirectML (``-e dml``: separate Q, K and V projections,
+each of Q and K rotated by its own ``RotaryEmbedding`` before the attention, the way the DirectML folders of those
+repositories ship them); every initializer above 1 KiB is stripped, as the zoo strips its exports.
 """
 from __future__ import annotations
 
@@ -53,12 +55,13 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
-        for name, precision, tied in (("fp16", "fp16", False), ("int4", "int4", False), ("int4-tied", "int4", True)):
+        for name, precision, tied, provider in (("fp16", "fp16", False, "cuda"), ("int4", "int4", False, "cuda"),
+                                                ("int4-tied", "int4", True, "cuda"), ("dml-fp16", "fp16", False, "dml")):
             source, built = Path(folder) / f"llama-{name}", Path(folder) / name
             _tiny_llama(source, tied)
             extra = ["--extra_options", "shared_embeddings=true"] if tied else []
             subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o",
-                            str(built), "-p", precision, "-e", "cuda", "-c", str(Path(folder) / "cache"), *extra],
+                            str(built), "-p", precision, "-e", provider, "-c", str(Path(folder) / "cache"), *extra],
                            check=True, capture_output=True)
             target = args.out / f"llama-gqa-{name}.onnx"
             model = onnx.load(built / "model.onnx", load_external_data=False)

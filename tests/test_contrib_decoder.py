@@ -211,3 +211,46 @@ def test_the_head_size_is_read_behind_a_projection_bias():
                       domain="com.microsoft", num_heads=4, kv_num_heads=2)
     producers = {"qkv": matmul, "qkv_biased": bias}
     assert gqa_projection_head_size(gqa, {"w": (256, 512), "b": (512,)}, producers) == 64
+
+
+GENAI_DML = DATA / "genai" / "llama-gqa-dml-fp16.onnx"
+
+
+def test_a_directml_decoder_folds_its_rotations_into_the_attention():
+    """The DirectML build rotates Q and K with two RotaryEmbedding nodes before a GroupQueryAttention that does not
+    rotate: the pair folds into the attention (the same caches, the position ids), so each layer is written back as
+    the CUDA build's is, but with eager's three projections where the CUDA build packs them into one."""
+    from lilou.graph.contrib_decoder import fold_rotary_embeddings
+
+    model = onnx.load(GENAI_DML, load_external_data=False)
+    assert fold_rotary_embeddings(model.graph) == 4
+    attentions = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert not any(n.op_type == "RotaryEmbedding" for n in model.graph.node) and len(attentions) == 2
+    for node in attentions:
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        assert attributes["do_rotary"] == 1 and attributes["rotary_interleaved"] == 0
+        assert list(node.input[7:10]) == ["cos_cache", "sin_cache", "position_ids"]
+        assert node.input[0].endswith("q_proj/MatMul/output_0") and node.input[1].endswith("k_proj/MatMul/output_0")
+
+    asked = {name: STEP[name] for name in ("batch_size", "sequence_length", "past_sequence_length")}
+    dml, cuda = load_graph(GENAI_DML, shapes=asked), load_graph(GENAI_FP16, shapes=STEP)
+    assert not dml.unsupported_ops and not any("unknown shape" in w for w in dml.warnings)
+    assert any("onnxruntime's fused ops (2 GroupQueryAttention, 4 RotaryEmbedding, 1 SimplifiedLayerNormalization, "
+               "4 SkipSimplifiedLayerNormalization)" in w for w in dml.warnings)
+    assert any("kv_cache_dim (the KV cache's head size) is bound to 64" in w for w in dml.warnings)
+    assert {t.name: t.shape for t in dml.outputs} == {t.name: t.shape for t in cuda.outputs}
+    for op in ("Attention", "Neg"):  # one attention and two rotations (rotate_half) per layer
+        assert len(_by_op(dml, op)) == len(_by_op(cuda, op)) == (2 if op == "Attention" else 4)
+    gemm_flops = sum(d["flops"] for d in _by_op(dml, "MatMul"))
+    assert len(_by_op(dml, "MatMul")) == len(_by_op(cuda, "MatMul")) + 4  # q, k and v apart in both layers
+    assert gemm_flops == sum(d["flops"] for d in _by_op(cuda, "MatMul"))
+
+
+def test_a_rotation_read_elsewhere_stays_apart():
+    """A RotaryEmbedding whose output something else reads too cannot move into the attention."""
+    from lilou.graph.contrib_decoder import fold_rotary_embeddings
+
+    model = onnx.load(GENAI_DML, load_external_data=False)
+    rotated = next(n for n in model.graph.node if n.op_type == "RotaryEmbedding").output[0]
+    model.graph.output.append(helper.make_tensor_value_info(rotated, TensorProto.FLOAT16, None))
+    assert fold_rotary_embeddings(model.graph) == 2  # the other layer's pair only

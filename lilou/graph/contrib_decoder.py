@@ -54,6 +54,8 @@ def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int,
     heads when packed)."""
     heads, kv_heads = int(node_attribute(node, "num_heads", 0)), int(node_attribute(node, "kv_num_heads", 0))
     producer = producers.get(node_input(node, _QUERY))
+    if producer is not None and producer.op_type == "RotaryEmbedding" and producer.input:  # a separate rotation
+        producer = producers.get(producer.input[0])
     if producer is not None and producer.op_type == "Add":  # the projection's bias (Qwen2's packed QKV bias)
         producer = next((producers[name] for name in producer.input if name in producers
                          and producers[name].op_type in ("MatMul", "MatMulNBits")), None)
@@ -67,6 +69,64 @@ def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int,
     if parts > 0 and width > 0 and width % parts == 0:
         return width // parts
     return None
+
+
+def fold_rotary_embeddings(graph: onnx.GraphProto) -> int:
+    """Move each pair of ``com.microsoft::RotaryEmbedding`` nodes that rotate a GroupQueryAttention's query and key
+    into the attention (``do_rotary``), as the builder writes it for CUDA, in place; how many nodes moved.
+
+    For DirectML (``-e dml``) onnxruntime-genai's builder rotates Q and K with two separate RotaryEmbedding nodes
+    (the projections' outputs, the position ids and the same cos and sin caches in) and sets ``do_rotary`` 0. That
+    is the same computation as the attention's own rotation, so the pair folds into it and the attention is written
+    back as one (:func:`write_gqa`). Only where both rotations read the same caches and positions, rotate whole
+    heads the attention's way (not interleaved differently, scale 1, not packed batching) and nothing else reads
+    them."""
+    producers = {out: node for node in graph.node for out in node.output if out}
+    reads: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            reads[name] = reads.get(name, 0) + 1
+    outputs = {value.name for value in graph.output}
+    folded: set[int] = set()
+    for node in graph.node:
+        if (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention") or \
+                int(node_attribute(node, "do_rotary", 0)) or not node_input(node, _KEY):
+            continue
+        rotations = [producers.get(node_input(node, index)) for index in (_QUERY, _KEY)]
+        if not all(_separate_rotation(r, reads, outputs) for r in rotations) or \
+                any(id(r) in folded for r in rotations):
+            continue
+        q, k = rotations
+        if list(q.input[1:4]) != list(k.input[1:4]) or \
+                node_attribute(q, "interleaved", 0) != node_attribute(k, "interleaved", 0):
+            continue
+        while len(node.input) <= _POSITIONS:
+            node.input.append("")
+        node.input[_QUERY], node.input[_KEY] = q.input[0], k.input[0]
+        node.input[_COS], node.input[_SIN], node.input[_POSITIONS] = q.input[2], q.input[3], q.input[1]
+        for attribute in list(node.attribute):
+            if attribute.name in ("do_rotary", "rotary_interleaved"):
+                node.attribute.remove(attribute)
+        node.attribute.extend([onnx.helper.make_attribute("do_rotary", 1),
+                               onnx.helper.make_attribute("rotary_interleaved",
+                                                          int(node_attribute(q, "interleaved", 0)))])
+        folded.update((id(q), id(k)))
+    if folded:
+        kept = [node for node in graph.node if id(node) not in folded]
+        del graph.node[:]
+        graph.node.extend(kept)
+    return len(folded)
+
+
+def _separate_rotation(node: onnx.NodeProto | None, reads: Mapping[str, int], outputs: set[str]) -> bool:
+    """A RotaryEmbedding over a 3-D projection whose whole heads it rotates, read once (by the attention)."""
+    if node is None or (node.domain, node.op_type) != ("com.microsoft", "RotaryEmbedding"):
+        return False
+    if len(node.input) < 4 or not all(node.input[:4]) or len(node.output) != 1 or node.output[0] in outputs:
+        return False
+    if reads.get(node.output[0], 0) != 1 or node_attribute(node, "is_packed_batching", 0):
+        return False
+    return float(node_attribute(node, "scale", 1.0)) == 1.0 and int(node_attribute(node, "rotary_embedding_dim", 0)) == 0
 
 
 def gqa_applies(node: onnx.NodeProto, head_size: int | None) -> bool:

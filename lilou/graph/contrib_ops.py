@@ -33,7 +33,7 @@ from lilou.graph.contrib_decoder import OPSET as DECODER_OPSET
 from lilou.graph.contrib_diffusion import (bias_split_gelu_applies, group_norm_applies, nhwc_conv_applies,
                                            skip_group_norm_applies, write_bias_split_gelu, write_group_norm,
                                            write_nhwc_conv, write_skip_group_norm)
-from lilou.graph.contrib_decoder import gqa_applies, gqa_head_size, write_gqa
+from lilou.graph.contrib_decoder import fold_rotary_embeddings, gqa_applies, gqa_head_size, write_gqa
 from lilou.graph.contrib_session import (fused_conv_applies, fused_gemm_applies, fused_matmul_applies,
                                          write_fused_conv, write_fused_gemm, write_fused_matmul)
 from lilou.graph.contrib_multihead import multihead_applies, multihead_form, write_multihead
@@ -59,6 +59,7 @@ _CHECKED = {(MICROSOFT, "NhwcConv"): (nhwc_conv_applies, write_nhwc_conv),
 def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     """Write every contrib op this module knows back as standard ops (in place); how many of each op type."""
     graph = model.graph
+    rotations = fold_rotary_embeddings(graph) if any(n.op_type == "RotaryEmbedding" for n in graph.node) else 0
     head_sizes = _decoder_head_sizes(graph)
     if head_sizes and can_raise(model, DECODER_OPSET):  # ONNX's Attention: opset 23
         raise_opset(model, DECODER_OPSET)
@@ -66,7 +67,7 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     writer = OpWriter(graph, opset, element_types(graph))
     planned, absorbed = _planned(graph, opset, writer.dims, head_sizes)
     if not planned:
-        return Counter()
+        return Counter({"RotaryEmbedding": rotations}) if rotations else Counter()
     taken = {name.partition(MARK)[0] for name in _names(graph) if MARK in name}  # labels a file already uses
     restored: Counter[str] = Counter()
     nodes: list[onnx.NodeProto] = []
@@ -88,6 +89,8 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
         restored[node.op_type] += 1
     del graph.node[:]
     graph.node.extend(nodes)
+    if rotations:
+        restored["RotaryEmbedding"] += rotations
     return restored
 
 
