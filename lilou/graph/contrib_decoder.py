@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import onnx
 
-from lilou.graph.contrib_writer import OpWriter, node_input, node_output
+from lilou.graph.contrib_writer import OpWriter, node_input, node_output, producers_and_reads
 from lilou.graph.exporter_fusions import node_attribute
 
 #: The opset whose ``Attention`` the rewrite writes.
@@ -81,11 +81,7 @@ def fold_rotary_embeddings(graph: onnx.GraphProto) -> int:
     back as one (:func:`write_gqa`). Only where both rotations read the same caches and positions, rotate whole
     heads the attention's way (not interleaved differently, scale 1, not packed batching) and nothing else reads
     them."""
-    producers = {out: node for node in graph.node for out in node.output if out}
-    reads: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            reads[name] = reads.get(name, 0) + 1
+    producers, reads = producers_and_reads(graph)
     outputs = {value.name for value in graph.output}
     folded: set[int] = set()
     for node in graph.node:

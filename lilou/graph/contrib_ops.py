@@ -37,7 +37,8 @@ from lilou.graph.contrib_decoder import fold_rotary_embeddings, gqa_applies, gqa
 from lilou.graph.contrib_session import (fused_conv_applies, fused_gemm_applies, fused_matmul_applies,
                                          write_fused_conv, write_fused_gemm, write_fused_matmul)
 from lilou.graph.contrib_multihead import multihead_applies, multihead_form, write_multihead
-from lilou.graph.contrib_writer import MARK, OpWriter, add_bias, gelu, layer_norm, node_input, node_output
+from lilou.graph.contrib_writer import (MARK, OpWriter, add_bias, gelu, layer_norm, node_input, node_output,
+                                       producers_and_reads)
 from lilou.graph.exporter_fusions import element_types, node_attribute
 from lilou.graph.opset_upgrade import can_raise, raise_opset
 
@@ -144,10 +145,10 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
     read = {name for node in graph.node for name in node.input} | {v.name for v in graph.output}
     attentions = any(node.op_type in _ATTENTIONS for node in graph.node)
     masks = raw_masks(graph) if attentions else {}
-    producers = {out: node for node in graph.node for out in node.output if out} if attentions else {}
+    producers, reads = producers_and_reads(graph) if attentions else ({}, {})
+    for value in graph.output if attentions else ():  # a graph output is read too
+        reads[value.name] = reads.get(value.name, 0) + 1
     initializers = {t.name: t for t in graph.initializer} if attentions else {}
-    reads = Counter(name for node in graph.node for name in node.input) + Counter(v.name for v in graph.output) \
-        if attentions else Counter()
     planned: dict[int, Callable[[OpWriter, onnx.NodeProto], None]] = {}
     absorbed: set[int] = set()
     embeddings: list[int] = []

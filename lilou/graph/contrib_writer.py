@@ -97,6 +97,16 @@ class OpWriter:
         return self.nodes
 
 
+def producers_and_reads(graph: onnx.GraphProto) -> tuple[dict[str, onnx.NodeProto], dict[str, int]]:
+    """The node that writes each tensor, and how many node inputs read each (graph outputs not counted)."""
+    producers = {out: node for node in graph.node for out in node.output if out}
+    reads: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            reads[name] = reads.get(name, 0) + 1
+    return producers, reads
+
+
 def node_input(node: onnx.NodeProto, index: int) -> str:
     return node.input[index] if len(node.input) > index else ""
 

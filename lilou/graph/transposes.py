@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import onnx
 
+from lilou.graph.contrib_writer import producers_and_reads
 from lilou.graph.exporter_fusions import node_attribute
 
 #: The ``doc_string`` of the transposes Lilou writes between channels-last and channels-first.
@@ -25,11 +26,7 @@ LAYOUT = "lilou: layout transpose"
 def cancel_inverse_transposes(graph: onnx.GraphProto, types: Mapping[str, str]) -> int:
     """Rewrite every inverse pair (see the module docstring) in place; how many pairs. ``types``: tensor name ->
     element type name, as the shaped graph's tensor table gives it."""
-    producers = {out: node for node in graph.node for out in node.output if out}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    producers, readers = producers_and_reads(graph)
     outputs = {value.name for value in graph.output}
     nested = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node
                  for a in n.attribute)  # a subgraph may read a name from here: keep every name
