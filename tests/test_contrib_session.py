@@ -100,3 +100,16 @@ def test_a_fused_form_the_rewrite_does_not_reproduce_stays_unsupported(node: onn
     model = _single(node, [tensor("x", [1, 2, 4, 4]), tensor("x2", [1, 2, 4, 4])],
                     [numpy_helper.from_array(np.ones((3, 2, 1, 1), np.float32), "w")])
     assert build_graph(model).unsupported_ops == [node.op_type]
+
+
+def test_device_copies_a_cuda_session_writes_launch_nothing() -> None:
+    """A model saved from a CUDA session holds MemcpyFromHost/MemcpyToHost around what it placed on the CPU; ONNX's
+    shape inference does not know them (every later shape was unknown). They become views."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("MemcpyFromHost", ["shape"], ["shape_on_device"]),
+             helper.make_node("Reshape", ["x", "shape_on_device"], ["y_device"]),
+             helper.make_node("Relu", ["y_device"], ["r"]),
+             helper.make_node("MemcpyToHost", ["r"], ["y"])]
+    graph = build_graph(make_model(nodes, [tensor("x", [2, 8])], [tensor("y", None)], opset=17))
+    assert not graph.unsupported_ops and graph.outputs[0].shape == (2, 8)
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Reshape", "Relu", "Identity"]

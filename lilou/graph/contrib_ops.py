@@ -289,6 +289,12 @@ def _quick_gelu(w: OpWriter, node: onnx.NodeProto) -> None:
     w.op("Mul", [value, w.op("Sigmoid", [scaled], "sigmoid")], "gelu", node.output[0])
 
 
+def _device_copy(w: OpWriter, node: onnx.NodeProto) -> None:
+    """onnxruntime's ``MemcpyFromHost``/``MemcpyToHost``, which a session placing some nodes (shape arithmetic) on the
+    CPU writes into the model it saves: eager keeps those values on the host (Python ints), so no copy runs."""
+    w.op("Identity", [node_input(node, 0)], "copy", node.output[0])
+
+
 def _bias_add(w: OpWriter, node: onnx.NodeProto) -> None:
     w.op("Add", [w.op("Add", [node_input(node, 0), node_input(node, 1)], "bias"), node_input(node, 2)], "residual",
          node.output[0])
@@ -300,7 +306,7 @@ _STASH_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BF
 #: Inputs each op requires (the others are optional and may be empty names).
 _REQUIRED_INPUTS = {"LayerNormalization": 2, "SkipLayerNormalization": 3, "SkipSimplifiedLayerNormalization": 3,
                     "SimplifiedLayerNormalization": 2, "BiasGelu": 2, "Gelu": 1, "FastGelu": 1, "QuickGelu": 1,
-                    "BiasAdd": 3}
+                    "BiasAdd": 3, "MemcpyFromHost": 1, "MemcpyToHost": 1}
 
 _REWRITES: dict[tuple[str, str], Callable[[OpWriter, onnx.NodeProto], None]] = {
     (MICROSOFT, "SkipLayerNormalization"): _skip_layer_norm,
@@ -313,4 +319,8 @@ _REWRITES: dict[tuple[str, str], Callable[[OpWriter, onnx.NodeProto], None]] = {
     (MICROSOFT, "FastGelu"): _fast_gelu,
     (MICROSOFT, "QuickGelu"): _quick_gelu,
     (MICROSOFT, "BiasAdd"): _bias_add,
+    ("", "MemcpyFromHost"): _device_copy,  # registered in the ONNX domain by onnxruntime
+    ("", "MemcpyToHost"): _device_copy,
+    (MICROSOFT, "MemcpyFromHost"): _device_copy,
+    (MICROSOFT, "MemcpyToHost"): _device_copy,
 }
