@@ -39,7 +39,8 @@ demo: install
 # fails on any traceback, hang (> 30 s) or memory failure (> 1 GiB RSS). Failing cases: outputs/fuzz/.
 FUZZ_N ?= 2000
 fuzz: install
-	$(PY) scripts/fuzz.py --cases $(FUZZ_N) --zoo distilbert-base --out outputs/fuzz
+	$(PY) scripts/fuzz.py --cases $(FUZZ_N) --zoo distilbert-base --file tests/data/ort/bert-mha.onnx \
+		--file tests/data/ort/cnn-ort-session.onnx --file tests/data/diffusion/unet-ort.onnx --out outputs/fuzz
 
 # Every benchmark, then one summary table of outputs/bench/*.json.
 bench: bench-data bench-graph bench-kernels bench-fusion bench-e2e bench-speed
