@@ -204,3 +204,21 @@ def test_a_cast_that_changes_the_type_keeps_its_transposes() -> None:
     graph = build_graph(_layout_chain(TensorProto.FLOAT16))
     ops = [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
     assert ops == ["Conv", "Transpose", "Cast", "Transpose", "Conv", "Identity"]
+
+
+def test_a_group_norm_declaring_billions_of_groups_is_left_alone() -> None:
+    """A few-byte file whose (stripped) gamma declares 2^40 channels in as many groups must not make Lilou write
+    2^40 constants: the node stays, named unsupported."""
+    big = []
+    for name in ("gamma", "beta"):
+        declared = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[1 << 40],
+                                    data_location=TensorProto.EXTERNAL)
+        declared.external_data.add(key="location", value="absent.bin")
+        big.append(declared)
+    norm = helper.make_node("GroupNorm", ["x", "gamma", "beta"], ["y"], domain="com.microsoft", groups=1 << 40,
+                            activation=0, epsilon=1e-5)
+    model = make_model([norm], [tensor("x", [1, 4, 4, 8])], [tensor("y", None)], big, opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    from lilou.graph.contrib_ops import restore_contrib_ops
+
+    assert restore_contrib_ops(model) == {}

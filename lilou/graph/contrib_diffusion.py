@@ -36,6 +36,9 @@ NCHW_TO_NHWC = [0, 2, 3, 1]
 #: The ops whose rewrite writes transposes to and from channels-last (:mod:`lilou.graph.transposes` removes the
 #: pairs once the types are known).
 CHANNELS_LAST_OPS = frozenset({"NhwcConv", "GroupNorm", "SkipGroupNorm"})
+#: The most groups a group norm is written back with (its InstanceNormalization constants hold one value per
+#: group: a file declaring billions must not make Lilou allocate them; real models use 32).
+_MAX_GROUPS = 1 << 12
 #: Conv attributes NhwcConv carries over.
 _CONV_ATTRIBUTES = frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
 
@@ -66,7 +69,8 @@ def group_norm_applies(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]]
     """Constant per-channel gamma and beta whose channels split into the groups, the attributes the op defines."""
     gamma, beta = dims.get(node_input(node, 1)), dims.get(node_input(node, 2))
     groups = node_attribute(node, "groups", 0)
-    if not isinstance(groups, int) or groups <= 0 or gamma is None or beta is None or gamma != beta or len(gamma) != 1:
+    if not isinstance(groups, int) or not 0 < groups <= _MAX_GROUPS or gamma is None or beta is None or gamma != beta \
+            or len(gamma) != 1:
         return False
     if node_attribute(node, "channels_last", 1) not in (0, 1) or node_attribute(node, "activation", 0) not in (0, 1):
         return False
