@@ -361,6 +361,11 @@ def _short_raw_data() -> onnx.ModelProto:
     return model
 
 
+def _written_bytes(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
 def _written(path: Path, text: str) -> bool:
     path.write_text(text)
     return True
@@ -496,6 +501,9 @@ ERROR_CASES = {
     "initializer-undefined-type": (_graph_of(lambda: _retyped_initializer(0)), "not an ONNX tensor type"),
     "initializer-unknown-type": (_graph_of(lambda: _retyped_initializer(99)), "not an ONNX tensor type"),
     "initializer-short-raw-data": (_graph_of(lambda: _short_raw_data()), "the file is damaged"),
+    # onnxruntime's FlatBuffer format (the first bytes of a real .ort file, then the rest cut off)
+    "ort-format": (lambda p: ["infer", _written_bytes(p / "m.ort", bytes.fromhex("180000004f52544d00000000") + b"\0" * 64),
+                              "--gpu", "t4"], "an onnxruntime ORT-format model"),
     # GPU names
     "unknown-gpu": (_cmd_of("infer", relu_model, "--gpu", "a1000000"), "unknown GPU"),
     "unknown-mig": (_cmd_of("infer", relu_model, "--gpu", "a100-80gb", "--mig", "9g.9gb"), "no MIG profile"),

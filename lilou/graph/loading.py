@@ -40,6 +40,9 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
+        if _is_ort_format(path):
+            raise LilouInputError(f"{path} is an onnxruntime ORT-format model (a FlatBuffer, not ONNX): pass the .onnx "
+                                  "file it was converted from") from None
         raise LilouInputError(f"{path} is not a readable ONNX model (truncated or not ONNX: {_first_line(exc)})") from None
     except OSError as exc:
         raise LilouInputError(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -48,6 +51,15 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     if model.functions:
         model = _inline_functions(model, path)
     return model
+
+
+def _is_ort_format(path: Path) -> bool:
+    """Whether the file carries the FlatBuffer identifier of onnxruntime's ORT format ("ORTM" at byte 4)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8)[4:8] == b"ORTM"
+    except OSError:
+        return False
 
 
 def _check_regular_file(path: Path) -> None:
