@@ -503,7 +503,11 @@ ERROR_CASES = {
     "initializer-short-raw-data": (_graph_of(lambda: _short_raw_data()), "the file is damaged"),
     # onnxruntime's FlatBuffer format (the first bytes of a real .ort file, then the rest cut off)
     "ort-format": (lambda p: ["infer", _written_bytes(p / "m.ort", bytes.fromhex("180000004f52544d00000000") + b"\0" * 64),
-                              "--gpu", "t4"], "an onnxruntime ORT-format model"),
+                              "--gpu", "t4"], "an onnxruntime ORT-format model (a FlatBuffer): pass the .onnx"),
+    "torch-checkpoint": (lambda p: ["graph", _written_bytes(p / "m.pt", b"PK\x03\x04" + b"\0" * 60)],
+                         "a zip archive (a PyTorch .pt/.pth checkpoint or TorchScript file?)"),
+    "safetensors": (lambda p: ["graph", _written_bytes(p / "m.safetensors", (20).to_bytes(8, "little")
+                                                       + b'{"__metadata__":{}} ')], "a safetensors weight file"),
     # GPU names
     "unknown-gpu": (_cmd_of("infer", relu_model, "--gpu", "a1000000"), "unknown GPU"),
     "unknown-mig": (_cmd_of("infer", relu_model, "--gpu", "a100-80gb", "--mig", "9g.9gb"), "no MIG profile"),

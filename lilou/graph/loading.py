@@ -40,9 +40,9 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
-        if _is_ort_format(path):
-            raise LilouInputError(f"{path} is an onnxruntime ORT-format model (a FlatBuffer, not ONNX): pass the .onnx "
-                                  "file it was converted from") from None
+        kind = _known_other_format(path)
+        if kind:
+            raise LilouInputError(f"{path} is not ONNX but {kind}") from None
         raise LilouInputError(f"{path} is not a readable ONNX model (truncated or not ONNX: {_first_line(exc)})") from None
     except OSError as exc:
         raise LilouInputError(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -53,13 +53,22 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     return model
 
 
-def _is_ort_format(path: Path) -> bool:
-    """Whether the file carries the FlatBuffer identifier of onnxruntime's ORT format ("ORTM" at byte 4)."""
+def _known_other_format(path: Path) -> str:
+    """What a file that is not ONNX is, where its first bytes say so (the files users hand in by mistake), with
+    what to pass instead; "" otherwise."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(8)[4:8] == b"ORTM"
+            head = handle.read(16)
     except OSError:
-        return False
+        return ""
+    if head[4:8] == b"ORTM":  # the FlatBuffer identifier of onnxruntime's ORT format
+        return "an onnxruntime ORT-format model (a FlatBuffer): pass the .onnx file it was converted from"
+    if head[:4] == b"PK\x03\x04":  # torch.save's format since PyTorch 1.6, and TorchScript's
+        return ("a zip archive (a PyTorch .pt/.pth checkpoint or TorchScript file?): export the model with "
+                "torch.onnx.export and pass the .onnx file")
+    if len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 27:
+        return "a safetensors weight file: export the model with torch.onnx.export and pass the .onnx file"
+    return ""
 
 
 def _check_regular_file(path: Path) -> None:
