@@ -15,6 +15,12 @@ to the LM head (``tie_word_embeddings``, ``--extra_options shared_embeddings=tru
 weight, read by ``GatherBlockQuantized``), and in FP16 for DirectML (``-e dml``: separate Q, K and V projections,
 each of Q and K rotated by its own ``RotaryEmbedding`` before the attention, the way the DirectML folders of those
 repositories ship them); every initializer above 1 KiB is stripped, as the zoo strips its exports.
+
+``whisper-encoder.onnx`` and ``whisper-decoder.onnx`` are the builder's two files (``-e cuda -p fp16``) of a two-layer
+``WhisperForConditionalGeneration`` (256 wide, 4 heads, 1500 audio positions, vocabulary 1000, random weights): the
+encoder's ``Attention`` without a bias input, the decoder step's self-attention ``MultiHeadAttention`` with its cache
+and its cross-attention over the encoder's keys and values; ``whisper-encoder-export.onnx`` is the same encoder as the
+dynamo exporter writes it at opset 23 (``F.scaled_dot_product_attention`` as ONNX's ``Attention``), to compare with.
 """
 from __future__ import annotations
 
@@ -67,6 +73,46 @@ def main() -> None:
             model = onnx.load(built / "model.onnx", load_external_data=False)
             onnx.save(strip_weights(model, location=f"{target.stem}.weights"), target)
             print(f"{target}: {target.stat().st_size // 1024} KB")
+        _whisper(args.out, Path(folder))
+
+
+def _tiny_whisper(folder: Path) -> None:
+    import transformers as hf
+
+    torch.manual_seed(0)
+    hf.WhisperForConditionalGeneration(hf.WhisperConfig(
+        d_model=256, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=1000, num_mel_bins=80, max_source_positions=1500,
+        max_target_positions=128, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    ).eval().save_pretrained(folder)
+
+
+class _Encoder(torch.nn.Module):
+    def __init__(self, encoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.encoder(features).last_hidden_state
+
+
+def _whisper(out: Path, folder: Path) -> None:
+    """The builder's Whisper files, and the encoder as the dynamo exporter writes it."""
+    import transformers as hf
+
+    source, built = folder / "whisper", folder / "whisper-built"
+    _tiny_whisper(source)
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(built),
+                    "-p", "fp16", "-e", "cuda", "-c", str(folder / "cache")], check=True, capture_output=True)
+    exported = folder / "whisper-encoder-export.onnx"
+    encoder = hf.WhisperForConditionalGeneration.from_pretrained(source).eval().model.encoder
+    torch.onnx.export(_Encoder(encoder), (torch.randn(2, 80, 3000),), exported, dynamo=True, opset_version=23,
+                      optimize=False)
+    for path, name in ((built / "encoder.onnx", "whisper-encoder"), (built / "decoder.onnx", "whisper-decoder"),
+                       (exported, "whisper-encoder-export")):
+        target = out / f"{name}.onnx"
+        onnx.save(strip_weights(onnx.load(path, load_external_data=False), location=f"{name}.weights"), target)
+        print(f"{target}: {target.stat().st_size // 1024} KB")
 
 
 if __name__ == "__main__":

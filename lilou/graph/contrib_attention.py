@@ -144,7 +144,7 @@ def raw_masks(graph: onnx.GraphProto) -> dict[str, str]:
     masks = {node.output[1]: node.input[_EMBED_MASK] for node in graph.node
              if node.op_type == "EmbedLayerNormalization" and len(node.output) > 1 and node.output[1]
              and len(node.input) > _EMBED_MASK and node.input[_EMBED_MASK]}
-    ranks = _declared_ranks(graph)
+    ranks = declared_ranks(graph)
     constants = {t.name: t for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "ReduceSum" and node.input and node.output and ranks.get(node.input[0]) == 2 \
@@ -154,7 +154,7 @@ def raw_masks(graph: onnx.GraphProto) -> dict[str, str]:
     return masks
 
 
-def _declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:
+def declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:
     """The rank of every graph input that declares one, and of the casts of them (the int32 copy of a mask)."""
     ranks = {value.name: len(value.type.tensor_type.shape.dim) for value in graph.input
              if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape")}

@@ -27,13 +27,16 @@ from collections.abc import Callable, Mapping
 import onnx
 from onnx import TensorProto
 
-from lilou.graph.contrib_attention import (attention_applies, embed_applies, raw_masks, write_attention,
-                                           write_embedding)
+from lilou.graph.contrib_attention import (attention_applies, declared_ranks, embed_applies, raw_masks,
+                                           write_attention, write_embedding)
 from lilou.graph.contrib_decoder import OPSET as DECODER_OPSET
 from lilou.graph.contrib_diffusion import (bias_split_gelu_applies, group_norm_applies, nhwc_conv_applies,
                                            skip_group_norm_applies, write_bias_split_gelu, write_group_norm,
                                            write_nhwc_conv, write_skip_group_norm)
 from lilou.graph.contrib_decoder import fold_rotary_embeddings, gqa_applies, gqa_head_size, write_gqa
+from lilou.graph.contrib_sdpa import GENAI as SDPA_PRODUCER
+from lilou.graph.contrib_sdpa import (sdpa_attention_applies, sdpa_multihead_applies, write_sdpa_attention,
+                                      write_sdpa_multihead)
 from lilou.graph.contrib_session import (fused_conv_applies, fused_gemm_applies, fused_matmul_applies,
                                          write_fused_conv, write_fused_gemm, write_fused_matmul)
 from lilou.graph.contrib_multihead import multihead_applies, multihead_form, write_multihead
@@ -62,11 +65,12 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     graph = model.graph
     rotations = fold_rotary_embeddings(graph) if any(n.op_type == "RotaryEmbedding" for n in graph.node) else 0
     head_sizes = _decoder_head_sizes(graph)
-    if head_sizes and can_raise(model, DECODER_OPSET):  # ONNX's Attention: opset 23
+    built = _built_attention(model)  # onnxruntime-genai's encoder-decoder attention: SDPA calls
+    if (head_sizes or built) and can_raise(model, DECODER_OPSET):  # ONNX's Attention: opset 23
         raise_opset(model, DECODER_OPSET)
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
     writer = OpWriter(graph, opset, element_types(graph))
-    planned, absorbed = _planned(graph, opset, writer.dims, head_sizes)
+    planned, absorbed = _planned(graph, opset, writer.dims, head_sizes, built if opset >= DECODER_OPSET else {})
     if not planned:
         return Counter({"RotaryEmbedding": rotations}) if rotations else Counter()
     taken = {name.partition(MARK)[0] for name in _names(graph) if MARK in name}  # labels a file already uses
@@ -118,6 +122,23 @@ def _reads_as_mask(node: onnx.NodeProto, name: str) -> bool:
     return at is not None and [i for i, value in enumerate(node.input) if value == name] == [at]
 
 
+def _built_attention(model: onnx.ModelProto) -> dict[int, Callable[[OpWriter, onnx.NodeProto], None]]:
+    """Node index -> its SDPA rewrite, for every Attention and MultiHeadAttention of a file onnxruntime-genai built
+    (:mod:`lilou.graph.contrib_sdpa`) that the rewrite reproduces."""
+    graph = model.graph
+    if model.producer_name != SDPA_PRODUCER or not any(n.op_type in _ATTENTIONS for n in graph.node):
+        return {}
+    dims = {t.name: tuple(t.dims) for t in graph.initializer}
+    ranks = declared_ranks(graph)
+    built: dict[int, Callable[[OpWriter, onnx.NodeProto], None]] = {}
+    for index, node in enumerate(graph.node):
+        if (node.domain, node.op_type) == (MICROSOFT, "Attention") and sdpa_attention_applies(node, dims):
+            built[index] = write_sdpa_attention
+        elif (node.domain, node.op_type) == (MICROSOFT, "MultiHeadAttention") and sdpa_multihead_applies(node, ranks):
+            built[index] = lambda w, n: write_sdpa_multihead(w, n, ranks)
+    return built
+
+
 def _decoder_head_sizes(graph: onnx.GraphProto) -> dict[int, int]:
     """Node index -> head size, for every GroupQueryAttention :func:`write_gqa` reproduces."""
     if not any(node.op_type == "GroupQueryAttention" for node in graph.node):
@@ -137,8 +158,9 @@ def _decoder_head_sizes(graph: onnx.GraphProto) -> dict[int, int]:
     return sizes
 
 
-def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]],
-             head_sizes: dict[int, int]) -> tuple[dict[int, Callable[[OpWriter, onnx.NodeProto], None]], set[int]]:
+def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]], head_sizes: dict[int, int],
+             built: Mapping[int, Callable[[OpWriter, onnx.NodeProto], None]],
+             ) -> tuple[dict[int, Callable[[OpWriter, onnx.NodeProto], None]], set[int]]:
     """Node index -> its rewrite, for every contrib node this module reproduces, and the ids of the nodes those
     rewrites replace beside their own (a packed projection). The embedding op goes only with every attention op
     that reads its mask index (which the rewrite replaces by the raw mask)."""
@@ -154,7 +176,9 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
     embeddings: list[int] = []
     for index, node in enumerate(graph.node):
         key = (node.domain if node.domain not in _ONNX else "", node.op_type)
-        if key == (MICROSOFT, "EmbedLayerNormalization"):
+        if index in built:
+            planned[index] = built[index]
+        elif key == (MICROSOFT, "EmbedLayerNormalization"):
             embeddings.append(index)
         elif key == (MICROSOFT, "Attention"):
             if attention_applies(node, dims, opset):
