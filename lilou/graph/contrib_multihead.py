@@ -22,7 +22,8 @@ weight interleaves every head's query, key and value (or key and value) columns,
 (a constant slice: no kernel). Left as they are, and named unsupported: keys and values already split into heads
 (4-D, a cross-attention cache), past key and value, causal (``unidirectional``) attention, any other mask form, a
 packed input not written by a ``MatMul`` with a constant weight, and a node whose head size its projections and bias
-do not give.
+do not give. (In a file onnxruntime-genai built, these ops, caches and 4-D keys included, are written back by
+:mod:`lilou.graph.contrib_sdpa`.)
 """
 from __future__ import annotations
 

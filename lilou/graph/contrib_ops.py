@@ -13,7 +13,9 @@ prices an optimized file as the export it came from.
 Written back: ``SkipLayerNormalization``, ``SkipSimplifiedLayerNormalization``, ``SimplifiedLayerNormalization``
 and, in a file of opset < 17, ``LayerNormalization`` (onnxruntime registers both in the ONNX domain), ``BiasGelu``,
 ``Gelu``, ``FastGelu``, ``QuickGelu`` and ``BiasAdd``; BERT's ``Attention`` and ``EmbedLayerNormalization`` in
-:mod:`lilou.graph.contrib_attention`, ``MultiHeadAttention`` in :mod:`lilou.graph.contrib_multihead`. A node whose
+:mod:`lilou.graph.contrib_attention`, ``MultiHeadAttention`` in :mod:`lilou.graph.contrib_multihead` (both, in a file
+onnxruntime-genai built, in :mod:`lilou.graph.contrib_sdpa`), Stable Diffusion's channels-last ops in
+:mod:`lilou.graph.contrib_diffusion`, a saved session's fusions in :mod:`lilou.graph.contrib_session`. A node whose
 extra outputs (mean, inverse standard deviation) something reads stays as it is, and so does an attention form those
 modules do not reproduce: the warnings name them as unsupported (the quantized ops are :mod:`lilou.graph.quantized`'s).
 onnxruntime-genai's decoder attention, ``GroupQueryAttention``, is written back in :mod:`lilou.graph.contrib_decoder`
