@@ -16,6 +16,10 @@ weight, read by ``GatherBlockQuantized``), and in FP16 for DirectML (``-e dml``:
 each of Q and K rotated by its own ``RotaryEmbedding`` before the attention, the way the DirectML folders of those
 repositories ship them); every initializer above 1 KiB is stripped, as the zoo strips its exports.
 
+``qwen3-gqa-fp16.onnx`` and ``gemma2-gqa-fp16.onnx`` are the same size of Qwen3 (its ``q_norm``/``k_norm`` fused into the
+attention, Q, K and V split from one projection) and Gemma 2 (one sliding-window layer with a windowed cache of its
+own length, ``past_sliding_length``, one global layer, attention soft-capping), built the same way.
+
 ``whisper-encoder.onnx`` and ``whisper-decoder.onnx`` are the builder's two files (``-e cuda -p fp16``) of a two-layer
 ``WhisperForConditionalGeneration`` (256 wide, 4 heads, 1500 audio positions, vocabulary 1000, random weights): the
 encoder's ``Attention`` without a bias input, the decoder step's self-attention ``MultiHeadAttention`` with its cache
@@ -73,7 +77,29 @@ def main() -> None:
             model = onnx.load(built / "model.onnx", load_external_data=False)
             onnx.save(strip_weights(model, location=f"{target.stem}.weights"), target)
             print(f"{target}: {target.stat().st_size // 1024} KB")
+        _other_decoders(args.out, Path(folder))
         _whisper(args.out, Path(folder))
+
+
+def _other_decoders(out: Path, folder: Path) -> None:
+    """Qwen3 and Gemma 2 at the Llama's size, built for CUDA in FP16."""
+    import transformers as hf
+
+    common = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=1000, max_position_embeddings=2048)
+    for name, model in (("qwen3", lambda: hf.Qwen3ForCausalLM(hf.Qwen3Config(**common, head_dim=64))),
+                        ("gemma2", lambda: hf.Gemma2ForCausalLM(hf.Gemma2Config(**common, head_dim=64,
+                                                                                pad_token_id=0)))):
+        source, built = folder / name, folder / f"{name}-built"
+        _tiny_llama(source, tied=False)  # the tokenizer; the model is replaced below
+        torch.manual_seed(0)
+        model().eval().save_pretrained(source)
+        subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(built),
+                        "-p", "fp16", "-e", "cuda", "-c", str(folder / "cache")], check=True, capture_output=True)
+        target = out / f"{name}-gqa-fp16.onnx"
+        onnx.save(strip_weights(onnx.load(built / "model.onnx", load_external_data=False),
+                                location=f"{target.stem}.weights"), target)
+        print(f"{target}: {target.stat().st_size // 1024} KB")
 
 
 def _tiny_whisper(folder: Path) -> None:

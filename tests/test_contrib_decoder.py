@@ -254,3 +254,30 @@ def test_a_rotation_read_elsewhere_stays_apart():
     rotated = next(n for n in model.graph.node if n.op_type == "RotaryEmbedding").output[0]
     model.graph.output.append(helper.make_tensor_value_info(rotated, TensorProto.FLOAT16, None))
     assert fold_rotary_embeddings(model.graph) == 2  # the other layer's pair only
+
+
+def test_qwen3_norms_each_head_of_its_query_and_key():
+    """Qwen3 as the builder writes it: Q, K and V split from one projection (the cache head size is read from the
+    split), and the q_norm / k_norm weights fused into the attention, written back as the RMS norm of each head
+    that eager runs as a Python module (one more RMS norm per layer for each of Q and K)."""
+    graph = load_graph(DATA / "genai" / "qwen3-gqa-fp16.onnx",
+                       shapes={name: STEP[name] for name in ("batch_size", "sequence_length", "past_sequence_length")})
+    assert not graph.unsupported_ops and not any("unknown shape" in w for w in graph.warnings)
+    assert any("kv_cache_dim (the KV cache's head size) is bound to 64" in w for w in graph.warnings)
+    assert len(_by_op(graph, "Pow")) == len(_by_op(load_graph(GENAI_FP16, shapes=STEP), "Pow")) + 4 == 9
+    assert len(_by_op(graph, "Attention")) == 2
+    head_norms = [d for d in _by_op(graph, "Pow") if "/q_norm_" in d["outputs"][0].name or "/k_norm_" in d["outputs"][0].name]
+    assert len(head_norms) == 4
+
+
+@pytest.mark.parametrize(("past", "window_cache"), [(511, 511), (8191, 4096)])
+def test_gemma2_sliding_layers_hold_at_most_their_window(past: int, window_cache: int):
+    """Gemma 2's local layer keeps a windowed cache of its own length (``past_sliding_length``), bound to the past
+    up to the window (4096); its global layer keeps the whole past."""
+    graph = load_graph(DATA / "genai" / "gemma2-gqa-fp16.onnx",
+                       shapes={"batch_size": (2,), "sequence_length": (1,), "past_sequence_length": (past,)})
+    assert not graph.unsupported_ops and not any("unknown shape" in w for w in graph.warnings)
+    assert any(f"past_sliding_length (the cache of the sliding-window layers) is bound to min(past_sequence_length, "
+               f"4096) = {window_cache}" in w for w in graph.warnings)
+    shapes = {t.name: t.shape for t in graph.outputs}
+    assert shapes["present.0.key"] == (2, 2, window_cache + 1, 64) and shapes["present.1.key"] == (2, 2, past + 1, 64)

@@ -21,6 +21,11 @@ def _named_tensors(graph: onnx.GraphProto) -> list[tuple[str, onnx.TensorProto]]
     return tensors
 
 
+def constant_tensors(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """The graph's initializers and ``Constant`` node values by name (a split's sizes, a reshape's shape)."""
+    return dict(_named_tensors(graph))
+
+
 def scalar_integers(graph: onnx.GraphProto) -> dict[str, int]:
     """Scalar integer constants of a graph (INT64 or INT32, one element), e.g. Loop trip counts."""
     values: dict[str, int] = {}

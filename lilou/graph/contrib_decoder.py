@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import onnx
+from onnx import TensorProto, numpy_helper
 
-from lilou.graph.contrib_writer import OpWriter, node_input, node_output, producers_and_reads
+from lilou.graph.contrib_writer import OpWriter, node_input, node_output, producers_and_reads, rms_norm
 from lilou.graph.exporter_fusions import node_attribute
 
 #: The opset whose ``Attention`` the rewrite writes.
@@ -34,21 +35,25 @@ OPSET = 23
 #: GroupQueryAttention's inputs.
 _QUERY, _KEY, _VALUE, _PAST_KEY, _PAST_VALUE = 0, 1, 2, 3, 4
 _COS, _SIN, _POSITIONS, _BIAS = 7, 8, 9, 10
+#: The per-head RMS norm weights of the query and key (the builder fuses Qwen3's ``q_norm``/``k_norm`` here).
+_Q_NORM, _K_NORM = 14, 15
 
 
 def gqa_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
-                  producers: Mapping[str, onnx.NodeProto]) -> int | None:
+                  producers: Mapping[str, onnx.NodeProto],
+                  constants: Mapping[str, onnx.TensorProto] | None = None) -> int | None:
     """The head size of a GroupQueryAttention, from what is known before shape inference: the past key's last
     dimension (an input bound by ``--shape``) or the projection writing the query (:func:`gqa_projection_head_size`).
     Not the rotary cache: it holds half the rotated channels, fewer than a head's where the rotation is partial."""
     past = dims.get(node_input(node, _PAST_KEY))
     if past is not None and len(past) == 4 and past[3] > 0:
         return past[3]
-    return gqa_projection_head_size(node, dims, producers)
+    return gqa_projection_head_size(node, dims, producers, constants)
 
 
 def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
-                             producers: Mapping[str, onnx.NodeProto]) -> int | None:
+                             producers: Mapping[str, onnx.NodeProto],
+                             constants: Mapping[str, onnx.TensorProto] | None = None) -> int | None:
     """The head size the projection writing the query gives: its output width (a ``MatMul``'s weight, a
     ``MatMulNBits``'s ``N``, behind its bias ``Add`` where it has one) over the heads it holds (query, key and value
     heads when packed)."""
@@ -56,6 +61,9 @@ def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int,
     producer = producers.get(node_input(node, _QUERY))
     if producer is not None and producer.op_type == "RotaryEmbedding" and producer.input:  # a separate rotation
         producer = producers.get(producer.input[0])
+    if producer is not None and producer.op_type == "Split" and node_input(node, _KEY):  # [Q | K | V] split apart
+        width = _split_width(producer, node_input(node, _QUERY), constants or {})
+        return width // heads if heads > 0 and width and width % heads == 0 else None
     if producer is not None and producer.op_type == "Add":  # the projection's bias (Qwen2's packed QKV bias)
         producer = next((producers[name] for name in producer.input if name in producers
                          and producers[name].op_type in ("MatMul", "MatMulNBits")), None)
@@ -69,6 +77,20 @@ def gqa_projection_head_size(node: onnx.NodeProto, dims: Mapping[str, tuple[int,
     if parts > 0 and width > 0 and width % parts == 0:
         return width // parts
     return None
+
+
+def _split_width(split: onnx.NodeProto, output: str, constants: Mapping[str, onnx.TensorProto]) -> int:
+    """The width of one output of a ``Split`` along the last axis, from its constant sizes; 0 where not stated."""
+    sizes = constants.get(node_input(split, 1))
+    if sizes is None or sizes.data_type != TensorProto.INT64 or len(sizes.dims) != 1 or sizes.dims[0] > 16 \
+            or sizes.data_location == TensorProto.EXTERNAL or output not in split.output:
+        return 0
+    try:
+        values = [int(v) for v in numpy_helper.to_array(sizes).reshape(-1)]
+    except (ValueError, TypeError):  # a damaged tensor
+        return 0
+    index = list(split.output).index(output)
+    return values[index] if index < len(values) and values[index] > 0 else 0
 
 
 def fold_rotary_embeddings(graph: onnx.GraphProto) -> int:
@@ -154,6 +176,11 @@ def write_gqa(w: OpWriter, node: onnx.NodeProto, head_size: int) -> None:
     q, k, v = (w.op("Transpose", [w.op("Reshape", [value, w.ints(f"{name}_shape", [0, 0, count, head_size])],
                                        f"{name}_heads")], f"{name}_transposed", perm=[0, 2, 1, 3])
                for value, count, name in parts)
+    epsilon = float(node_attribute(node, "qk_norm_epsilon", 1e-6))
+    if node_input(node, _Q_NORM):  # Qwen3's q_norm and k_norm: an RMS norm over each head (a Python module in eager)
+        q = rms_norm(w, q, node_input(node, _Q_NORM), epsilon, TensorProto.FLOAT, None, "q_norm_")
+    if node_input(node, _K_NORM):
+        k = rms_norm(w, k, node_input(node, _K_NORM), epsilon, TensorProto.FLOAT, None, "k_norm_")
     if int(node_attribute(node, "do_rotary", 0)):
         cos, sin = _rotary_tables(w, node, query)
         table = w.dims.get(node_input(node, _COS), ())

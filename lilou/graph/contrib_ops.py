@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 import onnx
 from onnx import TensorProto
 
+from lilou.graph.constants import constant_tensors
 from lilou.graph.contrib_attention import (attention_applies, declared_ranks, embed_applies, raw_masks,
                                            write_attention, write_embedding)
 from lilou.graph.contrib_decoder import OPSET as DECODER_OPSET
@@ -43,7 +44,7 @@ from lilou.graph.contrib_session import (fused_conv_applies, fused_gemm_applies,
                                          write_fused_conv, write_fused_gemm, write_fused_matmul)
 from lilou.graph.contrib_multihead import multihead_applies, multihead_form, write_multihead
 from lilou.graph.contrib_writer import (MARK, OpWriter, add_bias, gelu, layer_norm, node_input, node_output,
-                                       producers_and_reads)
+                                       producers_and_reads, rms_norm)
 from lilou.graph.exporter_fusions import element_types, node_attribute
 from lilou.graph.opset_upgrade import can_raise, raise_opset
 
@@ -151,10 +152,11 @@ def _decoder_head_sizes(graph: onnx.GraphProto) -> dict[int, int]:
         if value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in shape.dim):
             dims.setdefault(value.name, tuple(d.dim_value for d in shape.dim))
     producers = {out: node for node in graph.node for out in node.output if out}
+    constants = constant_tensors(graph)
     sizes = {}
     for index, node in enumerate(graph.node):
         if (node.domain, node.op_type) == (MICROSOFT, "GroupQueryAttention"):
-            size = gqa_head_size(node, dims, producers)
+            size = gqa_head_size(node, dims, producers, constants)
             if gqa_applies(node, size):
                 sizes[index] = size
     return sizes
@@ -234,23 +236,6 @@ def _complete(node: onnx.NodeProto) -> bool:
     return len(node.input) >= required and all(node.input[:required]) and bool(node_output(node, 0))
 
 
-def _rms_norm(w: OpWriter, value: str, scale: str, epsilon: float, stash: int, output: str) -> None:
-    """A Python RMS norm (T5LayerNorm, LlamaRMSNorm) as TorchScript exports it: [Cast] Pow(2), ReduceMean,
-    Add(eps), Sqrt, Div(1, .), Mul(x), [Cast], Mul(scale)."""
-    source = w.type_of(value, scale)
-    if source is not None and source != stash:
-        value = w.op("Cast", [value], "cast_in", to=stash)
-    square = w.op("Pow", [value, w.constant("two", 2.0, value, stash)], "square")
-    mean = w.reduce_mean(square, "mean")
-    shifted = w.op("Add", [mean, w.constant("epsilon", epsilon, mean, stash)], "shifted")
-    inverse = w.op("Div", [w.constant("one", 1.0, shifted, stash), w.op("Sqrt", [shifted], "rms")], "inverse")
-    normalized = w.op("Mul", [value, inverse], "normalized")
-    target = w.type_of(scale)
-    if target is not None and target != stash:
-        normalized = w.op("Cast", [normalized], "cast_out", to=target)
-    w.op("Mul", [scale, normalized], "scaled", output)
-
-
 def _tanh_gelu(w: OpWriter, value: str, output: str, dtype: int | None) -> None:
     """GPT-2's ``gelu_new`` as exported: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
     half = w.op("Mul", [value, w.constant("half", 0.5, value, dtype)], "half")
@@ -278,7 +263,7 @@ def _skip_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
 
 def _skip_simplified_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
     total = _skip_sum(w, node, node_input(node, 3))
-    _rms_norm(w, total, node_input(node, 2), float(node_attribute(node, "epsilon", 1e-6)), TensorProto.FLOAT,
+    rms_norm(w, total, node_input(node, 2), float(node_attribute(node, "epsilon", 1e-6)), TensorProto.FLOAT,
               node.output[0])
 
 
@@ -286,7 +271,7 @@ def _simplified_layer_norm(w: OpWriter, node: onnx.NodeProto) -> None:
     stash = node_attribute(node, "stash_type", TensorProto.FLOAT)
     if stash not in _STASH_TYPES:  # a damaged attribute (fuzz seed 3005): the op's default, float32
         stash = TensorProto.FLOAT
-    _rms_norm(w, node_input(node, 0), node_input(node, 1), float(node_attribute(node, "epsilon", 1e-5)),
+    rms_norm(w, node_input(node, 0), node_input(node, 1), float(node_attribute(node, "epsilon", 1e-5)),
               int(stash), node.output[0])
 
 

@@ -144,3 +144,23 @@ def gelu(w: OpWriter, value: str, output: str | None, dtype: int | None) -> str:
     shifted = w.op("Add", [erf, w.constant("one", 1.0, erf, dtype)], "shifted")
     product = w.op("Mul", [value, shifted], "product")
     return w.op("Mul", [product, w.constant("half", 0.5, product, dtype)], "gelu", output)
+
+
+def rms_norm(w: OpWriter, value: str, scale: str, epsilon: float, stash: int, output: str | None,
+             prefix: str = "") -> str:
+    """A Python RMS norm (T5LayerNorm, LlamaRMSNorm) as TorchScript exports it: [Cast] Pow(2), ReduceMean,
+    Add(eps), Sqrt, Div(1, .), Mul(x), [Cast], Mul(scale). ``prefix`` names its steps apart from another's in the
+    same rewrite."""
+    source = w.type_of(value, scale)
+    if source is not None and source != stash:
+        value = w.op("Cast", [value], f"{prefix}cast_in", to=stash)
+    square = w.op("Pow", [value, w.constant(f"{prefix}two", 2.0, value, stash)], f"{prefix}square")
+    mean = w.reduce_mean(square, f"{prefix}mean")
+    shifted = w.op("Add", [mean, w.constant(f"{prefix}epsilon", epsilon, mean, stash)], f"{prefix}shifted")
+    inverse = w.op("Div", [w.constant(f"{prefix}one", 1.0, shifted, stash), w.op("Sqrt", [shifted], f"{prefix}rms")],
+                   f"{prefix}inverse")
+    normalized = w.op("Mul", [value, inverse], f"{prefix}normalized")
+    target = w.type_of(scale)
+    if target is not None and target != stash:
+        normalized = w.op("Cast", [normalized], f"{prefix}cast_out", to=target)
+    return w.op("Mul", [scale, normalized], f"{prefix}scaled", output)
