@@ -281,3 +281,42 @@ def test_gemma2_sliding_layers_hold_at_most_their_window(past: int, window_cache
                f"4096) = {window_cache}" in w for w in graph.warnings)
     shapes = {t.name: t.shape for t in graph.outputs}
     assert shapes["present.0.key"] == (2, 2, window_cache + 1, 64) and shapes["present.1.key"] == (2, 2, past + 1, 64)
+
+
+def test_a_softcapped_attention_is_written_back_as_gemma2s_eager_attention():
+    """Gemma 2 caps its attention logits, which SDPA cannot do, so its default attention is eager: written back as
+    Hugging Face's ``eager_attention_forward`` (K and V repeated to every query head, tanh capping, the causal mask,
+    softmax, P.V), which ONNX's reference evaluator runs to the formula's values."""
+    from onnx.reference import ReferenceEvaluator
+
+    from lilou.graph.contrib_ops import restore_contrib_ops
+
+    batch, new, past, heads, kv_heads, size, cap = 1, 2, 3, 4, 2, 8, 5.0
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "past_k", "past_v"], ["y", "present_k", "present_v"],
+                            domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, softcap=cap, scale=0.5)
+    model = make_model([node], [tensor("q", [batch, new, heads * size]), tensor("k", [batch, new, kv_heads * size]),
+                                tensor("v", [batch, new, kv_heads * size]),
+                                tensor("past_k", [batch, kv_heads, past, size]),
+                                tensor("past_v", [batch, kv_heads, past, size])],
+                       [tensor("y", None), tensor("present_k", None), tensor("present_v", None)], opset=21)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    assert restore_contrib_ops(model) == {"GroupQueryAttention": 1}
+    assert [n.op_type for n in model.graph.node].count("Tanh") == 1
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.standard_normal([d.dim_value for d in value.type.tensor_type.shape.dim]).astype(np.float32)
+             for name, value in ((v.name, v) for v in model.graph.input)}
+    y = ReferenceEvaluator(model).run(None, feeds)[0]
+
+    def heads_of(x, count):
+        return x.reshape(batch, new, count, size).transpose(0, 2, 1, 3)
+
+    q = heads_of(feeds["q"], heads)
+    k = np.concatenate([feeds["past_k"], heads_of(feeds["k"], kv_heads)], axis=2).repeat(heads // kv_heads, axis=1)
+    v = np.concatenate([feeds["past_v"], heads_of(feeds["v"], kv_heads)], axis=2).repeat(heads // kv_heads, axis=1)
+    scores = np.tanh(q @ k.transpose(0, 1, 3, 2) * 0.5 / cap) * cap
+    later = np.arange(past + new)[None, :] > np.arange(new)[:, None] + past  # a key after its query
+    scores = scores + np.where(later, -10000.0, 0.0)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    expected = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, new, heads * size)
+    assert np.allclose(y, expected, rtol=1e-4, atol=1e-5)

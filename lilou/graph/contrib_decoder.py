@@ -16,9 +16,13 @@ raised to 23 where its ops mean the same there (:mod:`lilou.graph.opset_upgrade`
 the op's cos and sin caches at ``past length ... past length + new tokens - 1`` (the op's own ``position_ids`` where
 it has them), gathered once per model as Hugging Face computes them once per forward.
 
+An attention that caps its logits (``softcap``: Gemma 2, whose Hugging Face attention is eager because SDPA cannot
+cap) is written back as that eager attention instead (:func:`_softcapped`). Qwen3's per-head ``q_norm``/``k_norm``
+(fused into the op by the builder) are written back as the RMS norms eager runs.
+
 Not modelled: a KV cache shared with the past buffer (``past_present_share_buffer``, the cache's full length
 allocated once; the past is then taken as its bound length), ``local_window_size`` (sliding windows; priced as
-attention over the whole cache), ``softcap``, smooth softmax and head sinks (elementwise work inside the kernel).
+attention over the whole cache the layer holds), smooth softmax and head sinks (elementwise work inside the kernel).
 """
 from __future__ import annotations
 
@@ -194,14 +198,68 @@ def write_gqa(w: OpWriter, node: onnx.NodeProto, head_size: int) -> None:
             caches.append(w.op("Concat", [past, new], f"present_{name}", present, axis=2))
         else:
             caches.append(w.op("Identity", [new], f"present_{name}", present) if present else new)
-    attention = {"is_causal": 1}
     scale = float(node_attribute(node, "scale", 0.0))
-    if scale:
-        attention["scale"] = scale
-    inputs = [q, *caches] + ([node_input(node, _BIAS)] if node_input(node, _BIAS) else [])
-    context = w.op("Attention", inputs, "attention", **attention)
+    softcap = float(node_attribute(node, "softcap", 0.0))
+    if softcap > 0 and not node_input(node, _BIAS):
+        context = _softcapped(w, q, *caches, heads, heads // kv_heads, head_size, scale or head_size ** -0.5, softcap,
+                              _cache_length_name(w.graph, node_input(node, _PAST_KEY)))
+    else:
+        attention = {"is_causal": 1}
+        if scale:
+            attention["scale"] = scale
+        inputs = [q, *caches] + ([node_input(node, _BIAS)] if node_input(node, _BIAS) else [])
+        context = w.op("Attention", inputs, "attention", **attention)
     merged = w.op("Transpose", [context], "merged", perm=[0, 2, 1, 3])
     w.op("Reshape", [merged, w.ints("out_shape", [0, 0, heads * head_size])], "out", node.output[0])
+
+
+def _softcapped(w: OpWriter, q: str, k: str, v: str, heads: int, group: int, head_size: int, scale: float,
+                softcap: float, length: str) -> str:
+    """Hugging Face's ``eager_attention_forward`` with logit soft-capping (Gemma 2, whose default attention is eager
+    because SDPA cannot cap): K and V repeated to every query head (``repeat_kv``: expand and reshape, a copy), the
+    scaled scores capped (``tanh(x / cap) * cap``), the causal mask added, softmax, the product with V."""
+    def repeated(value: str, name: str) -> str:
+        if group == 1:
+            return value
+        copies = w.op("Concat", [w.unsqueeze(value, [2], f"{name}_one_group")] * group, f"{name}_groups", axis=2)
+        return w.op("Reshape", [copies, w.ints(f"{name}_repeated_shape", [0, heads, -1, head_size])],
+                    f"{name}_repeated")
+
+    scores = w.op("MatMul", [q, w.op("Transpose", [repeated(k, "key")], "key_t", perm=[0, 1, 3, 2])], "scores")
+    scores = w.op("Mul", [scores, w.constant("scale", scale, scores, None)], "scaled")
+    capped = w.op("Tanh", [w.op("Div", [scores, w.constant("softcap", softcap, scores, None)], "over_cap")], "tanh")
+    scores = w.op("Mul", [capped, w.constant("softcap_back", softcap, capped, None)], "capped")
+    scores = w.op("Add", [scores, _causal_mask(w, scores, length)], "masked")
+    probabilities = w.op("Softmax", [scores], "softmax", axis=-1)
+    return w.op("MatMul", [probabilities, repeated(v, "value")], "context")
+
+
+def _cache_length_name(graph: onnx.GraphProto, past: str) -> str:
+    """What sizes a layer's cache: the name of its past input's length axis (``past_sliding_length`` for the
+    sliding-window layers, ``past_sequence_length`` for the others), else the input itself."""
+    value = next((v for v in graph.input if v.name == past), None)
+    dims = value.type.tensor_type.shape.dim if value is not None and value.type.HasField("tensor_type") else []
+    return dims[2].dim_param if len(dims) == 4 and dims[2].dim_param else past
+
+
+def _causal_mask(w: OpWriter, scores: str, length: str) -> str:
+    """The additive causal mask of scores (…, S, T): -10000 where a key comes after its query (key index - query
+    index > T - S), in the scores' type; from the shapes alone, once per model and cache length (the sliding-window
+    layers' and the others') as eager builds them once per forward."""
+    key = f"causal_mask:{length}"
+    if key in w.shared:
+        return w.shared[key]
+    shape = w.op("Shape", [scores], "scores_shape")
+    last_two = w.op("Slice", [shape, w.ints("mask_start", [-2]), w.ints("mask_end", [2 ** 62])], "mask_dims")
+    ones = w.op("ConstantOfShape", [last_two], "mask_ones", value=onnx.helper.make_tensor("one", TensorProto.FLOAT,
+                                                                                        [1], [1.0]))
+    queries = w.op("Gather", [shape, w.scalar_int("query_axis", -2)], "queries")
+    keys = w.op("Gather", [shape, w.scalar_int("key_axis", -1)], "keys")
+    offset = w.op("Add", [w.op("Sub", [keys, queries], "past"), w.scalar_int("next", 1)], "first_hidden")
+    hidden = w.op("Trilu", [ones, offset], "hidden", upper=1)
+    mask = w.op("Mul", [hidden, w.constant("mask_value", -10000.0, hidden, TensorProto.FLOAT)], "mask_float")
+    w.shared[key] = w.op("CastLike", [mask, scores], "causal_mask")
+    return w.shared[key]
 
 
 def _rotary_tables(w: OpWriter, node: onnx.NodeProto, query: str) -> tuple[str, str]:
