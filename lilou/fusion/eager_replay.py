@@ -49,6 +49,7 @@ from lilou.fusion.partition import (
     runtime_edges,
     topological_file_order,
 )
+from lilou.graph.contrib_writer import MARK
 from lilou.graph.dag import ModelGraph
 
 #: ONNX ops that the dynamo exporter writes for aten views (and eval-mode dropout).
@@ -466,9 +467,21 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
     (:func:`silence_view_groups`)."""
     runtime = _runtime_in_order(graph)
     views = eager_views(graph, runtime)
-    partition = partition_from_fused_edges(graph, _without_view_bridges(graph, list(fused), runtime, views), "eager",
+    fused = _without_written_concat_joins(graph, list(fused))
+    partition = partition_from_fused_edges(graph, _without_view_bridges(graph, fused, runtime, views), "eager",
                                            source=source, scores=scores)
     return _silenced(graph, partition, views)
+
+
+def _without_written_concat_joins(graph: ModelGraph, fused: list[Edge]) -> list[Edge]:
+    """The fused edges, less those touching a ``Concat`` that Lilou wrote back (:mod:`lilou.graph.contrib_ops`: a
+    ``torch.cat`` of the module the contrib op replaced, the KV cache's growth or ``rotate_half``). That ``cat`` is
+    an aten call of its own, one kernel, and the views it reads launch nothing; the fusion model, which never saw
+    these graphs, joined it through those views to the GEMM that writes them (a decoder's packed QKV projection,
+    its rotary embedding and its cache growth as one kernel)."""
+    data = graph.dag.nodes
+    written = {node for edge in fused for node in edge if data[node]["op"] == "Concat" and MARK in node}
+    return [(u, v) for u, v in fused if u not in written and v not in written] if written else fused
 
 
 def _runtime_in_order(graph: ModelGraph) -> list[str]:
