@@ -320,3 +320,14 @@ def test_a_softcapped_attention_is_written_back_as_gemma2s_eager_attention():
     weights /= weights.sum(-1, keepdims=True)
     expected = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, new, heads * size)
     assert np.allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_every_written_cat_is_a_kernel_of_its_own():
+    """The cache's growth and rotate_half are torch.cat calls, one kernel each: never grouped with the projection
+    whose views they read (the fusion model, which never saw these write-backs, did so)."""
+    from lilou.api import Predictor
+
+    prediction = Predictor().predict(GENAI_FP16, gpu="a10g", shapes=STEP)
+    cats = [k for k in prediction.kernels if "Concat" in k.ops]
+    assert len(cats) == 8  # per layer: the key and value caches, rotate_half of Q and of K
+    assert all(k.ops == ("Concat",) for k in cats)
