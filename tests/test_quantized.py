@@ -231,3 +231,41 @@ def test_a_bitsandbytes_4bit_matmul_is_a_float_matmul_reading_four_bit_weights()
     assert (matmul["inputs"][1].dtype, matmul["inputs"][1].shape, matmul["inputs"][1].nbytes) == ("uint4", (64, 32),
                                                                                                    1024)
     assert graph.outputs[0].shape == (2, 32) and not graph.unsupported_ops
+
+
+def test_a_modelopt_fp8_resnet_runs_its_convolutions_in_fp8(predictor) -> None:
+    """NVIDIA ModelOpt's FP8 export for TensorRT: every quantizer a TRT_FP8QuantizeLinear / TRT_FP8DequantizeLinear
+    plugin pair (scripts/make_modelopt_fixtures.py), read as ONNX's FP8 Q/DQ: the 20 convolutions on the FP8 tensor
+    cores with the float export's multiply-adds, nothing unsupported."""
+    float_model = predictor.predict(QUANTIZED / "resnet.onnx", gpu="h100-sxm")
+    fp8 = predictor.predict(QUANTIZED / "resnet-modelopt-fp8.onnx", gpu="h100-sxm")
+    assert fp8.precision == "fp8"
+    assert any("quantized graph (41 DequantizeLinear, 41 QuantizeLinear)" in w and "in FP8" in w for w in fp8.warnings)
+    assert not any("unsupported op" in w or "unknown shape" in w for w in fp8.warnings)
+    convs = [k for k in fp8.kernels if k.category == "conv"]
+    assert len(convs) == 20 and {k.type for k in convs} == {"conv_fp8_tensor"}
+    # the float export folds each batch norm into its convolution as a bias, which the quantized weights prevent
+    assert sum(k.flops for k in convs) == pytest.approx(
+        sum(k.flops for k in float_model.kernels if k.category == "conv"), rel=0.002)
+
+
+def test_a_modelopt_fp8_bert_runs_its_linear_layers_in_fp8(predictor) -> None:
+    """FP8_DEFAULT_CFG quantizes Linear layers, not the attention's batched matmuls: 12 FP8 GEMMs (six per layer),
+    the four Q.K^T and P.V products in the model's FP32."""
+    fp8 = predictor.predict(QUANTIZED / "bert-modelopt-fp8.onnx", gpu="h100-sxm")
+    assert fp8.precision == "fp8" and not any("unsupported op" in w for w in fp8.warnings)
+    types = Counter(k.type for k in fp8.kernels if k.category == "gemm")
+    assert types == {"gemm_fp8_tensor": 12, "gemm_sgemm": 4}
+
+
+def test_tensorrt_fp8_plugins_become_onnx_fp8_qdq() -> None:
+    from lilou.graph.tensorrt_qdq import standard_fp8_qdq
+
+    model = onnx.load(QUANTIZED / "bert-modelopt-fp8.onnx", load_external_data=False)
+    assert standard_fp8_qdq(model) == 58
+    assert not any(n.domain == "trt" for n in model.graph.node)
+    assert not any(o.domain == "trt" for o in model.opset_import)
+    assert next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) == 19
+    quantize = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
+    zero_point = next(t for t in model.graph.initializer if t.name == quantize.input[2])
+    assert zero_point.data_type == TensorProto.FLOAT8E4M3FN

@@ -36,6 +36,7 @@ from lilou.graph.loading import load_onnx
 from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
 from lilou.graph.transposes import cancel_inverse_transposes
+from lilou.graph.tensorrt_qdq import standard_fp8_qdq
 from lilou.graph.shapes import apply_input_shapes, infer_shapes, runtime_inputs
 from lilou.graph.validation import (check_initializers, check_opset, check_ranges, check_reshapes, check_sizes,
                                     check_splits, check_structure, check_windows)
@@ -211,6 +212,8 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
         notes.append(f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the "
                      "modules they replaced, as eager PyTorch runs them")
+    if restore_folded:
+        standard_fp8_qdq(model)  # ModelOpt's TensorRT FP8 Q/DQ as ONNX's, read as FP8 below
     quantized = restore_quantized_ops(model) if restore_folded else None
     if quantized:
         notes.append(quantized.note())
