@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from lilou.graph.branches import MAX_COMPARED, branch_points, inline_branch
+from lilou.graph.branches import MAX_SHAPINGS, branch_points, inline_branch, shaping_budget
 from lilou.graph.dag import build_graph, load_graph
 from lilou.graph.loading import load_onnx
 from tests.onnx_builders import make_model, tensor, weight
@@ -137,8 +137,10 @@ def test_a_condition_computed_in_the_graph_is_named_as_such_and_nested_ifs_resol
 
 
 def test_ifs_beyond_the_comparison_cap_stay_one_fallback_kernel_and_say_so():
+    """A small model may shape itself 64 times to decide its Ifs: 32 run-time ones priced both ways, the 33rd one
+    kernel."""
     nodes, previous = [], "x"
-    for index in range(MAX_COMPARED + 1):
+    for index in range(MAX_SHAPINGS // 2 + 1):
         then_graph = helper.make_graph([helper.make_node("Exp", [previous], [f"a{index}"])], f"t{index}", [],
                                        [tensor(f"a{index}", None)])
         else_graph = helper.make_graph([helper.make_node("Neg", [previous], [f"b{index}"])], f"e{index}", [],
@@ -149,7 +151,7 @@ def test_ifs_beyond_the_comparison_cap_stay_one_fallback_kernel_and_say_so():
     model = make_model(nodes, [tensor("x", [2, 8]), tensor("flag", [1], TensorProto.BOOL)], [tensor(previous, None)])
     graph = build_graph(model)
     assert [d["op"] for _, d in graph.dag.nodes(data=True)].count("If") == 1
-    assert sum("reads its condition from the run-time input 'flag'" in w for w in graph.warnings) == MAX_COMPARED
+    assert sum("reads its condition from the run-time input 'flag'" in w for w in graph.warnings) == MAX_SHAPINGS // 2
     assert any(w.startswith("control flow (If) is approximated") for w in graph.warnings)
 
 
@@ -279,3 +281,26 @@ def test_unrolling_stops_at_its_node_budget():
     graph = build_graph(model)
     ops = [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
     assert ops.count("Tanh") == 2 * 200 * 39 <= MAX_UNROLLED_NODES and ops.count("Loop") == 1
+
+
+def test_the_shaping_budget_shrinks_with_the_model():
+    """8 shapings of a 20,000-node model at most (the budget's floor for any model that large), 64 for a small one."""
+    small = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])], [tensor("y", None)])
+    assert shaping_budget(small) == 64
+    large = make_model([helper.make_node("Relu", ["x" if i == 0 else f"h{i}"], [f"h{i + 1}"]) for i in range(40_000)],
+                       [tensor("x", [2])], [tensor("h40000", None)])
+    assert shaping_budget(large) == 8
+
+
+SILERO = Path(__file__).resolve().parent / "data" / "control_flow" / "silero_vad_16k_op15.onnx"
+
+
+def test_a_scripted_model_with_many_conditions_is_decided_to_the_end():
+    """Silero VAD (its authors' scripted export, tests/data/control_flow/README.md): six Ifs on the path that runs,
+    each decided by the bound shapes, every branch inlined; with a budget of four decisions per model the last
+    ones stayed fallback kernels and the recurrent state after them had no shape."""
+    graph = load_graph(SILERO, shapes={"batch": (1,), "sequence": (512,)})
+    assert not any(d["op"] == "If" for _, d in graph.dag.nodes(data=True))
+    assert not any("unknown shape" in w or "approximated" in w for w in graph.warnings)
+    assert sum("which the shapes decide" in w for w in graph.warnings) == 6
+    assert {t.name: t.shape for t in graph.outputs} == {"output": (1, 1), "stateN": (2, 1, 128)}

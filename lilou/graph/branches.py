@@ -154,8 +154,26 @@ def rename_in_subgraphs(node: onnx.NodeProto, renames: dict[str, str]) -> None:
 
 #: ``If`` nodes inlined at most per model (each one's branch may hold more); any after them stay one kernel.
 MAX_INLINED = 64
-#: ``If`` nodes on a run-time condition priced both ways at most per model (each comparison shapes the model twice).
-MAX_COMPARED = 4
+#: Shapings of the whole model spent at most on deciding ``If`` nodes: one to read a condition the shapes decide, two
+#: to price both branches of a run-time one; as many as 8 shapings of a 20,000-node model, so a small model (a
+#: scripted one of a few hundred nodes with a dozen conditions) resolves them all, within 8 and 64.
+SHAPING_BUDGET_NODES = 160_000
+MIN_SHAPINGS, MAX_SHAPINGS = 8, 64
+
+
+def shaping_budget(model: onnx.ModelProto) -> int:
+    """How many shapings of ``model`` :func:`resolve_branches` may spend (see :data:`SHAPING_BUDGET_NODES`)."""
+    nodes = sum(1 for _ in _all_nodes(model.graph))
+    return max(MIN_SHAPINGS, min(MAX_SHAPINGS, SHAPING_BUDGET_NODES // max(nodes, 1)))
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            for sub in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else
+                        list(attribute.graphs) if attribute.type == onnx.AttributeProto.GRAPHS else []):
+                yield from _all_nodes(sub)
 
 Size = tuple[float, float]  # FLOPs, bytes moved
 
@@ -172,15 +190,21 @@ def resolve_branches(model: onnx.ModelProto, notes: list[str],
     that is returned with it, so the caller need not shape it again. ``notes`` receives one line per ``If``
     resolved."""
     shaped: T | None = None
-    compared = 0
+    budget = shaping_budget(model)
     for _ in range(MAX_INLINED):
         if _inline_constant_conditions(model, notes):
             shaped = None
         points = [p for p in branch_points(model) if p.constant is None]
-        if not points or compared >= MAX_COMPARED:
+        if not points or budget < 2:
             break
-        point, compared = points[0], compared + 1
-        value = None if point.runtime_input or evaluate is None else evaluate(model, point.condition)
+        point = points[0]
+        value = None
+        if not point.runtime_input and evaluate is not None:
+            value, budget = evaluate(model, point.condition), budget - 1
+        if value is None:
+            if budget < 2:
+                break
+            budget -= 2  # both branches shaped
         if value is not None:
             branch = BRANCHES[0] if value else BRANCHES[1]
             if not inline_branch(model, point, branch):
