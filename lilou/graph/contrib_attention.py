@@ -41,12 +41,13 @@ def attention_applies(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
         return False
     if node_attribute(node, "unidirectional", 0) or node_attribute(node, "do_rotary", 0):
         return False
-    sizes = _qkv_sizes(node, weights)
+    sizes = qkv_sizes(node, weights)
     return sizes is not None and bias[0] == sum(sizes) and sizes[0] == sizes[1] \
         and all(size % heads == 0 for size in sizes)
 
 
-def _qkv_sizes(node: onnx.NodeProto, weights: tuple[int, ...]) -> tuple[int, int, int] | None:
+def qkv_sizes(node: onnx.NodeProto, weights: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """The Q, K and V widths of an Attention's packed weights: its ``qkv_hidden_sizes``, else a third each."""
     sizes = node_attribute(node, "qkv_hidden_sizes", None)
     if sizes:
         return tuple(int(s) for s in sizes) if len(sizes) == 3 and sum(sizes) == weights[1] else None
@@ -57,7 +58,7 @@ def write_attention(w: OpWriter, node: onnx.NodeProto, raw_masks: Mapping[str, s
     """The self-attention block of ``node`` (checked by :func:`attention_applies`)."""
     x, weights, bias, mask = (node_input(node, i) for i in range(4))
     heads = int(node_attribute(node, "num_heads", 0))
-    sizes = _qkv_sizes(node, w.dims[weights])
+    sizes = qkv_sizes(node, w.dims[weights])
     dtype = w.type_of(bias, weights, x)
     starts = [0, sizes[0], sizes[0] + sizes[1]]
     with_bias = not w.is_zero(bias)  # a zero bias: the projections had none (diffusers' attention)

@@ -189,7 +189,7 @@ def _planned(graph: onnx.GraphProto, opset: int, dims: dict[str, tuple[int, ...]
                 planned[index] = lambda w, n: write_attention(w, n, masks)
         elif key == (MICROSOFT, "SkipGroupNorm"):
             if skip_group_norm_applies(node, dims) and not _reads_statistics(node, read):
-                producers = producers or {out: n for n in graph.node for out in n.output if out}
+                producers = producers or producers_and_reads(graph)[0]
                 planned[index] = lambda w, n, producers=producers: write_skip_group_norm(w, n, producers)
         elif key in _CHECKED and _CHECKED[key][0](node, dims):
             planned[index] = _CHECKED[key][1]

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 import onnx
 
+from lilou.graph.contrib_attention import qkv_sizes, to_heads
 from lilou.graph.contrib_writer import OpWriter, add_bias, node_input, node_output
 from lilou.graph.exporter_fusions import node_attribute
 
@@ -37,6 +38,8 @@ GENAI = "onnxruntime-genai"
 OPSET = 23
 #: MultiHeadAttention's inputs (:mod:`lilou.graph.contrib_multihead`).
 _QUERY, _KEY, _VALUE, _BIAS, _MASK, _ATTENTION_BIAS, _PAST_KEY, _PAST_VALUE = range(8)
+#: (batch, sequence, heads, head size) -> (batch, heads, sequence, head size).
+_HEADS_FIRST = [0, 2, 1, 3]
 
 
 def sdpa_attention_applies(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]]) -> bool:
@@ -48,24 +51,17 @@ def sdpa_attention_applies(node: onnx.NodeProto, dims: Mapping[str, tuple[int, .
         return False
     if any(node.input[3:]) or any(node.output[1:]) or node_attribute(node, "do_rotary", 0):
         return False
-    sizes = _qkv_sizes(node, weights)
+    sizes = qkv_sizes(node, weights)
     bias = dims.get(node_input(node, 2)) if node_input(node, 2) else None
     if sizes is None or sizes[0] != sizes[1] or any(size % heads for size in sizes):
         return False
     return not node_input(node, 2) or (bias is not None and bias == (sum(sizes),))
 
 
-def _qkv_sizes(node: onnx.NodeProto, weights: tuple[int, ...]) -> tuple[int, int, int] | None:
-    sizes = node_attribute(node, "qkv_hidden_sizes", None)
-    if sizes:
-        return tuple(int(s) for s in sizes) if len(sizes) == 3 and sum(sizes) == weights[1] else None
-    return (weights[1] // 3,) * 3 if weights[1] % 3 == 0 else None
-
-
 def write_sdpa_attention(w: OpWriter, node: onnx.NodeProto) -> None:
     heads = int(node_attribute(node, "num_heads", 0))
     x, weights, bias = node_input(node, 0), node_input(node, 1), node_input(node, 2)
-    sizes = _qkv_sizes(node, w.dims[weights])
+    sizes = qkv_sizes(node, w.dims[weights])
     starts = [0, sizes[0], sizes[0] + sizes[1]]
     projected = []
     for name, start, size in zip("qkv", starts, sizes):
@@ -75,7 +71,7 @@ def write_sdpa_attention(w: OpWriter, node: onnx.NodeProto) -> None:
         if bias and not w.is_zero(bias):
             part = w.op("Slice", [bias, *bounds, w.ints(f"{name}_bias_axis", [0])], f"{name}_bias")
             value = add_bias(w, value, part, f"{name}_add")
-        projected.append(_heads(w, value, name, heads))
+        projected.append(to_heads(w, value, name, heads, size // heads, _HEADS_FIRST))
     _sdpa(w, node, *projected)
 
 
@@ -98,23 +94,17 @@ def sdpa_multihead_applies(node: onnx.NodeProto, ranks: Mapping[str, int]) -> bo
 def write_sdpa_multihead(w: OpWriter, node: onnx.NodeProto, ranks: Mapping[str, int]) -> None:
     heads = int(node_attribute(node, "num_heads", 0))
     query, key, value = (node_input(node, index) for index in (_QUERY, _KEY, _VALUE))
-    q = _heads(w, query, "q", heads)
+    q = to_heads(w, query, "q", heads, -1, _HEADS_FIRST)  # the head size from the projection's width
     if ranks.get(key) == 4 and ranks.get(value) == 4:
         _sdpa(w, node, q, key, value)
         return
     grown = []
     for index, (new, name) in enumerate(((key, "key"), (value, "value"))):
-        split = _heads(w, new, name[0], heads)
+        split = to_heads(w, new, name[0], heads, -1, _HEADS_FIRST)
         past = node_input(node, _PAST_KEY + index)
         grown.append(w.op("Concat", [past, split], f"present_{name}", node_output(node, 1 + index), axis=2)
                      if past else split)
     _sdpa(w, node, q, *grown)
-
-
-def _heads(w: OpWriter, value: str, name: str, heads: int) -> str:
-    """(batch, sequence, heads x head size) viewed as heads: (batch, heads, sequence, head size)."""
-    view = w.op("Reshape", [value, w.ints(f"{name}_heads_shape", [0, 0, heads, -1])], f"{name}_heads")
-    return w.op("Transpose", [view], f"{name}_transposed", perm=[0, 2, 1, 3])
 
 
 def _sdpa(w: OpWriter, node: onnx.NodeProto, q: str, k: str, v: str) -> None:
