@@ -57,6 +57,7 @@ from lilou.results import KernelEstimate, ModelInput, Prediction, PreparedModel,
 if TYPE_CHECKING:
     from lilou.fusion.partition import Partition
     from lilou.graph.dag import ModelGraph
+    from lilou.graph.input_values import Value as InputValue
 
 
 def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
@@ -137,15 +138,16 @@ class Predictor:
             yield
 
     def prepare(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None, like: PreparedModel | None = None) -> PreparedModel:
-        """Read ``model`` (an ONNX path, or a loaded graph with ``batch`` and ``shapes`` None) and group it
-        into kernels for this predictor's backend, once, for any number of predictions.
+                shapes: Mapping[str, Sequence[int]] | None = None, like: PreparedModel | None = None,
+                values: Mapping[str, Sequence[InputValue]] | None = None) -> PreparedModel:
+        """Read ``model`` (an ONNX path, or a loaded graph with ``batch``, ``shapes`` and ``values`` None) and group
+        it into kernels for this predictor's backend, once, for any number of predictions.
 
         ``like``: the same model prepared at another batch size; its kernel groups are reused when the graph has
         the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
         if isinstance(model, PreparedModel):
             raise LilouInputError(f"{model.name}: already prepared; pass it to predict or rank as it is")
-        graph = self._graph(model, batch, shapes)
+        graph = self._graph(model, batch, shapes, values)
         reusable = like is not None and like.backend == self.backend and like.partition is not None \
             and like.graph.same_structure(graph)
         kernels, warnings, partition = self._kernels(graph, like.partition if reusable else None)
@@ -154,18 +156,19 @@ class Predictor:
 
     def predict(self, model: ModelInput, gpu: str, mig: str | None = None, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
-                tf32: str | None = None) -> Prediction:
+                tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None) -> Prediction:
         """End-to-end latency of ``model`` (an ONNX path, a loaded graph or a :class:`PreparedModel`) on one GPU
         or MIG slice.
 
         ``shapes`` sets whole inputs (``{"input_ids": (8, 512)}``) or named dynamic dimensions in every input
-        (``{"sequence_length": (512,)}``; :func:`lilou.graph.shapes.apply_input_shapes`).
+        (``{"sequence_length": (512,)}``; :func:`lilou.graph.shapes.apply_input_shapes`); ``values`` the value of a
+        run-time input that picks the work (``{"use_cache_branch": [False]}``: :mod:`lilou.graph.input_values`).
         ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
         ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.kernel_model.precision)."""
         from lilou.hardware.database import ambiguity_note
 
         device = resolve_device(gpu, mig)  # bad names fail before the model is read
-        prediction = self.predict_many(model, [device], batch, shapes, precision, tf32)[0]
+        prediction = self.predict_many(model, [device], batch, shapes, precision, tf32, values=values)[0]
         note = ambiguity_note(gpu)
         if note:
             prediction.warnings.insert(0, note)
@@ -173,19 +176,20 @@ class Predictor:
 
     def predict_many(self, model: ModelInput, devices: Sequence[Device], batch: int | None = None,
                      shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
-                     tf32: str | None = None) -> list[Prediction]:
+                     tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None
+                     ) -> list[Prediction]:
         """:meth:`predict` for several devices; the graph is read and grouped once."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
-        prepared = self.in_precision(self._prepared(model, batch, shapes), precision)
+        prepared = self.in_precision(self._prepared(model, batch, shapes, values), precision)
         return self._predictions(prepared, list(devices), precision, tf32)
 
     def rank(self, model: ModelInput, gpus: Sequence[str] | None = None, batch: int | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
-             tf32: str | None = None) -> Ranking:
+             tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None) -> Ranking:
         """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
         devices = rank_devices(gpus)
-        prepared = self.in_precision(self._prepared(model, batch, shapes), precision)
+        prepared = self.in_precision(self._prepared(model, batch, shapes, values), precision)
         graph, kernels = prepared.graph, prepared.kernels
         reading = _GraphPrecision.of(graph, precision, tf32)
         work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
@@ -232,31 +236,32 @@ class Predictor:
 
     # ---------------------------------------------------------------- helpers
 
-    def _prepared(self, model: ModelInput, batch: int | None, shapes) -> PreparedModel:
+    def _prepared(self, model: ModelInput, batch: int | None, shapes, values=None) -> PreparedModel:
         """``model`` prepared for this backend: as it is when it already is, checked."""
         if not isinstance(model, PreparedModel):
-            return self.prepare(model, batch, shapes)
-        if batch is not None or shapes:
-            raise LilouInputError(f"{model.name}: batch and shapes apply when a model is prepared; pass them to "
-                                  "Predictor.prepare instead")
+            return self.prepare(model, batch, shapes, values=values)
+        if batch is not None or shapes or values:
+            raise LilouInputError(f"{model.name}: batch, shapes and values apply when a model is prepared; pass them "
+                                  "to Predictor.prepare instead")
         if model.backend != self.backend:
             raise LilouInputError(f"{model.name}: prepared for the {model.backend} backend, and this predictor "
                                   f"predicts {self.backend} kernels; prepare it with Predictor(backend="
                                   f"{self.backend!r})")
         return model
 
-    def _graph(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None, shapes) -> ModelGraph:
+    def _graph(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None, shapes, values=None) -> ModelGraph:
         from lilou.graph.dag import ModelGraph
 
         if isinstance(model, ModelGraph):
-            if batch is not None or shapes:
-                raise LilouInputError("batch and shapes apply when loading a file; pass them to load_graph instead")
+            if batch is not None or shapes or values:
+                raise LilouInputError("batch, shapes and values apply when loading a file; pass them to load_graph "
+                                      "instead")
             return model
         from lilou.graph.dag import load_graph
         from lilou.graph.guarded_inference import meanwhile
 
         with meanwhile(self._load_fusion_model):
-            return load_graph(model, batch=batch, shapes=shapes)
+            return load_graph(model, batch=batch, shapes=shapes, values=values)
 
     def _load_fusion_model(self) -> None:
         """What :meth:`_kernels` needs first (the fusion modules, networkx, the GNN's weights): loaded while ONNX

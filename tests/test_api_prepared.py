@@ -113,7 +113,7 @@ def test_a_loaded_graph_is_prepared_under_its_name(predictor, resnet18):
     prepared = predictor.prepare(graph)
     assert prepared.name == "resnet18" and prepared.graph is graph
     assert predictor.predict(prepared, gpu="l4").to_json() == predictor.predict(graph, gpu="l4").to_json()
-    with pytest.raises(LilouInputError, match="^batch and shapes apply when loading a file; pass them to "
+    with pytest.raises(LilouInputError, match="^batch, shapes and values apply when loading a file; pass them to "
                                               "load_graph instead$"):
         predictor.prepare(graph, batch=2)
 
@@ -121,11 +121,14 @@ def test_a_loaded_graph_is_prepared_under_its_name(predictor, resnet18):
 def test_options_a_prepared_model_cannot_take(predictor, resnet18):
     with pytest.raises(LilouInputError) as batch:
         predictor.predict(resnet18, gpu="a10g", batch=2)
-    assert str(batch.value) == (f"{RESNET18}: batch and shapes apply when a model is prepared; pass them to "
-                                "Predictor.prepare instead")
+    assert str(batch.value) == (f"{RESNET18}: batch, shapes and values apply when a model is prepared; pass them "
+                                "to Predictor.prepare instead")
     with pytest.raises(LilouInputError) as shapes:
         predictor.rank(resnet18, shapes={"input": [2, 3, 224, 224]})
     assert str(shapes.value) == str(batch.value)
+    with pytest.raises(LilouInputError) as values:
+        predictor.predict(resnet18, gpu="a10g", values={"input": [1.0]})
+    assert str(values.value) == str(batch.value)
     with pytest.raises(LilouInputError) as other:
         predictor.predict_many(dataclasses.replace(resnet18, backend="tvm"), rank_devices(["a10g"]))
     assert str(other.value) == (f"{RESNET18}: prepared for the tvm backend, and this predictor predicts eager "

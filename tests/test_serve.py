@@ -178,6 +178,24 @@ def test_named_dimensions_in_shapes(client, predictor, tmp_path):
     assert response.json() == _expected(expected, "decoder_step.onnx")
 
 
+def test_values_pick_the_branch_that_runs(client, predictor):
+    """``values`` sets a run-time input as ``--value`` does; the cache tells true from false, and a value the input
+    cannot hold is a 400 with the CLI's line."""
+    from tests.test_branches import DECODE, MERGED
+
+    shapes = json.dumps({name: list(size) for name, size in DECODE.items()})
+    for value in (False, True):
+        response = client.post("/v1/predict", files=_upload(MERGED, "merged.onnx"),
+                               data={"gpu": "a10g", "shapes": shapes, "values": json.dumps({"use_cache_branch": value})})
+        assert response.status_code == 200, response.text
+        expected = predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": [value]})
+        assert response.json() == _expected(expected.to_json(), "merged.onnx")
+    bad = client.post("/v1/predict", files=_upload(MERGED, "merged.onnx"),
+                      data={"gpu": "a10g", "shapes": shapes, "values": '{"use_cache_branch": [2]}'})
+    assert (bad.status_code, bad.json()) == (400, {"detail": "--value use_cache_branch: the input is boolean; give "
+                                                             "true or false, got 2"})
+
+
 def test_launch_gap_of_the_callers_host(client, predictor):
     """launch_gap_us, as `--launch-gap-us`: the same answers as a predictor with that gap (sharing the loaded one)."""
     response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g", "launch_gap_us": 0})

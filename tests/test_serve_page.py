@@ -139,34 +139,56 @@ def test_llm_form_shows_the_steady_state_of_a_vllm_server(browser, server):  # n
     assert shown["tokens/s, server with 8 running"] == js_number(expected["tokens_per_s"])
 
 
-def test_shapes_field_sizes_a_decoder_by_named_dimensions(browser, server, predictor):  # noqa: F811 - fixtures
-    """The page's Shapes field takes inputs and named dimensions as --shape does; a typo is a one-line error."""
+def _rank_on_the_page(browser, path, fields: dict[str, str]) -> tuple[list[tuple], str]:
+    """On the loaded page, upload ``path``, pick DEVICES, fill ``fields`` (element id -> text) and rank: the rows
+    shown (gpu, mig, ms) and the status line once the page is done or has failed."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#devices option")) > 100)
+    browser.find_element(By.ID, "file").send_keys(str(path))
+    if browser.find_element(By.ID, "all-devices").is_selected():
+        browser.find_element(By.ID, "all-devices").click()
+        select = Select(browser.find_element(By.ID, "devices"))
+        for value in DEVICES:
+            select.select_by_value(value)
+    for element, text in fields.items():
+        field = browser.find_element(By.ID, element)
+        field.clear()
+        field.send_keys(text)
+    status = browser.find_element(By.ID, "rank-status")
+    browser.execute_script("arguments[0].textContent = ''", status)
+    browser.find_element(By.ID, "rank-button").click()
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error:"))
+    rows = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")]
+    return [(row[1], None if row[2] == "–" else row[2], row[3]) for row in rows], status.text
+
+
+def test_shapes_field_sizes_a_decoder_by_named_dimensions(browser, server, predictor):  # noqa: F811 - fixtures
+    """The page's Shapes field takes inputs and named dimensions as --shape does; a typo is a one-line error."""
     from tests.test_named_dimensions import KV_CACHE
 
     shapes = {"batch_size": (8,), "sequence_length": (1,), "past_sequence_length": (1023,)}
     ranking = predictor.rank(KV_CACHE, gpus=DEVICES, shapes=shapes)
     browser.get(server + "/")
-    wait = WebDriverWait(browser, 90)
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#devices option")) > 100)
-    browser.find_element(By.ID, "file").send_keys(str(KV_CACHE))
-    browser.find_element(By.ID, "all-devices").click()
-    select = Select(browser.find_element(By.ID, "devices"))
-    for value in DEVICES:
-        select.select_by_value(value)
-    field = browser.find_element(By.ID, "shapes")
-    field.send_keys("batch_size=8, sequence_length=1 past_sequence_length=1023")
-    browser.find_element(By.ID, "rank-button").click()
-    wait.until(lambda d: d.find_element(By.ID, "rank-status").text == "Done.")
-    rows = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-            for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")]
-    assert [(row[1], None if row[2] == "–" else row[2], row[3]) for row in rows] == [
-        (e.gpu, e.mig, js_ms(e.latency_ms)) for e in ranking]
-    field.clear()
-    field.send_keys("past_sequence_length=10x")
-    browser.find_element(By.ID, "rank-button").click()
-    wait.until(lambda d: d.find_element(By.ID, "rank-status").text.startswith("Error:"))
-    assert browser.find_element(By.ID, "rank-status").text == (
-        'Error: cannot read shape "past_sequence_length=10x"; write NAME=D1xD2 (an input) or NAME=N (a named dimension)')
+    rows, status = _rank_on_the_page(browser, KV_CACHE,
+                                     {"shapes": "batch_size=8, sequence_length=1 past_sequence_length=1023"})
+    assert status == "Done." and rows == [(e.gpu, e.mig, js_ms(e.latency_ms)) for e in ranking]
+    _, status = _rank_on_the_page(browser, KV_CACHE, {"shapes": "past_sequence_length=10x"})
+    assert status == ('Error: cannot read shape "past_sequence_length=10x"; write NAME=D1xD2 (an input) or NAME=N '
+                      '(a named dimension)')
+
+
+def test_values_field_picks_a_merged_decoders_branch(browser, server, predictor):  # noqa: F811 - fixtures
+    """The page's Input values field sets run-time inputs as --value does; a word that is not a value is an error."""
+    from tests.test_branches import DECODE, MERGED
+
+    ranking = predictor.rank(MERGED, gpus=DEVICES, shapes=DECODE, values={"use_cache_branch": [False]})
+    shapes = " ".join(f"{name}={size[0]}" for name, size in DECODE.items())
+    browser.get(server + "/")
+    rows, status = _rank_on_the_page(browser, MERGED, {"shapes": shapes, "values": "use_cache_branch=false"})
+    assert status == "Done." and rows == [(e.gpu, e.mig, js_ms(e.latency_ms)) for e in ranking]
+    _, status = _rank_on_the_page(browser, MERGED, {"values": "use_cache_branch=maybe"})
+    assert status == 'Error: cannot read value "use_cache_branch=maybe"; write NAME=true, NAME=false or NAME=number'

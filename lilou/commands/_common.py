@@ -40,12 +40,27 @@ def add_shape_options(parser) -> None:
     parser.add_argument("--shape", action="append", default=[], metavar="INPUT=D1xD2...",
                         help="set one input's full shape, e.g. input_ids=8x512, or a named dynamic dimension in "
                              "every input, e.g. sequence_length=512 (repeatable)")
+    add_value_option(parser)
+
+
+def add_value_option(parser) -> None:
+    """--value: a run-time input's value, for inputs that pick the work (an If on a flag)."""
+    parser.add_argument("--value", action="append", default=[], metavar="INPUT=V",
+                        help="the value a run-time input has, e.g. use_cache_branch=false (a merged decoder's prompt "
+                             "pass) or sr=16000: an If on it is priced as the branch that runs (repeatable; "
+                             "INPUT=V1,V2,... for a short 1-D input)")
 
 
 def shape_overrides(args) -> dict[str, tuple[int, ...]]:
     from lilou.graph.shapes import parse_shape_overrides
 
     return parse_shape_overrides(args.shape)
+
+
+def input_values(args) -> dict[str, tuple[bool | int | float, ...]]:
+    from lilou.graph.input_values import parse_input_values
+
+    return parse_input_values(args.value)
 
 
 def add_backend_option(parser) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from lilou.commands._common import add_format_option, add_shape_options, console, new_table, print_json, shape_overrides
+from lilou.commands._common import (add_format_option, add_shape_options, console, input_values, new_table, print_json,
+                                    shape_overrides)
 from lilou.errors import LilouInputError
 from lilou.fusion.backends import BACKENDS
 
@@ -32,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_backend(args.backend)
     # the oracles label the file's own nodes: no batch norm folded into a convolution is put back for them
-    graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args), restore_folded=not args.oracle)
+    graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args), restore_folded=not args.oracle,
+                       values=input_values(args))
     if not graph.runtime_nodes():
         raise LilouInputError(f"{args.model} has no nodes to run: nothing to fuse")
     if args.oracle:

@@ -5,7 +5,8 @@ import argparse
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from lilou.commands._common import add_format_option, add_shape_options, console, new_table, print_json, shape_overrides
+from lilou.commands._common import (add_format_option, add_shape_options, console, input_values, new_table, print_json,
+                                    shape_overrides)
 from lilou.graph.report import graph_to_json, human, shape_text
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lilou.graph.dag import load_graph
 
-    graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args))
+    graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args), values=input_values(args))
     if args.format == "json":
         print_json(graph_to_json(graph))
         return 0

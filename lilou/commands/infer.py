@@ -6,8 +6,8 @@ import csv
 import sys
 
 from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
-                                    add_shape_options, console, launch_gap_ms, new_table, print_json, shape_overrides,
-                                    warn)
+                                    add_shape_options, console, input_values, launch_gap_ms, new_table, print_json,
+                                    shape_overrides, warn)
 from lilou.graph.report import human
 
 
@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
     prediction = predictor.predict(args.model, gpu=args.gpu, mig=args.mig, batch=args.batch,
-                                   shapes=shape_overrides(args), precision=args.precision, tf32=args.tf32)
+                                   shapes=shape_overrides(args), precision=args.precision, tf32=args.tf32,
+                                   values=input_values(args))
     if args.plot:
         from lilou.report.plot import plot_breakdown
 

@@ -6,7 +6,8 @@ import argparse
 import os
 
 from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
-                                    console, launch_gap_ms, new_table, print_json, shape_overrides, warn)
+                                    add_value_option, console, input_values, launch_gap_ms, new_table, print_json,
+                                    shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="set one input's full shape, e.g. input_ids=1x512, or a named dynamic dimension in "
                              "every input, e.g. sequence_length=512; the leading dim follows each batch tried "
                              "(repeatable)")
+    add_value_option(parser)
     add_precision_options(parser)
     add_backend_option(parser)
     add_launch_gap_option(parser)
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         if args.launch_gap_us is not None:
             raise LilouInputError("--launch-gap-us applies to ONNX models; with --llm the engine's host time is "
                                   "lilou llm's own (--engine)")
+        if args.value:
+            raise LilouInputError("--value applies to ONNX models; lilou llm prices a decoder step by step itself")
         plan = _plan_llm(args, gpus, batches, prices)
     else:
         from lilou.api import Predictor
@@ -72,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
             raise LilouInputError("plan needs --slo-ms T (or --llm MODEL --itl-slo-ms T --input-len I --output-len O)")
         predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
         plan = plan_model(args.model, args.slo_ms, gpus=gpus, batches=batches, prices=prices, predictor=predictor,
-                          shapes=shape_overrides(args), precision=args.precision, tf32=args.tf32)
+                          shapes=shape_overrides(args), precision=args.precision, tf32=args.tf32,
+                          values=input_values(args))
     if args.plot:
         from lilou.plan.plot import plot_plan
 

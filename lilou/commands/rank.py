@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 
 from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
-                                    add_shape_options, console, launch_gap_ms, new_table, print_json, shape_overrides,
-                                    warn)
+                                    add_shape_options, console, input_values, launch_gap_ms, new_table, print_json,
+                                    shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = None if args.gpus is None else args.gpus.split(",")
     predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
     ranking = predictor.rank(args.model, gpus=gpus, batch=args.batch, shapes=shape_overrides(args),
-                             precision=args.precision, tf32=args.tf32)
+                             precision=args.precision, tf32=args.tf32, values=input_values(args))
     if args.format == "json":
         print_json(ranking.to_json())
         for message in ranking.warnings:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from lilou.errors import LilouInputError
 from lilou.graph.costs import TensorInfo
 from lilou.graph.dag import ModelGraph, ShapedModel, annotate_graph, shape_model
+from lilou.graph.input_values import Value
 from lilou.graph.loading import load_onnx
 from lilou.graph.shape_completion import MAX_FOLD_ELEMENTS, MAX_VALUE_ELEMENTS
 from lilou.graph.shapes import check_batch, runtime_inputs
@@ -42,8 +43,10 @@ class BatchSeries:
     checked one is always read: a dimension that only looks fixed or proportional over the first batches
     (``ceil(N / 8)`` is 1 at batches 1 to 8) is caught over the whole range a derived graph can come from."""
 
-    def __init__(self, path: str | os.PathLike[str], largest: int) -> None:
+    def __init__(self, path: str | os.PathLike[str], largest: int,
+                 values: Mapping[str, Sequence[Value]] | None = None) -> None:
         self.path = path
+        self.values = values  # run-time inputs' values (--value), the same at every batch
         self.name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
         self.largest = largest
         self._first: tuple[int, ShapedModel] | None = None   # the first batch read, kept whole
@@ -76,7 +79,7 @@ class BatchSeries:
         return graph
 
     def _read(self, batch: int, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ShapedModel, ModelGraph]:
-        shaped = shape_model(load_onnx(self.path), batch=batch, shapes=shapes)
+        shaped = shape_model(load_onnx(self.path), batch=batch, shapes=shapes, values=self.values)
         self.reads += 1
         return shaped, annotate_graph(shaped, name=self.name)
 

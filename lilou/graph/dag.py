@@ -24,6 +24,7 @@ from onnx import helper
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
 from lilou.graph.branches import resolve_branches
+from lilou.graph.input_values import Value, bind_input_values
 from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
 from lilou.graph.constants import scalar_integers
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
@@ -103,21 +104,24 @@ class ModelGraph:
 
 
 def load_graph(path: str | os.PathLike[str], batch: int | None = None,
-               shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ModelGraph:
-    """Load an ONNX file, apply input-shape overrides, infer shapes and annotate every node."""
+               shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True,
+               values: Mapping[str, Sequence[Value]] | None = None) -> ModelGraph:
+    """Load an ONNX file, apply input-shape overrides and input values, infer shapes and annotate every node."""
     model = load_onnx(path)
     name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
-    return build_graph(model, name=name, batch=batch, shapes=shapes, restore_folded=restore_folded)
+    return build_graph(model, name=name, batch=batch, shapes=shapes, restore_folded=restore_folded, values=values)
 
 
 def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ModelGraph:
+                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True,
+                values: Mapping[str, Sequence[Value]] | None = None) -> ModelGraph:
     """``restore_folded``: put back what an exporter or optimizer fused that eager runs as the module's own ops: batch
     norms folded into convolutions (:mod:`lilou.graph.folded_norms`), onnxscript's RMS-norm fusion
     (:mod:`lilou.graph.exporter_fusions`), onnxruntime's contrib ops (:mod:`lilou.graph.contrib_ops`) and quantized
     graphs (:mod:`lilou.graph.quantized`); the fusion
     dataset keeps the file's own nodes, which its labels name."""
-    return annotate_graph(shape_model(model, batch=batch, shapes=shapes, restore_folded=restore_folded), name=name)
+    return annotate_graph(shape_model(model, batch=batch, shapes=shapes, restore_folded=restore_folded, values=values),
+                          name=name)
 
 
 @dataclass
@@ -135,14 +139,19 @@ class ShapedModel:
 
 
 def shape_model(model: onnx.ModelProto, batch: int | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True) -> ShapedModel:
-    """Check the file, set its input shapes (in place) and infer every tensor's shape (``restore_folded``: see
-    :func:`build_graph`). An ``If`` whose branch is known or chosen is first written as that branch
-    (:mod:`lilou.graph.branches`), a ``Loop`` whose trip count is known as its body once per iteration
-    (:mod:`lilou.graph.loops`)."""
+                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True,
+                values: Mapping[str, Sequence[Value]] | None = None) -> ShapedModel:
+    """Check the file, set its input values and shapes (in place) and infer every tensor's shape
+    (``restore_folded``: see :func:`build_graph`; ``values``: :mod:`lilou.graph.input_values`). An ``If`` whose
+    branch is known or chosen is first written as that branch (:mod:`lilou.graph.branches`), a ``Loop`` whose trip
+    count is known as its body once per iteration (:mod:`lilou.graph.loops`)."""
     check_opset(model)
     check_initializers(model)
+    bound = bind_input_values(model, values, shapes)
+    if bound:
+        shapes = {name: dims for name, dims in (shapes or {}).items() if name not in values}
     shapes, notes = implied_dimensions(model, shapes)
+    notes[:0] = bound
     apply_input_shapes(model, batch=batch, shapes=shapes)
     check_structure(model)
     check_ranges(model.graph)

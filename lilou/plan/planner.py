@@ -159,8 +159,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                batches: Sequence[int] | None = None, prices: Mapping[str, float] | None = None, predictor=None,
                shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
                tf32: str | None = None,
-               prepare: Callable[[int, dict[str, tuple[int, ...]] | None], PreparedModel] | None = None
-               ) -> CapacityPlan:
+               prepare: Callable[[int, dict[str, tuple[int, ...]] | None], PreparedModel] | None = None,
+               values: Mapping[str, Sequence[bool | int | float]] | None = None) -> CapacityPlan:
     """The capacity plan of an ONNX model for a latency SLO (ms) over devices and batch sizes.
 
     By default the file is read at the first two batches and the largest, and the others' graphs derived from
@@ -168,7 +168,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     read at every batch), and grouped into kernels at the first (fusion follows op patterns, not sizes; another batch
     whose graph differs is grouped anew). ``prepare(batch, shapes)``, when
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
-    service passes its cache's, so a second plan of the same bytes skips the graph work."""
+    service passes its cache's, so a second plan of the same bytes skips the graph work. ``values``: run-time
+    inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own)."""
     from lilou.api import Predictor, PreparedModel, rank_devices
     from lilou.graph.memory import memory_needed
     from lilou.graph.batch_series import BatchSeries
@@ -177,7 +178,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     sizes = check_batches(batches)
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
-    load = prepare or BatchSeries(model, largest=sizes[-1]).graph
+    load = prepare or BatchSeries(model, largest=sizes[-1], values=values).graph
+    pins = _pins_at_batch(model, shapes)
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = []
     tried: list[int] = []
@@ -188,8 +190,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             if not active:
                 break
             try:
-                # --shape pins whole inputs; in a plan their leading (batch) dimension follows the batch tried.
-                loaded = load(batch, {k: (batch, *tuple(v)[1:]) for k, v in shapes.items()} if shapes else None)
+                loaded = load(batch, pins(batch))
             except LilouInputError as error:
                 if not tried and batch == sizes[-1]:
                     raise
@@ -219,6 +220,20 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
     return _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")
+
+
+def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[int]] | None
+                   ) -> Callable[[int], dict[str, tuple[int, ...]] | None]:
+    """``--shape`` at each batch of a plan: an input's whole shape has its leading (batch) dimension follow the batch
+    tried; a named dimension (``sequence_length=512``) keeps its size (before session 32 it was set to the batch)."""
+    if not shapes:
+        return lambda batch: None
+    from lilou.graph.loading import load_onnx
+    from lilou.graph.shapes import runtime_inputs
+
+    inputs = {value.name for value in runtime_inputs(load_onnx(model))}
+    return lambda batch: {name: (batch, *tuple(dims)[1:]) if name in inputs else tuple(dims)
+                          for name, dims in shapes.items()}
 
 
 def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],

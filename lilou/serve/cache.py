@@ -1,5 +1,5 @@
 """A bounded LRU of prepared models (:class:`lilou.api.PreparedModel`), keyed by the sha256 of the file,
-the shape options and the backend.
+the shape and value options and the backend.
 
 A second request for the same bytes (any file name, any GPU) skips parsing, shape inference, cost
 annotation and the fusion model's grouping into kernels: only the per-kernel latency model runs.
@@ -16,12 +16,16 @@ from typing import Any
 
 from lilou.api import PreparedModel
 
-ModelKey = tuple[str, int | None, tuple[tuple[str, tuple[int, ...]], ...], str]
+ModelKey = tuple[str, int | None, tuple[tuple[str, tuple[int, ...]], ...], str, tuple[tuple[str, tuple], ...]]
 
 
 def model_key(sha256: str, batch: int | None, shapes: Mapping[str, Sequence[int]] | None,
-              backend: str) -> ModelKey:
-    return sha256, batch, tuple(sorted((name, tuple(dims)) for name, dims in (shapes or {}).items())), backend
+              backend: str, values: Mapping[str, Sequence[bool | int | float]] | None = None) -> ModelKey:
+    """The cache key of a file's bytes read with these options (``values``: run-time inputs' values, typed, so
+    that ``true`` and ``1`` are told apart as the file's types will tell them)."""
+    typed = tuple(sorted((name, tuple((type(v).__name__, v) for v in items)) for name, items in (values or {}).items()))
+    return (sha256, batch, tuple(sorted((name, tuple(dims)) for name, dims in (shapes or {}).items())), backend,
+            typed)
 
 
 class ModelCache:

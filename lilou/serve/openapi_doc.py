@@ -147,7 +147,7 @@ def request_body(schema: type[BaseModel]) -> dict[str, Any]:
                           **properties}
     form["required"] = ["file", *[name for name in form.get("required", []) if name != "model"]]
     form["description"] = ("The same fields as form fields (or query parameters); lists as `a,b,c`, "
-                           "objects (shapes, prices) as JSON text.")
+                           "objects (shapes, values, prices) as JSON text.")
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": json_schema},
                                                           "multipart/form-data": {"schema": form}}}}
 

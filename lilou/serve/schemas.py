@@ -2,7 +2,7 @@
 
 The same models validate a JSON body and the form fields / query parameters of a multipart
 upload. Text forms are accepted where a form has no lists: ``gpus`` and ``batches`` as
-``a10g,t4`` / ``1,8``, ``shapes`` and ``prices`` as a JSON object.
+``a10g,t4`` / ``1,8``, ``shapes``, ``values`` and ``prices`` as a JSON object.
 """
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ class _GraphRequest(_Request):
     shapes: dict[str, list[PositiveInt]] = Field(default_factory=dict, description=(
         "full shape of named inputs, e.g. {\"input_ids\": [8, 512]} (--shape input_ids=8x512), or the size of a "
         "named dynamic dimension in every input, e.g. {\"sequence_length\": [512]}"))
+    values: dict[str, list[bool | int | float]] = Field(default_factory=dict, description=(
+        "the value of run-time inputs that pick the work (--value), e.g. {\"use_cache_branch\": [false]}: an If on "
+        "one is priced as the branch that runs"))
     precision: Precision | None = Field(None, description="precision the model computes in (default: ONNX types)")
     tf32: TF32 | None = Field(None, description="what FP32 convolutions/matmuls run in (default: PyTorch's)")
     backend: Backend = Field("eager", description="runtime whose kernels are predicted")
@@ -62,6 +65,14 @@ class _GraphRequest(_Request):
     @classmethod
     def _shapes(cls, value: Any) -> Any:
         return _json_object(value) or {}
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _values(cls, value: Any) -> Any:
+        value = _json_object(value) or {}
+        if isinstance(value, dict):  # {"use_cache_branch": false} as well as [false]
+            return {name: item if isinstance(item, list) else [item] for name, item in value.items()}
+        return value
 
 
 class PredictRequest(_GraphRequest):

@@ -113,7 +113,8 @@ class Service:
         return {"cache": cache, "kernel_groupings": {key: cache[key] for key in ("entries", "hits", "misses")}}
 
     def prepared(self, source: ModelSource, batch: int | None, shapes: dict[str, list[int]],
-                 backend: str, series: BatchSeries | None = None) -> PreparedModel:
+                 backend: str, series: BatchSeries | None = None,
+                 values: dict[str, list[bool | int | float]] | None = None) -> PreparedModel:
         """The model read and grouped into kernels, from the cache, named as this request named it.
 
         A plan passes the file's ``series``: graphs of later batches derived from its first reads, identical to the
@@ -128,12 +129,12 @@ class Service:
             if series is not None and batch is not None:
                 graph = series.graph(batch, shapes or None)
             else:
-                graph = load_graph(source.path, batch=batch, shapes=shapes or None)
+                graph = load_graph(source.path, batch=batch, shapes=shapes or None, values=values or None)
             # Prepared from the graph so that errors name the model as the request did; the batch is the option's.
             prepared = predictor.prepare(dataclasses.replace(graph, name=source.name))
             return dataclasses.replace(prepared, batch=batch)
 
-        prepared = self.cache.get(model_key(source.sha256, batch, shapes, predictor.backend), load)
+        prepared = self.cache.get(model_key(source.sha256, batch, shapes, predictor.backend, values), load)
         return dataclasses.replace(prepared, name=source.name)
 
     def warm_up(self) -> None:
@@ -154,7 +155,7 @@ class Service:
     # ------------------------------------------------------------ endpoints
     def predict(self, request: PredictRequest, source: ModelSource) -> dict[str, Any]:
         with named_errors(source, self.models_root.root):
-            prepared = self.prepared(source, request.batch, request.shapes, request.backend)
+            prepared = self.prepared(source, request.batch, request.shapes, request.backend, values=request.values)
             predictor = self.predictor(request.backend).with_launch_gap(request.launch_gap_ms())
             prediction = predictor.predict(prepared, gpu=request.gpu, mig=request.mig, precision=request.precision,
                                            tf32=request.tf32)
@@ -162,7 +163,7 @@ class Service:
 
     def rank(self, request: RankRequest, source: ModelSource) -> tuple[list[dict[str, Any]], list[str]]:
         with named_errors(source, self.models_root.root):
-            prepared = self.prepared(source, request.batch, request.shapes, request.backend)
+            prepared = self.prepared(source, request.batch, request.shapes, request.backend, values=request.values)
             predictor = self.predictor(request.backend).with_launch_gap(request.launch_gap_ms())
             ranking = predictor.rank(prepared, gpus=request.gpus, precision=request.precision, tf32=request.tf32)
         return ranking.to_json(), list(ranking.warnings)
@@ -182,6 +183,8 @@ class Service:
                 if request.launch_gap_us is not None:
                     raise InvalidField("launch_gap_us applies to ONNX models; with llm the engine's host time is "
                                        "lilou llm's own (engine)")
+                if request.values:
+                    raise InvalidField("values apply to ONNX models; lilou llm prices a decoder step by step itself")
                 plan = plan_llm(model, request.itl_slo_ms, input_len=request.input_len, output_len=request.output_len,
                                 gpus=request.gpus, batches=request.batches, prices=prices, dtype=request.dtype,
                                 engine=request.engine, llm_predictor=self.llm_predictor())
@@ -194,19 +197,20 @@ class Service:
                                   predictor=self.predictor(request.backend).with_launch_gap(request.launch_gap_ms()),
                                   shapes=request.shapes or None,
                                   precision=request.precision, tf32=request.tf32,
-                                  prepare=self._plan_batches(source, request.backend, request.batches))
+                                  prepare=self._plan_batches(source, request.backend, request.batches, request.values))
         result = plan.to_json()
         result["model"] = source.name if source is not None else str(model)
         return result
 
-    def _plan_batches(self, source: ModelSource, backend: str,
-                      batches: list[int] | None) -> Callable[[int, dict | None], PreparedModel]:
+    def _plan_batches(self, source: ModelSource, backend: str, batches: list[int] | None,
+                      values: dict[str, list[bool | int | float]]) -> Callable[[int, dict | None], PreparedModel]:
         """``plan_model``'s ``prepare`` for one plan: cached prepared models, read through one BatchSeries."""
         from lilou.graph.batch_series import BatchSeries
         from lilou.plan.planner import check_batches
 
-        series = BatchSeries(source.path, largest=check_batches(batches)[-1])
-        return lambda batch, shapes: self.prepared(source, batch, shapes or {}, backend, series=series)
+        series = BatchSeries(source.path, largest=check_batches(batches)[-1], values=values or None)
+        return lambda batch, shapes: self.prepared(source, batch, shapes or {}, backend, series=series,
+                                                   values=values)
 
     def _prices(self, prices: dict[str, float] | str | None) -> dict[str, float] | None:
         """Prices keyed by device name, checked as ``--prices`` files are (lilou.plan.read_prices)."""

@@ -65,12 +65,30 @@ function parseShapes(text) {
   return shapes;
 }
 
+// "use_cache_branch=false sr=16000" -> {"use_cache_branch": [false], "sr": [16000]} (as --value reads it)
+function parseValues(text) {
+  const values = {};
+  for (const item of text.split(/[\s;]+/).filter(Boolean)) {
+    const match = /^([^=]+)=(.+)$/.exec(item);
+    const parsed = match && match[2].split(",").map((v) =>
+      /^(true|false)$/i.test(v) ? v.toLowerCase() === "true"
+        : /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/.test(v) ? Number(v) : null);
+    if (!parsed || parsed.includes(null)) {
+      throw new Error(`cannot read value "${item}"; write NAME=true, NAME=false or NAME=number`);
+    }
+    values[match[1]] = parsed;
+  }
+  return values;
+}
+
 function modelForm(extra) {
   const form = new FormData();
   form.append("file", $("file").files[0]);
   if ($("batch").value) form.append("batch", $("batch").value);
   const shapes = parseShapes($("shapes").value);
   if (Object.keys(shapes).length) form.append("shapes", JSON.stringify(shapes));
+  const values = parseValues($("values").value);
+  if (Object.keys(values).length) form.append("values", JSON.stringify(values));
   if ($("precision").value) form.append("precision", $("precision").value);
   for (const [k, v] of Object.entries(extra)) if (v !== null && v !== undefined) form.append(k, v);
   return form;
