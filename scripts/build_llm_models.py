@@ -9,7 +9,8 @@ Two parts, each entry with its source:
   (``huggingface.co/<id>/blob/main/config.json``); nothing is downloaded.
 
 Only architecture fields are kept: layers, hidden size, attention and KV heads, head dim, MLP width,
-vocabulary, MoE experts / top-k / expert width, tied embeddings, MLP and norm kind.
+vocabulary, MoE experts / top-k / expert width, tied embeddings, MLP and norm kind, the sliding window and how many
+layers use it, attention logit soft-capping.
 
     python scripts/build_llm_models.py            # writes lilou/llm/models.yaml
 """
@@ -111,6 +112,21 @@ LLM_ENERGY = [
 ]
 
 
+# Sliding windows of the transcribed models, from the same config.json files: (sliding_window, layers that use it,
+# attn_logit_softcapping). Gemma 2 alternates local and global layers (layer_types, or every other layer in older
+# configs); Mistral v0.1 and StarCoder 2 window every layer; gpt-oss alternates a 128-token band with full layers.
+# The others transcribed above have no window (sliding_window null, or Qwen's use_sliding_window false).
+TRANSCRIBED_WINDOWS = {
+    "google/gemma-2-9b-it": (4096, 21, 50.0),
+    "google/gemma-2-27b-it": (4096, 23, 50.0),
+    "bigcode/starcoder2-3b": (4096, 30, 0.0),
+    "bigcode/starcoder2-7b": (4096, 32, 0.0),
+    "bigcode/starcoder2-15b": (4096, 40, 0.0),
+    "openai/gpt-oss-120b": (128, 18, 0.0),
+    "mistralai/Mistral-7B-v0.1": (4096, 32, 0.0),
+}
+
+
 def _number(value: str) -> float | None:
     value = (value or "").strip()
     if value in ("", "N/A", "None"):
@@ -127,7 +143,7 @@ def _int(value: str) -> int | None:
 
 
 def _entry(name, model_type, layers, hidden, heads, kv_heads, head_dim, inter, vocab, tied, experts, top_k,
-           moe_inter, shared_inter, source, params_b=None) -> dict:
+           moe_inter, shared_inter, source, params_b=None, window=(0, 0, 0.0)) -> dict:
     entry = {"name": name, "model_type": model_type, "kind": KIND.get(model_type, "transformer"),
              "layers": int(layers), "hidden": int(hidden), "heads": int(heads or 0),
              "kv_heads": int(kv_heads or heads or 0),
@@ -136,6 +152,11 @@ def _entry(name, model_type, layers, hidden, heads, kv_heads, head_dim, inter, v
              "gated_mlp": model_type not in UNGATED, "norm": "layernorm" if model_type in LAYERNORM else "rmsnorm",
              "experts": int(experts or 0), "experts_per_token": int(top_k or 0),
              "moe_intermediate": int(moe_inter or 0), "shared_expert_intermediate": int(shared_inter or 0)}
+    sliding_window, sliding_layers, softcap = window
+    if sliding_window and sliding_layers:  # only models that have one (LLMConfig's defaults: none)
+        entry.update(sliding_window=int(sliding_window), sliding_layers=int(sliding_layers))
+    if softcap:
+        entry["attention_softcap"] = float(softcap)
     if params_b is not None:
         entry["params_b"] = params_b
     entry["source"] = source
@@ -174,8 +195,30 @@ def wattgpu_entries(folder: Path) -> list[dict]:
         tied = (r.get("tie_word_embeddings") or "").upper() == "TRUE"
         entries.append(_entry(r["model_name"], model_type, layers, hidden, heads, kv, head_dim, inter,
                               get("vocab_size"), tied, experts, top_k, moe_inter, shared,
-                              f"{WATTGPU} (row {r['model_name']})", _number(r.get("total_b_params"))))
+                              f"{WATTGPU} (row {r['model_name']})", _number(r.get("total_b_params")),
+                              _window(r, nested, int(layers), model_type)))
     return entries
+
+
+def _window(row: dict, nested: dict, layers: int, model_type: str) -> tuple[int, int, float]:
+    """(sliding_window, layers using it, attn_logit_softcapping) of one row, read as a config.json is read
+    (lilou.llm.config.sliding_window_layers)."""
+    from lilou.llm.config import sliding_window_layers
+
+    fields: dict = {}
+    for key in ("sliding_window", "max_window_layers", "sliding_window_pattern", "attn_logit_softcapping"):
+        value = nested.get(key) if nested.get(key) is not None else _number(row.get(key))
+        if value is not None:
+            fields[key] = int(value) if key != "attn_logit_softcapping" else float(value)
+    if nested.get("use_sliding_window") is False or (row.get("use_sliding_window") or "").upper() == "FALSE":
+        fields["use_sliding_window"] = False
+    types = nested.get("layer_types") or row.get("layer_types") or ""
+    if isinstance(types, str) and types.startswith("["):
+        types = ast.literal_eval(types)
+    if isinstance(types, list):
+        fields["layer_types"] = types
+    window, sliding = sliding_window_layers(fields, layers, model_type, row["model_name"])
+    return window, sliding, fields.get("attn_logit_softcapping") or 0.0
 
 
 def main() -> int:
@@ -187,7 +230,8 @@ def main() -> int:
             continue
         seen.add(row[0].lower())
         entries.append(_entry(*row, source=f"huggingface.co/{row[0]}/blob/main/config.json (architecture fields, "
-                                           "transcribed; measured in llm_energy/)"))
+                                           "transcribed; measured in llm_energy/)",
+                              window=TRANSCRIBED_WINDOWS.get(row[0], (0, 0, 0.0))))
     header = ("# Built-in LLM architectures for `lilou llm MODEL`. Generated by scripts/build_llm_models.py;\n"
               "# edit that script, not this file. Architecture fields only; `source` says where each came from.\n")
     OUT.write_text(header + yaml.safe_dump({"models": entries}, sort_keys=False, width=120))

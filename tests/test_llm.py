@@ -433,3 +433,73 @@ def test_decode_step_with_a_per_launch_host_term():
     assert calibration.itl_ms("hf", decode, batch=1) == pytest.approx(1.5 * 20 + 0.03 * 1000 + 2)
     # no per-launch term: the step's own time (for vLLM the CUDA-graph sum) is scaled
     assert calibration.itl_ms("vllm", decode, batch=4) == pytest.approx(1.5 * 100 + 2 + 0.5 * 4)
+
+
+def test_sliding_windows_of_hugging_face_configs(tmp_path):
+    """transformers' own configs: Gemma 2 windows every other layer and soft-caps, Gemma 3 five layers in six,
+    Mistral every layer, Qwen 2 none (use_sliding_window false); a window that is not a number is one line."""
+    from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Qwen2Config
+
+    expected = {Gemma2Config: (4096, 13, 50.0), Gemma3TextConfig: (4096, 22, 0.0), MistralConfig: (4096, 32, 0.0),
+                Qwen2Config: (0, 0, 0.0)}
+    for cls, window in expected.items():
+        path = tmp_path / f"{cls.__name__}.json"
+        cls().to_json_file(path)
+        config = load_config(path)
+        assert (config.sliding_window, config.windowed_layers, config.attention_softcap) == window, cls.__name__
+    gemma2 = json.loads((tmp_path / "Gemma2Config.json").read_text())
+    del gemma2["layer_types"]  # configs written before transformers listed the layer types
+    (tmp_path / "old.json").write_text(json.dumps(gemma2))
+    assert (load_config(tmp_path / "old.json").windowed_layers) == 13
+    (tmp_path / "bad.json").write_text(json.dumps({**LLAMA_3_8B_CONFIG, "sliding_window": "4k"}))
+    with pytest.raises(LilouInputError, match=r"^bad: sliding_window is '4k', not a whole number of tokens$"):
+        load_config(tmp_path / "bad.json")
+
+
+def test_built_in_windows_come_from_the_configs():
+    assert [(builtin_config(name).sliding_window, builtin_config(name).windowed_layers) for name in (
+        "google/gemma-2-9b-it", "google/gemma-3-12b-it", "openai/gpt-oss-120b", "mistralai/Mistral-7B-v0.1",
+        "mistralai/Mistral-7B-Instruct-v0.3", "Qwen/Qwen2.5-7B-Instruct")] == [
+        (4096, 21), (1024, 40), (128, 18), (4096, 32), (0, 0), (0, 0)]
+
+
+def test_a_window_bounds_the_keys_a_query_attends():
+    from lilou.llm.steps import attended_keys, attention_reach
+
+    assert attended_keys(8192, causal=False) == 8192 and attended_keys(8192, False, 4096) == 4096
+    assert attended_keys(4096, True, 4096) == attended_keys(4096, True) == 2049
+    # a prefill of 8192 over a 4096 window: (4096 x 4097 / 2 + 4096 x 4096) / 8192 keys per query
+    assert attended_keys(8192, True, 4096) == 3073
+    assert attention_reach(8192, True, 4096) == 6145 and attention_reach(9000, False, 4096) == 4096
+    assert attention_reach(1000, True, 4096) == 1000
+
+
+GEMMA_2_9B_CONFIG = {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
+                     "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+                     "tie_word_embeddings": True, "sliding_window": 4096}
+
+
+def test_windowed_layers_hold_and_read_at_most_their_window(llm, tmp_path):
+    """Gemma 2 9B: below its window the prediction is the window-free one (the same config with
+    ``sliding_window: null``); past it the local layers' KV cache and attention stop growing, and a warning says
+    so."""
+    from lilou.llm.memory import kv_cache_bytes
+
+    gemma = builtin_config("google/gemma-2-9b-it")
+    assert kv_cache_bytes(gemma, "bf16", 1, 2, 8704) == (2 * 8 * 256 * 2) * 2 * (21 * 8704 + 21 * 4096)
+    windowed, free = tmp_path / "gemma.json", tmp_path / "free.json"
+    windowed.write_text(json.dumps(GEMMA_2_9B_CONFIG))
+    free.write_text(json.dumps({**GEMMA_2_9B_CONFIG, "sliding_window": None}))
+    assert load_config(windowed).windowed_layers == 21 and load_config(free).windowed_layers == 0
+
+    def predict(path, input_len):
+        return llm.predict(str(path), "a100-sxm4-80gb", batch=4, input_len=input_len, output_len=256, dtype="bf16")
+
+    short, short_free = predict(windowed, 2048), predict(free, 2048)
+    assert (short.ttft_ms, short.itl_ms, short.memory) == (short_free.ttft_ms, short_free.itl_ms, short_free.memory)
+    long, long_free = predict(windowed, 16384), predict(free, 16384)
+    assert long.itl_ms < long_free.itl_ms and long.ttft_ms < long_free.ttft_ms
+    assert long.memory.kv_cache_gb < long_free.memory.kv_cache_gb and long.max_batch_fitting > long_free.max_batch_fitting
+    assert ("21 of 42 layers attend over a sliding window of 4096 tokens (the config's sliding_window): their "
+            "attention and KV cache cover at most 4096 of the 16640 tokens") in long.warnings
+    assert not any("sliding window" in w for w in short.warnings)

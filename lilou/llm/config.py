@@ -49,12 +49,20 @@ class LLMConfig:
     moe_intermediate: int = 0  # width of one routed expert
     shared_expert_intermediate: int = 0
     kind: str = "transformer"  # transformer | mamba | hybrid | rwkv
+    sliding_window: int = 0    # tokens a local-attention layer attends over (0: every layer attends to all)
+    sliding_layers: int = 0    # how many of the layers are local (Gemma 2 half, Gemma 3 five in six, Mistral all)
+    attention_softcap: float = 0.0  # Gemma 2's attn_logit_softcapping (0: none)
     source: str = ""
     params_b: float | None = None   # published total parameters (billions), where the source gives it
 
     @property
     def moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers that attend over a sliding window (0 when the model has none)."""
+        return self.sliding_layers if self.sliding_window > 0 else 0
 
     @property
     def expert_width(self) -> int:
@@ -238,6 +246,8 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if model_type.endswith("_h") or config.get("hybrid_override_pattern"):
         kind = "hybrid"
     tied = config.get("tie_word_embeddings")
+    window, sliding = sliding_window_layers(config, ints["layers"], model_type, name)
+    softcap = config.get("attn_logit_softcapping")
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
         kv_heads=ints.get("kv_heads") or heads, head_dim=head_dim, intermediate=ints["intermediate"],
@@ -245,7 +255,37 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         gated_mlp=model_type not in UNGATED_TYPES, norm="layernorm" if model_type in LAYERNORM_TYPES else "rmsnorm",
         experts=ints.get("experts", 0), experts_per_token=ints.get("experts_per_token", 0),
         moe_intermediate=ints.get("moe_intermediate", 0),
-        shared_expert_intermediate=ints.get("shared_expert_intermediate", 0), kind=kind, source=name)
+        shared_expert_intermediate=ints.get("shared_expert_intermediate", 0), kind=kind, sliding_window=window,
+        sliding_layers=sliding,
+        attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and softcap > 0 else 0.0, source=name)
+
+
+def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, name: str) -> tuple[int, int]:
+    """The sliding window of a Hugging Face config and how many layers use it, as transformers reads them:
+    ``layer_types`` where given (its ``sliding_attention`` entries); else Gemma 2 every other layer, Gemma 3 all
+    but every ``sliding_window_pattern``-th, Qwen 2 the layers from ``max_window_layers`` on, and every layer for
+    the others (Mistral v0.1, Phi-3, StarCoder 2). ``use_sliding_window: false`` (Qwen) or no window: (0, 0)."""
+    window = config.get("sliding_window")
+    if window is None or config.get("use_sliding_window") is False:
+        return 0, 0
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or \
+            isinstance(window, float) and not (math.isfinite(window) and window.is_integer()):
+        raise LilouInputError(f"{name}: sliding_window is {window!r:.40}, not a whole number of tokens")
+    window = int(window)
+    if window <= 0:
+        return 0, 0
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        return window, min(layers, sum(1 for kind in types if kind == "sliding_attention"))
+    if model_type == "gemma2":
+        return window, (layers + 1) // 2  # layers 0, 2, 4 ... are local
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = config.get("sliding_window_pattern") or 6
+        pattern = pattern if isinstance(pattern, int) and pattern > 0 else 6
+        return window, layers - layers // pattern  # every pattern-th layer is global
+    if model_type in ("qwen2", "qwen2_moe") and isinstance(config.get("max_window_layers"), int):
+        return window, max(0, layers - config["max_window_layers"])
+    return window, layers
 
 
 def _whole(value: Any, name: str, field: str) -> int:

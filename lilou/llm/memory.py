@@ -4,7 +4,8 @@ Per GPU: weights / TP + KV cache + activation workspace, against the engine's bu
 
 - weights: every parameter (:meth:`LLMConfig.parameters`) at the weight dtype, divided by TP (vLLM shards
   the embedding and LM head over the vocabulary too; norms are replicated and negligible);
-- KV cache: ``layers x 2 x KV heads per GPU x head dim x tokens x bytes``, tokens = batch x (input + output).
+- KV cache: ``layers x 2 x KV heads per GPU x head dim x tokens x bytes``, tokens = batch x (input + output)
+  (a sliding-window layer's at most batch x its window).
   With TP larger than the KV heads, vLLM replicates each KV head over ``TP / KV heads`` GPUs, so a GPU holds
   ``max(1, KV heads / TP)``;
 - activation workspace: the largest step's live tensors (the widest of QKV, gate+up and the attention
@@ -63,6 +64,15 @@ def kv_bytes_per_token(config: LLMConfig, kv_dtype: str, tp: int) -> float:
     return config.layers * 2 * kv_heads_per_gpu(config, tp) * config.head_dim * ITEMSIZE[kv_dtype]
 
 
+def kv_cache_bytes(config: LLMConfig, kv_dtype: str, tp: int, batch: int, context: int) -> float:
+    """KV-cache bytes of ``batch`` sequences of ``context`` tokens on one GPU: a sliding-window layer keeps at most
+    its window (vLLM's hybrid KV-cache manager, transformers' sliding-window caches), the others every token."""
+    local = config.windowed_layers
+    per_layer_token = 2 * kv_heads_per_gpu(config, tp) * config.head_dim * ITEMSIZE[kv_dtype]
+    tokens = (config.layers - local) * context + local * min(context, config.sliding_window or context)
+    return per_layer_token * batch * tokens
+
+
 def step_tokens(engine: str, batch: int, input_len: int) -> int:
     """Tokens in the largest step: the whole batch's prompts (HF), or vLLM's chunk budget."""
     tokens = batch * input_len
@@ -87,7 +97,7 @@ def budget_bytes(device_gb: float, engine: str) -> float:
 def memory_fit(config: LLMConfig, device_gb: float, *, dtype: str, kv_dtype: str, tp: int, engine: str,
                batch: int, input_len: int, output_len: int) -> MemoryFit:
     weights = weight_bytes(config, dtype, tp)
-    kv = kv_bytes_per_token(config, kv_dtype, tp) * batch * (input_len + output_len)
+    kv = kv_cache_bytes(config, kv_dtype, tp, batch, input_len + output_len)
     activations = activation_bytes(config, dtype, tp, engine, batch, input_len)
     total = weights + kv + activations
     budget = budget_bytes(device_gb, engine)

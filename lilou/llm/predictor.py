@@ -341,7 +341,7 @@ class LLMPredictor:
         u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
         result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
         result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w)
-        warnings.extend(self._notes(config, device, dtype, tp, engine))
+        warnings.extend(self._notes(config, device, dtype, tp, engine, input_len + output_len))
         return result
 
     # ---------------------------------------------------------------------------------- internals
@@ -448,8 +448,16 @@ class LLMPredictor:
             out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]
         return out
 
-    def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str) -> list[str]:
+    def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int) -> list[str]:
         notes = []
+        if config.windowed_layers and context > config.sliding_window:
+            notes.append(f"{config.windowed_layers} of {config.layers} layers attend over a sliding window of "
+                         f"{config.sliding_window} tokens (the config's sliding_window): their attention and KV cache "
+                         f"cover at most {config.sliding_window} of the {context} tokens")
+        if config.attention_softcap and engine == "hf":
+            notes.append(f"attention logits are soft-capped at {config.attention_softcap:g} (attn_logit_softcapping): "
+                         "transformers runs that attention eagerly, as separate kernels; it is priced as one fused "
+                         "kernel")
         model = self.predictor.model
         has_units = getattr(model, "tensor_model", None) is not None or model.kernel_model.uses_units
         if dtype != "fp32" and not has_units:

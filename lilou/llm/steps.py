@@ -19,7 +19,9 @@ Attention has no family in the kernel model, so it is priced as what a flash-att
 batched GEMMs (Q.K^T and P.V) and the softmax between them in one kernel, reading Q, K and V once and writing
 O (the score matrix stays on chip). Grouped-query attention packs the ``heads / kv_heads`` query heads of one
 KV head as rows, as the decode kernels do. A causal prefill does the lower triangle: each query attends
-``(I + 1) / 2`` keys on average. Decode reads the whole KV cache: a memory-bound kernel. Each attention kernel
+``(I + 1) / 2`` keys on average. Decode reads the whole KV cache: a memory-bound kernel. A model's
+sliding-window layers (Gemma 2 and 3, Mistral v0.1, gpt-oss) are their own attention kernel, whose queries attend
+at most the window. Each attention kernel
 carries its shape, so that :mod:`lilou.llm.attention` can correct its price to what vLLM's kernels measure.
 """
 from __future__ import annotations
@@ -122,13 +124,31 @@ def _norm(b: _Builder, rows: int, cols: int, residual: bool) -> tuple[list[CostI
     return nodes, external
 
 
+def attended_keys(kv_len: int, causal: bool, window: int = 0) -> int:
+    """Keys one query attends on average: all ``kv_len`` (decode), the lower triangle's ``(kv_len + 1) / 2`` (a causal
+    prefill), each at most ``window`` in a sliding-window layer (query ``i`` of a prefill attends ``min(i + 1, W)``)."""
+    if not causal:
+        return min(kv_len, window) if window else kv_len
+    if not window or kv_len <= window:
+        return math.ceil((kv_len + 1) / 2)
+    return math.ceil((window * (window + 1) / 2 + (kv_len - window) * window) / kv_len)
+
+
+def attention_reach(kv_len: int, causal: bool, window: int = 0) -> int:
+    """The KV length of a window-free kernel whose queries attend as many keys on average as these do: what the
+    attention correction (:mod:`lilou.llm.attention`, fitted on window-free kernels) reads as the KV length."""
+    if not window or kv_len <= window:
+        return kv_len
+    return min(kv_len, 2 * attended_keys(kv_len, causal, window) - 1) if causal else window
+
+
 def attention_nodes(b: _Builder, seqs: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
-                    causal: bool) -> list[CostInput]:
+                    causal: bool, window: int = 0) -> list[CostInput]:
     """The fused attention kernel: Q.K^T, softmax, P.V over ``kv_heads`` groups of ``heads / kv_heads`` query
-    heads (see the module docstring)."""
+    heads (see the module docstring); ``window``: a sliding-window layer's."""
     group = max(1, heads // kv_heads)
     batch = seqs * kv_heads
-    keys = math.ceil((kv_len + 1) / 2) if causal else kv_len
+    keys = attended_keys(kv_len, causal, window)
     rows = group * q_len
     q = b.t((batch, rows, head_dim))
     k = b.t((batch, head_dim, keys), b.kv_dtype)
@@ -209,12 +229,20 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
         add("rope", _elementwise(b, "Mul", tokens, q_w + kv_w))
         add("kv_cache_write", [CostInput("Cast", {}, [b.t((tokens, 2 * kv_w))],
                                          [b.t((tokens, 2 * kv_w), kv_dtype)])])
-    add("attention", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal),
-        attention=AttentionShape(seqs, shape.q_len, shape.kv_len, heads, kv_heads, d))
-    if shape.prefill_tokens:  # the prompt chunks of the step: each token attends half its prompt on average
-        p, length = shape.prefill_tokens, shape.prefill_len
-        add("attention_prefill", attention_nodes(b, 1, p, length, heads, kv_heads, d, causal=True),
-            attention=AttentionShape(1, p, length, heads, kv_heads, d), causal=True)
+    # global layers attend over the whole context, sliding-window layers over at most their window
+    local = config.windowed_layers
+    for suffix, window, count in (("", 0, config.layers - local), ("_window", config.sliding_window, local)):
+        if count <= 0:
+            continue
+        reach = attention_reach(shape.kv_len, shape.causal, window)
+        add(f"attention{suffix}", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal,
+                                                  window), count=count,
+            attention=AttentionShape(seqs, shape.q_len, reach, heads, kv_heads, d))
+        if shape.prefill_tokens:  # the prompt chunks of the step: each token attends half its prompt on average
+            p, length = shape.prefill_tokens, shape.prefill_len
+            add(f"attention_prefill{suffix}", attention_nodes(b, 1, p, length, heads, kv_heads, d, True, window),
+                count=count, attention=AttentionShape(1, p, attention_reach(length, True, window), heads, kv_heads, d),
+                causal=True)
     nodes, fixed = _gemm(b, tokens, q_w, h)
     add("o_proj", nodes, fixed=fixed)
     # ---------------------------------------------------------------- MLP block
