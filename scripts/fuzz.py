@@ -511,7 +511,9 @@ def llm_config_mutant(rng: random.Random) -> bytes:
     target = config.get("text_config", config)
     for _ in range(rng.randint(1, 4)):
         key = rng.choice([*target, "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok",
-                          "moe_intermediate_size", "text_config", "model_type", "hybrid_override_pattern"])
+                          "moe_intermediate_size", "text_config", "model_type", "hybrid_override_pattern",
+                          "sliding_window", "layer_types", "use_sliding_window", "sliding_window_pattern",
+                          "max_window_layers", "attn_logit_softcapping"])
         action = rng.random()
         if action < 0.15:
             target.pop(key, None)

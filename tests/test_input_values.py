@@ -48,7 +48,7 @@ def test_a_bound_flag_picks_its_branch_exactly():
     for value, kept, gone in ((False, "small", "big"), (True, "big", "small")):
         graph = load_graph_of(model, {"flag": [value]})
         assert kept in graph.dag and gone not in graph.dag
-        assert [t.name for t in graph.inputs] == ["x"]  # no longer fed at run time
+        assert [t.name for t in graph.inputs] == ["x", "flag"]  # still fed at run time, its value known
         assert graph.warnings[:2] == [
             f"input 'flag' is set to {str(value).lower()} (--value): what reads it (an If's condition, a size) is "
             "priced for that value",
@@ -66,6 +66,19 @@ def test_a_condition_computed_from_a_bound_input_is_decided_by_folding():
     assert "small" in graph.dag and "big" not in graph.dag
     assert any("reads its condition from 'not_flag', which the shapes decide (false): its else branch" in w
                for w in graph.warnings)
+
+
+def test_ops_that_read_a_stated_value_still_run():
+    """Silero VAD reads its sample rate ``sr`` in a Mul and a Cast: with ``sr`` stated they are kernels still (the
+    input is fed at run time), so the prediction equals the one without the value; the value only decides."""
+    from lilou.api import Predictor
+    from tests.test_branches import SILERO
+
+    predictor, shapes = Predictor(), {"batch": (1,), "sequence": (512,)}
+    stated = predictor.predict(SILERO, gpu="a10g", shapes=shapes, values={"sr": [16000]})
+    unstated = predictor.predict(SILERO, gpu="a10g", shapes=shapes)
+    assert [k.nodes for k in stated.kernels] == [k.nodes for k in unstated.kernels]
+    assert stated.latency_ms == unstated.latency_ms and ("/Mul",) in [k.nodes for k in stated.kernels]
 
 
 def load_graph_of(model: onnx.ModelProto, values):

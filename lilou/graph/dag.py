@@ -24,7 +24,7 @@ from onnx import helper
 from lilou.errors import LilouInputError
 from lilou.graph.costs import SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training, node_cost
 from lilou.graph.branches import resolve_branches
-from lilou.graph.input_values import Value, bind_input_values
+from lilou.graph.input_values import Value, bind_input_values, bound_value_names
 from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
 from lilou.graph.constants import scalar_integers
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
@@ -245,13 +245,14 @@ def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
     check_reshapes(dag)
     check_windows(dag)
     check_splits(inferred.graph, tensors)
-    _mark_constant_subgraphs(dag, initializers={t.name for t in inferred.graph.initializer})
+    stated = bound_value_names(inferred.graph)  # inputs with a --value: still fed, so not constants
+    _mark_constant_subgraphs(dag, initializers={t.name for t in inferred.graph.initializer} - stated)
     _mark_shape_only_values(dag, graph_outputs={v.name for v in inferred.graph.output})
     warnings = _warnings(dag) + notes
     return ModelGraph(
         name=name,
         dag=dag,
-        inputs=[tensors[v.name] for v in runtime_inputs(inferred)],
+        inputs=[tensors[v.name] for v in runtime_inputs(inferred)] + [tensors[n] for n in sorted(stated) if n in tensors],
         outputs=[tensors.get(v.name) or _unknown(v.name) for v in inferred.graph.output],
         opset=_default_opset(inferred),
         warnings=warnings,

@@ -4,8 +4,9 @@ Shapes say how much work a model does, but a few inputs are flags or settings wh
 ``If`` on Optimum's ``use_cache_branch`` runs the prompt pass or the cached decode step, Silero VAD's ``sr``
 picks the 8 kHz or the 16 kHz path. Without a value Lilou prices the larger branch of such an ``If`` and says so
 (:mod:`lilou.graph.branches`); with one, the input becomes an initializer holding it, so the condition is a
-constant (or follows from one by constant folding) and the branch that runs is priced exactly. Values are small by
-design: a flag, a size, a few settings, never a tensor of data.
+constant (or follows from one by constant folding) and the branch that runs is priced exactly. The input is still
+fed at run time: the ops that read its value (Silero's ``sr`` in a Mul and a Cast) stay kernels, not constants
+(:func:`bound_value_names`). Values are small by design: a flag, a size, a few settings, never a tensor of data.
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from lilou.graph.shapes import runtime_inputs
 
 #: The most elements one ``--value`` may set: a flag or a setting, not a tensor of data.
 MAX_VALUE_ELEMENTS = 64
+#: The ``doc_string`` of an initializer that holds a stated value: it is still fed at run time, so the ops that read
+#: it are kernels, not constants (:func:`bound_value_names`).
+BOUND_VALUE_DOC = "lilou --value: a run-time input with a stated value"
 
 Value = bool | int | float
 _SPEC = re.compile(r"^\s*([^=\s]+)\s*=\s*(.+?)\s*$")
@@ -94,7 +98,9 @@ def bind_input_values(model: onnx.ModelProto, values: Mapping[str, Sequence[Valu
     notes = []
     for name, items in values.items():
         array = _as_array(inputs[name], items, (shapes or {}).get(name))
-        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        tensor = numpy_helper.from_array(array, name)
+        tensor.doc_string = BOUND_VALUE_DOC
+        model.graph.initializer.append(tensor)
         if model.ir_version >= 4:  # older files list every initializer among the inputs as well
             model.graph.input.remove(inputs[name])
         shown = ", ".join(str(item).lower() if isinstance(item, bool) else str(item) for item in items)
@@ -155,3 +161,9 @@ def _check_fits(name: str, dtype: np.dtype, item: Value) -> None:
         return
     if abs(float(item)) > float(np.finfo(dtype).max):
         raise LilouInputError(f"--value {name}: {item} does not fit the input's {dtype.name}")
+
+
+def bound_value_names(graph: onnx.GraphProto) -> set[str]:
+    """The inputs :func:`bind_input_values` wrote as initializers: read by value for shapes and branches, but fed
+    at run time, so what reads them runs on the GPU as it would without the value stated."""
+    return {tensor.name for tensor in graph.initializer if tensor.doc_string == BOUND_VALUE_DOC}

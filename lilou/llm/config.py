@@ -257,7 +257,8 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         moe_intermediate=ints.get("moe_intermediate", 0),
         shared_expert_intermediate=ints.get("shared_expert_intermediate", 0), kind=kind, sliding_window=window,
         sliding_layers=sliding,
-        attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and softcap > 0 else 0.0, source=name)
+        attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
+        and math.isfinite(softcap) and softcap > 0 else 0.0, source=name)
 
 
 def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, name: str) -> tuple[int, int]:
