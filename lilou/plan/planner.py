@@ -184,22 +184,29 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     warnings: list[str] = []
     tried: list[int] = []
     active = list(devices)  # devices still within the SLO and memory at the last batch tried
-    first: PreparedModel | None = None  # its kernel groups are reused at the other batches (same nodes)
+    like: PreparedModel | None = None  # the first batch: the others reuse its kernel groups (same nodes) ...
+    checked: dict[int, PreparedModel] = {}  # ... if grouping the largest batch anew gives the same groups
+    verified = False
     with predictor.reusing_kernel_rows():  # a batch's size ladder holds the larger batches' kernels
         for batch in sizes:
             if not active:
                 break
             try:
-                loaded = load(batch, pins(batch))
+                loaded = checked.pop(batch, None) or load(batch, pins(batch))
+                if like is not None and not verified and not isinstance(loaded, PreparedModel):
+                    verified = True  # the second batch read: check the groups at the largest first
+                    like, checked = _groups_at_largest(predictor, like, load, pins, sizes[-1],
+                                                       loaded if batch == sizes[-1] else None)
+                    loaded = checked.pop(batch, loaded)
             except LilouInputError as error:
                 if not tried and batch == sizes[-1]:
                     raise
                 warnings.append(f"batch {batch} skipped: {error}")
                 continue
             # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
-            prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=first)
-            if first is None:
-                first = prepared
+            prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=like)
+            if not tried and not verified:
+                like = prepared
             prepared = predictor.in_precision(prepared, precision)  # --precision: its bytes too, memory included
             # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
             ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
@@ -220,6 +227,24 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
     return _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")
+
+
+def _groups_at_largest(predictor, first: PreparedModel, load, pins, largest: int, graph=None
+                       ) -> tuple[PreparedModel | None, dict[int, PreparedModel]]:
+    """Whether the first batch's kernel groups are the fusion model's at the largest batch too (``graph``: that
+    batch's, when already read): the GNN reads sizes, and groups a decoder step's rotary and cache ops differently at
+    batch 1 and 4 (``llama-past.onnx``: 87 and 93 kernels). Returns ``first`` to reuse at every batch when they agree,
+    None (every batch grouped anew, as `infer` groups it) when they differ, and the largest batch prepared, for the
+    loop to take when it gets there."""
+    if graph is None:
+        try:
+            graph = load(largest, pins(largest))
+        except LilouInputError:
+            return first, {}  # that batch will say why when the loop asks for it
+    fresh = predictor.prepare(graph)
+    same = first.graph.same_structure(fresh.graph) and \
+        [g.nodes for g in fresh.partition.groups] == [g.nodes for g in first.partition.groups]
+    return (first if same else None), {largest: fresh}
 
 
 def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[int]] | None
