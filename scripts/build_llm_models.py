@@ -9,8 +9,8 @@ Two parts, each entry with its source:
   (``huggingface.co/<id>/blob/main/config.json``); nothing is downloaded.
 
 Only architecture fields are kept: layers, hidden size, attention and KV heads, head dim, MLP width,
-vocabulary, MoE experts / top-k / expert width, tied embeddings, MLP and norm kind, the sliding window and how many
-layers use it, attention logit soft-capping.
+vocabulary, MoE experts / top-k / expert width / dense first layers, tied embeddings, MLP and norm kind, the sliding
+window and how many layers use it, attention logit soft-capping.
 
     python scripts/build_llm_models.py            # writes lilou/llm/models.yaml
 """
@@ -143,7 +143,7 @@ def _int(value: str) -> int | None:
 
 
 def _entry(name, model_type, layers, hidden, heads, kv_heads, head_dim, inter, vocab, tied, experts, top_k,
-           moe_inter, shared_inter, source, params_b=None, window=(0, 0, 0.0)) -> dict:
+           moe_inter, shared_inter, source, params_b=None, window=(0, 0, 0.0), dense_layers=0) -> dict:
     entry = {"name": name, "model_type": model_type, "kind": KIND.get(model_type, "transformer"),
              "layers": int(layers), "hidden": int(hidden), "heads": int(heads or 0),
              "kv_heads": int(kv_heads or heads or 0),
@@ -152,6 +152,8 @@ def _entry(name, model_type, layers, hidden, heads, kv_heads, head_dim, inter, v
              "gated_mlp": model_type not in UNGATED, "norm": "layernorm" if model_type in LAYERNORM else "rmsnorm",
              "experts": int(experts or 0), "experts_per_token": int(top_k or 0),
              "moe_intermediate": int(moe_inter or 0), "shared_expert_intermediate": int(shared_inter or 0)}
+    if experts and dense_layers:  # a MoE model whose first layers keep a dense MLP
+        entry["dense_layers"] = int(dense_layers)
     sliding_window, sliding_layers, softcap = window
     if sliding_window and sliding_layers:  # only models that have one (LLMConfig's defaults: none)
         entry.update(sliding_window=int(sliding_window), sliding_layers=int(sliding_layers))
@@ -196,7 +198,8 @@ def wattgpu_entries(folder: Path) -> list[dict]:
         entries.append(_entry(r["model_name"], model_type, layers, hidden, heads, kv, head_dim, inter,
                               get("vocab_size"), tied, experts, top_k, moe_inter, shared,
                               f"{WATTGPU} (row {r['model_name']})", _number(r.get("total_b_params")),
-                              _window(r, nested, int(layers), model_type)))
+                              _window(r, nested, int(layers), model_type),
+                              get("first_k_dense_replace") or 0))
     return entries
 
 

@@ -499,6 +499,13 @@ LLM_CONFIGS = [
     {"model_type": "qwen2_vl", "text_config": {"num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
                                                 "num_key_value_heads": 4, "intermediate_size": 18944,
                                                 "vocab_size": 152064}},
+    {"model_type": "gemma2", "num_hidden_layers": 26, "hidden_size": 2304, "num_attention_heads": 8,
+     "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 9216, "vocab_size": 256000,
+     "sliding_window": 4096, "attn_logit_softcapping": 50.0},
+    {"model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16,
+     "num_key_value_heads": 16, "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64,
+     "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "kv_lora_rank": 512,
+     "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400},
 ]
 _HOSTILE_JSON = [0, -1, -(2**31), 2**31, 2**62, 10**30, 0.5, 4096.0, -0.0, float("nan"), float("inf"), True, False,
                  None, "", "4096", "x" * 1000, [], [4096], {}, {"hidden_size": 4096}]
@@ -513,7 +520,9 @@ def llm_config_mutant(rng: random.Random) -> bytes:
         key = rng.choice([*target, "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok",
                           "moe_intermediate_size", "text_config", "model_type", "hybrid_override_pattern",
                           "sliding_window", "layer_types", "use_sliding_window", "sliding_window_pattern",
-                          "max_window_layers", "attn_logit_softcapping"])
+                          "max_window_layers", "attn_logit_softcapping", "kv_lora_rank", "q_lora_rank",
+                          "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace",
+                          "n_shared_experts"])
         action = rng.random()
         if action < 0.15:
             target.pop(key, None)

@@ -503,3 +503,81 @@ def test_windowed_layers_hold_and_read_at_most_their_window(llm, tmp_path):
     assert ("21 of 42 layers attend over a sliding window of 4096 tokens (the config's sliding_window): their "
             "attention and KV cache cover at most 4096 of the 16640 tokens") in long.warnings
     assert not any("sliding window" in w for w in short.warnings)
+
+
+#: DeepSeek-V3's published config.json (architecture fields).
+DEEPSEEK_V3_CONFIG = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+                      "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+                      "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+                      "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                      "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+                      "tie_word_embeddings": False}
+
+
+def _deepseek(tmp_path, **change) -> Path:
+    path = tmp_path / "deepseek-v3.json"
+    path.write_text(json.dumps({**DEEPSEEK_V3_CONFIG, **change}))
+    return path
+
+
+def test_deepseek_v3_parameters_by_hand(tmp_path):
+    """Multi-head latent attention, a shared expert and three dense first layers: 671.0 B parameters, DeepSeek's
+    published total (its multi-token-prediction module aside)."""
+    config = load_config(_deepseek(tmp_path))
+    assert (config.mla, config.head_dim, config.latent_width, config.dense_layers, config.moe_layers,
+            config.shared_expert_intermediate) == (True, 192, 576, 3, 58, 2048)
+    per_layer = (7168 * 1536 + 1536 * 128 * 192      # q_a, q_b
+                 + 7168 * 576 + 512 * 128 * (128 + 128)  # kv_a (latent + rotary key), kv_b (keys and values)
+                 + 128 * 128 * 7168)                 # o_proj
+    assert config.parameters()["attention"] == 61 * per_layer == 11_413_422_080
+    routed = 256 * 3 * 7168 * 2048 + 7168 * 256 + 3 * 7168 * 2048
+    assert config.parameters()["mlp"] == 58 * routed + 3 * 3 * 7168 * 18432
+    assert config.total_parameters == 671_026_279_424
+    with pytest.raises(LilouInputError, match=r"multi-head latent attention \(kv_lora_rank\) without v_head_dim"):
+        load_config(_deepseek(tmp_path, v_head_dim=None))
+
+
+def test_a_latent_cache_is_one_latent_per_token_and_layer_on_every_gpu(tmp_path):
+    config = load_config(_deepseek(tmp_path))
+    assert kv_bytes_per_token(config, "bf16", 1) == kv_bytes_per_token(config, "bf16", 8) == 61 * 576 * 2
+    fit = memory_fit(config, 141, dtype="fp8", kv_dtype="bf16", tp=8, engine="vllm", batch=32, input_len=2048,
+                     output_len=256)
+    assert fit.weights_gb == pytest.approx(671_026_279_424 / 8 / GIB)
+    assert fit.kv_cache_gb == pytest.approx(61 * 576 * 2 * 32 * 2304 / GIB)
+
+
+def test_latent_attention_steps_as_vllm_runs_them(tmp_path):
+    """A prefill expands keys and values from the latent (kv_b) and attends with a 192-wide key and a 128-wide
+    value; a decode folds kv_b into two batched GEMMs per head and attends over the 576-wide latents, every query
+    head of the GPU against one latent head; the first three layers have a dense MLP, the others experts."""
+    from lilou.llm.steps import StepShape, step_kernels
+
+    config = load_config(_deepseek(tmp_path))
+    sizes = dict(dtype="bf16", kv_dtype="bf16", tp=8, engine="vllm")
+    prefill = {k.name: k for k in step_kernels(config, StepShape(2, 1000, 1000, causal=True), **sizes)}
+    decode = {k.name: k for k in step_kernels(config, StepShape(2, 1, 1000, causal=False), **sizes)}
+    assert {"kv_b_proj", "attention"} <= set(prefill) and not {"q_absorb", "out_absorb"} & set(prefill)
+    assert {"q_absorb", "attention", "out_absorb"} <= set(decode) and "kv_b_proj" not in decode
+    # 16 heads per GPU: prefill keys 16 x 192 per token; decode: one latent head, 16 query rows per sequence
+    assert prefill["attention"].attention.head_dim == 192 and prefill["attention"].attention.kv_heads == 16
+    assert (decode["attention"].attention.kv_heads, decode["attention"].attention.head_dim) == (1, 576)
+    scores = 2 * 16 * 1000  # two sequences, 16 query rows, 1000 latents
+    assert decode["attention"].spec.flops == 2 * scores * (576 + 512) + 5 * scores  # Q.K^T, P.V and the softmax
+    assert decode["kv_cache_write"].spec.bytes_written == 2 * 576 * 2
+    assert (decode["mlp.down_proj"].count, decode["experts_down"].count, decode["shared.down_proj"].count) == (3, 58, 58)
+
+
+def test_latent_attention_predictions_and_refusals(llm, tmp_path):
+    path = _deepseek(tmp_path)
+    result = llm.predict(str(path), "h200", tp=8, batch=32, input_len=2048, output_len=256, dtype="fp8")
+    assert result.memory.fits and result.itl_ms > 0 and result.ttft_ms > 0
+    assert any(w.startswith("multi-head latent attention: the KV cache holds one latent of 576") for w in result.warnings)
+    with pytest.raises(LilouInputError, match="^deepseek-v3: multi-head latent attention is modelled as vLLM runs it"):
+        llm.predict(str(path), "h200", tp=8, batch=1, input_len=128, output_len=16, engine="hf")
+    # DeepSeek-V2-Lite's layout: no low-rank query projection
+    lite = load_config(_deepseek(tmp_path, q_lora_rank=None))
+    from lilou.llm.steps import StepShape, step_kernels
+
+    names = {k.name for k in step_kernels(lite, StepShape(1, 1, 10, causal=False), dtype="bf16", kv_dtype="bf16",
+                                          tp=1, engine="vllm")}
+    assert "q_proj" in names and "q_a_proj" not in names

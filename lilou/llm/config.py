@@ -52,12 +52,35 @@ class LLMConfig:
     sliding_window: int = 0    # tokens a local-attention layer attends over (0: every layer attends to all)
     sliding_layers: int = 0    # how many of the layers are local (Gemma 2 half, Gemma 3 five in six, Mistral all)
     attention_softcap: float = 0.0  # Gemma 2's attn_logit_softcapping (0: none)
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): keys and values are projected from one latent of
+    # ``kv_lora_rank`` dims (plus a ``qk_rope_head_dim`` rotary part), which is all the KV cache holds; ``head_dim``
+    # is then the query/key head (the non-rotary and rotary parts), ``v_head_dim`` the value head.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0       # queries through a low-rank projection too (0: one q projection)
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    dense_layers: int = 0      # the first layers of a MoE model that keep a dense MLP (first_k_dense_replace)
     source: str = ""
     params_b: float | None = None   # published total parameters (billions), where the source gives it
 
     @property
     def moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (see the fields above)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def latent_width(self) -> int:
+        """What one token's KV cache holds per layer under MLA: the latent and the rotary key part."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (all but the dense first ones of a MoE model; none of a dense model)."""
+        return max(0, self.layers - self.dense_layers) if self.moe else 0
 
     @property
     def windowed_layers(self) -> int:
@@ -83,14 +106,22 @@ class LLMConfig:
     def parameters(self) -> dict[str, int]:
         """Parameter counts by part (embedding, LM head, attention, MLP/experts, norms), biases left out."""
         h = self.hidden
-        attention = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
-        if self.moe:
-            mlp = self.experts * self.mlp_matrices * h * self.expert_width + h * self.experts
-            mlp += self.mlp_matrices * h * self.shared_expert_intermediate
+        if self.mla:
+            q = h * self.q_lora_rank + self.q_lora_rank * self.q_width if self.q_lora_rank else h * self.q_width
+            nope = self.head_dim - self.qk_rope_head_dim
+            attention = (q + h * self.latent_width + self.kv_lora_rank * self.heads * (nope + self.v_head_dim)
+                         + self.heads * self.v_head_dim * h)
         else:
-            mlp = self.mlp_matrices * h * self.intermediate
+            attention = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
+        dense = self.mlp_matrices * h * self.intermediate
+        if self.moe:
+            routed = self.experts * self.mlp_matrices * h * self.expert_width + h * self.experts
+            routed += self.mlp_matrices * h * self.shared_expert_intermediate
+            mlp = self.moe_layers * routed + (self.layers - self.moe_layers) * dense
+        else:
+            mlp = self.layers * dense
         return {"embedding": self.vocab * h, "lm_head": 0 if self.tied_embeddings else self.vocab * h,
-                "attention": self.layers * attention, "mlp": self.layers * mlp, "norms": (2 * self.layers + 1) * h}
+                "attention": self.layers * attention, "mlp": mlp, "norms": (2 * self.layers + 1) * h}
 
     @property
     def total_parameters(self) -> int:
@@ -199,6 +230,13 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
     "moe_intermediate": ("moe_intermediate_size",),
     "shared_expert_intermediate": ("shared_expert_intermediate_size",),
+    "shared_experts": ("n_shared_experts", "num_shared_experts"),
+    "dense_layers": ("first_k_dense_replace",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "q_lora_rank": ("q_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
 }
 _REQUIRED = ("layers", "hidden", "heads", "vocab")
 
@@ -238,7 +276,9 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if min(ints["layers"], ints["hidden"], heads, ints["vocab"], ints["intermediate"]) <= 0:
         raise LilouInputError(f"{name}: layers, hidden size, heads, vocabulary and MLP width must be positive")
     _check_optional(ints, name)
-    head_dim = ints.get("head_dim") or ints["hidden"] // heads
+    latent = _latent_attention(ints, name)
+    head_dim = latent.pop("head_dim", 0) or ints.get("head_dim") or ints["hidden"] // heads
+    shared = ints.get("shared_expert_intermediate", 0) or ints.get("shared_experts", 0) * ints.get("moe_intermediate", 0)
     if head_dim <= 0:
         raise LilouInputError(f"{name}: hidden size {ints['hidden']} is smaller than its {heads} attention heads "
                               "and no head_dim is given")
@@ -255,10 +295,23 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         gated_mlp=model_type not in UNGATED_TYPES, norm="layernorm" if model_type in LAYERNORM_TYPES else "rmsnorm",
         experts=ints.get("experts", 0), experts_per_token=ints.get("experts_per_token", 0),
         moe_intermediate=ints.get("moe_intermediate", 0),
-        shared_expert_intermediate=ints.get("shared_expert_intermediate", 0), kind=kind, sliding_window=window,
-        sliding_layers=sliding,
+        shared_expert_intermediate=shared, kind=kind, sliding_window=window, sliding_layers=sliding,
+        dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, source=name)
+
+
+def _latent_attention(ints: dict[str, int], name: str) -> dict[str, int]:
+    """The multi-head latent attention fields of a config that has ``kv_lora_rank`` (else none), checked: the
+    query/key head is the non-rotary plus the rotary part."""
+    if not ints.get("kv_lora_rank"):
+        return {}
+    missing = [_named(f) for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if not ints.get(f)]
+    if missing:
+        raise LilouInputError(f"{name}: multi-head latent attention (kv_lora_rank) without {', '.join(missing)}")
+    return {"kv_lora_rank": ints["kv_lora_rank"], "q_lora_rank": ints.get("q_lora_rank", 0),
+            "qk_rope_head_dim": ints["qk_rope_head_dim"], "v_head_dim": ints["v_head_dim"],
+            "head_dim": ints["qk_nope_head_dim"] + ints["qk_rope_head_dim"]}
 
 
 def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, name: str) -> tuple[int, int]:
@@ -303,7 +356,9 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
     """The fields a config may leave out must make sense when given: KV heads that divide the heads, experts
     and top-k that agree, no negative widths."""
     negative = [field for field in ("kv_heads", "head_dim", "experts", "experts_per_token", "moe_intermediate",
-                                    "shared_expert_intermediate") if ints.get(field, 0) < 0]
+                                    "shared_expert_intermediate", "shared_experts", "dense_layers", "kv_lora_rank",
+                                    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                if ints.get(field, 0) < 0]
     if negative:
         raise LilouInputError(f"{name}: {', '.join(map(_named, negative))} must not be negative")
     kv_heads = ints.get("kv_heads") or ints["heads"]

@@ -5,9 +5,9 @@ Per GPU: weights / TP + KV cache + activation workspace, against the engine's bu
 - weights: every parameter (:meth:`LLMConfig.parameters`) at the weight dtype, divided by TP (vLLM shards
   the embedding and LM head over the vocabulary too; norms are replicated and negligible);
 - KV cache: ``layers x 2 x KV heads per GPU x head dim x tokens x bytes``, tokens = batch x (input + output)
-  (a sliding-window layer's at most batch x its window).
-  With TP larger than the KV heads, vLLM replicates each KV head over ``TP / KV heads`` GPUs, so a GPU holds
-  ``max(1, KV heads / TP)``;
+  (a sliding-window layer's at most batch x its window). With TP larger than the KV heads, vLLM replicates each
+  KV head over ``TP / KV heads`` GPUs, so a GPU holds ``max(1, KV heads / TP)``. Multi-head latent attention
+  caches one latent of ``kv_lora_rank + qk_rope_head_dim`` per token and layer instead, whole on every GPU;
 - activation workspace: the largest step's live tensors (the widest of QKV, gate+up and the attention
   output, the residual stream twice) plus the FP32 logits of the sampled rows. vLLM sizes it in its
   profiling run with ``max_num_batched_tokens`` tokens (:data:`VLLM_MAX_BATCHED_TOKENS`); HF eager runs
@@ -61,14 +61,22 @@ def weight_bytes(config: LLMConfig, dtype: str, tp: int) -> float:
 
 def kv_bytes_per_token(config: LLMConfig, kv_dtype: str, tp: int) -> float:
     """KV-cache bytes one token adds on one GPU, over every layer."""
-    return config.layers * 2 * kv_heads_per_gpu(config, tp) * config.head_dim * ITEMSIZE[kv_dtype]
+    return config.layers * _layer_token_bytes(config, kv_dtype, tp)
+
+
+def _layer_token_bytes(config: LLMConfig, kv_dtype: str, tp: int) -> int:
+    """What one token adds to one layer's cache on one GPU: a key and a value per KV head of the GPU, or under
+    multi-head latent attention one latent, the same on every GPU of the group (vLLM keeps it whole on each)."""
+    if config.mla:
+        return config.latent_width * ITEMSIZE[kv_dtype]
+    return 2 * kv_heads_per_gpu(config, tp) * config.head_dim * ITEMSIZE[kv_dtype]
 
 
 def kv_cache_bytes(config: LLMConfig, kv_dtype: str, tp: int, batch: int, context: int) -> float:
     """KV-cache bytes of ``batch`` sequences of ``context`` tokens on one GPU: a sliding-window layer keeps at most
     its window (vLLM's hybrid KV-cache manager, transformers' sliding-window caches), the others every token."""
     local = config.windowed_layers
-    per_layer_token = 2 * kv_heads_per_gpu(config, tp) * config.head_dim * ITEMSIZE[kv_dtype]
+    per_layer_token = _layer_token_bytes(config, kv_dtype, tp)
     tokens = (config.layers - local) * context + local * min(context, config.sliding_window or context)
     return per_layer_token * batch * tokens
 
@@ -82,7 +90,11 @@ def step_tokens(engine: str, batch: int, input_len: int) -> int:
 def activation_bytes(config: LLMConfig, dtype: str, tp: int, engine: str, batch: int, input_len: int) -> float:
     tokens = step_tokens(engine, batch, input_len)
     width = config.moe and config.experts_per_token * config.expert_width or config.intermediate
-    widest = max((config.q_width + 2 * config.kv_width) / tp, 2 * width / tp, config.q_width / tp)
+    if config.mla:  # queries and the expanded keys and values of a prefill
+        widest = max(config.q_width / tp + config.latent_width,
+                     config.heads * (config.head_dim - config.qk_rope_head_dim + config.v_head_dim) / tp, 2 * width / tp)
+    else:
+        widest = max((config.q_width + 2 * config.kv_width) / tp, 2 * width / tp, config.q_width / tp)
     per_token = (widest + 2 * config.hidden) * ITEMSIZE[dtype]
     logits = batch * config.vocab / tp * 4  # FP32 logits of the sampled rows (one per sequence)
     return tokens * per_token + logits

@@ -299,6 +299,10 @@ class LLMPredictor:
         if config.kind not in MODELLED_KINDS:
             raise LilouInputError(f"{config.name} has {config.kind} layers; Lilou models transformer decoders only")
         _check_tp(config, tp, device.mig)
+        if config.mla and engine == "hf":
+            raise LilouInputError(f"{config.name}: multi-head latent attention is modelled as vLLM runs it; "
+                                  "transformers expands the latent cache into whole keys and values, which --engine hf "
+                                  "does not model (use --engine vllm)")
         warnings: list[str] = []
         from lilou.hardware.database import ambiguity_note
 
@@ -467,7 +471,12 @@ class LLMPredictor:
             chosen = link(device)
             notes.append(f"TP {tp}: two all-reduces per layer over {chosen.name} ({chosen.gbs:g} GB/s per direction, "
                          "lilou/llm/interconnect.py; not in the GPU database)")
-        if config.kv_heads < tp:
+        if config.mla:
+            notes.append(f"multi-head latent attention: the KV cache holds one latent of {config.latent_width} per "
+                         "token and layer, whole on every GPU; a decode attends over the latents as vLLM's MLA kernels "
+                         "do, a prefill over the keys and values expanded from them; no MLA kernel is measured, so "
+                         "their attention is priced with the correction fitted on vLLM's FlashAttention kernels")
+        elif config.kv_heads < tp:
             notes.append(f"{config.kv_heads} KV heads over TP {tp}: each KV head is replicated on {tp // config.kv_heads}"
                          " GPUs, as vLLM does")
         if device.mig is not None:

@@ -143,18 +143,20 @@ def attention_reach(kv_len: int, causal: bool, window: int = 0) -> int:
 
 
 def attention_nodes(b: _Builder, seqs: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
-                    causal: bool, window: int = 0) -> list[CostInput]:
+                    causal: bool, window: int = 0, v_dim: int | None = None) -> list[CostInput]:
     """The fused attention kernel: Q.K^T, softmax, P.V over ``kv_heads`` groups of ``heads / kv_heads`` query
-    heads (see the module docstring); ``window``: a sliding-window layer's."""
+    heads (see the module docstring); ``window``: a sliding-window layer's; ``v_dim``: a value head other than the
+    query/key head (multi-head latent attention)."""
     group = max(1, heads // kv_heads)
     batch = seqs * kv_heads
     keys = attended_keys(kv_len, causal, window)
     rows = group * q_len
+    v_dim = v_dim or head_dim
     q = b.t((batch, rows, head_dim))
     k = b.t((batch, head_dim, keys), b.kv_dtype)
-    v = b.t((batch, keys, head_dim), b.kv_dtype)
+    v = b.t((batch, keys, v_dim), b.kv_dtype)
     scores, probs = b.t((batch, rows, keys), "fp32"), b.t((batch, rows, keys), "fp32")
-    out = b.t((batch, rows, head_dim))
+    out = b.t((batch, rows, v_dim))
     return [CostInput("MatMul", {}, [q, k], [scores]), CostInput("Softmax", {"axis": -1}, [scores], [probs]),
             CostInput("MatMul", {}, [probs, v], [out])]
 
@@ -186,7 +188,6 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
     b = _Builder(dtype, kv_dtype)
     h, d = config.hidden, config.head_dim
     heads, kv_heads = config.heads // tp, kv_heads_per_gpu(config, tp)
-    q_w, kv_w = heads * d, kv_heads * d
     tokens, seqs = shape.tokens, shape.seqs
     hf = engine == "hf"
     kernels: list[StepKernel] = []
@@ -194,6 +195,8 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
     def add(name: str, nodes: list[CostInput], *, fixed: int = 0, layer: bool = True, count: int | None = None,
             external: set[str] | None = None, attention: AttentionShape | None = None,
             causal: bool | None = None) -> None:
+        if count == 0:
+            return  # no layer of this kind (a MoE model whose every layer is dense, say)
         spec = describe_kernel(nodes, external_outputs=external)
         kernels.append(StepKernel(name, spec, config.layers if count is None and layer else (count or 1),
                                   fixed, layer, len(kernels), attention,
@@ -215,54 +218,33 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
 
     # ---------------------------------------------------------------- attention block
     norm("input_norm", residual=True)
-    nodes, fixed = _gemm(b, tokens, h, q_w + 2 * kv_w)
-    add("qkv_proj", nodes, fixed=fixed)
-    if hf:
-        for i in range(5):  # rotate_half: slice, neg, cat, mul, add, for q and k
-            add(f"rope.{i}", _elementwise(b, "Mul", tokens, q_w + kv_w))
-        past = seqs * kv_heads * max(shape.kv_len - shape.q_len, 0) * d
-        if past:  # DynamicCache: torch.cat copies the whole cache of K and of V every step
-            add("kv_cache_cat", [CostInput("Concat", {"axis": 0}, [b.t((past,), kv_dtype),
-                                                                   b.t((tokens * kv_w,), kv_dtype)],
-                                           [b.t((past + tokens * kv_w,), kv_dtype)])], count=2 * config.layers)
+    if config.mla:
+        _latent_attention(b, add, config, shape, heads)
     else:
-        add("rope", _elementwise(b, "Mul", tokens, q_w + kv_w))
-        add("kv_cache_write", [CostInput("Cast", {}, [b.t((tokens, 2 * kv_w))],
-                                         [b.t((tokens, 2 * kv_w), kv_dtype)])])
-    # global layers attend over the whole context, sliding-window layers over at most their window
-    local = config.windowed_layers
-    for suffix, window, count in (("", 0, config.layers - local), ("_window", config.sliding_window, local)):
-        if count <= 0:
-            continue
-        reach = attention_reach(shape.kv_len, shape.causal, window)
-        add(f"attention{suffix}", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal,
-                                                  window), count=count,
-            attention=AttentionShape(seqs, shape.q_len, reach, heads, kv_heads, d))
-        if shape.prefill_tokens:  # the prompt chunks of the step: each token attends half its prompt on average
-            p, length = shape.prefill_tokens, shape.prefill_len
-            add(f"attention_prefill{suffix}", attention_nodes(b, 1, p, length, heads, kv_heads, d, True, window),
-                count=count, attention=AttentionShape(1, p, attention_reach(length, True, window), heads, kv_heads, d),
-                causal=True)
-    nodes, fixed = _gemm(b, tokens, q_w, h)
+        _attention(b, add, config, shape, heads, kv_heads, hf)
+    nodes, fixed = _gemm(b, tokens, heads * (config.v_head_dim if config.mla else d), h)
     add("o_proj", nodes, fixed=fixed)
     # ---------------------------------------------------------------- MLP block
     norm("post_attention_norm", residual=True)
     if config.moe:
+        moe = config.moe_layers
         nodes, fixed = _gemm(b, tokens, h, config.experts)
-        add("router", nodes, fixed=fixed)
+        add("router", nodes, fixed=fixed, count=moe)
         add("router_topk", [CostInput("Softmax", {"axis": -1}, [b.t((tokens, config.experts), "fp32")],
-                                      [b.t((tokens, config.experts), "fp32")])])
+                                      [b.t((tokens, config.experts), "fp32")])], count=moe)
         active = max(1, round(_expected_experts(config.experts, config.experts_per_token, tokens)))
         rows = max(1, math.ceil(tokens * config.experts_per_token / active))
         width = config.expert_width // tp
         mats = 2 if config.gated_mlp else 1
         nodes, fixed = _gemm(b, rows, h, mats * width, experts=active)
-        add("experts_up", nodes, fixed=fixed)
-        add("experts_act", _elementwise(b, "Mul", tokens * config.experts_per_token, width))
+        add("experts_up", nodes, fixed=fixed, count=moe)
+        add("experts_act", _elementwise(b, "Mul", tokens * config.experts_per_token, width), count=moe)
         nodes, fixed = _gemm(b, rows, width, h, experts=active)
-        add("experts_down", nodes, fixed=fixed)
+        add("experts_down", nodes, fixed=fixed, count=moe)
         if config.shared_expert_intermediate:
-            _mlp(b, add, tokens, h, config.shared_expert_intermediate // tp, config.gated_mlp, hf, "shared")
+            _mlp(b, add, tokens, h, config.shared_expert_intermediate // tp, config.gated_mlp, hf, "shared", moe)
+        if config.layers > moe:  # the dense first layers (first_k_dense_replace)
+            _mlp(b, add, tokens, h, config.intermediate // tp, config.gated_mlp, hf, "mlp", config.layers - moe)
     else:
         _mlp(b, add, tokens, h, config.intermediate // tp, config.gated_mlp, hf, "mlp")
     if hf:
@@ -279,22 +261,114 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
     return kernels
 
 
-def _mlp(b: _Builder, add, tokens: int, h: int, width: int, gated: bool, hf: bool, name: str) -> None:
+def _attention(b: _Builder, add, config: LLMConfig, shape: StepShape, heads: int, kv_heads: int, hf: bool) -> None:
+    """QKV projection, RoPE, the KV-cache write (vLLM) or concat (HF) and the attention kernels of one layer."""
+    d, tokens, seqs, kv_dtype = config.head_dim, shape.tokens, shape.seqs, b.kv_dtype
+    q_w, kv_w = heads * d, kv_heads * d
+    nodes, fixed = _gemm(b, tokens, config.hidden, q_w + 2 * kv_w)
+    add("qkv_proj", nodes, fixed=fixed)
+    if hf:
+        for i in range(5):  # rotate_half: slice, neg, cat, mul, add, for q and k
+            add(f"rope.{i}", _elementwise(b, "Mul", tokens, q_w + kv_w))
+        past = seqs * kv_heads * max(shape.kv_len - shape.q_len, 0) * d
+        if past:  # DynamicCache: torch.cat copies the whole cache of K and of V every step
+            add("kv_cache_cat", [CostInput("Concat", {"axis": 0}, [b.t((past,), kv_dtype),
+                                                                   b.t((tokens * kv_w,), kv_dtype)],
+                                           [b.t((past + tokens * kv_w,), kv_dtype)])], count=2 * config.layers)
+    else:
+        add("rope", _elementwise(b, "Mul", tokens, q_w + kv_w))
+        add("kv_cache_write", [CostInput("Cast", {}, [b.t((tokens, 2 * kv_w))],
+                                         [b.t((tokens, 2 * kv_w), kv_dtype)])])
+    _attention_kernels(b, add, config, shape, heads, kv_heads)
+
+
+def _attention_kernels(b: _Builder, add, config: LLMConfig, shape: StepShape, heads: int, kv_heads: int) -> None:
+    """The attention kernels of one layer: global, and sliding-window ones where the model has them."""
+    d, seqs = config.head_dim, shape.seqs
+    # global layers attend over the whole context, sliding-window layers over at most their window
+    local = config.windowed_layers
+    for suffix, window, count in (("", 0, config.layers - local), ("_window", config.sliding_window, local)):
+        if count <= 0:
+            continue
+        reach = attention_reach(shape.kv_len, shape.causal, window)
+        add(f"attention{suffix}", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, kv_heads, d, shape.causal,
+                                                  window), count=count,
+            attention=AttentionShape(seqs, shape.q_len, reach, heads, kv_heads, d))
+        if shape.prefill_tokens:  # the prompt chunks of the step: each token attends half its prompt on average
+            p, length = shape.prefill_tokens, shape.prefill_len
+            add(f"attention_prefill{suffix}", attention_nodes(b, 1, p, length, heads, kv_heads, d, True, window),
+                count=count, attention=AttentionShape(1, p, attention_reach(length, True, window), heads, kv_heads, d),
+                causal=True)
+
+
+def _latent_attention(b: _Builder, add, config: LLMConfig, shape: StepShape, heads: int) -> None:
+    """Multi-head latent attention as vLLM runs it (DeepSeek-V2/V3): queries through their low-rank projection, the
+    latent and rotary key from one projection of the hidden state (not split over the TP group), written to the
+    cache. A prefill expands keys and values from the latent (``kv_b``) and attends as multi-head attention with
+    a ``qk_nope + qk_rope`` key and a ``v_head_dim`` value; a decode folds ``kv_b`` into the query and the output
+    (two batched GEMMs per head) and attends over the cached latents directly: every query head of the GPU against
+    one latent head of ``kv_lora_rank + qk_rope_head_dim`` keys and ``kv_lora_rank`` values."""
+    h, d, rope, latent = config.hidden, config.head_dim, config.qk_rope_head_dim, config.kv_lora_rank
+    nope, v_dim, tokens, seqs = d - rope, config.v_head_dim, shape.tokens, shape.seqs
+    if config.q_lora_rank:
+        nodes, fixed = _gemm(b, tokens, h, config.q_lora_rank)
+        add("q_a_proj", nodes, fixed=fixed)
+        nodes, external = _norm(b, tokens, config.q_lora_rank, False)
+        add("q_a_norm", nodes, external=external)
+        nodes, fixed = _gemm(b, tokens, config.q_lora_rank, heads * d)
+        add("q_b_proj", nodes, fixed=fixed)
+    else:
+        nodes, fixed = _gemm(b, tokens, h, heads * d)
+        add("q_proj", nodes, fixed=fixed)
+    nodes, fixed = _gemm(b, tokens, h, config.latent_width)
+    add("kv_a_proj", nodes, fixed=fixed)
+    nodes, external = _norm(b, tokens, latent, False)
+    add("kv_a_norm", nodes, external=external)
+    add("rope", _elementwise(b, "Mul", tokens, heads * rope + rope))
+    add("kv_cache_write", [CostInput("Cast", {}, [b.t((tokens, config.latent_width))],
+                                     [b.t((tokens, config.latent_width), b.kv_dtype)])])
+
+    def expanded(name: str, rows: int, queries: int, length: int) -> None:
+        """Keys and values expanded from the latent, then multi-head attention (a prefill, or a step's prompt)."""
+        nodes, fixed = _gemm(b, rows, latent, heads * (nope + v_dim))
+        add(f"kv_b_proj{name}", nodes, fixed=fixed)
+        add(f"attention{name}", attention_nodes(b, 1 if name else seqs, queries, length, heads, heads, d, True,
+                                                v_dim=v_dim), causal=True,
+            attention=AttentionShape(1 if name else seqs, queries, length, heads, heads, d))
+
+    if shape.causal:
+        expanded("", tokens, shape.q_len, shape.kv_len)
+    else:
+        decodes = seqs * shape.q_len
+        nodes, fixed = _gemm(b, decodes, nope, latent, experts=heads)
+        add("q_absorb", nodes, fixed=fixed)
+        add("attention", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, 1, config.latent_width, False,
+                                         v_dim=latent),
+            attention=AttentionShape(seqs, shape.q_len, shape.kv_len, heads, 1, config.latent_width))
+        nodes, fixed = _gemm(b, decodes, latent, v_dim, experts=heads)
+        add("out_absorb", nodes, fixed=fixed)
+    if shape.prefill_tokens:  # a steady-state step's prompt chunk
+        expanded("_prefill", shape.prefill_tokens, shape.prefill_tokens, shape.prefill_len)
+
+
+def _mlp(b: _Builder, add, tokens: int, h: int, width: int, gated: bool, hf: bool, name: str,
+         count: int | None = None) -> None:
+    """A dense MLP (gate + up or up, activation, down), in ``count`` layers (default: every layer)."""
     if gated and hf:
         for part in ("gate", "up"):
             nodes, fixed = _gemm(b, tokens, h, width)
-            add(f"{name}.{part}_proj", nodes, fixed=fixed)
-        add(f"{name}.act", _elementwise(b, "Sigmoid", tokens, width, 1))
-        add(f"{name}.act_mul", _elementwise(b, "Mul", tokens, width))
-        add(f"{name}.gate_mul", _elementwise(b, "Mul", tokens, width))
+            add(f"{name}.{part}_proj", nodes, fixed=fixed, count=count)
+        add(f"{name}.act", _elementwise(b, "Sigmoid", tokens, width, 1), count=count)
+        add(f"{name}.act_mul", _elementwise(b, "Mul", tokens, width), count=count)
+        add(f"{name}.gate_mul", _elementwise(b, "Mul", tokens, width), count=count)
     elif gated:
         nodes, fixed = _gemm(b, tokens, h, 2 * width)
-        add(f"{name}.gate_up_proj", nodes, fixed=fixed)
+        add(f"{name}.gate_up_proj", nodes, fixed=fixed, count=count)
         x = b.t((tokens, 2 * width))
-        add(f"{name}.act", [CostInput("Mul", {}, [x], [b.t((tokens, width))])])  # SiLU-and-mul
+        add(f"{name}.act", [CostInput("Mul", {}, [x], [b.t((tokens, width))])], count=count)  # SiLU-and-mul
     else:
         nodes, fixed = _gemm(b, tokens, h, width)
-        add(f"{name}.up_proj", nodes, fixed=fixed)
-        add(f"{name}.act", _elementwise(b, "Gelu", tokens, width, 1))
+        add(f"{name}.up_proj", nodes, fixed=fixed, count=count)
+        add(f"{name}.act", _elementwise(b, "Gelu", tokens, width, 1), count=count)
     nodes, fixed = _gemm(b, tokens, width, h)
-    add(f"{name}.down_proj", nodes, fixed=fixed)
+    add(f"{name}.down_proj", nodes, fixed=fixed, count=count)
