@@ -190,6 +190,16 @@ def test_values_pick_the_branch_that_runs(client, predictor):
         assert response.status_code == 200, response.text
         expected = predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": [value]})
         assert response.json() == _expected(expected.to_json(), "merged.onnx")
+    from lilou.plan import plan_model
+
+    named = {"sequence_length": [1], "past_sequence_length": [511]}
+    plan = client.post("/v1/plan", files=_upload(MERGED, "merged.onnx"),
+                       data={"slo_ms": "50", "gpus": "a10g", "batches": "1,4", "shapes": json.dumps(named),
+                             "values": '{"use_cache_branch": false}'})
+    assert plan.status_code == 200, plan.text
+    expected = plan_model(MERGED, 50, gpus=["a10g"], batches=[1, 4], predictor=predictor, shapes=named,
+                          values={"use_cache_branch": [False]}).to_json()
+    assert plan.json()["plan"] == expected["plan"]
     bad = client.post("/v1/predict", files=_upload(MERGED, "merged.onnx"),
                       data={"gpu": "a10g", "shapes": shapes, "values": '{"use_cache_branch": [2]}'})
     assert (bad.status_code, bad.json()) == (400, {"detail": "--value use_cache_branch: the input is boolean; give "
