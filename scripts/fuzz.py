@@ -595,6 +595,9 @@ def make_case(seed: int, index: int, seeds: list[tuple[bytes, onnx.ModelProto]])
         extra += ["--batch", str(rng.choice([1, 2, 8, 2**20, 2**39]))]
     if rng.random() < 0.05:
         extra += ["--shape", f"x0={rng.choice(['1x4', '2x3x8x8', '1', '8x512'])}"]
+    if rng.random() < 0.05:  # a run-time input's value (lilou.graph.input_values)
+        name = rng.choice(["x0", "use_cache_branch", "sr", "input_ids", "state"])
+        extra += ["--value", f"{name}={rng.choice(['true', '0', '1.5', '-1', '1e300', 'nan', '1,2,3', '', '=1'])}"]
     return kind, data, [command, *extra]
 
 
