@@ -207,6 +207,12 @@ def test_kernel_units_follow_precision_and_the_device() -> None:
     assert kernel_unit("conv", precision_path("fp32", a10g, tf32="off"), a10g) is None
     assert unit("gemm", "tf32", a10g) == "tf32_tensor" and unit("elementwise", "tf32", a10g) is None
     assert unit("conv", "fp32", t4) is None and unit("conv", "tf32", t4) is None  # Turing has no TF32
+    # INT4 is weight-only (W4A16): 16-bit tensor-core math, as the kernel table's int4-weight-only rows are
+    # labelled, never an A100's or T4's INT4 tensor-core peak (no runtime here runs W4A4)
+    a100 = resolve_device("a100-sxm4-80gb")
+    assert (unit("gemm", "int4", a100), unit("gemm", "int4", t4), unit("gemm", "int4", h100)) == (
+        "bf16_tensor", "fp16_tensor", "bf16_tensor")
+    assert a100.peak_tflops["int4_tensor"] and unit("gemm", "int4", p100) == "fp16"
 
 
 def test_a_bf16_gemm_is_predicted_faster_than_the_same_fp32_gemm_on_tensor_cores(tmp_path: Path) -> None:

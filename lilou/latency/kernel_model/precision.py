@@ -131,7 +131,7 @@ def runs_tf32(family: str, path: PrecisionPath) -> bool:
 
 #: Tensor-core unit of each low precision, and the CUDA-core unit it falls back to on a GPU without it.
 _TENSOR_UNITS = {"fp16": ("fp16_tensor", "fp16"), "bf16": ("bf16_tensor", "fp32"), "fp8": ("fp8_tensor", None),
-                 "int8": ("int8_tensor", "int8"), "int4": ("int4_tensor", None), "fp4": ("fp4_tensor", None)}
+                 "int8": ("int8_tensor", "int8"), "fp4": ("fp4_tensor", None)}  # int4: kernel_unit
 MATH_FAMILIES = frozenset({"gemm", "conv"})
 
 
@@ -167,11 +167,16 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
         return None
     if path.precision in ("fp32", "tf32"):
         return "tf32_tensor" if runs_tf32(family, path) and device.peak_tflops.get("tf32_tensor") else None
-    tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
     peaks = device.peak_tflops
+    if path.precision == "int4":
+        # INT4 is weight-only (W4A16: AWQ, GPTQ, onnxruntime's MatMulNBits): the weights are dequantised onto the
+        # 16-bit tensor cores, as the kernel table's int4-weight-only rows are labelled (bf16_tensor); no source or
+        # runtime here runs INT4 tensor-core math (before session 32, an A100's or T4's INT4 peak priced them)
+        return next((unit for unit in ("bf16_tensor", "fp16_tensor", "fp16") if peaks.get(unit)), None)
+    tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
     if tensor and peaks.get(tensor):
         return tensor
-    if path.precision in ("fp8", "int4", "fp4") and peaks.get("fp16_tensor"):
+    if path.precision in ("fp8", "fp4") and peaks.get("fp16_tensor"):
         return "fp16_tensor"  # no unit for the format: the runtime upcasts to FP16 tensor cores
     return fallback if fallback and peaks.get(fallback) else None
 
