@@ -581,3 +581,30 @@ def test_latent_attention_predictions_and_refusals(llm, tmp_path):
     names = {k.name for k in step_kernels(lite, StepShape(1, 1, 10, causal=False), dtype="bf16", kv_dtype="bf16",
                                           tp=1, engine="vllm")}
     assert "q_proj" in names and "q_a_proj" not in names
+
+
+def test_int4_weight_only_as_awq_and_gptq_store_and_run_it(llm):
+    """--dtype int4: the layers' linear weights at 4 bits plus an FP16 scale and a 4-bit zero per group of 128, the
+    embedding and LM head in FP16 (Llama-3.1-70B: 39.8 GB, the size of its AWQ checkpoints); GEMMs read 4-bit weights
+    with FP16 activations and no cast; decode at batch 1 reads about half the bytes; V100 refused."""
+    from lilou.llm.memory import weight_bytes
+    from lilou.llm.steps import StepShape, step_kernels
+
+    config = builtin_config("meta-llama/Llama-3.1-70B-Instruct")
+    parts = config.parameters()
+    linear = parts["attention"] + parts["mlp"]
+    assert weight_bytes(config, "int4", 1) == linear * (0.5 + 2.5 / 128) + (config.total_parameters - linear) * 2
+    assert weight_bytes(config, "int4", 1) / 1e9 == pytest.approx(39.8, abs=0.1)
+    small = builtin_config(LLAMA)
+    kernels = {k.name: k for k in step_kernels(small, StepShape(1, 1, 1024, causal=False), dtype="int4",
+                                               kv_dtype="fp16", tp=1, engine="vllm")}
+    assert kernels["qkv_proj"].spec.ops == ("MatMul",) and kernels["qkv_proj"].fixed_bytes == 4096 * 6144 // 2
+    assert kernels["lm_head"].fixed_bytes == 4096 * 128256 * 2
+    # on the A100 the 16-bit math of an INT4 GEMM is priced on the BF16 tensor cores (the table's INT4 rows' unit)
+    bf16, int4 = (llm.predict(LLAMA, "a100-sxm4-80gb", batch=1, input_len=1024, output_len=256, dtype=d)
+                  for d in ("bf16", "int4"))
+    assert int4.kv_dtype == "fp16" and int4.memory.weights_gb < 0.4 * bf16.memory.weights_gb
+    assert int4.itl_ms < 0.6 * bf16.itl_ms and int4.ttft_ms == pytest.approx(bf16.ttft_ms, rel=0.02)
+    assert any(w.startswith("INT4 weight-only (AWQ/GPTQ, groups of 128)") for w in int4.warnings)
+    with pytest.raises(LilouInputError, match=r"^v100-sxm2-32gb \(compute capability 7.0\) cannot run vLLM's INT4"):
+        llm.predict(LLAMA, "v100-sxm2-32gb", batch=1, input_len=16, output_len=16, dtype="int4")

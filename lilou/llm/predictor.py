@@ -39,12 +39,12 @@ from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
 from lilou.llm.interconnect import all_reduce_ms, link
-from lilou.llm.memory import ITEMSIZE, MemoryFit, max_batch_fitting, memory_fit
+from lilou.llm.memory import ITEMSIZE, WEIGHT_ONLY, MemoryFit, max_batch_fitting, memory_fit
 from lilou.llm.power import PowerModel
 from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
 
 ENGINES = ("vllm", "hf")
-DTYPES = ("bf16", "fp16", "fp8", "fp32")
+DTYPES = ("bf16", "fp16", "fp8", "int4", "fp32")
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 #: KV lengths at which decode steps are priced (midpoints of equal parts of the output).
 DECODE_POINTS = 4
@@ -253,6 +253,9 @@ def _check_dtype(dtype: str, device: Device, what: str) -> None:
     if dtype == "bf16" and not (peaks.get("bf16_tensor") or peaks.get("bf16")):
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no BF16 "
                               f"arithmetic (it needs compute capability 8.0 or newer); use {what} fp16")
+    if dtype == "int4" and (not peaks.get("fp16_tensor") or float(device.compute_capability) < 7.5):
+        raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) cannot run vLLM's INT4 "
+                              f"weight-only kernels (AWQ and GPTQ need 7.5 or newer); use {what} fp16")
     if dtype == "fp16" and not (peaks.get("fp16_tensor") or peaks.get("fp16")):
         raise LilouInputError(f"{device.gpu} has no native FP16 arithmetic; use {what} fp32")
 
@@ -314,7 +317,7 @@ class LLMPredictor:
             warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs)")
         _check_dtype(dtype, device, "--dtype")
         if kv_dtype is None:
-            kv_dtype = "bf16" if dtype == "fp8" else dtype
+            kv_dtype = "bf16" if dtype == "fp8" else WEIGHT_ONLY.get(dtype, dtype)
         elif kv_dtype == "fp8" and int(device.compute_capability.split(".")[0]) < 8:
             raise LilouInputError(f"an FP8 KV cache needs compute capability 8.0 or newer; {device.gpu} has "
                                   f"{device.compute_capability}")
@@ -376,7 +379,7 @@ class LLMPredictor:
                     work[i] = correction.apply(float(work[i]), k.attention, k.causal, device.sms)
         offsets = np.cumsum([0] + [len(step) for step in kernels])
         priced = [(step, work[offsets[i]:offsets[i + 1]]) for i, step in enumerate(kernels)]
-        itemsize = ITEMSIZE[dtype]
+        itemsize = ITEMSIZE[WEIGHT_ONLY.get(dtype, dtype)]  # the activations all-reduced
         reduce_prefill = 2 * config.layers * all_reduce_ms(batch * input_len * config.hidden * itemsize, tp, device)
         reduce_decode = 2 * config.layers * all_reduce_ms(batch * config.hidden * itemsize, tp, device)
         overhead = self.predictor.model.overhead
@@ -481,6 +484,11 @@ class LLMPredictor:
                          " GPUs, as vLLM does")
         if device.mig is not None:
             notes.append(f"power is the slice's share ({device.sm_fraction:.2f} of the SMs) of the board's")
+        if dtype in WEIGHT_ONLY:
+            notes.append("INT4 weight-only (AWQ/GPTQ, groups of 128): the layers' linear weights at 4 bits with their "
+                         "group scales, the embedding and LM head in FP16; GEMMs on the 16-bit tensor cores reading "
+                         "4-bit weights; such GEMMs are measured on the A100 only (AIConfigurator) and no serving row "
+                         "is INT4")
         if config.moe:
             notes.append("routed experts are priced as a grouped GEMM over the experts the step's tokens reach under "
                          "uniform routing")

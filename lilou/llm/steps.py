@@ -34,9 +34,10 @@ from lilou.graph.costs import CostInput, TensorInfo
 from lilou.latency.kernel_model.kernel import KernelSpec, describe_kernel
 from lilou.llm.attention import AttentionShape
 from lilou.llm.config import LLMConfig
-from lilou.llm.memory import ITEMSIZE, kv_heads_per_gpu
+from lilou.llm.memory import ITEMSIZE, WEIGHT_ONLY, kv_heads_per_gpu
 
-_ONNX_TYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8e4m3fn", "int8": "int8"}
+_ONNX_TYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8e4m3fn", "int8": "int8",
+              "int4": "int4"}
 
 
 @dataclass(frozen=True)
@@ -80,22 +81,27 @@ class _Builder:
 
     def __init__(self, dtype: str, kv_dtype: str) -> None:
         self.weight_dtype, self.kv_dtype = dtype, kv_dtype
-        self.dtype = QUANTISED_ACTIVATIONS.get(dtype, dtype)
+        self.dtype = QUANTISED_ACTIVATIONS.get(dtype) or WEIGHT_ONLY.get(dtype, dtype)
+        self.head_dtype = WEIGHT_ONLY.get(dtype, dtype)  # the LM head's weights: 16-bit beside INT4 layers
         self.count = 0
 
     def t(self, shape, dtype: str | None = None) -> TensorInfo:
         self.count += 1
         dtype = dtype or self.dtype
-        return TensorInfo(f"t{self.count}", tuple(int(d) for d in shape), _ONNX_TYPE[dtype], ITEMSIZE[dtype])
+        # 4-bit tensors are sized by their type (TensorInfo.nbytes); itemsize stays a whole byte for them
+        return TensorInfo(f"t{self.count}", tuple(int(d) for d in shape), _ONNX_TYPE[dtype],
+                          max(1, int(ITEMSIZE[dtype])))
 
 
-def _gemm(b: _Builder, m: int, k: int, n: int, experts: int = 1) -> tuple[list[CostInput], int]:
+def _gemm(b: _Builder, m: int, k: int, n: int, experts: int = 1, weight_dtype: str | None = None
+          ) -> tuple[list[CostInput], int]:
     """Y[m, n] = X[m, k] . W[k, n] (``experts`` independent weights: a grouped GEMM), and its weight bytes."""
+    weight_dtype = weight_dtype or b.weight_dtype
     x_shape = (experts, m, k) if experts > 1 else (m, k)
-    x, w = b.t(x_shape), b.t((experts, k, n) if experts > 1 else (k, n), b.weight_dtype)
+    x, w = b.t(x_shape), b.t((experts, k, n) if experts > 1 else (k, n), weight_dtype)
     y = b.t((experts, m, n) if experts > 1 else (m, n))
     nodes = []
-    if b.weight_dtype != b.dtype:  # W8A8: the activations are cast to the weights' type first, as measured
+    if weight_dtype != b.dtype and weight_dtype not in WEIGHT_ONLY:  # W8A8: activations cast to the weights' type
         quantised = b.t(x_shape, b.weight_dtype)
         nodes.append(CostInput("Cast", {}, [x], [quantised]))
         x = quantised
@@ -254,7 +260,7 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
     add("embedding", [CostInput("Gather", {}, [table, ids], [b.t((tokens, h))])], layer=False)
     nodes, external = _norm(b, seqs, h, False)
     add("final_norm", nodes, layer=False, external=external)
-    nodes, fixed = _gemm(b, seqs, h, config.vocab // tp)
+    nodes, fixed = _gemm(b, seqs, h, config.vocab // tp, weight_dtype=b.head_dtype)
     add("lm_head", nodes, fixed=fixed, layer=False)
     add("sampling", [CostInput("Softmax", {"axis": -1}, [b.t((seqs, config.vocab), "fp32")],
                                [b.t((seqs, config.vocab), "fp32")])], layer=False)
