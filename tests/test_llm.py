@@ -608,3 +608,15 @@ def test_int4_weight_only_as_awq_and_gptq_store_and_run_it(llm):
     assert any(w.startswith("INT4 weight-only (AWQ/GPTQ, groups of 128)") for w in int4.warnings)
     with pytest.raises(LilouInputError, match=r"^v100-sxm2-32gb \(compute capability 7.0\) cannot run vLLM's INT4"):
         llm.predict(LLAMA, "v100-sxm2-32gb", batch=1, input_len=16, output_len=16, dtype="int4")
+
+
+def test_int8_w8a8_on_int8_tensor_cores(llm):
+    """--dtype int8 (the page offered it before the API took it): W8A8 GEMMs on the INT8 tensor cores, 16-bit
+    activations and cache (FP16 on a T4, which has no BF16), refused below compute capability 7.5."""
+    int8, bf16 = (llm.predict(LLAMA, "a100-sxm4-80gb", batch=4, input_len=512, output_len=128, dtype=d)
+                  for d in ("int8", "bf16"))
+    assert int8.kv_dtype == "bf16" and int8.memory.weights_gb == pytest.approx(bf16.memory.weights_gb / 2)
+    assert int8.ttft_ms < 0.7 * bf16.ttft_ms and int8.itl_ms < bf16.itl_ms
+    assert llm.predict(LLAMA, "t4", batch=1, input_len=64, output_len=16, dtype="int8").kv_dtype == "fp16"
+    with pytest.raises(LilouInputError, match=r"^v100-sxm2-32gb \(compute capability 7.0\) has no INT8 tensor cores"):
+        llm.predict(LLAMA, "v100-sxm2-32gb", batch=1, input_len=16, output_len=16, dtype="int8")

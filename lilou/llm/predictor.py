@@ -44,7 +44,7 @@ from lilou.llm.power import PowerModel
 from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
 
 ENGINES = ("vllm", "hf")
-DTYPES = ("bf16", "fp16", "fp8", "int4", "fp32")
+DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp32")
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 #: KV lengths at which decode steps are priced (midpoints of equal parts of the output).
 DECODE_POINTS = 4
@@ -253,6 +253,9 @@ def _check_dtype(dtype: str, device: Device, what: str) -> None:
     if dtype == "bf16" and not (peaks.get("bf16_tensor") or peaks.get("bf16")):
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no BF16 "
                               f"arithmetic (it needs compute capability 8.0 or newer); use {what} fp16")
+    if dtype == "int8" and (not peaks.get("int8_tensor") or float(device.compute_capability) < 7.5):
+        raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no INT8 tensor "
+                              f"cores for vLLM's W8A8 kernels (they need 7.5 or newer); use {what} fp16")
     if dtype == "int4" and (not peaks.get("fp16_tensor") or float(device.compute_capability) < 7.5):
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) cannot run vLLM's INT4 "
                               f"weight-only kernels (AWQ and GPTQ need 7.5 or newer); use {what} fp16")
@@ -316,8 +319,9 @@ class LLMPredictor:
             dtype = "bf16" if device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16") else "fp16"
             warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs)")
         _check_dtype(dtype, device, "--dtype")
-        if kv_dtype is None:
-            kv_dtype = "bf16" if dtype == "fp8" else WEIGHT_ONLY.get(dtype, dtype)
+        if kv_dtype is None:  # W8A8 keeps 16-bit activations and cache; weight-only FP16 ones
+            has_bf16 = device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")
+            kv_dtype = ("bf16" if has_bf16 else "fp16") if dtype in ("fp8", "int8") else WEIGHT_ONLY.get(dtype, dtype)
         elif kv_dtype == "fp8" and int(device.compute_capability.split(".")[0]) < 8:
             raise LilouInputError(f"an FP8 KV cache needs compute capability 8.0 or newer; {device.gpu} has "
                                   f"{device.compute_capability}")
@@ -484,6 +488,9 @@ class LLMPredictor:
                          " GPUs, as vLLM does")
         if device.mig is not None:
             notes.append(f"power is the slice's share ({device.sm_fraction:.2f} of the SMs) of the board's")
+        if dtype == "int8":
+            notes.append("INT8 W8A8 (SmoothQuant-style): each GEMM quantises its 16-bit activations and runs on the "
+                         "INT8 tensor cores; no serving row is INT8, so this rests on the kernel model alone")
         if dtype in WEIGHT_ONLY:
             notes.append("INT4 weight-only (AWQ/GPTQ, groups of 128): the layers' linear weights at 4 bits with their "
                          "group scales, the embedding and LM head in FP16; GEMMs on the 16-bit tensor cores reading "
