@@ -549,7 +549,7 @@ def llm_argv(rng: random.Random) -> list[str]:
     if rng.random() < 0.3:
         argv += ["--tp", str(rng.choice([1, 2, 8, 3]))]
     if rng.random() < 0.3:
-        argv += ["--dtype", rng.choice(["bf16", "fp16", "fp8", "int8", "int4"])]
+        argv += ["--dtype", rng.choice(["bf16", "fp16", "fp8", "fp4", "int8", "int4"])]
     if rng.random() < 0.2:
         argv += ["--mig", "1g.10gb"]
     if rng.random() < 0.5:

@@ -620,3 +620,21 @@ def test_int8_w8a8_on_int8_tensor_cores(llm):
     assert llm.predict(LLAMA, "t4", batch=1, input_len=64, output_len=16, dtype="int8").kv_dtype == "fp16"
     with pytest.raises(LilouInputError, match=r"^v100-sxm2-32gb \(compute capability 7.0\) has no INT8 tensor cores"):
         llm.predict(LLAMA, "v100-sxm2-32gb", batch=1, input_len=16, output_len=16, dtype="int8")
+
+
+def test_nvfp4_on_blackwell_only(llm):
+    """--dtype fp4 (NVFP4, W4A4): 4-bit linear weights with an FP8 scale per 16 (0.5625 B per weight), BF16 embedding
+    and LM head, GEMMs on the FP4 tensor cores; a decode step of Llama-3.1-70B on a B200 reads about a third of the
+    BF16 bytes; refused without FP4 tensor cores (H100)."""
+    from lilou.llm.memory import weight_bytes
+
+    config = builtin_config("meta-llama/Llama-3.1-70B-Instruct")
+    parts = config.parameters()
+    linear = parts["attention"] + parts["mlp"]
+    assert weight_bytes(config, "fp4", 1) == linear * (0.5 + 1 / 16) + (config.total_parameters - linear) * 2
+    runs = {d: llm.predict(config.name, "b200", batch=32, input_len=1024, output_len=256, dtype=d)
+            for d in ("bf16", "fp8", "fp4")}
+    assert runs["fp4"].itl_ms < runs["fp8"].itl_ms < runs["bf16"].itl_ms
+    assert runs["fp4"].ttft_ms < runs["fp8"].ttft_ms < runs["bf16"].ttft_ms and runs["fp4"].kv_dtype == "bf16"
+    with pytest.raises(LilouInputError, match=r"^h100-sxm \(compute capability 9.0\) has no FP4 tensor cores"):
+        llm.predict(LLAMA, "h100-sxm", batch=1, input_len=16, output_len=16, dtype="fp4")

@@ -44,7 +44,7 @@ from lilou.llm.power import PowerModel
 from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
 
 ENGINES = ("vllm", "hf")
-DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp32")
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 #: KV lengths at which decode steps are priced (midpoints of equal parts of the output).
 DECODE_POINTS = 4
@@ -253,6 +253,9 @@ def _check_dtype(dtype: str, device: Device, what: str) -> None:
     if dtype == "bf16" and not (peaks.get("bf16_tensor") or peaks.get("bf16")):
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no BF16 "
                               f"arithmetic (it needs compute capability 8.0 or newer); use {what} fp16")
+    if dtype == "fp4" and not peaks.get("fp4_tensor"):
+        raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no FP4 tensor cores "
+                              f"(NVFP4 needs Blackwell, compute capability 10.0 or newer); use {what} fp8 or bf16")
     if dtype == "int8" and (not peaks.get("int8_tensor") or float(device.compute_capability) < 7.5):
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no INT8 tensor "
                               f"cores for vLLM's W8A8 kernels (they need 7.5 or newer); use {what} fp16")
@@ -321,7 +324,8 @@ class LLMPredictor:
         _check_dtype(dtype, device, "--dtype")
         if kv_dtype is None:  # W8A8 keeps 16-bit activations and cache; weight-only FP16 ones
             has_bf16 = device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")
-            kv_dtype = ("bf16" if has_bf16 else "fp16") if dtype in ("fp8", "int8") else WEIGHT_ONLY.get(dtype, dtype)
+            kv_dtype = ("bf16" if has_bf16 else "fp16") if dtype in ("fp8", "fp4", "int8") else \
+                WEIGHT_ONLY.get(dtype, dtype)
         elif kv_dtype == "fp8" and int(device.compute_capability.split(".")[0]) < 8:
             raise LilouInputError(f"an FP8 KV cache needs compute capability 8.0 or newer; {device.gpu} has "
                                   f"{device.compute_capability}")
@@ -488,6 +492,10 @@ class LLMPredictor:
                          " GPUs, as vLLM does")
         if device.mig is not None:
             notes.append(f"power is the slice's share ({device.sm_fraction:.2f} of the SMs) of the board's")
+        if dtype == "fp4":
+            notes.append("NVFP4 (W4A4): the layers' linear weights at 4 bits with an FP8 scale per 16, the embedding and "
+                         "LM head in BF16; each GEMM quantises its activations and runs on the FP4 tensor cores; no "
+                         "serving row is FP4, so this rests on the kernel model alone")
         if dtype == "int8":
             notes.append("INT8 W8A8 (SmoothQuant-style): each GEMM quantises its 16-bit activations and runs on the "
                          "INT8 tensor cores; no serving row is INT8, so this rests on the kernel model alone")

@@ -34,10 +34,10 @@ from lilou.graph.costs import CostInput, TensorInfo
 from lilou.latency.kernel_model.kernel import KernelSpec, describe_kernel
 from lilou.llm.attention import AttentionShape
 from lilou.llm.config import LLMConfig
-from lilou.llm.memory import ITEMSIZE, WEIGHT_ONLY, kv_heads_per_gpu
+from lilou.llm.memory import ITEMSIZE, LINEAR_ONLY, WEIGHT_ONLY, kv_heads_per_gpu
 
 _ONNX_TYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8e4m3fn", "int8": "int8",
-              "int4": "int4"}
+              "int4": "int4", "fp4": "float4_e2m1fn"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class StepShape:
 
 
 #: Weight dtypes whose GEMMs quantise their activations first (W8A8): the residual stream stays BF16.
-QUANTISED_ACTIVATIONS = {"fp8": "bf16", "int8": "bf16"}
+QUANTISED_ACTIVATIONS = {"fp8": "bf16", "int8": "bf16", "fp4": "bf16"}
 
 
 class _Builder:
@@ -82,7 +82,7 @@ class _Builder:
     def __init__(self, dtype: str, kv_dtype: str) -> None:
         self.weight_dtype, self.kv_dtype = dtype, kv_dtype
         self.dtype = QUANTISED_ACTIVATIONS.get(dtype) or WEIGHT_ONLY.get(dtype, dtype)
-        self.head_dtype = WEIGHT_ONLY.get(dtype, dtype)  # the LM head's weights: 16-bit beside INT4 layers
+        self.head_dtype = LINEAR_ONLY.get(dtype, dtype)  # the LM head's weights: 16-bit beside 4-bit layers
         self.count = 0
 
     def t(self, shape, dtype: str | None = None) -> TensorInfo:
