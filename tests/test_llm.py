@@ -542,7 +542,8 @@ def test_a_latent_cache_is_one_latent_per_token_and_layer_on_every_gpu(tmp_path)
     assert kv_bytes_per_token(config, "bf16", 1) == kv_bytes_per_token(config, "bf16", 8) == 61 * 576 * 2
     fit = memory_fit(config, 141, dtype="fp8", kv_dtype="bf16", tp=8, engine="vllm", batch=32, input_len=2048,
                      output_len=256)
-    assert fit.weights_gb == pytest.approx(671_026_279_424 / 8 / GIB)
+    linear = config.parameters()["attention"] + config.parameters()["mlp"]  # FP8; embedding and LM head in BF16
+    assert fit.weights_gb == pytest.approx((linear + 2 * (671_026_279_424 - linear)) / 8 / GIB)
     assert fit.kv_cache_gb == pytest.approx(61 * 576 * 2 * 32 * 2304 / GIB)
 
 
@@ -615,7 +616,10 @@ def test_int8_w8a8_on_int8_tensor_cores(llm):
     activations and cache (FP16 on a T4, which has no BF16), refused below compute capability 7.5."""
     int8, bf16 = (llm.predict(LLAMA, "a100-sxm4-80gb", batch=4, input_len=512, output_len=128, dtype=d)
                   for d in ("int8", "bf16"))
-    assert int8.kv_dtype == "bf16" and int8.memory.weights_gb == pytest.approx(bf16.memory.weights_gb / 2)
+    config = builtin_config(LLAMA)
+    linear = config.parameters()["attention"] + config.parameters()["mlp"]  # the embedding and LM head stay BF16
+    assert int8.kv_dtype == "bf16" and int8.memory.weights_gb == pytest.approx(
+        bf16.memory.weights_gb * (linear + 2 * (config.total_parameters - linear)) / (2 * config.total_parameters))
     assert int8.ttft_ms < 0.7 * bf16.ttft_ms and int8.itl_ms < bf16.itl_ms
     assert llm.predict(LLAMA, "t4", batch=1, input_len=64, output_len=16, dtype="int8").kv_dtype == "fp16"
     with pytest.raises(LilouInputError, match=r"^v100-sxm2-32gb \(compute capability 7.0\) has no INT8 tensor cores"):

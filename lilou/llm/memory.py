@@ -35,11 +35,12 @@ CUDA_CONTEXT_GIB = 0.5
 ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}
 #: Weight-only formats: their GEMMs read 4-bit weights and compute in the activations' 16-bit type (AWQ, GPTQ).
 WEIGHT_ONLY = {"int4": "fp16"}
-#: 4-bit formats that quantise the layers' linear weights only, the embedding and LM head staying in this 16-bit type
-#: (AWQ's and GPTQ's checkpoints; ModelOpt's NVFP4 ones), with the bytes their groups add per weight: AWQ and GPTQ
-#: keep an FP16 scale and a 4-bit zero point per 128 weights, NVFP4 an FP8 scale per 16.
-LINEAR_ONLY = {"int4": "fp16", "fp4": "bf16"}
-GROUP_BYTES_PER_WEIGHT = {"int4": (2 + 0.5) / 128, "fp4": 1 / 16}
+#: Quantised formats quantise the layers' linear weights only, the embedding and LM head staying in this 16-bit type
+#: (AWQ's and GPTQ's checkpoints; ModelOpt's and compressed-tensors' FP8, INT8 and NVFP4 ones list the LM head as
+#: ignored), with the bytes their groups add per weight: AWQ and GPTQ keep an FP16 scale and a 4-bit zero point per
+#: 128 weights, NVFP4 an FP8 scale per 16 (FP8's and INT8's per-tensor or per-channel scales are negligible).
+LINEAR_ONLY = {"int4": "fp16", "fp4": "bf16", "fp8": "bf16", "int8": "bf16"}
+GROUP_BYTES_PER_WEIGHT = {"int4": (2 + 0.5) / 128, "fp4": 1 / 16, "fp8": 0.0, "int8": 0.0}
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ def kv_heads_per_gpu(config: LLMConfig, tp: int) -> int:
 
 
 def weight_bytes(config: LLMConfig, dtype: str, tp: int) -> float:
-    """Every weight at ``dtype``; a 4-bit format (INT4, FP4) quantises the layers' linear weights only, the
-    embedding, LM head and norms staying in 16 bits, as AWQ, GPTQ and NVFP4 checkpoints keep them."""
+    """Every weight at ``dtype``; a quantised format (FP8, INT8, INT4, FP4) quantises the layers' linear weights
+    only, the embedding, LM head and norms staying in 16 bits, as their checkpoints keep them."""
     if dtype not in LINEAR_ONLY:
         return config.total_parameters * ITEMSIZE[dtype] / tp
     parts = config.parameters()

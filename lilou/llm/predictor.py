@@ -39,7 +39,7 @@ from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
 from lilou.llm.interconnect import all_reduce_ms, link
-from lilou.llm.memory import ITEMSIZE, WEIGHT_ONLY, MemoryFit, max_batch_fitting, memory_fit
+from lilou.llm.memory import ITEMSIZE, LINEAR_ONLY, WEIGHT_ONLY, MemoryFit, max_batch_fitting, memory_fit
 from lilou.llm.power import PowerModel
 from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
 
@@ -387,7 +387,7 @@ class LLMPredictor:
                     work[i] = correction.apply(float(work[i]), k.attention, k.causal, device.sms)
         offsets = np.cumsum([0] + [len(step) for step in kernels])
         priced = [(step, work[offsets[i]:offsets[i + 1]]) for i, step in enumerate(kernels)]
-        itemsize = ITEMSIZE[WEIGHT_ONLY.get(dtype, dtype)]  # the activations all-reduced
+        itemsize = ITEMSIZE[LINEAR_ONLY.get(dtype, dtype)]  # the 16-bit activations all-reduced
         reduce_prefill = 2 * config.layers * all_reduce_ms(batch * input_len * config.hidden * itemsize, tp, device)
         reduce_decode = 2 * config.layers * all_reduce_ms(batch * config.hidden * itemsize, tp, device)
         overhead = self.predictor.model.overhead
