@@ -522,7 +522,7 @@ def llm_config_mutant(rng: random.Random) -> bytes:
                           "sliding_window", "layer_types", "use_sliding_window", "sliding_window_pattern",
                           "max_window_layers", "attn_logit_softcapping", "kv_lora_rank", "q_lora_rank",
                           "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace",
-                          "n_shared_experts"])
+                          "n_shared_experts", "quantization_config"])
         action = rng.random()
         if action < 0.15:
             target.pop(key, None)

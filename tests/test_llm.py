@@ -642,3 +642,35 @@ def test_nvfp4_on_blackwell_only(llm):
     assert runs["fp4"].ttft_ms < runs["fp8"].ttft_ms < runs["bf16"].ttft_ms and runs["fp4"].kv_dtype == "bf16"
     with pytest.raises(LilouInputError, match=r"^h100-sxm \(compute capability 9.0\) has no FP4 tensor cores"):
         llm.predict(LLAMA, "h100-sxm", batch=1, input_len=16, output_len=16, dtype="fp4")
+
+
+@pytest.mark.parametrize(("quantization", "dtype", "said"), [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}, "int4", "awq 4-bit"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "int4", "gptq 4-bit"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}, "fp8", "fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "fp4", "modelopt NVFP4"),
+    ({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "int"}, "input_activations": {"num_bits": 8, "type": "int"}}}},
+     "int8", "compressed-tensors INT8 W8A8"),
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int", "group_size": 128}, "input_activations": None}}},
+     "int4", "compressed-tensors INT4 weight-only"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "", "bitsandbytes"),
+    ({"quant_method": "gptq", "bits": 8}, "", "gptq"),
+])
+def test_a_quantized_checkpoint_sets_the_default_dtype(llm, tmp_path, quantization, dtype, said):
+    """A checkpoint's quantization_config (AWQ, GPTQ, FP8, ModelOpt, compressed-tensors) is its default --dtype; a
+    format Lilou does not price (bitsandbytes, 8-bit GPTQ) is said, and the model priced in 16 bits."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": quantization}))
+    assert (load_config(path).quantization, load_config(path).quantization_note) == (dtype, said)
+    result = llm.predict(str(path), "b200", batch=1, input_len=64, output_len=16)
+    assert result.dtype == (dtype or "bf16")
+    first = result.warnings[0]
+    if dtype:
+        assert first == f"no --dtype given: {dtype.upper()}, the checkpoint's own ({said}, its quantization_config)"
+        other = llm.predict(str(path), "b200", batch=1, input_len=64, output_len=16, dtype="bf16")
+        assert other.warnings[0] == (f"--dtype bf16: the checkpoint stores {dtype.upper()} weights ({said}); priced "
+                                     "as asked, as if requantised")
+    else:
+        assert first.endswith(f"; the checkpoint's quantization_config ({said}) is not a format Lilou prices")

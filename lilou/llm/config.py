@@ -60,6 +60,10 @@ class LLMConfig:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     dense_layers: int = 0      # the first layers of a MoE model that keep a dense MLP (first_k_dense_replace)
+    # How the checkpoint stores its weights (its quantization_config): a --dtype (fp8, int8, int4, fp4), or "" for
+    # none or a format Lilou does not price (said in ``quantization_note``).
+    quantization: str = ""
+    quantization_note: str = ""
     source: str = ""
     params_b: float | None = None   # published total parameters (billions), where the source gives it
 
@@ -287,6 +291,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         kind = "hybrid"
     tied = config.get("tie_word_embeddings")
     window, sliding = sliding_window_layers(config, ints["layers"], model_type, name)
+    quantization, quantization_note = checkpoint_format(config.get("quantization_config"))
     softcap = config.get("attn_logit_softcapping")
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
@@ -297,8 +302,52 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         moe_intermediate=ints.get("moe_intermediate", 0),
         shared_expert_intermediate=shared, kind=kind, sliding_window=window, sliding_layers=sliding,
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
+        quantization=quantization, quantization_note=quantization_note,
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, source=name)
+
+
+def checkpoint_format(quantization: Any) -> tuple[str, str]:
+    """The ``--dtype`` a checkpoint's ``quantization_config`` stores its weights in, and a description of it: AWQ and
+    GPTQ at 4 bits (int4), FP8 (HF's ``fp8``, FBGEMM's, ModelOpt's), ModelOpt's NVFP4 (fp4) and llm-compressor's
+    compressed-tensors (FP8 or INT8 W8A8, INT4 weight-only, NVFP4). Any other (bitsandbytes, 8-bit GPTQ ...): ("", a
+    line saying it is not priced)."""
+    if not isinstance(quantization, dict):
+        return "", ""
+    method = str(quantization.get("quant_method", "")).lower()[:40]
+    bits = quantization.get("bits")
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and bits == 4:
+        return "int4", f"{method} 4-bit"
+    if method in ("fp8", "fbgemm_fp8"):
+        return "fp8", method
+    if method == "modelopt":
+        algo = str(quantization.get("quant_algo", "")).upper()[:40]
+        known = {"FP8": "fp8", "NVFP4": "fp4", "W4A16_AWQ": "int4", "INT4_AWQ": "int4"}
+        return (known[algo], f"modelopt {algo}") if algo in known else ("", f"modelopt {algo or 'unknown'}")
+    if method == "compressed-tensors":
+        found = _compressed_tensors(quantization)
+        return found if found else ("", "compressed-tensors of another scheme")
+    return "", method or "an unnamed method"
+
+
+def _compressed_tensors(quantization: dict) -> tuple[str, str] | None:
+    """llm-compressor's schemes by their first config group's weights and activations."""
+    groups = quantization.get("config_groups")
+    group = next(iter(groups.values()), None) if isinstance(groups, dict) and groups else None
+    if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
+        return None
+    weights, activations = group["weights"], group.get("input_activations")
+    bits, kind = weights.get("num_bits"), str(weights.get("type", "")).lower()
+    quantised_inputs = isinstance(activations, dict) and activations.get("num_bits") in (4, 8)
+    if bits == 8 and kind == "float":
+        return "fp8", "compressed-tensors FP8"
+    if bits == 8 and kind == "int" and quantised_inputs:
+        return "int8", "compressed-tensors INT8 W8A8"
+    if bits == 4 and kind == "int" and not quantised_inputs:
+        return "int4", "compressed-tensors INT4 weight-only"
+    if bits == 4 and kind == "float":
+        return "fp4", "compressed-tensors NVFP4"
+    return None
 
 
 def _latent_attention(ints: dict[str, int], name: str) -> dict[str, int]:

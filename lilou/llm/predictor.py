@@ -318,9 +318,18 @@ class LLMPredictor:
         note = ambiguity_note(gpu)
         if note:
             warnings.append(note)
-        if dtype is None:
+        if dtype is None and config.quantization:
+            dtype = config.quantization
+            warnings.append(f"no --dtype given: {dtype.upper()}, the checkpoint's own ({config.quantization_note}, "
+                            "its quantization_config)")
+        elif dtype is None:
             dtype = "bf16" if device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16") else "fp16"
-            warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs)")
+            stored = (f"; the checkpoint's quantization_config ({config.quantization_note}) is not a format Lilou "
+                      "prices" if config.quantization_note else "")
+            warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs){stored}")
+        elif config.quantization and dtype != config.quantization:
+            warnings.append(f"--dtype {dtype}: the checkpoint stores {config.quantization.upper()} weights "
+                            f"({config.quantization_note}); priced as asked, as if requantised")
         _check_dtype(dtype, device, "--dtype")
         if kv_dtype is None:  # W8A8 keeps 16-bit activations and cache; weight-only FP16 ones
             has_bf16 = device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")
