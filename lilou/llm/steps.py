@@ -102,7 +102,7 @@ def _gemm(b: _Builder, m: int, k: int, n: int, experts: int = 1, weight_dtype: s
     y = b.t((experts, m, n) if experts > 1 else (m, n))
     nodes = []
     if weight_dtype != b.dtype and weight_dtype not in WEIGHT_ONLY:  # W8A8: activations cast to the weights' type
-        quantised = b.t(x_shape, b.weight_dtype)
+        quantised = b.t(x_shape, weight_dtype)
         nodes.append(CostInput("Cast", {}, [x], [quantised]))
         x = quantised
     nodes.append(CostInput("MatMul", {}, [x, w], [y]))

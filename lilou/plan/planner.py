@@ -165,8 +165,9 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
 
     By default the file is read at the first two batches and the largest, and the others' graphs derived from
     those reads (:class:`lilou.graph.batch_series.BatchSeries`; a file whose shapes do not scale with the batch is
-    read at every batch), and grouped into kernels at the first (fusion follows op patterns, not sizes; another batch
-    whose graph differs is grouped anew). ``prepare(batch, shapes)``, when
+    read at every batch), and grouped into kernels at the first and reused at the others where grouping the largest
+    anew gives the same groups (fusion mostly follows op patterns, not sizes; else, or where another batch's graph
+    differs, each batch is grouped anew). ``prepare(batch, shapes)``, when
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
     service passes its cache's, so a second plan of the same bytes skips the graph work. ``values``: run-time
     inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own)."""
