@@ -143,7 +143,8 @@ def _int(value: str) -> int | None:
 
 
 def _entry(name, model_type, layers, hidden, heads, kv_heads, head_dim, inter, vocab, tied, experts, top_k,
-           moe_inter, shared_inter, source, params_b=None, window=(0, 0, 0.0), dense_layers=0) -> dict:
+           moe_inter, shared_inter, source, params_b=None, window=(0, 0, 0.0), dense_layers=0,
+           max_context=0) -> dict:
     entry = {"name": name, "model_type": model_type, "kind": KIND.get(model_type, "transformer"),
              "layers": int(layers), "hidden": int(hidden), "heads": int(heads or 0),
              "kv_heads": int(kv_heads or heads or 0),
@@ -159,6 +160,8 @@ def _entry(name, model_type, layers, hidden, heads, kv_heads, head_dim, inter, v
         entry.update(sliding_window=int(sliding_window), sliding_layers=int(sliding_layers))
     if softcap:
         entry["attention_softcap"] = float(softcap)
+    if max_context:
+        entry["max_context"] = int(max_context)
     if params_b is not None:
         entry["params_b"] = params_b
     entry["source"] = source
@@ -199,7 +202,8 @@ def wattgpu_entries(folder: Path) -> list[dict]:
                               get("vocab_size"), tied, experts, top_k, moe_inter, shared,
                               f"{WATTGPU} (row {r['model_name']})", _number(r.get("total_b_params")),
                               _window(r, nested, int(layers), model_type),
-                              get("first_k_dense_replace") or 0))
+                              get("first_k_dense_replace") or 0,
+                              get("max_position_embeddings", "n_positions", "max_sequence_length") or 0))
     return entries
 
 

@@ -674,3 +674,14 @@ def test_a_quantized_checkpoint_sets_the_default_dtype(llm, tmp_path, quantizati
                                      "as asked, as if requantised")
     else:
         assert first.endswith(f"; the checkpoint's quantization_config ({said}) is not a format Lilou prices")
+
+
+def test_a_context_past_the_models_positions_is_said(llm):
+    """max_position_embeddings (from WattGPU's rows for the built-ins): Gemma 2 2B takes 8192 tokens."""
+    assert builtin_config("google/gemma-2-2b-it").max_context == 8192
+    assert builtin_config(LLAMA).max_context == 131072
+    long = llm.predict("google/gemma-2-2b-it", "h100-sxm", batch=1, input_len=10000, output_len=100, dtype="bf16")
+    assert ("10100 tokens of context pass google/gemma-2-2b-it's 8192 (max_position_embeddings): beyond what it was "
+            "trained on, and vLLM refuses such a max_model_len unless told to allow it; priced as asked") in long.warnings
+    short = llm.predict("google/gemma-2-2b-it", "h100-sxm", batch=1, input_len=4000, output_len=100, dtype="bf16")
+    assert not any("max_position_embeddings" in w for w in short.warnings)

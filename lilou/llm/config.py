@@ -64,6 +64,7 @@ class LLMConfig:
     # none or a format Lilou does not price (said in ``quantization_note``).
     quantization: str = ""
     quantization_note: str = ""
+    max_context: int = 0       # max_position_embeddings: the longest context the model takes (0: not known)
     source: str = ""
     params_b: float | None = None   # published total parameters (billions), where the source gives it
 
@@ -177,7 +178,8 @@ def _index() -> dict[str, str]:
 
 def _architecture(config: LLMConfig) -> tuple:
     """What a config's kernels and memory depend on: every field but its name and provenance."""
-    return tuple(getattr(config, f.name) for f in fields(config) if f.name not in ("name", "source", "params_b"))
+    return tuple(getattr(config, f.name) for f in fields(config)
+                 if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note"))
 
 
 #: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
@@ -241,6 +243,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "qk_nope_head_dim": ("qk_nope_head_dim",),
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
+    "max_context": ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
 }
 _REQUIRED = ("layers", "hidden", "heads", "vocab")
 
@@ -302,7 +305,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         moe_intermediate=ints.get("moe_intermediate", 0),
         shared_expert_intermediate=shared, kind=kind, sliding_window=window, sliding_layers=sliding,
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
-        quantization=quantization, quantization_note=quantization_note,
+        quantization=quantization, quantization_note=quantization_note, max_context=ints.get("max_context", 0),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, source=name)
 
@@ -406,7 +409,8 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
     and top-k that agree, no negative widths."""
     negative = [field for field in ("kv_heads", "head_dim", "experts", "experts_per_token", "moe_intermediate",
                                     "shared_expert_intermediate", "shared_experts", "dense_layers", "kv_lora_rank",
-                                    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                                    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                    "max_context")
                 if ints.get(field, 0) < 0]
     if negative:
         raise LilouInputError(f"{name}: {', '.join(map(_named, negative))} must not be negative")

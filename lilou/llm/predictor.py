@@ -474,6 +474,10 @@ class LLMPredictor:
 
     def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int) -> list[str]:
         notes = []
+        if config.max_context and context > config.max_context:
+            notes.append(f"{context} tokens of context pass {config.name}'s {config.max_context} "
+                         "(max_position_embeddings): beyond what it was trained on, and vLLM refuses such a "
+                         "max_model_len unless told to allow it; priced as asked")
         if config.windowed_layers and context > config.sliding_window:
             notes.append(f"{config.windowed_layers} of {config.layers} layers attend over a sliding window of "
                          f"{config.sliding_window} tokens (the config's sliding_window): their attention and KV cache "
