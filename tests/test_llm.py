@@ -685,3 +685,24 @@ def test_a_context_past_the_models_positions_is_said(llm):
             "trained on, and vLLM refuses such a max_model_len unless told to allow it; priced as asked") in long.warnings
     short = llm.predict("google/gemma-2-2b-it", "h100-sxm", batch=1, input_len=4000, output_len=100, dtype="bf16")
     assert not any("max_position_embeddings" in w for w in short.warnings)
+
+
+def test_formats_no_serving_row_measured_get_wider_intervals(llm):
+    """INT4 (no serving row) widens the ITL interval in quadrature by the kernel calibration's INT4 GEMM band beyond
+    the BF16 one, times the GEMMs' share of the decode step; BF16 keeps the engine's calibrated half-width."""
+    import math
+
+    from lilou.plan.calibration import Calibration
+
+    bf16, int4 = (llm.predict(LLAMA, "a100-sxm4-80gb", batch=8, input_len=1024, output_len=256, dtype=d)
+                  for d in ("bf16", "int4"))
+    engine_half = llm.calibration.interval_half_width("itl_ms", "vllm")
+    lo, hi = bf16.intervals["itl_ms"]
+    assert (lo, hi) == pytest.approx((bf16.itl_ms * math.exp(-engine_half), bf16.itl_ms * math.exp(engine_half)))
+    calibration = Calibration.shipped()
+    extra = math.sqrt(calibration.widest("gemm", "int4").hi ** 2 - calibration.pooled_band("gemm", "bf16").hi ** 2)
+    assert 0.5 < int4.decode.gemm_share < 1
+    half = math.hypot(engine_half, int4.decode.gemm_share * extra)
+    assert int4.intervals["itl_ms"] == pytest.approx([int4.itl_ms * math.exp(-half), int4.itl_ms * math.exp(half)])
+    assert any(w.startswith("no serving row is INT4") for w in int4.warnings)
+    assert not any(w.startswith("no serving row") for w in bf16.warnings)

@@ -45,6 +45,8 @@ from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
 
 ENGINES = ("vllm", "hf")
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
+#: Formats the serving rows measured (llm_energy: FP16, BF16, a few FP8); the others' intervals widen (_widening).
+SERVED_DTYPES = frozenset({"fp16", "bf16", "fp8"})
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 #: KV lengths at which decode steps are priced (midpoints of equal parts of the output).
 DECODE_POINTS = 4
@@ -140,6 +142,7 @@ class Phase:
     #: per decode point, the launch queue of its kernels in launch order (overhead.queue_envelope of their GPU
     #: times): what an engine that launches every kernel from the host (HF eager) takes at any host time per kernel
     queue: tuple[np.ndarray, ...] = ()
+    gemm_share: float = 0.0     # the share of the step's GPU work in its GEMMs (attention aside)
 
     @property
     def roofline_ms(self) -> float:
@@ -361,7 +364,8 @@ class LLMPredictor:
         result.prefill, result.decode, result.steady = prefill, decode, steady
         if steady is not None:
             result.steady_itl_ms = calibration.itl_ms(engine, steady, batch)
-            result.steady_interval_ms = self._interval("itl_ms", result.steady_itl_ms, engine)
+            result.steady_interval_ms = self._interval("itl_ms", result.steady_itl_ms, engine,
+                                                       self._widening(dtype, steady.gemm_share))
         u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
         result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
         result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w)
@@ -413,14 +417,16 @@ class LLMPredictor:
         decode_gpu_ms = float(np.mean(gpu_each)) + reduce_decode
         launches = float(np.mean([sum(k.count for k in step) for step in kernels[1:1 + DECODE_POINTS]]))
         decode = self._phase([k for step in kernels[1:1 + DECODE_POINTS] for k in step], decode_ms, device, dtype,
-                             weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches, queue=queue)
+                             weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches, queue=queue,
+                             gemm_share=_gemm_share(decoding))
         steady = None
         if chunk:
             step, step_work = priced[-1]
             reduce_mixed = 2 * config.layers * all_reduce_ms((batch + chunk) * config.hidden * itemsize, tp, device)
             mixed_ms = float(sum(k.count * w for k, w in zip(step, step_work))) * overhead.scale + reduce_mixed
-            steady = self._phase(step, mixed_ms, device, dtype, launches=launches)
-        return self._phase(priced[0][0], prefill_ms, device, dtype), decode, steady
+            steady = self._phase(step, mixed_ms, device, dtype, launches=launches,
+                                 gemm_share=_gemm_share([priced[-1]]))
+        return self._phase(priced[0][0], prefill_ms, device, dtype, gemm_share=_gemm_share(priced[:1])), decode, steady
 
     def _work(self, kernels: list[StepKernel], device: Device, dtype: str) -> np.ndarray:
         """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path."""
@@ -446,7 +452,7 @@ class LLMPredictor:
 
     def _phase(self, kernels: Sequence[StepKernel], ms: float, device: Device, dtype: str,
                weight: float = 1.0, gpu_ms: float | None = None, launches: float = 0.0,
-               queue: tuple[np.ndarray, ...] = ()) -> Phase:
+               queue: tuple[np.ndarray, ...] = (), gemm_share: float = 0.0) -> Phase:
         from lilou.latency.kernel_model.precision import kernel_unit, precision_path
 
         path = precision_path(dtype, device, None, "off")
@@ -458,15 +464,39 @@ class LLMPredictor:
             nbytes += weight * k.count * k.spec.bytes
             compute_ms += weight * k.count * k.spec.flops / (peak * 1e9)
         return Phase(ms=ms, flops=flops, bytes=nbytes, memory_ms=nbytes / (device.memory_bandwidth_gbs * 1e6),
-                     compute_ms=compute_ms, gpu_ms=ms if gpu_ms is None else gpu_ms, launches=launches, queue=queue)
+                     compute_ms=compute_ms, gpu_ms=ms if gpu_ms is None else gpu_ms, launches=launches, queue=queue,
+                     gemm_share=gemm_share)
 
-    def _interval(self, quantity: str, value: float | None, engine: str) -> list[float] | None:
-        """The 90 % interval of ``value`` with the calibrated half-width of ``quantity`` for ``engine``."""
+    def _interval(self, quantity: str, value: float | None, engine: str, widening: float = 0.0
+                  ) -> list[float] | None:
+        """The 90 % interval of ``value`` with the calibrated half-width of ``quantity`` for ``engine``, widened in
+        quadrature by ``widening`` (:meth:`_widening`)."""
         half = self.calibration.interval_half_width(quantity, engine)
-        return None if half is None or value is None else [value * math.exp(-half), value * math.exp(half)]
+        if half is None or value is None:
+            return None
+        half = math.hypot(half, widening)
+        return [value * math.exp(-half), value * math.exp(half)]
+
+    @staticmethod
+    def _widening(dtype: str, gemm_share: float) -> float:
+        """The log half-width a step adds when its GEMMs run a format no serving row measured (INT8, INT4, FP4,
+        FP32): the kernel calibration's GEMM band of that format beyond the BF16 band the serving residuals already
+        carry, times the GEMMs' share of the step (lilou/plan/calibration.json, ``make calibrate``)."""
+        if dtype in SERVED_DTYPES:
+            return 0.0
+        from lilou.plan.calibration import Calibration
+
+        calibration = Calibration.shipped()
+        served = calibration.pooled_band("gemm", "bf16") if calibration is not None else None
+        if served is None:
+            return 0.0
+        own = calibration.pooled_band("gemm", dtype) or calibration.widest("gemm", dtype)
+        return gemm_share * math.sqrt(max(0.0, own.hi ** 2 - served.hi ** 2))
 
     def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
-        out = {key: self._interval(key, value, result.engine)
+        widen = {"ttft_ms": self._widening(result.dtype, result.prefill.gemm_share),
+                 "itl_ms": self._widening(result.dtype, result.decode.gemm_share)}
+        out = {key: self._interval(key, value, result.engine, widen.get(key, 0.0))
                for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w))}
         if out.get("power_w"):  # a board never draws more than its TDP (a slice: its share of it)
             out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]
@@ -505,24 +535,37 @@ class LLMPredictor:
                          " GPUs, as vLLM does")
         if device.mig is not None:
             notes.append(f"power is the slice's share ({device.sm_fraction:.2f} of the SMs) of the board's")
+        if dtype not in SERVED_DTYPES:
+            notes.append(f"no serving row is {dtype.upper()} (the measured runs are FP16, BF16 and a few FP8): the "
+                         f"figures rest on the kernel model, and the TTFT and ITL intervals are widened by its "
+                         f"{dtype.upper()} GEMM band (lilou/plan/calibration.json) over the GEMMs' share of each step")
         if dtype == "fp4":
             notes.append("NVFP4 (W4A4): the layers' linear weights at 4 bits with an FP8 scale per 16, the embedding and "
-                         "LM head in BF16; each GEMM quantises its activations and runs on the FP4 tensor cores; no "
-                         "serving row is FP4, so this rests on the kernel model alone")
+                         "LM head in BF16; each GEMM quantises its activations and runs on the FP4 tensor cores")
         if dtype == "int8":
             notes.append("INT8 W8A8 (SmoothQuant-style): each GEMM quantises its 16-bit activations and runs on the "
-                         "INT8 tensor cores; no serving row is INT8, so this rests on the kernel model alone")
+                         "INT8 tensor cores")
         if dtype in WEIGHT_ONLY:
             notes.append("INT4 weight-only (AWQ/GPTQ, groups of 128): the layers' linear weights at 4 bits with their "
                          "group scales, the embedding and LM head in FP16; GEMMs on the 16-bit tensor cores reading "
-                         "4-bit weights; such GEMMs are measured on the A100 only (AIConfigurator) and no serving row "
-                         "is INT4")
+                         "4-bit weights (such GEMMs are measured on the A100 only, by AIConfigurator)")
         if config.moe:
             notes.append("routed experts are priced as a grouped GEMM over the experts the step's tokens reach under "
                          "uniform routing")
         if not self.calibration.intervals:
             notes.append("no calibration file: intervals are unavailable (run `make bench-llm`)")
         return notes
+
+
+def _gemm_share(priced: Sequence[tuple[Sequence[StepKernel], np.ndarray]]) -> float:
+    """The share of the steps' GPU work spent in GEMMs (attention kernels aside, whose band is their own)."""
+    total = gemm = 0.0
+    for kernels, work in priced:
+        for k, w in zip(kernels, work):
+            total += k.count * float(w)
+            if k.spec.family == "gemm" and k.attention is None:
+                gemm += k.count * float(w)
+    return gemm / total if total > 0 else 0.0
 
 
 def _sequence(kernels: Sequence[StepKernel], work: np.ndarray) -> np.ndarray:
