@@ -4,7 +4,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
+# The CLI runs numpy's BLAS on one thread (lilou/cli.py); so do the tests, whose in-process predictions are compared
+# with the CLI's and the service's byte for byte (a threaded BLAS sums in another order: a last-digit difference
+# that a 4-decimal rounding can show). Set before numpy is imported by any test module.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
