@@ -496,7 +496,9 @@ def test_windowed_layers_hold_and_read_at_most_their_window(llm, tmp_path):
         return llm.predict(str(path), "a100-sxm4-80gb", batch=4, input_len=input_len, output_len=256, dtype="bf16")
 
     short, short_free = predict(windowed, 2048), predict(free, 2048)
-    assert (short.ttft_ms, short.itl_ms, short.memory) == (short_free.ttft_ms, short_free.itl_ms, short_free.memory)
+    # the same kernels, the windowed config's attention in two kernels of 21 layers each: equal to the last bits
+    assert (short.ttft_ms, short.itl_ms) == pytest.approx((short_free.ttft_ms, short_free.itl_ms), rel=1e-12)
+    assert short.memory == short_free.memory
     long, long_free = predict(windowed, 16384), predict(free, 16384)
     assert long.itl_ms < long_free.itl_ms and long.ttft_ms < long_free.ttft_ms
     assert long.memory.kv_cache_gb < long_free.memory.kv_cache_gb and long.max_batch_fitting > long_free.max_batch_fitting
