@@ -2,6 +2,7 @@
 upload examples/resnet18.onnx, pick three devices, see the ranked table, the kernel chart and the warnings."""
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from decimal import ROUND_HALF_UP, Decimal
@@ -192,3 +193,34 @@ def test_values_field_picks_a_merged_decoders_branch(browser, server, predictor)
     assert status == "Done." and rows == [(e.gpu, e.mig, js_ms(e.latency_ms)) for e in ranking]
     _, status = _rank_on_the_page(browser, MERGED, {"values": "use_cache_branch=maybe"})
     assert status == 'Error: cannot read value "use_cache_branch=maybe"; write NAME=true, NAME=false or NAME=number'
+
+
+def test_llm_form_takes_an_uploaded_config(browser, server, tmp_path):  # noqa: F811 - the imported fixture
+    """A config.json chosen on the page is uploaded instead of the model name: DeepSeek-V3's, with its FP8
+    quantization_config, priced as `lilou llm` prices the same file (its latent KV cache, FP8 by default)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from lilou.llm import LLMPredictor
+    from tests.test_llm import DEEPSEEK_V3_CONFIG
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**DEEPSEEK_V3_CONFIG, "quantization_config": {"quant_method": "fp8"}}))
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for field, value in (("llm-gpu", "h200"), ("llm-tp", "8"), ("llm-batch", "4")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    browser.find_element(By.ID, "llm-config").send_keys(str(path))
+    browser.find_element(By.ID, "llm-button").click()
+    status = browser.find_element(By.ID, "llm-status")
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done.", status.text
+    terms = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#llm-result dt")]
+    shown = dict(zip(terms, [v.text for v in browser.find_elements(By.CSS_SELECTOR, "#llm-result dd")]))
+    expected = LLMPredictor().predict(str(path), "h200", tp=8, batch=4, input_len=512, output_len=128).to_json()
+    assert shown["inter-token latency (ms)"].startswith(js_number(expected["itl_ms"]) + " (90 %: ")
+    warnings = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#llm-warnings li")]
+    assert warnings[0] == "no --dtype given: FP8, the checkpoint's own (fp8, its quantization_config)"

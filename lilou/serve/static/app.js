@@ -226,8 +226,17 @@ async function llm(event) {
   };
   $("llm-status").textContent = "Predicting…";
   try {
-    const response = await fetch("/v1/llm", { method: "POST", headers: { "Content-Type": "application/json" },
-                                              body: JSON.stringify(body) });
+    const config = $("llm-config").files[0];
+    let request = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+    if (config) {  // an uploaded config.json stands for the model name (multipart part "file")
+      const form = new FormData();
+      form.append("file", config);
+      for (const [key, value] of Object.entries(body)) {
+        if (key !== "model" && value !== null && value !== undefined) form.append(key, value);
+      }
+      request = { method: "POST", body: form };
+    }
+    const response = await fetch("/v1/llm", request);
     const data = await response.json();
     if (!response.ok) throw new Error(data.detail || `HTTP ${response.status}`);
     const dl = $("llm-result");
