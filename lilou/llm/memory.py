@@ -33,14 +33,15 @@ VLLM_MAX_BATCHED_TOKENS = 8192
 CUDA_CONTEXT_GIB = 0.5
 #: Bytes per element of the weight / KV dtypes (INT4, FP4: two weights per byte).
 ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}
-#: Weight-only formats: their GEMMs read 4-bit weights and compute in the activations' 16-bit type (AWQ, GPTQ).
-WEIGHT_ONLY = {"int4": "fp16"}
-#: Quantised formats quantise the layers' linear weights only, the embedding and LM head staying in this 16-bit type
-#: (AWQ's and GPTQ's checkpoints; ModelOpt's and compressed-tensors' FP8, INT8 and NVFP4 ones list the LM head as
-#: ignored), with the bytes their groups add per weight: AWQ and GPTQ keep an FP16 scale and a 4-bit zero point per
-#: 128 weights, NVFP4 an FP8 scale per 16 (FP8's and INT8's per-tensor or per-channel scales are negligible).
-LINEAR_ONLY = {"int4": "fp16", "fp4": "bf16", "fp8": "bf16", "int8": "bf16"}
+#: Quantised formats quantise the layers' linear weights only: the activations, the KV cache (by default), the
+#: embedding and the LM head stay in this 16-bit type (AWQ's and GPTQ's checkpoints; ModelOpt's and
+#: compressed-tensors' FP8, INT8 and NVFP4 ones list the LM head as ignored). With the bytes their groups add per
+#: weight: AWQ and GPTQ keep an FP16 scale and a 4-bit zero point per 128 weights, NVFP4 an FP8 scale per 16 (FP8's
+#: and INT8's per-tensor or per-channel scales are negligible).
+QUANTISED = {"int4": "fp16", "fp4": "bf16", "fp8": "bf16", "int8": "bf16"}
 GROUP_BYTES_PER_WEIGHT = {"int4": (2 + 0.5) / 128, "fp4": 1 / 16, "fp8": 0.0, "int8": 0.0}
+#: The weight-only ones (AWQ, GPTQ): their GEMMs read 4-bit weights and the activations as they are, no cast.
+WEIGHT_ONLY = frozenset({"int4"})
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,13 @@ def kv_heads_per_gpu(config: LLMConfig, tp: int) -> int:
 def weight_bytes(config: LLMConfig, dtype: str, tp: int) -> float:
     """Every weight at ``dtype``; a quantised format (FP8, INT8, INT4, FP4) quantises the layers' linear weights
     only, the embedding, LM head and norms staying in 16 bits, as their checkpoints keep them."""
-    if dtype not in LINEAR_ONLY:
+    if dtype not in QUANTISED:
         return config.total_parameters * ITEMSIZE[dtype] / tp
     parts = config.parameters()
     linear = parts["attention"] + parts["mlp"]
     other = config.total_parameters - linear
     per_weight = ITEMSIZE[dtype] + GROUP_BYTES_PER_WEIGHT[dtype]
-    return (linear * per_weight + other * ITEMSIZE[LINEAR_ONLY[dtype]]) / tp
+    return (linear * per_weight + other * ITEMSIZE[QUANTISED[dtype]]) / tp
 
 
 def kv_bytes_per_token(config: LLMConfig, kv_dtype: str, tp: int) -> float:
@@ -111,7 +112,7 @@ def activation_bytes(config: LLMConfig, dtype: str, tp: int, engine: str, batch:
                      config.heads * (config.head_dim - config.qk_rope_head_dim + config.v_head_dim) / tp, 2 * width / tp)
     else:
         widest = max((config.q_width + 2 * config.kv_width) / tp, 2 * width / tp, config.q_width / tp)
-    per_token = (widest + 2 * config.hidden) * ITEMSIZE[LINEAR_ONLY.get(dtype, dtype)]
+    per_token = (widest + 2 * config.hidden) * ITEMSIZE[QUANTISED.get(dtype, dtype)]
     logits = batch * config.vocab / tp * 4  # FP32 logits of the sampled rows (one per sequence)
     return tokens * per_token + logits
 

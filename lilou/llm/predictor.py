@@ -39,7 +39,7 @@ from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
 from lilou.llm.interconnect import all_reduce_ms, link
-from lilou.llm.memory import ITEMSIZE, LINEAR_ONLY, WEIGHT_ONLY, MemoryFit, max_batch_fitting, memory_fit
+from lilou.llm.memory import ITEMSIZE, QUANTISED, WEIGHT_ONLY, MemoryFit, max_batch_fitting, memory_fit
 from lilou.llm.power import PowerModel
 from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
 
@@ -334,10 +334,10 @@ class LLMPredictor:
             warnings.append(f"--dtype {dtype}: the checkpoint stores {config.quantization.upper()} weights "
                             f"({config.quantization_note}); priced as asked, as if requantised")
         _check_dtype(dtype, device, "--dtype")
-        if kv_dtype is None:  # W8A8 keeps 16-bit activations and cache; weight-only FP16 ones
-            has_bf16 = device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")
-            kv_dtype = ("bf16" if has_bf16 else "fp16") if dtype in ("fp8", "fp4", "int8") else \
-                WEIGHT_ONLY.get(dtype, dtype)
+        if kv_dtype is None:  # a quantised model keeps a 16-bit cache: FP16 where the GPU has no BF16 (INT8, T4)
+            kv_dtype = QUANTISED.get(dtype, dtype)
+            if kv_dtype == "bf16" and not (device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")):
+                kv_dtype = "fp16"
         elif kv_dtype == "fp8" and int(device.compute_capability.split(".")[0]) < 8:
             raise LilouInputError(f"an FP8 KV cache needs compute capability 8.0 or newer; {device.gpu} has "
                                   f"{device.compute_capability}")
@@ -400,7 +400,7 @@ class LLMPredictor:
                     work[i] = correction.apply(float(work[i]), k.attention, k.causal, device.sms)
         offsets = np.cumsum([0] + [len(step) for step in kernels])
         priced = [(step, work[offsets[i]:offsets[i + 1]]) for i, step in enumerate(kernels)]
-        itemsize = ITEMSIZE[LINEAR_ONLY.get(dtype, dtype)]  # the 16-bit activations all-reduced
+        itemsize = ITEMSIZE[QUANTISED.get(dtype, dtype)]  # the 16-bit activations all-reduced
         reduce_prefill = 2 * config.layers * all_reduce_ms(batch * input_len * config.hidden * itemsize, tp, device)
         reduce_decode = 2 * config.layers * all_reduce_ms(batch * config.hidden * itemsize, tp, device)
         overhead = self.predictor.model.overhead

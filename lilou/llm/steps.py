@@ -34,7 +34,7 @@ from lilou.graph.costs import CostInput, TensorInfo
 from lilou.latency.kernel_model.kernel import KernelSpec, describe_kernel
 from lilou.llm.attention import AttentionShape
 from lilou.llm.config import LLMConfig
-from lilou.llm.memory import ITEMSIZE, LINEAR_ONLY, WEIGHT_ONLY, kv_heads_per_gpu
+from lilou.llm.memory import ITEMSIZE, QUANTISED, WEIGHT_ONLY, kv_heads_per_gpu
 
 _ONNX_TYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8e4m3fn", "int8": "int8",
               "int4": "int4", "fp4": "float4_e2m1fn"}
@@ -72,17 +72,13 @@ class StepShape:
         return self.seqs * self.q_len + self.prefill_tokens
 
 
-#: Weight dtypes whose GEMMs quantise their activations first (W8A8): the residual stream stays BF16.
-QUANTISED_ACTIVATIONS = {"fp8": "bf16", "int8": "bf16", "fp4": "bf16"}
-
-
 class _Builder:
     """Tensors of a step: activations in ``dtype`` (BF16 for an FP8 model), weights in ``weight_dtype``."""
 
     def __init__(self, dtype: str, kv_dtype: str) -> None:
         self.weight_dtype, self.kv_dtype = dtype, kv_dtype
-        self.dtype = QUANTISED_ACTIVATIONS.get(dtype) or WEIGHT_ONLY.get(dtype, dtype)
-        self.head_dtype = LINEAR_ONLY.get(dtype, dtype)  # the LM head's weights: 16-bit beside 4-bit layers
+        # a quantised model's activations stay 16-bit (lilou.llm.memory.QUANTISED), and so do its LM head's weights
+        self.dtype = QUANTISED.get(dtype, dtype)
         self.count = 0
 
     def t(self, shape, dtype: str | None = None) -> TensorInfo:
@@ -101,7 +97,7 @@ def _gemm(b: _Builder, m: int, k: int, n: int, experts: int = 1, weight_dtype: s
     x, w = b.t(x_shape), b.t((experts, k, n) if experts > 1 else (k, n), weight_dtype)
     y = b.t((experts, m, n) if experts > 1 else (m, n))
     nodes = []
-    if weight_dtype != b.dtype and weight_dtype not in WEIGHT_ONLY:  # W8A8: activations cast to the weights' type
+    if weight_dtype != b.dtype and weight_dtype not in WEIGHT_ONLY:  # W8A8, W4A4: activations cast to the weights
         quantised = b.t(x_shape, weight_dtype)
         nodes.append(CostInput("Cast", {}, [x], [quantised]))
         x = quantised
@@ -260,7 +256,7 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
     add("embedding", [CostInput("Gather", {}, [table, ids], [b.t((tokens, h))])], layer=False)
     nodes, external = _norm(b, seqs, h, False)
     add("final_norm", nodes, layer=False, external=external)
-    nodes, fixed = _gemm(b, seqs, h, config.vocab // tp, weight_dtype=b.head_dtype)
+    nodes, fixed = _gemm(b, seqs, h, config.vocab // tp, weight_dtype=b.dtype)
     add("lm_head", nodes, fixed=fixed, layer=False)
     add("sampling", [CostInput("Softmax", {"axis": -1}, [b.t((seqs, config.vocab), "fp32")],
                                [b.t((seqs, config.vocab), "fp32")])], layer=False)
