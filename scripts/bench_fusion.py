@@ -26,6 +26,9 @@ TorchScript exports (``-ts``, labelled by TVM only: they carry no aten-call meta
 kernel count: the GNN's and the replay's launching groups against the eager oracle's count on the dynamo export of
 the same module (eager runs the same kernels whichever exporter wrote the file) -> fusion_torchscript.json.
 
+The eager rule that keeps an aten call whole (a recognised decomposition, RoPE's ``torch.cat``) caps the GNN's joins;
+every oracle-fused edge of every labelled graph it would split is counted -> fusion_whole_calls.json (0 expected).
+
 ``--opset18-zoo`` also exports four one-layer zoo transformers (BERT-base, BERT-large, GPT-2, ViT-B/16)
 the way most users do (dynamo, opset 18, default optimiser: erf GELU as five nodes) and scores the
 GNN on eager against the oracle, with and without the replay's gelu rule -> fusion_opset18_zoo.json
@@ -42,7 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lilou.errors import MissingDataError
-from lilou.fusion.benchmark import edge_misses, iter_labelled, score, tuned_rule_table
+from lilou.fusion.benchmark import edge_misses, iter_labelled, score, tuned_rule_table, whole_calls_against_oracle
 from lilou.fusion.dataset import HELD_OUT_SPLITS, TEST_EXPORTERS, TEST_OPS, split_of
 from lilou.fusion.eager_replay import replay_eager_partition
 from lilou.fusion.gnn_predictor import FusionPredictor
@@ -208,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"TorchScript exports, eager kernel count vs the dynamo twin's oracle, {key}: {s['graphs']} graphs, "
                       f"{100 * s['same_count']:.1f} % with the same count, predicted / oracle kernels {s['kernel_ratio']:.4f}")
     (args.out / "fusion_torchscript.json").write_text(json.dumps({"summary": summary, "graphs": counts}, indent=1) + "\n")
+    whole = whole_calls_against_oracle(args.data)
+    for key, s in whole.items():
+        console.print(f"eager aten calls kept whole, against the oracle ({key}): {s['split_by_the_rule']} of "
+                      f"{s['oracle_fused_edges']} fused edges split, {s['graphs']} graphs")
+    (args.out / "fusion_whole_calls.json").write_text(json.dumps(whole, indent=1) + "\n")
     if args.opset18_zoo:
         zoo = opset18_zoo(args.checkpoint, args.out / "fusion_opset18_zoo")
         for r in zoo:

@@ -125,3 +125,28 @@ def torchscript_twins(root: Path) -> Iterator[TorchScriptTwin]:
             continue
         truth = Partition.from_json(json.loads(label.read_text()))
         yield TorchScriptTwin(spec, path.parent.name, path, sum(1 for g in truth.groups if g.launches))
+
+
+def whole_calls_against_oracle(root: Path) -> dict:
+    """How often the eager rule that keeps aten calls whole (:func:`lilou.fusion.eager_replay.kept_whole`) would
+    split an edge the eager oracle fuses, over every labelled graph, names shown and hidden: the rule caps the
+    GNN's joins, so it must never contradict a label."""
+    from collections import Counter
+
+    from lilou.fusion.eager_replay import kept_whole
+
+    result: dict = {}
+    for hidden in (False, True):
+        graphs = fused = 0
+        split: Counter = Counter()
+        for labelled in iter_labelled(root, "all", "eager", hide_names=hidden):
+            graph = labelled.graph
+            edges = [edge for edge, joined in fused_edge_labels(graph, labelled.truth).items() if joined]
+            kept = set(kept_whole(graph, edges))
+            split.update(f"{graph.dag.nodes[u]['op']} -> {graph.dag.nodes[v]['op']}" for u, v in edges
+                         if (u, v) not in kept)
+            graphs, fused = graphs + 1, fused + len(edges)
+        result["names hidden" if hidden else "names shown"] = {
+            "graphs": graphs, "oracle_fused_edges": fused, "split_by_the_rule": sum(split.values()),
+            "split_patterns": dict(split.most_common())}
+    return result

@@ -21,11 +21,15 @@ metadata:
 Before that, the edges inside a few common multi-node aten decompositions
 (:data:`DECOMPOSITIONS`: ``linear`` as ``MatMul`` + bias ``Add``, ``silu``,
 ``rsqrt``, ``softmax`` with a dtype, ``group_norm``, ``gelu`` in its erf and tanh
-forms, from the decomposition corpus's training ops, and ``layer_norm`` as written before opset 17) are
-joined, and so is every run of nodes the dynamo exporter names as one inlined torchlib function (``n0``, ``n1`` ...;
+forms, from the decomposition corpus's training ops, ``layer_norm`` as written before opset 17, and
+``scaled_dot_product_attention`` by its form, :mod:`lilou.fusion.attention_decomposition`) are joined, and so is
+every run of nodes the dynamo exporter names as one inlined torchlib function (``n0``, ``n1`` ...;
 :mod:`lilou.fusion.export_names`), whatever op it computes. Others (``roll``,
 ``baddbmm``, the ops the leave-op-out split holds out) are left to the GNN, which
-learns them from op types. Like the TVM replay, this is a *feature*, not the prediction.
+learns them from op types. Like the TVM replay, this is a *feature*, not the prediction;
+but the GNN's eager groups are bounded by it on both sides: what the replay joins stays
+joined (:mod:`lilou.fusion.gnn_predictor`), and a call it knows whole is joined to
+nothing outside it (:func:`kept_whole`).
 
 A recurrent layer (ONNX ``LSTM``/``GRU``/``RNN``) is one cuDNN kernel with the
 layout views the exporter writes after it (``Transpose``/``Reshape``/``Squeeze``,
@@ -38,6 +42,7 @@ from collections.abc import Iterable, Mapping
 
 import networkx as nx
 
+from lilou.fusion.attention_decomposition import sdpa_decompositions
 from lilou.fusion.eager_layout import casts_to_its_own_type, selects_one_index, strided_tensors
 from lilou.fusion.export_names import edges_between_calls, fused_call_nodes, inlined_call_edges
 from lilou.fusion.partition import (
@@ -154,6 +159,8 @@ DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sig
                   "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul, or TorchScript's x * x * x",
                   "mish: Softplus + Tanh + Mul; log_sigmoid: Sigmoid + Log; softplus with beta: Mul + Softplus + Div",
                   "scaled_dot_product_attention: its math up to the node named after it (lilou/fusion/export_names.py)",
+                  "scaled_dot_product_attention by its form: Mul + Mul (Q and K^T by sqrt(scale)) + MatMul [+ Add] + "
+                  "Softmax [+ IsNaN + Where] + MatMul (lilou/fusion/attention_decomposition.py)",
                   "an inlined torchlib function: a run of nodes named n0, n1 ... (lilou/fusion/export_names.py)")
 
 #: One-kernel activations that exporters write as a chain of ONNX ops: the op chain from the input ``x`` to the
@@ -280,6 +287,36 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
     views = eager_views(graph, runtime, constant)
     outputs = {t.name for t in graph.outputs}
     runtime_set = set(runtime)
+    kernel_of, in_decomposition = _aten_calls(graph, runtime, constant)
+    for node in reversed(runtime):
+        # A reshape inside group_norm's decomposition is part of that kernel, not a view of its own.
+        if node in in_decomposition or node not in views:
+            continue
+        if any(t.name in outputs for t in data[node]["outputs"]):
+            continue
+        readers = {kernel_of[s] for s in dag.successors(node) if s in runtime_set}
+        if len(readers) == 1:
+            kernel_of.union(node, readers.pop())
+    return {n: kernel_of[n] for n in runtime}
+
+
+def aten_call_groups(graph: ModelGraph) -> list[list[str]]:
+    """The runtime nodes of each multi-node aten call the replay recognises (:data:`DECOMPOSITIONS`, the calls the
+    dynamo exporter names), before views join them: each is one whole kernel in eager."""
+    runtime = [n for n in topological_file_order(graph) if not graph.dag.nodes[n]["constant"]]
+    kernel_of, in_decomposition = _aten_calls(graph, runtime, graph.constant_tensors())
+    groups: dict[str, list[str]] = {}
+    for node in runtime:
+        if node in in_decomposition:
+            groups.setdefault(kernel_of[node], []).append(node)
+    return [members for members in groups.values() if len(members) > 1]
+
+
+def _aten_calls(graph: ModelGraph, runtime: list[str], constant: set[str]) -> tuple[nx.utils.UnionFind, set[str]]:
+    """The nodes of each recognised multi-node aten call joined (a union-find over ``runtime``), and the set of
+    nodes inside one."""
+    dag = graph.dag
+    data = dict(dag.nodes(data=True))
     kernel_of = nx.utils.UnionFind(runtime)
     in_decomposition: set[str] = set()
     # Where the exporter's names say an edge leaves one aten call, no op pattern joins it: hand-written
@@ -299,7 +336,8 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
         for node in call[1:]:
             kernel_of.union(node, call[0])
         in_decomposition.update(call)
-    for chain in [*gelu_decompositions(graph, constant), *layer_norm_decompositions(graph, constant)]:
+    for chain in [*gelu_decompositions(graph, constant), *layer_norm_decompositions(graph, constant),
+                  *sdpa_decompositions(graph, constant)]:
         if any(edge in between_calls for edge in zip(chain, chain[1:])):
             continue
         for node in chain[1:]:
@@ -310,16 +348,7 @@ def replay_eager_groups(graph: ModelGraph) -> dict[str, str]:
             for view in _recurrent_tail(graph, node):
                 kernel_of.union(view, node)
                 in_decomposition.update((node, view))
-    for node in reversed(runtime):
-        # A reshape inside group_norm's decomposition is part of that kernel, not a view of its own.
-        if node in in_decomposition or node not in views:
-            continue
-        if any(t.name in outputs for t in data[node]["outputs"]):
-            continue
-        readers = {kernel_of[s] for s in dag.successors(node) if s in runtime_set}
-        if len(readers) == 1:
-            kernel_of.union(node, readers.pop())
-    return {n: kernel_of[n] for n in runtime}
+    return kernel_of, in_decomposition
 
 
 def _recurrent_tail(graph: ModelGraph, node: str) -> list[str]:
@@ -467,7 +496,7 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
     (:func:`silence_view_groups`)."""
     runtime = _runtime_in_order(graph)
     views = eager_views(graph, runtime)
-    fused = _without_written_concat_joins(graph, list(fused))
+    fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, list(fused)), views)
     partition = partition_from_fused_edges(graph, _without_view_bridges(graph, fused, runtime, views), "eager",
                                            source=source, scores=scores)
     return _silenced(graph, partition, views)
@@ -482,6 +511,86 @@ def _without_written_concat_joins(graph: ModelGraph, fused: list[Edge]) -> list[
     data = graph.dag.nodes
     written = {node for edge in fused for node in edge if data[node]["op"] == "Concat" and MARK in node}
     return [(u, v) for u, v in fused if u not in written and v not in written] if written else fused
+
+
+def kept_whole(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
+    """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`)."""
+    return _calls_kept_whole(graph, list(fused), eager_views(graph, _runtime_in_order(graph)))
+
+
+def _calls_kept_whole(graph: ModelGraph, fused: list[Edge], views: set[str]) -> list[Edge]:
+    """The fused edges, less those that join a whole aten call to a node outside it, directly or through views.
+
+    Eager runs each aten call as its own kernel(s) and never joins two. Calls known whole from the graph alone: the
+    multi-node decompositions the replay recognises (:func:`aten_call_groups`: rsqrt, silu, gelu, layer norm,
+    SDPA ...) but ``linear`` (dynamo writes ``aten.rnn_tanh`` as per-step linears, tanhs and a cat, one cuDNN call
+    in eager), and the ``torch.cat`` of RoPE's ``rotate_half`` (:func:`rotate_half_concats`). In the eager oracle's
+    labels none of them shares its kernel with a node outside it (docs/fusion.md, "Session 33"); the GNN, which never
+    saw a TorchScript export labelled, joined a TorchScript Llama's ``rotate_half`` (``Neg -> Concat``), its KV
+    cache's ``cat`` with SDPA's scaling ``Mul`` behind a transpose, and RMSNorm's ``rsqrt`` with the ``Add``
+    before it and the ``Mul`` after it. A view between a call and another node stays with its reader, as eager's
+    views do."""
+    data = graph.dag.nodes
+    unit: dict[str, object] = {}
+    for index, members in enumerate(aten_call_groups(graph)):
+        if sorted(data[n]["op"] for n in members) != ["Add", "MatMul"]:
+            unit.update((node, index) for node in members)
+    unit.update((node, "rotate_half") for node in rotate_half_concats(graph))
+    if not unit:
+        return fused
+    readers: dict[str, list[str]] = {}
+    for u, v in fused:
+        readers.setdefault(u, []).append(v)
+
+    def transparent(node: str) -> bool:
+        return node in views and node not in unit
+
+    def reached(node: str) -> list[str]:
+        """``node`` when it is no free view, else the nodes a run of fused edges through free views reaches."""
+        if not transparent(node):
+            return [node]
+        found, seen, stack = [], {node}, [node]
+        while stack:
+            for reader in readers.get(stack.pop(), ()):
+                if reader not in seen:
+                    seen.add(reader)
+                    (stack if transparent(reader) else found).append(reader)
+        return found
+
+    return [(u, v) for u, v in fused
+            if transparent(u) or all(unit.get(t) == unit.get(u) for t in reached(v))]
+
+
+def rotate_half_concats(graph: ModelGraph) -> list[str]:
+    """The ``Concat`` of every ``rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2])`` (RoPE in Llama, Mistral, Qwen,
+    GPT-NeoX ...): two slices of one tensor, the second half negated. Eager runs a ``neg`` and a ``cat``, each a
+    kernel of its own."""
+    dag = graph.dag
+    data = dag.nodes
+
+    def writer(node: str, tensor: str) -> str | None:
+        found = [p for p in dag.predecessors(node) if any(t.name == tensor for t in data[p]["outputs"])]
+        return found[0] if found else None
+
+    def sliced(node: str | None) -> str | None:
+        """The tensor a ``Slice`` node reads, else None."""
+        if node is None or data[node]["op"] != "Slice" or not data[node]["inputs"] or data[node]["inputs"][0] is None:
+            return None
+        return data[node]["inputs"][0].name
+
+    found = []
+    for cat in graph.runtime_nodes():
+        inputs = data[cat]["inputs"]
+        if data[cat]["op"] != "Concat" or len(inputs) != 2 or any(t is None for t in inputs):
+            continue
+        negated, first_half = writer(cat, inputs[0].name), writer(cat, inputs[1].name)
+        if negated is None or data[negated]["op"] != "Neg" or data[negated]["inputs"][0] is None:
+            continue
+        second_half = writer(negated, data[negated]["inputs"][0].name)
+        source = sliced(first_half)
+        if source is not None and source == sliced(second_half) and first_half != second_half:
+            found.append(cat)
+    return found
 
 
 def _runtime_in_order(graph: ModelGraph) -> list[str]:

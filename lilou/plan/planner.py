@@ -233,10 +233,10 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
 def _groups_at_largest(predictor, first: PreparedModel, load, pins, largest: int, graph=None
                        ) -> tuple[PreparedModel | None, dict[int, PreparedModel]]:
     """Whether the first batch's kernel groups are the fusion model's at the largest batch too (``graph``: that
-    batch's, when already read): the GNN reads sizes, and groups a decoder step's rotary and cache ops differently at
-    batch 1 and 4 (``llama-past.onnx``: 87 and 93 kernels). Returns ``first`` to reuse at every batch when they agree,
-    None (every batch grouped anew, as `infer` groups it) when they differ, and the largest batch prepared, for the
-    loop to take when it gets there."""
+    batch's, when already read): the GNN reads sizes, and grouped a decoder step's rotary and cache ops differently
+    at batch 1 and 4 (``llama-past.onnx``: 87 and 93 kernels, until session 33 kept aten calls whole). Returns
+    ``first`` to reuse at every batch when they agree, None (every batch grouped anew, as `infer` groups it) when
+    they differ, and the largest batch prepared, for the loop to take when it gets there."""
     if graph is None:
         try:
             graph = load(largest, pins(largest))
