@@ -32,6 +32,7 @@ from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.implied_dimensions import implied_dimensions
+from lilou.graph.fixed_sizes import ResizedInput, input_dims, resized_inputs, unshaped_nodes, with_fixed_sizes
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
 from lilou.graph.loading import load_onnx
 from lilou.graph.names import unique_node_names
@@ -152,7 +153,32 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
         shapes = {name: dims for name, dims in (shapes or {}).items() if name not in values}
     shapes, notes = implied_dimensions(model, shapes)
     notes[:0] = bound
+    fixed = input_dims(runtime_inputs(model))
     apply_input_shapes(model, batch=batch, shapes=shapes)
+    shaped = _shape_resolved(model, restore_folded, notes)
+    resized = resized_inputs(fixed, runtime_inputs(model))
+    if resized:
+        _check_sizes_follow(shaped, resized)
+    return shaped
+
+
+def _check_sizes_follow(shaped: ShapedModel, resized: list[ResizedInput]) -> None:
+    """Refuse sizes the graph's own shapes do not follow (:mod:`lilou.graph.fixed_sizes`): tensors whose shape
+    inference knows at the file's fixed sizes and not at those asked for."""
+    unshaped = unshaped_nodes(shaped.model, shaped.tensors)
+    if not unshaped:
+        return
+    native = _shape_checked(with_fixed_sizes(shaped.model, resized), restore_folded=False, notes=[])
+    lost = [n for n in unshaped if n not in set(unshaped_nodes(native.model, native.tensors))]
+    if lost:
+        asked = ", ".join(str(r) for r in resized[:3]) + (" ..." if len(resized) > 3 else "")
+        raise LilouInputError(f"the file fixes its input sizes ({asked}), and at the sizes asked {len(lost)} node(s) "
+                              f"have no shape ({_listed(lost)}): the model has fixed shapes baked in; re-export it "
+                              "with the batch and shapes you want, or price it at its own sizes")
+
+
+def _shape_resolved(model: onnx.ModelProto, restore_folded: bool, notes: list[str]) -> ShapedModel:
+    """:func:`shape_model` once the input shapes are set: control flow resolved, then every shape inferred."""
     check_structure(model)
     check_ranges(model.graph)
     if any(node.op_type in ("If", "Loop") for node in model.graph.node):
