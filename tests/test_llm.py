@@ -507,6 +507,24 @@ def test_windowed_layers_hold_and_read_at_most_their_window(llm, tmp_path):
     assert not any("sliding window" in w for w in short.warnings)
 
 
+def test_hugging_face_copies_at_most_a_window_of_cache_in_windowed_layers():
+    """transformers' DynamicCache grows by torch.cat every step; a sliding-window layer's cache keeps its last
+    window - 1 tokens, so its cat copies those, however long the context (Gemma 2 9B, window 4096)."""
+    from lilou.llm.steps import StepShape, step_kernels
+
+    gemma = builtin_config("google/gemma-2-9b-it")
+    args = dict(dtype="bf16", kv_dtype="bf16", tp=1, engine="hf")
+    bytes_of = {}
+    for past in (1000, 8000):
+        cats = {k.name: k for k in step_kernels(gemma, StepShape(2, 1, past + 1, causal=False), **args)
+                if k.name.startswith("kv_cache_cat")}
+        assert {name: k.count for name, k in cats.items()} == {"kv_cache_cat": 42, "kv_cache_cat_window": 42}
+        bytes_of[past] = {name: k.spec.bytes_read for name, k in cats.items()}
+    row = 2 * gemma.kv_heads * gemma.head_dim * 2  # bytes of one token of K (or V) for 2 sequences in BF16
+    assert bytes_of[1000] == {"kv_cache_cat": 1000 * row + row, "kv_cache_cat_window": 1000 * row + row}
+    assert bytes_of[8000] == {"kv_cache_cat": 8000 * row + row, "kv_cache_cat_window": 4095 * row + row}
+
+
 #: DeepSeek-V3's published config.json (architecture fields).
 DEEPSEEK_V3_CONFIG = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
                       "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,

@@ -272,11 +272,16 @@ def _attention(b: _Builder, add, config: LLMConfig, shape: StepShape, heads: int
     if hf:
         for i in range(5):  # rotate_half: slice, neg, cat, mul, add, for q and k
             add(f"rope.{i}", _elementwise(b, "Mul", tokens, q_w + kv_w))
-        past = seqs * kv_heads * max(shape.kv_len - shape.q_len, 0) * d
-        if past:  # DynamicCache: torch.cat copies the whole cache of K and of V every step
-            add("kv_cache_cat", [CostInput("Concat", {"axis": 0}, [b.t((past,), kv_dtype),
-                                                                   b.t((tokens * kv_w,), kv_dtype)],
-                                           [b.t((past + tokens * kv_w,), kv_dtype)])], count=2 * config.layers)
+        # DynamicCache: torch.cat copies the whole cache of K and of V every step; a sliding-window layer's cache
+        # (DynamicSlidingWindowLayer) keeps the last window - 1 tokens, so its cat copies at most those
+        past_len, local = max(shape.kv_len - shape.q_len, 0), config.windowed_layers
+        for suffix, kept, count in (("", past_len, config.layers - local),
+                                    ("_window", min(past_len, max(config.sliding_window - 1, 0)), local)):
+            past = seqs * kv_heads * kept * d
+            if past and count > 0:
+                add(f"kv_cache_cat{suffix}", [CostInput("Concat", {"axis": 0}, [b.t((past,), kv_dtype),
+                                                                                b.t((tokens * kv_w,), kv_dtype)],
+                                                        [b.t((past + tokens * kv_w,), kv_dtype)])], count=2 * count)
     else:
         add("rope", _elementwise(b, "Mul", tokens, q_w + kv_w))
         add("kv_cache_write", [CostInput("Cast", {}, [b.t((tokens, 2 * kv_w))],
