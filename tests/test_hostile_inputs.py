@@ -178,6 +178,16 @@ def _invalid_utf8_name(tmp_path: Path) -> list[str]:
     return ["graph", str(path)]
 
 
+def _invalid_utf8_input_name(tmp_path: Path) -> list[str]:
+    """A model whose input name is invalid UTF-8 wherever it appears, with a --shape naming another input (fuzz seed
+    3302: the KV-cache head-size check and the list of the model's inputs in the error joined the bytes as text)."""
+    model = make_model([helper.make_node("Relu", ["past_x"], ["y"], name="relu")], [tensor("past_x", [1, 4])],
+                       [tensor("y", [1, 4])])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString().replace(b"past_x", b"p\xe4st_x"))
+    return ["infer", str(path), "--gpu", "a10g", "--shape", "x0=1x4"]
+
+
 def _invalid_utf8_branch_op(tmp_path: Path) -> list[str]:
     """if_model with the op type of a node inside a branch replaced by invalid UTF-8 (fuzz seed 3003 on a merged
     decoder: the arity check looked the bytes up as an op schema and ended in an internal TypeError)."""
@@ -456,6 +466,7 @@ ERROR_CASES = {
                            "attribute 'axis' of node 'sm' (Softmax) is FLOAT, but the operator declares INT"),
     "invalid-utf8-node-name": (_invalid_utf8_name, "not valid UTF-8"),
     "invalid-utf8-branch-op": (_invalid_utf8_branch_op, "not valid UTF-8 text (b'Sigm\\xe4id')"),
+    "invalid-utf8-input-name": (_invalid_utf8_input_name, "--shape names unknown input(s) x0; the model's inputs are: p"),
     "pool-kernel-negative-rank-mismatch": (_graph_of(lambda: pool_model([1, 2**40 + 1, -1], x_shape=(1, 4))),
                                            "kernel_shape=[1, 1099511627777, -1]"),
     "conv-kernel-negative": (_graph_of(lambda: conv_model(kernel_shape=[-2, 3])), "kernel_shape=[-2, 3]"),

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
+from lilou.graph.names import protobuf_text
+
 from lilou.graph.constants import constant_tensors
 from lilou.graph.contrib_decoder import gqa_projection_head_size
 from lilou.graph.shapes import dimension_names_of, runtime_inputs
@@ -78,7 +80,7 @@ def _cache_head_dimension(inputs: Sequence[onnx.ValueInfoProto]) -> str | None:
     names = set()
     for value in inputs:
         dims = value.type.tensor_type.shape.dim
-        if value.name.startswith("past_key_values.") and len(dims) == 4:
+        if protobuf_text(value.name).startswith("past_key_values.") and len(dims) == 4:
             last = dims[3]
             if last.dim_value > 0:
                 continue

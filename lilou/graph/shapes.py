@@ -85,7 +85,7 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         check_batch(batch)
     shapes = dict(shapes or {})
     inputs = runtime_inputs(model)
-    names = [value.name for value in inputs]
+    names = [protobuf_text(value.name) for value in inputs]
     dimensions = dimension_names_of(inputs)
     bound: dict[str, int] = {}
     for key, dims in shapes.items():
