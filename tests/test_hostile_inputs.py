@@ -188,6 +188,11 @@ def _invalid_utf8_input_name(tmp_path: Path) -> list[str]:
     return ["infer", str(path), "--gpu", "a10g", "--shape", "x0=1x4"]
 
 
+def _invalid_utf8_input_value(tmp_path: Path) -> list[str]:
+    """The same model with a --value naming another input: its list of inputs too."""
+    return [*_invalid_utf8_input_name(tmp_path)[:4], "--value", "x0=1"]
+
+
 def _invalid_utf8_branch_op(tmp_path: Path) -> list[str]:
     """if_model with the op type of a node inside a branch replaced by invalid UTF-8 (fuzz seed 3003 on a merged
     decoder: the arity check looked the bytes up as an op schema and ended in an internal TypeError)."""
@@ -467,6 +472,7 @@ ERROR_CASES = {
     "invalid-utf8-node-name": (_invalid_utf8_name, "not valid UTF-8"),
     "invalid-utf8-branch-op": (_invalid_utf8_branch_op, "not valid UTF-8 text (b'Sigm\\xe4id')"),
     "invalid-utf8-input-name": (_invalid_utf8_input_name, "--shape names unknown input(s) x0; the model's inputs are: p"),
+    "invalid-utf8-input-value": (_invalid_utf8_input_value, "--value names unknown input(s) x0; the model's inputs are: p"),
     "pool-kernel-negative-rank-mismatch": (_graph_of(lambda: pool_model([1, 2**40 + 1, -1], x_shape=(1, 4))),
                                            "kernel_shape=[1, 1099511627777, -1]"),
     "conv-kernel-negative": (_graph_of(lambda: conv_model(kernel_shape=[-2, 3])), "kernel_shape=[-2, 3]"),

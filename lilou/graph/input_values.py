@@ -19,6 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from lilou.errors import LilouInputError
+from lilou.graph.names import protobuf_text
 from lilou.graph.shapes import runtime_inputs
 
 #: The most elements one ``--value`` may set: a flag or a setting, not a tensor of data.
@@ -94,7 +95,7 @@ def bind_input_values(model: onnx.ModelProto, values: Mapping[str, Sequence[Valu
     unknown = sorted(set(values) - set(inputs))
     if unknown:
         raise LilouInputError(f"--value names unknown input(s) {', '.join(unknown)}; the model's inputs are: "
-                              f"{', '.join(inputs)}")
+                              f"{', '.join(protobuf_text(name) for name in inputs)}")
     notes = []
     for name, items in values.items():
         array = _as_array(inputs[name], items, (shapes or {}).get(name))
