@@ -206,6 +206,15 @@ def test_values_pick_the_branch_that_runs(client, predictor):
                                                              "true or false, got 2"})
 
 
+def test_a_batch_the_file_cannot_take_is_a_400(client):
+    """Whisper's encoder exported at batch 2 and asked at batch 1: the CLI's line (lilou/graph/fixed_sizes.py)."""
+    whisper = Path(__file__).parent / "data" / "genai" / "whisper-encoder-export.onnx"
+    bad = client.post("/v1/predict", files=_upload(whisper, "whisper.onnx"), data={"gpu": "a10g", "batch": "1"})
+    assert bad.status_code == 400
+    assert bad.json()["detail"].startswith("the file fixes its input sizes (features 2x80x3000 -> 1x80x3000), and "
+                                           "at the sizes asked 45 node(s) have no shape (node_MatMul_41, ")
+
+
 def test_launch_gap_of_the_callers_host(client, predictor):
     """launch_gap_us, as `--launch-gap-us`: the same answers as a predictor with that gap (sharing the loaded one)."""
     response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g", "launch_gap_us": 0})
