@@ -95,3 +95,20 @@ def test_t5_and_unet_with_sdpa_are_priced_with_one_attention_kernel_per_call():
     classic = predictor.predict(DATA / "diffusion" / "unet.onnx", gpu="a10g")
     assert (len(unet.kernels), len(classic.kernels)) == (216, 268)
     assert sum("Softmax" in k.ops and k.ops.count("MatMul") == 2 for k in unet.kernels) == 8
+
+
+def test_a_key_fed_straight_from_a_graph_input_is_no_sdpa():
+    """Both scaled operands of Q.K^T read graph inputs, K untransposed: not SDPA's form (and no error)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def tensor(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    nodes = [helper.make_node("Mul", ["q", "c"], ["qs"]), helper.make_node("Mul", ["k", "c"], ["ks"]),
+             helper.make_node("MatMul", ["qs", "ks"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [tensor("q", [2, 4, 8]), tensor("k", [2, 8, 4]), tensor("v", [2, 4, 8])],
+                              [tensor("y", [2, 4, 8])], [helper.make_tensor("c", TensorProto.FLOAT, [], [0.5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert sdpa_decompositions(build_graph(onnx.shape_inference.infer_shapes(model))) == []

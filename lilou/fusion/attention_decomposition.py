@@ -44,13 +44,14 @@ def sdpa_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> 
         return found[0] if found and not nodes[found[0]]["constant"] else None
 
     def op(node: str | None) -> str | None:
-        return None if node is None else nodes[node]["op"]
+        return nodes[node]["op"] if node else None  # None: a constant; "": a graph input
 
     def only_read_by(node: str, *readers: str) -> bool:
         return sorted(runtime_readers(node)) == sorted(readers)
 
     def scaled(mul: str | None) -> str | None:
-        """The runtime input's producer of ``mul`` = runtime x constant scalar, else None."""
+        """The node writing the runtime input of ``mul`` = runtime x constant scalar ("" for a graph input), else
+        None."""
         if op(mul) != "Mul":
             return None
         inputs = nodes[mul]["inputs"]
