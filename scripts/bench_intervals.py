@@ -32,8 +32,9 @@ from rich.table import Table
 from lilou.plan.calibration import Calibration
 from lilou.plan.conformal import COVERAGE
 from lilou.checkpoints import KERNEL_LATENCY_TENSOR, checkpoint_path
-from lilou.plan.fit import (E2E_MIN_LABELS, RESIDUALS_FILE, TENSOR_FAMILIES, Residuals, band, e2e_residuals, extrapolated_bands,
-                            kernel_bands, load_residuals, neusight_residuals, table_residuals, tensor_residuals)
+from lilou.plan.fit import (E2E_MIN_LABELS, RESIDUALS_FILE, Residuals, band, e2e_residuals, extrapolated_bands,
+                            kernel_bands, load_residuals, neusight_residuals, pooled_kernel_residuals, table_residuals,
+                            tensor_residuals)
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
@@ -147,15 +148,9 @@ def print_rows(title: str, rows: list[dict], columns: list[str]) -> None:
 def recompute(args) -> tuple[Residuals, Residuals]:
     """The residual pools, from the fold checkpoints (as ``make calibrate`` builds them)."""
     kernel = neusight_residuals()
-    if args.table:
-        # As make calibrate pools them: other dtypes from the table, their GEMMs/convs from the tensor-core folds.
-        scan = table_residuals(args.per_group)
-        other = scan.residuals.take(scan.residuals.dtype != "fp32")
-        parts = [kernel]
-        if checkpoint_path(KERNEL_LATENCY_TENSOR, required=False).exists():
-            other = other.take(~np.isin(other.family, TENSOR_FAMILIES))
-            parts.append(tensor_residuals())
-        kernel = Residuals.concat([*parts, other])
+    if args.table:  # pooled as make calibrate pools them (before session 33 the NeuSight convolutions stayed too)
+        tensor = tensor_residuals() if checkpoint_path(KERNEL_LATENCY_TENSOR, required=False).exists() else None
+        kernel = pooled_kernel_residuals(kernel, table_residuals(args.per_group).residuals, tensor)
     return kernel, e2e_residuals(args.e2e_json)
 
 

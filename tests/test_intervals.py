@@ -283,3 +283,27 @@ def test_grouped_convolutions_are_flagged_and_warned(zoo_onnx, capsys):
     assert float(warning.split(": ")[-1].split(" %")[0]) == pytest.approx(share, abs=0.06)
     plain = infer_json(capsys, EXAMPLE, "--gpu", "t4")  # ResNet-18: every convolution has one group
     assert not any("grouped convolutions" in w or "depthwise" in w for w in plain["warnings"])
+
+
+def test_the_benchmark_and_the_calibration_pool_the_same_residuals():
+    """make calibrate and make bench-intervals pool through one function: with the tensor-core model shipped, its
+    folds' residuals stand for every convolution and the non-FP32 GEMMs, the NeuSight-only model's convolutions
+    and the table's FP32 rows are left out (the benchmark kept the NeuSight convolutions too before session 33)."""
+    from lilou.plan.fit import _residuals, pooled_kernel_residuals
+
+    def rows(source, pairs):
+        family, dtype = zip(*pairs)
+        return _residuals([1.0] * len(pairs), [1.1] * len(pairs), list(family), list(dtype), "arch_unseen", "g", "g",
+                          source, False)
+
+    neusight = rows("neusight", [("gemm", "fp32"), ("conv", "fp32"), ("softmax", "fp32")])
+    table = rows("table", [("gemm", "fp32"), ("gemm", "bf16"), ("conv", "int8"), ("layernorm", "fp16")])
+    tensor = rows("tensor", [("gemm", "bf16"), ("conv", "fp32"), ("conv", "int8")])
+    pooled = pooled_kernel_residuals(neusight, table, tensor)
+    assert sorted(zip(pooled.source, pooled.family, pooled.dtype)) == [
+        ("neusight", "gemm", "fp32"), ("neusight", "softmax", "fp32"), ("table", "layernorm", "fp16"),
+        ("tensor", "conv", "fp32"), ("tensor", "conv", "int8"), ("tensor", "gemm", "bf16")]
+    alone = pooled_kernel_residuals(neusight, table, None)
+    assert sorted(zip(alone.source, alone.family, alone.dtype)) == [
+        ("neusight", "conv", "fp32"), ("neusight", "gemm", "fp32"), ("neusight", "softmax", "fp32"),
+        ("table", "conv", "int8"), ("table", "gemm", "bf16"), ("table", "layernorm", "fp16")]

@@ -307,6 +307,20 @@ def tensor_residuals(per_group: int | None = None, data_dir=None, log: Log = log
 # ------------------------------------------------------------------ end to end
 
 
+def pooled_kernel_residuals(neusight: Residuals, table: Residuals, tensor: Residuals | None) -> Residuals:
+    """The kernel residuals the bands are built from (``make calibrate``; ``make bench-intervals`` scores the same).
+
+    FP32 pools are NeuSight's alone: the runtime Lilou predicts (PyTorch eager, CUDA events); the table's FP32 rows
+    (DeepBench host-timer loops, Liger-Kernel do_bench) time something else. Non-FP32 GEMMs and every convolution
+    are priced by the tensor-core model when it is shipped (``tensor``: its folds' residuals), so the table's
+    rows of those families and the NeuSight-only model's convolution residuals are left out."""
+    other = table.take(table.dtype != "fp32")
+    if tensor is None:
+        return Residuals.concat([neusight, other])
+    return Residuals.concat([neusight.take(neusight.family != "conv"), tensor,
+                             other.take(~np.isin(other.family, TENSOR_FAMILIES))])
+
+
 def e2e_residuals(e2e_json: Path | None = None, data_dir=None, log: Log = log_to_stderr) -> Residuals:
     """Leave-one-GPU-out end-to-end residuals: from a ``make bench-e2e`` JSON, or by running the evaluation."""
     if e2e_json is not None:
@@ -445,15 +459,7 @@ def main(argv: list[str] | None = None) -> int:
                   "e2e_labels": len(e2e),
                   "table_sampled_rows": table.sampled_rows, "per_group": args.per_group,
                   "seconds": round(time.perf_counter() - started, 1)}
-    # FP32 pools are NeuSight's alone: the runtime Lilou predicts (PyTorch eager, CUDA events); the table's FP32
-    # rows (DeepBench host-timer loops, Liger-Kernel do_bench) time something else. Non-FP32 GEMMs and convolutions
-    # are priced by the tensor-core model when it is shipped: their residuals are that model's folds'.
-    other = table.residuals.take(table.residuals.dtype != "fp32")
-    parts = [neusight]
-    if tensor is not None:  # it prices FP32 convolutions too: the NeuSight-only model's conv residuals do not apply
-        other = other.take(~np.isin(other.family, TENSOR_FAMILIES))
-        parts = [neusight.take(neusight.family != "conv"), tensor]
-    kernel = Residuals.concat([*parts, other])
+    kernel = pooled_kernel_residuals(neusight, table.residuals, tensor)
     save_residuals(RESIDUALS_FILE, {"kernel": kernel, "e2e": e2e}, table.ranges)
     calibration = build_calibration(kernel, e2e, table.ranges, provenance=provenance)
     _add_tensor_fingerprint(calibration, kernel)
