@@ -18,10 +18,9 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
-from lilou.graph.names import protobuf_text
-
 from lilou.graph.constants import constant_tensors
 from lilou.graph.contrib_decoder import gqa_projection_head_size
+from lilou.graph.names import protobuf_text
 from lilou.graph.shapes import dimension_names_of, runtime_inputs
 
 _PAST, _NEW, _TOTAL = "past_sequence_length", "sequence_length", "total_sequence_length"
