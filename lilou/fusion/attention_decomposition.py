@@ -39,9 +39,8 @@ def sdpa_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> 
         inputs = nodes[node]["inputs"]
         if index >= len(inputs) or inputs[index] is None or inputs[index].name in constant:
             return None
-        name = inputs[index].name
-        found = [p for p in dag.predecessors(node) if any(t.name == name for t in nodes[p]["outputs"])]
-        return found[0] if found and not nodes[found[0]]["constant"] else None
+        writer = graph.writer(node, inputs[index].name)
+        return writer if writer is not None and not nodes[writer]["constant"] else None
 
     def op(node: str | None) -> str | None:
         return nodes[node]["op"] if node else None  # None: a constant; "": a graph input

@@ -565,12 +565,8 @@ def rotate_half_concats(graph: ModelGraph) -> list[str]:
     """The ``Concat`` of every ``rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2])`` (RoPE in Llama, Mistral, Qwen,
     GPT-NeoX ...): two slices of one tensor, the second half negated. Eager runs a ``neg`` and a ``cat``, each a
     kernel of its own."""
-    dag = graph.dag
-    data = dag.nodes
-
-    def writer(node: str, tensor: str) -> str | None:
-        found = [p for p in dag.predecessors(node) if any(t.name == tensor for t in data[p]["outputs"])]
-        return found[0] if found else None
+    data = graph.dag.nodes
+    writer = graph.writer
 
     def sliced(node: str | None) -> str | None:
         """The tensor a ``Slice`` node reads, else None."""

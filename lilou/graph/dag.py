@@ -76,6 +76,10 @@ class ModelGraph:
         mine, theirs = self.dag.nodes, other.dag.nodes
         return all(n in theirs and mine[n]["constant"] == theirs[n]["constant"] for n in mine)
 
+    def writer(self, node: str, tensor: str) -> str | None:
+        """The node that writes ``tensor``, an input of ``node``; None for a graph input or an initializer."""
+        return next((p for p in self.dag.predecessors(node) if tensor in self.dag.edges[p, node]["tensors"]), None)
+
     def runtime_nodes(self) -> list[str]:
         """Nodes a runtime executes (constant/shape subgraphs excluded), in file order."""
         return [n for n in self.nodes_in_order() if not self.dag.nodes[n]["constant"]]
