@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", metavar="OUT.png", default=None,
                         help="also write a bar chart of the kernels with the most predicted time")
     parser.add_argument("--top", type=int, default=10, metavar="N", help="kernels listed in the table (default 10)")
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, quick_exit=True)  # lilou.cli.entry: leave without teardown
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--engine", default="vllm", metavar="E", help="vllm (CUDA-graph decode, default) or hf "
                                                                       "(transformers eager)")
     add_format_option(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, quick_exit=True)  # lilou.cli.entry: leave without teardown
 
 
 def run(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     llm.add_argument("--dtype", default=None, metavar="D", help="LLM weight/compute dtype (default: lilou llm's)")
     llm.add_argument("--engine", default="vllm", choices=("vllm", "hf"), help="serving engine (default vllm)")
     add_format_option(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, quick_exit=True)  # lilou.cli.entry: leave without teardown
 
 
 def run(args: argparse.Namespace) -> int:

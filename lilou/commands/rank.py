@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_backend_option(parser)
     add_launch_gap_option(parser)
     add_format_option(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, quick_exit=True)  # lilou.cli.entry: leave without teardown
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,48 @@
+"""The `lilou` console script (lilou.cli.entry): the read-and-print commands leave without the interpreter's
+teardown; what they print and the exit status are main()'s own."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lilou.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+RESNET18 = REPO / "examples" / "resnet18.onnx"
+
+
+def _console_script(*argv: str, **options) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("LILOU_DEBUG", None)
+    return subprocess.Popen([sys.executable, "-c", "from lilou.cli import entry; entry()", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **options)
+
+
+def test_quick_exit_prints_what_main_prints(capsys):
+    argv = ["infer", str(RESNET18), "--gpu", "a10g", "--format", "json"]
+    assert main(argv) == 0
+    in_process = json.loads(capsys.readouterr().out)
+    child = _console_script(*argv)
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    assert json.loads(out) == in_process  # every byte flushed before the process left
+    assert in_process["gpu"] == "a10g" and len(in_process["kernels"]) > 20
+
+
+def test_quick_exit_keeps_the_input_error_status():
+    child = _console_script("rank", str(RESNET18), "--gpus", "no-such-gpu")
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("lilou: error:") and "no-such-gpu" in err
+
+
+def test_quick_exit_on_a_closed_pipe():
+    """A reader that stops early (`| head`): exit 0 and nothing on stderr, as main() does."""
+    child = _console_script("rank", str(RESNET18), "--format", "json")
+    child.stdout.close()
+    err = child.stderr.read()
+    assert child.wait(timeout=300) == 0, err
+    assert "Traceback" not in err and "error" not in err
