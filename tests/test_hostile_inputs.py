@@ -758,6 +758,27 @@ def test_guarded_shape_inference_gives_what_onnx_gives(monkeypatch):
         guarded_inference.infer_shapes(model)
 
 
+@pytest.mark.parametrize("path", ["tests/data/genai/whisper-encoder-export.onnx",  # flat: the child sends shapes
+                                  "tests/data/control_flow/scripted-if.onnx"])  # subgraphs: the whole model back
+def test_guarded_inference_gives_onnx_own_model_with_and_without_subgraphs(path):
+    """The child sends a model without subgraphs back as its inputs, outputs and value_info only, having inferred
+    it without the nodes' metadata (the dynamo exporter's stack traces); the parent's model is ONNX's own answer,
+    node metadata included, byte for byte, as for a model with subgraphs (sent back whole)."""
+    from onnx import shape_inference
+
+    from lilou.graph import guarded_inference
+
+    model = onnx.load(str(REPO / path), load_external_data=False)
+    flat = "whisper" in path
+    assert guarded_inference._is_flat(model) is flat
+    assert flat == any(node.metadata_props for node in model.graph.node)
+    for data_prop in (False, True):
+        direct = shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=data_prop)
+        guarded = guarded_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=data_prop)
+        assert len(guarded.graph.value_info) == len(direct.graph.value_info) > 0
+        assert guarded.SerializeToString() == direct.SerializeToString()
+
+
 def test_work_handed_to_the_guarded_inference_runs_once_in_the_parent_and_changes_nothing():
     """``meanwhile``: the parent runs the work while the first child infers (not in the child, not twice, not outside
     the block), a failing task is dropped, and the inferred model is ONNX's own answer either way."""

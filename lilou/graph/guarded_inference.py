@@ -86,14 +86,23 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
     finally:
         os.close(read_fd)
         _, status = os.waitpid(pid, 0)
-    inferred = _result(payload, status, budget)
-    del inferred.graph.initializer[:]  # the child sent them back empty: shape inference does not change them
-    inferred.graph.initializer.extend(model.graph.initializer)
-    return inferred
+    return _result(payload, status, budget, model)
 
 
 def _answer(model: onnx.ModelProto, options: dict) -> bytes:
+    """What the child writes: b"V" and the inferred graph's inputs, outputs and value_info (a model without
+    subgraphs or functions, whose nodes inference leaves as they are), b"O" and the whole inferred model but its
+    initializers, b"E" and an ONNX error, or b"M"."""
     try:
+        if _is_flat(model):
+            for node in model.graph.node:  # the child's own copy: what inference never reads need not go through it
+                node.ClearField("metadata_props")  # (the dynamo exporter's stack traces: 4 of BERT-large's 4.3 MB)
+            graph = shape_inference.infer_shapes(model, **options).graph
+            answer = onnx.GraphProto()
+            answer.input.extend(graph.input)
+            answer.output.extend(graph.output)
+            answer.value_info.extend(graph.value_info)
+            return b"V" + answer.SerializeToString()
         inferred = shape_inference.infer_shapes(model, **options)
         del inferred.graph.initializer[:]  # the parent has them; do not copy weights through the pipe
         return b"O" + inferred.SerializeToString()
@@ -148,13 +157,34 @@ def _read(fd: int, limit_s: float, pid: int) -> bytes | None:
         chunks.append(chunk)
 
 
-def _result(payload: bytes | None, status: int, budget: int) -> onnx.ModelProto:
+def _is_flat(model: onnx.ModelProto) -> bool:
+    """No subgraph (If, Loop, Scan) and no model-local function: inference adds value_info and output types to the
+    main graph and changes nothing else."""
+    if model.functions:
+        return False
+    kinds = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    return not any(attr.type in kinds for node in model.graph.node for attr in node.attribute)
+
+
+def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelProto) -> onnx.ModelProto:
+    """The inferred model the child's ``payload`` stands for, or the error it reports (``model``: what it inferred)."""
     if payload is None:
         raise LilouInputError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
                               "the file is malformed or far larger than a real model")
+    if payload.startswith(b"V"):
+        answer = onnx.GraphProto()
+        answer.ParseFromString(payload[1:])
+        inferred = onnx.ModelProto()
+        inferred.CopyFrom(model)
+        for name in ("input", "output", "value_info"):
+            inferred.graph.ClearField(name)
+            getattr(inferred.graph, name).extend(getattr(answer, name))
+        return inferred
     if payload.startswith(b"O"):
         inferred = onnx.ModelProto()
         inferred.ParseFromString(payload[1:])
+        del inferred.graph.initializer[:]  # sent back empty: shape inference does not change them
+        inferred.graph.initializer.extend(model.graph.initializer)
         return inferred
     if payload.startswith(b"E"):
         name, _, message = payload[1:].partition(b"\n")
