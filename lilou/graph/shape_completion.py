@@ -348,6 +348,8 @@ def _infer_folded(model: onnx.ModelProto, known: _Known) -> onnx.ModelProto:
     probe.CopyFrom(model)
     probe.graph.ClearField("node")
     probe.graph.node.extend(n for i, n in enumerate(model.graph.node) if i not in known.folded)
+    for node in probe.graph.node:  # inference never reads them; the dynamo exporter's stack traces are most of a file
+        node.ClearField("metadata_props")
     folded = _folded_outputs(model, known)
     probe.graph.initializer.extend(onnx.numpy_helper.from_array(known.values[name], name) for name in folded)
     # Symbolic dims from an earlier pass (``unk__14``) would stick: ONNX inference keeps a stated
