@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from lilou.cli import main
+from lilou.errors import LilouInputError
 from tests.onnx_builders import ints, make_model, tensor, weight
 
 REPO = Path(__file__).resolve().parents[1]
@@ -742,7 +743,6 @@ def test_guarded_shape_inference_gives_what_onnx_gives(monkeypatch):
     """The forked child returns ONNX's own answer, its own errors, and one line when out of memory or time."""
     from onnx import shape_inference
 
-    from lilou.errors import LilouInputError
     from lilou.graph import guarded_inference
 
     model = onnx.load(str(REPO / "examples" / "resnet18.onnx"), load_external_data=False)
@@ -777,6 +777,38 @@ def test_guarded_inference_gives_onnx_own_model_with_and_without_subgraphs(path)
         guarded = guarded_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=data_prop)
         assert len(guarded.graph.value_info) == len(direct.graph.value_info) > 0
         assert guarded.SerializeToString() == direct.SerializeToString()
+
+
+def test_a_finish_runs_in_the_guarded_child_and_its_errors_come_back():
+    """``infer_then``: ``finish`` runs on the inferred model in the child (not in the parent), its value_info changes
+    and JSON value come back; a LilouInputError it raises comes back as itself, any other exception as a
+    RuntimeError that names it, both wrapped in FinishFailed."""
+    from lilou.graph import guarded_inference
+
+    model = onnx.load(str(REPO / "tests/data/genai/whisper-encoder-export.onnx"), load_external_data=False)
+    parent = os.getpid()
+
+    def finish(inferred: onnx.ModelProto) -> dict:
+        inferred.graph.value_info.add().CopyFrom(helper.make_tensor_value_info("extra", TensorProto.INT64, [3]))
+        return {"child": os.getpid() != parent, "values": len(inferred.graph.value_info)}
+
+    inferred, extra = guarded_inference.infer_then(model, finish, strict_mode=True)
+    assert extra == {"child": True, "values": len(inferred.graph.value_info)}
+    assert inferred.graph.value_info[-1].name == "extra"
+    assert [n.metadata_props for n in inferred.graph.node] == [n.metadata_props for n in model.graph.node]
+
+    def refuses(inferred: onnx.ModelProto) -> None:
+        raise LilouInputError("a dimension of 2^63 cannot exist")
+
+    def breaks(inferred: onnx.ModelProto) -> None:
+        return {}["missing"]
+
+    with pytest.raises(guarded_inference.FinishFailed) as refused:
+        guarded_inference.infer_then(model, refuses)
+    assert type(refused.value.error) is LilouInputError and str(refused.value.error) == "a dimension of 2^63 cannot exist"
+    with pytest.raises(guarded_inference.FinishFailed) as broken:
+        guarded_inference.infer_then(model, breaks)
+    assert type(broken.value.error) is RuntimeError and str(broken.value.error) == "KeyError: 'missing'"
 
 
 def test_work_handed_to_the_guarded_inference_runs_once_in_the_parent_and_changes_nothing():

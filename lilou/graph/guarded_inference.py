@@ -11,12 +11,15 @@ input, said in one line (the child's own output goes to /dev/null); any other ou
 ONNX's own error) is exactly what the in-process call gives. Where ``os.fork`` does not exist the call runs in-process.
 
 While the child infers, the parent is idle: :func:`meanwhile` hands it work to do then (a command's later imports
-and checkpoint loads), so a fresh process spends the child's time once, not twice.
+and checkpoint loads), so a fresh process spends the child's time once, not twice. :func:`infer_then` also runs the
+work that follows inference on the inferred model in the child (Lilou's own shape completion, which folds the
+file's constants: under the same limits, and beside the parent's work).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import select
 import signal
@@ -34,6 +37,8 @@ TIME_LIMIT_S = 60.0
 #: ONNX errors passed back to the parent as themselves, so callers handle them as before.
 _ERRORS = {"InferenceError": shape_inference.InferenceError, "ValidationError": onnx.checker.ValidationError,
            "RuntimeError": RuntimeError, "ValueError": ValueError}
+#: What a ``finish`` raises, passed back as itself (anything else as a RuntimeError that names it).
+_FINISH_ERRORS = {"LilouInputError": LilouInputError, **_ERRORS}
 #: Work the parent does while the next child infers (:func:`meanwhile`).
 _PENDING: contextvars.ContextVar[tuple[Callable[[], object], ...]] = contextvars.ContextVar("pending", default=())
 
@@ -62,10 +67,30 @@ def _run_pending() -> None:
 
 def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes(model, **options)``, guarded (see the module docstring)."""
+    return infer_then(model, None, **options)[0]
+
+
+class FinishFailed(Exception):
+    """What the ``finish`` of :func:`infer_then` raised: ``error``, an ONNX error or a :class:`LilouInputError` (as
+    raised), or a RuntimeError naming any other exception."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def infer_then(model: onnx.ModelProto, finish: Callable[[onnx.ModelProto], object] | None,
+               **options) -> tuple[onnx.ModelProto, object]:
+    """:func:`infer_shapes`, then ``finish(inferred)`` in the same child (Lilou's own shape completion: it then runs
+    under the child's limits, beside the parent's :func:`meanwhile` work). ``finish`` may change the inferred
+    graph's ``value_info`` and nothing else, and returns a JSON value; returns the inferred model and that value
+    (None without ``finish``). What ``finish`` raises comes back as :class:`FinishFailed`."""
     if not hasattr(os, "fork"):
-        return shape_inference.infer_shapes(model, **options)
-    # ONNX serialises the model to hand it to C++, then parses it: a model's own bytes take three times their size.
-    budget = MEMORY_BUDGET + 3 * model.ByteSize()
+        inferred = shape_inference.infer_shapes(model, **options)
+        return inferred, _finished(finish, inferred)
+    # ONNX serialises the model to hand it to C++, then parses it: a model's own bytes take three times their size;
+    # a finish that infers a copy of it again (shape completion) as many more.
+    budget = MEMORY_BUDGET + (3 if finish is None else 7) * model.ByteSize()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: infer, write the answer, leave without running the parent's cleanup
@@ -75,7 +100,7 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
             _silence_output()
             _cap_address_space(budget)
             with os.fdopen(write_fd, "wb") as out:
-                out.write(_answer(model, options))
+                out.write(_answer(model, options, finish))
         except BaseException:  # noqa: BLE001 - nothing may escape a forked child
             code = 1
         os._exit(code)
@@ -89,28 +114,56 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
     return _result(payload, status, budget, model)
 
 
-def _answer(model: onnx.ModelProto, options: dict) -> bytes:
-    """What the child writes: b"V" and the inferred graph's inputs, outputs and value_info (a model without
-    subgraphs or functions, whose nodes inference leaves as they are), b"O" and the whole inferred model but its
-    initializers, b"E" and an ONNX error, or b"M"."""
+def _finished(finish: Callable[[onnx.ModelProto], object] | None, inferred: onnx.ModelProto) -> object:
+    """``finish(inferred)`` with what it raises as :class:`FinishFailed` (MemoryError as it is)."""
+    if finish is None:
+        return None
     try:
-        if _is_flat(model):
+        return finish(inferred)
+    except MemoryError:
+        raise
+    except (LilouInputError, *_ERRORS.values()) as exc:
+        raise FinishFailed(exc) from None
+    except Exception as exc:  # noqa: BLE001 - a bug: named, and raised in the parent as an internal error
+        raise FinishFailed(RuntimeError(f"{type(exc).__name__}: {exc}")) from None
+
+
+def _answer(model: onnx.ModelProto, options: dict, finish: Callable[[onnx.ModelProto], object] | None) -> bytes:
+    """What the child writes: b"V" or b"O", the length and JSON of ``finish``'s value, then the inferred graph's
+    inputs, outputs and value_info (V: a model without subgraphs or functions, whose nodes neither inference nor
+    ``finish`` change) or the whole inferred model but its initializers (O); b"E" and an ONNX error; b"F" and what
+    ``finish`` raised; or b"M"."""
+    try:
+        flat = _is_flat(model)
+        if flat:
             for node in model.graph.node:  # the child's own copy: what inference never reads need not go through it
                 node.ClearField("metadata_props")  # (the dynamo exporter's stack traces: 4 of BERT-large's 4.3 MB)
-            graph = shape_inference.infer_shapes(model, **options).graph
-            answer = onnx.GraphProto()
-            answer.input.extend(graph.input)
-            answer.output.extend(graph.output)
-            answer.value_info.extend(graph.value_info)
-            return b"V" + answer.SerializeToString()
         inferred = shape_inference.infer_shapes(model, **options)
-        del inferred.graph.initializer[:]  # the parent has them; do not copy weights through the pipe
-        return b"O" + inferred.SerializeToString()
     except MemoryError:
         return b"M"
     except tuple(_ERRORS.values()) as exc:
-        name = next(n for n, kind in _ERRORS.items() if isinstance(exc, kind))
-        return b"E" + name.encode() + b"\n" + str(exc).encode("utf-8", "replace")
+        return b"E" + _error_text(exc, _ERRORS)
+    try:
+        extra = _finished(finish, inferred)
+    except MemoryError:
+        return b"M"
+    except FinishFailed as failed:
+        return b"F" + _error_text(failed.error, _FINISH_ERRORS)
+    if flat:
+        answer = onnx.GraphProto()
+        answer.input.extend(inferred.graph.input)
+        answer.output.extend(inferred.graph.output)
+        answer.value_info.extend(inferred.graph.value_info)
+    else:
+        answer = inferred
+        del answer.graph.initializer[:]  # the parent has them; do not copy weights through the pipe
+    head = json.dumps(extra).encode()
+    return (b"V" if flat else b"O") + len(head).to_bytes(8, "little") + head + answer.SerializeToString()
+
+
+def _error_text(exc: Exception, kinds: dict[str, type[Exception]]) -> bytes:
+    name = next(n for n, kind in kinds.items() if isinstance(exc, kind))
+    return name.encode() + b"\n" + str(exc).encode("utf-8", "replace")
 
 
 def _silence_output() -> None:
@@ -166,26 +219,33 @@ def _is_flat(model: onnx.ModelProto) -> bool:
     return not any(attr.type in kinds for node in model.graph.node for attr in node.attribute)
 
 
-def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelProto) -> onnx.ModelProto:
-    """The inferred model the child's ``payload`` stands for, or the error it reports (``model``: what it inferred)."""
+def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelProto
+            ) -> tuple[onnx.ModelProto, object]:
+    """The inferred model and ``finish``'s value the child's ``payload`` stands for, or the error it reports
+    (``model``: what it inferred)."""
     if payload is None:
         raise LilouInputError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
                               "the file is malformed or far larger than a real model")
-    if payload.startswith(b"V"):
-        answer = onnx.GraphProto()
-        answer.ParseFromString(payload[1:])
+    if payload[:1] in (b"V", b"O"):
+        size = int.from_bytes(payload[1:9], "little")
+        extra = json.loads(payload[9:9 + size])
+        body = payload[9 + size:]
         inferred = onnx.ModelProto()
-        inferred.CopyFrom(model)
-        for name in ("input", "output", "value_info"):
-            inferred.graph.ClearField(name)
-            getattr(inferred.graph, name).extend(getattr(answer, name))
-        return inferred
-    if payload.startswith(b"O"):
-        inferred = onnx.ModelProto()
-        inferred.ParseFromString(payload[1:])
-        del inferred.graph.initializer[:]  # sent back empty: shape inference does not change them
-        inferred.graph.initializer.extend(model.graph.initializer)
-        return inferred
+        if payload.startswith(b"V"):
+            answer = onnx.GraphProto()
+            answer.ParseFromString(body)
+            inferred.CopyFrom(model)
+            for name in ("input", "output", "value_info"):
+                inferred.graph.ClearField(name)
+                getattr(inferred.graph, name).extend(getattr(answer, name))
+        else:
+            inferred.ParseFromString(body)
+            del inferred.graph.initializer[:]  # sent back empty: shape inference does not change them
+            inferred.graph.initializer.extend(model.graph.initializer)
+        return inferred, extra
+    if payload.startswith(b"F"):
+        name, _, message = payload[1:].partition(b"\n")
+        raise FinishFailed(_FINISH_ERRORS[name.decode()](message.decode("utf-8", "replace")))
     if payload.startswith(b"E"):
         name, _, message = payload[1:].partition(b"\n")
         raise _ERRORS[name.decode()](message.decode("utf-8", "replace"))

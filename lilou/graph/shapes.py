@@ -7,6 +7,7 @@ hand-written pass: it is maintained with the operator set itself.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -234,7 +235,8 @@ _INFERENCE_ERRORS = (shape_inference.InferenceError, onnx.checker.ValidationErro
 def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
                  evaluated: dict[str, int] | None = None) -> onnx.ModelProto:
     """ONNX shape inference with data propagation, then constant evaluation for any gaps (``evaluated``
-    receives the sizes of the tensors that evaluation computed, :func:`complete_shapes`).
+    receives the sizes of the tensors that evaluation computed, :func:`complete_shapes`), both in the guarded child
+    (:mod:`lilou.graph.guarded_inference`).
 
     A contradiction (e.g. a --batch that a fixed Reshape cannot take) is bad input.
     """
@@ -242,7 +244,9 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
     probe, unread = _unread_initializers_as_inputs(model)
     data_prop = data_propagation_is_safe(probe)
     try:
-        inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=data_prop)
+        inferred, completion = _guarded_inference(probe, unread, data_prop)
+    except guarded_inference.FinishFailed as failed:
+        raise _completion_failed(failed) from None
     except _INFERENCE_ERRORS as exc:
         if not data_prop:
             raise _inference_failed(exc) from None
@@ -250,18 +254,44 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
         # (a Mul of 1-D values of lengths 4 and 32 inside a shape computation) stop it, while inference
         # without it, plus Lilou's own constant folding (complete_shapes), gives every shape.
         try:
-            inferred = guarded_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=False)
+            inferred, completion = _guarded_inference(probe, unread, data_prop=False)
+        except guarded_inference.FinishFailed as failed:
+            raise _completion_failed(failed) from None
         except _INFERENCE_ERRORS:
             raise _inference_failed(exc) from None
-        data_prop = False
+    _restore_initializers(inferred, unread)
+    if notes is not None:
+        notes.extend(completion["notes"])
+    if evaluated is not None:
+        evaluated.update(completion["evaluated"])
+    return inferred
+
+
+def _guarded_inference(probe: onnx.ModelProto, unread: list[onnx.TensorProto], data_prop: bool
+                       ) -> tuple[onnx.ModelProto, dict]:
+    """ONNX's inference of ``probe`` and Lilou's completion of its shapes, in the guarded child: the inferred model
+    and the completion's notes and evaluated sizes (what the completion raises: ``FinishFailed``)."""
+    return guarded_inference.infer_then(probe, functools.partial(_completed, unread=unread, data_prop=data_prop),
+                                        check_type=False, strict_mode=True, data_prop=data_prop)
+
+
+def _completion_failed(failed: guarded_inference.FinishFailed) -> Exception:
+    """An ONNX error of the completion is bad input, as inference's own; anything else is raised as it came."""
+    if isinstance(failed.error, (shape_inference.InferenceError, onnx.checker.ValidationError)):
+        return _inference_failed(failed.error)
+    return failed.error
+
+
+def _completed(inferred: onnx.ModelProto, unread: list[onnx.TensorProto], data_prop: bool) -> dict:
+    """In the guarded child, after ONNX's inference: every output given a static shape where constants and shapes
+    decide it (:func:`complete_shapes`, in place). With data propagation done, only the folded copies are inferred
+    again (not the model itself)."""
+    notes: list[str] = []
+    evaluated: dict[str, int] = {}
     _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):
-        try:
-            # With data propagation done, only the folded copies are inferred again (not the model itself).
-            complete_shapes(inferred, notes=notes, inferred=data_prop, evaluated=evaluated)
-        except (shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
-            raise _inference_failed(exc) from None
-    return inferred
+        complete_shapes(inferred, notes=notes, inferred=data_prop, evaluated=evaluated)
+    return {"notes": notes, "evaluated": evaluated}
 
 
 def _inference_failed(exc: Exception) -> LilouInputError:
