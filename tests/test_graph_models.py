@@ -129,3 +129,26 @@ def test_dynamic_batch_bert_has_every_shape_at_any_batch(zoo_onnx):
     assert not one.warnings and not four.warnings
     assert one.totals() == fixed.totals()
     assert four.totals()["flops"] == 4 * one.totals()["flops"]
+
+
+def test_derived_facts_are_computed_once_per_graph_and_not_shared_with_a_retyped_copy():
+    """``ModelGraph.derived``: the aten calls the eager replay and the GNN's ceiling both ask for are found once
+    per graph; a retyped copy (a new DAG) finds its own."""
+    from pathlib import Path
+
+    from lilou.fusion.eager_replay import aten_call_groups, replayed_eager_fused_edges
+    from lilou.graph.retype import retyped
+
+    graph = load_graph(str(Path(__file__).parent / "data" / "sdpa" / "sdpa-calls-dynamo.onnx"))
+    calls: list[str] = []
+    assert graph.derived("probe", lambda: calls.append("once") or 7) == graph.derived("probe", lambda: 8) == 7
+    assert calls == ["once"]
+    groups = aten_call_groups(graph)
+    joins = graph.derived("aten_call_joins", lambda: None)
+    assert joins is not None and len(groups) == 3  # the three scaled_dot_product_attention calls
+    fused = replayed_eager_fused_edges(graph)
+    assert graph.derived("aten_call_joins", lambda: None) is joins
+    assert all(fused[u, v] for members in groups for u, v in graph.dag.subgraph(members).edges)
+    half = retyped(graph, "fp16")
+    assert half is not graph and half.derived("probe", lambda: 9) == 9
+    assert aten_call_groups(half) == groups

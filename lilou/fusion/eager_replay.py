@@ -314,41 +314,61 @@ def aten_call_groups(graph: ModelGraph) -> list[list[str]]:
 
 def _aten_calls(graph: ModelGraph, runtime: list[str], constant: set[str]) -> tuple[nx.utils.UnionFind, set[str]]:
     """The nodes of each recognised multi-node aten call joined (a union-find over ``runtime``), and the set of
-    nodes inside one."""
+    nodes inside one. The joins are found once per graph (the replay's features and the GNN's ceiling both ask)."""
+    joins, inside = graph.derived("aten_call_joins", lambda: _aten_call_joins(graph, runtime, constant))
+    kernel_of = nx.utils.UnionFind(runtime)
+    for u, v in joins:
+        kernel_of.union(u, v)
+    return kernel_of, set(inside)
+
+
+def _aten_call_joins(graph: ModelGraph, runtime: list[str], constant: set[str]
+                     ) -> tuple[list[tuple[str, str]], frozenset[str]]:
+    """What :func:`_aten_calls` joins, in order, and the nodes inside a call."""
     dag = graph.dag
     data = dict(dag.nodes(data=True))
-    kernel_of = nx.utils.UnionFind(runtime)
+    unions = _RecordedUnions()
     in_decomposition: set[str] = set()
     # Where the exporter's names say an edge leaves one aten call, no op pattern joins it: hand-written
     # `x * torch.sigmoid(x)` or a tanh-GELU formula exported by dynamo are several calls, several kernels.
     between_calls = edges_between_calls(graph)
     for u, v in runtime_edges(graph):
         if (u, v) not in between_calls and _one_aten_call(graph, u, v, constant):
-            kernel_of.union(u, v)
+            unions.union(u, v)
             in_decomposition.update((u, v))
     layer_boundaries = recurrent_layer_boundaries(graph)
     for u, v in inlined_call_edges(graph):
         if (u, v) in layer_boundaries:  # one aten.lstm call of several layers runs a kernel per layer
             continue
-        kernel_of.union(u, v)
+        unions.union(u, v)
         in_decomposition.update((u, v))
     for call in fused_call_nodes(graph):  # scaled_dot_product_attention: one attention kernel in eager
         for node in call[1:]:
-            kernel_of.union(node, call[0])
+            unions.union(node, call[0])
         in_decomposition.update(call)
     for chain in [*gelu_decompositions(graph, constant), *layer_norm_decompositions(graph, constant),
                   *sdpa_decompositions(graph, constant)]:
         if any(edge in between_calls for edge in zip(chain, chain[1:])):
             continue
         for node in chain[1:]:
-            kernel_of.union(node, chain[0])
+            unions.union(node, chain[0])
         in_decomposition.update(chain)
     for node in runtime:
         if data[node]["op"] in RECURRENT_OPS:
             for view in _recurrent_tail(graph, node):
-                kernel_of.union(view, node)
+                unions.union(view, node)
                 in_decomposition.update((node, view))
-    return kernel_of, in_decomposition
+    return unions.joins, frozenset(in_decomposition)
+
+
+class _RecordedUnions:
+    """A union-find's ``union(u, v)`` calls, recorded to be replayed on a fresh one."""
+
+    def __init__(self) -> None:
+        self.joins: list[tuple[str, str]] = []
+
+    def union(self, u: str, v: str) -> None:
+        self.joins.append((u, v))
 
 
 def _recurrent_tail(graph: ModelGraph, node: str) -> list[str]:

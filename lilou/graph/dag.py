@@ -12,10 +12,11 @@ An edge ``u -> v`` means v consumes a tensor u produces; its attributes are
 from __future__ import annotations
 
 import functools
+import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import onnx
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 # so they are constant once shapes are static.
 _METADATA_ONLY_INPUTS = {"Shape": {0}, "Size": {0}, "CastLike": {1}, "EyeLike": {0}}
 
+_second = operator.itemgetter(1)
+T = TypeVar("T")
+
 #: Ops that run subgraphs; their bodies are not nodes of the DAG.
 CONTROL_FLOW_OPS = frozenset({"Loop", "If", "Scan"})
 
@@ -64,9 +68,17 @@ class ModelGraph:
     outputs: list[TensorInfo]
     opset: int
     warnings: list[str] = field(default_factory=list)
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def derived(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()``, once per graph under ``key``: a fact that stages derive from the graph alone, more than once
+        per prediction. The DAG is not changed once built (a changed copy is a new ModelGraph, which starts empty)."""
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
 
     def nodes_in_order(self) -> list[str]:
-        return sorted(self.dag.nodes, key=lambda n: self.dag.nodes[n]["order"])
+        return [node for node, _ in sorted(self.dag.nodes(data="order"), key=_second)]
 
     def same_structure(self, other: ModelGraph) -> bool:
         """Whether ``other`` has the same nodes, edges and constant subgraphs (the same file read at another
@@ -82,7 +94,8 @@ class ModelGraph:
 
     def runtime_nodes(self) -> list[str]:
         """Nodes a runtime executes (constant/shape subgraphs excluded), in file order."""
-        return [n for n in self.nodes_in_order() if not self.dag.nodes[n]["constant"]]
+        constant = dict(self.dag.nodes(data="constant"))
+        return [n for n in self.nodes_in_order() if not constant[n]]
 
     def constant_tensors(self) -> set[str]:
         """Initializers and outputs of constant subgraphs (weights, biases, folded shapes)."""
