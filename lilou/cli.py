@@ -44,29 +44,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit status (the library's entry point, which tests call in-process)."""
-    return _run(argv)[0]
+    return run_command(argv)[0]
 
 
 def entry() -> NoReturn:
-    """The `lilou` console script: :func:`main`, then, after a command that only reads and prints (``infer``,
-    ``rank``, ``plan``, ``llm``: ``quick_exit`` in its parser's defaults), leave without the interpreter's teardown.
+    """The `lilou` console script: :func:`run_command`, then :func:`leave`."""
+    leave(*run_command(None, quick_exit=True))
 
-    Such a command runs a fraction of a second, and the teardown (a garbage collection over what the command built,
+
+def leave(status: int, quick: bool) -> NoReturn:
+    """Exit with ``status``; when ``quick``, at once, without the interpreter's teardown.
+
+    A command that only reads and prints (``infer``, ``rank``, ``plan``, ``llm``: ``quick_exit`` in its parser's
+    defaults) runs a fraction of a second, and the teardown (a garbage collection over what the command built,
     then every module freed one by one) cost a fresh ``lilou infer`` of BERT-large about 50 ms, a tenth of its
     time, to free memory the process hands back anyway. Its cyclic garbage collector is off for the same reason
     (about 30 ms of collections that free nothing the process keeps). Output is flushed first; these commands
     write no file but through ``with`` blocks, and register nothing to run at exit."""
-    status, quick = _run(None, quick_exit=True)
     if quick:
-        with contextlib.suppress(OSError):  # _run flushed stdout and handled its errors already
+        with contextlib.suppress(OSError):  # run_command flushed stdout and handled its errors already
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
 
 
-def _run(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[int, bool]:
-    """(exit status, whether the process may leave at once: ``quick_exit`` asked and the command allows it)."""
+def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[int, bool]:
+    """Run one command: (exit status, whether the process may :func:`leave` at once: ``quick_exit`` asked and the
+    command allows it; its garbage collector is then off)."""
     quick = False
     try:
         args = build_parser().parse_args(argv)

@@ -16,12 +16,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+# What the `lilou` console script runs (lilou.cli.entry), with the peak written before the process leaves.
 _CHILD = ("import sys\n"
-          "from lilou.cli import main\n"
-          "status = main(sys.argv[1:])\n"
+          "from lilou.cli import leave, run_command\n"
+          "status, quick = run_command(sys.argv[1:], quick_exit=True)\n"
           "peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
           "sys.stderr.write('PEAK_RSS_KB=' + peak.split()[1] + '\\n')\n"
-          "sys.exit(status)\n")
+          "leave(status, quick)\n")
 
 
 def run_lilou(argv: list[str]) -> tuple[float, float, object]:
