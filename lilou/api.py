@@ -260,12 +260,13 @@ class Predictor:
         from lilou.graph.dag import load_graph
         from lilou.graph.guarded_inference import meanwhile
 
-        with meanwhile(self._load_fusion_model):
+        with meanwhile(self.load_fusion_model):
             return load_graph(model, batch=batch, shapes=shapes, values=values)
 
-    def _load_fusion_model(self) -> None:
-        """What :meth:`_kernels` needs first (the fusion modules, networkx, the GNN's weights): loaded while ONNX
-        shape inference runs in its child process, which a fresh process would otherwise wait for idle."""
+    def load_fusion_model(self) -> None:
+        """Load what grouping a graph into kernels needs first (the fusion modules, networkx, the GNN's weights).
+        Reading a file hands it to :func:`lilou.graph.guarded_inference.meanwhile`: it loads while ONNX shape
+        inference runs in its child process, which a fresh process would otherwise wait for idle."""
         from lilou.fusion.predict import shipped_gnn
 
         shipped_gnn()

@@ -847,6 +847,27 @@ def test_reading_a_graph_loads_the_fusion_model_while_shapes_are_inferred(monkey
     assert loaded == ["auto"] and graph.dag.number_of_nodes() > 0
 
 
+def test_a_plan_loads_the_fusion_model_during_its_first_read(monkeypatch):
+    """``plan`` hands the fusion GNN's load to the first guarded inference of its batch reads, as Predictor does
+    for one read: loaded once, by the time the first batch is grouped."""
+    from lilou import Predictor
+    from lilou.fusion import predict
+    from lilou.graph import guarded_inference
+    from lilou.plan.planner import plan_model
+
+    loaded: list[str] = []
+    real = predict.shipped_gnn
+    monkeypatch.setattr(predict, "shipped_gnn", lambda method="auto": loaded.append(method) or real(method))
+    pending: list[tuple] = []
+    run_pending = guarded_inference._run_pending
+    monkeypatch.setattr(guarded_inference, "_run_pending",
+                        lambda: pending.append(guarded_inference._PENDING.get()) or run_pending())
+    result = plan_model(str(REPO / "examples" / "resnet18.onnx"), slo_ms=20, gpus=["a10g"], batches=[1],
+                        predictor=Predictor())
+    assert [p.batch for p in result.curves["a10g"]] == [1]
+    assert [len(work) for work in pending] == [1] and loaded[0] == "auto"
+
+
 def test_an_aborting_shape_inference_prints_one_line(tmp_path):
     """ONNX's C++ assertion text is written by the guarded child to fd 2, out of capsys's reach: a real process
     shows whether the user sees one line."""

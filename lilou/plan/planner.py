@@ -174,6 +174,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     from lilou.api import Predictor, PreparedModel, rank_devices
     from lilou.graph.memory import memory_needed
     from lilou.graph.batch_series import BatchSeries
+    from lilou.graph.guarded_inference import meanwhile
 
     slo = check_slo(slo_ms)
     sizes = check_batches(batches)
@@ -188,7 +189,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     like: PreparedModel | None = None  # the first batch: the others reuse its kernel groups (same nodes) ...
     checked: dict[int, PreparedModel] = {}  # ... if grouping the largest batch anew gives the same groups
     verified = False
-    with predictor.reusing_kernel_rows():  # a batch's size ladder holds the larger batches' kernels
+    # A batch's size ladder holds the larger batches' kernels; the grouping's models load during the first read.
+    with predictor.reusing_kernel_rows(), meanwhile(predictor.load_fusion_model):
         for batch in sizes:
             if not active:
                 break
