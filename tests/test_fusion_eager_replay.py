@@ -150,3 +150,42 @@ def test_a_view_read_by_two_kernels_does_not_merge_them():
     assert [g.reason for g in partition.groups if g.nodes == ("view",)] == ["view"]
     everything = [*through_view, ("a", "add"), ("b", "add")]
     assert sorted(without_view_bridges(graph, everything)) == sorted(everything)
+
+
+def test_a_library_call_shares_its_kernel_with_views_into_it_only():
+    """Gemm, Conv and ConvTranspose (one cuBLAS or cuDNN call in eager, the bias its own epilogue): a fused edge
+    from a non-view producer into one, or out of one to its reader, directly or through a view, is dropped; a
+    view into it stays (the eager oracle fuses exactly those, docs/fusion.md)."""
+    from lilou.fusion.eager_replay import kept_whole
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "flat"], ["f"], name="view_in"),
+        helper.make_node("Gemm", ["f", "w", "b"], ["g"], name="gemm", transB=1),
+        helper.make_node("Reshape", ["g", "back"], ["v"], name="view_out"),
+        helper.make_node("Tanh", ["v"], ["y"], name="tanh"),
+        helper.make_node("Sigmoid", ["x"], ["s"], name="sigmoid"),
+        helper.make_node("Gemm", ["s", "w2", "b"], ["z"], name="gemm2", transB=1),
+    ]
+    model = make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 2, 4]), tensor("z", [4, 8])],
+                       [ints("flat", [4, 8]), weight("w", [8, 8]), weight("b", [8]), ints("back", [4, 2, 4]),
+                        weight("w2", [8, 8])])
+    graph = build_graph(model)
+    fused = [("relu", "view_in"), ("view_in", "gemm"), ("gemm", "view_out"), ("view_out", "tanh"),
+             ("sigmoid", "gemm2")]
+    assert kept_whole(graph, fused) == [("relu", "view_in"), ("view_in", "gemm"), ("view_out", "tanh")]
+    assert kept_whole(graph, [("gemm", "view_out")]) == [("gemm", "view_out")]  # a view nothing further joins
+
+
+def test_a_torchscript_rnn_loop_runs_each_addmm_and_tanh_apart():
+    """The GNN joined each step's Tanh to the next step's Gemm in a scripted RNN-style loop (unrolled at batch 2):
+    eager runs addmm, then tanh, per step."""
+    from pathlib import Path
+
+    from lilou.fusion.predict import predict_partition
+    from lilou.graph.dag import load_graph
+
+    graph = load_graph(str(Path(__file__).parent / "data" / "control_flow" / "scripted-loop-3.onnx"), batch=2)
+    groups = [group.nodes for group in predict_partition(graph, "eager").groups if group.launches]
+    ops = [[graph.dag.nodes[n]["op"] for n in nodes] for nodes in groups]
+    assert ops == [["Gemm"], ["Tanh"], ["Gemm"], ["Tanh"], ["Gemm"], ["Tanh"]]

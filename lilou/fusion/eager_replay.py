@@ -38,7 +38,7 @@ them inside the ``aten.lstm`` call (:func:`lilou.fusion.backends.eager.recurrent
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import networkx as nx
 
@@ -517,6 +517,7 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
     runtime = _runtime_in_order(graph)
     views = eager_views(graph, runtime)
     fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, list(fused)), views)
+    fused = _library_calls_alone(graph, fused, views)
     partition = partition_from_fused_edges(graph, _without_view_bridges(graph, fused, runtime, views), "eager",
                                            source=source, scores=scores)
     return _silenced(graph, partition, views)
@@ -534,8 +535,59 @@ def _without_written_concat_joins(graph: ModelGraph, fused: list[Edge]) -> list[
 
 
 def kept_whole(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
-    """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`)."""
-    return _calls_kept_whole(graph, list(fused), eager_views(graph, _runtime_in_order(graph)))
+    """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`) or a
+    cuBLAS/cuDNN call to anything but a view (:func:`_library_calls_alone`)."""
+    views = eager_views(graph, _runtime_in_order(graph))
+    return _library_calls_alone(graph, _calls_kept_whole(graph, list(fused), views), views)
+
+
+#: Ops eager runs as one cuBLAS or cuDNN call whose epilogue is the node's own (a Gemm's bias, a convolution's).
+LIBRARY_CALL_OPS = frozenset({"Gemm", "Conv", "ConvTranspose"})
+
+
+def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) -> list[Edge]:
+    """The fused edges, less those that join a Gemm, Conv or ConvTranspose to any node but a view: its reader
+    (directly or through views), or the node that writes its input. Eager launches the cuBLAS or cuDNN call alone, its
+    epilogue the node's own (the bias), and each neighbour's kernel apart. In the eager oracle's labels no such edge
+    is fused (859 graphs, names shown or hidden: only views into these ops share their kernel). The GNN joined the
+    ``Gemm -> Tanh`` of a TorchScript RNN loop, and onnxruntime's mean pooling and activation around a FusedGemm
+    written back."""
+    data = graph.dag.nodes
+    calls = {node for edge in fused for node in edge if data[node]["op"] in LIBRARY_CALL_OPS}
+    if not calls:
+        return fused
+    readers = _fused_readers(fused)
+    transparent = views.__contains__
+
+    def joins_a_call(u: str, v: str) -> bool:
+        if transparent(u):
+            return False
+        # Into a call, only the edge itself: Swin's ``as_strided``, written as a Gather that no view rule knows,
+        # shares the convolution's kernel through a squeeze and a reshape in the labels.
+        return bool(_reached(v, readers, transparent)) if u in calls else v in calls
+
+    return [(u, v) for u, v in fused if not joins_a_call(u, v)]
+
+
+def _fused_readers(fused: list[Edge]) -> dict[str, list[str]]:
+    readers: dict[str, list[str]] = {}
+    for u, v in fused:
+        readers.setdefault(u, []).append(v)
+    return readers
+
+
+def _reached(node: str, readers: Mapping[str, list[str]], transparent: Callable[[str], bool]) -> list[str]:
+    """``node`` when it is not ``transparent``, else the nodes a run of fused edges through transparent ones
+    (free views) reaches from it."""
+    if not transparent(node):
+        return [node]
+    found, seen, stack = [], {node}, [node]
+    while stack:
+        for reader in readers.get(stack.pop(), ()):
+            if reader not in seen:
+                seen.add(reader)
+                (stack if transparent(reader) else found).append(reader)
+    return found
 
 
 def _calls_kept_whole(graph: ModelGraph, fused: list[Edge], views: set[str]) -> list[Edge]:
@@ -558,27 +610,13 @@ def _calls_kept_whole(graph: ModelGraph, fused: list[Edge], views: set[str]) -> 
     unit.update((node, "rotate_half") for node in rotate_half_concats(graph))
     if not unit:
         return fused
-    readers: dict[str, list[str]] = {}
-    for u, v in fused:
-        readers.setdefault(u, []).append(v)
+    readers = _fused_readers(fused)
 
     def transparent(node: str) -> bool:
         return node in views and node not in unit
 
-    def reached(node: str) -> list[str]:
-        """``node`` when it is no free view, else the nodes a run of fused edges through free views reaches."""
-        if not transparent(node):
-            return [node]
-        found, seen, stack = [], {node}, [node]
-        while stack:
-            for reader in readers.get(stack.pop(), ()):
-                if reader not in seen:
-                    seen.add(reader)
-                    (stack if transparent(reader) else found).append(reader)
-        return found
-
     return [(u, v) for u, v in fused
-            if transparent(u) or all(unit.get(t) == unit.get(u) for t in reached(v))]
+            if transparent(u) or all(unit.get(t) == unit.get(u) for t in _reached(v, readers, transparent))]
 
 
 def rotate_half_concats(graph: ModelGraph) -> list[str]:
