@@ -779,12 +779,15 @@ def test_guarded_inference_gives_onnx_own_model_with_and_without_subgraphs(path)
         assert guarded.SerializeToString() == direct.SerializeToString()
 
 
-def test_a_finish_runs_in_the_guarded_child_and_its_errors_come_back():
-    """``infer_then``: ``finish`` runs on the inferred model in the child (not in the parent), its value_info changes
-    and JSON value come back; a LilouInputError it raises comes back as itself, any other exception as a
-    RuntimeError that names it, both wrapped in FinishFailed."""
+@pytest.mark.parametrize("threaded", [False, True])
+def test_a_finish_runs_in_the_guarded_child_and_its_errors_come_back(monkeypatch, threaded):
+    """``infer_then``: ``finish`` runs on the inferred model in the child (in the parent where the process has other
+    threads, whose locks a child would keep), its value_info changes and JSON value come back; a LilouInputError it
+    raises comes back as itself, any other exception as a RuntimeError that names it, both wrapped in
+    FinishFailed."""
     from lilou.graph import guarded_inference
 
+    monkeypatch.setattr(guarded_inference, "_other_threads", lambda: threaded)
     model = onnx.load(str(REPO / "tests/data/genai/whisper-encoder-export.onnx"), load_external_data=False)
     parent = os.getpid()
 
@@ -793,7 +796,7 @@ def test_a_finish_runs_in_the_guarded_child_and_its_errors_come_back():
         return {"child": os.getpid() != parent, "values": len(inferred.graph.value_info)}
 
     inferred, extra = guarded_inference.infer_then(model, finish, strict_mode=True)
-    assert extra == {"child": True, "values": len(inferred.graph.value_info)}
+    assert extra == {"child": not threaded, "values": len(inferred.graph.value_info)}
     assert inferred.graph.value_info[-1].name == "extra"
     assert [n.metadata_props for n in inferred.graph.node] == [n.metadata_props for n in model.graph.node]
 

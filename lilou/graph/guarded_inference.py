@@ -23,6 +23,7 @@ import json
 import os
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -84,9 +85,16 @@ def infer_then(model: onnx.ModelProto, finish: Callable[[onnx.ModelProto], objec
     """:func:`infer_shapes`, then ``finish(inferred)`` in the same child (Lilou's own shape completion: it then runs
     under the child's limits, beside the parent's :func:`meanwhile` work). ``finish`` may change the inferred
     graph's ``value_info`` and nothing else, and returns a JSON value; returns the inferred model and that value
-    (None without ``finish``). What ``finish`` raises comes back as :class:`FinishFailed`."""
+    (None without ``finish``). What ``finish`` raises comes back as :class:`FinishFailed`. In a process with other
+    threads ``finish`` runs in the parent, after the guarded inference."""
     if not hasattr(os, "fork"):
         inferred = shape_inference.infer_shapes(model, **options)
+        return inferred, _finished(finish, inferred)
+    if finish is not None and _other_threads():
+        # A process with other threads (the service's workers) runs ``finish`` itself: a forked child keeps the
+        # locks those threads held (a module one of them was importing), which Python code in the child could wait
+        # on forever; and ``finish``'s caches (shape completion's evaluators) last in the parent.
+        inferred = infer_shapes(model, **options)
         return inferred, _finished(finish, inferred)
     # ONNX serialises the model to hand it to C++, then parses it: a model's own bytes take three times their size;
     # a finish that infers a copy of it again (shape completion) as many more.
@@ -112,6 +120,10 @@ def infer_then(model: onnx.ModelProto, finish: Callable[[onnx.ModelProto], objec
         os.close(read_fd)
         _, status = os.waitpid(pid, 0)
     return _result(payload, status, budget, model)
+
+
+def _other_threads() -> bool:
+    return threading.active_count() > 1
 
 
 def _finished(finish: Callable[[onnx.ModelProto], object] | None, inferred: onnx.ModelProto) -> object:
