@@ -128,9 +128,9 @@ def torchscript_twins(root: Path) -> Iterator[TorchScriptTwin]:
 
 
 def whole_calls_against_oracle(root: Path) -> dict:
-    """How often the eager rule that keeps aten calls whole (:func:`lilou.fusion.eager_replay.kept_whole`) would
-    split an edge the eager oracle fuses, over every labelled graph, names shown and hidden: the rule caps the
-    GNN's joins, so it must never contradict a label."""
+    """How often the eager ceiling on the GNN's joins (:func:`lilou.fusion.eager_replay.kept_whole`: aten calls kept
+    whole, a Gemm or convolution alone but for the views into it) would split an edge the eager oracle fuses, over
+    every labelled graph, names shown and hidden: it caps the GNN's joins, so it must never contradict a label."""
     from collections import Counter
 
     from lilou.fusion.eager_replay import kept_whole
