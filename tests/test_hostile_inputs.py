@@ -814,6 +814,21 @@ def test_a_finish_runs_in_the_guarded_child_and_its_errors_come_back(monkeypatch
     assert type(broken.value.error) is RuntimeError and str(broken.value.error) == "KeyError: 'missing'"
 
 
+def test_an_answer_cut_short_by_the_child_dying_is_judged_by_its_status():
+    """A child killed while it writes its answer (the memory cap) leaves a payload that starts as an answer: the exit
+    status says what happened, not a parse of the fragment."""
+    import signal
+
+    from lilou.graph import guarded_inference
+
+    model = onnx.load(str(REPO / "examples" / "resnet18.onnx"), load_external_data=False)
+    fragment = b"V" + (2).to_bytes(8, "little") + b"nu"
+    with pytest.raises(LilouInputError, match="needs more than 1 MiB of memory"):
+        guarded_inference._result(fragment, signal.SIGKILL, 2**20, model)
+    with pytest.raises(RuntimeError, match="ended without an answer"):
+        guarded_inference._result(fragment, 1 << 8, 2**20, model)  # exit status 1
+
+
 def test_work_handed_to_the_guarded_inference_runs_once_in_the_parent_and_changes_nothing():
     """``meanwhile``: the parent runs the work while the first child infers (not in the child, not twice, not outside
     the block), a failing task is dropped, and the inferred model is ONNX's own answer either way."""

@@ -238,7 +238,7 @@ def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelPr
     if payload is None:
         raise LilouInputError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
                               "the file is malformed or far larger than a real model")
-    if payload[:1] in (b"V", b"O"):
+    if payload[:1] in (b"V", b"O") and status == 0:  # (a child that died while writing is judged by its status)
         size = int.from_bytes(payload[1:9], "little")
         extra = json.loads(payload[9:9 + size])
         body = payload[9 + size:]

@@ -291,7 +291,7 @@ def _completed(inferred: onnx.ModelProto, unread: list[onnx.TensorProto], data_p
     _restore_initializers(inferred, unread)
     if _outputs_without_static_shape(inferred):
         complete_shapes(inferred, notes=notes, inferred=data_prop, evaluated=evaluated)
-    return {"notes": notes, "evaluated": evaluated}
+    return {"notes": notes, "evaluated": {name: int(size) for name, size in evaluated.items()}}  # JSON: no numpy ints
 
 
 def _inference_failed(exc: Exception) -> LilouInputError:
