@@ -13,7 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
-from lilou.research.fresh_process import run_lilou
+from fresh_process import run_lilou
 from rich.console import Console
 from rich.table import Table
 

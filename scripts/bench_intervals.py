@@ -111,7 +111,7 @@ def resnet50_dynamic() -> Path:
 def speed(repeats: int) -> dict:
     """Plan and infer in fresh processes, interleaved (one infer after each plan, so that both see the same load
     on a shared machine), with Lilou byte-compiled as an install leaves it."""
-    from lilou.research.fresh_process import byte_compiled, run_lilou
+    from fresh_process import byte_compiled, run_lilou
 
     model = str(resnet50_dynamic().relative_to(REPO))
     cases = {"infer": ["infer", model, "--gpu", "a10g", "--batch", "1", "--format", "json"],

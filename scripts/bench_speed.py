@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from lilou.research.fresh_process import byte_compiled, run_lilou
+from fresh_process import byte_compiled, run_lilou
 from rich.console import Console
 from rich.table import Table
 
