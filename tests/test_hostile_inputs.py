@@ -814,6 +814,25 @@ def test_a_finish_runs_in_the_guarded_child_and_its_errors_come_back(monkeypatch
     assert type(broken.value.error) is RuntimeError and str(broken.value.error) == "KeyError: 'missing'"
 
 
+@pytest.mark.parametrize("where", ["child", "parent", "no fork"])
+def test_a_weight_free_file_is_shaped_alike_wherever_the_completion_runs(monkeypatch, where):
+    """The completion runs in the guarded child, in the parent (a process with other threads) or in-process (no
+    fork): the same tensor table, and each unread initializer back once."""
+    from lilou.graph import guarded_inference
+    from lilou.graph.dag import shape_model
+    from lilou.graph.loading import load_onnx
+
+    path = REPO / "tests" / "data" / "genai" / "whisper-encoder-export.onnx"
+    reference = shape_model(load_onnx(path))
+    monkeypatch.setattr(guarded_inference, "_other_threads", lambda: where == "parent")
+    if where == "no fork":
+        monkeypatch.delattr(os, "fork")
+    shaped = shape_model(load_onnx(path))
+    names = [t.name for t in shaped.model.graph.initializer]
+    assert len(names) == len(set(names)) == len(reference.model.graph.initializer) > 0
+    assert shaped.tensors == reference.tensors and shaped.evaluated == reference.evaluated
+
+
 def test_an_answer_cut_short_by_the_child_dying_is_judged_by_its_status():
     """A child killed while it writes its answer (the memory cap) leaves a payload that starts as an answer: the exit
     status says what happened, not a parse of the fragment."""

@@ -335,13 +335,16 @@ def _unread_initializers_as_inputs(model: onnx.ModelProto) -> tuple[onnx.ModelPr
 
 
 def _restore_initializers(inferred: onnx.ModelProto, unread: list[onnx.TensorProto]) -> None:
+    """Put the unread initializers back in place of the inputs that stood for them; a model they are back in already
+    (the completion restores them before it folds, in the parent where it runs there) is left as it is."""
     if not unread:
         return
     names = {t.name for t in unread}
     inputs = [v for v in inferred.graph.input if v.name not in names]
     inferred.graph.ClearField("input")
     inferred.graph.input.extend(inputs)
-    inferred.graph.initializer.extend(unread)
+    present = {t.name for t in inferred.graph.initializer}
+    inferred.graph.initializer.extend(t for t in unread if t.name not in present)
 
 
 def _outputs_without_static_shape(model: onnx.ModelProto) -> bool:
