@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from lilou.fusion.partition import Partition
     from lilou.graph.dag import ModelGraph
     from lilou.graph.input_values import Value as InputValue
+    from lilou.graph.reading import GraphReading
 
 
 def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
@@ -137,11 +138,12 @@ class Predictor:
                     stack.enter_context(model.reusing_rows())
             yield
 
-    def prepare(self, model: str | os.PathLike[str] | ModelGraph, batch: int | None = None,
+    def prepare(self, model: str | os.PathLike[str] | ModelGraph | GraphReading, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, like: PreparedModel | None = None,
                 values: Mapping[str, Sequence[InputValue]] | None = None) -> PreparedModel:
-        """Read ``model`` (an ONNX path, or a loaded graph with ``batch``, ``shapes`` and ``values`` None) and group
-        it into kernels for this predictor's backend, once, for any number of predictions.
+        """Read ``model`` (an ONNX path; or, with ``batch``, ``shapes`` and ``values`` None, a loaded graph or a file
+        being read, :func:`lilou.graph.reading.read_graph`) and group it into kernels for this predictor's backend,
+        once, for any number of predictions.
 
         ``like``: the same model prepared at another batch size; its kernel groups are reused when the graph has
         the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
@@ -151,6 +153,8 @@ class Predictor:
         reusable = like is not None and like.backend == self.backend and like.partition is not None \
             and like.graph.same_structure(graph)
         kernels, warnings, partition = self._kernels(graph, like.partition if reusable else None)
+        if _is_reading(model):
+            batch = model.batch
         return PreparedModel(name=_model_name(model), graph=graph, kernels=kernels, warnings=tuple(warnings),
                              backend=self.backend, batch=batch, partition=partition)
 
@@ -257,16 +261,20 @@ class Predictor:
                 raise LilouInputError("batch, shapes and values apply when loading a file; pass them to load_graph "
                                       "instead")
             return model
-        from lilou.graph.dag import load_graph
-        from lilou.graph.guarded_inference import meanwhile
+        from lilou.graph.reading import GraphReading, read_graph
 
-        with meanwhile(self.load_fusion_model):
-            return load_graph(model, batch=batch, shapes=shapes, values=values)
+        if isinstance(model, GraphReading):
+            if batch is not None or shapes or values:
+                raise LilouInputError("batch, shapes and values apply when a reading starts; pass them to read_graph "
+                                      "instead")
+            return model.graph(meanwhile=self.load_fusion_model)
+        with read_graph(model, batch=batch, shapes=shapes, values=values) as reading:
+            return reading.graph(meanwhile=self.load_fusion_model)
 
     def load_fusion_model(self) -> None:
         """Load what grouping a graph into kernels needs first (the fusion modules, networkx, the GNN's weights).
-        Reading a file hands it to :func:`lilou.graph.guarded_inference.meanwhile`: it loads while ONNX shape
-        inference runs in its child process, which a fresh process would otherwise wait for idle."""
+        Reading a file runs it while the file is shaped in its child process (:mod:`lilou.graph.reading`), which a
+        fresh process would otherwise wait for idle."""
         from lilou.fusion.predict import shipped_gnn
 
         shipped_gnn()
@@ -416,9 +424,19 @@ def _leading_dim(graph: ModelGraph) -> int | None:
     return None
 
 
-def _model_name(model: str | os.PathLike[str] | ModelGraph) -> str:
+def _is_reading(model: object) -> bool:
+    """Whether ``model`` is a file being read (lilou.graph.reading imports onnx: only looked up once one exists)."""
+    import sys
+
+    reading = sys.modules.get("lilou.graph.reading")
+    return reading is not None and isinstance(model, reading.GraphReading)
+
+
+def _model_name(model: str | os.PathLike[str] | ModelGraph | GraphReading) -> str:
     from lilou.graph.dag import ModelGraph
 
+    if _is_reading(model):
+        return os.fspath(model.path)
     return model.name if isinstance(model, ModelGraph) else os.fspath(model)
 
 

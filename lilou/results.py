@@ -34,9 +34,10 @@ class PreparedModel:
     partition: Partition | None = None  # the kernel groups (a plan reuses them at its other batch sizes)
 
 
-#: What the API predicts: an ONNX path, a loaded graph or a prepared model (a string: lilou.graph.dag, which
-#: needs onnx, is imported only when a graph is read, so that `lilou llm` starts without it).
-ModelInput = "str | os.PathLike[str] | ModelGraph | PreparedModel"
+#: What the API predicts: an ONNX path, a file being read (lilou.graph.reading), a loaded graph or a prepared model
+#: (a string: lilou.graph.dag, which needs onnx, is imported only when a graph is read, so that `lilou llm` starts
+#: without it).
+ModelInput = "str | os.PathLike[str] | GraphReading | ModelGraph | PreparedModel"
 
 
 @dataclass(frozen=True)

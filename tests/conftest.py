@@ -52,23 +52,22 @@ def zoo_onnx(tmp_path_factory):
 
 @pytest.fixture
 def graph_work(monkeypatch) -> dict[str, int]:
-    """Counts of ONNX files read (shape inference) and fusion predictions while a test runs: {"load": n, "fuse": m}."""
+    """Counts of ONNX files read (shape inference) and fusion predictions while a test runs: {"load": n, "fuse": m}.
+    A read is a file shaped (lilou.graph.reading: in its child process or in this one)."""
     import lilou.fusion.predict
-    import lilou.graph.batch_series
-    import lilou.graph.dag
+    from lilou.graph.reading import GraphReading
 
     calls = {"load": 0, "fuse": 0}
-    read, fuse = lilou.graph.dag.shape_model, lilou.fusion.predict.predict_partition
+    shaped, fuse = GraphReading.shaped, lilou.fusion.predict.predict_partition
 
-    def counted_read(*args, **kwargs):
-        calls["load"] += 1
-        return read(*args, **kwargs)
+    def counted_read(self, *args, **kwargs):
+        calls["load"] += self._shaped is None
+        return shaped(self, *args, **kwargs)
 
     def counted_fuse(*args, **kwargs):
         calls["fuse"] += 1
         return fuse(*args, **kwargs)
 
-    monkeypatch.setattr(lilou.graph.dag, "shape_model", counted_read)
-    monkeypatch.setattr(lilou.graph.batch_series, "shape_model", counted_read)
+    monkeypatch.setattr(GraphReading, "shaped", counted_read)
     monkeypatch.setattr(lilou.fusion.predict, "predict_partition", counted_fuse)
     return calls

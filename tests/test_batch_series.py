@@ -109,3 +109,23 @@ def test_a_batch_that_is_not_positive_is_refused_after_derivation_is_trusted(zoo
         series.graph(good)
     with pytest.raises(LilouInputError, match="--batch must be a positive integer"):
         series.graph(batch)
+
+
+def test_prefetched_reads_are_the_reads_and_unused_ones_are_stopped(zoo_onnx, monkeypatch):
+    """``prefetch`` starts a read in its own child (what `plan` does for its second batch and the check at the
+    largest): the graph asked for later is that read's, and a read never asked for is stopped at ``close``."""
+    import os
+
+    from lilou.graph import guarded_inference
+
+    monkeypatch.setattr(guarded_inference, "_other_threads", lambda: False)  # threads earlier tests left behind
+    path = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    series = BatchSeries(path, largest=8)
+    series.prefetch(2)
+    series.prefetch(16)  # never asked for
+    pid = series._ahead[(16, ())]._child.pid
+    assert same_graph(series.graph(2), load_graph(path, batch=2)) and series.reads == 1
+    series.close()
+    assert not series._ahead
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)

@@ -770,7 +770,7 @@ def test_guarded_inference_gives_onnx_own_model_with_and_without_subgraphs(path)
 
     model = onnx.load(str(REPO / path), load_external_data=False)
     flat = "whisper" in path
-    assert guarded_inference._is_flat(model) is flat
+    assert guarded_inference.is_flat(model) is flat
     assert flat == any(node.metadata_props for node in model.graph.node)
     for data_prop in (False, True):
         direct = shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=data_prop)
@@ -896,8 +896,8 @@ def test_a_plan_loads_the_fusion_model_during_its_first_read(monkeypatch):
     real = predict.shipped_gnn
     monkeypatch.setattr(predict, "shipped_gnn", lambda method="auto": loaded.append(method) or real(method))
     pending: list[tuple] = []
-    run_pending = guarded_inference._run_pending
-    monkeypatch.setattr(guarded_inference, "_run_pending",
+    run_pending = guarded_inference.run_pending
+    monkeypatch.setattr(guarded_inference, "run_pending",
                         lambda: pending.append(guarded_inference._PENDING.get()) or run_pending())
     result = plan_model(str(REPO / "examples" / "resnet18.onnx"), slo_ms=20, gpus=["a10g"], batches=[1],
                         predictor=Predictor())

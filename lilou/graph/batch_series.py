@@ -24,9 +24,9 @@ from dataclasses import replace
 
 from lilou.errors import LilouInputError
 from lilou.graph.costs import TensorInfo
-from lilou.graph.dag import ModelGraph, ShapedModel, annotate_graph, shape_model
+from lilou.graph.dag import ModelGraph, ShapedModel, annotate_graph
 from lilou.graph.input_values import Value
-from lilou.graph.loading import load_onnx
+from lilou.graph.reading import GraphReading, read_graph
 from lilou.graph.shape_completion import MAX_FOLD_ELEMENTS, MAX_VALUE_ELEMENTS
 from lilou.graph.shapes import check_batch, runtime_inputs
 
@@ -56,6 +56,7 @@ class BatchSeries:
         self._check_read: tuple[dict, ModelGraph] | None = None  # that read (pins, graph), until it is asked for
         self._refused = False                                # ... or did not: read every batch
         self.reads = 0                                       # files read (for tests and benchmarks)
+        self._ahead: dict[tuple, GraphReading] = {}          # reads started ahead (prefetch), by batch and pins
 
     def graph(self, batch: int, shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
         """The annotated graph at ``batch`` (``shapes`` pins whole inputs, as ``load_graph`` takes them)."""
@@ -78,8 +79,24 @@ class BatchSeries:
             self._first_classes = _size_classes(self._first[1], self._first[1].tensors)
         return graph
 
+    def prefetch(self, batch: int, shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+        """Start reading the file at ``batch`` (``shapes`` as :meth:`graph` takes them) now, in its own child
+        (:mod:`lilou.graph.reading`), for a later read of exactly that: the caller's work overlaps it. What it raises
+        comes when that read is asked for; a read never asked for is stopped by :meth:`close`."""
+        key = (batch, _pinned(shapes))
+        if key not in self._ahead:
+            self._ahead[key] = read_graph(self.path, batch=batch, shapes=shapes, values=self.values)
+
+    def close(self) -> None:
+        """Stop the prefetched reads no graph asked for."""
+        while self._ahead:
+            self._ahead.popitem()[1].close()
+
     def _read(self, batch: int, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ShapedModel, ModelGraph]:
-        shaped = shape_model(load_onnx(self.path), batch=batch, shapes=shapes, values=self.values)
+        reading = self._ahead.pop((batch, _pinned(shapes)), None) \
+            or read_graph(self.path, batch=batch, shapes=shapes, values=self.values)
+        with reading:
+            shaped = reading.shaped()  # in a guarded child, beside any work an outer meanwhile set
         self.reads += 1
         return shaped, annotate_graph(shaped, name=self.name)
 
@@ -128,6 +145,11 @@ class BatchSeries:
             return None
         shaped = ShapedModel(model=first.model, tensors=tensors, notes=first.notes, evaluated=first.evaluated)
         return annotate_graph(shaped, name=self.name)
+
+
+def _pinned(shapes: Mapping[str, Sequence[int]] | None) -> tuple:
+    """``shapes`` as a key: the same pins, the same read."""
+    return tuple(sorted((name, tuple(dims)) for name, dims in (shapes or {}).items()))
 
 
 def _size_classes(shaped: ShapedModel, tensors: Mapping[str, TensorInfo]) -> dict[str, int]:

@@ -35,7 +35,6 @@ from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.fixed_sizes import ResizedInput, input_dims, resized_inputs, unshaped_nodes, with_fixed_sizes
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
-from lilou.graph.loading import load_onnx
 from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
 from lilou.graph.transposes import cancel_inverse_transposes
@@ -124,10 +123,12 @@ class ModelGraph:
 def load_graph(path: str | os.PathLike[str], batch: int | None = None,
                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True,
                values: Mapping[str, Sequence[Value]] | None = None) -> ModelGraph:
-    """Load an ONNX file, apply input-shape overrides and input values, infer shapes and annotate every node."""
-    model = load_onnx(path)
-    name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
-    return build_graph(model, name=name, batch=batch, shapes=shapes, restore_folded=restore_folded, values=values)
+    """Load an ONNX file, apply input-shape overrides and input values, infer shapes and annotate every node (the
+    shaping in a guarded child: :mod:`lilou.graph.reading`)."""
+    from lilou.graph.reading import read_graph
+
+    with read_graph(path, batch=batch, shapes=shapes, values=values, restore_folded=restore_folded) as reading:
+        return reading.graph()
 
 
 def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None = None,

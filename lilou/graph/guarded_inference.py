@@ -40,6 +40,8 @@ _ERRORS = {"InferenceError": shape_inference.InferenceError, "ValidationError": 
            "RuntimeError": RuntimeError, "ValueError": ValueError}
 #: What a ``finish`` raises, passed back as itself (anything else as a RuntimeError that names it).
 _FINISH_ERRORS = {"LilouInputError": LilouInputError, **_ERRORS}
+#: Inside a guarded child: its memory budget (guarded inference then runs in-process); 0 elsewhere.
+_INSIDE_GUARD = 0
 #: Work the parent does while the next child infers (:func:`meanwhile`).
 _PENDING: contextvars.ContextVar[tuple[Callable[[], object], ...]] = contextvars.ContextVar("pending", default=())
 
@@ -58,7 +60,8 @@ def meanwhile(*work: Callable[[], object]) -> Iterator[None]:
         _PENDING.reset(token)
 
 
-def _run_pending() -> None:
+def run_pending() -> None:
+    """Run (once) the work :func:`meanwhile` set, dropping what it raises: a child is busy now."""
     work = _PENDING.get()
     _PENDING.set(())
     for task in work:
@@ -90,6 +93,8 @@ def infer_then(model: onnx.ModelProto, finish: Callable[[onnx.ModelProto], objec
     if not hasattr(os, "fork"):
         inferred = shape_inference.infer_shapes(model, **options)
         return inferred, _finished(finish, inferred)
+    if _INSIDE_GUARD:
+        return _in_process(model, finish, options)
     if finish is not None and _other_threads():
         # A process with other threads (the service's workers) runs ``finish`` itself: a forked child keeps the
         # locks those threads held (a module one of them was importing), which Python code in the child could wait
@@ -99,31 +104,79 @@ def infer_then(model: onnx.ModelProto, finish: Callable[[onnx.ModelProto], objec
     # ONNX serialises the model to hand it to C++, then parses it: a model's own bytes take three times their size;
     # a finish that infers a copy of it again (shape completion) as many more.
     budget = MEMORY_BUDGET + (3 if finish is None else 7) * model.ByteSize()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: infer, write the answer, leave without running the parent's cleanup
-        code = 0
-        try:
-            os.close(read_fd)
-            _silence_output()
-            _cap_address_space(budget)
-            with os.fdopen(write_fd, "wb") as out:
-                out.write(_answer(model, options, finish))
-        except BaseException:  # noqa: BLE001 - nothing may escape a forked child
-            code = 1
-        os._exit(code)
-    os.close(write_fd)
+    child = GuardedChild.start(budget, lambda: _answer(model, options, finish))
     try:
-        _run_pending()
-        payload = _read(read_fd, TIME_LIMIT_S, pid)
+        run_pending()
     finally:
-        os.close(read_fd)
-        _, status = os.waitpid(pid, 0)
+        payload, status = child.collect()
     return _result(payload, status, budget, model)
+
+
+def _in_process(model: onnx.ModelProto, finish: Callable[[onnx.ModelProto], object] | None,
+                options: dict) -> tuple[onnx.ModelProto, object]:
+    """:func:`infer_then` inside a guarded child (a graph read in one, :mod:`lilou.graph.reading`): already under its
+    limits, so in this process, and on a copy without node metadata as a child of its own would (the answer is the
+    same, ONNX just has less to serialise)."""
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    return _result(_answer(work, options, finish), 0, _INSIDE_GUARD or MEMORY_BUDGET, model)
+
+
+class GuardedChild:
+    """A forked child computing an answer (bytes) under a memory cap and the time limit (see the module docstring),
+    while this process goes on; :meth:`collect` waits for the answer, :meth:`close` gives up on it."""
+
+    def __init__(self, pid: int, fd: int, deadline: float) -> None:
+        self.pid, self.fd, self.deadline = pid, fd, deadline
+
+    @classmethod
+    def start(cls, budget: int, produce: Callable[[], bytes]) -> GuardedChild:
+        """Fork; the child maps at most ``budget`` bytes more than this process, writes ``produce()`` and leaves
+        (any exception: status 1, no answer). Inside the child, guarded inference runs in-process."""
+        global _INSIDE_GUARD
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answer, leave without running the parent's cleanup
+            code = 0
+            try:
+                os.close(read_fd)
+                _silence_output()
+                _cap_address_space(budget)
+                _INSIDE_GUARD = budget
+                with os.fdopen(write_fd, "wb") as out:
+                    out.write(produce())
+            except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+                code = 1
+            os._exit(code)
+        os.close(write_fd)
+        return cls(pid, read_fd, time.monotonic() + TIME_LIMIT_S)
+
+    def collect(self) -> tuple[bytes | None, int]:
+        """The child's whole answer (None when it did not finish within the time limit: it is then killed) and its
+        exit status."""
+        try:
+            payload = _read(self.fd, self.deadline, self.pid)
+        finally:
+            os.close(self.fd)
+            _, status = os.waitpid(self.pid, 0)
+        return payload, status
+
+    def close(self) -> None:
+        """Give up on the answer: kill the child and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.close(self.fd)
+        os.waitpid(self.pid, 0)
 
 
 def _other_threads() -> bool:
     return threading.active_count() > 1
+
+
+def may_fork_here() -> bool:
+    """Whether work may go to a forked child from here: ``fork`` exists, this is not a guarded child already, and
+    no other thread holds locks a child would inherit (the service's workers)."""
+    return hasattr(os, "fork") and not _INSIDE_GUARD and not _other_threads()
 
 
 def _finished(finish: Callable[[onnx.ModelProto], object] | None, inferred: onnx.ModelProto) -> object:
@@ -146,7 +199,7 @@ def _answer(model: onnx.ModelProto, options: dict, finish: Callable[[onnx.ModelP
     ``finish`` change) or the whole inferred model but its initializers (O); b"E" and an ONNX error; b"F" and what
     ``finish`` raised; or b"M"."""
     try:
-        flat = _is_flat(model)
+        flat = is_flat(model)
         if flat:
             for node in model.graph.node:  # the child's own copy: what inference never reads need not go through it
                 node.ClearField("metadata_props")  # (the dynamo exporter's stack traces: 4 of BERT-large's 4.3 MB)
@@ -207,9 +260,10 @@ def _cap_address_space(budget: int) -> None:
         pass
 
 
-def _read(fd: int, limit_s: float, pid: int) -> bytes | None:
-    """The child's whole answer, or None when it did not finish within ``limit_s`` (it is then killed)."""
-    chunks, deadline = [], time.monotonic() + limit_s
+def _read(fd: int, deadline: float, pid: int) -> bytes | None:
+    """The child's whole answer, or None when it did not finish by ``deadline`` (``time.monotonic``; it is then
+    killed)."""
+    chunks = []
     while True:
         left = deadline - time.monotonic()
         ready, _, _ = select.select([fd], [], [], max(left, 0.0))
@@ -222,7 +276,7 @@ def _read(fd: int, limit_s: float, pid: int) -> bytes | None:
         chunks.append(chunk)
 
 
-def _is_flat(model: onnx.ModelProto) -> bool:
+def is_flat(model: onnx.ModelProto) -> bool:
     """No subgraph (If, Loop, Scan) and no model-local function: inference adds value_info and output types to the
     main graph and changes nothing else."""
     if model.functions:
@@ -235,10 +289,8 @@ def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelPr
             ) -> tuple[onnx.ModelProto, object]:
     """The inferred model and ``finish``'s value the child's ``payload`` stands for, or the error it reports
     (``model``: what it inferred)."""
-    if payload is None:
-        raise LilouInputError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
-                              "the file is malformed or far larger than a real model")
-    if payload[:1] in (b"V", b"O") and status == 0:  # (a child that died while writing is judged by its status)
+    # (a child that died while writing is judged by its status)
+    if payload is not None and payload[:1] in (b"V", b"O") and status == 0:
         size = int.from_bytes(payload[1:9], "little")
         extra = json.loads(payload[9:9 + size])
         body = payload[9 + size:]
@@ -255,18 +307,27 @@ def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelPr
             del inferred.graph.initializer[:]  # sent back empty: shape inference does not change them
             inferred.graph.initializer.extend(model.graph.initializer)
         return inferred, extra
-    if payload.startswith(b"F"):
+    if payload is not None and payload.startswith(b"F"):
         name, _, message = payload[1:].partition(b"\n")
         raise FinishFailed(_FINISH_ERRORS[name.decode()](message.decode("utf-8", "replace")))
-    if payload.startswith(b"E"):
+    if payload is not None and payload.startswith(b"E"):
         name, _, message = payload[1:].partition(b"\n")
         raise _ERRORS[name.decode()](message.decode("utf-8", "replace"))
+    raise child_failure(payload, status, budget)
+
+
+def child_failure(payload: bytes | None, status: int, budget: int) -> Exception:
+    """The error for a child that gave no answer: out of time (``payload`` None) or memory (b"M", or killed), an
+    abort inside ONNX, or an exit without one."""
+    if payload is None:
+        return LilouInputError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
+                               "the file is malformed or far larger than a real model")
     memory = f"needs more than {budget // 2**20} MiB of memory"
     if payload == b"M" or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
-        raise LilouInputError(f"ONNX shape inference {memory} on this model (negative or huge dimensions, or a "
-                              "malformed file); its shapes are not realistic")
+        return LilouInputError(f"ONNX shape inference {memory} on this model (negative or huge dimensions, or a "
+                               "malformed file); its shapes are not realistic")
     if os.WIFSIGNALED(status):  # SIGABRT: a failed assertion inside ONNX, or an allocation failure it cannot raise
-        raise LilouInputError(f"ONNX shape inference aborted on this model (signal {os.WTERMSIG(status)}: one of its "
-                              f"own checks failed, or it {memory}); the file is malformed or its dimensions are not "
-                              "realistic")
-    raise RuntimeError(f"shape inference ended without an answer (status {status})")
+        return LilouInputError(f"ONNX shape inference aborted on this model (signal {os.WTERMSIG(status)}: one of "
+                               f"its own checks failed, or it {memory}); the file is malformed or its dimensions are "
+                               "not realistic")
+    return RuntimeError(f"shape inference ended without an answer (status {status})")

@@ -12,6 +12,7 @@ without a price after the priced ones), or by throughput, highest first, when no
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -180,7 +181,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     sizes = check_batches(batches)
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
-    load = prepare or BatchSeries(model, largest=sizes[-1], values=values).graph
+    series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values)
+    load = prepare or series.graph
     pins = _pins_at_batch(model, shapes)
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = []
@@ -190,7 +192,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     checked: dict[int, PreparedModel] = {}  # ... if grouping the largest batch anew gives the same groups
     verified = False
     # A batch's size ladder holds the larger batches' kernels; the grouping's models load during the first read.
-    with predictor.reusing_kernel_rows(), meanwhile(predictor.load_fusion_model):
+    with predictor.reusing_kernel_rows(), meanwhile(predictor.load_fusion_model), \
+            contextlib.closing(series) if series is not None else contextlib.nullcontext():
         for batch in sizes:
             if not active:
                 break
@@ -206,6 +209,9 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                     raise
                 warnings.append(f"batch {batch} skipped: {error}")
                 continue
+            if not tried and series is not None and len(sizes) > 1:  # the file shapes: the reads that follow
+                series.prefetch(sizes[1], pins(sizes[1]))          # (the second batch, the check at the largest)
+                series.prefetch(sizes[-1], pins(sizes[-1]))        # run in their children beside this batch's work
             # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
             prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=like)
             if not tried and not verified:

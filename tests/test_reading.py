@@ -1,0 +1,135 @@
+"""Reading a file with its shaping in a guarded child (lilou.graph.reading): the same graph as shaping it here, errors
+as they were, no child left behind, and the commands that start a reading before they import the predictor."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from lilou.cli import main
+from lilou.errors import LilouInputError
+from lilou.graph import guarded_inference, reading
+from lilou.graph.dag import ShapedModel, load_graph, shape_model
+from lilou.graph.loading import load_onnx
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _no_other_threads(monkeypatch):
+    """Earlier tests leave threads behind (tqdm's monitor), which keeps a reading in this process: these tests are
+    about the child, and the threads are idle."""
+    monkeypatch.setattr(guarded_inference, "_other_threads", lambda: False)
+
+
+def _in_child(path: Path, **options) -> ShapedModel:
+    with reading.read_graph(path, **options) as started:
+        assert started._child is not None, "expected the shaping in a child"
+        return started._collected(None)
+
+
+def _assert_same(here: ShapedModel, there: ShapedModel) -> None:
+    assert there.model.SerializeToString(deterministic=True) == here.model.SerializeToString(deterministic=True)
+    assert list(there.tensors.items()) == list(here.tensors.items())
+    assert there.notes == here.notes and there.evaluated == here.evaluated
+
+
+@pytest.mark.parametrize("name, options", [
+    ("sdpa/sdpa-calls-dynamo.onnx", {}),           # the dynamo exporter's node metadata, which fusion reads
+    ("ort/bert-mha.onnx", {"batch": 2}),           # onnxruntime's fused ops written back: new nodes and initializers
+    ("quantized/resnet-qdq.onnx", {"batch": 2}),   # a quantized graph read as its runtime types
+    ("genai/llama-gqa-int4-tied.onnx",             # weight-only INT4 stand-ins, named and implied dimensions
+     {"batch": 1, "shapes": {"sequence_length": (16,), "past_sequence_length": (16,)}}),
+])
+def test_a_file_shaped_in_the_child_is_the_file_shaped_here(name, options):
+    path = DATA / name
+    _assert_same(shape_model(load_onnx(path), **options), _in_child(path, **options))
+
+
+def test_inline_weights_stay_in_the_parent_and_come_back_in_place(tmp_path):
+    """The child sends no initializer the parent holds unchanged; the parent puts each back where it was."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), f"w{i}") for i in range(3)]
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", f"w{i}"], [f"h{i + 1}"], name=f"mm{i}")
+             for i in range(3)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 256])],
+                              [helper.make_tensor_value_info("h3", TensorProto.FLOAT, None)], weights)
+    path = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+    with reading.read_graph(path, batch=4) as started:
+        payload, status = started._child.collect()
+        started._child = None
+        shaped = reading._shaped_from(payload, status, started._budget, started._model)
+    assert len(payload) < 20_000 < os.path.getsize(path)  # the 768 KB of weights did not go through the pipe
+    _assert_same(shape_model(load_onnx(path), batch=4), shaped)
+    assert shaped.tensors["h3"].shape == (4, 256)
+
+
+def test_an_input_error_in_the_child_is_the_error_here():
+    """A --batch the file's fixed Reshape cannot take: the one line shaping here gives."""
+    path = REPO / "examples" / "resnet18.onnx"
+    with pytest.raises(LilouInputError) as here:
+        shape_model(load_onnx(path), shapes={"input": (1, 3, 0, 8)})
+    with pytest.raises(LilouInputError) as there:
+        _in_child(path, shapes={"input": (1, 3, 0, 8)})
+    assert str(there.value) == str(here.value)
+
+
+def test_a_file_that_cannot_be_read_fails_when_its_graph_is_asked_for(tmp_path):
+    started = reading.read_graph(tmp_path / "missing.onnx")  # no error yet: the caller checks its arguments first
+    with pytest.raises(LilouInputError, match="missing.onnx"):
+        started.graph()
+
+
+def test_a_reading_given_up_on_leaves_no_child():
+    started = reading.read_graph(REPO / "examples" / "resnet18.onnx")
+    pid = started._child.pid
+    started.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_control_flow_and_threads_shape_here(monkeypatch):
+    """A model with subgraphs resolves its control flow by shaping candidates, each with its own guarded inference;
+    a process with other threads (the service) forks nothing it could deadlock: both shape in this process."""
+    with reading.read_graph(DATA / "control_flow" / "scripted-if.onnx", batch=2) as started:
+        assert started._child is None and started.graph().dag.number_of_nodes() > 0
+    monkeypatch.setattr(guarded_inference, "_other_threads", lambda: True)
+    with reading.read_graph(REPO / "examples" / "resnet18.onnx") as started:
+        assert started._child is None
+        assert started.graph().dag.number_of_nodes() == load_graph(REPO / "examples" / "resnet18.onnx"
+                                                                    ).dag.number_of_nodes()
+
+
+def test_a_reading_is_predicted_as_its_path():
+    from lilou import Predictor
+
+    path = str(DATA / "ort" / "bert-mha.onnx")
+    predictor = Predictor()
+    with reading.read_graph(path, batch=2) as started:
+        from_reading = predictor.predict(started, gpu="a10g")
+    assert from_reading.to_json() == predictor.predict(path, gpu="a10g", batch=2).to_json()
+    assert from_reading.batch == 2 and from_reading.model == path
+    with reading.read_graph(path) as started, pytest.raises(LilouInputError, match="when a reading starts"):
+        predictor.predict(started, gpu="a10g", batch=2)
+
+
+def test_infer_checks_the_gpu_before_the_file(tmp_path, capsys):
+    """`lilou infer` starts reading before it imports the predictor; a bad GPU name is still the error reported."""
+    assert main(["infer", str(tmp_path / "missing.onnx"), "--gpu", "no-such-gpu"]) == 2
+    assert "no-such-gpu" in capsys.readouterr().err
+
+
+def test_rank_from_a_reading_is_the_api_rank_of_the_path(capsys):
+    from lilou import Predictor
+
+    path = str(DATA / "ort" / "bert-mha.onnx")
+    assert main(["rank", path, "--gpus", "a10g,t4", "--batch", "2", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == Predictor().rank(path, gpus=["a10g", "t4"], batch=2).to_json()
