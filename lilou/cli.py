@@ -32,13 +32,15 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise LilouInputError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `lilou` parser; with ``command`` (the first argument, when it names a sub-command) only that
+    sub-command's parser is built under it (``lilou COMMAND ...`` parses the same; ``lilou --help`` lists all)."""
     parser = _ArgumentParser(prog="lilou", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
     sub.required = True
 
     from lilou.commands import register_all
-    register_all(sub)
+    register_all(sub, only=command)
     return parser
 
 
@@ -74,7 +76,8 @@ def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[i
     command allows it; its garbage collector is then off)."""
     quick = False
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(argv[0] if argv else None).parse_args(argv)
         quick = quick_exit and getattr(args, "quick_exit", False)
         if quick:
             gc.disable()

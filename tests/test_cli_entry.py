@@ -46,3 +46,19 @@ def test_quick_exit_on_a_closed_pipe():
     err = child.stderr.read()
     assert child.wait(timeout=300) == 0, err
     assert "Traceback" not in err and "error" not in err
+
+
+def test_a_command_builds_its_own_parser_alone(capsys):
+    """`lilou infer ...` builds the infer parser only; `lilou --help` and an unknown command still see them all."""
+    from lilou.cli import build_parser
+    from lilou.commands import COMMANDS
+
+    subparsers = next(a for a in build_parser("infer")._actions if a.dest == "command")
+    assert list(subparsers.choices) == ["infer"]
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    assert list(subparsers.choices) == list(COMMANDS)
+    assert main(["infr", str(RESNET18)]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'infr'" in err and "'infer'" in err and "'profile'" in err
+    assert main(["infer", "--gpu"]) == 2
+    assert "lilou: error: lilou infer: argument --gpu: expected one argument" in capsys.readouterr().err

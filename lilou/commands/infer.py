@@ -34,16 +34,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from lilou.api import Predictor
     from lilou.errors import LilouInputError
+    from lilou.graph.reading import read_graph
 
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
         raise LilouInputError(f"--plot: folder {os.path.dirname(os.path.abspath(args.plot))!r} does not exist")
 
-    predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
-    prediction = predictor.predict(args.model, gpu=args.gpu, mig=args.mig, batch=args.batch,
-                                   shapes=shape_overrides(args), precision=args.precision, tf32=args.tf32,
-                                   values=input_values(args))
+    gap = launch_gap_ms(args)
+    # The file is shaped in a child process from here on, while the predictor is imported and loaded.
+    with read_graph(args.model, batch=args.batch, shapes=shape_overrides(args), values=input_values(args)) as reading:
+        from lilou.api import Predictor
+
+        predictor = Predictor(backend=args.backend, launch_gap_ms=gap)
+        prediction = predictor.predict(reading, gpu=args.gpu, mig=args.mig, precision=args.precision, tf32=args.tf32)
     if args.plot:
         from lilou.report.plot import plot_breakdown
 

@@ -26,12 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lilou.api import Predictor
+    from lilou.graph.reading import read_graph
 
     gpus = None if args.gpus is None else args.gpus.split(",")
-    predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
-    ranking = predictor.rank(args.model, gpus=gpus, batch=args.batch, shapes=shape_overrides(args),
-                             precision=args.precision, tf32=args.tf32, values=input_values(args))
+    gap = launch_gap_ms(args)
+    # The file is shaped in a child process from here on, while the predictor is imported and loaded.
+    with read_graph(args.model, batch=args.batch, shapes=shape_overrides(args), values=input_values(args)) as reading:
+        from lilou.api import Predictor
+
+        predictor = Predictor(backend=args.backend, launch_gap_ms=gap)
+        ranking = predictor.rank(reading, gpus=gpus, precision=args.precision, tf32=args.tf32)
     if args.format == "json":
         print_json(ranking.to_json())
         for message in ranking.warnings:
