@@ -33,13 +33,23 @@ def range_features(kernels: KernelBatch, sms: np.ndarray | float) -> np.ndarray:
     (one value, or one per kernel)."""
     k = kernels
     sms = np.broadcast_to(np.asarray(sms, dtype=np.float64), (len(k),))
+    return np.stack([np.log2(k.flops + 1.0), np.log2(k.bytes + 1.0),
+                     np.log2((k.flops + 1.0) / (k.bytes + 1.0)), log2_waves(thread_blocks(k), sms)], axis=1)
+
+
+def thread_blocks(kernels: KernelBatch) -> np.ndarray:
+    """float64 per kernel: the thread blocks its waves are counted in (GEMM tiles, rows, elementwise blocks)."""
+    k = kernels
     gemm_blocks = np.maximum(k.gemm_batch, 1.0) * np.ceil(k.gemm_m / WAVE_TILE[0]) * np.ceil(k.gemm_n / WAVE_TILE[1])
     element_blocks = np.ceil(k.out_elements / ELEMENTWISE_BLOCK)
     family = k.family
-    blocks = np.where(np.isin(family, list(_GEMM_FAMILIES)), gemm_blocks,
-                      np.where(np.isin(family, list(_ROW_FAMILIES)), k.rows, element_blocks))
-    return np.stack([np.log2(k.flops + 1.0), np.log2(k.bytes + 1.0),
-                     np.log2((k.flops + 1.0) / (k.bytes + 1.0)), np.log2(blocks / sms + 1e-6)], axis=1)
+    return np.where(np.isin(family, list(_GEMM_FAMILIES)), gemm_blocks,
+                    np.where(np.isin(family, list(_ROW_FAMILIES)), k.rows, element_blocks))
+
+
+def log2_waves(blocks: np.ndarray, sms: np.ndarray | float) -> np.ndarray:
+    """The ``log2_waves`` column of :func:`range_features` from :func:`thread_blocks`."""
+    return np.log2(blocks / sms + 1e-6)
 
 
 def unmeasured_shapes(kernels: KernelBatch) -> np.ndarray:

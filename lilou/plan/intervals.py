@@ -25,8 +25,8 @@ from lilou.hardware.database import architecture_class
 from lilou.latency.composition.end_to_end import GraphKernels
 from lilou.latency.kernel_model.features import KernelBatch
 from lilou.plan.calibration import FALLBACK_FAMILY, TRANSPOSED_FAMILY, Calibration
-from lilou.plan.extrapolation import (fused_attention, outside, range_features, unmeasured_conv_forms,
-                                      unmeasured_shapes)
+from lilou.plan.extrapolation import (fused_attention, log2_waves, outside, range_features, thread_blocks,
+                                      unmeasured_conv_forms, unmeasured_shapes)
 
 #: Dtypes the end-to-end labels measured (NeuSight: FP32 PyTorch eager).
 E2E_DTYPES = frozenset({"fp32"})
@@ -81,6 +81,8 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     flags = np.zeros((n_unique, d), dtype=bool)
     uncalibrated: set[str] = set()
     shape_features = range_features(batch, 1.0)
+    blocks = thread_blocks(batch)
+    outside_memo: dict[tuple, np.ndarray] = {}  # MIG slices and boards of one architecture share SM counts
     unusual = unmeasured_shapes(batch) | unmeasured_conv_forms(unique) | fused_attention(unique)
     trained_archs = frozenset(architecture_class(g) for g in trained_on)
     bands: dict[tuple[str, str, str], tuple[np.ndarray, ...]] = {}  # (architecture, dtype, tier) -> per kernel
@@ -88,7 +90,7 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
         architecture = architecture_class(device.gpu)
         tier = device_tier(device, trained_on, trained_archs)
         features = shape_features.copy()
-        features[:, 3] = range_features(batch, float(device.sms))[:, 3]
+        features[:, 3] = log2_waves(blocks, float(device.sms))
         column = (np.full(n_unique, dtypes[j], dtype=object) if kernel_dtypes is None
                   else np.asarray(kernel_dtypes[:, j], dtype=object))
         for dtype in sorted(set(column)):
@@ -97,8 +99,11 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
             if key not in bands:
                 bands[key] = _family_bands(band_families, dtype, tier, calibration, uncalibrated)
             lo_in, hi_in, lo_out, hi_out, width_ratio = (band[rows] for band in bands[key])
-            flag = (outside(features[rows], families[rows], architecture, dtype, calibration.ranges)
-                    | kernels.unique_fallback[rows] | unusual[rows])
+            memo_key = (architecture, dtype, float(device.sms), rows.tobytes())
+            if memo_key not in outside_memo:
+                outside_memo[memo_key] = outside(features[rows], families[rows], architecture, dtype,
+                                                 calibration.ranges)
+            flag = outside_memo[memo_key] | kernels.unique_fallback[rows] | unusual[rows]
             if unmeasured is not None:
                 flag |= unmeasured[rows, j]
             flags[rows, j] = flag
