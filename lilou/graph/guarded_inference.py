@@ -13,7 +13,9 @@ ONNX's own error) is exactly what the in-process call gives. Where ``os.fork`` d
 While the child infers, the parent is idle: :func:`meanwhile` hands it work to do then (a command's later imports
 and checkpoint loads), so a fresh process spends the child's time once, not twice. :func:`infer_then` also runs the
 work that follows inference on the inferred model in the child (Lilou's own shape completion, which folds the
-file's constants: under the same limits, and beside the parent's work).
+file's constants: under the same limits, and beside the parent's work). :class:`GuardedChild` is the child itself,
+which :mod:`lilou.graph.reading` also uses to shape a whole file (checks and write-backs included) while the caller
+goes on; inside such a child, guarded inference runs in-process.
 """
 from __future__ import annotations
 
