@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 
 
-#: Every sub-command, in the order `lilou --help` lists them: its name and its module under lilou.commands.
-COMMANDS = {"graph": "graph", "gpus": "gpus", "zoo": "zoo", "data": "data", "infer": "infer", "fuse": "fuse",
-            "rank": "rank", "eval": "eval", "serve": "serve", "llm": "llm", "plan": "plan", "profile": "profile"}
+#: Every sub-command, in the order `lilou --help` lists them; each is the module of its name under lilou.commands.
+COMMANDS = ("graph", "gpus", "zoo", "data", "infer", "fuse", "rank", "eval", "serve", "llm", "plan", "profile")
 
 
 def register_all(subparsers: argparse._SubParsersAction, only: str | None = None) -> None:
@@ -21,4 +20,4 @@ def register_all(subparsers: argparse._SubParsersAction, only: str | None = None
 
     names = [only] if only in COMMANDS else list(COMMANDS)
     for name in names:
-        importlib.import_module(f"lilou.commands.{COMMANDS[name]}").register(subparsers)
+        importlib.import_module(f"lilou.commands.{name}").register(subparsers)
