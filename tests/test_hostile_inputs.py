@@ -990,3 +990,28 @@ def test_invalid_utf8_in_node_metadata_is_read(command, tmp_path, capsys):
     assert main([command[0], str(path), *command[1:]]) == 2
     error = capsys.readouterr().err.strip()
     assert error.endswith("is not valid UTF-8 text (b'bn_mark\\xff\\xfe'); the file is damaged, re-export it")
+
+
+@pytest.mark.parametrize("damage, said", [
+    ("untyped", "is UNDEFINED, but it must be INT"),
+    ("string", "is STRING, but it must be INT"),
+    ("packed_sizes_as_int", "'qkv_hidden_sizes' of node 'attention' (Attention) is INT, but it must be INTS"),
+])
+def test_a_contrib_attribute_of_another_type_is_one_line(tmp_path, capsys, damage, said):
+    """onnxruntime's ops have no schema ONNX's checks know, so Lilou reads their attributes itself: an Attention whose
+    num_heads has no type or is text (the fuzzer's byte flips), or whose packed sizes are one integer, is bad input,
+    not an internal error."""
+    node = helper.make_node("Attention", ["x", "w", "b"], ["y"], name="attention", domain="com.microsoft", num_heads=4)
+    if damage == "untyped":
+        node.attribute[0].type = onnx.AttributeProto.UNDEFINED
+    elif damage == "string":
+        del node.attribute[:]
+        node.attribute.append(helper.make_attribute("num_heads", b"4"))
+    else:
+        node.attribute.append(helper.make_attribute("qkv_hidden_sizes", 96))
+    model = make_model([node], [tensor("x", [1, 8, 32])], [tensor("y", None)], [weight("w", [32, 96]), weight("b", [96])])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    path = save(model, tmp_path / "attention.onnx")
+    assert main(["graph", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and said in err and err.endswith("the model is damaged, re-export it")

@@ -48,7 +48,7 @@ def attention_applies(node: onnx.NodeProto, dims: Mapping[str, tuple[int, ...]],
 
 def qkv_sizes(node: onnx.NodeProto, weights: tuple[int, ...]) -> tuple[int, int, int] | None:
     """The Q, K and V widths of an Attention's packed weights: its ``qkv_hidden_sizes``, else a third each."""
-    sizes = node_attribute(node, "qkv_hidden_sizes", None)
+    sizes = node_attribute(node, "qkv_hidden_sizes", None, kind=onnx.AttributeProto.INTS)
     if sizes:
         return tuple(int(s) for s in sizes) if len(sizes) == 3 and sum(sizes) == weights[1] else None
     return (weights[1] // 3,) * 3 if weights[1] % 3 == 0 else None

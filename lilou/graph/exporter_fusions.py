@@ -15,6 +15,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
+from lilou.errors import LilouInputError
 from lilou.graph.names import protobuf_text
 
 #: The metadata key onnxscript's rewriter writes on the nodes a rule produced.
@@ -88,9 +89,28 @@ def _rms_norm_ops(node: onnx.NodeProto, label: str, types: dict[str, int], graph
     return ops
 
 
-def node_attribute(node: onnx.NodeProto, key: str, default):
+#: The attribute types that a default of each kind takes (a float attribute may be written as an integer).
+_KINDS = {int: (onnx.AttributeProto.INT,), float: (onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT)}
+
+
+def node_attribute(node: onnx.NodeProto, key: str, default, kind: int | None = None):
+    """The value of ``node``'s attribute ``key``, or ``default`` where it has none. The attribute must be of
+    ``default``'s kind (an integer: INT; a float: FLOAT or INT, read as a float) or of ``kind``: the exporter and
+    onnxruntime ops read here have no schema ONNX's checks know, so a damaged file's attribute of another type (or
+    of none) is bad input, said in one line."""
     found = next((a for a in node.attribute if a.name == key), None)
-    return default if found is None else helper.get_attribute_value(found)
+    if found is None:
+        return default
+    kinds = (kind,) if kind is not None else _KINDS.get(type(default))
+    if found.type == onnx.AttributeProto.UNDEFINED or (kinds is not None and found.type not in kinds):
+        wanted = "/".join(onnx.AttributeProto.AttributeType.Name(k) for k in kinds) if kinds else "a typed value"
+        given = onnx.AttributeProto.AttributeType.Name(found.type) \
+            if found.type in onnx.AttributeProto.AttributeType.values() else str(found.type)
+        raise LilouInputError(f"attribute {protobuf_text(key)!r} of node {protobuf_text(node.name or node.op_type)!r} "
+                              f"({protobuf_text(node.op_type)}) is {given}, but it must be {wanted}; the model is "
+                              "damaged, re-export it")
+    value = helper.get_attribute_value(found)
+    return float(value) if isinstance(default, float) else value
 
 
 def element_types(graph: onnx.GraphProto) -> dict[str, int]:
