@@ -9,6 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 #: What the names of written-back nodes and constants carry after the contrib node's name.
 MARK = "/lilou_unfused/"
+#: Element types a float scalar is written in as it is.
+_FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 
 
 class OpWriter:
@@ -37,8 +39,11 @@ class OpWriter:
         return out
 
     def constant(self, step: str, value: float, like: str, data_type: int | None) -> str:
-        """A scalar for an elementwise op with ``like``: in ``data_type``; when that is unknown, a float32 scalar
-        cast like ``like`` (CastLike, opset 15), or float32 before it."""
+        """A scalar for an elementwise op with ``like``: in ``data_type``; when that is unknown, or not a floating-point
+        type (a damaged file's text or integer attention scores), a float32 scalar cast like ``like`` (CastLike,
+        opset 15; shape inference then judges the types), or float32 before it."""
+        if data_type not in _FLOAT_TYPES:
+            data_type = None
         known = data_type if data_type is not None else TensorProto.FLOAT
         name = self.name(f"constant_{step}")  # apart from the nodes' outputs
         self.graph.initializer.append(helper.make_tensor(name, known, [], [value]))
