@@ -1017,15 +1017,20 @@ def test_a_contrib_attribute_of_another_type_is_one_line(tmp_path, capsys, damag
     assert err.count("\n") == 0 and said in err and err.endswith("the model is damaged, re-export it")
 
 
-def test_text_typed_attention_weights_are_no_internal_error(tmp_path, capsys):
+@pytest.mark.parametrize("fixture, op", [("ort/bert-mha.onnx", "MultiHeadAttention"),
+                                         ("diffusion/unet-ort.onnx", "GroupNorm")])
+def test_text_typed_contrib_weights_are_no_internal_error(tmp_path, capsys, fixture, op):
     """The fuzzer's byte flips turned the element type of onnxruntime MultiHeadAttention's weight and packed bias to
     STRING: writing the attention back as standard ops put the 1/sqrt(head size) scalar in that type, and onnx's
-    make_tensor raised. The scalar is now float32 cast like the scores, and the file gets Lilou's own answer."""
-    model = onnx.load(str(REPO / "tests" / "data" / "ort" / "bert-mha.onnx"), load_external_data=False)
-    for tensor in model.graph.initializer:
-        if tensor.name in ("onnx::MatMul_330", "Attention_0_qkv_bias"):
-            tensor.data_type = TensorProto.STRING
-    path = save(model, tmp_path / "mha.onnx")
-    status = main(["graph", path, "--batch", "8"])
+    make_tensor raised (a GroupNorm's gamma and beta did the same to its ones and zeros). Such a constant is now
+    float32 cast like the tensor it meets, and the file gets Lilou's own answer."""
+    model = onnx.load(str(REPO / "tests" / "data" / fixture), load_external_data=False)
+    node = next(n for n in model.graph.node if n.op_type == op)
+    damaged = set(node.input[1:3])
+    for stored in model.graph.initializer:
+        if stored.name in damaged:
+            stored.data_type = TensorProto.STRING
+    path = save(model, tmp_path / "damaged.onnx")
+    status = main(["graph", path, "--batch", "2"])
     err = capsys.readouterr().err
     assert status in (0, 2) and "internal error" not in err and err.count("\n") <= 1

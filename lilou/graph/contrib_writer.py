@@ -63,9 +63,10 @@ class OpWriter:
             return False
 
     def filled(self, step: str, value: float, count: int, data_type: int | None) -> str:
-        """A 1-D constant of ``count`` copies of ``value`` in ``data_type`` (float32 when unknown)."""
+        """A 1-D constant of ``count`` copies of ``value`` in ``data_type`` (float32 when unknown or not floating
+        point, as :meth:`constant`)."""
         name = self.name(f"constant_{step}")
-        dtype = helper.tensor_dtype_to_np_dtype(data_type if data_type is not None else TensorProto.FLOAT)
+        dtype = helper.tensor_dtype_to_np_dtype(data_type if data_type in _FLOAT_TYPES else TensorProto.FLOAT)
         self.graph.initializer.append(numpy_helper.from_array(np.full(count, value, dtype=dtype), name))
         return name
 
