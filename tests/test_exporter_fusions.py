@@ -44,6 +44,16 @@ def test_a_half_precision_module_casts_to_its_stash_type_and_back():
     assert graph.outputs[0].dtype == "float16"
 
 
+@pytest.mark.parametrize("stash_type", [TensorProto.STRING, 999])
+def test_a_damaged_stash_type_computes_in_float32(stash_type):
+    """A stash type that is no floating-point type (the fuzzer's flips) is read as float32, the op's default: the
+    norm's constants are floats, and writing 2.0 as a STRING tensor raised in onnx's make_tensor."""
+    model = rms_norm_model("RmsNormFusion2")
+    next(a for a in model.graph.node[0].attribute if a.name == "stash_type").i = stash_type
+    graph = build_graph(model)
+    assert ops(graph) == ["Pow", "ReduceMean", "Add", "Sqrt", "Reciprocal", "Mul", "Mul"]
+
+
 def test_an_rms_norm_the_model_called_stays_one_op():
     graph = build_graph(rms_norm_model(None))
     assert ops(graph) == ["RMSNormalization"]

@@ -7,10 +7,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from lilou.graph.exporter_fusions import FLOAT_ELEMENT_TYPES
+
 #: What the names of written-back nodes and constants carry after the contrib node's name.
 MARK = "/lilou_unfused/"
-#: Element types a float scalar is written in as it is.
-_FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 
 
 class OpWriter:
@@ -42,7 +42,7 @@ class OpWriter:
         """A scalar for an elementwise op with ``like``: in ``data_type``; when that is unknown, or not a floating-point
         type (a damaged file's text or integer attention scores), a float32 scalar cast like ``like`` (CastLike,
         opset 15; shape inference then judges the types), or float32 before it."""
-        if data_type not in _FLOAT_TYPES:
+        if data_type not in FLOAT_ELEMENT_TYPES:
             data_type = None
         known = data_type if data_type is not None else TensorProto.FLOAT
         name = self.name(f"constant_{step}")  # apart from the nodes' outputs
@@ -66,7 +66,7 @@ class OpWriter:
         """A 1-D constant of ``count`` copies of ``value`` in ``data_type`` (float32 when unknown or not floating
         point, as :meth:`constant`)."""
         name = self.name(f"constant_{step}")
-        dtype = helper.tensor_dtype_to_np_dtype(data_type if data_type in _FLOAT_TYPES else TensorProto.FLOAT)
+        dtype = helper.tensor_dtype_to_np_dtype(data_type if data_type in FLOAT_ELEMENT_TYPES else TensorProto.FLOAT)
         self.graph.initializer.append(numpy_helper.from_array(np.full(count, value, dtype=dtype), name))
         return name
 

@@ -55,6 +55,8 @@ def _rms_norm_ops(node: onnx.NodeProto, label: str, types: dict[str, int], graph
     [Cast], Mul(scale); the constants as small initializers."""
     x, scale = node.input
     stash = node_attribute(node, "stash_type", onnx.TensorProto.FLOAT)
+    if stash not in FLOAT_ELEMENT_TYPES:  # a damaged file's: the constants below are floats
+        stash = onnx.TensorProto.FLOAT
     target = types.get(scale, types.get(x, stash))
 
     def name(step: str) -> str:
@@ -89,6 +91,9 @@ def _rms_norm_ops(node: onnx.NodeProto, label: str, types: dict[str, int], graph
     return ops
 
 
+#: Floating-point element types: what a written-back op's float constants may be stored in as they are.
+FLOAT_ELEMENT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                                 onnx.TensorProto.DOUBLE})
 #: The attribute types that a default of each kind takes (a float attribute may be written as an integer).
 _KINDS = {int: (onnx.AttributeProto.INT,), float: (onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT)}
 
