@@ -153,7 +153,9 @@ class Predictor:
         reusable = like is not None and like.backend == self.backend and like.partition is not None \
             and like.graph.same_structure(graph)
         kernels, warnings, partition = self._kernels(graph, like.partition if reusable else None)
-        if _is_reading(model):
+        from lilou.graph.reading import GraphReading  # onnx is loaded by now: a graph was read
+
+        if isinstance(model, GraphReading):
             batch = model.batch
         return PreparedModel(name=_model_name(model), graph=graph, kernels=kernels, warnings=tuple(warnings),
                              backend=self.backend, batch=batch, partition=partition)
@@ -424,18 +426,11 @@ def _leading_dim(graph: ModelGraph) -> int | None:
     return None
 
 
-def _is_reading(model: object) -> bool:
-    """Whether ``model`` is a file being read (lilou.graph.reading imports onnx: only looked up once one exists)."""
-    import sys
-
-    reading = sys.modules.get("lilou.graph.reading")
-    return reading is not None and isinstance(model, reading.GraphReading)
-
-
 def _model_name(model: str | os.PathLike[str] | ModelGraph | GraphReading) -> str:
     from lilou.graph.dag import ModelGraph
+    from lilou.graph.reading import GraphReading
 
-    if _is_reading(model):
+    if isinstance(model, GraphReading):
         return os.fspath(model.path)
     return model.name if isinstance(model, ModelGraph) else os.fspath(model)
 

@@ -99,7 +99,7 @@ class GraphReading:
         self.close()
 
     def _collected(self, meanwhile: Callable[[], object] | None) -> ShapedModel:
-        with guarded_inference.meanwhile(*(() if meanwhile is None else (meanwhile,))):
+        with _meanwhile(meanwhile):
             guarded_inference.run_pending()  # while the child shapes: this work, and any an outer meanwhile set
         child, self._child = self._child, None
         payload, status = child.collect()
@@ -108,7 +108,7 @@ class GraphReading:
     def _shaped_here(self, meanwhile: Callable[[], object] | None) -> ShapedModel:
         from lilou.graph.dag import shape_model
 
-        with guarded_inference.meanwhile(*(() if meanwhile is None else (meanwhile,))):
+        with _meanwhile(meanwhile):  # run during its guarded inference
             return shape_model(self._model, **self._options)
 
 
@@ -117,6 +117,11 @@ def read_graph(path: str | os.PathLike[str], batch: int | None = None,
                values: Mapping[str, Sequence[Value]] | None = None, restore_folded: bool = True) -> GraphReading:
     """Start reading ``path`` (arguments as :func:`lilou.graph.dag.load_graph`); see the module docstring."""
     return GraphReading(path, batch, shapes, values, restore_folded)
+
+
+def _meanwhile(work: Callable[[], object] | None):
+    """:func:`lilou.graph.guarded_inference.meanwhile` of ``work``, if any."""
+    return guarded_inference.meanwhile(*(() if work is None else (work,)))
 
 
 def _shapes_in_child(model: onnx.ModelProto) -> bool:

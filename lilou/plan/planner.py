@@ -209,7 +209,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                     raise
                 warnings.append(f"batch {batch} skipped: {error}")
                 continue
-            if not tried and series is not None and len(sizes) > 1:  # the file shapes: the reads that follow
+            if batch == sizes[0] and series is not None and len(sizes) > 1:  # the file shapes: the reads after it
                 series.prefetch(sizes[1], pins(sizes[1]))          # (the second batch, the check at the largest)
                 series.prefetch(sizes[-1], pins(sizes[-1]))        # run in their children beside this batch's work
             # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
