@@ -48,7 +48,8 @@ from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, kernel_path,
-                                                  kernel_precisions, precision_path, precision_warnings)
+                                                  kernel_precisions, precision_path, precision_warnings,
+                                                  tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
@@ -380,6 +381,8 @@ class _GraphPrecision:
         lines = precision_warnings(paths, has_conv=self.has_conv, has_matmul=self.has_matmul,
                                    mixed=self.precision is None and self.detected.mixed,
                                    devices=devices, coverage=coverage)
+        if any(p.precision in ("fp32", "tf32") for p in paths):
+            lines += tf32_unavailable(self.tf32, self.precision, devices, self.has_conv, self.has_matmul)
         for other, has_conv, has_matmul in self.others:  # the kernels priced in another precision than the model's
             other_paths = [kernel_path(p, other) for p in paths]
             lines += [line for line in precision_warnings(other_paths, has_conv=has_conv, has_matmul=has_matmul,

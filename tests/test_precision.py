@@ -90,6 +90,40 @@ def test_infer_json_carries_precision_and_says_what_is_unmeasured(tmp_path: Path
         "kernels" in Predictor().predict(path, gpu="v100-sxm2-16gb").warnings
 
 
+def test_fp8_and_fp4_on_gpus_without_their_tensor_cores_say_so(tmp_path: Path) -> None:
+    """FP8 asked of an Ampere GPU (and FP4 of a Hopper one) is priced on the FP16 tensor cores, as weight-only kernels
+    run there; the warning names the devices and what an engine that needs FP8 math would do."""
+    path = tmp_path / "fp32.onnx"
+    onnx.save(matmul_model(TensorProto.FLOAT), path)
+    predictor = Predictor()
+    on_ampere = predictor.predict(path, gpu="a100-sxm4-80gb", precision="fp8")
+    assert [k.type for k in on_ampere.kernels] == ["gemm_fp16_tensor"]
+    assert ("a100-sxm4-80gb: no FP8 tensor cores (FP8 needs compute capability 8.9 or newer): FP8 GEMMs are priced on "
+            "the FP16 tensor cores with FP8-stored tensors, as weight-only FP8 kernels run; an engine that needs the "
+            "format's own math (TensorRT, ModelOpt) cannot run them there, and 16-bit activations would move more "
+            "bytes than predicted") in on_ampere.warnings
+    assert not any("neighbour" in w for w in on_ampere.warnings)  # the line above says what it is priced as
+    on_ada = predictor.predict(path, gpu="l4", precision="fp8")
+    assert [k.type for k in on_ada.kernels] == ["gemm_fp8_tensor"] and not any("no FP8" in w for w in on_ada.warnings)
+    ranked = predictor.rank(path, gpus=["h100-sxm", "b200", "t4"], precision="fp4")
+    assert [w for w in ranked.warnings if "no FP4 tensor cores" in w] == [
+        "h100-sxm, t4: no FP4 tensor cores (FP4 needs compute capability 10.0 or newer): FP4 GEMMs are priced on the "
+        "FP16 tensor cores with FP4-stored tensors, as weight-only FP4 kernels run; an engine that needs the format's "
+        "own math (TensorRT, ModelOpt) cannot run them there, and 16-bit activations would move more bytes than "
+        "predicted"]
+
+
+def test_tf32_asked_of_a_gpu_without_it_is_said() -> None:
+    predictor = Predictor()
+    line = ("t4: no TF32 tensor cores (TF32 needs compute capability 8.0 or newer): TF32 was asked for, and FP32 "
+            "kernels are priced in strict FP32 there, as they run")
+    asked = predictor.predict(EXAMPLE, gpu="t4", tf32="on")
+    assert line in asked.warnings and asked.tf32 == "off"
+    assert line in predictor.predict(EXAMPLE, gpu="t4", precision="tf32").warnings
+    assert line not in predictor.predict(EXAMPLE, gpu="t4").warnings  # not asked: PyTorch's default is no TF32 there
+    assert not any("no TF32" in w for w in predictor.predict(EXAMPLE, gpu="a10g", tf32="on").warnings)
+
+
 TF32_WARNING = ("FP32 convolutions run in TF32 (PyTorch's default for convolutions on compute capability 8.0 and "
                 "newer): priced on the TF32 tensor cores at their peak, but no source of the kernel table measured "
                 "TF32, so these kernels are extrapolated from 16-bit tensor-core measurements; --tf32 off predicts "

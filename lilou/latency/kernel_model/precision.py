@@ -121,6 +121,20 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
     return warnings
 
 
+def tf32_unavailable(requested: str | None, precision: str | None, devices: Sequence[Device], has_conv: bool,
+                     has_matmul: bool) -> list[str]:
+    """A line when TF32 was asked for (``--tf32 on|conv``, ``--precision tf32``) on GPUs without it: their FP32
+    kernels are priced in strict FP32, as they run there (:func:`precision_path` turns TF32 off before 8.0)."""
+    wanted = "on" if precision == "tf32" else requested
+    if wanted not in ("on", "conv") or not (has_conv or (wanted == "on" and has_matmul)):
+        return []
+    older = sorted({d.gpu for d in devices if compute_capability(d) < (8, 0)})
+    if not older:
+        return []
+    return [f"{', '.join(older)}: no TF32 tensor cores (TF32 needs compute capability 8.0 or newer): TF32 was asked "
+            "for, and FP32 kernels are priced in strict FP32 there, as they run"]
+
+
 def runs_tf32(family: str, path: PrecisionPath) -> bool:
     """An FP32 kernel of ``family`` whose math runs in TF32 on this path (``path.tf32`` is already off on GPUs
     without TF32): convolutions under ``conv`` or ``on``, GEMMs under ``on``."""
@@ -133,6 +147,8 @@ def runs_tf32(family: str, path: PrecisionPath) -> bool:
 _TENSOR_UNITS = {"fp16": ("fp16_tensor", "fp16"), "bf16": ("bf16_tensor", "fp32"), "fp8": ("fp8_tensor", None),
                  "int8": ("int8_tensor", "int8"), "fp4": ("fp4_tensor", None)}  # int4: kernel_unit
 MATH_FAMILIES = frozenset({"gemm", "conv"})
+#: Formats with tensor cores of their own from a compute capability on; before it they are upcast (kernel_unit).
+_NEEDS_CAPABILITY = {"fp8": (8, 9), "fp4": (10, 0)}
 
 
 def kernel_path(path: PrecisionPath, precision: str) -> PrecisionPath:
@@ -191,13 +207,15 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
     warnings = []
     for precision in sorted({p.precision for p in paths} - {"fp32", "tf32"}):
         for family in families:
-            no_unit, unmeasured = set(), set()
+            no_unit, upcast, unmeasured = set(), set(), set()
             for path, device in zip(paths, devices):
                 if path.precision != precision:
                     continue
                 unit = kernel_unit(family, path, device)
                 if unit is None or unit == "fp32":
                     no_unit.add(device.gpu)
+                elif precision in _NEEDS_CAPABILITY and unit != _TENSOR_UNITS[precision][0]:
+                    upcast.add(device.gpu)
                 elif not any(coverage.count(p, family, architecture_class(device.gpu))
                              for p in _NEIGHBOURS.get(precision, (precision,))):
                     unmeasured.add(architecture_class(device.gpu))
@@ -205,6 +223,13 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
             if no_unit:
                 warnings.append(f"{', '.join(sorted(no_unit))}: no unit for {name}; they are predicted at FP32 "
                                 "CUDA-core rates, as measured FP32 kernels")
+            if upcast:
+                needs = ".".join(map(str, _NEEDS_CAPABILITY[precision]))
+                warnings.append(f"{', '.join(sorted(upcast))}: no {precision.upper()} tensor cores ({precision.upper()} "
+                                f"needs compute capability {needs} or newer): {name} are priced on the FP16 tensor "
+                                f"cores with {precision.upper()}-stored tensors, as weight-only {precision.upper()} "
+                                "kernels run; an engine that needs the format's own math (TensorRT, ModelOpt) cannot "
+                                "run them there, and 16-bit activations would move more bytes than predicted")
             if unmeasured:
                 measured = sorted({a for p in _NEIGHBOURS.get(precision, (precision,))
                                    for a in coverage.architectures(p, family)}, key=ARCHITECTURE_CLASSES.index)
