@@ -491,14 +491,20 @@ def attention_rows(predictor, per_group: int = 1500):
             feats.append(features(AttentionShape(batch, step.q_len, step.kv_len, heads, kv_heads, head_dim),
                                   device.sms))
             measured.append(latency)
-        position = {}
-        index = np.fromiter((position.setdefault(s, len(position)) for s in specs), dtype=np.int64)
-        unique = list(position)
-        kernels = GraphKernels(nodes=[("attention",)] * len(specs), specs=specs, unique=unique,
-                               unique_fallback=np.zeros(len(unique), dtype=bool),
-                               unique_fixed_bytes=np.zeros(len(unique)), index=index)
         path = precision_path("bf16", device, None, "off")
-        work = predictor.model.kernel_work(kernels, [device], None, lambda _, path=path: path).work_ms[:, 0]
+        work = np.empty(len(specs))
+        # each row priced with the size ladder of its own batch, as LLMPredictor._work prices a step's kernels
+        batches = np.array([row[2] for row in rows])
+        for batch in np.unique(batches):
+            at = np.flatnonzero(batches == batch)
+            position = {}
+            index = np.fromiter((position.setdefault(specs[i], len(position)) for i in at), dtype=np.int64)
+            unique = list(position)
+            kernels = GraphKernels(nodes=[("attention",)] * len(at), specs=[specs[i] for i in at], unique=unique,
+                                   unique_fallback=np.zeros(len(unique), dtype=bool),
+                                   unique_fixed_bytes=np.zeros(len(unique)), index=index)
+            work[at] = predictor.model.kernel_work(kernels, [device], int(batch),
+                                                   lambda _, path=path: path).work_ms[:, 0]
         out[(gpu, "prefill" if causal else "decode")] = (np.asarray(work), np.asarray(feats), np.asarray(measured))
     return out
 

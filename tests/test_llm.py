@@ -211,6 +211,17 @@ def test_decode_is_kv_bound_and_bf16_beats_fp32_on_an_a100(llm):
     assert bf16.tokens_per_s == pytest.approx(8 * 128 / (bf16.e2e_ms / 1000))
 
 
+@pytest.mark.parametrize("gpu", ["l4", "a10g", "h100-sxm"])
+def test_a_larger_batch_is_never_a_faster_step(llm, gpu):
+    """Up to batch 16 every kernel is priced as the cheapest of the same kernel at its batch and every larger one
+    (the size ladder of lilou.latency.composition.monotone): before session 36 the L4 decode step was 58.2 ms at
+    batch 1 and 56.5 ms at batch 3, and `plan --llm` chose batches from those numbers."""
+    steps = [llm.predict("llama-3.1-8b", gpu, batch=b, input_len=512, output_len=128) for b in range(1, 17)]
+    for field in ("itl_ms", "ttft_ms", "steady_itl_ms"):
+        values = [getattr(step, field) for step in steps]
+        assert all(a <= b for a, b in zip(values, values[1:])), (field, values)
+
+
 def test_longer_context_and_tp_change_the_step_as_they_should(llm):
     short = llm.predict(LLAMA, "h200", batch=32, input_len=256, output_len=64, dtype="bf16")
     long = llm.predict(LLAMA, "h200", batch=32, input_len=8192, output_len=64, dtype="bf16")

@@ -392,7 +392,7 @@ class LLMPredictor:
         kernels = [remembered_step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine)
                    for s in steps]
         flat = [k for step in kernels for k in step]
-        work = self._work(flat, device, dtype)
+        work = self._work(flat, device, dtype, batch)
         if engine == "vllm":  # measured vLLM attention kernels depart from the fused-attention price
             correction = self.attention
             for i, k in enumerate(flat):
@@ -428,8 +428,10 @@ class LLMPredictor:
                                  gemm_share=_gemm_share([priced[-1]]))
         return self._phase(priced[0][0], prefill_ms, device, dtype, gemm_share=_gemm_share(priced[:1])), decode, steady
 
-    def _work(self, kernels: list[StepKernel], device: Device, dtype: str) -> np.ndarray:
-        """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path."""
+    def _work(self, kernels: list[StepKernel], device: Device, dtype: str, batch: int | None = None) -> np.ndarray:
+        """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path; ``batch`` (each
+        kernel's independent work is proportional to it) sets the size ladder, so that no kernel, and no step, is
+        priced below the same step at a smaller batch (None: kernels of several batches, the ladder x1 .. x16)."""
         from lilou.latency.composition.end_to_end import GraphKernels
         from lilou.latency.composition.fallback import uses_fallback
         from lilou.latency.kernel_model.precision import precision_path
@@ -445,9 +447,10 @@ class LLMPredictor:
         # as an option: every GEMM on the path of the serving dtype, whatever its activations' type (BF16 beside FP8
         # weights), as the engine constants were fitted (kernel_path)
         path = precision_path(dtype, device, dtype, "off")
-        # batch None: the five-rung size ladder (x1 .. x16), enough for monotonic work and 4x cheaper than a ladder
-        # over every batch up to the dense limit
-        work = self.predictor.model.kernel_work(graph_kernels, [device], None, lambda _: path)
+        # the ladder of every batch up to 16, then 32 and 64 (lilou.latency.composition.monotone): before session 36
+        # it was the five rungs x1 .. x16 of an unknown batch, and Llama-3.1-8B's decode step on an L4 was priced
+        # 58.2 ms at batch 1 and 56.5 ms at batch 3 (the rungs of batch 1 are 2, 4, 8, 16; 3 is none of them)
+        work = self.predictor.model.kernel_work(graph_kernels, [device], batch, lambda _: path)
         return np.array(work.work_ms[:, 0], dtype=np.float64)
 
     def _phase(self, kernels: Sequence[StepKernel], ms: float, device: Device, dtype: str,
