@@ -1,6 +1,7 @@
 """Bad input to `lilou graph`: one clear line on stderr, exit status 2, never a traceback."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import onnx
@@ -92,8 +93,6 @@ def test_shape_override_resolves_dynamic_dims(capsys, tmp_path):
     status, out, _ = run_cli(capsys, "graph", str(dynamic_model(tmp_path)), "--shape", "tokens=4x32x16",
                              "--format", "json")
     assert status == 0
-    import json
-
     result = json.loads(out)
     assert result["nodes"][0]["outputs"][0]["shape"] == [4, 32, 8]
     assert result["totals"]["flops"] == 2 * 4 * 32 * 8 * 16
@@ -108,6 +107,15 @@ def test_shape_override_resolves_dynamic_dims(capsys, tmp_path):
 def test_bad_shape_options(capsys, tmp_path, argv, fragment):
     status, _, err = run_cli(capsys, "graph", str(dynamic_model(tmp_path)), *argv)
     assert_one_line_error(status, err, fragment)
+
+
+def test_a_batch_that_every_whole_shape_contradicts_is_refused(capsys, tmp_path):
+    """--shape gives the only input whole at batch 4, so --batch 2 would set nothing and label the result batch 2."""
+    path = str(dynamic_model(tmp_path))
+    status, _, err = run_cli(capsys, "graph", path, "--shape", "tokens=4x32x16", "--batch", "2")
+    assert_one_line_error(status, err, "--batch 2 sets no input: --shape gives tokens=4x32x16 whole")
+    status, out, _ = run_cli(capsys, "graph", path, "--shape", "tokens=4x32x16", "--batch", "4", "--format", "json")
+    assert status == 0 and json.loads(out)["totals"]["flops"] == 2 * 4 * 32 * 8 * 16  # the two agree
 
 
 def test_unknown_option_is_one_line(capsys):

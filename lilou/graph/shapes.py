@@ -99,6 +99,7 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         named = f"; its named dimensions: {', '.join(sorted(dimensions))}" if dimensions else ""
         raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; the model's inputs are: "
                               f"{', '.join(names)}{named}")
+    took_batch, pinned = False, []
     for value in inputs:
         dims = value.type.tensor_type.shape.dim
         if value.name in shapes:
@@ -106,12 +107,18 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
                 raise LilouInputError(f"--shape {value.name}: the input has rank {len(dims)}, got {len(wanted)} dims")
             _set_dims(value, wanted)
+            pinned += [f"{value.name}={'x'.join(map(str, wanted))}"] if len(wanted) and wanted[0] != batch else []
             continue
         if bound:
             _bind_dimensions(value, bound)
         if batch is not None and len(dims) > 0:
             dims[0].Clear()
             dims[0].dim_value = batch
+            took_batch = True
+    if batch is not None and not took_batch and pinned:
+        # every input's shape is given whole: --batch would set nothing, and the prediction be labelled with it
+        raise LilouInputError(f"--batch {batch} sets no input: --shape gives {', '.join(pinned)} whole, with another "
+                              "leading dimension; drop --batch, or give the shape at that batch")
     _require_static_inputs(inputs, dimensions)
     if batch is not None or shapes:
         # Intermediate and output shapes recorded by the exporter describe the old inputs
