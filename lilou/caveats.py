@@ -155,6 +155,10 @@ _NOTE_TIMES_MS = (0.1, 100.0)
 LAUNCH_BOUND_WORK_SHARE = 0.5
 
 
+#: What a launch-bound note says (:func:`launch_bound_note`): it explains a ranking's order, which a plan does not use.
+LAUNCH_BOUND = "devices are launch-bound ("
+
+
 def launch_bound_note(entries: Sequence[RankEntry], gap_ms: float, given: bool = False) -> list[str]:
     """Say so when two or more ranked devices are launch-bound: the host's kernel launches, not the GPU, set their
     latency, so they tie (to within 1 %) and are ordered by GPU work alone. The launch gap is NeuSight's 2023 hosts'
@@ -164,7 +168,7 @@ def launch_bound_note(entries: Sequence[RankEntry], gap_ms: float, given: bool =
         return []
     names = ", ".join(e.device for e in bound[:4]) + (f" and {len(bound) - 4} more" if len(bound) > 4 else "")
     origin = "as given" if given else "measured on NeuSight's 2023 hosts"
-    return [f"{len(bound)} devices are launch-bound ({names}): the host's kernel launches ({1000 * gap_ms:.0f} us "
+    return [f"{len(bound)} {LAUNCH_BOUND}{names}): the host's kernel launches ({1000 * gap_ms:.0f} us "
             f"each, {origin}) set their predicted latency, not the GPU, so they tie and are "
             f"ordered by GPU work (the kernels' time alone, {min(e.gpu_work_ms for e in bound):.3f}-"
             f"{max(e.gpu_work_ms for e in bound):.3f} ms), the order a faster host would see"]

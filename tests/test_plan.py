@@ -139,6 +139,25 @@ def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in stdout
 
 
+@pytest.mark.parametrize("name", ["plan.txt", "plan"])
+def test_a_plot_without_an_image_extension_is_refused_before_any_work(capsys, tmp_path, graph_work, name):
+    code, _, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--gpus", "t4", "--plot", str(tmp_path / name))
+    assert code == 2 and err.count("\n") == 1 and f"--plot {tmp_path / name}: give the file one of the extensions png" in err
+    assert graph_work == {"load": 0, "fuse": 0} and not list(tmp_path.iterdir())
+
+
+def test_a_plan_does_not_repeat_notes_about_one_batch_or_one_slice(capsys, resnet_dynamic):
+    """Two A100-40GB boards are launch-bound at batch 1, which orders a ranking (lilou rank says so), not a plan of
+    the largest batch within the SLO; the first device of an LLM plan being a MIG slice, its power share is not
+    the plan's (a plan shows no power)."""
+    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "20", "--gpus", "a100-sxm4-40gb,a100-pcie-40gb",
+                     "--batches", "1,8")
+    assert plan["warnings"] and not any("launch-bound" in w for w in plan["warnings"])
+    llm = plan_json(capsys, "--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "512", "--output-len", "128",
+                    "--gpus", "a100-80gb/3g.40gb,a100-80gb", "--batches", "1,8")
+    assert not any("power" in w for w in llm["warnings"])
+
+
 def test_graph_work_once_per_batch_not_per_device(capsys, graph_work, resnet_dynamic):
     """The file is read at most once per batch, never per device: at the first two batches and the largest, the
     others derived from those reads (lilou.graph.batch_series); fusion is predicted at the first batch and at the

@@ -103,3 +103,25 @@ def launch_gap_ms(args) -> float | None:
     if not 0 <= gap <= 1000:  # also refuses nan
         raise LilouInputError(f"--launch-gap-us {gap:g}: give 0 to 1000 microseconds per kernel")
     return gap / 1000.0
+
+
+#: Image formats ``--plot`` writes (matplotlib's Agg canvas; the format comes from the file's extension).
+PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "tif", "tiff", "eps", "ps")
+
+
+def check_plot_path(path: str | None) -> None:
+    """``--plot OUT``: its folder exists and its extension names a format, checked before any work is done
+    (matplotlib would fail only when saving, and add ``.png`` to a name without an extension)."""
+    import os
+
+    from lilou.errors import LilouInputError
+
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise LilouInputError(f"--plot: folder {folder!r} does not exist")
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    if extension not in PLOT_FORMATS:
+        raise LilouInputError(f"--plot {path}: give the file one of the extensions {', '.join(PLOT_FORMATS)} "
+                              "(the image format follows it)")

@@ -6,8 +6,8 @@ import csv
 import sys
 
 from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
-                                    add_shape_options, console, input_values, launch_gap_ms, new_table, print_json,
-                                    shape_overrides, warn)
+                                    add_shape_options, check_plot_path, console, input_values, launch_gap_ms, new_table,
+                                    print_json, shape_overrides, warn)
 from lilou.graph.report import human
 
 
@@ -32,13 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    from lilou.errors import LilouInputError
     from lilou.graph.reading import read_graph
 
-    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
-        raise LilouInputError(f"--plot: folder {os.path.dirname(os.path.abspath(args.plot))!r} does not exist")
+    check_plot_path(args.plot)
 
     gap = launch_gap_ms(args)
     # The file is shaped in a child process from here on, while the predictor is imported and loaded.

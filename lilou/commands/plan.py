@@ -3,17 +3,16 @@ the SLO, its throughput, memory fit, cost and Kubernetes resource (``--llm`` for
 from __future__ import annotations
 
 import argparse
-import os
 
 from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
-                                    add_value_option, console, input_values, launch_gap_ms, new_table, print_json,
-                                    shape_overrides, warn)
+                                    add_value_option, check_plot_path, console, input_values, launch_gap_ms, new_table,
+                                    print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan", help="capacity plan: the device, batch and cost that meet a latency SLO",
-        description="For every GPU and MIG slice (or the listed ones): the largest batch whose 90 %% upper "
+        description="For every GPU and MIG slice (or the listed ones): the largest batch whose 90 % upper "
                     "bound meets the SLO, its throughput, memory fit, $ per million inferences (with --prices) "
                     "and the Kubernetes resource that requests it; sorted by cost, or by throughput without "
                     "prices. The graph is read once per batch, not once per device.")
@@ -52,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from lilou.errors import LilouInputError
     from lilou.plan.planner import parse_batches
 
-    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
-        raise LilouInputError(f"--plot: folder {os.path.dirname(os.path.abspath(args.plot))!r} does not exist")
+    check_plot_path(args.plot)
     gpus = None if args.gpus is None else args.gpus.split(",")
     batches = parse_batches(args.batches)
     prices = None

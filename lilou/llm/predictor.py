@@ -52,6 +52,8 @@ KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 DECODE_POINTS = 4
 #: The largest tensor-parallel group modelled: one node's GPUs.
 MAX_TP = 8
+#: How a MIG slice's power note starts (a plan, which shows no power, leaves it out).
+SLICE_POWER = "power is the slice's share"
 
 
 @dataclass(frozen=True)
@@ -537,7 +539,7 @@ class LLMPredictor:
             notes.append(f"{config.kv_heads} KV heads over TP {tp}: each KV head is replicated on {tp // config.kv_heads}"
                          " GPUs, as vLLM does")
         if device.mig is not None:
-            notes.append(f"power is the slice's share ({device.sm_fraction:.2f} of the SMs) of the board's")
+            notes.append(f"{SLICE_POWER} ({device.sm_fraction:.2f} of the SMs) of the board's")
         if dtype not in SERVED_DTYPES:
             notes.append(f"no serving row is {dtype.upper()} (the measured runs are FP16, BF16 and a few FP8): the "
                          f"figures rest on the kernel model, and the TTFT and ITL intervals are widened by its "

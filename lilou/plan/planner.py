@@ -173,6 +173,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     service passes its cache's, so a second plan of the same bytes skips the graph work. ``values``: run-time
     inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own)."""
     from lilou.api import Predictor, PreparedModel, rank_devices
+    from lilou.caveats import LAUNCH_BOUND
     from lilou.graph.memory import memory_needed
     from lilou.graph.batch_series import BatchSeries
     from lilou.graph.guarded_inference import meanwhile
@@ -231,7 +232,9 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             # is monotone in size by construction, memory grows with the batch): it is not predicted again.
             active = [d for d in active if curves[d.name][-1].interval_ms[1] <= slo and curves[d.name][-1].fits]
             if not tried:
-                warnings += [w for w in ranking.warnings if not w.startswith("the model does not fit")]
+                # memory is each device's own column; launch-bound devices explain a ranking's order, not a plan's
+                warnings += [w for w in ranking.warnings
+                             if not w.startswith("the model does not fit") and LAUNCH_BOUND not in w]
             tried.append(batch)
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
@@ -312,6 +315,7 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     :func:`_llm_point`)."""
     from lilou.api import rank_devices
     from lilou.llm import LLMPredictor
+    from lilou.llm.predictor import SLICE_POWER
 
     slo = check_slo(itl_slo_ms, "--itl-slo-ms")
     sizes = check_batches(batches)
@@ -334,8 +338,9 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                                                                          else "no latency"))
                     break
                 curves[device.name].append(_llm_point(result, batch, input_len, output_len))
-                if not warnings:
-                    warnings = [w for w in result.warnings if not w.startswith("no --dtype given")]
+                if not warnings:  # a slice's power share is the first device's, and a plan shows no power
+                    warnings = [w for w in result.warnings
+                                if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER)]
     if len(refused) == len(devices):
         raise LilouInputError(next(iter(refused.values())))
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm")

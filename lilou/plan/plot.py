@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from lilou.errors import LilouInputError
 from lilou.plan.planner import CapacityPlan
 
 #: Devices drawn: the plan's best ones (a chart of 70 devices is unreadable).
@@ -37,6 +38,10 @@ def plot_plan(plan: CapacityPlan, path: str | os.PathLike[str], max_devices: int
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=7, loc="upper left")
     figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
+    try:
+        figure.savefig(path)
+    except (OSError, ValueError) as exc:
+        raise LilouInputError(f"--plot: cannot write {os.fspath(path)!r}: {exc}") from None
+    finally:
+        plt.close(figure)
     return names
