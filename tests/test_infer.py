@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from lilou.api import Predictor
 from lilou.cli import main
 from tests.conftest import REPO
 from tests.onnx_builders import make_model, tensor, weight
@@ -84,13 +85,17 @@ def test_csv_one_row_per_kernel(capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 68
     assert set(rows[0]) == {"index", "ops", "nodes", "type", "category", "bound", "fallback", "latency_ms",
-                            "launch_wait_ms", "work_ms", "flops", "bytes"}
+                            "launch_wait_ms", "gpu_ms", "work_ms", "flops", "bytes"}
     assert {(r["ops"], r["category"]) for r in rows if r["ops"] in ("Conv", "Reshape+Gemm", "MaxPool")} == {
         ("Conv", "conv"), ("Reshape+Gemm", "gemm"), ("MaxPool", "other")}
     assert all(r["category"] == "other" for r in rows if r["fallback"] == "1")
     assert {r["bound"] for r in rows} <= {"compute", "memory"}
     assert all(0 <= float(r["launch_wait_ms"]) <= float(r["latency_ms"]) for r in rows)
     assert float(rows[0]["launch_wait_ms"]) > 0  # the GPU is idle until the host has issued the first kernel
+    # the GPU time in the running model is the kernel model's time alone scaled by the fitted back-to-back scale
+    scale = Predictor().model.overhead.scale
+    assert all(float(r["latency_ms"]) == pytest.approx(float(r["launch_wait_ms"]) + float(r["gpu_ms"]), abs=2e-6)
+               and float(r["gpu_ms"]) == pytest.approx(scale * float(r["work_ms"]), abs=2e-6) for r in rows)
     assert "fallback" in err  # warnings go to stderr, stdout stays CSV
 
 
