@@ -77,8 +77,11 @@ def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
         name = raw.strip()
         if not name:
             continue
-        gpu, _, profile = name.partition("/")
-        device = resolve_device(gpu.strip(), profile.strip() or None) if profile else resolve_device(gpu)
+        gpu, slash, profile = name.partition("/")
+        if slash and not profile.strip():
+            raise LilouInputError(f"{name!r}: no MIG profile after the '/'; name the whole GPU as {gpu.strip()!r} or "
+                                  f"one slice as GPU/PROFILE, e.g. a100-80gb/1g.10gb (see `lilou gpus`)")
+        device = resolve_device(gpu.strip(), profile.strip()) if slash else resolve_device(gpu)
         devices.setdefault(device.name, device)
     if not devices:
         raise LilouInputError("no GPU named; list GPUs like --gpus a10g,t4,a100-80gb/1g.10gb (see `lilou gpus`)")

@@ -138,3 +138,27 @@ def test_options_a_prepared_model_cannot_take(predictor, resnet18):
     # bad device names still fail first, without touching the model
     with pytest.raises(LilouInputError, match="no-such-gpu"):
         predictor.predict(resnet18, gpu="no-such-gpu")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"batch": 2.5}, "--batch must be a positive integer, got 2.5"),
+    ({"batch": True}, "--batch must be a positive integer, got True"),
+    ({"batch": "4"}, "--batch must be a positive integer, got '4'"),
+    ({"shapes": {"pixel_values": (2.5, 3, 224, 224)}},
+     "shapes['pixel_values']: give a sequence of positive integer sizes, e.g. (8, 512), got (2.5, 3, 224, 224)"),
+    ({"shapes": {"pixel_values": 5}}, "shapes['pixel_values']: give a sequence of positive integer sizes, e.g. (8, 512), got 5"),
+    ({"shapes": [1, 2]}, "shapes must map input or dimension names to sizes, got list"),
+])
+def test_api_arguments_of_the_wrong_type_are_input_errors(predictor, options, message):
+    """The Python API takes what --batch and --shape take; a float, a bool or a string was a RuntimeError from the
+    shaping child ('TypeError: ...')."""
+    with pytest.raises(LilouInputError) as error:
+        predictor.predict(RESNET18, gpu="t4", **options)
+    assert str(error.value) == message
+
+
+def test_api_sizes_of_integer_types_are_taken(predictor):
+    import numpy as np
+
+    fixed = predictor.predict(RESNET18, gpu="t4", shapes={"pixel_values": np.array([1, 3, 224, 224])})
+    assert fixed.latency_ms == predictor.predict(RESNET18, gpu="t4").latency_ms

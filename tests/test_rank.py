@@ -48,6 +48,13 @@ def test_listed_gpus_and_slices(capsys):
     assert [r["latency_ms"] for r in ranking] == sorted(r["latency_ms"] for r in ranking)
 
 
+def test_a_slash_without_a_profile_is_refused(capsys):
+    code, out, err = run(capsys, "rank", EXAMPLE, "--gpus", "t4,a100-80gb/")
+    assert code == 2 and out == "" and err == ("lilou: error: 'a100-80gb/': no MIG profile after the '/'; name the "
+                                               "whole GPU as 'a100-80gb' or one slice as GPU/PROFILE, e.g. "
+                                               "a100-80gb/1g.10gb (see `lilou gpus`)\n")
+
+
 def test_rank_agrees_with_infer(capsys):
     ranking = {(r["gpu"], r["mig"]): r["latency_ms"] for r in rank_json(capsys, "--gpus", "a10g,h100-sxm/3g.40gb")}
     for gpu, mig in ranking:

@@ -39,7 +39,7 @@ from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
 from lilou.graph.transposes import cancel_inverse_transposes
 from lilou.graph.tensorrt_qdq import standard_fp8_qdq
-from lilou.graph.shapes import apply_input_shapes, infer_shapes, runtime_inputs
+from lilou.graph.shapes import apply_input_shapes, checked_shapes, infer_shapes, runtime_inputs
 from lilou.graph.validation import (check_initializers, check_opset, check_ranges, check_reshapes, check_sizes,
                                     check_splits, check_structure, check_windows)
 
@@ -166,6 +166,7 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     count is known as its body once per iteration (:mod:`lilou.graph.loops`)."""
     check_opset(model)
     check_initializers(model)
+    shapes = checked_shapes(shapes)  # the Python API's, checked as --shape is
     bound = bind_input_values(model, values, shapes)
     if bound:
         shapes = {name: dims for name, dims in (shapes or {}).items() if name not in values}

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx
 from onnx import shape_inference
 
@@ -44,18 +45,44 @@ def parse_shape_overrides(specs: Sequence[str] | None) -> dict[str, tuple[int, .
         if not match:
             raise LilouInputError(f"cannot parse --shape {spec!r}; expected NAME=D1xD2x... such as input_ids=1x128")
         dims = tuple(int(d) for d in re.split(r"\s*[xX,]\s*", match.group(2)))
-        if any(d <= 0 for d in dims):
-            raise LilouInputError(f"--shape {spec[:80]!r}: every dimension must be a positive integer (Lilou prices no "
-                                  "empty tensor; for an empty KV cache, the prompt pass, bind 1: one cached token "
-                                  "more)")
-        if any(d > MAX_DIM for d in dims):
-            raise LilouInputError(f"--shape {spec[:80]!r}: a dimension above 2^40 is not a real model input; "
-                                  "use a realistic size")
-        if math.prod(dims) > MAX_ELEMENTS:
-            raise LilouInputError(f"--shape {spec[:80]!r}: {math.prod(dims):.3g} elements is above Lilou's limit "
-                                  "of 2^48 elements per tensor; use a realistic size")
+        _check_dims(dims, repr(spec[:80]))
         overrides[match.group(1)] = dims
     return overrides
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _check_dims(dims: tuple[int, ...], what: str) -> None:
+    if any(d <= 0 for d in dims):
+        raise LilouInputError(f"--shape {what}: every dimension must be a positive integer (Lilou prices no "
+                              "empty tensor; for an empty KV cache, the prompt pass, bind 1: one cached token "
+                              "more)")
+    if any(d > MAX_DIM for d in dims):
+        raise LilouInputError(f"--shape {what}: a dimension above 2^40 is not a real model input; "
+                              "use a realistic size")
+    if math.prod(dims) > MAX_ELEMENTS:
+        raise LilouInputError(f"--shape {what}: {math.prod(dims):.3g} elements is above Lilou's limit "
+                              "of 2^48 elements per tensor; use a realistic size")
+
+
+def checked_shapes(shapes: Mapping[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:
+    """``shapes`` as the Python API takes them (``{"input_ids": (8, 512)}``, ``{"sequence_length": [512]}``),
+    checked as ``--shape`` is: a name, then positive integer sizes; anything else is a one-line input error."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise LilouInputError(f"shapes must map input or dimension names to sizes, got {type(shapes).__name__}")
+    checked = {}
+    for name, dims in shapes.items():
+        if not isinstance(name, str) or isinstance(dims, str | bytes) or not isinstance(dims, Sequence | np.ndarray) \
+                or not all(_is_integer(d) for d in dims):
+            raise LilouInputError(f"shapes[{str(name)[:80]!r}]: give a sequence of positive integer sizes, e.g. "
+                                  f"(8, 512), got {str(dims)[:80]}")
+        checked[name] = tuple(int(d) for d in dims)
+        _check_dims(checked[name], f"{name[:80]}={'x'.join(map(str, checked[name]))[:80]}")
+    return checked
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -66,8 +93,8 @@ def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 def check_batch(batch: int) -> None:
     """A batch size is a positive integer up to ``MAX_DIM``; anything else is a one-line input error."""
-    if batch <= 0:
-        raise LilouInputError(f"--batch must be a positive integer, got {batch}")
+    if not _is_integer(batch) or batch <= 0:
+        raise LilouInputError(f"--batch must be a positive integer, got {repr(batch)[:80]}")
     if batch > MAX_DIM:
         raise LilouInputError(f"--batch {batch} is above 2^40, not a real batch size; use a realistic one")
 
@@ -84,7 +111,7 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
     """
     if batch is not None:
         check_batch(batch)
-    shapes = dict(shapes or {})
+    shapes = checked_shapes(shapes)
     inputs = runtime_inputs(model)
     names = [protobuf_text(value.name) for value in inputs]
     dimensions = dimension_names_of(inputs)
