@@ -222,6 +222,25 @@ def test_a_larger_batch_is_never_a_faster_step(llm, gpu):
         assert all(a <= b for a, b in zip(values, values[1:])), (field, values)
 
 
+def test_a_mig_slice_is_never_faster_than_a_slice_that_holds_it(llm):
+    """The A100-80GB's slices against the whole GPU and each other (a slice with no fewer SMs, no less bandwidth and
+    L2 holds it): before session 36 the 7g.80gb slice's decode step came out 0.003 ms below the whole GPU's, the
+    attention correction reading 98 SMs' work items as lighter than 108's."""
+    from lilou.hardware import find_gpu, resolve_device
+    from lilou.latency.composition.monotone import dominates
+
+    spec = find_gpu("a100-sxm4-80gb")
+    devices = [resolve_device(spec.name)] + [resolve_device(spec.name, p.name) for p in spec.mig_profiles]
+    steps = {d.name: llm.predict("llama-3.1-8b", spec.name, mig=d.mig, batch=8, input_len=512, output_len=128)
+             for d in devices}
+    pairs = [(small, large) for small in devices for large in devices
+             if small.name != large.name and dominates(large, small) and steps[small.name].itl_ms is not None]
+    assert len(pairs) >= 6
+    for small, large in pairs:
+        for field in ("itl_ms", "ttft_ms", "steady_itl_ms"):
+            assert getattr(steps[small.name], field) >= getattr(steps[large.name], field), (small.name, large.name)
+
+
 def test_longer_context_and_tp_change_the_step_as_they_should(llm):
     short = llm.predict(LLAMA, "h200", batch=32, input_len=256, output_len=64, dtype="bf16")
     long = llm.predict(LLAMA, "h200", batch=32, input_len=8192, output_len=64, dtype="bf16")

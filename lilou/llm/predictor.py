@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from lilou.errors import LilouInputError
-from lilou.hardware import Device, resolve_device
+from lilou.hardware import Device, find_gpu, resolve_device
+from lilou.hardware.device import whole_gpu
 from lilou.latency.composition.overhead import queue_envelope, queue_shares, queue_total
 from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
@@ -397,9 +398,14 @@ class LLMPredictor:
         work = self._work(flat, device, dtype, batch)
         if engine == "vllm":  # measured vLLM attention kernels depart from the fused-attention price
             correction = self.attention
+            # The correction reads work items per SM, one feature monotone in the SM count: on a MIG slice it is taken
+            # at the slice's and at the whole GPU's, the larger kept, so that no slice is priced below a larger one
+            # (lilou.latency.composition.monotone; the decode correction grows with the SMs, and Llama-3.1-8B's step
+            # on an A100-80GB's 7g.80gb slice came out 0.003 ms below the whole GPU's)
+            sm_counts = {device.sms} if device.mig is None else {device.sms, whole_gpu(find_gpu(device.gpu)).sms}
             for i, k in enumerate(flat):
                 if k.attention is not None:
-                    work[i] = correction.apply(float(work[i]), k.attention, k.causal, device.sms)
+                    work[i] = max(correction.apply(float(work[i]), k.attention, k.causal, sms) for sms in sm_counts)
         offsets = np.cumsum([0] + [len(step) for step in kernels])
         priced = [(step, work[offsets[i]:offsets[i + 1]]) for i, step in enumerate(kernels)]
         itemsize = ITEMSIZE[QUANTISED.get(dtype, dtype)]  # the 16-bit activations all-reduced
