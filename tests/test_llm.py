@@ -5,6 +5,7 @@ Expectations are hand-computed from the published architectures (Llama-3.1-8B: 3
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,6 +156,20 @@ def test_hugging_face_configs_of_several_families(tmp_path):
     broken.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "vocab_size": 32000}))
     with pytest.raises(LilouInputError, match=r"lacks layers \(num_hidden_layers.*heads \(num_attention_heads"):
         load_config(broken)
+
+
+def test_encoders_and_encoder_decoders_are_refused(tmp_path):
+    """A BERT or T5 config has every field a decoder's has; priced as one it gave a TTFT and an ITL for a model that
+    generates nothing token by token (BERT) or runs an encoder first (T5)."""
+    from transformers import BertConfig, T5Config
+
+    for cls, message in ((BertConfig, "an encoder (model_type 'bert'), not a decoder LLM"),
+                         (T5Config, "an encoder-decoder model (model_type 't5'); lilou llm prices decoder-only LLMs")):
+        folder = tmp_path / cls.__name__
+        folder.mkdir()
+        cls().to_json_file(folder / "config.json")
+        with pytest.raises(LilouInputError, match=re.escape(message)):
+            load_config(folder / "config.json")
 
 
 LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,

@@ -260,11 +260,32 @@ def _first(config: dict[str, Any], field: str) -> Any:
     return None
 
 
+#: Hugging Face model types that generate no tokens one by one (encoders), or do so with an encoder beside the
+#: decoder: ``lilou llm`` prices decoder-only steps, so their configs are refused rather than priced as one.
+ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta",
+                           "deberta-v2", "camembert", "mpnet", "ernie", "modernbert", "nomic_bert", "megatron-bert",
+                           "mobilebert", "squeezebert", "convbert", "funnel", "layoutlm", "xlm", "flaubert",
+                           "roformer", "nezha", "rembert", "canine", "luke", "big_bird", "longformer", "vit",
+                           "clip_vision_model", "dinov2", "wav2vec2", "hubert"})
+ENCODER_DECODER_TYPES = frozenset({"t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper",
+                                   "blenderbot", "prophetnet", "led", "encoder-decoder", "switch_transformers"})
+
+
+def _check_decoder(config: dict[str, Any], model_type: str, name: str) -> None:
+    if model_type in ENCODER_TYPES:
+        raise LilouInputError(f"{name}: an encoder (model_type {model_type!r}), not a decoder LLM; lilou llm prices "
+                              "token-by-token generation; predict the encoder's ONNX export with lilou infer")
+    if model_type in ENCODER_DECODER_TYPES or config.get("is_encoder_decoder") is True:
+        raise LilouInputError(f"{name}: an encoder-decoder model (model_type {model_type!r}); lilou llm prices "
+                              "decoder-only LLMs; predict its ONNX exports (encoder, decoder step) with lilou infer")
+
+
 def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     """An :class:`LLMConfig` from a parsed Hugging Face config (a nested ``text_config`` is used when present)."""
     if isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
     model_type = str(config.get("model_type") or "unknown")
+    _check_decoder(config, model_type, name)
     values = {field: _first(config, field) for field in _ALIASES}
     missing = [_named(field) for field in _REQUIRED if values[field] is None]
     if model_type == "falcon" and not config.get("new_decoder_architecture", False):
