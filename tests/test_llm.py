@@ -125,6 +125,11 @@ def test_lengths_and_batch_must_be_positive(value):
 def test_unknown_name_suggests_close_names():
     with pytest.raises(LilouInputError, match=r"unknown LLM 'Llama-3.1-8B-Instuct'; did you mean .*Llama-3.1-8B-Instruct"):
         builtin_config("Llama-3.1-8B-Instuct")
+    # a family's start: its models first, not the closest spelling of another family (llama-13B before session 36)
+    with pytest.raises(LilouInputError) as family:
+        builtin_config("llama-3")
+    suggested = str(family.value).split("did you mean ")[1].split("?")[0].split(", ")
+    assert len(suggested) == 5 and all("llama-3" in s.lower() for s in suggested)
 
 
 def test_a_base_name_finds_its_fine_tune_of_the_same_architecture():

@@ -213,8 +213,14 @@ def builtin_config(name: str) -> LLMConfig:
         for full in builtin_models():
             for spelling in (full.lower(), full.rsplit("/", 1)[-1].lower()):
                 spellings.setdefault(spelling, []).append(full)
+        # names that start with what was typed first ("llama-3": the Llama 3 models, not llama-13B, the closest
+        # spelling), then names that hold it, then close spellings
+        wanted = name.lower().rsplit("/", 1)[-1]
+        starting = [s for s in spellings if s.rsplit("/", 1)[-1].startswith(wanted)]
+        holding = [s for s in spellings if wanted in s and s not in starting]
         close = difflib.get_close_matches(name.lower(), list(spellings), n=5, cutoff=0.5)
-        suggestions = list(dict.fromkeys(full for spelling in close for full in spellings[spelling]))[:3]
+        ranked = (sorted(starting) + sorted(holding) + close) if len(wanted) >= 3 else close
+        suggestions = list(dict.fromkeys(full for spelling in ranked for full in spellings[spelling]))[:5]
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise LilouInputError(f"unknown LLM {name!r}{hint} (a built-in name from `lilou llm --list`, or the path "
                               "of a Hugging Face config.json)")
