@@ -87,6 +87,21 @@ def test_plan_with_prices_is_sorted_by_cost(capsys, tmp_path, resnet_dynamic):
     assert slice_["price_source"] == "a100-sxm4-80gb x 3/7 compute slices"
 
 
+def test_a_partial_or_ambiguous_price_file_is_said(capsys, tmp_path):
+    """A device the file does not price is listed after the priced ones, and the plan says why; a line naming a
+    family of GPUs (a100) prices the board that name means everywhere in Lilou, and the plan says which."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nt4,0.35\na100,2.0\n")
+    plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "t4,a10g,a100-sxm4-40gb", "--batches", "1",
+                     "--prices", str(prices))
+    assert [(e["device"], e["usd_per_million"] is None) for e in plan["plan"]][-1] == ("a10g", True)
+    assert ("1 device(s) of the plan have no price in --prices (neither their own line nor, for a MIG slice, their "
+            "GPU's): a10g; listed after the priced ones") in plan["warnings"]
+    assert ("--prices line 3: GPU name 'a100' is ambiguous; using a100-sxm4-40gb (other matches: a100-pcie-40gb, "
+            "a100-pcie-80gb, a100-sxm4-80gb); pass the full name to choose") in plan["warnings"]
+    assert read_prices(prices) == {"t4": 0.35, "a100-sxm4-40gb": 2.0}
+
+
 def test_slo_no_device_meets_is_an_empty_plan_and_exit_0(capsys):
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "0.01", "--gpus", "t4,a10g")
     assert plan["plan"] == [] and len(plan["unmet"]) == 2

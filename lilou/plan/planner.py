@@ -296,10 +296,16 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
     else:
         entries.sort(key=lambda e: (-e.throughput_per_s_at_upper, e.device.name))
     if prices:
+        warnings = warnings + list(getattr(prices, "notes", []))
         unused = sorted(set(prices) - {d.name for d in devices} - {d.gpu for d in devices})
         if unused:
             warnings = warnings + [f"--prices names {len(unused)} device(s) not planned: {', '.join(unused[:5])}"
                                    + (" ..." if len(unused) > 5 else "")]
+        unpriced = [e.device.name for e in entries if e.usd_per_million is None]
+        if unpriced:
+            warnings = warnings + [f"{len(unpriced)} device(s) of the plan have no price in --prices (neither their own "
+                                   f"line nor, for a MIG slice, their GPU's): {', '.join(unpriced[:5])}"
+                                   + (" ..." if len(unpriced) > 5 else "") + "; listed after the priced ones"]
     return CapacityPlan(model=model, slo_ms=slo, batches=batches, sort=sort, entries=entries, curves=curves,
                         devices=devices, unmet=unmet, warnings=warnings, kind=kind)
 

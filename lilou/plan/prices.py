@@ -18,10 +18,20 @@ COLUMNS = ("device", "usd_per_hour")
 MAX_BYTES = 1 << 20
 
 
-def read_prices(path: str | os.PathLike[str]) -> dict[str, float]:
+class Prices(dict):
+    """``{device name: USD per hour}``, with the notes a plan repeats (a line naming a family of GPUs)."""
+
+    def __init__(self, *args, notes: list[str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.notes = list(notes or [])
+
+
+def read_prices(path: str | os.PathLike[str]) -> Prices:
     """``{device name: USD per hour}`` keyed by :attr:`lilou.hardware.Device.name`; a bad file is one
-    :class:`LilouInputError` line naming the file, the line and what is wrong."""
+    :class:`LilouInputError` line naming the file, the line and what is wrong. A line whose GPU name stands for a
+    family (``a100``) prices the GPU that name resolves to everywhere in Lilou, and a note says so."""
     from lilou.api import rank_devices
+    from lilou.hardware.database import ambiguity_note
 
     file = Path(path)
     if not file.is_file():
@@ -37,7 +47,7 @@ def read_prices(path: str | os.PathLike[str]) -> dict[str, float]:
     if header is None or [h.strip().lower() for h in header] != list(COLUMNS):
         raise LilouInputError(f"--prices: {file} must start with the header line 'device,usd_per_hour' "
                               f"(found {','.join(header) if header else 'an empty file'!r})")
-    prices: dict[str, float] = {}
+    prices = Prices()
     for number, row in enumerate(reader, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
@@ -58,6 +68,9 @@ def read_prices(path: str | os.PathLike[str]) -> dict[str, float]:
         if device.name in prices:
             raise LilouInputError(f"--prices: {file} line {number}: {device.name} is priced twice")
         prices[device.name] = price
+        note = ambiguity_note(name.partition("/")[0].strip())
+        if note:
+            prices.notes.append(f"--prices line {number}: {note}")
     if not prices:
         raise LilouInputError(f"--prices: {file} lists no device")
     return prices

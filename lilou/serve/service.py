@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 import importlib
@@ -227,7 +228,10 @@ class Service:
             path = folder / "prices.csv"
             path.write_text(text, encoding="utf-8")
             try:
-                return read_prices(path)
+                prices = read_prices(path)
+                # the lines of a file the service wrote itself mean nothing to the client
+                prices.notes = [re.sub(r"^--prices line \d+: ", "prices: ", note) for note in prices.notes]
+                return prices
             except LilouInputError as exc:
                 raise type(exc)(str(exc).replace(f"--prices: {path}", "prices").replace(str(path), "prices")) from None
         finally:
