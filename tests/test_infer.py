@@ -79,6 +79,11 @@ def test_table_shows_total_count_top_kernels_and_bound(capsys):
     assert sum(shares.values()) == pytest.approx(100, abs=0.3)
 
 
+def test_a_negative_top_is_refused(capsys):
+    code, out, err = run(capsys, "infer", EXAMPLE, "--gpu", "t4", "--top", "-1")
+    assert code == 2 and out == "" and err == "lilou: error: --top -1: give the number of kernels the table lists, 0 or more\n"
+
+
 def test_csv_one_row_per_kernel(capsys):
     code, out, err = run(capsys, "infer", EXAMPLE, "--gpu", "t4", "--format", "csv")
     assert code == 0

@@ -130,6 +130,13 @@ def test_bad_price_files_exit_2_with_one_line(capsys, tmp_path, text, message):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
 
 
+def test_llm_options_without_llm_are_refused(capsys):
+    code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--itl-slo-ms", "5", "--input-len", "512")
+    assert code == 2 and out == "" and err == ("lilou: error: --itl-slo-ms, --input-len apply with --llm (a decoder LLM "
+                                               "planned over lilou llm); an ONNX model is planned with --slo-ms T, its "
+                                               "precision set by --precision\n")
+
+
 def test_missing_price_file_and_bad_options_exit_2(capsys, tmp_path):
     for argv in (["--slo-ms", "50", "--prices", str(tmp_path / "none.csv")], ["--slo-ms", "-3"], [],
                  ["--slo-ms", "50", "--batches", "1,x"], ["--slo-ms", "50", "--batches", "0,2"],

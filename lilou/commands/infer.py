@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     from lilou.graph.reading import read_graph
 
     check_plot_path(args.plot)
+    if args.top < 0:
+        from lilou.errors import LilouInputError
+
+        raise LilouInputError(f"--top {args.top}: give the number of kernels the table lists, 0 or more")
 
     gap = launch_gap_ms(args)
     # The file is shaped in a child process from here on, while the predictor is imported and loaded.
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         for message in prediction.warnings:
             warn(message)
     else:
-        _print_table(prediction, max(args.top, 0))
+        _print_table(prediction, args.top)
     if args.plot and args.format == "table":
         console().print(f"wrote {args.plot}")
     return 0

@@ -70,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
         from lilou.api import Predictor
         from lilou.plan.planner import plan_model
 
+        llm_only = [option for option, value in (("--itl-slo-ms", args.itl_slo_ms), ("--input-len", args.input_len),
+                                                  ("--output-len", args.output_len), ("--dtype", args.dtype))
+                    if value is not None]
+        if llm_only:
+            raise LilouInputError(f"{', '.join(llm_only)} apply with --llm (a decoder LLM planned over lilou llm); an "
+                                  "ONNX model is planned with --slo-ms T, its precision set by --precision")
         if args.slo_ms is None:
             raise LilouInputError("plan needs --slo-ms T (or --llm MODEL --itl-slo-ms T --input-len I --output-len O)")
         predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
