@@ -97,8 +97,10 @@ def _print_table(prediction, top: int) -> None:
                       f"{100 * k.latency_ms / prediction.latency_ms:.1f} %")
     if top:
         out.print(table)
+    # TF32 is what FP32 convolutions and matmuls run in: said of FP32 models (the JSON carries it always)
+    tf32 = f", TF32 {prediction.tf32}" if prediction.precision in ("fp32", "tf32") else ""
     out.print(f"[bold]{prediction.model}[/bold] on [bold]{device}[/bold] ({prediction.backend}{batch}, "
-              f"{prediction.precision.upper()}, TF32 {prediction.tf32}): "
+              f"{prediction.precision.upper()}{tf32}): "
               f"[bold]{prediction.latency_ms:.3f} ms[/bold] (90 % interval {prediction.interval_ms[0]:.3f} to "
               f"{prediction.interval_ms[1]:.3f} ms), {len(prediction.kernels)} kernels, "
               f"{human(sum(k.flops for k in prediction.kernels), 'FLOPs')}")

@@ -364,13 +364,14 @@ def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint
     if result.steady_itl_ms is not None:
         itl = float(result.steady_itl_ms)
         lo, hi = result.steady_interval_ms or [itl, itl]
-        return PlanPoint(batch, round(itl, 4), (float(lo), float(hi)), *memory, 0.0, precision=result.dtype,
+        return PlanPoint(batch, round(itl, 4), (round(float(lo), 4), round(float(hi), 4)), *memory, 0.0,
+                         precision=result.dtype,
                          rate_per_s=batch * 1000.0 / itl, rate_per_s_at_upper=batch * 1000.0 / float(hi))
     itl = float(result.itl_ms or 0.0)
     itl_band = intervals.get("itl_ms") or [itl, itl]
     ttft = float(result.ttft_ms or 0.0)
     ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
     upper_e2e = float(ttft_band[1]) + (output_len - 1) * float(itl_band[1])
-    return PlanPoint(batch, round(itl, 4), (float(itl_band[0]), float(itl_band[1])), *memory, 0.0,
+    return PlanPoint(batch, round(itl, 4), (round(float(itl_band[0]), 4), round(float(itl_band[1]), 4)), *memory, 0.0,
                      precision=result.dtype, rate_per_s=float(result.tokens_per_s or 0.0),
                      rate_per_s_at_upper=batch * output_len / (upper_e2e / 1000) if upper_e2e > 0 else 0.0)
