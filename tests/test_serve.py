@@ -408,8 +408,13 @@ def test_llm_endpoint_is_the_cli_object(client, predictor):
     assert response.json() == json.loads(json.dumps(expected))
     missing = client.post("/v1/llm", json={"model": name, "gpu": "a100-80gb", "input_len": 512})
     assert missing.status_code == 422 and missing.json() == {"detail": "output_len: Field required"}
+    # a name that is neither built in nor a file: the CLI's line with close names (400), not "no such file" (404)
     unknown = client.post("/v1/llm", json={**request, "model": "no/such-llm"})
-    assert unknown.status_code == 404
+    assert unknown.status_code == 400 and unknown.json()["detail"].startswith("unknown LLM 'no/such-llm'")
+    close = client.post("/v1/llm", json={**request, "model": "llama-3"})
+    assert close.status_code == 400 and "did you mean meta-llama/Llama-3" in close.json()["detail"]
+    missing_file = client.post("/v1/llm", json={**request, "model": "configs/config.json"})
+    assert missing_file.status_code == 404
     # a name as `lilou llm` takes it: any case, no organisation, a base name for its only fine-tune architecture
     short = client.post("/v1/llm", json={**request, "model": "llama-3.1-8b"})
     assert short.status_code == 200 and short.json()["model"] == "meta-llama/Llama-3.1-8B-Instruct"
@@ -492,6 +497,13 @@ def test_bad_input_gets_the_cli_line(client, models_root, predictor):
 def test_invalid_fields_are_422_with_one_line(client, body, detail):
     response = client.post("/v1/predict", json=body)
     assert (response.status_code, response.json()) == (422, {"detail": detail})
+
+
+def test_a_union_field_fails_in_the_client_s_words(client):
+    """prices is an object or CSV text: pydantic's error named its member types ('prices.dict[str,constrained-float]
+    .a10g', then 'prices: Input should be a valid string' for the text member)."""
+    response = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 30, "prices": {"a10g": -1}})
+    assert (response.status_code, response.json()) == (422, {"detail": "prices.a10g: Input should be greater than 0"})
 
 
 def test_malformed_requests(client):

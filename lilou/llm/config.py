@@ -219,7 +219,10 @@ def builtin_config(name: str) -> LLMConfig:
         starting = [s for s in spellings if s.rsplit("/", 1)[-1].startswith(wanted)]
         holding = [s for s in spellings if wanted in s and s not in starting]
         close = difflib.get_close_matches(name.lower(), list(spellings), n=5, cutoff=0.5)
-        ranked = (sorted(starting) + sorted(holding) + close) if len(wanted) >= 3 else close
+        def closest_first(found: list[str]) -> list[str]:
+            return sorted(found, key=lambda s: (-difflib.SequenceMatcher(None, wanted, s.rsplit("/", 1)[-1]).ratio(), s))
+
+        ranked = (closest_first(starting) + closest_first(holding) + close) if len(wanted) >= 3 else close
         suggestions = list(dict.fromkeys(full for spelling in ranked for full in spellings[spelling]))[:5]
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise LilouInputError(f"unknown LLM {name!r}{hint} (a built-in name from `lilou llm --list`, or the path "

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from lilou.errors import LilouInputError
 from lilou.serve import openapi_doc
-from lilou.serve.errors import InvalidField, install_handlers, validation_message
+from lilou.serve.errors import InvalidField, ModelNotFound, install_handlers, validation_message
 from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest
 from lilou.serve.service import Service, Settings, has_llm, has_plan
 from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, media_type, read_limited,
@@ -135,7 +135,16 @@ async def _llm_model(service: Service, fields: LLMRequest | PlanRequest,
     builtin = await service.run(service.builtin_llm, fields.model)
     if builtin is not None:
         return builtin, None
-    source = await service.run(service.models_root.resolve, fields.model)
+    try:
+        source = await service.run(service.models_root.resolve, fields.model)
+    except ModelNotFound:
+        if fields.model.lower().endswith(".json"):
+            raise
+        # not a file, and no built-in name: the CLI's line, with the close built-in names (a 400, not a 404)
+        from lilou.llm.config import builtin_config
+
+        builtin_config(fields.model)
+        raise
     return source.path, source
 
 

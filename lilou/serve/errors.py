@@ -7,6 +7,7 @@ server's temporary folders) leaves the server.
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -59,11 +60,20 @@ def status_of(exc: LilouInputError) -> int:
     return exc.status_code if isinstance(exc, ServeInputError) else 400
 
 
+#: The names pydantic gives the members of a union in an error's location (``prices.dict[str,constrained-float].a10g``):
+#: they name its types, not the client's fields, and are left out.
+_UNION_MEMBER = re.compile(r"^(?:[\w-]+\[.*\]|str|int|float|bool|constrained-(?:float|int|str)|function-\w+)$")
+
+
 def validation_message(errors: list[dict]) -> str:
     """Pydantic's error list as one line: ``gpu: Field required; batch: Input should be greater than 0``."""
     parts = []
+    fields = [tuple(p for p in error.get("loc", ()) if p not in ("body", "query"))[:1] for error in errors]
+    # a union field (prices: an object or CSV text) fails once per member: the text member's line adds nothing
+    errors = [e for e, field in zip(errors, fields) if not ("str" in e.get("loc", ()) and fields.count(field) > 1)]
     for error in errors[:5]:
-        where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body", "query"))
+        where = ".".join(str(p) for p in error.get("loc", ())
+                         if p not in ("body", "query") and not _UNION_MEMBER.match(str(p)))
         parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     return one_line("; ".join(parts) + more)
