@@ -130,6 +130,17 @@ def test_bad_price_files_exit_2_with_one_line(capsys, tmp_path, text, message):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
 
 
+def test_batches_skipped_for_one_reason_are_said_once(capsys):
+    """examples/resnet18.onnx bakes batch 1 into a Reshape: every other batch fails with the same message at its own
+    sizes, said once for them all (a line per batch before)."""
+    plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "t4", "--batches", "1,2,4,8")
+    assert [w for w in plan["warnings"] if "skipped" in w] == [
+        "batches 2, 4 and 8 skipped: Reshape 'node_view' turns (2, 512, 1, 1) into (1, 512): the model has fixed "
+        "shapes baked in; re-export it with the batch and shapes you want (at batch 2; the others fail the same way at "
+        "their own sizes)"]
+    assert plan["batches"] == [1]
+
+
 def test_llm_options_without_llm_are_refused(capsys):
     code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--itl-slo-ms", "5", "--input-len", "512")
     assert code == 2 and out == "" and err == ("lilou: error: --itl-slo-ms, --input-len apply with --llm (a decoder LLM "

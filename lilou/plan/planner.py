@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -187,6 +188,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     pins = _pins_at_batch(model, shapes)
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = []
+    skipped: list[tuple[int, str]] = []  # (batch, why)
     tried: list[int] = []
     active = list(devices)  # devices still within the SLO and memory at the last batch tried
     like: PreparedModel | None = None  # the first batch: the others reuse its kernel groups (same nodes) ...
@@ -208,7 +210,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             except LilouInputError as error:
                 if not tried and batch == sizes[-1]:
                     raise
-                warnings.append(f"batch {batch} skipped: {error}")
+                skipped.append((batch, str(error)))
                 continue
             if batch == sizes[0] and series is not None and len(sizes) > 1:  # the file shapes: the reads after it
                 series.prefetch(sizes[1], pins(sizes[1]))          # (the second batch, the check at the largest)
@@ -236,9 +238,28 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                 warnings += [w for w in ranking.warnings
                              if not w.startswith("the model does not fit") and LAUNCH_BOUND not in w]
             tried.append(batch)
+    warnings += skipped_lines(skipped)
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
     return _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")
+
+
+def skipped_lines(skipped: Sequence[tuple[int, str]]) -> list[str]:
+    """One line per reason the batches were skipped for: a file with its batch baked in fails every batch but its
+    own with one message whose sizes follow the batch, said once for them all (it was a line per batch)."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for batch, why in skipped:
+        groups.setdefault(re.sub(r"\d+", "#", why), []).append((batch, why))
+    lines = []
+    for members in groups.values():
+        batches = [str(batch) for batch, _ in members]
+        if len(members) == 1:
+            lines.append(f"batch {batches[0]} skipped: {members[0][1]}")
+        else:
+            listed = f"{', '.join(batches[:-1])} and {batches[-1]}"
+            lines.append(f"batches {listed} skipped: {members[0][1]} (at batch {batches[0]}; the others fail the same "
+                         "way at their own sizes)")
+    return lines
 
 
 def _groups_at_largest(predictor, first: PreparedModel, load, pins, largest: int, graph=None
