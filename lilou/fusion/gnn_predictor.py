@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
+from lilou.blas import blas_section
 from lilou.checkpoints import FUSION_GNN, checkpoint_path
 from lilou.errors import MissingDataError
 from lilou.fusion.features import (
@@ -109,8 +110,9 @@ class FusionPredictor:
         x = arrays.x * self.feature_mask
         arrays = replace(arrays, edge_attr=with_backend_prior(arrays.edge_attr, backend) * self.edge_feature_mask)
         if self.architecture.get("conv", "gine") == "gine":
-            logits = edge_logits(self.weights, self.architecture["layers"], x, arrays.edge_index,
-                                 arrays.edge_attr, backend_index(backend))
+            with blas_section():  # lilou.blas: OpenBLAS hangs under calls from several threads
+                logits = edge_logits(self.weights, self.architecture["layers"], x, arrays.edge_index,
+                                     arrays.edge_attr, backend_index(backend))
         else:
             logits = self._torch_logits(x, arrays, backend)
         return 0.5 * (1.0 + np.tanh(0.5 * logits))  # the logistic function, without overflow

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from lilou.blas import blas_section
 from lilou.latency.kernel_model.checkpoint import read_kernel_checkpoint
 from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, floor_index, floor_units_of, kernel_features,
                                                  low_power_exponent, roofline_inputs, roofline_ms)
@@ -151,9 +152,10 @@ def _in_chunks(rows: np.ndarray, head: Callable[[np.ndarray], np.ndarray]) -> np
     and on machines where page faults are expensive (VMs, sandboxes) touching new memory cost more than the
     layer's arithmetic (170 ms for the first SiLU, 13 ms for the next of the same size). In chunks the same few
     megabytes are reused and stay in cache; each row's arithmetic is unchanged."""
-    if len(rows) <= CHUNK_ROWS:
-        return head(rows)
-    return np.concatenate([head(rows[start:start + CHUNK_ROWS]) for start in range(0, len(rows), CHUNK_ROWS)])
+    with blas_section():  # lilou.blas: OpenBLAS hangs under calls from several threads
+        if len(rows) <= CHUNK_ROWS:
+            return head(rows)
+        return np.concatenate([head(rows[start:start + CHUNK_ROWS]) for start in range(0, len(rows), CHUNK_ROWS)])
 
 
 class _Member:
