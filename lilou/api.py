@@ -184,14 +184,23 @@ class Predictor:
             prediction.warnings.insert(0, note)
         return prediction
 
-    def predict_many(self, model: ModelInput, devices: Sequence[Device], batch: int | None = None,
+    def predict_many(self, model: ModelInput, devices: Sequence[Device | str], batch: int | None = None,
                      shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
                      tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None
                      ) -> list[Prediction]:
-        """:meth:`predict` for several devices; the graph is read and grouped once."""
+        """:meth:`predict` for several devices (:class:`Device` objects, or names as ``rank`` takes them: ``a10g``,
+        ``a100-80gb/1g.10gb``); the graph is read and grouped once."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
+        if isinstance(devices, str):
+            raise LilouInputError(f"predict_many takes a list of devices, got the string {devices[:80]!r}")
+        wanted = list(devices)
+        resolved = [rank_devices([d])[0] if isinstance(d, str) else d for d in wanted]  # bad names before the file
         prepared = self.in_precision(self._prepared(model, batch, shapes, values), precision)
-        return self._predictions(prepared, list(devices), precision, tf32)
+        predictions = self._predictions(prepared, resolved, precision, tf32)
+        for asked, prediction in zip(wanted, predictions):  # a family's name says which GPU it took, as in predict
+            if isinstance(asked, str):
+                prediction.warnings[:0] = ambiguity_notes([asked])
+        return predictions
 
     def rank(self, model: ModelInput, gpus: Sequence[str] | None = None, batch: int | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,

@@ -162,3 +162,16 @@ def test_api_sizes_of_integer_types_are_taken(predictor):
 
     fixed = predictor.predict(RESNET18, gpu="t4", shapes={"pixel_values": np.array([1, 3, 224, 224])})
     assert fixed.latency_ms == predictor.predict(RESNET18, gpu="t4").latency_ms
+
+
+def test_predict_many_takes_names_as_rank_does(predictor):
+    """Names and GPU/PROFILE strings, as predict and rank take them (they raised AttributeError: 'str' object has no
+    attribute 'name'); a family's name says which board it took."""
+    many = predictor.predict_many(RESNET18, ["a10g", "a100-80gb/1g.10gb"])
+    assert [(p.gpu, p.mig) for p in many] == [("a10g", None), ("a100-sxm4-80gb", "1g.10gb")]
+    assert [p.latency_ms for p in many] == [predictor.predict(RESNET18, gpu="a10g").latency_ms,
+                                            predictor.predict(RESNET18, gpu="a100-80gb", mig="1g.10gb").latency_ms]
+    assert many[1].warnings[0].startswith("GPU name 'a100-80gb' is ambiguous; using a100-sxm4-80gb")
+    assert not any("ambiguous" in w for w in many[0].warnings)
+    with pytest.raises(LilouInputError, match="^predict_many takes a list of devices, got the string 'a10g'$"):
+        predictor.predict_many(RESNET18, "a10g")
