@@ -20,12 +20,15 @@ ModelKey = tuple[str, int | None, tuple[tuple[str, tuple[int, ...]], ...], str, 
 
 
 def model_key(sha256: str, batch: int | None, shapes: Mapping[str, Sequence[int]] | None,
-              backend: str, values: Mapping[str, Sequence[bool | int | float]] | None = None) -> ModelKey:
+              backend: str, values: Mapping[str, Sequence[bool | int | float]] | None = None,
+              folder: str | None = None) -> ModelKey:
     """The cache key of a file's bytes read with these options (``values``: run-time inputs' values, typed, so
-    that ``true`` and ``1`` are told apart as the file's types will tell them)."""
+    that ``true`` and ``1`` are told apart as the file's types will tell them). ``folder``: where the file's external
+    data is looked for (None for an upload, which has none): the same bytes read beside other data (or none) can
+    give other shapes, so they are other entries."""
     typed = tuple(sorted((name, tuple((type(v).__name__, v) for v in items)) for name, items in (values or {}).items()))
     return (sha256, batch, tuple(sorted((name, tuple(dims)) for name, dims in (shapes or {}).items())), backend,
-            typed)
+            typed, folder)
 
 
 class ModelCache:

@@ -135,7 +135,8 @@ class Service:
             prepared = predictor.prepare(dataclasses.replace(graph, name=source.name))
             return dataclasses.replace(prepared, batch=batch)
 
-        prepared = self.cache.get(model_key(source.sha256, batch, shapes, predictor.backend, values), load)
+        folder = None if source.temp_dir is not None else str(source.path.parent)  # uploads come without external data
+        prepared = self.cache.get(model_key(source.sha256, batch, shapes, predictor.backend, values, folder), load)
         return dataclasses.replace(prepared, name=source.name)
 
     def warm_up(self) -> None:
