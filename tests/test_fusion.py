@@ -230,6 +230,20 @@ def test_fuse_cli_json_covers_every_runtime_node(capsys):
     graph = build_graph(load_onnx(EXAMPLE), name="resnet18")
     listed = [n for k in payload["kernels"] + payload["no_kernel"] for n in k["nodes"]]
     assert sorted(listed) == sorted(graph.dag.nodes)
+    assert payload["source"] == "gnn" and payload["warnings"] == []
+
+
+def test_fuse_cli_json_carries_the_table_s_warnings(tmp_path, capsys):
+    """The JSON dropped them (and printed none on stderr), where the table prints them."""
+    import json
+
+    from lilou.cli import main
+
+    assert main(["fuse", str(_celu_model(tmp_path)), "--backend", "tvm", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    warnings = json.loads(captured.out)["warnings"]
+    assert any("never saw: Celu" in w for w in warnings)
+    assert captured.err.splitlines() == [f"lilou: warning: {w}" for w in warnings]
 
 
 def test_fuse_cli_unknown_op_fails_the_tvm_oracle_but_the_model_still_predicts(tmp_path, capsys):

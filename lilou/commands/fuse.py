@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from lilou.commands._common import (add_format_option, add_shape_options, console, input_values, new_table, print_json,
-                                    shape_overrides)
+                                    shape_overrides, warn)
 from lilou.errors import LilouInputError
 from lilou.fusion.backends import BACKENDS
 
@@ -45,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
         partition = predict_partition(graph, args.backend)
     warnings = [*graph.warnings, *partition.warnings]
     if args.format == "json":
-        print_json(partition.to_json())
+        # the contract's backend and kernels, with where the groups come from and what the table warns of
+        print_json({**partition.to_json(), "source": partition.source, "warnings": warnings})
+        for warning in warnings:
+            warn(warning)
         return 0
     out = console()
     kernels = partition.kernels
