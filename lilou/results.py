@@ -95,21 +95,30 @@ class Prediction:
         return [k for k in self.kernels if k.fallback]
 
     @property
+    def _kernel_total(self) -> float:
+        """The kernels' own sum: the shares' denominator (``latency_ms`` is rounded to 4 decimals, the kernels to 6,
+        and one kernel of 0.032024 ms read as 100.1 % of 0.032)."""
+        return sum(k.latency_ms for k in self.kernels)
+
+    @property
     def fallback_share(self) -> float:
         """Share (0..1) of the predicted time carried by fallback kernels."""
-        return sum(k.latency_ms for k in self.fallback_kernels) / self.latency_ms if self.latency_ms else 0.0
+        total = self._kernel_total
+        return sum(k.latency_ms for k in self.fallback_kernels) / total if total else 0.0
 
     @property
     def host_wait_share(self) -> float:
         """Share (0..1) of the predicted time the GPU waits for kernel launches (1 - GPU busy share)."""
-        return sum(k.host_wait_ms for k in self.kernels) / self.latency_ms if self.latency_ms else 0.0
+        total = self._kernel_total
+        return sum(k.host_wait_ms for k in self.kernels) / total if total else 0.0
 
     def category_shares(self) -> dict[str, float]:
         """Share (0..1) of the predicted time per kernel category, launch waits included; the categories
         `lilou eval` checks against NeuSight's per-node measurements."""
         shares = dict.fromkeys(CATEGORIES, 0.0)
+        total = self._kernel_total
         for k in self.kernels:
-            shares[k.category] += k.latency_ms / self.latency_ms if self.latency_ms else 0.0
+            shares[k.category] += k.latency_ms / total if total else 0.0
         return shares
 
     def top(self, n: int) -> list[KernelEstimate]:

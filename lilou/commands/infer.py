@@ -88,13 +88,14 @@ def _print_table(prediction, top: int) -> None:
         table.add_column(column, justify="right" if column in ("#", "ms", "90 % interval", "launch wait", "share")
                          else "left")
     order = {id(k): i for i, k in enumerate(prediction.kernels)}
+    total = sum(k.latency_ms for k in prediction.kernels) or 1.0  # the kernels' own sum: the total is rounded
     for k in prediction.top(top):
         ops = "+".join(dict.fromkeys(k.ops))
         table.add_row(str(order[id(k)]), ops if len(ops) <= 40 else ops[:39] + "…", k.nodes[0][:40],
                       k.type, k.bound, f"{k.latency_ms:.4f}",
                       f"{k.interval_ms[0]:.4f}-{k.interval_ms[1]:.4f}" + (" *" if k.extrapolated else ""),
                       f"{k.host_wait_ms:.4f}",
-                      f"{100 * k.latency_ms / prediction.latency_ms:.1f} %")
+                      f"{100 * k.latency_ms / total:.1f} %")
     if top:
         out.print(table)
     # TF32 is what FP32 convolutions and matmuls run in: said of FP32 models (the JSON carries it always)
