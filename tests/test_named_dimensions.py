@@ -158,3 +158,17 @@ def test_an_empty_cache_is_refused_with_what_to_bind_instead(capsys):
                              "--shape", "sequence_length=128", "--shape", "past_sequence_length=0")
     assert_one_line_error(status, err, "'past_sequence_length=0': every dimension must be a positive integer",
                           "for an empty KV cache, the prompt pass, bind 1")
+
+
+def test_a_hyphenated_name_is_one_dimension(tmp_path):
+    """``batch-size`` is a name, bound as --shape batch-size=4 writes it: read as ``batch - size`` it was unbindable by
+    its name, and --shape batch=8 --shape size=4 silently gave 4 rows."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", ["batch-size", 256])],
+                       [tensor("y", None)], [])
+    path = tmp_path / "hyphen.onnx"
+    onnx.save(model, path)
+    assert load_graph(path, shapes={"batch-size": (4,)}).inputs[0].shape == (4, 256)
+    with pytest.raises(LilouInputError, match=r"unknown input\(s\) batch, size; .* named dimensions: batch-size$"):
+        load_graph(path, shapes={"batch": (8,), "size": (4,)})
+    # an expression with spaces is still one (Optimum's "past_sequence_length + sequence_length")
+    assert load_graph(decoder_step(tmp_path), shapes=BOUND).inputs[1].shape == (2, 512)

@@ -191,8 +191,13 @@ def _dimension_names(expression: str) -> set[str]:
 
 
 def _parse_dimension(expression: str) -> ast.Expression | None:
-    """``expression`` as an arithmetic expression of names and integers, or None (a plain or odd name)."""
+    """``expression`` as an arithmetic expression of names and integers, or None (a plain or odd name).
+
+    A name that holds a hyphen and no space (``batch-size``) is a name, as ``--shape batch-size=4`` writes it; read
+    as ``batch - size`` it asked for two sizes and silently took their difference."""
     if len(expression) > _MAX_EXPRESSION or not re.fullmatch(r"[\w\s+\-*/()]+", expression):
+        return None
+    if _DIMENSION_NAME.fullmatch(expression):
         return None
     try:
         tree = ast.parse(expression, mode="eval")
