@@ -651,3 +651,18 @@ def test_cli_refuses_bad_options_with_one_line(tmp_path, capsys):
         assert main(["serve", *options]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("lilou: error: ") and message in lines[0]
+
+
+def test_a_port_in_use_is_one_line_and_exit_2():
+    """uvicorn printed five log lines and exited with status 3."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "lilou.cli", "serve", "--port", str(port)], capture_output=True,
+                              text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"lilou: error: cannot listen on 127.0.0.1:{port}: Address already in use (is another "
+                           "server on that port? give --port another)\n")

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
                "max_upload_mb": args.max_upload_mb, "cache_size": args.cache_size,
                "time_budget_s": args.time_budget_s, "threads": args.threads}
     create_app(**options)  # bad options fail here, with one line and exit status 2, before uvicorn starts
+    _check_bindable(args.host, args.port)
     os.environ[SETTINGS_ENV] = json.dumps(options)
     uvicorn.run("lilou.serve.app:app_from_environment", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, server_header=False, access_log=False)
@@ -62,3 +63,24 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """A port in use (or an address this machine does not have) is one line and exit status 2, not uvicorn's five
+    log lines and exit status 3."""
+    import socket
+
+    from lilou.errors import LilouInputError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise LilouInputError(f"--host {host}: cannot be resolved ({error.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise LilouInputError(f"cannot listen on {host}:{port}: {error.strerror or error} (is another server "
+                                  "on that port? give --port another)") from None
