@@ -377,7 +377,9 @@ class _GraphPrecision:
 
     @classmethod
     def of(cls, graph: ModelGraph, precision: str | None, tf32: str | None) -> _GraphPrecision:
-        ops = {graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()}
+        # ops priced by their cost formula: a convolution on the fallback (an op of an unknown domain, such as
+        # onnxruntime's NCHWc layout) runs on no tensor core, and TF32 is not said of it
+        ops = {graph.dag.nodes[n]["op"] for n in graph.runtime_nodes() if graph.dag.nodes[n].get("supported", True)}
         detected = model_precision(graph)
         read = math_op_precisions(graph) if precision is None else {}
         others = tuple((p, "conv" in read[p], "gemm" in read[p]) for p in sorted(read) if p != detected.precision)

@@ -113,6 +113,15 @@ def test_fp8_and_fp4_on_gpus_without_their_tensor_cores_say_so(tmp_path: Path) -
         "predicted"]
 
 
+def test_convolutions_on_the_fallback_are_not_said_to_run_in_tf32() -> None:
+    """onnxruntime's CPU-session file writes its convolutions in the NCHWc layout domain: they go to the memory-bound
+    fallback, and the TF32 line (priced on the TF32 tensor cores) was not true of them."""
+    cpu_layout = Path(__file__).parent / "data" / "ort" / "cnn-ort-session-cpu.onnx"
+    warnings = Predictor().predict(cpu_layout, gpu="l4").warnings
+    assert any("unsupported op(s) Conv" in w for w in warnings) and TF32_WARNING not in warnings
+    assert TF32_WARNING in Predictor().predict(cpu_layout.with_name("cnn.onnx"), gpu="l4").warnings
+
+
 def test_tf32_asked_of_a_gpu_without_it_is_said() -> None:
     predictor = Predictor()
     line = ("t4: no TF32 tensor cores (TF32 needs compute capability 8.0 or newer): TF32 was asked for, and FP32 "
