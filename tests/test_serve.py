@@ -513,6 +513,14 @@ def test_a_union_field_fails_in_the_client_s_words(client):
     assert (response.status_code, response.json()) == (422, {"detail": "prices.a10g: Input should be greater than 0"})
 
 
+def test_a_file_under_another_part_name_is_told_where_it_goes(client):
+    """`curl -F upload=@model.onnx` read the file as a text field: 'form field 'upload' is longer than 65536 bytes'."""
+    response = client.post("/v1/predict", files={"upload": ("r18.onnx", RESNET18.read_bytes())}, data={"gpu": "t4"})
+    assert (response.status_code, response.json()) == (422, {
+        "detail": "part 'upload' holds a file of more than 65536 bytes; the ONNX file (or config.json) goes in multipart "
+                  "part 'file'"})
+
+
 def test_malformed_requests(client):
     not_json = client.post("/v1/predict", content=b"{not json", headers={"content-type": "application/json"})
     assert not_json.status_code == 422 and not_json.json()["detail"].startswith("the body is not valid JSON")

@@ -91,6 +91,7 @@ class _MultipartSink:
         self._header_value = bytearray()
         self._headers: dict[str, bytes] = {}
         self._name: str | None = None
+        self._sent_as_file = False
         self._value = bytearray()
         self._file = None
         self._hash = None
@@ -119,6 +120,7 @@ class _MultipartSink:
         if not name:
             raise InvalidField("a multipart part has no name (Content-Disposition: form-data; name=...)")
         self._name = name
+        self._sent_as_file = b"filename" in options  # a price CSV may come so (-F prices=@prices.csv)
         if name == FILE_FIELD:
             if self.upload is not None:
                 raise InvalidField(f"more than one {FILE_FIELD!r} part; upload one ONNX file per request")
@@ -138,6 +140,9 @@ class _MultipartSink:
             return
         self._value += chunk
         if len(self._value) > _MAX_FIELD_BYTES:
+            if self._sent_as_file:  # a model sent under another name (curl -F upload=@model.onnx)
+                raise InvalidField(f"part {self._name[:80]!r} holds a file of more than {_MAX_FIELD_BYTES} bytes; the "
+                                   f"ONNX file (or config.json) goes in multipart part {FILE_FIELD!r}")
             raise InvalidField(f"form field {self._name!r} is longer than {_MAX_FIELD_BYTES} bytes")
 
     def on_part_end(self) -> None:
