@@ -238,13 +238,13 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
                 warnings += [w for w in ranking.warnings
                              if not w.startswith("the model does not fit") and LAUNCH_BOUND not in w]
             tried.append(batch)
-    warnings += skipped_lines(skipped)
+    warnings += _skipped_lines(skipped)
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
     return _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")
 
 
-def skipped_lines(skipped: Sequence[tuple[int, str]]) -> list[str]:
+def _skipped_lines(skipped: Sequence[tuple[int, str]]) -> list[str]:
     """One line per reason the batches were skipped for: a file with its batch baked in fails every batch but its
     own with one message whose sizes follow the batch, said once for them all (it was a line per batch)."""
     groups: dict[str, list[tuple[int, str]]] = {}
