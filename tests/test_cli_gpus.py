@@ -87,3 +87,13 @@ def test_unknown_format_exits_2(capsys):
     assert main(["gpus", "--format", "yaml"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lilou: error:") and "--format" in err and err.count("\n") == 1
+
+
+def test_a_family_name_shows_its_board_and_says_so(capsys):
+    """`lilou gpus a100` showed one of four A100 boards with no word, where infer says which one the name took."""
+    assert main(["gpus", "a100", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert [g["name"] for g in json.loads(captured.out)] == ["a100-sxm4-40gb"]
+    assert captured.err == ("lilou: warning: GPU name 'a100' is ambiguous; using a100-sxm4-40gb (other matches: "
+                            "a100-pcie-40gb, a100-pcie-80gb, a100-sxm4-80gb); pass the full name to choose\n")
+    assert main(["gpus", "a10g", "--format", "json"]) == 0 and capsys.readouterr().err == ""

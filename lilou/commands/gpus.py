@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from lilou.commands._common import add_format_option, console, new_table, print_json
+from lilou.commands._common import add_format_option, console, new_table, print_json, warn
 from lilou.hardware import GPUSpec, all_gpus, find_gpu
 
 if TYPE_CHECKING:
@@ -20,7 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lilou.caveats import ambiguity_notes
+
     gpus = [find_gpu(name) for name in args.names] if args.names else all_gpus()
+    for note in ambiguity_notes(args.names):  # a100: which board is shown, and the others the name could mean
+        warn(note)
     if args.format == "json":
         print_json([gpu.to_dict() for gpu in gpus])
     else:
