@@ -111,7 +111,7 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
     """
     if batch is not None:
         check_batch(batch)
-    shapes = checked_shapes(shapes)
+    shapes = dict(shapes or {})  # checked by shape_model (checked_shapes), its one caller
     inputs = runtime_inputs(model)
     names = [protobuf_text(value.name) for value in inputs]
     dimensions = dimension_names_of(inputs)
