@@ -324,6 +324,15 @@ def test_cli_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(rows) == len(list_models())
 
 
+def test_decomposition_corpus_lists_the_batch_it_builds_with() -> None:
+    # `zoo list` showed 1 for every corpus entry; token inputs export with 2 rows, loss logits with 12.
+    corpus = [entry for entry in list_models() if entry.family == "decomp"]
+    batches = {entry.name: entry.batch for entry in corpus}
+    assert batches["op-silu"] == 2 and batches["op-cross-entropy"] == 12 and batches["conv-silu"] == 1
+    for entry in corpus:
+        assert build(entry.name).args[0].shape[0] == entry.batch, entry.name
+
+
 @pytest.mark.slow
 def test_cli_export_is_quiet_and_writes_the_file(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "mlp.onnx"

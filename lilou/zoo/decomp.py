@@ -139,25 +139,44 @@ def _ops() -> list[OpSpec]:
 OPS: dict[str, OpSpec] = {spec.op: spec for spec in _ops()}
 
 
+#: The leading (batch) dimension of each layout's example input.
+_EXAMPLE_BATCH = {"image": 1, "logits": 12, "tokens": 2}
+
+
 def _example(layout: str, width: int) -> torch.Tensor:
+    batch = _EXAMPLE_BATCH.get(layout, _EXAMPLE_BATCH["tokens"])
     if layout == "image":
-        return torch.zeros(1, width, 8, 8)
+        return torch.zeros(batch, width, 8, 8)
     if layout == "logits":
-        return torch.zeros(12, width)
-    return torch.zeros(2, 6, width)
+        return torch.zeros(batch, width)
+    return torch.zeros(batch, 6, width)
+
+
+def _input_layout(form: str, spec: OpSpec) -> str:
+    """The layout of the example input of ``form`` (``op``, ``lin``, ``conv``) of ``spec``."""
+    if form == "op":
+        return spec.layout
+    if form == "conv":
+        return "image"
+    return "logits" if spec.layout == "logits" else "tokens"
+
+
+def example_batch(name: str) -> int:
+    """The batch (leading dimension) a corpus entry exports with when no ``--batch`` is given."""
+    form, op = parse(name)  # type: ignore[misc]
+    return _EXAMPLE_BATCH.get(_input_layout(form, OPS[op]), _EXAMPLE_BATCH["tokens"])
 
 
 def _sequence(form: str, spec: OpSpec) -> tuple[nn.Module, torch.Tensor]:
     """``lin``: Linear -> op -> sum(-1); ``conv``: Conv2d 3x3 -> op -> mean over H, W (both from WIDTH / CHANNELS)."""
     if form == "lin":
         op = spec.make(WIDTH)
-        layout = "logits" if spec.layout == "logits" else "tokens"
         reduce = Lambda(lambda x: x) if spec.kind == "loss" else Lambda(lambda x: x.sum(-1))
-        return nn.Sequential(nn.Linear(WIDTH, WIDTH), op, reduce), _example(layout, WIDTH)
+        return nn.Sequential(nn.Linear(WIDTH, WIDTH), op, reduce), _example(_input_layout(form, spec), WIDTH)
     if form == "conv":
         op = spec.make(2 * CHANNELS)
         return (nn.Sequential(nn.Conv2d(CHANNELS, 2 * CHANNELS, 3, padding=1), op, Lambda(lambda x: x.mean((2, 3)))),
-                _example("image", CHANNELS))
+                _example(_input_layout(form, spec), CHANNELS))
     raise ValueError(f"unknown sequence form {form!r}")
 
 

@@ -134,7 +134,7 @@ def _corpus_entry(name: str) -> ZooEntry:
     form, op = decomp.parse(name)  # type: ignore[misc]
     spec = decomp.OPS[op]
     where = {"op": "alone", "lin": "after a Linear, then a sum", "conv": "after a Conv2d, then a mean"}[form]
-    return ZooEntry(name, "decomp", "generator", 1, None, None,
+    return ZooEntry(name, "decomp", "generator", decomp.example_batch(name), None, None,
                     f"decomposition corpus: {spec.kind} {op} {where} (tiny shapes)")
 
 
