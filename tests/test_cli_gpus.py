@@ -97,3 +97,27 @@ def test_a_family_name_shows_its_board_and_says_so(capsys):
     assert captured.err == ("lilou: warning: GPU name 'a100' is ambiguous; using a100-sxm4-40gb (other matches: "
                             "a100-pcie-40gb, a100-pcie-80gb, a100-sxm4-80gb); pass the full name to choose\n")
     assert main(["gpus", "a10g", "--format", "json"]) == 0 and capsys.readouterr().err == ""
+
+
+def test_a_mig_slice_shows_the_resources_the_model_sees(capsys):
+    """`lilou gpus a100-80gb/3g.40gb` was refused as an unknown GPU; it shows the slice as infer prices it."""
+    from lilou.hardware import resolve_device
+
+    assert main(["gpus", "a100-sxm4-80gb/3g.40gb", "a10g", "--format", "json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert entries[0] == resolve_device("a100-sxm4-80gb", "3g.40gb").to_dict()
+    assert (entries[0]["name"], entries[0]["sms"], entries[0]["memory_gb"]) == ("a100-sxm4-80gb/3g.40gb", 42, 40)
+    assert entries[1]["name"] == "a10g" and "mig_profiles" in entries[1]
+    assert main(["gpus", "h100-sxm/1g.10gb"]) == 0
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("│")}
+    #                    SMs, memory GB, GB/s (1/8 of 3350), L2 MB (1/8 of 50), FP32, FP16 TC, BF16 TC, FP8 TC, SM share
+    assert rows == {"h100-sxm/1g.10gb": ["16", "10", "418.8", "6.25", "8.1", "119.9", "119.9", "239.9", "12%"]}
+
+
+def test_a_slice_the_gpu_lacks_exits_2(capsys):
+    assert main(["gpus", "t4/1g.5gb"]) == 2
+    assert capsys.readouterr().err == "lilou: error: GPU 't4' has no MIG support, so it has no profile '1g.5gb'\n"
+    assert main(["gpus", "a100-sxm4-80gb/9g.99gb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lilou: error:") and "3g.40gb" in err and err.count("\n") == 1

@@ -1,11 +1,14 @@
-"""`lilou gpus [NAME...]`: the GPU database, MIG profiles included (``--format json``: every field)."""
+"""`lilou gpus [NAME...]`: the GPU database, MIG profiles included (``--format json``: every field).
+
+A name ``GPU/PROFILE`` shows one MIG slice as the latency model sees it (:class:`lilou.hardware.Device`: the
+slice's SMs, memory, share of bandwidth and L2, peaks scaled by its share of SMs)."""
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
 from lilou.commands._common import add_format_option, console, new_table, print_json, warn
-from lilou.hardware import GPUSpec, all_gpus, find_gpu
+from lilou.hardware import Device, GPUSpec, all_gpus, find_gpu
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -14,7 +17,8 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("gpus", help="list the known GPUs and their MIG profiles")
     parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="show only these GPUs (any alias, e.g. a10g, 'NVIDIA A100 80GB PCIe')")
+                        help="show only these GPUs (any alias, e.g. a10g, 'NVIDIA A100 80GB PCIe'), or one MIG "
+                             "slice as GPU/PROFILE (a100-80gb/3g.40gb): its resources as the model sees them")
     add_format_option(parser)
     parser.set_defaults(handler=run)
 
@@ -22,16 +26,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lilou.caveats import ambiguity_notes
 
-    gpus = [find_gpu(name) for name in args.names] if args.names else all_gpus()
-    for note in ambiguity_notes(args.names):  # a100: which board is shown, and the others the name could mean
+    from lilou.api import rank_devices
+
+    slices = [name for name in args.names if "/" in name]
+    found = [find_gpu(name) if "/" not in name else rank_devices([name])[0] for name in args.names]
+    for note in ambiguity_notes([name.partition("/")[0] for name in args.names]):  # a100: which board is shown
         warn(note)
     if args.format == "json":
-        print_json([gpu.to_dict() for gpu in gpus])
-    else:
-        out = console()
+        print_json([entry.to_dict() for entry in found] if args.names else [gpu.to_dict() for gpu in all_gpus()])
+        return 0
+    gpus = [entry for entry in found if isinstance(entry, GPUSpec)] if args.names else all_gpus()
+    out = console()
+    if gpus or not slices:
         out.print(_table(gpus))
-        if any(gpu.supports_mig for gpu in gpus):
-            out.print(_mig_table(gpus))
+    if any(gpu.supports_mig for gpu in gpus):
+        out.print(_mig_table(gpus))
+    if slices:
+        out.print(_slice_table([entry for entry in found if isinstance(entry, Device)]))
     return 0
 
 
@@ -76,6 +87,29 @@ def _mig_table(gpus: list[GPUSpec]) -> Table:
         if gpu.supports_mig:
             table.add_row(gpu.name, ", ".join(profile.name for profile in gpu.mig_profiles))
     return table
+
+
+def _slice_table(devices: list[Device]) -> Table:
+    """MIG slices as the latency model sees them: the slice's own SMs and memory, its share of the GPU's bandwidth and
+    L2, and peaks scaled by its share of SMs."""
+    table = new_table(title=f"{len(devices)} MIG slices",
+                      caption="GB/s and L2: the slice's share of the GPU's; FP32 / TC: dense peak TFLOPS scaled by the "
+                              "slice's share of SMs; clock and architecture are the GPU's")
+    table.add_column("slice", no_wrap=True)
+    for column in ("SMs", "memory GB", "GB/s", "L2 MB", "FP32", "FP16 TC", "BF16 TC", "FP8 TC", "SM share"):
+        table.add_column(column, justify="right")
+    for device in devices:
+        peaks = device.peak_tflops
+        table.add_row(device.name, str(device.sms), _number(device.memory_gb),
+                      _number(round(device.memory_bandwidth_gbs, 1)), _number(round(device.l2_mb, 2)),
+                      _number(round(device.fp32_tflops, 1)), _optional(_rounded(peaks["fp16_tensor"])),
+                      _optional(_rounded(peaks["bf16_tensor"])), _optional(_rounded(peaks["fp8_tensor"])),
+                      f"{device.sm_fraction:.0%}")
+    return table
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def _number(value: float) -> str:
