@@ -582,6 +582,32 @@ def test_over_the_time_budget_is_503_while_health_answers(tmp_path):
         assert http.get("/v1/healthz").status_code == 200
 
 
+def test_a_stalled_upload_is_408_and_its_part_removed(tmp_path):
+    """A client that sent half a body and stopped held its connection and temporary folder for ever."""
+    import socket
+
+    with serve("--upload-timeout-s", "1", tmpdir=tmp_path) as base:
+        port = int(base.rsplit(":", 1)[1])
+        head = b'--b\r\nContent-Disposition: form-data; name="file"; filename="m.onnx"\r\n\r\n' + b"\1" * 1000
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled:
+            stalled.sendall(b"POST /v1/predict?gpu=a10g HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+                            b"Content-Type: multipart/form-data; boundary=b\r\n\r\n" + head)
+            answer = b""
+            while b"}" not in answer:
+                chunk = stalled.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        status, _, rest = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 408 Request Timeout"
+        assert json.loads(rest.partition(b"\r\n\r\n")[2]) == {"detail": (
+            "the request body did not arrive within the server's upload time limit of 1 s (--upload-timeout-s); a "
+            "weight-stripped ONNX file is enough for Lilou (lilou zoo export --strip-weights)")}
+        with httpx.Client(base_url=base, timeout=60) as http:
+            assert http.get("/v1/healthz").status_code == 200
+        assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+
+
 def test_internal_errors_are_one_line_without_traceback(monkeypatch):
     from lilou.serve.app import create_app
 
@@ -655,6 +681,7 @@ def test_cli_refuses_bad_options_with_one_line(tmp_path, capsys):
     for options, message in ((["--models-root", str(tmp_path / "nowhere")], "is not a directory"),
                              (["--port", "70000"], "--port 70000: not a TCP port"),
                              (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),
+                             (["--upload-timeout-s", "0"], "--upload-timeout-s must be positive"),
                              (["--workers", "0"], "--workers and --threads must be at least 1")):
         assert main(["serve", *options]) == 2
         lines = capsys.readouterr().err.strip().splitlines()

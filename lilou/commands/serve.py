@@ -29,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="parsed graphs kept in memory, least recently used dropped first (default 64)")
     parser.add_argument("--time-budget-s", type=float, default=60.0, metavar="S",
                         help="per-request time budget; past it the answer is 503 (default 60)")
+    parser.add_argument("--upload-timeout-s", type=float, default=120.0, metavar="S",
+                        help="time a request's body may take to arrive; past it the answer is 408 (default 120)")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     parser.set_defaults(handler=run)
 
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         warn(f"binding to {args.host}: the service is reachable from other machines; it has no authentication")
     options = {"models_root": None if args.models_root is None else os.path.abspath(args.models_root),
                "max_upload_mb": args.max_upload_mb, "cache_size": args.cache_size,
-               "time_budget_s": args.time_budget_s, "threads": args.threads}
+               "time_budget_s": args.time_budget_s, "threads": args.threads, "upload_timeout_s": args.upload_timeout_s}
     create_app(**options)  # bad options fail here, with one line and exit status 2, before uvicorn starts
     _check_bindable(args.host, args.port)
     os.environ[SETTINGS_ENV] = json.dumps(options)

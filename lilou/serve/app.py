@@ -25,7 +25,7 @@ from lilou.serve.errors import InvalidField, ModelNotFound, install_handlers, va
 from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest
 from lilou.serve.service import Service, Settings, has_llm, has_plan
 from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, media_type, read_limited,
-                                 read_multipart, unsupported)
+                                 read_multipart, unsupported, within)
 
 R = TypeVar("R", bound=BaseModel)
 SETTINGS_ENV = "LILOU_SERVE_SETTINGS"
@@ -34,7 +34,7 @@ API_VERSION = "1"
 
 
 def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
-               time_budget_s: float = 60.0, threads: int = 4) -> FastAPI:
+               time_budget_s: float = 60.0, threads: int = 4, upload_timeout_s: float = 120.0) -> FastAPI:
     """The service; ``models_root`` is the only folder whose files JSON requests may name."""
     if models_root is not None and not Path(models_root).is_dir():
         raise LilouInputError(f"--models-root {os.fspath(models_root)!r} is not a directory")
@@ -42,10 +42,13 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
         raise LilouInputError("--max-upload-mb must be positive")
     if time_budget_s <= 0:
         raise LilouInputError("--time-budget-s must be positive")
+    if upload_timeout_s <= 0:
+        raise LilouInputError("--upload-timeout-s must be positive")
     if cache_size < 0:
         raise LilouInputError("--cache-size must be >= 0")
     settings = Settings(models_root=None if models_root is None else Path(models_root), max_upload_mb=max_upload_mb,
-                        cache_size=cache_size, time_budget_s=time_budget_s, threads=threads)
+                        cache_size=cache_size, time_budget_s=time_budget_s, threads=threads,
+                        upload_timeout_s=upload_timeout_s)
     service = Service(settings)
     optional = {"plan": has_plan(), "llm": has_llm()}
 
@@ -78,12 +81,13 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
     """The request's fields as ``schema`` and its uploaded file (None for a JSON body)."""
     limit = service.settings.max_upload_bytes
     check_content_length(request.headers, limit)
+    body = within(request.stream(), service.settings.upload_timeout_s)
     content_type = request.headers.get("content-type", "")
     kind = media_type(content_type)
     fields: dict[str, Any] = dict(request.query_params)
     upload = None
     if kind == "application/json":
-        raw = await read_limited(request.stream(), limit)
+        raw = await read_limited(body, limit)
         try:
             body = json.loads(raw) if raw.strip() else {}
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -92,10 +96,10 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
             raise InvalidField("the JSON body must be an object of fields, e.g. {\"model\": ..., \"gpu\": ...}")
         fields.update(body)
     elif kind == "multipart/form-data":
-        parsed = await read_multipart(request.stream(), content_type, limit)
+        parsed = await read_multipart(body, content_type, limit)
         fields.update(parsed.fields)
         upload = parsed.upload
-    elif kind == "" and not (await read_limited(request.stream(), limit)):
+    elif kind == "" and not (await read_limited(body, limit)):
         pass  # the fields are all in the query string
     else:
         raise unsupported(content_type)

@@ -29,6 +29,12 @@ class ModelNotFound(ServeInputError):
     status_code = 404
 
 
+class RequestTimeout(ServeInputError):
+    """The request's body did not arrive within ``--upload-timeout-s`` (408)."""
+
+    status_code = 408
+
+
 class UploadTooLarge(ServeInputError):
     status_code = 413
 

@@ -125,6 +125,7 @@ class Health(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "bad input (the CLI's exit status 2), or a path outside --models-root"},
     404: {"model": ErrorBody, "description": "no such file under --models-root"},
+    408: {"model": ErrorBody, "description": "the request body did not arrive within --upload-timeout-s"},
     413: {"model": ErrorBody, "description": "request body over --max-upload-mb"},
     415: {"model": ErrorBody, "description": "neither application/json nor multipart/form-data"},
     422: {"model": ErrorBody, "description": "a field is missing or invalid"},

@@ -43,6 +43,7 @@ class Settings:
     cache_size: int = 64
     time_budget_s: float = 60.0
     threads: int = 4
+    upload_timeout_s: float = 120.0
 
     @property
     def max_upload_bytes(self) -> int:

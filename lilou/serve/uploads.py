@@ -2,12 +2,15 @@
 named under ``--models-root``.
 
 The size limit is enforced while the body is read, chunk by chunk: a client that sends more than
-``--max-upload-mb`` is answered 413 without the rest being read or written anywhere. Each upload gets
+``--max-upload-mb`` is answered 413 without the rest being read or written anywhere. A body that has not
+arrived whole within ``--upload-timeout-s`` is answered 408 (:func:`within`): a stalled or very slow client
+would otherwise hold its connection and its temporary folder for as long as it liked. Each upload gets
 its own temporary folder, so the only external data the loader can follow (lilou.graph.loading never
 leaves a model's folder) is the upload's own; the folder is removed when the prediction is done.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import re
@@ -24,7 +27,7 @@ from typing import Any
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from lilou.errors import LilouInputError
-from lilou.serve.errors import InvalidField, ModelNotFound, UnsupportedMediaType, UploadTooLarge
+from lilou.serve.errors import InvalidField, ModelNotFound, RequestTimeout, UnsupportedMediaType, UploadTooLarge
 
 FILE_FIELD = "file"
 _MAX_FIELDS = 64
@@ -66,6 +69,23 @@ def check_content_length(headers: Any, limit: int) -> None:
     declared = headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > limit:
         raise _too_large(limit)
+
+
+async def within(stream: AsyncIterator[bytes], seconds: float) -> AsyncIterator[bytes]:
+    """The chunks of ``stream``; :class:`RequestTimeout` once ``seconds`` have passed before its end."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    chunks = stream.__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(chunks.__anext__(), max(deadline - loop.time(), 0.0))
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise RequestTimeout(f"the request body did not arrive within the server's upload time limit of "
+                                 f"{seconds:g} s (--upload-timeout-s); a weight-stripped ONNX file is enough for "
+                                 "Lilou (lilou zoo export --strip-weights)") from None
+        yield chunk
 
 
 async def read_limited(stream: AsyncIterator[bytes], limit: int) -> bytes:
