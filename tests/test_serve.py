@@ -552,6 +552,31 @@ def test_upload_over_the_limit_is_413(client):
     assert client.get("/v1/healthz").status_code == 200
 
 
+@pytest.mark.parametrize(("body", "detail"), [
+    (b'--zzz\r\nContent-Disposition: form-data; name="gpu"\r\n\r\na10g\r\n--zzz--\r\n',
+     "malformed multipart body: its parts are not separated by the boundary its Content-Type names ('--b')"),
+    (b'--b\r\nbroken header\r\n\r\na10g\r\n--b--\r\n',
+     "malformed multipart body: a part's headers are not 'Name: value' lines"),
+    (b'--b\r\nContent-Disposition: form-data; name="gpu"\r\n\r\na10g',
+     "malformed multipart body: it ends before the closing boundary '--b--' (a truncated request)"),
+    (b'--b\r\nContent-Disposition: form-data; name="file"; filename="m.onnx"\r\n\r\n\x08\x07',
+     "malformed multipart body: the 'file' part ends before the closing boundary '--b--' (a truncated request)"),
+])
+def test_malformed_multipart_is_said_in_the_client_s_terms(tmp_path, body, detail):
+    """The parser's own words were shown ("Expected boundary character 98, got 122 at index 4"), and a body cut
+    off inside a field part lost the field silently (then "gpu: Field required")."""
+    from lilou.serve.errors import InvalidField
+    from lilou.serve.uploads import read_multipart
+
+    async def once():
+        yield body
+
+    with pytest.raises(InvalidField) as raised:
+        asyncio.run(read_multipart(once(), "multipart/form-data; boundary=b", MiB, temp_root=str(tmp_path)))
+    assert str(raised.value) == detail
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_multipart_limit_is_enforced_while_reading(tmp_path):
     """An endless upload stops being read at the limit, and its temporary folder is gone."""
     from lilou.serve.errors import UploadTooLarge

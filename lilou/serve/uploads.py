@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
 from lilou.errors import LilouInputError
 from lilou.serve.errors import InvalidField, ModelNotFound, RequestTimeout, UnsupportedMediaType, UploadTooLarge
@@ -206,6 +206,10 @@ async def read_multipart(stream: AsyncIterator[bytes], content_type: str, limit:
                 raise _too_large(limit)
             parser.write(chunk)
         parser.finalize()
+        if parser.state not in (MultipartState.START, MultipartState.END):  # START: an empty body, fields in the URL
+            unfinished = f"the {FILE_FIELD!r} part" if sink.upload is not None and not sink.upload.sha256 else "it"
+            raise InvalidField(f"malformed multipart body: {unfinished} ends before the closing boundary "
+                               f"'--{boundary.decode('latin-1')[:70]}--' (a truncated request)")
     except LilouInputError:
         sink.close()
         if sink.upload is not None:
@@ -215,12 +219,19 @@ async def read_multipart(stream: AsyncIterator[bytes], content_type: str, limit:
         sink.close()
         if sink.upload is not None:
             sink.upload.release()
-        raise InvalidField(f"malformed multipart body ({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise InvalidField(_malformed(str(exc), boundary)) from None
     sink.close()
-    if sink.upload is not None and not sink.upload.sha256:
-        sink.upload.release()
-        raise InvalidField(f"the {FILE_FIELD!r} part ended early (truncated upload)")
     return ParsedBody(fields=sink.fields, upload=sink.upload)
+
+
+def _malformed(error: str, boundary: bytes) -> str:
+    """python-multipart's parse error in the client's terms (it names byte values and offsets)."""
+    if "boundary" in error.lower():
+        return (f"malformed multipart body: its parts are not separated by the boundary its Content-Type names "
+                f"('--{boundary.decode('latin-1')[:70]}')")
+    if "header" in error.lower():
+        return "malformed multipart body: a part's headers are not 'Name: value' lines"
+    return f"malformed multipart body ({error[:120]})"
 
 
 def display_name(filename: str) -> str:
