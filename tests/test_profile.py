@@ -281,3 +281,11 @@ def test_check_refuses_cpu_and_damaged_labels(datasets_dir: Path, tmp_path: Path
                                                        **change}))
         status, _, err = run(capsys, "profile", "check", str(folder))
         one_line_error(status, err, fragment)
+
+
+def test_check_of_a_folder_without_a_label_says_what_it_holds(tmp_path: Path, capsys) -> None:
+    """The hint named the files of `profile ops` (rows.csv, provenance.json), not the label `check` reads."""
+    status, _, err = run(capsys, "profile", "check", str(tmp_path))
+    assert status == 2
+    assert err == (f"lilou: error: {tmp_path}/label.json: missing (the --out folder of `lilou profile model` holds "
+                   "label.json)\n")

@@ -84,9 +84,11 @@ def read_profile(folder: str | os.PathLike[str]) -> Profile:
     return Profile(folder, provenance, rows, device["name"], device["kind"])
 
 
-def _capped_text(path: Path, limit: int) -> str:
+def _capped_text(path: Path, limit: int,
+                 holds: str = f"a profile directory of `lilou profile ops` holds {ROWS_FILE} and {PROVENANCE_FILE}"
+                 ) -> str:
     if not path.is_file():
-        raise LilouInputError(f"{path}: missing (a profile directory holds {ROWS_FILE} and {PROVENANCE_FILE})")
+        raise LilouInputError(f"{path}: missing ({holds})")
     if path.stat().st_size > limit:
         raise LilouInputError(f"{path}: larger than {limit // 2**20} MiB, more than any profile writes")
     try:
@@ -216,7 +218,8 @@ def read_model_label(folder: str | os.PathLike[str]) -> ModelLabel:
         raise LilouInputError(f"{folder}: not a directory (give the --out folder of `lilou profile model`)")
     path = folder / LABEL_FILE
     try:
-        label = json.loads(_capped_text(path, MAX_PROVENANCE_BYTES))
+        label = json.loads(_capped_text(path, MAX_PROVENANCE_BYTES,
+                                        f"the --out folder of `lilou profile model` holds {LABEL_FILE}"))
     except json.JSONDecodeError as exc:
         raise LilouInputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     problem = _label_problem(label)
