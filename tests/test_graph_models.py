@@ -83,6 +83,9 @@ def test_example_json_contract(capsys, tmp_path):
     assert result["totals"]["flops"] == sum(n["flops"] for n in runtime)
     # ResNet-18: 1.82 GMAC in conv + fc -> 3.64 GFLOPs.
     assert result["totals"]["flops"] == pytest.approx(3.64e9, rel=0.01)
+    # the inputs it was read at, as the table's header shows them (the JSON had no word of them)
+    assert result["inputs"] == [{"name": "pixel_values", "shape": [1, 3, 224, 224], "dtype": "float32"}]
+    assert [(t["name"], t["shape"]) for t in result["outputs"]] == [("logits", [1, 1000])]
 
 
 def test_example_table_shows_totals(capsys):

@@ -17,7 +17,8 @@ def _tensor_dict(tensor: TensorInfo | None) -> dict[str, Any] | None:
 
 
 def graph_to_json(graph: ModelGraph) -> dict[str, Any]:
-    """The `lilou graph --format json` object (DESIGN.md contract, plus a `constant` flag)."""
+    """The `lilou graph --format json` object (DESIGN.md contract, plus a `constant` flag per node and the graph's
+    ``inputs`` and ``outputs`` with the shapes they were read at: what --batch, --shape and the file's own dims gave)."""
     nodes = []
     for name in graph.nodes_in_order():
         data = graph.dag.nodes[name]
@@ -31,7 +32,9 @@ def graph_to_json(graph: ModelGraph) -> dict[str, Any]:
             "bytes_written": data["bytes_written"],
             "constant": data["constant"],
         })
-    return {"model": graph.name, "nodes": nodes, "totals": graph.totals(), "warnings": list(graph.warnings)}
+    return {"model": graph.name, "inputs": [_tensor_dict(t) for t in graph.inputs],
+            "outputs": [_tensor_dict(t) for t in graph.outputs], "nodes": nodes, "totals": graph.totals(),
+            "warnings": list(graph.warnings)}
 
 
 def shape_text(tensor: TensorInfo | None) -> str:
