@@ -219,4 +219,4 @@ def memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int
     gib = 2**30
     where = short[0].name if len(short) == 1 else f"{len(short)} of {len(devices)} devices ({short[0].name}, ...)"
     return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + largest activation "
-            f"{activation / gib:,.2f} GiB > {short[0].memory_gb:g} GB; the prediction assumes it would run"]
+            f"{activation / gib:,.2f} GiB > {round(short[0].memory_gib, 2):g} GiB; the prediction assumes it would run"]

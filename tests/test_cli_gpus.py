@@ -111,8 +111,8 @@ def test_a_mig_slice_shows_the_resources_the_model_sees(capsys):
     assert main(["gpus", "h100-sxm/1g.10gb"]) == 0
     rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
             for line in capsys.readouterr().out.splitlines() if line.startswith("│")}
-    #                    SMs, memory GB, GB/s (1/8 of 3350), L2 MB (1/8 of 50), FP32, FP16 TC, BF16 TC, FP8 TC, SM share
-    assert rows == {"h100-sxm/1g.10gb": ["16", "10", "418.8", "6.25", "8.1", "119.9", "119.9", "239.9", "12%"]}
+    #       SMs, memory GB, GiB seen, GB/s (1/8 of 3350), L2 MB (1/8 of 50), FP32, FP16 TC, BF16 TC, FP8 TC, SM share
+    assert rows == {"h100-sxm/1g.10gb": ["16", "10", "9.75", "418.8", "6.25", "8.1", "119.9", "119.9", "239.9", "12%"]}
 
 
 def test_a_slice_the_gpu_lacks_exits_2(capsys):

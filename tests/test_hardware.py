@@ -512,7 +512,8 @@ def test_device_keeps_its_legacy_fields_in_order():
     names = [field.name for field in dataclasses.fields(resolve_device("t4"))]
     assert names[:len(LEGACY_DEVICE_FIELDS)] == LEGACY_DEVICE_FIELDS
     assert names[len(LEGACY_DEVICE_FIELDS):] == [
-        "peak_tflops", "fp32_lanes_per_sm", "int32_shares_fp32_datapath", "tensor_core_generation"]
+        "peak_tflops", "fp32_lanes_per_sm", "int32_shares_fp32_datapath", "tensor_core_generation", "memory_gib",
+        "memory_gib_source"]
     device = resolve_device("a100-80gb", "1g.10gb")
     assert (device.fp32_tflops, device.tensor_tflops, device.board_power_w) == (
         pytest.approx(19.5 * 14 / 108), pytest.approx(312 * 14 / 108), 400.0)
@@ -534,9 +535,25 @@ def test_to_dict_is_json_and_includes_mig_profiles():
     assert a30["sms"] == 56 and a30["aliases"] == ["a30-pcie", "a30-24gb"]
     assert a30["mig_profiles"][0] == {
         "name": "1g.6gb", "compute_slices": 1, "memory_slices": 1, "sms": 14, "memory_gb": 6,
-        "max_instances": 4, "l2_fraction": 0.25, "bandwidth_fraction": 0.25,
+        "max_instances": 4, "l2_fraction": 0.25, "bandwidth_fraction": 0.25, "memory_gib": None, "memory_source": None,
     }
     assert json.loads(json.dumps(resolve_device("a30", "2g.12gb").to_dict()))["sms"] == 28
+
+
+def test_memory_a_process_sees_is_nvidia_smi_s_where_a_printout_gives_it():
+    """Fits were judged against the nominal size read as GiB: an L4's "24 GB" is 23034 MiB (22.5 GiB) in nvidia-smi,
+    an H200 1g.18gb slice 16.00 GiB in `nvidia-smi mig -lgip`."""
+    l4, h200_slice = resolve_device("l4"), resolve_device("h200", "1g.18gb")
+    assert (l4.memory_gb, l4.memory_gib, l4.memory_gib_source) == (
+        24, 23034 / 1024, "https://github.com/modal-labs/modal-client/pull/2797")
+    assert (h200_slice.memory_gb, h200_slice.memory_gib) == (18, 16.0)
+    assert h200_slice.memory_gib_source == "https://github.com/NVIDIA/mig-parted/issues/120"
+    assert resolve_device("h100-sxm").memory_gib == 81559 / 1024
+    a100_slice = resolve_device("a100-sxm4-80gb", "1g.10gb")  # no public lgip listing with its memory: nominal
+    assert (a100_slice.memory_gib, a100_slice.memory_gib_source) == (10, "nominal")
+    assert resolve_device("a100-sxm4-80gb").memory_gib == 80.0  # 81920 MiB
+    for device in all_devices():
+        assert 0.8 * device.memory_gb <= device.memory_gib <= device.memory_gb, device.name
 
 
 def test_to_dict_carries_the_new_fields():

@@ -93,14 +93,17 @@ def _slice_table(devices: list[Device]) -> Table:
     """MIG slices as the latency model sees them: the slice's own SMs and memory, its share of the GPU's bandwidth and
     L2, and peaks scaled by its share of SMs."""
     table = new_table(title=f"{len(devices)} MIG slices",
-                      caption="GB/s and L2: the slice's share of the GPU's; FP32 / TC: dense peak TFLOPS scaled by the "
-                              "slice's share of SMs; clock and architecture are the GPU's")
+                      caption="GiB seen: `nvidia-smi mig -lgip`'s memory, what fits are judged against (- : not in a "
+                              "public listing, the nominal size is used); GB/s and L2: the slice's share of the GPU's; "
+                              "FP32 / TC: dense peak TFLOPS scaled by the slice's share of SMs")
     table.add_column("slice", no_wrap=True)
-    for column in ("SMs", "memory GB", "GB/s", "L2 MB", "FP32", "FP16 TC", "BF16 TC", "FP8 TC", "SM share"):
+    for column in ("SMs", "memory GB", "GiB seen", "GB/s", "L2 MB", "FP32", "FP16 TC", "BF16 TC", "FP8 TC",
+                   "SM share"):
         table.add_column(column, justify="right")
     for device in devices:
         peaks = device.peak_tflops
-        table.add_row(device.name, str(device.sms), _number(device.memory_gb),
+        seen = "-" if device.memory_gib_source == "nominal" else _number(round(device.memory_gib, 2))
+        table.add_row(device.name, str(device.sms), _number(device.memory_gb), seen,
                       _number(round(device.memory_bandwidth_gbs, 1)), _number(round(device.l2_mb, 2)),
                       _number(round(device.fp32_tflops, 1)), _optional(_rounded(peaks["fp16_tensor"])),
                       _optional(_rounded(peaks["bf16_tensor"])), _optional(_rounded(peaks["fp8_tensor"])),

@@ -84,7 +84,7 @@ def _table(data: dict) -> None:
             ("end-to-end", value("e2e_ms", "ms", 1)), ("output tokens/s", value("tokens_per_s", "tok/s", 1)),
             ("mean power per GPU", value("power_w", "W", 1)),
             ("energy per output token", value("energy_per_token_j", "J", 4)),
-            ("memory per GPU", f"{memory['total_gb']:.2f} of {memory['device_gb']:g} GiB (weights "
+            ("memory per GPU", f"{memory['total_gb']:.2f} of {round(memory['device_gb'], 2):g} GiB (weights "
                                f"{memory['weights_gb']:.2f}, KV {memory['kv_cache_gb']:.2f}, workspace "
                                f"{memory['activations_gb']:.2f})"),
             ("fits", "yes" if memory["fits"] else "NO"), ("largest batch that fits", str(data["max_batch_fitting"]))]

@@ -130,7 +130,7 @@ def _print_table(plan) -> None:
             point = entry.point
             row = [str(i), entry.device.name, _resource(entry), str(point.batch), f"{point.latency_ms:.3f}",
                    f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
-                   f"{entry.throughput_per_s:,.1f}", f"{point.memory_gb:.2f} / {entry.device.memory_gb:g}"]
+                   f"{entry.throughput_per_s:,.1f}", f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
             if plan.sort == "cost":
                 cost = entry.usd_per_million
                 row += ["-" if entry.usd_per_hour is None else f"{entry.usd_per_hour:.3f}",

@@ -25,4 +25,4 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
 
 def fits_memory(need: tuple[int, int], device: Device) -> bool:
     """Whether the weights and the largest activation (:func:`memory_needed`) fit the device's memory."""
-    return sum(need) <= device.memory_gb * 2**30
+    return sum(need) <= device.memory_gib * 2**30

@@ -37,6 +37,8 @@ class MIGProfile:
     max_instances: int
     l2_fraction: float  # share of the parent's L2 cache
     bandwidth_fraction: float  # share of the parent's DRAM bandwidth
+    memory_gib: float | None = None  # `nvidia-smi mig -lgip`'s "Memory GiB" (what the slice's processes see)
+    memory_source: str | None = None  # the public listing memory_gib comes from
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +72,8 @@ class GPUSpec:
     mig_profiles: tuple[MIGProfile, ...] = ()
     mig_source: str | None = None
     notes: str | None = None
+    memory_total_mib: int | None = None  # the total `nvidia-smi` reports (what a process sees); see gpus.yaml
+    memory_total_source: str | None = None  # the public printout memory_total_mib comes from
 
     @property
     def supports_mig(self) -> bool:
@@ -238,6 +242,14 @@ def _validate(gpu: GPUSpec) -> None:
         fail(f"tensor_core_generation must be 1-5 or null, not {generation!r}")
     if (generation is None) != (gpu.tensor_tflops is None):
         fail("tensor_core_generation and tensor_tflops must both be null (no tensor cores) or both set")
+    if (gpu.memory_total_mib is None) != (gpu.memory_total_source is None):
+        fail("memory_total_mib needs its memory_total_source (a public nvidia-smi printout), and only it")
+    if gpu.memory_total_mib is not None and not 0.85 * gpu.memory_gb * 1024 <= gpu.memory_total_mib <= (
+            1.1 * gpu.memory_gb * 1024):
+        fail(f"memory_total_mib {gpu.memory_total_mib} is not near the nominal {gpu.memory_gb:g} GB")
+    for profile in gpu.mig_profiles:
+        if profile.memory_gib is not None and not 0.8 * profile.memory_gb <= profile.memory_gib <= profile.memory_gb:
+            fail(f"MIG {profile.name}: memory_gib {profile.memory_gib} is not just under its nominal {profile.memory_gb}")
 
 
 def _parse_mig_table(table: dict[str, Any]) -> tuple[MIGProfile, ...]:
@@ -248,6 +260,7 @@ def _parse_mig_table(table: dict[str, Any]) -> tuple[MIGProfile, ...]:
             **row,
             l2_fraction=row["memory_slices"] / total,
             bandwidth_fraction=row["memory_slices"] / total,
+            memory_source=table["memory_source"] if "memory_gib" in row else None,
         )
         for row in table["profiles"]
     )

@@ -2,6 +2,11 @@
 
 A MIG slice is its parent GPU with the slice's share of SMs, L2 cache and DRAM bandwidth.
 Clock and architecture are the parent's; peak FLOPS (every unit and dtype) scale with the share of SMs.
+
+Memory comes twice: ``memory_gb``, the nominal size (the name's "24 GB", a profile's "1g.18gb"), and
+``memory_gib``, what a process on the device sees and what every fit is judged against: the total `nvidia-smi`
+reports (``nvidia-smi mig -lgip`` for a slice) where a public printout gives it, else the nominal size read as GiB
+(``memory_gib_source`` says which).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ class Device:
     architecture: str
     compute_capability: str
     sms: int
-    memory_gb: float
+    memory_gb: float  # nominal; memory_gib is what fits are judged against
     memory_bandwidth_gbs: float
     l2_mb: float
     boost_clock_mhz: int
@@ -38,6 +43,8 @@ class Device:
     fp32_lanes_per_sm: int
     int32_shares_fp32_datapath: bool
     tensor_core_generation: int | None
+    memory_gib: float  # what a process sees: fits are judged against it (module docstring)
+    memory_gib_source: str  # the public nvidia-smi listing it comes from, or "nominal"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,19 +72,24 @@ def all_devices() -> list[Device]:
 
 def whole_gpu(spec: GPUSpec) -> Device:
     """The device for a whole GPU, not partitioned."""
+    visible = None if spec.memory_total_mib is None else spec.memory_total_mib / 1024
     return _device(spec, name=spec.name, mig=None, sms=spec.sms, memory_gb=spec.memory_gb,
-                   sm_fraction=1.0, l2_fraction=1.0, bandwidth_fraction=1.0)
+                   memory_gib=(visible, spec.memory_total_source), sm_fraction=1.0, l2_fraction=1.0,
+                   bandwidth_fraction=1.0)
 
 
 def mig_slice(spec: GPUSpec, profile: MIGProfile) -> Device:
     """The device for one MIG instance of ``profile`` on ``spec``."""
     return _device(spec, name=f"{spec.name}/{profile.name}", mig=profile.name, sms=profile.sms,
-                   memory_gb=profile.memory_gb, sm_fraction=profile.sms / spec.sms,
+                   memory_gb=profile.memory_gb, memory_gib=(profile.memory_gib, profile.memory_source),
+                   sm_fraction=profile.sms / spec.sms,
                    l2_fraction=profile.l2_fraction, bandwidth_fraction=profile.bandwidth_fraction)
 
 
 def _device(spec: GPUSpec, *, name: str, mig: str | None, sms: int, memory_gb: float,
-            sm_fraction: float, l2_fraction: float, bandwidth_fraction: float) -> Device:
+            memory_gib: tuple[float | None, str | None], sm_fraction: float, l2_fraction: float,
+            bandwidth_fraction: float) -> Device:
+    visible, source = memory_gib
     tensor = spec.tensor_tflops
     return Device(
         name=name,
@@ -87,6 +99,8 @@ def _device(spec: GPUSpec, *, name: str, mig: str | None, sms: int, memory_gb: f
         compute_capability=spec.compute_capability,
         sms=sms,
         memory_gb=memory_gb,
+        memory_gib=memory_gb if visible is None else visible,
+        memory_gib_source="nominal" if visible is None else str(source),
         memory_bandwidth_gbs=spec.memory_bandwidth_gbs * bandwidth_fraction,
         l2_mb=spec.l2_mb * l2_fraction,
         boost_clock_mhz=spec.boost_clock_mhz,

@@ -14,8 +14,9 @@ Per GPU: weights / TP + KV cache + activation workspace, against the engine's bu
   the whole prompt of the whole batch in one step.
 
 Budget: vLLM keeps ``gpu_memory_utilization`` (0.9 by default) of the device for everything it allocates;
-HF eager can use all of it but the CUDA context (:data:`CUDA_CONTEXT_GIB`). Sizes are GiB (2^30 bytes), as
-``memory_gb`` of the GPU database is read everywhere in Lilou.
+HF eager can use all of it but the CUDA context (:data:`CUDA_CONTEXT_GIB`). Sizes are GiB (2^30 bytes); the device's
+is what a process sees on it (:attr:`lilou.hardware.Device.memory_gib`: nvidia-smi's total where a public printout
+gives it, else the nominal size read as GiB).
 """
 from __future__ import annotations
 

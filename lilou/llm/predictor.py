@@ -347,8 +347,8 @@ class LLMPredictor:
         elif kv_dtype != "fp8":
             _check_dtype(kv_dtype, device, "--kv-dtype")
         sizes = dict(dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine)
-        fit = memory_fit(config, device.memory_gb, batch=batch, input_len=input_len, output_len=output_len, **sizes)
-        fitting = max_batch_fitting(config, device.memory_gb, input_len=input_len, output_len=output_len, **sizes)
+        fit = memory_fit(config, device.memory_gib, batch=batch, input_len=input_len, output_len=output_len, **sizes)
+        fitting = max_batch_fitting(config, device.memory_gib, input_len=input_len, output_len=output_len, **sizes)
         where = device.name + (f" x {tp} (TP)" if tp > 1 else "")
         result = LLMPrediction(model=config.name, gpu=device.gpu, mig=device.mig, tp=tp, batch=batch,
                                input_len=input_len, output_len=output_len, dtype=dtype, kv_dtype=kv_dtype,
@@ -357,7 +357,7 @@ class LLMPredictor:
         if not fit.fits:
             warnings.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
                             f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
-                            f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {fit.device_gb:g}; "
+                            f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {round(fit.device_gb, 2):g}; "
                             f"at most {fitting} sequences fit at these lengths; no latency is predicted")
             return result
         prefill, decode, steady = self._phases(config, device, batch, input_len, output_len, **sizes)

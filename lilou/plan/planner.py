@@ -83,7 +83,7 @@ class PlanEntry:
                 "latency_ms": self.point.latency_ms, "interval_ms": list(self.point.interval_ms),
                 "throughput_per_s": round(self.throughput_per_s, 3),
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
-                "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": self.device.memory_gb,
+                "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": round(self.device.memory_gib, 4),
                 "fits": self.point.fits, "extrapolated_share": self.point.extrapolated_share,
                 "usd_per_hour": None if self.usd_per_hour is None else round(self.usd_per_hour, 6),
                 "price_source": self.price_source,
@@ -228,7 +228,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             for device in active:
                 entry = by_device[(device.gpu, device.mig)]
                 curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), need,
-                                                     need <= device.memory_gb, entry.extrapolated_share,
+                                                     need <= device.memory_gib, entry.extrapolated_share,
                                                      precision=entry.precision))
             # A device past the SLO or out of memory at this batch is past them at every larger one (the kernel model
             # is monotone in size by construction, memory grows with the batch): it is not predicted again.
