@@ -77,11 +77,7 @@ def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
         name = raw.strip()
         if not name:
             continue
-        gpu, slash, profile = name.partition("/")
-        if slash and not profile.strip():
-            raise LilouInputError(f"{name!r}: no MIG profile after the '/'; name the whole GPU as {gpu.strip()!r} or "
-                                  f"one slice as GPU/PROFILE, e.g. a100-80gb/1g.10gb (see `lilou gpus`)")
-        device = resolve_device(gpu.strip(), profile.strip()) if slash else resolve_device(gpu)
+        device = resolve_device(name)
         devices.setdefault(device.name, device)
     if not devices:
         raise LilouInputError("no GPU named; list GPUs like --gpus a10g,t4,a100-80gb/1g.10gb (see `lilou gpus`)")
@@ -179,7 +175,7 @@ class Predictor:
 
         device = resolve_device(gpu, mig)  # bad names fail before the model is read
         prediction = self.predict_many(model, [device], batch, shapes, precision, tf32, values=values)[0]
-        note = ambiguity_note(gpu)
+        note = ambiguity_note(gpu.partition("/")[0].strip())
         if note:
             prediction.warnings.insert(0, note)
         return prediction

@@ -58,6 +58,11 @@ def test_mig_slice(capsys):
     slice_ = infer_json(capsys, EXAMPLE, "--gpu", "a100-80gb", "--mig", "1g.10gb")
     assert (slice_["gpu"], slice_["mig"]) == ("a100-sxm4-80gb", "1g.10gb")
     assert slice_["latency_ms"] > whole["latency_ms"]
+    # the slice as rankings print it was "unknown GPU 'a100-80gb/1g.10gb'"
+    assert infer_json(capsys, EXAMPLE, "--gpu", "a100-80gb/1g.10gb") == slice_
+    code, _, err = run(capsys, "infer", EXAMPLE, "--gpu", "a100-80gb/1g.10gb", "--mig", "3g.40gb")
+    assert code == 2 and err == ("lilou: error: 'a100-80gb/1g.10gb' names MIG profile '1g.10gb' and --mig names "
+                                 "'3g.40gb'; give one\n")
 
 
 def test_table_shows_total_count_top_kernels_and_bound(capsys):

@@ -102,6 +102,15 @@ def test_a_partial_or_ambiguous_price_file_is_said(capsys, tmp_path):
     assert read_prices(prices) == {"t4": 0.35, "a100-sxm4-40gb": 2.0}
 
 
+def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
+    """infer, rank, llm and --prices said which board 'a100-80gb' means; plan --gpus did not."""
+    plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-80gb/1g.10gb,t4", "--batches", "1")
+    assert plan["warnings"][0] == ("GPU name 'a100-80gb' is ambiguous; using a100-sxm4-80gb (other matches: "
+                                   "a100-pcie-80gb); pass the full name to choose")
+    assert plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-sxm4-80gb/1g.10gb,t4", "--batches", "1"
+                     )["warnings"][0].startswith("GPU name") is False
+
+
 def test_slo_no_device_meets_is_an_empty_plan_and_exit_0(capsys):
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "0.01", "--gpus", "t4,a10g")
     assert plan["plan"] == [] and len(plan["unmet"]) == 2

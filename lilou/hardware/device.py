@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lilou.errors import LilouInputError
 from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, find_gpu
+from lilou.hardware.names import mig_key
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,19 @@ class Device:
 
 
 def resolve_device(gpu: str, mig: str | None = None) -> Device:
-    """The device for a GPU name (any alias) and an optional MIG profile name.
+    """The device for a GPU name (any alias) and an optional MIG profile name; ``gpu`` may name the slice itself as
+    ``GPU/PROFILE`` (how rankings print it: ``a100-sxm4-80gb/3g.40gb``).
 
     Raises :class:`lilou.errors.LilouInputError` for an unknown GPU or a profile it lacks.
     """
+    name, slash, profile = gpu.partition("/")
+    if slash:
+        if not profile.strip():
+            raise LilouInputError(f"{gpu!r}: no MIG profile after the '/'; name the whole GPU as {name.strip()!r} or "
+                                  f"one slice as GPU/PROFILE, e.g. a100-80gb/1g.10gb (see `lilou gpus`)")
+        if mig is not None and mig_key(mig) != mig_key(profile):
+            raise LilouInputError(f"{gpu!r} names MIG profile {profile.strip()!r} and --mig names {mig!r}; give one")
+        gpu, mig = name.strip(), profile.strip()
     spec = find_gpu(gpu)
     if mig is None:
         return whole_gpu(spec)

@@ -321,7 +321,7 @@ class LLMPredictor:
         warnings: list[str] = []
         from lilou.hardware.database import ambiguity_note
 
-        note = ambiguity_note(gpu)
+        note = ambiguity_note(gpu.partition("/")[0].strip())
         if note:
             warnings.append(note)
         if dtype is None and config.quantization:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lilou.caveats import ambiguity_notes
 from lilou.errors import LilouInputError
 from lilou.hardware import Device
 from lilou.plan.kubernetes import resource_name
@@ -187,7 +188,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     load = prepare or series.graph
     pins = _pins_at_batch(model, shapes)
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
-    warnings: list[str] = []
+    warnings: list[str] = ambiguity_notes(gpus)  # a100-80gb: which board is planned
     skipped: list[tuple[int, str]] = []  # (batch, why)
     tried: list[int] = []
     active = list(devices)  # devices still within the SLO and memory at the last batch tried
@@ -349,7 +350,7 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     devices = rank_devices(gpus)
     llm = llm_predictor or LLMPredictor()
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
-    warnings: list[str] = []
+    warnings: list[str] = ambiguity_notes(gpus)
     refused: dict[str, str] = {}
     with llm.predictor.reusing_kernel_rows():  # batches share most rows of their size ladders
         for device in devices:
