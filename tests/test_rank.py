@@ -131,7 +131,11 @@ def test_launch_bound_note_needs_two_tied_devices():
     assert note.startswith("2 devices are launch-bound (a, b): the host's kernel launches (30 us each")
     assert "0.300-0.900 ms" in note
     assert launch_bound_note(tied[:1] + tied[2:], 0.03) == []           # one launch-bound device
-    assert launch_bound_note([entry("a", 2.0, 0.3), entry("b", 2.1, 0.3)], 0.03) == []   # 5 % apart: no tie
+    (apart,) = launch_bound_note([entry("a", 2.0, 0.3), entry("b", 2.1, 0.4)], 0.03)   # 5 % apart: no tie, a spread
+    assert apart == ("2 devices are launch-bound (a, b): the host's kernel launches (30 us each, measured on "
+                     "NeuSight's 2023 hosts) set most of their predicted latency, not the GPU: they are within 5.0 % of "
+                     "each other (2.000-2.100 ms); their GPU work alone (0.300-0.400 ms) is what a faster host would "
+                     "see")
     assert launch_bound_note([entry("a", 2.0, 1.2), entry("b", 2.0, 1.3)], 0.03) == []   # GPU-bound
     assert "NeuSight's 2023 hosts" in note
     (given,) = launch_bound_note(tied, 0.012, given=True)  # --launch-gap-us 12: the user's host, said as such

@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "and the Kubernetes resource that requests it; sorted by cost, or by throughput without "
                     "prices. The graph is read once per batch, not once per device.")
     parser.add_argument("model", help="ONNX file, or with --llm a built-in LLM name or a config.json")
-    parser.add_argument("--slo-ms", type=float, default=None, metavar="T", help="end-to-end latency SLO (ms)")
+    parser.add_argument("--slo-ms", type=float, default=None, metavar="T",
+                        help="end-to-end latency SLO (ms); required, but with --llm (which takes --itl-slo-ms)")
     parser.add_argument("--gpus", default=None, metavar="a,b,...",
                         help="GPUs (whole) and MIG slices as GPU/PROFILE, e.g. a10g,t4,a100-80gb/1g.10gb "
                              "(default: every GPU and MIG profile)")

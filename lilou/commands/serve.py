@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per-request time budget; past it the answer is 503 (default 60)")
     parser.add_argument("--upload-timeout-s", type=float, default=120.0, metavar="S",
                         help="time a request's body may take to arrive; past it the answer is 408 (default 120)")
-    parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                        help="uvicorn's log level (default info)")
     parser.set_defaults(handler=run)
 
 
