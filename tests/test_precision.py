@@ -242,7 +242,9 @@ def test_kernel_units_follow_precision_and_the_device() -> None:
     assert unit("gemm", "bf16", t4) == "fp32"          # no BF16 on Turing: emulated in FP32
     assert unit("gemm", "fp8", t4) == "fp16_tensor"    # no FP8 unit: upcast to FP16 tensor cores
     assert unit("gemm", "int8", t4) == "int8_tensor" and unit("gemm", "int8", p100) is None  # P100: no DP4A
-    assert unit("gemm", "fp16", p100) == "fp16"
+    # FP16 without tensor cores is FP32 math in PyTorch (cuBLAS compute type FP32): not the 1/64-rate FP16 units of
+    # a GTX 1080 Ti, which priced an FP16 BERT 43x slower than FP32; the kernel table labels P100 FP16 rows so
+    assert unit("gemm", "fp16", p100) == "fp32" and unit("conv", "fp16", resolve_device("gtx-1080-ti")) == "fp32"
     a10g = resolve_device("a10g")
     # PyTorch's default on compute capability >= 8.0: FP32 convolutions in TF32, matmuls strict FP32.
     assert unit("conv", "fp32", a10g) == "tf32_tensor" and unit("gemm", "fp32", a10g) is None
@@ -255,7 +257,7 @@ def test_kernel_units_follow_precision_and_the_device() -> None:
     a100 = resolve_device("a100-sxm4-80gb")
     assert (unit("gemm", "int4", a100), unit("gemm", "int4", t4), unit("gemm", "int4", h100)) == (
         "bf16_tensor", "fp16_tensor", "bf16_tensor")
-    assert a100.peak_tflops["int4_tensor"] and unit("gemm", "int4", p100) == "fp16"
+    assert a100.peak_tflops["int4_tensor"] and unit("gemm", "int4", p100) == "fp32"
 
 
 def test_a_bf16_gemm_is_predicted_faster_than_the_same_fp32_gemm_on_tensor_cores(tmp_path: Path) -> None:
@@ -336,3 +338,14 @@ def test_the_tensor_model_prices_only_what_runs_off_the_fp32_cores() -> None:
     fp32 = predictor.model.kernel_work(kernels, [h200], 1, lambda d: precision_path("bf16", d, "fp32")).work_ms
     assert float(bf16.max()) == pytest.approx(2 * 4096 ** 3 / (989.4 * 1e9), rel=1e-6)
     assert np.array_equal(fp32, fp32_before)
+
+
+def test_fp16_on_pascal_is_fp32_math_not_the_slow_half_units() -> None:
+    """A GTX 1080 Ti's FP16 units run at 1/64 of FP32; PyTorch never uses them for GEMMs or convolutions (cuBLAS and
+    cuDNN compute in FP32). ResNet-18 in FP16 was predicted about 30x slower than in FP32 there."""
+    predictor = Predictor()
+    fp32 = predictor.predict(EXAMPLE, gpu="gtx-1080-ti", precision="fp32")
+    fp16 = predictor.predict(EXAMPLE, gpu="gtx-1080-ti", precision="fp16")
+    assert 0.5 * fp32.latency_ms < fp16.latency_ms <= fp32.latency_ms
+    assert any(w.startswith("gtx-1080-ti: no tensor cores, so PyTorch runs FP16 convolutions with FP32 math")
+               for w in fp16.warnings)

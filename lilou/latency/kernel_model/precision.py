@@ -144,7 +144,10 @@ def runs_tf32(family: str, path: PrecisionPath) -> bool:
 
 
 #: Tensor-core unit of each low precision, and the CUDA-core unit it falls back to on a GPU without it.
-_TENSOR_UNITS = {"fp16": ("fp16_tensor", "fp16"), "bf16": ("bf16_tensor", "fp32"), "fp8": ("fp8_tensor", None),
+#: (tensor-core unit, unit without one). FP16 without tensor cores is FP32 math: PyTorch calls cuBLAS with compute
+#: type FP32 and sets cuDNN's math type to FP32 for half tensors, so a Pascal board's FP16 units (1/64 rate on
+#: GP102/GP104) never run them, and the kernel table labels DeepBench's P100 FP16 rows "fp32" (FP16 storage).
+_TENSOR_UNITS = {"fp16": ("fp16_tensor", "fp32"), "bf16": ("bf16_tensor", "fp32"), "fp8": ("fp8_tensor", None),
                  "int8": ("int8_tensor", "int8"), "fp4": ("fp4_tensor", None)}  # int4: kernel_unit
 MATH_FAMILIES = frozenset({"gemm", "conv"})
 #: Formats with tensor cores of their own from a compute capability on; before it they are upcast (kernel_unit).
@@ -188,7 +191,7 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
         # INT4 is weight-only (W4A16: AWQ, GPTQ, onnxruntime's MatMulNBits): the weights are dequantised onto the
         # 16-bit tensor cores, as the kernel table's int4-weight-only rows are labelled (bf16_tensor); no source or
         # runtime here runs INT4 tensor-core math (before session 32, an A100's or T4's INT4 peak priced them)
-        return next((unit for unit in ("bf16_tensor", "fp16_tensor", "fp16") if peaks.get(unit)), None)
+        return next((unit for unit in ("bf16_tensor", "fp16_tensor", "fp32") if peaks.get(unit)), None)
     tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
     if tensor and peaks.get(tensor):
         return tensor
@@ -220,7 +223,11 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                              for p in _NEIGHBOURS.get(precision, (precision,))):
                     unmeasured.add(architecture_class(device.gpu))
             name = f"{precision.upper()} {'GEMMs' if family == 'gemm' else 'convolutions'}"
-            if no_unit:
+            if no_unit and precision in ("fp16", "int4"):
+                warnings.append(f"{', '.join(sorted(no_unit))}: no tensor cores, so PyTorch runs {name} with FP32 math "
+                                "(cuBLAS and cuDNN compute in FP32 on 16-bit tensors); they are predicted at FP32 "
+                                "CUDA-core rates with 16-bit tensors")
+            elif no_unit:
                 warnings.append(f"{', '.join(sorted(no_unit))}: no unit for {name}; they are predicted at FP32 "
                                 "CUDA-core rates, as measured FP32 kernels")
             if upcast:
