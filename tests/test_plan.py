@@ -111,6 +111,15 @@ def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
                      )["warnings"][0].startswith("GPU name") is False
 
 
+def test_a_batch_whose_bound_meets_the_slo_after_one_that_did_not_is_planned(capsys, resnet_dynamic):
+    """The upper bound narrows as kernels grow into the measured range: ResNet-18 on a GTX Titan X is bounded by
+    3.76 ms at batch 1 and 3.39 ms at batch 2. The plan dropped a device at its first miss of the bound, and said
+    no batch met a 3.5 ms SLO."""
+    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "3.5", "--gpus", "gtx-titan-x", "--batches", "1,2,4")
+    (entry,) = plan["plan"]
+    assert entry["batch"] == 2 and entry["interval_ms"][1] <= 3.5
+
+
 def test_slo_no_device_meets_is_an_empty_plan_and_exit_0(capsys):
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "0.01", "--gpus", "t4,a10g")
     assert plan["plan"] == [] and len(plan["unmet"]) == 2
