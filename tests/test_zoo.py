@@ -334,6 +334,22 @@ def test_decomposition_corpus_lists_the_batch_it_builds_with() -> None:
 
 
 @pytest.mark.slow
+def test_a_dynamic_batch_export_takes_any_batch(tmp_path: Path) -> None:
+    """Traced at the entry's batch 1, torch.export specialised the size-1 dimension and baked it into GPT-2's reshapes:
+    the file declared a symbolic batch and refused every other one ("turns (512, 2304) into (1, 128, 2304)")."""
+    from lilou.graph.dag import load_graph
+
+    path = export_onnx("gpt2", tmp_path / "gpt2.onnx", seq=32, strip_weights=True, dynamic_batch=True)
+    model = onnx.load(str(path), load_external_data=False)
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    for batch in (1, 4):
+        graph = load_graph(path, batch=batch)
+        assert graph.inputs[0].shape == (batch, 32)
+        logits = next(t for t in graph.outputs if t.name == "logits")
+        assert logits.shape == (batch, 32, 50257)
+
+
+@pytest.mark.slow
 def test_cli_export_is_quiet_and_writes_the_file(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "mlp.onnx"
     assert main(["zoo", "export", "mlp-0", "-o", str(out), "--batch", "4", "--strip-weights"]) == 0

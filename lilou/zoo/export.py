@@ -28,7 +28,7 @@ import torch
 
 from lilou.errors import LilouInputError
 from lilou.graph.shape_completion import complete_shapes
-from lilou.zoo.registry import BuiltModel, build, parameter_count
+from lilou.zoo.registry import BuiltModel, build, get_entry, parameter_count
 
 #: Initializers up to this many bytes keep their data when weights are stripped: they are
 #: mostly shape constants (int64 vectors) that ONNX shape inference needs to read.
@@ -239,7 +239,9 @@ def export_onnx(
     builds with FakeTensor parameters (no weight memory at all); by default it is used
     for weight-free dynamo exports of models above :data:`LARGE_MODEL_PARAMETERS`.
     ``dynamic_batch`` exports the leading dim of every input as a symbol ``batch``, so
-    ``lilou graph --batch N`` can set it later (dynamo exporter only). ``opset`` picks the ONNX opset
+    ``lilou graph --batch N`` can set it later (dynamo exporter only); it traces at batch 2 where the batch would
+    be 1, because torch.export specialises a size-1 dimension and bakes it into the model's reshapes (GPT-2 and
+    Swin exported at batch 1 took no other batch). ``opset`` picks the ONNX opset
     (default: the exporter's own, 18 for both). The dynamo exporter writes below 18 through ONNX's version
     converter, which drops the node metadata the eager oracle reads.
     """
@@ -249,6 +251,8 @@ def export_onnx(
         raise LilouInputError("dynamic_batch needs the dynamo exporter")
     if optimize and not dynamo:
         raise LilouInputError("optimize applies to the dynamo exporter only (the TorchScript one always folds constants)")
+    if dynamic_batch and isinstance(name_or_built, str) and (batch or get_entry(name_or_built).batch) == 1:
+        batch = 2  # traced at 2, exported as the symbol: a traced 1 is specialised (docstring)
     built = _resolve(name_or_built, batch, seq, image_size, strip_weights, dynamo, fake_weights)
     if built.fake and not (strip_weights and dynamo):
         raise LilouInputError("a weight-free (fake) build can only be exported by the dynamo exporter "
