@@ -404,6 +404,17 @@ def test_invalid_mig_profile_lists_the_valid_ones():
     )
 
 
+def test_a_family_name_with_a_profile_of_another_board_says_which_has_it():
+    """`--gpu a100 --mig 3g.40gb` named only the A100-40GB's profiles, as if no A100 had a 3g.40gb slice."""
+    with pytest.raises(LilouInputError) as error:
+        resolve_device("h100", "1g.12gb")
+    assert str(error.value) == (
+        "GPU 'h100-sxm' has no MIG profile '1g.12gb'; valid profiles: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, "
+        "4g.40gb, 7g.80gb; 'h100' means h100-sxm here, and h100-nvl has 1g.12gb: pass the full name")
+    with pytest.raises(LilouInputError, match="a100-pcie-80gb, a100-sxm4-80gb have 3g.40gb: pass the full name"):
+        resolve_device("a100", "3g.40gb")
+
+
 def test_mig_on_a_gpu_without_mig_says_so():
     with pytest.raises(LilouInputError) as error:
         resolve_device("t4", "1g.5gb")

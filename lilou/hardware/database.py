@@ -132,18 +132,26 @@ def ambiguity_note(name: str) -> str | None:
     database, e.g. ``a100`` for the PCIe and SXM4 boards of 40 and 80 GB: it still resolves to the
     alias's GPU, as it always has, but the user should know which one and what else it could mean."""
     gpu = find_gpu(name)
-    if gpu_key(name) == gpu_key(gpu.name):
-        return None
-    words = _name_words(name)
-    family = [other.name for other in _database().gpus if words and words <= _name_words(other.name)
-              and "ti" not in _name_words(other.name) - words]  # a 3090 is not a 3090 Ti
-    if gpu.name not in family:
-        family.append(gpu.name)
+    family = name_family(name)
     if len(family) < 2:
         return None
     others = ", ".join(n for n in family if n != gpu.name)
     return (f"GPU name '{name}' is ambiguous; using {gpu.name} (other matches: {others}); "
             "pass the full name to choose")
+
+
+def name_family(name: str) -> list[str]:
+    """The GPUs an alias that stands for a family could mean (``a100``: the four A100 boards), the one it resolves
+    to included; ``[]`` for a canonical name."""
+    gpu = find_gpu(name)
+    if gpu_key(name) == gpu_key(gpu.name):
+        return []
+    words = _name_words(name)
+    family = [other.name for other in _database().gpus if words and words <= _name_words(other.name)
+              and "ti" not in _name_words(other.name) - words]  # a 3090 is not a 3090 Ti
+    if gpu.name not in family:
+        family.append(gpu.name)
+    return family
 
 
 def _name_words(name: str) -> frozenset[str]:

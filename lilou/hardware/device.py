@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lilou.errors import LilouInputError
-from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, find_gpu
+from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, find_gpu, name_family
 from lilou.hardware.names import mig_key
 
 
@@ -69,7 +69,23 @@ def resolve_device(gpu: str, mig: str | None = None) -> Device:
     spec = find_gpu(gpu)
     if mig is None:
         return whole_gpu(spec)
-    return mig_slice(spec, spec.mig_profile(mig))
+    try:
+        profile = spec.mig_profile(mig)
+    except LilouInputError as error:
+        having = [other for other in name_family(gpu) if other != spec.name and _has_profile(other, mig)]
+        if not having:
+            raise
+        raise LilouInputError(f"{error}; '{gpu}' means {spec.name} here, and {', '.join(having)} "
+                              f"{'has' if len(having) == 1 else 'have'} {mig}: pass the full name") from None
+    return mig_slice(spec, profile)
+
+
+def _has_profile(gpu: str, mig: str) -> bool:
+    try:
+        find_gpu(gpu).mig_profile(mig)
+    except LilouInputError:
+        return False
+    return True
 
 
 def all_devices() -> list[Device]:
