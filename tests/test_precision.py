@@ -349,3 +349,14 @@ def test_fp16_on_pascal_is_fp32_math_not_the_slow_half_units() -> None:
     assert 0.5 * fp32.latency_ms < fp16.latency_ms <= fp32.latency_ms
     assert any(w.startswith("gtx-1080-ti: no tensor cores, so PyTorch runs FP16 convolutions with FP32 math")
                for w in fp16.warnings)
+
+
+def test_int8_below_the_16_bit_rate_is_said() -> None:
+    """B300 cut INT8 to 153.5 TOPS against 2,250 TFLOPS of BF16: INT8 serving priced 9.6x slower in TTFT with no word."""
+    from lilou.latency.kernel_model.precision import slower_than_16_bit
+
+    (note,) = slower_than_16_bit("int8", [resolve_device("b300"), resolve_device("b200")])
+    assert note == ("INT8 tensor cores peak below the FP16/BF16 ones on b300 153.5 TOPS against 2250 TFLOPS (dense, "
+                    "the GPU database's datasheet figures): INT8 GEMMs are priced slower than 16-bit ones there")
+    assert slower_than_16_bit("int8", [resolve_device("b200")]) == []
+    assert note in Predictor().predict(EXAMPLE, gpu="b300", precision="int8").warnings

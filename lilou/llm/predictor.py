@@ -36,6 +36,7 @@ from lilou.errors import LilouInputError
 from lilou.hardware import Device, find_gpu, resolve_device
 from lilou.hardware.device import whole_gpu
 from lilou.latency.composition.overhead import queue_envelope, queue_shares, queue_total
+from lilou.latency.kernel_model.precision import slower_than_16_bit
 from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
@@ -337,6 +338,7 @@ class LLMPredictor:
             warnings.append(f"--dtype {dtype}: the checkpoint stores {config.quantization.upper()} weights "
                             f"({config.quantization_note}); priced as asked, as if requantised")
         _check_dtype(dtype, device, "--dtype")
+        warnings += slower_than_16_bit(dtype, [device])
         if kv_dtype is None:  # a quantised model keeps a 16-bit cache: FP16 where the GPU has no BF16 (INT8, T4)
             kv_dtype = QUANTISED.get(dtype, dtype)
             if kv_dtype == "bf16" and not (device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")):

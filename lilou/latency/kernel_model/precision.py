@@ -204,11 +204,31 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
 _NEIGHBOURS = {"fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16")}
 
 
+def slower_than_16_bit(precision: str, devices: Sequence[Device]) -> list[str]:
+    """A note for the devices whose tensor cores run ``precision`` (INT8, FP8, FP4) below their 16-bit rate: Blackwell
+    Ultra (B300, GB300) cut INT8 to 153.5-165 TOPS against 2,250-2,500 TFLOPS of BF16, so INT8 there is priced
+    slower than BF16, which reads as a bug unless said."""
+    unit = _TENSOR_UNITS.get(precision, (None, None))[0]
+    slow = {}
+    for device in devices:
+        peak, half = device.peak_tflops.get(unit or ""), device.peak_tflops.get("fp16_tensor")
+        if peak and half and peak < half:
+            slow[device.gpu] = (peak / device.sm_fraction, half / device.sm_fraction)
+    if not slow:
+        return []
+    ops = "TOPS" if precision.startswith("int") else "TFLOPS"
+    rates = ", ".join(f"{gpu} {peak:g} {ops} against {half:g} TFLOPS" for gpu, (peak, half) in slow.items())
+    return [f"{precision.upper()} tensor cores peak below the FP16/BF16 ones on {rates} (dense, the GPU database's "
+            f"datasheet figures): {precision.upper()} GEMMs are priced slower than 16-bit ones there"]
+
+
 def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], families: list[str],
                        coverage: MeasuredCoverage) -> list[str]:
     """One line per (precision, family) whose kernels, on some of ``devices``, have no measured neighbour."""
     warnings = []
     for precision in sorted({p.precision for p in paths} - {"fp32", "tf32"}):
+        if families:
+            warnings += slower_than_16_bit(precision, [d for p, d in zip(paths, devices) if p.precision == precision])
         for family in families:
             no_unit, upcast, unmeasured = set(), set(), set()
             for path, device in zip(paths, devices):
