@@ -204,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     table = summary(results, backends)
     args.out.mkdir(parents=True, exist_ok=True)
     plot(table, backends, args.out / f"{NAME}.png")
-    families = sorted({p.parent.name for p in args.data.glob("*/*.onnx")})
+    graphs = list(args.data.glob("*/*.onnx"))
+    zoo = [p for p in graphs if not p.parent.name.startswith("op-")]  # op-<op>/: the decomposition corpus
+    corpus = [p for p in graphs if p.parent.name.startswith("op-")]
+    families, ops = {p.parent.name for p in zoo}, {p.parent.name for p in corpus}
     from lilou.fusion.dataset import TEST_FAMILIES, VAL_FAMILIES
 
     write_result(NAME, results, ["variant", "ablation", "backend", "graphs", "edges", *METRICS, "ms_per_graph",
@@ -215,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                                                          for m in ("edge acc", "F1", "exact")]],
                  seed=args.seed, quick=args.quick, started=started, out_dir=args.out,
                  data=(f"fusion dataset {args.data.relative_to(REPO) if args.data.resolve().is_relative_to(REPO) else args.data}"
-                       f" ({len(list(args.data.glob('*/*.onnx')))} zoo graphs, {len(families)} families, labels from "
+                       f" ({len(zoo)} zoo graphs of {len(families)} families and {len(corpus)} decomposition-corpus "
+                       f"graphs of {len(ops)} ops, labels from "
                        "the eager oracle (dynamo exporter metadata) and TVM 0.27 FuseOps without compiling); "
                        f"test families: {', '.join(sorted(TEST_FAMILIES))}; validation: {', '.join(sorted(VAL_FAMILIES))}"),
                  extra={"overrides": overrides, "variants": {v: o for v, _, o in variants()},
