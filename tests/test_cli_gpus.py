@@ -73,7 +73,7 @@ def test_dataset_spellings_select_the_new_gpus(capsys):
 def test_table_without_mig_gpus_prints_no_mig_table(capsys):
     assert main(["gpus", "t4"]) == 0
     out = capsys.readouterr().out
-    assert "1 GPUs" in out and "MIG profiles" not in out
+    assert out.splitlines()[0].strip() == "1 GPU" and "MIG profiles" not in out
 
 
 def test_unknown_gpu_exits_2_with_one_line_on_stderr(capsys):

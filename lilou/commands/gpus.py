@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _table(gpus: list[GPUSpec]) -> Table:
-    table = new_table(title=f"{len(gpus)} GPUs",
+    table = new_table(title=f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}",
                       caption="FP32 / TC (tensor cores, FP32 accumulate): dense peak TFLOPS; - where the unit or dtype "
                               "is absent; CC: compute capability; MIG: profiles")
     table.add_column("name", no_wrap=True)
@@ -92,7 +92,7 @@ def _mig_table(gpus: list[GPUSpec]) -> Table:
 def _slice_table(devices: list[Device]) -> Table:
     """MIG slices as the latency model sees them: the slice's own SMs and memory, its share of the GPU's bandwidth and
     L2, and peaks scaled by its share of SMs."""
-    table = new_table(title=f"{len(devices)} MIG slices",
+    table = new_table(title=f"{len(devices)} MIG slice{'s' if len(devices) != 1 else ''}",
                       caption="GiB seen: `nvidia-smi mig -lgip`'s memory, what fits are judged against (- : not in a "
                               "public listing, the nominal size is used); GB/s and L2: the slice's share of the GPU's; "
                               "FP32 / TC: dense peak TFLOPS scaled by the slice's share of SMs")
