@@ -16,7 +16,7 @@ from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig
 
 from lilou.checkpoints import checkpoint_path
-from lilou.errors import LilouInputError
+from lilou.errors import LilouInputError, MissingDataError
 
 
 def _checkpoint(cfg: DictConfig) -> Path:
@@ -27,8 +27,12 @@ def evaluate_fusion(cfg: DictConfig) -> dict[str, Any]:
     from lilou.fusion.gnn_predictor import FusionPredictor
     from lilou.fusion.training import held_out_metrics
 
-    predictor = FusionPredictor.load(_checkpoint(cfg))
     datamodule = instantiate(cfg.data)
+    if not any(Path(datamodule.root).glob("*/*.onnx")):  # scoring nothing gave empty metrics and exit 0
+        raise MissingDataError(f"no labelled fusion graphs under {datamodule.root} (data.root is relative to the "
+                               "folder you run from: the repository root, or give an absolute path); build them with "
+                               "`make fusion-data`")
+    predictor = FusionPredictor.load(_checkpoint(cfg))
     return held_out_metrics(predictor, datamodule.root, list(datamodule.backends), split=cfg.split)
 
 

@@ -24,3 +24,14 @@ def test_eval_entry_point_scores_the_shipped_kernel_model_on_a_held_out_gpu(tmp_
     assert {r["gpu"] for r in rows} == {"t4"}
     assert {r["family"] for r in rows} >= {"gemm", "elementwise", "softmax", "layernorm", "conv"}
     assert all(r["n"] > 0 and r["mape"] > 0 for r in rows)
+
+
+def test_fusion_eval_without_graphs_fails_instead_of_writing_empty_metrics(tmp_path):
+    """Run outside the repository, `data.root` (relative) found nothing: empty metrics, exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-m", "lilou.eval", "experiment=fusion_gnn", f"data.root={tmp_path / 'nothing'}",
+         f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert f"no labelled fusion graphs under {tmp_path / 'nothing'}" in result.stderr
+    assert not (tmp_path / "run" / "metrics.json").exists()

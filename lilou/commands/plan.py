@@ -119,10 +119,13 @@ def _print_table(plan) -> None:
     order = "cheapest first ($ at the upper bound's throughput)" if plan.sort == "cost" else \
         "highest throughput at the upper bound first"
     if plan.entries:
+        caption = ("ITL: with --engine vllm, the steady state of a server keeping `batch` requests running (lilou llm's "
+                   "steady_state, prompts chunked in); with --engine hf, the static batch's decode step") if llm else None
         table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices meet the {what} of "
-                          f"{plan.slo_ms:g} ms (90 % upper bound), {order}")
+                          f"{plan.slo_ms:g} ms (90 % upper bound), {order}", caption=caption)
         rate = "tokens/s" if llm else "inf/s"
-        columns = ["#", "device", "k8s resource", "batch", "ms", "90 % interval", rate, "memory GiB"]
+        columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval", rate,
+                   "memory GiB"]
         if plan.sort == "cost":
             columns += ["$/h", "$/M tokens" if llm else "$/M inf"]
         for column in columns:
