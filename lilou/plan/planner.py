@@ -363,11 +363,13 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                     result = llm.predict(model, device.gpu, mig=device.mig, batch=batch, input_len=input_len,
                                          output_len=output_len, dtype=dtype, engine=engine)
                 except LilouInputError as error:
-                    refused.setdefault(device.name, str(error))
+                    if not curves[device.name]:  # a device refused at a larger batch keeps the batches it took
+                        refused.setdefault(device.name, str(error))
                     break
-                if result.itl_ms is None or result.ttft_ms is None:
-                    refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
-                                                                         else "no latency"))
+                if result.itl_ms is None or result.ttft_ms is None:  # out of memory: so is every larger batch
+                    if not curves[device.name]:
+                        refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
+                                                                             else "no latency"))
                     break
                 curves[device.name].append(_llm_point(result, batch, input_len, output_len))
                 if not warnings:  # a slice's power share is the first device's, and a plan shows no power
