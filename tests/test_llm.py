@@ -191,6 +191,19 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
     ({"num_local_experts": 8, "num_experts_per_tok": 100}, r"100 experts per token of 8 routed experts"),
     ({"hidden_size": 4}, r"hidden size 4 is smaller than its 32 attention heads"),
     ({"model_type": "gpt2", "hidden_size": [], "intermediate_size": None}, r"hidden \(hidden_size .*\) is \[\]"),
+    # sizes no model has: 10^8 layers of width 1 took 8 GB and ended in a MemoryError; 10^400 an OverflowError
+    ({"num_hidden_layers": 100_000_000, "hidden_size": 32, "intermediate_size": 1},
+     r"layers \(num_hidden_layers .*\) 100,000,000 is beyond any released model \(at most 4,096\)"),
+    ({"vocab_size": 10 ** 400}, r"vocab \(vocab_size .*\) about 10\^400 is beyond any released model"),
+    ({"num_hidden_layers": 1e300}, r"about 10\^300 is beyond any released model"),
+    # zero or negative optional fields stood silently for a default, or gave a negative KV cache that always fitted
+    ({"num_key_value_heads": 0}, r"kv_heads \(num_key_value_heads .*\) is 0; leave the field out for its default"),
+    ({"head_dim": 0}, r"head_dim \(head_dim .*\) is 0"),
+    ({"sliding_window": -5}, r"sliding_window is -5, not a number of tokens"),
+    ({"model_type": "qwen2", "sliding_window": 4096, "max_window_layers": -100},
+     r"max_window_layers is -100, not a layer count"),
+    ({"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 0},
+     r"sliding_window_pattern is 0, not a positive whole number"),
 ])
 def test_a_config_with_impossible_dimensions_is_one_line(tmp_path, change, message):
     """Hand-edited or hostile config.json files: a boolean, string, fraction or NaN dimension, negative or

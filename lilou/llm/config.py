@@ -313,6 +313,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if min(ints["layers"], ints["hidden"], heads, ints["vocab"], ints["intermediate"]) <= 0:
         raise LilouInputError(f"{name}: layers, hidden size, heads, vocabulary and MLP width must be positive")
     _check_optional(ints, name)
+    _check_sizes(ints, name)
     latent = _latent_attention(ints, name)
     head_dim = latent.pop("head_dim", 0) or ints.get("head_dim") or ints["hidden"] // heads
     shared = ints.get("shared_expert_intermediate", 0) or ints.get("shared_experts", 0) * ints.get("moe_intermediate", 0)
@@ -408,7 +409,9 @@ def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, 
             isinstance(window, float) and not (math.isfinite(window) and window.is_integer()):
         raise LilouInputError(f"{name}: sliding_window is {window!r:.40}, not a whole number of tokens")
     window = int(window)
-    if window <= 0:
+    if window < 0:
+        raise LilouInputError(f"{name}: sliding_window is {window}, not a number of tokens")
+    if window == 0:
         return 0, 0
     types = config.get("layer_types")
     if isinstance(types, list) and types:
@@ -416,10 +419,15 @@ def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, 
     if model_type == "gemma2":
         return window, (layers + 1) // 2  # layers 0, 2, 4 ... are local
     if model_type in ("gemma3", "gemma3_text"):
-        pattern = config.get("sliding_window_pattern") or 6
-        pattern = pattern if isinstance(pattern, int) and pattern > 0 else 6
+        pattern = config.get("sliding_window_pattern")
+        if pattern is None:
+            pattern = 6
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
+            raise LilouInputError(f"{name}: sliding_window_pattern is {pattern!r:.40}, not a positive whole number")
         return window, layers - layers // pattern  # every pattern-th layer is global
     if model_type in ("qwen2", "qwen2_moe") and isinstance(config.get("max_window_layers"), int):
+        if config["max_window_layers"] < 0:  # it gave a negative KV cache and every batch "fitting"
+            raise LilouInputError(f"{name}: max_window_layers is {config['max_window_layers']}, not a layer count")
         return window, max(0, layers - config["max_window_layers"])
     return window, layers
 
@@ -432,6 +440,35 @@ def _whole(value: Any, name: str, field: str) -> int:
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise LilouInputError(f"{name}: {_named(field)} is {value!r}, not a whole number")
     return int(value)
+
+
+#: Sizes far above any released model's (Llama-3.1-405B: 126 layers, hidden 16,384, MLP 53,248; Gemma: a 262,144
+#: vocabulary; DeepSeek-V3: 256 experts), so that a config of a few bytes cannot make Lilou allocate gigabytes
+#: (the steps are built layer by layer: 10^8 layers took 8 GB before these limits).
+SIZE_LIMITS = {"layers": 4096, "hidden": 1 << 18, "heads": 1 << 14, "kv_heads": 1 << 14, "head_dim": 1 << 14,
+               "vocab": 1 << 24, "intermediate": 1 << 22, "experts": 1 << 14, "experts_per_token": 1 << 14,
+               "moe_intermediate": 1 << 22, "shared_expert_intermediate": 1 << 22, "shared_experts": 1 << 14,
+               "kv_lora_rank": 1 << 16, "q_lora_rank": 1 << 16, "qk_nope_head_dim": 1 << 14,
+               "qk_rope_head_dim": 1 << 14, "v_head_dim": 1 << 14}
+
+
+def _check_sizes(ints: dict[str, int], name: str) -> None:
+    """Refuse sizes no model has (see :data:`SIZE_LIMITS`), and a KV-head count or head width of 0, which would
+    otherwise stand silently for the default (every head its own KV head, hidden / heads)."""
+    over = [field for field, limit in SIZE_LIMITS.items() if ints.get(field, 0) > limit]
+    if over:
+        sizes = ", ".join(f"{_named(f)} {_size_text(ints[f])}" for f in over)
+        limits = ", ".join(f"{SIZE_LIMITS[f]:,}" for f in over)
+        raise LilouInputError(f"{name}: {sizes} is beyond any released model (at most {limits})")
+    zero = [_named(field) for field in ("kv_heads", "head_dim") if ints.get(field) == 0]
+    if zero:
+        raise LilouInputError(f"{name}: {', '.join(zero)} is 0; leave the field out for its default")
+
+
+def _size_text(value: int) -> str:
+    """1,000,000 as written; a number of more than 16 digits as its power of ten (an int of 400 digits has no float)."""
+    digits = len(str(value))
+    return f"{value:,}" if digits <= 16 else f"about 10^{digits - 1}"
 
 
 def _check_optional(ints: dict[str, int], name: str) -> None:
