@@ -250,6 +250,26 @@ def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
     return wanted
 
 
+def _peak_ms_per_flop(dtype: str, device: Device) -> float:
+    """Milliseconds per FLOP at the peak of the unit a GEMM of ``dtype`` runs on (the FP32 CUDA cores when none)."""
+    from lilou.latency.kernel_model.precision import kernel_unit, precision_path
+
+    unit = kernel_unit("gemm", precision_path(dtype, device, dtype, "off"), device)
+    peak = (device.peak_tflops.get(unit) if unit else None) or device.fp32_tflops
+    return 1.0 / (peak * 1e9)
+
+
+def attention_dtype(dtype: str, device: Device) -> str:
+    """The type the attention kernels compute in: the model's own where it is a 16- or 32-bit float, else (INT8,
+    FP8, INT4, FP4 weights) the 16-bit activations, BF16 where the GPU has it, as the attention correction
+    (lilou.llm.attention) was fitted; never the weights' format, which only the projections read (an FP8 KV cache
+    is dequantised into the same 16-bit math). Before, an INT8 Llama-3.1-8B's 131,072-token prefill on an H100
+    implied 4,100 TFLOPS, twice its INT8 peak."""
+    if dtype in ("fp32", "fp16", "bf16"):
+        return dtype
+    return "bf16" if device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16") else "fp16"
+
+
 def _check_dtype(dtype: str, device: Device, what: str) -> None:
     peaks = device.peak_tflops
     if dtype == "fp8" and not peaks.get("fp8_tensor"):
@@ -397,9 +417,11 @@ class LLMPredictor:
         kernels = [remembered_step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine)
                    for s in steps]
         flat = [k for step in kernels for k in step]
-        work = self._work(flat, device, dtype, batch)
+        attention = attention_dtype(dtype, device)
+        work = self._work(flat, device, dtype, batch, attention)
         if engine == "vllm":  # measured vLLM attention kernels depart from the fused-attention price
             correction = self.attention
+            floor = _peak_ms_per_flop(attention, device)
             # The correction reads work items per SM, one feature monotone in the SM count: on a MIG slice it is taken
             # at the slice's and at the whole GPU's, the larger kept, so that no slice is priced below a larger one
             # (lilou.latency.composition.monotone; the decode correction grows with the SMs, and Llama-3.1-8B's step
@@ -407,7 +429,10 @@ class LLMPredictor:
             sm_counts = {device.sms} if device.mig is None else {device.sms, whole_gpu(find_gpu(device.gpu)).sms}
             for i, k in enumerate(flat):
                 if k.attention is not None:
-                    work[i] = max(correction.apply(float(work[i]), k.attention, k.causal, sms) for sms in sm_counts)
+                    # never above the unit's peak: the correction's log-KV-length term, fitted up to 32k tokens,
+                    # priced a 131,072-token BF16 prefill on an H100 at 1,099 TFLOPS (peak 989)
+                    work[i] = max(max(correction.apply(float(work[i]), k.attention, k.causal, sms) for sms in sm_counts),
+                                  k.spec.flops * floor)
         offsets = np.cumsum([0] + [len(step) for step in kernels])
         priced = [(step, work[offsets[i]:offsets[i + 1]]) for i, step in enumerate(kernels)]
         itemsize = ITEMSIZE[QUANTISED.get(dtype, dtype)]  # the 16-bit activations all-reduced
@@ -438,10 +463,18 @@ class LLMPredictor:
                                  gemm_share=_gemm_share([priced[-1]]))
         return self._phase(priced[0][0], prefill_ms, device, dtype, gemm_share=_gemm_share(priced[:1])), decode, steady
 
-    def _work(self, kernels: list[StepKernel], device: Device, dtype: str, batch: int | None = None) -> np.ndarray:
+    def _work(self, kernels: list[StepKernel], device: Device, dtype: str, batch: int | None = None,
+              attention: str | None = None) -> np.ndarray:
         """GPU work (ms) of each kernel on ``device``, through the Predictor's kernel-model path; ``batch`` (each
         kernel's independent work is proportional to it) sets the size ladder, so that no kernel, and no step, is
-        priced below the same step at a smaller batch (None: kernels of several batches, the ladder x1 .. x16)."""
+        priced below the same step at a smaller batch (None: kernels of several batches, the ladder x1 .. x16).
+        ``attention``: the dtype the attention kernels compute in (:func:`attention_dtype`), when not ``dtype``."""
+        if attention is not None and attention != dtype:
+            work = self._work(kernels, device, dtype, batch)
+            rows = [i for i, k in enumerate(kernels) if k.attention is not None]
+            if rows:
+                work[rows] = self._work([kernels[i] for i in rows], device, attention, batch)
+            return work
         from lilou.latency.composition.end_to_end import GraphKernels
         from lilou.latency.composition.fallback import uses_fallback
         from lilou.latency.kernel_model.precision import precision_path
