@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("graph", help="per-node ops, shapes, FLOPs and bytes of an ONNX model")
     parser.add_argument("model", help="path to an ONNX file")
     add_shape_options(parser)
-    parser.add_argument("--all", action="store_true", help="also list constant/shape-computing nodes")
+    parser.add_argument("--all", action="store_true", help="the table also lists constant/shape-computing nodes "
+                        "(the JSON lists every node, each with its constant flag)")
     add_format_option(parser)
     parser.set_defaults(handler=run)
 

@@ -331,7 +331,9 @@ def _recurrent_flops(node: CostInput) -> int:
         return 0
     steps, batch, directions, inputs, hidden = dims
     gates = _RECURRENT_GATES[node.op]
-    per_step = 2 * gates * hidden * (inputs + hidden) + 2 * gates * hidden + _RECURRENT_POINTWISE[node.op] * hidden
+    biased = len(node.inputs) > 3 and node.inputs[3] is not None  # B (input 3) absent: nn.LSTM(bias=False)
+    per_step = (2 * gates * hidden * (inputs + hidden) + (2 * gates * hidden if biased else 0)
+                + _RECURRENT_POINTWISE[node.op] * hidden)
     return steps * batch * directions * per_step
 
 
