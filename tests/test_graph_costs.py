@@ -232,3 +232,20 @@ def test_ops_pytorch_programs_export_beyond_the_common_ones_have_cost_formulas()
     hardmax = only_node(single_node_graph(helper.make_node("Hardmax", ["x"], ["y"]), [x], [tensor("y", None)]))
     assert hardmax["flops"] == 2 * 4000
     assert graph.unsupported_ops == []
+
+
+@pytest.mark.parametrize(("equation", "shapes", "output", "flops"), [
+    # what torch.utils.flop_counter counts for torch.einsum (pairwise contraction, left to right)
+    ("...ij,...jk->...ik", [[2, 3, 32, 64], [2, 3, 64, 48]], [2, 3, 32, 48], 2 * 6 * 32 * 64 * 48),  # was 0
+    ("bij,bjk->bik", [[4, 32, 64], [1, 64, 48]], [4, 32, 48], 2 * 4 * 32 * 64 * 48),  # a broadcast batch: was 1/4
+    ("ij,jk,kl->il", [[32, 64], [64, 48], [48, 16]], [32, 16], 2 * 32 * 64 * 48 + 2 * 32 * 48 * 16),  # was 12.8x
+    ("i,j->ij", [[32], [192]], [32, 192], 32 * 192),  # nothing summed: one multiply per output, not a multiply-add
+    ("bhqd,bhkd->bhqk", [[2, 8, 128, 64], [2, 8, 128, 64]], [2, 8, 128, 128], 2 * 16 * 128 * 128 * 64),
+    ("ij->i", [[3, 4]], [3], 12),  # a sum: one add per element
+    ("ij->ji", [[3, 4]], [4, 3], 0),  # a permutation computes nothing
+])
+def test_einsum_counts_what_torch_counts(equation, shapes, output, flops):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    graph = single_node_graph(node, [tensor(n, s) for n, s in zip(names, shapes)], [tensor("y", output)])
+    assert only_node(graph)["flops"] == flops

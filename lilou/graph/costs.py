@@ -349,17 +349,61 @@ def _recurrent_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
 
 
 def _einsum_flops(node: CostInput) -> int:
+    """FLOPs of an Einsum as torch.einsum evaluates it: operands contracted pairwise, left to right, each pair costing
+    the product of the sizes of every label either holds, twice when a label is summed away there (a multiply-add),
+    once when none is (an outer or element-wise product); one operand costs its elements when it sums a label away,
+    nothing when it only permutes. ``...`` stands for the dimensions an operand does not name (aligned from the
+    right, as they broadcast), and a label's size is the largest its operands give it (a size-1 dimension
+    broadcasts). Before session 37 an equation with ``...`` counted 0, a broadcast batch of 1 set the label's size,
+    and three operands were counted as one product over every label (12.8x torch's count for ``ij,jk,kl->il``)."""
     equation = node.attributes.get("equation", "")
     if isinstance(equation, bytes):
-        equation = equation.decode()
-    lhs = equation.replace(" ", "").split("->")[0].split(",")
+        equation = equation.decode("utf-8", "replace")
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    tensors = list(node.inputs)
+    if len(terms) != len(tensors) or any(t is None or t.shape is None for t in tensors):
+        return 0
+    operands: list[list[str]] = []
     sizes: dict[str, int] = {}
-    for term, tensor in zip(lhs, node.inputs):
-        if tensor is None or tensor.shape is None or "." in term or len(term) != len(tensor.shape):
+    for term, tensor in zip(terms, tensors):
+        labels = _einsum_labels(term, len(tensor.shape))
+        if labels is None:
             return 0
-        sizes.update(zip(term, tensor.shape))
-    factor = 2 if len(lhs) > 1 else 1
-    return factor * math.prod(sizes.values())
+        operands.append(labels)
+        for label, size in zip(labels, tensor.shape):
+            sizes[label] = max(sizes.get(label, 1), size)
+    broadcast = sorted((label for label in sizes if label.startswith(".")), key=lambda label: -int(label[1:]))
+    if arrow:
+        explicit = [c for c in rhs.replace("...", "") if c.isalpha()]
+        output = set(explicit) | (set(broadcast) if "..." in rhs else set())
+    else:  # implicit output: the labels that appear once, and the broadcast dimensions
+        counts = {label: sum(labels.count(label) for labels in operands) for label in sizes}
+        output = {label for label, count in counts.items() if count == 1} | set(broadcast)
+    if len(operands) == 1:
+        (labels,) = operands
+        return math.prod(sizes[label] for label in set(labels)) if set(labels) - output else 0
+    flops, current = 0, operands[0]
+    for position, labels in enumerate(operands[1:], start=1):
+        later = output.union(*map(set, operands[position + 1:]))
+        both = set(current) | set(labels)
+        kept = [label for label in both if label in later]
+        flops += (2 if len(kept) < len(both) else 1) * math.prod(sizes[label] for label in both)
+        current = kept
+    return flops
+
+
+def _einsum_labels(term: str, rank: int) -> list[str] | None:
+    """The labels of one Einsum operand of ``rank`` dimensions: its letters, and for ``...`` one label per dimension
+    it covers, named by its place from the right (``.1`` the last); None when the term does not fit the rank."""
+    named, dots, rest = term.partition("...")
+    if "." in named + rest or not (named + rest).isalpha() and (named + rest):
+        return None
+    letters = list(named + rest)
+    covered = rank - len(letters)
+    if covered < 0 or (not dots and covered):
+        return None
+    return list(named) + [f".{covered - i}" for i in range(covered)] + list(rest)
 
 
 _FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
