@@ -249,3 +249,19 @@ def test_einsum_counts_what_torch_counts(equation, shapes, output, flops):
     node = helper.make_node("Einsum", names, ["y"], equation=equation)
     graph = single_node_graph(node, [tensor(n, s) for n, s in zip(names, shapes)], [tensor("y", output)])
     assert only_node(graph)["flops"] == flops
+
+
+def test_a_bias_of_zeros_written_by_the_exporter_is_no_bias():
+    """torch.onnx.export(dynamo=True) writes Expand(CastLike(0, x), Shape(w)[:1]) as the bias of a bias-free
+    convolution; eager PyTorch adds nothing. It was counted as an element-wise pass (+5.6 % on a depthwise conv)."""
+    zero = [helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", TensorProto.FLOAT, [], [0.0])),
+            helper.make_node("CastLike", ["zero", "x"], ["zero_x"]),
+            helper.make_node("Expand", ["zero_x", "channels"], ["bias"]),
+            helper.make_node("Conv", ["x", "w", "bias"], ["y"], name="conv", group=8, pads=[1, 1, 1, 1])]
+    graph = build_graph(make_model(zero, [tensor("x", [1, 8, 10, 10])], [tensor("y", None)],
+                                   [weight("w", [8, 1, 3, 3]), ints("channels", [8])]))
+    assert graph.dag.nodes["conv"]["flops"] == 2 * (8 * 10 * 10) * 9  # the bias-free count
+    real = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", group=8, pads=[1, 1, 1, 1])
+    biased = build_graph(make_model([real], [tensor("x", [1, 8, 10, 10])], [tensor("y", None)],
+                                    [weight("w", [8, 1, 3, 3]), weight("b", [8])]))
+    assert biased.dag.nodes["conv"]["flops"] == 2 * (8 * 10 * 10) * 9 + 8 * 10 * 10  # a real bias still counts
