@@ -14,9 +14,9 @@ from tests.conftest import REPO
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
-PLAN_KEYS = {"model", "kind", "slo_ms", "batches", "precision", "sort", "devices", "plan", "unmet", "message",
+PLAN_KEYS = {"model", "kind", "tp", "slo_ms", "batches", "precision", "sort", "devices", "plan", "unmet", "message",
              "warnings"}
-ENTRY_KEYS = {"device", "gpu", "mig", "resource", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
+ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
               "usd_per_hour", "price_source", "usd_per_million"}
 
@@ -285,6 +285,29 @@ def test_an_llm_plan_keeps_the_batches_that_fit(capsys):
                      "256", "--gpus", "l4,h100-sxm", "--batches", "1,32")
     assert [u["device"] for u in both["unmet"]] == ["l4"]
     assert both["unmet"][0]["reason"].startswith("latency: upper bound")
+
+
+def test_an_llm_plan_of_tensor_parallel_replicas(capsys, tmp_path):
+    """A 70B model fits no 80 GB GPU alone: `plan --llm` had no --tp, so it could not be planned on H100s at all."""
+    args = ["--llm", "meta-llama/Llama-3.1-70B-Instruct", "--itl-slo-ms", "40", "--input-len", "1024", "--output-len",
+            "256", "--gpus", "h100-sxm", "--batches", "1,8"]
+    code, _, err = run(capsys, "plan", *args)
+    assert code == 2 and "does not fit on h100-sxm: 131.9 GiB needed per GPU" in err
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nh100-sxm,3.0\n")
+    plan = plan_json(capsys, *args, "--tp", "4", "--prices", str(prices))
+    (entry,) = plan["plan"]
+    assert plan["tp"] == 4 and entry["gpus"] == 4 and entry["usd_per_hour"] == 12.0
+    assert entry["price_source"] == "price file x 4 GPUs (TP)"
+    from lilou.llm import LLMPredictor
+
+    expected = LLMPredictor().predict("meta-llama/Llama-3.1-70B-Instruct", "h100-sxm", tp=4, batch=entry["batch"],
+                                      input_len=1024, output_len=256)
+    assert entry["latency_ms"] == pytest.approx(expected.steady_itl_ms, abs=1e-3)
+    assert entry["usd_per_million"] == pytest.approx(12.0 / (3600 * entry["throughput_per_s_at_upper"]) * 1e6,
+                                                     rel=1e-4)
+    code, _, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--tp", "2")
+    assert code == 2 and "--tp apply with --llm" in err
 
 
 def test_llm_plan_over_lilou_llm(capsys):

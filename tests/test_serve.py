@@ -234,6 +234,20 @@ def test_launch_gap_of_the_callers_host(client, predictor):
     assert response.status_code == 422 and response.json()["detail"].startswith("launch_gap_us applies to ONNX models")
 
 
+def test_an_llm_plan_of_tensor_parallel_replicas_is_the_cli_object(client):
+    body = {"model": "meta-llama/Llama-3.1-70B-Instruct", "llm": True, "itl_slo_ms": 40, "input_len": 1024,
+            "output_len": 256, "gpus": ["h100-sxm"], "batches": [1, 8], "tp": 4}
+    response = client.post("/v1/plan", json=body)
+    assert response.status_code == 200, response.text
+    from lilou.plan import plan_llm
+
+    expected = plan_llm("meta-llama/Llama-3.1-70B-Instruct", 40, input_len=1024, output_len=256, gpus=["h100-sxm"],
+                        batches=[1, 8], tp=4).to_json()
+    assert response.json() == expected and response.json()["plan"][0]["gpus"] == 4
+    response = client.post("/v1/plan", json={**body, "tp": 0})
+    assert response.status_code == 422 and response.json()["detail"].startswith("tp:")
+
+
 def test_rank_body_is_the_cli_list_and_warnings_travel_in_a_header(client, models_root, predictor):
     gpus = ["a10g", "t4", "a100-80gb/1g.10gb", "h100-sxm"]
     response = client.post("/v1/rank", json={"model": "sub/copy.onnx", "gpus": gpus})

@@ -43,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     llm.add_argument("--input-len", type=int, default=None, metavar="I", help="prompt tokens per request")
     llm.add_argument("--output-len", type=int, default=None, metavar="O", help="generated tokens per request")
     llm.add_argument("--dtype", default=None, metavar="D", help="LLM weight/compute dtype (default: lilou llm's)")
+    llm.add_argument("--kv-dtype", default=None, metavar="D", help="KV-cache dtype (default: lilou llm's)")
+    llm.add_argument("--tp", type=int, default=None, metavar="N",
+                     help="tensor-parallel GPUs per replica (default 1): each device is planned as a group of N, "
+                          "priced as N")
     llm.add_argument("--engine", default="vllm", choices=("vllm", "hf"), help="serving engine (default vllm)")
     add_format_option(parser)
     parser.set_defaults(handler=run, quick_exit=True)  # lilou.cli.entry: leave without teardown
@@ -72,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         from lilou.plan.planner import plan_model
 
         llm_only = [option for option, value in (("--itl-slo-ms", args.itl_slo_ms), ("--input-len", args.input_len),
-                                                  ("--output-len", args.output_len), ("--dtype", args.dtype))
+                                                  ("--output-len", args.output_len), ("--dtype", args.dtype),
+                                                  ("--kv-dtype", args.kv_dtype), ("--tp", args.tp))
                     if value is not None]
         if llm_only:
             raise LilouInputError(f"{', '.join(llm_only)} apply with --llm (a decoder LLM planned over lilou llm); an "
@@ -109,7 +114,8 @@ def _plan_llm(args, gpus, batches, prices):
     if missing:
         raise LilouInputError(f"plan --llm needs {', '.join(missing)}")
     return plan_llm(args.model, args.itl_slo_ms, input_len=args.input_len, output_len=args.output_len, gpus=gpus,
-                    batches=batches, prices=prices, dtype=args.dtype, engine=args.engine)
+                    batches=batches, prices=prices, dtype=args.dtype, engine=args.engine,
+                    tp=1 if args.tp is None else args.tp, kv_dtype=args.kv_dtype)
 
 
 def _print_table(plan) -> None:
@@ -121,7 +127,8 @@ def _print_table(plan) -> None:
     if plan.entries:
         caption = ("ITL: with --engine vllm, the steady state of a server keeping `batch` requests running (lilou llm's "
                    "steady_state, prompts chunked in); with --engine hf, the static batch's decode step") if llm else None
-        table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices meet the {what} of "
+        groups = f" (in groups of {plan.tp}, tensor-parallel)" if plan.tp > 1 else ""
+        table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices{groups} meet the {what} of "
                           f"{plan.slo_ms:g} ms (90 % upper bound), {order}", caption=caption)
         rate = "tokens/s" if llm else "inf/s"
         columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval", rate,
@@ -132,7 +139,8 @@ def _print_table(plan) -> None:
             table.add_column(column, justify="left" if column in ("device", "k8s resource") else "right")
         for i, entry in enumerate(plan.entries, 1):
             point = entry.point
-            row = [str(i), entry.device.name, _resource(entry), str(point.batch), f"{point.latency_ms:.3f}",
+            resource = _resource(entry) if entry.gpus == 1 else f"{entry.gpus} x {_resource(entry)}"
+            row = [str(i), entry.device.name, resource, str(point.batch), f"{point.latency_ms:.3f}",
                    f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
                    f"{entry.throughput_per_s:,.1f}", f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
             if plan.sort == "cost":

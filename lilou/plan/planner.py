@@ -55,8 +55,9 @@ class PlanEntry:
 
     device: Device
     point: PlanPoint
-    usd_per_hour: float | None = None
+    usd_per_hour: float | None = None   # of the whole replica: ``gpus`` devices
     price_source: str | None = None
+    gpus: int = 1                       # devices per replica (an LLM's tensor-parallel group)
 
     @property
     def throughput_per_s(self) -> float:
@@ -80,7 +81,8 @@ class PlanEntry:
     def to_json(self) -> dict[str, Any]:
         cost = self.usd_per_million
         return {"device": self.device.name, "gpu": self.device.gpu, "mig": self.device.mig,
-                "resource": resource_name(self.device), "batch": self.point.batch, "precision": self.point.precision,
+                "resource": resource_name(self.device), "gpus": self.gpus, "batch": self.point.batch,
+                "precision": self.point.precision,
                 "latency_ms": self.point.latency_ms, "interval_ms": list(self.point.interval_ms),
                 "throughput_per_s": round(self.throughput_per_s, 3),
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
@@ -105,6 +107,7 @@ class CapacityPlan:
     unmet: list[dict[str, Any]] = field(default_factory=list)  # devices without a plan, and why
     warnings: list[str] = field(default_factory=list)
     kind: str = "model"           # "model" (ONNX) or "llm" (lilou.llm, ITL SLO)
+    tp: int = 1                   # LLM plans: tensor-parallel GPUs per replica
 
     @property
     def message(self) -> str | None:
@@ -122,7 +125,7 @@ class CapacityPlan:
     def to_json(self) -> dict[str, Any]:
         """What ``lilou plan --format json`` prints."""
         precisions = sorted({p.precision for points in self.curves.values() for p in points if p.precision})
-        return {"model": self.model, "kind": self.kind, "slo_ms": self.slo_ms, "batches": list(self.batches),
+        return {"model": self.model, "kind": self.kind, "tp": self.tp, "slo_ms": self.slo_ms, "batches": list(self.batches),
                 "precision": precisions[0] if len(precisions) == 1 else precisions or None,
                 "sort": self.sort, "devices": len(self.devices), "plan": [e.to_json() for e in self.entries],
                 "unmet": list(self.unmet), "message": self.message, "warnings": list(self.warnings)}
@@ -299,7 +302,7 @@ def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[
 
 
 def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],
-              prices: Mapping[str, float] | None, warnings: list[str], kind: str) -> CapacityPlan:
+              prices: Mapping[str, float] | None, warnings: list[str], kind: str, tp: int = 1) -> CapacityPlan:
     entries, unmet = [], []
     for device in devices:
         points = curves[device.name]
@@ -314,7 +317,9 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
             continue
         best = max(fitting, key=lambda p: p.batch)
         price, source = device_price(device, prices or {})
-        entries.append(PlanEntry(device, best, price, source))
+        if price is not None and tp > 1:  # a replica is ``tp`` of the device
+            price, source = price * tp, f"{source} x {tp} GPUs (TP)"
+        entries.append(PlanEntry(device, best, price, source, gpus=tp))
     sort = "cost" if prices else "throughput"
     if prices:
         entries.sort(key=lambda e: (e.usd_per_million is None, e.usd_per_million or 0.0, -e.throughput_per_s,
@@ -333,18 +338,19 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
                                    f"line nor, for a MIG slice, their GPU's): {', '.join(unpriced[:5])}"
                                    + (" ..." if len(unpriced) > 5 else "") + "; listed after the priced ones"]
     return CapacityPlan(model=model, slo_ms=slo, batches=batches, sort=sort, entries=entries, curves=curves,
-                        devices=devices, unmet=unmet, warnings=warnings, kind=kind)
+                        devices=devices, unmet=unmet, warnings=warnings, kind=kind, tp=tp)
 
 
 def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int, output_len: int,
              gpus: Sequence[str] | None = None, batches: Sequence[int] | None = None,
              prices: Mapping[str, float] | None = None, dtype: str | None = None, engine: str = "vllm",
-             llm_predictor=None) -> CapacityPlan:
+             llm_predictor=None, tp: int = 1, kv_dtype: str | None = None) -> CapacityPlan:
     """The capacity plan of a decoder LLM (:mod:`lilou.llm`) for an inter-token-latency SLO: per device the
     largest batch whose ITL upper bound meets it and whose weights and KV cache fit; throughput is output
     tokens per second (prefill included), so the cost is dollars per million output tokens. For vLLM the
     batch is the number of requests the server keeps running, judged on its steady-state step (see
-    :func:`_llm_point`)."""
+    :func:`_llm_point`). ``tp``: each replica is a tensor-parallel group of that many of the device (a 70B
+    model on 80 GB GPUs), priced as that many; ``kv_dtype`` as in ``lilou llm``."""
     from lilou.api import rank_devices
     from lilou.llm import LLMPredictor
     from lilou.llm.predictor import SLICE_POWER
@@ -360,8 +366,8 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
         for device in devices:
             for batch in sizes:
                 try:
-                    result = llm.predict(model, device.gpu, mig=device.mig, batch=batch, input_len=input_len,
-                                         output_len=output_len, dtype=dtype, engine=engine)
+                    result = llm.predict(model, device.gpu, mig=device.mig, tp=tp, batch=batch, input_len=input_len,
+                                         output_len=output_len, dtype=dtype, kv_dtype=kv_dtype, engine=engine)
                 except LilouInputError as error:
                     if not curves[device.name]:  # a device refused at a larger batch keeps the batches it took
                         refused.setdefault(device.name, str(error))
@@ -377,7 +383,7 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                                 if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER)]
     if len(refused) == len(devices):
         raise LilouInputError(next(iter(refused.values())))
-    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm")
+    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
     plan.unmet = [u if u["device"] not in refused else {"device": u["device"], "reason": refused[u["device"]]}
                   for u in plan.unmet]
     return plan

@@ -112,6 +112,8 @@ class PlanRequest(_GraphRequest):
     input_len: PositiveInt | None = Field(None, description="prompt tokens per request (llm)")
     output_len: PositiveInt | None = Field(None, description="generated tokens per request (llm)")
     dtype: str | None = Field(None, max_length=20, description="LLM weight/compute dtype (llm)")
+    kv_dtype: str | None = Field(None, max_length=20, description="KV-cache dtype (llm)")
+    tp: PositiveInt = Field(1, le=64, description="tensor-parallel GPUs per replica, priced as that many (llm)")
     engine: Literal["vllm", "hf"] = "vllm"
 
     @field_validator("gpus", "batches", mode="before")

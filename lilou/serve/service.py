@@ -190,7 +190,8 @@ class Service:
                     raise InvalidField("values apply to ONNX models; lilou llm prices a decoder step by step itself")
                 plan = plan_llm(model, request.itl_slo_ms, input_len=request.input_len, output_len=request.output_len,
                                 gpus=request.gpus, batches=request.batches, prices=prices, dtype=request.dtype,
-                                engine=request.engine, llm_predictor=self.llm_predictor())
+                                engine=request.engine, llm_predictor=self.llm_predictor(), tp=request.tp,
+                                kv_dtype=request.kv_dtype)
             else:
                 if request.slo_ms is None:
                     raise InvalidField("plan needs slo_ms (or llm: true with itl_slo_ms, input_len, output_len)")
