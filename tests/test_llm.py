@@ -800,3 +800,15 @@ def test_quantised_weights_do_not_speed_up_attention(llm):
     for dtype in ("int8", "fp8"):
         quantised = llm.predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", dtype=dtype, **args)
         assert 0.6 * bf16.ttft_ms < quantised.ttft_ms < bf16.ttft_ms, dtype
+
+
+def test_a_batch_above_vllm_s_default_max_num_seqs_is_said(llm):
+    """A vLLM server runs at most max_num_seqs (256 by default) sequences at once: batch 512 is priced as running,
+    which needs the server configured so."""
+    big = llm.predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=512, input_len=128, output_len=128)
+    assert any(w.startswith("batch 512: vLLM runs at most max_num_seqs sequences at once (256") for w in big.warnings)
+    small = llm.predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=256, input_len=128, output_len=128)
+    assert not any("max_num_seqs" in w for w in small.warnings)
+    hf = llm.predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=512, input_len=128, output_len=128,
+                     engine="hf")
+    assert not any("max_num_seqs" in w for w in hf.warnings)

@@ -250,6 +250,10 @@ def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
     return wanted
 
 
+#: vLLM's default ``max_num_seqs`` in most releases (the V1 server raises it on some GPUs): a batch above it waits.
+VLLM_MAX_NUM_SEQS = 256
+
+
 def _peak_ms_per_flop(dtype: str, device: Device) -> float:
     """Milliseconds per FLOP at the peak of the unit a GEMM of ``dtype`` runs on (the FP32 CUDA cores when none)."""
     from lilou.latency.kernel_model.precision import kernel_unit, precision_path
@@ -359,6 +363,9 @@ class LLMPredictor:
                             f"({config.quantization_note}); priced as asked, as if requantised")
         _check_dtype(dtype, device, "--dtype")
         warnings += slower_than_16_bit(dtype, [device])
+        if engine == "vllm" and batch > VLLM_MAX_NUM_SEQS:
+            warnings.append(f"batch {batch}: vLLM runs at most max_num_seqs sequences at once ({VLLM_MAX_NUM_SEQS} by "
+                            f"default in most releases); the prediction assumes the server sets it to {batch} or more")
         if kv_dtype is None:  # a quantised model keeps a 16-bit cache: FP16 where the GPU has no BF16 (INT8, T4)
             kv_dtype = QUANTISED.get(dtype, dtype)
             if kv_dtype == "bf16" and not (device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")):
