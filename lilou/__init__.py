@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["Predictor"]
+__all__ = ["LilouInputError", "Predictor"]
 
 
 def __getattr__(name: str):
@@ -11,4 +11,8 @@ def __getattr__(name: str):
         from lilou.api import Predictor
 
         return Predictor
+    if name == "LilouInputError":  # what every call raises for bad input, its message one line
+        from lilou.errors import LilouInputError
+
+        return LilouInputError
     raise AttributeError(f"module 'lilou' has no attribute {name!r}")

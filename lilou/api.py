@@ -72,8 +72,12 @@ def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
         from lilou.hardware import all_devices
 
         return all_devices()
+    if isinstance(names, str):  # gpus="a10g,t4", as --gpus takes them (a string was read one letter at a time)
+        names = names.split(",")
     devices: dict[str, Device] = {}
     for raw in names:
+        if not isinstance(raw, str):
+            raise LilouInputError(f"GPUs are named by strings such as 'a10g' or 'a100-80gb/1g.10gb', not {raw!r:.40}")
         name = raw.strip()
         if not name:
             continue
@@ -149,6 +153,11 @@ class Predictor:
         the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
         if isinstance(model, PreparedModel):
             raise LilouInputError(f"{model.name}: already prepared; pass it to predict or rank as it is")
+        if batch is not None:
+            from lilou.graph.shapes import check_batch
+
+            check_batch(batch)
+            batch = int(batch)  # a numpy integer (np.arange, pandas) would reach the JSON and json.dumps refuse it
         graph = self._graph(model, batch, shapes, values)
         reusable = like is not None and like.backend == self.backend and like.partition is not None \
             and like.graph.same_structure(graph)
@@ -189,7 +198,13 @@ class Predictor:
         precision, tf32 = check_precision(precision), check_tf32(tf32)
         if isinstance(devices, str):
             raise LilouInputError(f"predict_many takes a list of devices, got the string {devices[:80]!r}")
+        if not isinstance(devices, Sequence):
+            raise LilouInputError(f"predict_many takes a list of devices, got {devices!r:.80}")
         wanted = list(devices)
+        from lilou.hardware import Device as DeviceType
+
+        if any(not isinstance(d, str | DeviceType) for d in wanted):
+            raise LilouInputError("predict_many takes devices as names ('a10g', 'a100-80gb/1g.10gb') or Device objects")
         resolved = [rank_devices([d])[0] if isinstance(d, str) else d for d in wanted]  # bad names before the file
         prepared = self.in_precision(self._prepared(model, batch, shapes, values), precision)
         predictions = self._predictions(prepared, resolved, precision, tf32)
@@ -274,6 +289,8 @@ class Predictor:
             return model
         from lilou.graph.reading import GraphReading, read_graph
 
+        if not isinstance(model, str | os.PathLike | GraphReading):
+            raise LilouInputError(f"model must be an ONNX file's path (or a prepared model), not {type(model).__name__}")
         if isinstance(model, GraphReading):
             if batch is not None or shapes or values:
                 raise LilouInputError("batch, shapes and values apply when a reading starts; pass them to read_graph "
@@ -423,7 +440,8 @@ def check_launch_gap(gap_ms: float | None) -> float | None:
     """A given launch gap, checked: 0 (CUDA-graph replay: no launches between kernels) up to 1 ms."""
     if gap_ms is None:
         return None
-    if not (isinstance(gap_ms, int | float) and math.isfinite(gap_ms) and 0 <= gap_ms <= MAX_LAUNCH_GAP_MS):
+    if isinstance(gap_ms, bool) or not (isinstance(gap_ms, int | float) and math.isfinite(gap_ms)
+                                        and 0 <= gap_ms <= MAX_LAUNCH_GAP_MS):  # True was taken as 1 ms
         raise LilouInputError(f"launch gap {gap_ms!r} ms: give 0 to {MAX_LAUNCH_GAP_MS:g} ms (0 to 1000 us) per kernel")
     return float(gap_ms)
 

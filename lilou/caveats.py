@@ -206,6 +206,8 @@ def ambiguity_notes(names: Sequence[str] | None) -> list[str]:
     from lilou.hardware.database import ambiguity_note
 
     notes = []
+    if isinstance(names, str):  # "a10g,t4", as rank_devices takes it
+        names = names.split(",")
     for raw in names or ():
         gpu = raw.partition("/")[0].strip()
         note = ambiguity_note(gpu) if gpu else None

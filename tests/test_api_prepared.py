@@ -175,3 +175,40 @@ def test_predict_many_takes_names_as_rank_does(predictor):
     assert not any("ambiguous" in w for w in many[0].warnings)
     with pytest.raises(LilouInputError, match="^predict_many takes a list of devices, got the string 'a10g'$"):
         predictor.predict_many(RESNET18, "a10g")
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    # each raised AttributeError, TypeError or ValueError from deep inside (the autoscaler pass, session 37)
+    (lambda p: p.predict(RESNET18, gpu=None), "a GPU is named by a string such as 'a10g'"),
+    (lambda p: p.predict(None, gpu="t4"), "model must be an ONNX file's path (or a prepared model), not NoneType"),
+    (lambda p: p.predict(b"model.onnx", gpu="t4"), "model must be an ONNX file's path (or a prepared model), not bytes"),
+    (lambda p: p.predict(RESNET18, gpu="t4", precision=16), "precision must be one of fp32, tf32"),
+    (lambda p: p.predict(RESNET18, gpu="t4", tf32=True), "--tf32 must be one of off, conv, on, not True"),
+    (lambda p: p.predict_many(RESNET18, [5]), "predict_many takes devices as names"),
+    (lambda p: p.predict_many(RESNET18, None), "predict_many takes a list of devices, got None"),
+    (lambda p: p.rank(RESNET18, gpus=[None]), "GPUs are named by strings such as 'a10g'"),
+    (lambda p: Predictor(launch_gap_ms=True), "launch gap True ms"),
+])
+def test_api_misuse_is_an_input_error(predictor, call, message):
+    with pytest.raises(LilouInputError) as error:
+        call(predictor)
+    assert str(error.value).startswith(message)
+
+
+def test_a_numpy_batch_gives_plain_json_and_gpus_may_be_one_string(predictor, electra):
+    """batch=np.int64(2) reached Prediction.batch and json.dumps refused it; gpus="a10g,t4" was read one letter at
+    a time ("unknown GPU 'a'")."""
+    import json
+
+    import numpy as np
+
+    prediction = predictor.predict(electra, gpu="t4", batch=np.int64(2))
+    assert type(prediction.batch) is int and json.loads(json.dumps(prediction.to_json()))["batch"] == 2
+    assert [e.device for e in predictor.rank(RESNET18, gpus="a10g,t4")] == \
+        [e.device for e in predictor.rank(RESNET18, gpus=["a10g", "t4"])]
+
+
+def test_the_input_error_is_importable_from_lilou():
+    import lilou
+
+    assert lilou.LilouInputError is LilouInputError and "LilouInputError" in lilou.__all__

@@ -812,3 +812,11 @@ def test_a_batch_above_vllm_s_default_max_num_seqs_is_said(llm):
     hf = llm.predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=512, input_len=128, output_len=128,
                      engine="hf")
     assert not any("max_num_seqs" in w for w in hf.warnings)
+
+
+def test_hf_results_compare_equal(llm):
+    """An HF-engine result holds each decode point's launch queue as arrays; comparing two results raised
+    'The truth value of an array ... is ambiguous'."""
+    args = dict(batch=2, input_len=64, output_len=16, engine="hf")
+    assert llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a10g", **args) == \
+        llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a10g", **args)

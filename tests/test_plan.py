@@ -338,3 +338,27 @@ def test_llm_plan_over_lilou_llm(capsys):
     code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40", "--input-len",
                        "512", "--output-len", "128", "--launch-gap-us", "10")
     assert code == 2 and "--launch-gap-us applies to ONNX models" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"batches": "1,2"}, "--batches: list positive integer batch sizes"),
+    ({"batches": [2.9]}, "--batches: list positive integer batch sizes"),  # was taken as 2
+    ({"prices": {"t4": -1.0}}, "prices['t4']: -1.0 is not a positive number"),  # ranked t4 cheapest
+    ({"prices": {"t4": float("nan")}}, "prices['t4']: nan is not a positive number"),  # wrote NaN into the JSON
+    ({"prices": [("t4", 1.0)]}, "prices must map device names to USD per hour"),
+    ({"predictor": "eager"}, "predictor must be a lilou.Predictor, not str"),
+])
+def test_api_plan_arguments_are_checked_as_the_cli_checks_them(options, message):
+    from lilou.plan import plan_model
+
+    with pytest.raises(LilouInputError) as error:
+        plan_model(EXAMPLE, 30, gpus=["t4"], **{"batches": [1], **options})
+    assert str(error.value).startswith(message)
+
+
+def test_api_prices_are_keyed_as_a_price_file_s(resnet_dynamic):
+    from lilou.plan import plan_model
+
+    plan = plan_model(resnet_dynamic, 30, gpus="t4,a100-80gb", batches=[1], prices={"t4": 0.35, "a100-80gb": 4.0})
+    assert {e.device.name: e.usd_per_hour for e in plan.entries} == {"t4": 0.35, "a100-sxm4-80gb": 4.0}
+    assert any(w.startswith("prices: GPU name 'a100-80gb' is ambiguous") for w in plan.warnings)

@@ -58,6 +58,9 @@ def resolve_device(gpu: str, mig: str | None = None) -> Device:
 
     Raises :class:`lilou.errors.LilouInputError` for an unknown GPU or a profile it lacks.
     """
+    if not isinstance(gpu, str) or not (mig is None or isinstance(mig, str)):
+        raise LilouInputError(f"a GPU is named by a string such as 'a10g' or 'a100-80gb/1g.10gb' (MIG profile: "
+                              f"'1g.10gb'), not {gpu if not isinstance(gpu, str) else mig!r:.40}")
     name, slash, profile = gpu.partition("/")
     if slash:
         if not profile.strip():

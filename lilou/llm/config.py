@@ -493,6 +493,8 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
 
 def load_config(model: str | os.PathLike[str]) -> LLMConfig:
     """A built-in name, or the path of a Hugging Face ``config.json`` (or of the folder holding one)."""
+    if not isinstance(model, str | os.PathLike):
+        raise LilouInputError(f"an LLM is a built-in name or a config.json's path, not {type(model).__name__}")
     text = os.fspath(model)
     path = Path(text)
     looks_like_path = text.endswith(".json") or os.sep in text and path.exists() or path.is_dir()

@@ -145,7 +145,7 @@ class Phase:
     launches: float = 0.0       # kernels launched per step
     #: per decode point, the launch queue of its kernels in launch order (overhead.queue_envelope of their GPU
     #: times): what an engine that launches every kernel from the host (HF eager) takes at any host time per kernel
-    queue: tuple[np.ndarray, ...] = ()
+    queue: tuple[np.ndarray, ...] = field(default=(), compare=False)  # arrays: == of two results raised
     gemm_share: float = 0.0     # the share of the step's GPU work in its GEMMs (attention aside)
 
     @property

@@ -19,11 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from lilou.caveats import ambiguity_notes
 from lilou.errors import LilouInputError
 from lilou.hardware import Device
 from lilou.plan.kubernetes import resource_name
-from lilou.plan.prices import device_price
+from lilou.plan.prices import checked_prices, device_price
 
 if TYPE_CHECKING:
     from lilou.api import PreparedModel
@@ -132,6 +134,8 @@ class CapacityPlan:
 
 
 def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
+    if isinstance(slo_ms, bool):  # True was taken as 1 ms
+        raise LilouInputError(f"{what} must be a number of milliseconds, not {slo_ms!r}")
     try:
         value = float(slo_ms)
     except (TypeError, ValueError):
@@ -142,8 +146,12 @@ def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
 
 
 def check_batches(batches: Sequence[int] | None) -> list[int]:
+    """The batch sizes to try, sorted: positive integers (2.9, "4" or True were taken as 2, 4 and 1)."""
     if batches is None:
         return list(DEFAULT_BATCHES)
+    if isinstance(batches, str) or not isinstance(batches, Sequence) or not all(
+            isinstance(b, int | np.integer) and not isinstance(b, bool) for b in batches):
+        raise LilouInputError(f"--batches: list positive integer batch sizes, e.g. [1, 2, 4, 8], not {batches!r:.80}")
     values = sorted(set(int(b) for b in batches))
     if not values or values[0] < 1:
         raise LilouInputError("--batches: list positive batch sizes, e.g. --batches 1,2,4,8")
@@ -186,6 +194,9 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
 
     slo = check_slo(slo_ms)
     sizes = check_batches(batches)
+    prices = checked_prices(prices)
+    if predictor is not None and not isinstance(predictor, Predictor):
+        raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
     series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values)
@@ -357,6 +368,7 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
 
     slo = check_slo(itl_slo_ms, "--itl-slo-ms")
     sizes = check_batches(batches)
+    prices = checked_prices(prices)
     devices = rank_devices(gpus)
     llm = llm_predictor or LLMPredictor()
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}

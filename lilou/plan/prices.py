@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from lilou.errors import LilouInputError
@@ -24,6 +25,37 @@ class Prices(dict):
     def __init__(self, *args, notes: list[str] | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.notes = list(notes or [])
+
+
+def checked_prices(prices: Mapping[str, float] | None) -> Prices | None:
+    """Prices as the Python API takes them (``{"a10g": 1.01, "a100-80gb/1g.10gb": 0.5}``), checked as a ``--prices``
+    file's lines are: device names resolved (a family's name says which board it priced), positive finite prices.
+    A price file already read (:class:`Prices`) is taken as it is. Before, a negative price ranked its device first
+    and a NaN one wrote invalid JSON."""
+    if prices is None or isinstance(prices, Prices):
+        return prices
+    if not isinstance(prices, Mapping):
+        raise LilouInputError(f"prices must map device names to USD per hour, e.g. {{'a10g': 1.01}}, not "
+                              f"{type(prices).__name__}")
+    from lilou.api import rank_devices
+    from lilou.hardware.database import ambiguity_note
+
+    checked = Prices()
+    for name, price in prices.items():
+        if not isinstance(name, str):
+            raise LilouInputError(f"prices: device names are strings, not {name!r:.40}")
+        if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
+            raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a positive number of USD per hour")
+        device = rank_devices([name])[0]
+        if device.name in checked:
+            raise LilouInputError(f"prices: {device.name} is priced twice")
+        checked[device.name] = float(price)
+        note = ambiguity_note(name.partition("/")[0].strip())
+        if note:
+            checked.notes.append(f"prices: {note}")
+    if not checked:
+        raise LilouInputError("prices lists no device")
+    return checked
 
 
 def read_prices(path: str | os.PathLike[str]) -> Prices:

@@ -54,6 +54,8 @@ def _choice(value: str | None, allowed: tuple[str, ...], what: str) -> str | Non
     """``value`` normalised, if it is one of ``allowed``; None stays None; anything else is a one-line error."""
     if value is None:
         return None
+    if not isinstance(value, str):  # precision=16, tf32=True from the API
+        raise LilouInputError(f"{what} must be one of {', '.join(allowed)}, not {value!r:.40}")
     wanted = value.strip().lower()
     if wanted not in allowed:
         raise LilouInputError(f"unknown {what} {value!r}; use one of {', '.join(allowed)}")
