@@ -134,7 +134,7 @@ class Predictor:
 
     @contextlib.contextmanager
     def reusing_kernel_rows(self) -> Iterator[None]:
-        """While active, the kernel networks run once per distinct feature row across predictions
+        """While active, the kernel networks run once per distinct feature row across this thread's predictions
         (:meth:`KernelModel.reusing_rows`): for callers that price the same kernels at several batch sizes."""
         with contextlib.ExitStack() as stack:
             for model in (self.model.kernel_model, self.model.tensor_model):

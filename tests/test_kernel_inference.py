@@ -78,6 +78,17 @@ def test_a_plan_runs_the_network_once_per_distinct_row_across_batches(monkeypatc
     assert 0 < second < alone_second / 2 and first > 0
     members = [*predictor.model.kernel_model._members, *predictor.model.tensor_model._members]
     assert all(member.memo is None for member in members)
+    # the memo is the thread's that asked for it: a plan in one thread of the service left other threads' predictions
+    # to its memo, whose missing rows ran in smaller float32 batches (their last digits changed)
+    import threading
+
+    seen = []
+    with predictor.reusing_kernel_rows():
+        other = threading.Thread(target=lambda: seen.append([m.memo for m in members]))
+        other.start()
+        other.join()
+        assert all(member.memo is not None for member in members)
+    assert seen == [[None] * len(members)]
 
 
 def test_the_memo_finds_rows_whole_not_by_hash(monkeypatch: pytest.MonkeyPatch) -> None:

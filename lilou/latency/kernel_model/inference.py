@@ -9,9 +9,9 @@ is re-done here in numpy from the same ``model.safetensors`` and ``config.json``
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -174,7 +174,13 @@ class _Member:
         # Learned duration term (model.power_duration); 0 without it.
         self.duration_exponent = float(np.logaddexp(0.0, state["duration_raw"])) if "duration_raw" in state else 0.0
         self.log_duration_ms = float(state["log_duration_ms"]) if "log_duration_ms" in state else 0.0
-        self.memo: _RowMemo | None = None  # set while KernelModel.reusing_rows() is active
+        # set while KernelModel.reusing_rows() is active, in that caller's context (thread) only
+        self._memo: contextvars.ContextVar[_RowMemo | None] = contextvars.ContextVar(f"lilou-memo-{id(self)}",
+                                                                                      default=None)
+
+    @property
+    def memo(self) -> _RowMemo | None:
+        return self._memo.get()
 
     def low_power_exponent(self, compute_ms: np.ndarray | float) -> np.ndarray:
         return low_power_exponent(compute_ms, self.power_exponent, self.duration_exponent, self.log_duration_ms)
@@ -240,27 +246,23 @@ class KernelModel:
         self.log_duration_ms = first.log_duration_ms
         # Winograd convolutions priced at their own FLOPs (data.winograd_roofline); older checkpoints were not.
         self.winograd = bool(config.get("winograd_roofline", False))
-        self._memo_users = 0
-        self._memo_lock = threading.Lock()
 
     @contextlib.contextmanager
     def reusing_rows(self) -> Iterator[None]:
         """While active, the network is run once per distinct feature row across calls (:class:`_RowMemo`):
-        for a caller that prices the same kernels again, e.g. a plan over batch sizes. Nested and concurrent
-        users share one memo, dropped when the last one leaves."""
-        with self._memo_lock:
-            if self._memo_users == 0:
-                for member in self._members:
-                    member.memo = _RowMemo()
-            self._memo_users += 1
+        for a caller that prices the same kernels again, e.g. a plan over batch sizes. The memo is the caller's
+        context's (its thread's), shared by nested users: the network evaluates only a memo's missing rows, whose
+        float32 products round a little differently in a smaller batch, and a plan in one thread of the service
+        changed the last digits of other threads' predictions (before session 37 every thread shared it)."""
+        if self._members[0].memo is not None:  # nested: the outer user's memo
+            yield
+            return
+        tokens = [(member, member._memo.set(_RowMemo())) for member in self._members]
         try:
             yield
         finally:
-            with self._memo_lock:
-                self._memo_users -= 1
-                if self._memo_users == 0:
-                    for member in self._members:
-                        member.memo = None
+            for member, token in tokens:
+                member._memo.reset(token)
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
