@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from lilou.commands._common import add_format_option, console, new_table, print_json, warn
-from lilou.hardware import Device, GPUSpec, all_gpus, find_gpu
+from lilou.hardware import Device, GPUSpec, all_gpus, find_gpu, resolve_device
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -26,10 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lilou.caveats import ambiguity_notes
 
-    from lilou.api import rank_devices
-
     slices = [name for name in args.names if "/" in name]
-    found = [find_gpu(name) if "/" not in name else rank_devices([name])[0] for name in args.names]
+    found = [find_gpu(name) if "/" not in name else resolve_device(name.strip()) for name in args.names]
     for note in ambiguity_notes([name.partition("/")[0] for name in args.names]):  # a100: which board is shown
         warn(note)
     if args.format == "json":
