@@ -72,10 +72,10 @@ def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
         from lilou.hardware import all_devices
 
         return all_devices()
-    if isinstance(names, str):  # gpus="a10g,t4", as --gpus takes them (a string was read one letter at a time)
-        names = names.split(",")
+    from lilou.hardware.names import name_list
+
     devices: dict[str, Device] = {}
-    for raw in names:
+    for raw in name_list(names):
         if not isinstance(raw, str):
             raise LilouInputError(f"GPUs are named by strings such as 'a10g' or 'a100-80gb/1g.10gb', not {raw!r:.40}")
         name = raw.strip()
@@ -180,13 +180,9 @@ class Predictor:
         run-time input that picks the work (``{"use_cache_branch": [False]}``: :mod:`lilou.graph.input_values`).
         ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
         ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.kernel_model.precision)."""
-        from lilou.hardware.database import ambiguity_note
-
         device = resolve_device(gpu, mig)  # bad names fail before the model is read
         prediction = self.predict_many(model, [device], batch, shapes, precision, tf32, values=values)[0]
-        note = ambiguity_note(gpu.partition("/")[0].strip())
-        if note:
-            prediction.warnings.insert(0, note)
+        prediction.warnings[:0] = ambiguity_notes([gpu])
         return prediction
 
     def predict_many(self, model: ModelInput, devices: Sequence[Device | str], batch: int | None = None,

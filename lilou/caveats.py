@@ -204,11 +204,10 @@ def ambiguity_notes(names: Sequence[str] | None) -> list[str]:
     """For each GPU named (``GPU`` or ``GPU/PROFILE``) that stands for several boards, the note that says which one
     is priced; once each."""
     from lilou.hardware.database import ambiguity_note
+    from lilou.hardware.names import name_list
 
     notes = []
-    if isinstance(names, str):  # "a10g,t4", as rank_devices takes it
-        names = names.split(",")
-    for raw in names or ():
+    for raw in name_list(names or ()):
         gpu = raw.partition("/")[0].strip()
         note = ambiguity_note(gpu) if gpu else None
         if note and note not in notes:

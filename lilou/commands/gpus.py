@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     slices = [name for name in args.names if "/" in name]
     found = [find_gpu(name) if "/" not in name else resolve_device(name.strip()) for name in args.names]
-    for note in ambiguity_notes([name.partition("/")[0] for name in args.names]):  # a100: which board is shown
+    for note in ambiguity_notes(args.names):  # a100: which board is shown
         warn(note)
     if args.format == "json":
         print_json([entry.to_dict() for entry in found] if args.names else [gpu.to_dict() for gpu in all_gpus()])

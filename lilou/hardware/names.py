@@ -22,6 +22,12 @@ def gpu_key(name: str) -> str:
     return "".join(words)
 
 
+def name_list(names: str | Iterable[str]) -> list[str] | Iterable[str]:
+    """Device names as a list: a string is a comma-separated one, as ``--gpus a10g,t4`` writes it (iterated, a
+    string gave one name per letter)."""
+    return names.split(",") if isinstance(names, str) else names
+
+
 def mig_key(name: str) -> str:
     """The lookup key of a MIG profile name: ``MIG 1g.10gb`` and ``1G.10GB`` give ``1g.10gb``."""
     key = re.sub(r"\s+", "", name.lower())

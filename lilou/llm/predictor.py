@@ -36,7 +36,7 @@ from lilou.errors import LilouInputError
 from lilou.hardware import Device, find_gpu, resolve_device
 from lilou.hardware.device import whole_gpu
 from lilou.latency.composition.overhead import queue_envelope, queue_shares, queue_total
-from lilou.latency.kernel_model.precision import slower_than_16_bit
+from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit, precision_path, slower_than_16_bit
 from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
@@ -254,13 +254,14 @@ def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
 VLLM_MAX_NUM_SEQS = 256
 
 
-def _peak_ms_per_flop(dtype: str, device: Device) -> float:
-    """Milliseconds per FLOP at the peak of the unit a GEMM of ``dtype`` runs on (the FP32 CUDA cores when none)."""
-    from lilou.latency.kernel_model.precision import kernel_unit, precision_path
+def _unit_tflops(family: str, path: PrecisionPath, device: Device) -> float:
+    """The peak of the unit a kernel of ``family`` runs on along ``path`` (the FP32 CUDA cores when none)."""
+    unit = kernel_unit(family, path, device)
+    return (device.peak_tflops.get(unit) if unit else None) or device.fp32_tflops
 
-    unit = kernel_unit("gemm", precision_path(dtype, device, dtype, "off"), device)
-    peak = (device.peak_tflops.get(unit) if unit else None) or device.fp32_tflops
-    return 1.0 / (peak * 1e9)
+
+def _runs_bf16(device: Device) -> bool:
+    return bool(device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16"))
 
 
 def attention_dtype(dtype: str, device: Device) -> str:
@@ -271,17 +272,17 @@ def attention_dtype(dtype: str, device: Device) -> str:
     implied 4,100 TFLOPS, twice its INT8 peak."""
     if dtype in ("fp32", "fp16", "bf16"):
         return dtype
-    return "bf16" if device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16") else "fp16"
+    return "bf16" if _runs_bf16(device) else "fp16"
 
 
 def _check_dtype(dtype: str, device: Device, what: str) -> None:
     peaks = device.peak_tflops
     if dtype == "fp8" and not peaks.get("fp8_tensor"):
-        instead = "bf16 or fp16" if peaks.get("bf16_tensor") or peaks.get("bf16") else "fp16"
+        instead = "bf16 or fp16" if _runs_bf16(device) else "fp16"
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no FP8 tensor "
                               f"cores (FP8 needs compute capability 8.9 or newer: Ada, Hopper, Blackwell); use "
                               f"{what} {instead}")
-    if dtype == "bf16" and not (peaks.get("bf16_tensor") or peaks.get("bf16")):
+    if dtype == "bf16" and not _runs_bf16(device):
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no BF16 "
                               f"arithmetic (it needs compute capability 8.0 or newer); use {what} fp16")
     if dtype == "fp4" and not peaks.get("fp4_tensor"):
@@ -354,7 +355,7 @@ class LLMPredictor:
             warnings.append(f"no --dtype given: {dtype.upper()}, the checkpoint's own ({config.quantization_note}, "
                             "its quantization_config)")
         elif dtype is None:
-            dtype = "bf16" if device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16") else "fp16"
+            dtype = "bf16" if _runs_bf16(device) else "fp16"
             stored = (f"; the checkpoint's quantization_config ({config.quantization_note}) is not a format Lilou "
                       "prices" if config.quantization_note else "")
             warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs){stored}")
@@ -368,7 +369,7 @@ class LLMPredictor:
                             f"default in most releases); the prediction assumes the server sets it to {batch} or more")
         if kv_dtype is None:  # a quantised model keeps a 16-bit cache: FP16 where the GPU has no BF16 (INT8, T4)
             kv_dtype = QUANTISED.get(dtype, dtype)
-            if kv_dtype == "bf16" and not (device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16")):
+            if kv_dtype == "bf16" and not _runs_bf16(device):
                 kv_dtype = "fp16"
         elif kv_dtype == "fp8" and int(device.compute_capability.split(".")[0]) < 8:
             raise LilouInputError(f"an FP8 KV cache needs compute capability 8.0 or newer; {device.gpu} has "
@@ -428,7 +429,8 @@ class LLMPredictor:
         work = self._work(flat, device, dtype, batch, attention)
         if engine == "vllm":  # measured vLLM attention kernels depart from the fused-attention price
             correction = self.attention
-            floor = _peak_ms_per_flop(attention, device)
+            # ms per FLOP at the peak of the attention's unit
+            floor = 1.0 / (_unit_tflops("gemm", precision_path(attention, device, None, "off"), device) * 1e9)
             # The correction reads work items per SM, one feature monotone in the SM count: on a MIG slice it is taken
             # at the slice's and at the whole GPU's, the larger kept, so that no slice is priced below a larger one
             # (lilou.latency.composition.monotone; the decode correction grows with the SMs, and Llama-3.1-8B's step
@@ -484,7 +486,6 @@ class LLMPredictor:
             return work
         from lilou.latency.composition.end_to_end import GraphKernels
         from lilou.latency.composition.fallback import uses_fallback
-        from lilou.latency.kernel_model.precision import precision_path
 
         position: dict[tuple, int] = {}
         index = np.fromiter((position.setdefault((k.spec, k.fixed_bytes), len(position)) for k in kernels),
@@ -506,13 +507,10 @@ class LLMPredictor:
     def _phase(self, kernels: Sequence[StepKernel], ms: float, device: Device, dtype: str,
                weight: float = 1.0, gpu_ms: float | None = None, launches: float = 0.0,
                queue: tuple[np.ndarray, ...] = (), gemm_share: float = 0.0) -> Phase:
-        from lilou.latency.kernel_model.precision import kernel_unit, precision_path
-
         path = precision_path(dtype, device, None, "off")
         flops = nbytes = compute_ms = 0.0
         for k in kernels:
-            unit = kernel_unit(k.spec.family, path, device)
-            peak = (device.peak_tflops.get(unit) if unit else None) or device.fp32_tflops
+            peak = _unit_tflops(k.spec.family, path, device)
             flops += weight * k.count * k.spec.flops
             nbytes += weight * k.count * k.spec.bytes
             compute_ms += weight * k.count * k.spec.flops / (peak * 1e9)

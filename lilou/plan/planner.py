@@ -17,9 +17,8 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from lilou.caveats import ambiguity_notes
 from lilou.errors import LilouInputError
@@ -150,7 +149,7 @@ def check_batches(batches: Sequence[int] | None) -> list[int]:
     if batches is None:
         return list(DEFAULT_BATCHES)
     if isinstance(batches, str) or not isinstance(batches, Sequence) or not all(
-            isinstance(b, int | np.integer) and not isinstance(b, bool) for b in batches):
+            isinstance(b, Integral) and not isinstance(b, bool) for b in batches):
         raise LilouInputError(f"--batches: list positive integer batch sizes, e.g. [1, 2, 4, 8], not {batches!r:.80}")
     values = sorted(set(int(b) for b in batches))
     if not values or values[0] < 1:
