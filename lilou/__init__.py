@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["LilouInputError", "Predictor"]
+__all__ = ["LLMPredictor", "LilouInputError", "Predictor"]
 
 
 def __getattr__(name: str):
@@ -11,6 +11,10 @@ def __getattr__(name: str):
         from lilou.api import Predictor
 
         return Predictor
+    if name == "LLMPredictor":  # prefill, decode, power and memory fit of a decoder LLM (docs/llm.md)
+        from lilou.llm import LLMPredictor
+
+        return LLMPredictor
     if name == "LilouInputError":  # what every call raises for bad input, its message one line
         from lilou.errors import LilouInputError
 

@@ -212,3 +212,27 @@ def test_the_input_error_is_importable_from_lilou():
     import lilou
 
     assert lilou.LilouInputError is LilouInputError and "LilouInputError" in lilou.__all__
+
+
+def test_a_predictor_pickles_for_worker_processes(predictor, resnet18):
+    """A process pool sends the Predictor to its workers by pickling it (the kernel-row memo's context variable did
+    not pickle); the copy gives exactly the original's predictions, and its memo is its own."""
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(predictor))
+    for gpu in GPUS:
+        assert copy.predict(resnet18, gpu).to_json() == predictor.predict(resnet18, gpu).to_json()
+    assert copy.rank(resnet18).to_json() == predictor.rank(resnet18).to_json()
+
+
+def test_the_llm_predictor_is_importable_from_lilou_and_pickles():
+    import pickle
+
+    import lilou
+    from lilou.llm import LLMPredictor
+
+    assert lilou.LLMPredictor is LLMPredictor and "LLMPredictor" in lilou.__all__
+    llm = lilou.LLMPredictor()
+    asked = dict(gpu="l4", batch=4, input_len=512, output_len=64)
+    assert pickle.loads(pickle.dumps(llm)).predict("meta-llama/Llama-3.1-8B-Instruct", **asked) == \
+        llm.predict("meta-llama/Llama-3.1-8B-Instruct", **asked)

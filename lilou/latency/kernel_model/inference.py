@@ -178,6 +178,15 @@ class _Member:
         self._memo: contextvars.ContextVar[_RowMemo | None] = contextvars.ContextVar(f"lilou-memo-{id(self)}",
                                                                                       default=None)
 
+    def __getstate__(self) -> dict[str, object]:  # a context variable does not pickle; a copy starts without a memo
+        state = dict(self.__dict__)
+        del state["_memo"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._memo = contextvars.ContextVar(f"lilou-memo-{id(self)}", default=None)
+
     @property
     def memo(self) -> _RowMemo | None:
         return self._memo.get()
