@@ -110,3 +110,35 @@ def test_batch_norms_torchscript_folded_are_restored_and_plain_convolutions_are_
         "0.bias", "2.bias"]
     plain_graph = load_graph(tmp_path / "plain-ts.onnx")
     assert [plain_graph.dag.nodes[n]["op"] for n in plain_graph.runtime_nodes()] == ["Conv", "Relu", "Conv"]
+
+
+def test_the_bias_a_fold_made_is_not_priced_on_the_convolution(tmp_path):
+    """With trained statistics the fold writes a bias for the bias-free first convolution (the dynamo exporter's
+    ``0.weight_bias``, TorchScript's ``onnx::Conv_<n>``): it is the batch norm's shift, which the restored norm adds,
+    so the convolution is priced as eager runs it, without one (it was counted: +8 x 64 x 56 x 56 FLOPs). The second
+    convolution's own bias (``3.bias``) stays with the dynamo exporter; TorchScript's names cannot tell it from a
+    fold's, and a convolution before a batch norm has none in the usual model, so there it goes too."""
+    import torch
+
+    module, example = _block(training=False)
+    torch.manual_seed(0)
+    for norm in (module[1], module[4]):
+        norm.running_mean.uniform_(-1, 1)
+        norm.running_var.uniform_(0.5, 2)
+        norm.weight.data.uniform_(0.5, 2)
+        norm.bias.data.uniform_(-1, 1)
+    paths = {kind: tmp_path / f"{kind}.onnx" for kind in ("kept", "dynamo", "torchscript")}
+    torch.onnx.export(module, example, paths["kept"], dynamo=True, optimize=False)
+    torch.onnx.export(module, example, paths["dynamo"], dynamo=True, optimize=True)
+    torch.onnx.export(module, example, paths["torchscript"], dynamo=False)
+    assert [list(n.input[1:]) for n in onnx.load(paths["dynamo"]).graph.node if n.op_type == "Conv"] == [
+        ["0.weight", "0.weight_bias"], ["3.weight", "3.bias"]]
+
+    def conv_flops(path):
+        graph = load_graph(path)
+        return [graph.dag.nodes[n]["flops"] for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] == "Conv"]
+
+    kept = conv_flops(paths["kept"])
+    assert kept == [2 * 32 * 9 * 8 * 64 * 56 * 56, (2 * 64 * 9 + 1) * 8 * 48 * 56 * 56]
+    assert conv_flops(paths["dynamo"]) == kept
+    assert conv_flops(paths["torchscript"]) == [kept[0], kept[1] - 8 * 48 * 56 * 56]

@@ -49,6 +49,8 @@ def restore_folded_batchnorms(model: onnx.ModelProto) -> list[str]:
         if channels is None or len(node.output) != 1:
             continue
         nodes.append(_batch_norm_after(node, channels, weights[node.input[1]].data_type, graph))
+        if _bias_from_the_fold(node, torchscript):
+            del node.input[2:]  # the restored norm adds the shift the fold had put there
         restored.append(node.name or node.op_type)
     if restored:
         del graph.node[:]
@@ -76,6 +78,17 @@ def _torchscript_folded(node: onnx.NodeProto) -> bool:
     if any(protobuf_text(p.key).startswith("pkg.torch.onnx.") for p in node.metadata_props):
         return False
     return all(_TORCHSCRIPT_FOLDED_CONSTANT.fullmatch(name) for name in node.input[1:3])
+
+
+def _bias_from_the_fold(node: onnx.NodeProto, torchscript: bool) -> bool:
+    """Whether a convolution's bias is the folded batch norm's shift rather than its own: the dynamo exporter names
+    the bias it makes for a bias-free convolution after the weight (``0.weight_bias``; one of its own keeps its
+    module name, ``3.bias``); TorchScript names both ``onnx::Conv_<n>``, and a convolution before a batch norm has no
+    bias of its own (``bias=False``, as ResNets, MobileNets and timm write it). Pricing that bias added an
+    element-wise pass: +5.6 % on a 3x3 depthwise convolution's FLOPs."""
+    if node.op_type not in ("Conv", "ConvTranspose") or len(node.input) < 3 or not node.input[2]:
+        return False
+    return torchscript and _torchscript_folded(node) or node.input[2] == f"{node.input[1]}_bias"
 
 
 def _output_channels(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> int | None:
