@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lilou.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,9 +41,11 @@ def test_quick_exit_keeps_the_input_error_status():
     assert len(err.strip().splitlines()) == 1 and err.startswith("lilou: error:") and "no-such-gpu" in err
 
 
-def test_quick_exit_on_a_closed_pipe():
-    """A reader that stops early (`| head`): exit 0 and nothing on stderr, as main() does."""
-    child = _console_script("rank", str(RESNET18), "--format", "json")
+@pytest.mark.parametrize("output", [["--format", "json"], []])
+def test_quick_exit_on_a_closed_pipe(output):
+    """A reader that stops early (`| head`): exit 0 and nothing on stderr, as main() does; the table too (rich's
+    console exited with status 1, an internal error's, and said nothing)."""
+    child = _console_script("rank", str(RESNET18), *output)
     child.stdout.close()
     err = child.stderr.read()
     assert child.wait(timeout=300) == 0, err

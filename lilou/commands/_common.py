@@ -1,6 +1,7 @@
 """Small helpers shared by command modules: output formats and consoles."""
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -20,10 +21,16 @@ def print_json(obj: Any) -> None:
 
 
 def console() -> Console:
-    """A console that never wraps tables into unreadable columns when piped."""
+    """A console that never wraps tables into unreadable columns when piped, and that leaves a reader closing the
+    pipe early (``| head``) to the command line's handling: rich's own exits with status 1, an internal error's."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    class _PipedConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
+
+    return _PipedConsole(width=None if sys.stdout.isatty() else 160)
 
 
 def new_table(*columns: str, **options: Any) -> Table:
