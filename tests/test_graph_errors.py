@@ -89,6 +89,37 @@ def test_batch_alone_leaves_sequence_dynamic(capsys, tmp_path):
     assert_one_line_error(status, err, "seq")
 
 
+def test_a_zero_size_input_is_named_so_not_dynamic(capsys, tmp_path):
+    """A fixed 0 is a size, not a dynamic dimension: the message said "dynamic dimensions (?x16)"."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = make_model(nodes, [tensor("x", [0, 16])], [tensor("y", None)], [weight("w", [16, 8])])
+    status, _, err = run_cli(capsys, "graph", str(save(model, tmp_path / "empty.onnx")))
+    assert_one_line_error(status, err, "input 'x' has a zero-size dimension (0x16)", "--shape x=")
+
+
+def test_an_input_that_feeds_nothing_needs_no_shape(capsys, tmp_path):
+    """A file may declare inputs no node reads (here one with a named dimension nothing else uses): their shapes
+    do not matter, and they were refused until given one."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = make_model(nodes, [tensor("x", [4, 16]), tensor("unused", ["weird_dim", 77])], [tensor("y", None)],
+                       [weight("w", [16, 8])])
+    status, out, err = run_cli(capsys, "graph", str(save(model, tmp_path / "unused.onnx")), "--format", "json")
+    assert status == 0, err
+    assert json.loads(out)["totals"]["flops"] == 2 * 4 * 16 * 8
+
+
+def test_a_shape_for_an_input_an_initializer_shadows_says_so(capsys, tmp_path):
+    """An input with an initializer of its name is that constant (how old exports list weights); --shape on it
+    named it unknown and listed the inputs as an empty list."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = make_model(nodes, [tensor("x", ["N", 16])], [tensor("y", None)], [weight("w", [16, 8]), weight("x", [8, 16])])
+    path = str(save(model, tmp_path / "shadowed.onnx"))
+    status, _, err = run_cli(capsys, "graph", path, "--shape", "x=4x16")
+    assert_one_line_error(status, err, "--shape x: the input has an initializer of the same name")
+    status, _, err = run_cli(capsys, "graph", path, "--shape", "N=4")
+    assert_one_line_error(status, err, "--shape names unknown input(s) N; the model has no run-time inputs")
+
+
 def test_shape_override_resolves_dynamic_dims(capsys, tmp_path):
     status, out, _ = run_cli(capsys, "graph", str(dynamic_model(tmp_path)), "--shape", "tokens=4x32x16",
                              "--format", "json")

@@ -123,9 +123,16 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             bound[key] = int(dims[0])
     unknown = sorted(set(shapes) - set(names) - set(bound))
     if unknown:
+        constants = {t.name for t in model.graph.initializer} & {v.name for v in model.graph.input}
+        if constants & set(unknown):
+            shadowed = sorted(constants & set(unknown))
+            raise LilouInputError(f"--shape {shadowed[0]}: the input has an initializer of the same name (its default "
+                                  "value, as exporters list weights with keep_initializers_as_inputs), so it is priced "
+                                  "as that constant and its shape is the initializer's; remove the initializer from "
+                                  "the file to feed it at run time")
         named = f"; its named dimensions: {', '.join(sorted(dimensions))}" if dimensions else ""
-        raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; the model's inputs are: "
-                              f"{', '.join(names)}{named}")
+        listed = f"the model's inputs are: {', '.join(names)}" if names else "the model has no run-time inputs"
+        raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; {listed}{named}")
     took_batch, pinned = False, []
     for value in inputs:
         dims = value.type.tensor_type.shape.dim
@@ -146,7 +153,8 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         # every input's shape is given whole: --batch would set nothing, and the prediction be labelled with it
         raise LilouInputError(f"--batch {batch} sets no input: --shape gives {', '.join(pinned)} whole, with another "
                               "leading dimension; drop --batch, or give the shape at that batch")
-    _require_static_inputs(inputs, dimensions)
+    read = _names_read(model.graph)
+    _require_static_inputs([value for value in inputs if value.name in read], dimensions)
     if batch is not None or shapes:
         # Intermediate and output shapes recorded by the exporter describe the old inputs
         # (or a symbolic batch); let inference derive them from the new ones.
@@ -245,6 +253,21 @@ def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
         shape.dim.add().dim_value = int(d)
 
 
+def _names_read(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name a node of ``graph`` or of its subgraphs reads, and the graph's outputs: an input that is
+    none of them feeds nothing, and its shape does not matter (a file may declare one it never uses)."""
+    read = {value.name for value in graph.output}
+    stack = [graph]
+    while stack:
+        current = stack.pop()
+        for node in current.node:
+            read.update(node.input)
+            for attribute in node.attribute:
+                stack.extend([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs)
+        read.update(value.name for value in current.output)
+    return read
+
+
 def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto], dimensions: set[str] | None = None) -> None:
     for value in inputs:
         tensor_type = value.type.tensor_type
@@ -252,6 +275,11 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto], dimensions: se
             raise LilouInputError(f"input {value.name!r} is not a tensor (sequences and maps are not supported)")
         if not tensor_type.HasField("shape"):
             raise LilouInputError(f"input {value.name!r} has no shape; pass --shape {value.name}=D1xD2...")
+        if any(d.HasField("dim_value") and d.dim_value == 0 for d in tensor_type.shape.dim):
+            shown = "x".join(str(d.dim_value) if d.dim_value > 0 or d.HasField("dim_value") else
+                             (protobuf_text(d.dim_param) or "?") for d in tensor_type.shape.dim)
+            raise LilouInputError(f"input {value.name!r} has a zero-size dimension ({shown}): an empty tensor has no "
+                                  f"work to price; set its size with --shape {value.name}=D1xD2...")
         dynamic = [protobuf_text(d.dim_param) or "?" for d in tensor_type.shape.dim if d.dim_value <= 0]
         if dynamic:
             shown = "x".join(str(d.dim_value) if d.dim_value > 0 else (protobuf_text(d.dim_param) or "?")
