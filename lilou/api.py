@@ -224,7 +224,7 @@ class Predictor:
         gpu_work = self.model.overhead.gpu_ms(work.work_ms).sum(axis=0)
         paths = [reading.path(d) for d in devices]
         precision_notes = reading.notes(paths, devices, self.coverage)
-        bounds = self._intervals(kernels, shares, devices, paths)
+        bounds = self._intervals(kernels, work, shares, devices, paths)
         need = memory_needed(graph)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
                              round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4))
@@ -333,7 +333,7 @@ class Predictor:
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
         paths = [reading.path(d) for d in devices]
-        bounds = self._intervals(kernels, shares, devices, paths)
+        bounds = self._intervals(kernels, work, shares, devices, paths)
         need = memory_needed(graph)  # once, not once per device
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
@@ -351,7 +351,7 @@ class Predictor:
                            fits=fits_memory(need, device))
                 for j, device in enumerate(devices)]
 
-    def _intervals(self, kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device],
+    def _intervals(self, kernels: GraphKernels, work: KernelWork, shares: np.ndarray, devices: Sequence[Device],
                    paths: Sequence[PrecisionPath]) -> Intervals:
         """90 % intervals and extrapolation flags (lilou.plan.intervals) of every kernel on every device."""
         dtypes = [p.precision for p in paths]
@@ -361,7 +361,8 @@ class Predictor:
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
                                  self.model.kernel_model.config.get("trained_on", []),
                                  unmeasured=unmeasured_kernels(kernels, devices, paths),
-                                 kernel_dtypes=kernel_precisions(kernels.unique, paths))
+                                 kernel_dtypes=kernel_precisions(kernels.unique, paths),
+                                 requeued=lambda factor: self.model.overhead.kernel_ms(work.work_ms * factor))
 
     def _interval_warnings(self, bounds: Intervals) -> list[str]:
         notes = list(self._interval_notes)
