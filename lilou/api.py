@@ -49,7 +49,7 @@ from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, kernel_path,
                                                   kernel_precisions, precision_path, precision_warnings,
-                                                  tf32_unavailable)
+                                                  runs_weight_only, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
@@ -202,8 +202,12 @@ class Predictor:
         if any(not isinstance(d, str | DeviceType) for d in wanted):
             raise LilouInputError("predict_many takes devices as names ('a10g', 'a100-80gb/1g.10gb') or Device objects")
         resolved = [rank_devices([d])[0] if isinstance(d, str) else d for d in wanted]  # bad names before the file
-        prepared = self.in_precision(self._prepared(model, batch, shapes, values), precision)
-        predictions = self._predictions(prepared, resolved, precision, tf32)
+        base = self._prepared(model, batch, shapes, values)
+        predictions: list[Prediction | None] = [None] * len(resolved)
+        for prepared, columns in self._in_precision_by_device(base, resolved, precision):
+            group = self._predictions(prepared, [resolved[j] for j in columns], precision, tf32)
+            for j, prediction in zip(columns, group):
+                predictions[j] = prediction
         for asked, prediction in zip(wanted, predictions):  # a family's name says which GPU it took, as in predict
             if isinstance(asked, str):
                 prediction.warnings[:0] = ambiguity_notes([asked])
@@ -215,7 +219,27 @@ class Predictor:
         """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
         precision, tf32 = check_precision(precision), check_tf32(tf32)
         devices = rank_devices(gpus)
-        prepared = self.in_precision(self._prepared(model, batch, shapes, values), precision)
+        base = self._prepared(model, batch, shapes, values)
+        entries: list[RankEntry] = []
+        before: list[str] = []
+        after: list[str] = []
+        for prepared, columns in self._in_precision_by_device(base, devices, precision):
+            group = [devices[j] for j in columns]
+            ranked, first, last = self._ranked(prepared, group, precision, tf32)
+            entries += ranked
+            before += [line for line in first if line not in before]
+            after += [line for line in last if line not in after]
+        # Devices the host's launches hold to one latency are told apart by their GPU work: the order a faster host
+        # would see (alphabetical order before session 25).
+        entries.sort(key=lambda e: (e.latency_ms, e.gpu_work_ms, e.gpu, e.mig or ""))
+        return Ranking(model=base.name, backend=self.backend, entries=entries,
+                       warnings=ambiguity_notes(gpus) + before + power_note(self.model.kernel_model, devices)
+                       + launch_bound_note(entries, self.model.overhead.gap_ms, self.launch_gap_given) + after)
+
+    def _ranked(self, prepared: PreparedModel, devices: list[Device], precision: str | None, tf32: str | None
+                ) -> tuple[list[RankEntry], list[str], list[str]]:
+        """:meth:`rank`'s entries of ``devices`` (unsorted) and the warnings said before the power and launch-bound
+        notes (which are about every device ranked) and after them."""
         graph, kernels = prepared.graph, prepared.kernels
         reading = _GraphPrecision.of(graph, precision, tf32)
         work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
@@ -223,39 +247,55 @@ class Predictor:
         totals = shares.sum(axis=0)
         gpu_work = self.model.overhead.gpu_ms(work.work_ms).sum(axis=0)
         paths = [reading.path(d) for d in devices]
-        precision_notes = reading.notes(paths, devices, self.coverage)
         bounds = self._intervals(kernels, work, shares, devices, paths)
         need = memory_needed(graph)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
                              round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4))
                    for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
-        # Devices the host's launches hold to one latency are told apart by their GPU work: the order a faster host
-        # would see (alphabetical order before session 25).
-        entries.sort(key=lambda e: (e.latency_ms, e.gpu_work_ms, e.gpu, e.mig or ""))
-        return Ranking(model=prepared.name, backend=self.backend, entries=entries,
-                       warnings=ambiguity_notes(gpus) + list(prepared.warnings) + precision_notes
-                       + fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)
-                       + conv_form_warning(kernels, shares) + transposed_conv_warning(kernels, shares, devices)
-                       + fused_attention_warning(kernels, shares)
-                       + power_note(self.model.kernel_model, devices)
-                       + launch_bound_note(entries, self.model.overhead.gap_ms, self.launch_gap_given)
-                       + memory_warning(graph, devices, need) + self._interval_warnings(bounds))
+        before = (list(prepared.warnings) + reading.notes(paths, devices, self.coverage)
+                  + fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)
+                  + conv_form_warning(kernels, shares) + transposed_conv_warning(kernels, shares, devices)
+                  + fused_attention_warning(kernels, shares))
+        return entries, before, memory_warning(graph, devices, need) + self._interval_warnings(bounds)
 
-    def in_precision(self, prepared: PreparedModel, precision: str | None) -> PreparedModel:
+    def _in_precision_by_device(self, prepared: PreparedModel, devices: Sequence[Device], precision: str | None
+                                ) -> list[tuple[PreparedModel, list[int]]]:
+        """``prepared`` in ``precision`` (:meth:`in_precision`) for each group of ``devices`` that stores it alike,
+        with the group's indices: under ``--precision fp8`` (or fp4) a GPU without the format's tensor cores runs
+        weight-only kernels (FP8 weights, 16-bit activations: vLLM's FP8 Marlin), whose activations move twice the
+        bytes (BERT-large in FP8 on an A100 was 25 % faster than in FP16, from 1-byte activations alone)."""
+        everything = list(range(len(devices)))
+        weight_only = [j for j in everything if runs_weight_only(precision, devices[j])]
+        if not weight_only:
+            return [(self.in_precision(prepared, precision), everything)]
+        native = [j for j in everything if j not in set(weight_only)]
+        groups = [(self.in_precision(prepared, precision), native)] if native else []
+        if weight_only:
+            groups.append((self.in_precision(prepared, precision, weight_only=True), weight_only))
+        return groups
+
+    def in_precision(self, prepared: PreparedModel, precision: str | None, weight_only: bool = False) -> PreparedModel:
         """``prepared`` with its floating-point tensors stored as ``precision`` stores them (``--precision``: the
         bytes follow the compute path; :mod:`lilou.graph.retype`), its kernel groups kept; itself when nothing
-        changes."""
+        changes. ``weight_only``: the weights so, the activations in FP16 (FP8 or FP4 on a GPU without their tensor
+        cores: :meth:`rank` and :meth:`predict_many` choose per device)."""
         said = f"--precision {precision}:"
         if precision is None or any(w.startswith(said) for w in prepared.warnings):
-            return prepared  # no option, or already retyped (a plan retypes before it ranks)
+            return prepared  # no option, or already retyped (a prepared model the caller retyped)
         from lilou.graph.retype import retyped
 
         stored = model_precision(prepared.graph).precision
         if precision == stored:
             return prepared
-        note = (f"{said} the file's {stored.upper()} model is priced as run in {precision.upper()}, its kernels on that "
-                "path and its floating-point tensors stored so (integer tensors keep their types)")
-        graph = retyped(prepared.graph, check_precision(precision))
+        if weight_only:
+            note = (f"{said} the file's {stored.upper()} model is priced on the GPUs without {precision.upper()} tensor "
+                    f"cores as their weight-only kernels run it: {precision.upper()} weights, FP16 activations, on the "
+                    "FP16 tensor cores")
+            graph = retyped(prepared.graph, check_precision(precision), activations="float16")
+        else:
+            note = (f"{said} the file's {stored.upper()} model is priced as run in {precision.upper()}, its kernels on "
+                    "that path and its floating-point tensors stored so (integer tensors keep their types)")
+            graph = retyped(prepared.graph, check_precision(precision))
         if graph is not prepared.graph and prepared.partition is not None:
             prepared = dataclasses.replace(prepared, graph=graph, kernels=describe_kernels(graph, prepared.partition))
         return dataclasses.replace(prepared, warnings=(*prepared.warnings, note))
@@ -404,7 +444,7 @@ class _GraphPrecision:
         """The warnings for what the kernel models cannot stand behind on these paths (one per device)."""
         lines = precision_warnings(paths, has_conv=self.has_conv, has_matmul=self.has_matmul,
                                    mixed=self.precision is None and self.detected.mixed,
-                                   devices=devices, coverage=coverage)
+                                   devices=devices, coverage=coverage, retyped=self.precision is not None)
         if any(p.precision in ("fp32", "tf32") for p in paths):
             lines += tf32_unavailable(self.tf32, self.precision, devices, self.has_conv, self.has_matmul)
         for other, has_conv, has_matmul in self.others:  # the kernels priced in another precision than the model's

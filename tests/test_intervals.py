@@ -231,7 +231,7 @@ def test_a_launch_bound_device_is_bounded_by_its_launches_not_by_its_kernels_ban
     gpus = ["a100-sxm4-80gb", "a100-sxm4-80gb/1g.10gb", "h100-sxm", "h100-sxm/1g.10gb"]
     entries = {e.device: e for e in Predictor().rank(EXAMPLE, gpus=gpus, precision="fp8")}
     a100 = entries["a100-sxm4-80gb"]
-    assert a100.gpu_work_ms < 0.2 * a100.latency_ms and a100.extrapolated_share == 1.0
+    assert a100.gpu_work_ms < 0.2 * a100.latency_ms
     assert a100.interval_ms == pytest.approx((a100.latency_ms * math.exp(e2e.lo), a100.latency_ms * math.exp(e2e.hi)),
                                              rel=1e-3)
     for whole in ("a100-sxm4-80gb", "h100-sxm"):

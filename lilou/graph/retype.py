@@ -30,9 +30,12 @@ FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 _SUBGRAPH_OPS = frozenset({"Loop", "If", "Scan"})
 
 
-def retyped(graph: ModelGraph, precision: str) -> ModelGraph:
-    """``graph`` with its floating-point tensors in ``precision``'s storage (``graph`` itself where none changes)."""
+def retyped(graph: ModelGraph, precision: str, activations: str | None = None) -> ModelGraph:
+    """``graph`` with its floating-point tensors in ``precision``'s storage (``graph`` itself where none changes);
+    ``activations``: their element type instead of the precision's (``float16`` for weight-only FP8 kernels, W8A16,
+    on a GPU without FP8 tensor cores)."""
     activation, weight = STORAGE[precision]
+    activation = activations or activation
     weights = graph.constant_tensors()
     changed: dict[str, TensorInfo] = {}
 

@@ -234,11 +234,11 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=like)
             if not tried and not verified:
                 like = prepared
-            prepared = predictor.in_precision(prepared, precision)  # --precision: its bytes too, memory included
-            # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches.
+            # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches. rank
+            # stores the model in --precision per device (weight-only FP8 where a GPU has no FP8 tensor cores).
             ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
             by_device = {(e.gpu, e.mig): e for e in ranking}
-            weights, activation = memory_needed(prepared.graph)
+            weights, activation = memory_needed(predictor.in_precision(prepared, precision).graph)
             need = (weights + activation) / _GIB
             for device in active:
                 entry = by_device[(device.gpu, device.mig)]

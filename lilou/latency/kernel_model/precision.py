@@ -77,6 +77,7 @@ class PrecisionPath:
     precision: str   # fp32 | tf32 | fp16 | bf16 | fp8 | int8 | int4 | fp4
     tf32: str        # off | conv | on (what FP32 convolutions and matmuls run in on this device)
     source: str      # "onnx" (tensor types) or "option" (--precision)
+    activations: str | None = None  # fp16 where --precision fp8/fp4 runs weight-only kernels (no such tensor cores)
 
 
 def precision_path(model_precision: str, device: Device, precision: str | None = None,
@@ -88,16 +89,27 @@ def precision_path(model_precision: str, device: Device, precision: str | None =
         mode = "on"
     if compute_capability(device) < (8, 0):
         mode = "off"
-    return PrecisionPath(precision=chosen, tf32=mode, source="option" if precision else "onnx")
+    return PrecisionPath(precision=chosen, tf32=mode, source="option" if precision else "onnx",
+                         activations="fp16" if runs_weight_only(precision, device) else None)
+
+
+def runs_weight_only(precision: str | None, device: Device) -> bool:
+    """``--precision fp8`` (or fp4) on a GPU without the format's tensor cores: what runs there is a weight-only
+    kernel (vLLM's FP8 Marlin: FP8 weights, 16-bit activations on the FP16 tensor cores), so the model is priced
+    with FP16 activations (lilou.api.Predictor._in_precision_by_device)."""
+    return precision in _NEEDS_CAPABILITY and not device.peak_tflops.get(_TENSOR_UNITS[precision][0])
 
 
 def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: bool, mixed: bool,
-                       devices: list[Device] | None = None, coverage: MeasuredCoverage | None = None) -> list[str]:
+                       devices: list[Device] | None = None, coverage: MeasuredCoverage | None = None,
+                       retyped: bool = False) -> list[str]:
     """What Lilou cannot stand behind on these paths (one line each, devices pooled).
 
     ``devices`` (one per path) and ``coverage`` (what the tensor-core kernel model measured): with them,
     GEMMs and convolutions off the FP32 CUDA cores are checked for a measured neighbour of their precision,
-    family and architecture class; without them every precision but FP32 is reported as unmeasured."""
+    family and architecture class; without them every precision but FP32 is reported as unmeasured. ``retyped``:
+    the precision is ``--precision``'s, so the GPUs without FP8 (FP4) tensor cores were priced with FP16
+    activations (lilou.api.Predictor._in_precision_by_device), not the file's own types."""
     warnings = []  # what --precision changed is said where the model is retyped (Predictor.in_precision)
     if coverage is None or devices is None:
         unmeasured = sorted({p.precision for p in paths} - MEASURED_PRECISIONS)
@@ -108,7 +120,7 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
                             "several times too slow; docs/kernel_model.md)")
     else:
         families = [f for f, present in (("gemm", has_matmul), ("conv", has_conv)) if present]
-        warnings += _coverage_warnings(paths, devices, families, coverage)
+        warnings += _coverage_warnings(paths, devices, families, coverage, retyped)
     if mixed:
         warnings.append("the graph's matmuls and convolutions mix precisions: each is priced on the unit of the type "
                         "it reads, with that precision's interval band; the dominant one is reported")
@@ -167,14 +179,14 @@ def kernel_path(path: PrecisionPath, precision: str) -> PrecisionPath:
 
 def kernel_precisions(specs: Sequence[KernelSpec], paths: Sequence[PrecisionPath]) -> np.ndarray:
     """str [kernels, paths]: the precision each kernel is priced in on each path (a GEMM's or convolution's own,
-    :func:`kernel_path`; the path's for the other families)."""
+    :func:`kernel_path`; the path's activations' for the other families)."""
     out = np.empty((len(specs), len(paths)), dtype=object)
-    columns: dict[tuple[str, str], list[str]] = {}  # the column depends on the path's precision and source only
+    columns: dict[tuple[str, str, str | None], list[str]] = {}  # the column depends on these three only
     for j, path in enumerate(paths):
-        key = (path.precision, path.source)
+        key = (path.precision, path.source, path.activations)
         if key not in columns:
             columns[key] = [kernel_path(path, spec.precision).precision if spec.family in MATH_FAMILIES
-                            else path.precision for spec in specs]
+                            else path.activations or path.precision for spec in specs]
         out[:, j] = columns[key]
     return out
 
@@ -225,7 +237,7 @@ def slower_than_16_bit(precision: str, devices: Sequence[Device]) -> list[str]:
 
 
 def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], families: list[str],
-                       coverage: MeasuredCoverage) -> list[str]:
+                       coverage: MeasuredCoverage, retyped: bool = False) -> list[str]:
     """One line per (precision, family) whose kernels, on some of ``devices``, have no measured neighbour."""
     warnings = []
     for precision in sorted({p.precision for p in paths} - {"fp32", "tf32"}):
@@ -254,11 +266,13 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                                 "CUDA-core rates, as measured FP32 kernels")
             if upcast:
                 needs = ".".join(map(str, _NEEDS_CAPABILITY[precision]))
+                stored = (f"{precision.upper()} weights and FP16 activations" if retyped else
+                          f"the file's {precision.upper()}-stored tensors (their 16-bit activations would move more "
+                          "bytes than predicted)")
                 warnings.append(f"{', '.join(sorted(upcast))}: no {precision.upper()} tensor cores ({precision.upper()} "
-                                f"needs compute capability {needs} or newer): {name} are priced on the FP16 tensor "
-                                f"cores with {precision.upper()}-stored tensors, as weight-only {precision.upper()} "
-                                "kernels run; an engine that needs the format's own math (TensorRT, ModelOpt) cannot "
-                                "run them there, and 16-bit activations would move more bytes than predicted")
+                                f"needs compute capability {needs} or newer): {name} are priced as weight-only "
+                                f"{precision.upper()} kernels run there, on the FP16 tensor cores with {stored}; an "
+                                "engine that needs the format's own math (TensorRT, ModelOpt) cannot run them there")
             if unmeasured:
                 measured = sorted({a for p in _NEIGHBOURS.get(precision, (precision,))
                                    for a in coverage.architectures(p, family)}, key=ARCHITECTURE_CLASSES.index)
