@@ -134,7 +134,11 @@ def test_tf32_asked_of_a_gpu_without_it_is_said() -> None:
             "kernels are priced in strict FP32 there, as they run")
     asked = predictor.predict(EXAMPLE, gpu="t4", tf32="on")
     assert line in asked.warnings and asked.tf32 == "off"
-    assert line in predictor.predict(EXAMPLE, gpu="t4", precision="tf32").warnings
+    as_tf32, plain = predictor.predict(EXAMPLE, gpu="t4", precision="tf32"), predictor.predict(EXAMPLE, gpu="t4")
+    assert line in as_tf32.warnings
+    # what is priced is strict FP32, and so are its label, interval and flags (they were TF32's: unmeasured, wider)
+    assert (as_tf32.precision, as_tf32.latency_ms, as_tf32.interval_ms, as_tf32.extrapolated_share) == \
+        ("fp32", plain.latency_ms, plain.interval_ms, plain.extrapolated_share)
     assert line not in predictor.predict(EXAMPLE, gpu="t4").warnings  # not asked: PyTorch's default is no TF32 there
     assert not any("no TF32" in w for w in predictor.predict(EXAMPLE, gpu="a10g", tf32="on").warnings)
 

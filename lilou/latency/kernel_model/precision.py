@@ -82,13 +82,15 @@ class PrecisionPath:
 
 def precision_path(model_precision: str, device: Device, precision: str | None = None,
                    tf32: str | None = None) -> PrecisionPath:
-    """The path a prediction takes on ``device``; TF32 is off where the GPU has no TF32 (before 8.0)."""
+    """The path a prediction takes on ``device``; TF32 is off where the GPU has no TF32 (before 8.0), and TF32 asked
+    of such a GPU is strict FP32, what is priced there (its interval and label were TF32's: unmeasured, 3x wider)."""
     chosen = precision or model_precision
     mode = tf32 if tf32 is not None else default_tf32(device)
     if chosen == "tf32":
         mode = "on"
     if compute_capability(device) < (8, 0):
         mode = "off"
+        chosen = "fp32" if chosen == "tf32" else chosen
     return PrecisionPath(precision=chosen, tf32=mode, source="option" if precision else "onnx",
                          activations="fp16" if runs_weight_only(precision, device) else None)
 
