@@ -395,6 +395,23 @@ def test_mig_profile_lookup_accepts_nvidia_smi_spelling():
     assert gpu.mig_profile("3G.40GB").name == "3g.40gb"
 
 
+def test_a_slice_is_found_by_the_names_cuda_and_kubernetes_give_it():
+    """What a user copies from inside a slice (``torch.cuda.get_device_name()``, ``nvidia-smi -L``), from GPU feature
+    discovery's product label and from a pod's resource request: each was refused ("unknown GPU", "has no MIG
+    profile")."""
+    from lilou.hardware import resolve_device
+
+    assert resolve_device("NVIDIA A100-SXM4-80GB MIG 1g.10gb").name == "a100-sxm4-80gb/1g.10gb"
+    assert resolve_device("NVIDIA H100 PCIe MIG 3g.40gb").name == "h100-pcie/3g.40gb"
+    assert resolve_device("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb").name == "h100-sxm/1g.10gb"
+    assert resolve_device("NVIDIA-A100-80GB-PCIe-MIG-1g.10gb").name == "a100-pcie-80gb/1g.10gb"
+    assert resolve_device("h100-sxm", "nvidia.com/mig-2g.20gb").name == "h100-sxm/2g.20gb"
+    assert resolve_device("h100-sxm", "nvidia.com/mig-1g.10gb.me").name == "h100-sxm/1g.10gb+me"
+    assert resolve_device("h100-sxm/1g.10gb.me").name == "h100-sxm/1g.10gb+me"
+    with pytest.raises(LilouInputError, match="names MIG profile '1g.10gb' and --mig names '2g.20gb'; give one"):
+        resolve_device("NVIDIA A100-SXM4-80GB MIG 1g.10gb", "2g.20gb")
+
+
 def test_invalid_mig_profile_lists_the_valid_ones():
     with pytest.raises(LilouInputError) as error:
         find_gpu("a100-40gb").mig_profile("1g.10gb+me")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -43,10 +44,11 @@ def test_kubernetes_name_of_every_mig_profile():
     profiles = {(d.gpu, d.mig) for d in slices}
     assert len(profiles) == sum(len(find_gpu(d.gpu).mig_profiles) for d in all_devices() if d.mig is None)
     for device in slices:
-        assert resource_name(device) == f"nvidia.com/mig-{device.mig}"
+        assert resource_name(device) == f"nvidia.com/mig-{device.mig}".replace("+", ".")
+        assert re.fullmatch(r"nvidia\.com/mig-[a-z0-9]([-a-z0-9.]*[a-z0-9])?", resource_name(device))  # a valid name
     assert all(resource_name(d) == "nvidia.com/gpu" for d in all_devices() if d.mig is None)
     assert resource_name(resolve_device("a100-80gb", "1g.10gb")) == "nvidia.com/mig-1g.10gb"
-    assert resource_name(resolve_device("a100-40gb", "1g.5gb+me")) == "nvidia.com/mig-1g.5gb+me"
+    assert resource_name(resolve_device("a100-40gb", "1g.5gb+me")) == "nvidia.com/mig-1g.5gb.me"  # the plugin's "."
     assert resource_name(resolve_device("a30", "4g.24gb")) == "nvidia.com/mig-4g.24gb"
     assert resource_name(resolve_device("h200", "7g.141gb")) == "nvidia.com/mig-7g.141gb"
     assert resource_name(resolve_device("h100-nvl", "1g.12gb")) == "nvidia.com/mig-1g.12gb"

@@ -15,7 +15,7 @@ from typing import Any
 
 from lilou.errors import LilouInputError
 from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, find_gpu, name_family
-from lilou.hardware.names import mig_key
+from lilou.hardware.names import mig_key, split_mig
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class Device:
 
 def resolve_device(gpu: str, mig: str | None = None) -> Device:
     """The device for a GPU name (any alias) and an optional MIG profile name; ``gpu`` may name the slice itself as
-    ``GPU/PROFILE`` (how rankings print it: ``a100-sxm4-80gb/3g.40gb``).
+    ``GPU/PROFILE`` (how rankings print it: ``a100-sxm4-80gb/3g.40gb``), or as CUDA and GPU feature discovery name a
+    slice's device (``NVIDIA A100-SXM4-80GB MIG 1g.10gb``, ``NVIDIA-H100-80GB-HBM3-MIG-1g.10gb``).
 
     Raises :class:`lilou.errors.LilouInputError` for an unknown GPU or a profile it lacks.
     """
@@ -62,6 +63,9 @@ def resolve_device(gpu: str, mig: str | None = None) -> Device:
         raise LilouInputError(f"a GPU is named by a string such as 'a10g' or 'a100-80gb/1g.10gb' (MIG profile: "
                               f"'1g.10gb'), not {gpu if not isinstance(gpu, str) else mig!r:.40}")
     name, slash, profile = gpu.partition("/")
+    if not slash and split_mig(gpu):  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb", as CUDA names the device in a slice
+        slash = "/"
+        name, profile = split_mig(gpu)
     if slash:
         if not profile.strip():
             raise LilouInputError(f"{gpu!r}: no MIG profile after the '/'; name the whole GPU as {name.strip()!r} or "

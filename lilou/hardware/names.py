@@ -29,9 +29,23 @@ def name_list(names: str | Iterable[str]) -> list[str] | Iterable[str]:
 
 
 def mig_key(name: str) -> str:
-    """The lookup key of a MIG profile name: ``MIG 1g.10gb`` and ``1G.10GB`` give ``1g.10gb``."""
-    key = re.sub(r"\s+", "", name.lower())
-    return key.removeprefix("mig-").removeprefix("mig")
+    """The lookup key of a MIG profile name: ``MIG 1g.10gb``, ``1G.10GB`` and the Kubernetes resource
+    ``nvidia.com/mig-1g.10gb`` give ``1g.10gb``; the device plugin's ``1g.10gb.me`` (a resource name cannot hold a
+    ``+``) and Blackwell's ``1g.23gb-me`` give ``1g.10gb+me``, ``1g.23gb+me``."""
+    key = re.sub(r"\s+", "", name.lower()).removeprefix("nvidia.com/")
+    key = key.removeprefix("mig-").removeprefix("mig")
+    return re.sub(r"(\d+g\.\d+gb)[.-]me$", r"\1+me", key)
+
+
+#: A GPU name with its MIG slice in it, as CUDA names the device inside a slice (``torch.cuda.get_device_name()``:
+#: ``NVIDIA A100-SXM4-80GB MIG 1g.10gb``) and GPU feature discovery labels it (``NVIDIA-H100-80GB-HBM3-MIG-1g.10gb``).
+_NAME_WITH_MIG = re.compile(r"(?P<gpu>.+?)[\s_-]+mig[\s_-]+(?P<profile>\d+g\.\d+gb\S*)", re.IGNORECASE)
+
+
+def split_mig(name: str) -> tuple[str, str] | None:
+    """(GPU, profile) of a name that carries its MIG slice (:data:`_NAME_WITH_MIG`), else None."""
+    found = _NAME_WITH_MIG.fullmatch(name.strip())
+    return (found["gpu"], found["profile"]) if found else None
 
 
 def closest(word: str, spellings_by_gpu: Mapping[str, Iterable[str]], limit: int = 3) -> list[str]:
