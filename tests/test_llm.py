@@ -272,6 +272,11 @@ def test_a_mig_slice_is_never_faster_than_a_slice_that_holds_it(llm):
     for small, large in pairs:
         for field in ("itl_ms", "ttft_ms", "steady_itl_ms"):
             assert getattr(steps[small.name], field) >= getattr(steps[large.name], field), (small.name, large.name)
+    # the slice's power line is a whole sentence (it stopped at "of the board's"), and one sequence is singular
+    assert "power is the slice's share (0.39 of the SMs) of the board's power: the slices share one board, whose " \
+        "draw no slice can read alone" in steps["a100-sxm4-80gb/3g.40gb"].warnings
+    alone = llm.predict("llama-3.1-8b", "a100-sxm4-80gb", mig="1g.20gb", batch=4, input_len=8192, output_len=8192)
+    assert any("at most 1 sequence fits at these lengths" in w for w in alone.warnings), alone.warnings
 
 
 def test_longer_context_and_tp_change_the_step_as_they_should(llm):

@@ -388,7 +388,8 @@ class LLMPredictor:
             warnings.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
                             f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
                             f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {round(fit.device_gb, 2):g}; "
-                            f"at most {fitting} sequences fit at these lengths; no latency is predicted")
+                            f"at most {fitting} {'sequence fits' if fitting == 1 else 'sequences fit'} at these "
+                            "lengths; no latency is predicted")
             return result
         prefill, decode, steady = self._phases(config, device, batch, input_len, output_len, **sizes)
         calibration = self.calibration
@@ -585,7 +586,8 @@ class LLMPredictor:
             notes.append(f"{config.kv_heads} KV heads over TP {tp}: each KV head is replicated on {tp // config.kv_heads}"
                          " GPUs, as vLLM does")
         if device.mig is not None:
-            notes.append(f"{SLICE_POWER} ({device.sm_fraction:.2f} of the SMs) of the board's")
+            notes.append(f"{SLICE_POWER} ({device.sm_fraction:.2f} of the SMs) of the board's power: the slices "
+                         "share one board, whose draw no slice can read alone")
         if dtype not in SERVED_DTYPES:
             notes.append(f"no serving row is {dtype.upper()} (the measured runs are FP16, BF16 and a few FP8): the "
                          f"figures rest on the kernel model, and the TTFT and ITL intervals are widened by its "
