@@ -246,11 +246,13 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
         if families:
             warnings += slower_than_16_bit(precision, [d for p, d in zip(paths, devices) if p.precision == precision])
         for family in families:
-            no_unit, upcast, unmeasured = set(), set(), set()
+            no_unit, upcast, unmeasured, dp4a = set(), set(), set(), set()
             for path, device in zip(paths, devices):
                 if path.precision != precision:
                     continue
                 unit = kernel_unit(family, path, device)
+                if unit == "int8":  # DP4A on the CUDA cores: no INT8 tensor cores (Pascal, Volta)
+                    dp4a.add(device.gpu)
                 if unit is None or unit == "fp32":
                     no_unit.add(device.gpu)
                 elif precision in _NEEDS_CAPABILITY and unit != _TENSOR_UNITS[precision][0]:
@@ -266,6 +268,10 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
             elif no_unit:
                 warnings.append(f"{', '.join(sorted(no_unit))}: no unit for {name}; they are predicted at FP32 "
                                 "CUDA-core rates, as measured FP32 kernels")
+            if dp4a:
+                warnings.append(f"{', '.join(sorted(dp4a))}: no INT8 tensor cores, so {name} run on the CUDA cores' "
+                                "DP4A instructions (four INT8 products per lane and instruction), priced at the "
+                                "database's INT8 CUDA-core peak: often no faster than FP16 on the same GPU")
             if upcast:
                 needs = ".".join(map(str, _NEEDS_CAPABILITY[precision]))
                 stored = (f"{precision.upper()} weights and FP16 activations" if retyped else
