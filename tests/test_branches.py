@@ -304,3 +304,39 @@ def test_a_scripted_model_with_many_conditions_is_decided_to_the_end():
     assert not any("unknown shape" in w or "approximated" in w for w in graph.warnings)
     assert sum("which the shapes decide" in w for w in graph.warnings) == 6
     assert {t.name: t.shape for t in graph.outputs} == {"output": (1, 1), "stateN": (2, 1, 128)}
+
+
+def test_a_loop_or_scan_left_as_one_kernel_is_priced_with_its_body(tmp_path):
+    """A Scan of 16 steps over a 64x64 GEMM, and a Loop whose trip count is a run-time input, stay one fallback
+    kernel each; that kernel carries the body's FLOPs and bytes the graph counted (16 and 1 iterations). Its own op
+    formula saw none: the Scan was a 0-FLOP memory pass over its outer tensors, and the Loop's body was dropped,
+    while the warnings said the body was priced."""
+    from lilou.api import Predictor
+
+    body = helper.make_graph([helper.make_node("MatMul", ["row", "w"], ["out"], name="gemm")], "body",
+                             [tensor("row", [64, 64])], [tensor("out", [64, 64])], [weight("w", [64, 64])])
+    scan = helper.make_node("Scan", ["xs"], ["ys"], name="scan", body=body, num_scan_inputs=1)
+    scan_path = tmp_path / "scan.onnx"
+    onnx.save(make_model([scan], [tensor("xs", [16, 64, 64])], [tensor("ys", None)], opset=17), scan_path)
+    loop_body = helper.make_graph([helper.make_node("MatMul", ["h_in", "w"], ["h_out"], name="gemm"),
+                                   helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep")], "body",
+                                  [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL),
+                                   tensor("h_in", [64, 64])],
+                                  [tensor("cond_out", None, TensorProto.BOOL), tensor("h_out", [64, 64])],
+                                  [weight("w", [64, 64])])
+    loop = helper.make_node("Loop", ["n", "go", "x"], ["h"], name="loop", body=loop_body)
+    loop_path = tmp_path / "loop.onnx"
+    onnx.save(make_model([loop], [tensor("x", [64, 64]), tensor("n", [], TensorProto.INT64)], [tensor("h", None)],
+                         [numpy_helper.from_array(np.array(True), "go")], opset=17), loop_path)
+    predictor = Predictor()
+    for path, iterations in ((scan_path, 16), (loop_path, 1)):
+        graph = load_graph(path)
+        (node,) = [n for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] in ("Scan", "Loop")]
+        assert graph.dag.nodes[node]["flops"] == iterations * 2 * 64 * 64 * 64
+        (kernel,) = predictor.predict(path, gpu="a10g").kernels
+        assert kernel.type == "memory_fallback" and kernel.flops == iterations * 2 * 64 * 64 * 64
+        assert kernel.bytes == graph.dag.nodes[node]["bytes_read"] + graph.dag.nodes[node]["bytes_written"]
+    given = predictor.predict(loop_path, gpu="a10g", values={"n": [3]})
+    assert sum(k.flops for k in given.kernels) == 3 * 2 * 64 * 64 * 64
+    assert "Loop 'loop' runs 3 times (set by --value): its body is priced once per iteration, as eager launches " \
+        "it" in given.warnings

@@ -306,6 +306,8 @@ def _rotary_flops(node: CostInput) -> int:
 # and the gates' pointwise work below (from PyTorch's LSTMCell/GRUCell/RNNCell equations; sigmoid
 # and tanh at their ELEMENTWISE_FLOPS costs).
 RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
+#: Ops that run subgraphs: their cost is their body's, which lilou.graph.dag prices (their own formula sees none).
+CONTROL_FLOW_OPS = frozenset({"Loop", "If", "Scan"})
 _RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _RECURRENT_POINTWISE = {
     "LSTM": 3 * 4 + 2 * 1 + 4,  # sigmoid i, f, o; tanh g, tanh c; c = f*c + i*g (3), h = o*tanh(c) (1)

@@ -24,8 +24,8 @@ import onnx
 from onnx import helper
 
 from lilou.errors import LilouInputError
-from lilou.graph.costs import (SEQUENCE_OPS, SUPPORTED_OPS, CostInput, NodeCost, TensorInfo, batchnorm_training,
-                               node_cost)
+from lilou.graph.costs import (CONTROL_FLOW_OPS, SEQUENCE_OPS, SUPPORTED_OPS, CostInput, NodeCost, TensorInfo,
+                               batchnorm_training, node_cost)
 from lilou.graph.branches import resolve_branches
 from lilou.graph.input_values import Value, bind_input_values, bound_value_names
 from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
@@ -55,8 +55,6 @@ _METADATA_ONLY_INPUTS = {"Shape": {0}, "Size": {0}, "CastLike": {1}, "EyeLike": 
 _second = operator.itemgetter(1)
 T = TypeVar("T")
 
-#: Ops that run subgraphs; their bodies are not nodes of the DAG.
-CONTROL_FLOW_OPS = frozenset({"Loop", "If", "Scan"})
 
 
 @dataclass
@@ -468,7 +466,8 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
         body = _subgraph_cost(graphs["body"], tensors, constants, notes)
         trip = constants.get(node.input[0]) if node.input and node.input[0] else None
         if trip is None or trip < 0:
-            notes.append(f"Loop {label!r} has no constant trip count: costed as one iteration of its body")
+            notes.append(f"Loop {label!r} has no constant trip count: costed as one iteration of its body (a count "
+                         "the file takes as an input can be given with --value NAME=N)")
             trip = 1
         else:
             notes.append(f"Loop {label!r} is costed as its body times its trip count ({trip}), as one kernel")

@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 from lilou.graph.branches import outer_names, rename_in_subgraphs
 from lilou.graph.constants import scalar_integers, scalar_truths
+from lilou.graph.input_values import bound_value_names
 
 #: Iterations unrolled at most per loop, and body nodes written at most per model; a longer loop stays one kernel.
 MAX_TRIPS = 256
@@ -156,7 +157,7 @@ def resolve_loops(model: onnx.ModelProto, notes: list[str], evaluate: Callable[[
             if not count or not runs_every_trip(model, index):
                 continue
             trips = constants.get(count)
-            source = "set in the file"
+            source = "set by --value" if count in bound_value_names(model.graph) else "set in the file"
             if trips is None and evaluations < MAX_EVALUATIONS:
                 evaluations += 1
                 trips, source = evaluate(model, count), "decided by the bound shapes"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from lilou.graph.costs import CostInput, TensorInfo, node_cost
+from lilou.graph.costs import CONTROL_FLOW_OPS, CostInput, TensorInfo, node_cost
 
 if TYPE_CHECKING:
     from lilou.graph.dag import ModelGraph
@@ -26,8 +26,6 @@ STORAGE = {
 }
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1, "int4": 1, "float4_e2m1fn": 1}
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
-#: Nodes whose cost comes from their subgraphs (Loop, Scan, an If not inlined): their bytes are kept.
-_SUBGRAPH_OPS = frozenset({"Loop", "If", "Scan"})
 
 
 def retyped(graph: ModelGraph, precision: str, activations: str | None = None) -> ModelGraph:
@@ -55,7 +53,7 @@ def retyped(graph: ModelGraph, precision: str, activations: str | None = None) -
         if inputs == data["inputs"] and outputs == data["outputs"]:
             continue
         data["inputs"], data["outputs"] = inputs, outputs
-        if data["op"] not in _SUBGRAPH_OPS:
+        if data["op"] not in CONTROL_FLOW_OPS:  # their bytes are their bodies', kept
             cost = node_cost(CostInput(op=data["op"], attributes=data["attributes"], inputs=inputs, outputs=outputs))
             data["bytes_read"], data["bytes_written"] = cost.bytes_read, cost.bytes_written
     if not changed:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lilou.graph.precision import PRECISION_OF_DTYPE
-from lilou.graph.costs import (ELEMENTWISE_FLOPS, RECURRENT_OPS, VIEW_OPS, CostInput, TensorInfo, attention_dims,
-                               input_reads, node_cost, recurrent_dims)
+from lilou.graph.costs import (CONTROL_FLOW_OPS, ELEMENTWISE_FLOPS, RECURRENT_OPS, VIEW_OPS, CostInput, TensorInfo,
+                               attention_dims, input_reads, node_cost, recurrent_dims)
 
 if TYPE_CHECKING:  # kernels built without a graph (the kernel table, `lilou llm`) need no onnx
     from lilou.graph.dag import ModelGraph
@@ -307,4 +307,12 @@ def describe_graph_kernel(graph: ModelGraph, node_names: Sequence[str]) -> Kerne
             # a constant consumer (a CastLike or Shape of the value: folded, it reads the type or shape) reads no data
             if consumer not in members and not dag.nodes[consumer]["constant"]:
                 external.update(dag.edges[name, consumer]["tensors"])
-    return describe_kernel(nodes, external_outputs=external)
+    spec = describe_kernel(nodes, external_outputs=external)
+    if any(node.op in CONTROL_FLOW_OPS for node in nodes):
+        # a Loop, Scan or If not written out: its cost is its body's, which the graph priced with its subgraphs
+        # (lilou.graph.dag) and an op's own formula cannot see (a Scan of 16 GEMMs was one 0-FLOP memory pass)
+        spec = replace(spec, flops=max(spec.flops, sum(int(dag.nodes[n]["flops"]) for n in members)),
+                       bytes_read=max(spec.bytes_read, sum(int(dag.nodes[n]["bytes_read"]) for n in members)),
+                       bytes_written=max(spec.bytes_written, sum(int(dag.nodes[n]["bytes_written"]) for n in members)))
+    return spec
+
