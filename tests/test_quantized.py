@@ -91,6 +91,9 @@ def test_dynamic_quantization_prices_the_range_and_the_int32_output(predictor) -
     assert dynamic.precision == "int8"
     ranges = [k for k in dynamic.kernels if k.nodes[0].endswith("/lilou_range")]
     assert len(ranges) == 8  # one per DynamicQuantizeLinear, beside its conversion kernel
+    # the note says what is priced (it said every quantize was folded into the op beside it, as QDQ's are)
+    note = next(w for w in dynamic.warnings if "quantized graph" in w)
+    assert note.startswith("dynamically quantized graph (") and "folded" not in note
     query = next(k for k in dynamic.kernels if k.nodes == ("/model/encoder/layer.0/attention/self/query/MatMul_quant",))
     # UINT8 activations 2x64x256, INT8 weights 256x256, INT32 output 2x64x256
     assert query.bytes == 2 * 64 * 256 + 256 * 256 + 4 * 2 * 64 * 256

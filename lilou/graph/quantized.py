@@ -119,11 +119,20 @@ class QuantizedRewrite:
             kinds = sorted({_TYPE_NAMES.get(k, "INT8") for name, k in self.runtime.items()
                             if k in QUANTIZED_TYPES and not name.endswith(_WEIGHT_ONLY_SUFFIXES)})
             unit = "/".join(kinds) or "INT8"
-            lines.append(f"quantized graph ({counts}): priced as the model it quantizes, its tensors in {unit} between "
-                         "the quantized ops, each quantize and dequantize folded into the op beside it as INT8 runtimes "
-                         "(TensorRT, onnxruntime) run them, and its convolutions and matmuls on the unit of the type "
-                         "they read; kernels are grouped as the backend groups the float ops (an INT8 runtime fuses "
-                         "more: bias, activation, residual add)")
+            if "DynamicQuantizeLinear" in activations:
+                # the dynamic form quantizes at run time: nothing is folded, and the file writes every step as an op
+                lines.append(f"dynamically quantized graph ({counts}): each DynamicQuantizeLinear is priced as the "
+                             "range reduction and the conversion it runs at run time, and the casts, scale "
+                             "multiplications and bias adds the file writes after each ConvInteger and MatMulInteger "
+                             f"as kernels of their own, the convolutions and matmuls on the {unit} unit; at a small "
+                             "batch these launches cost more than the INT8 math saves (a statically quantized QDQ or "
+                             "QOperator file of the same model has none of them)")
+            else:
+                lines.append(f"quantized graph ({counts}): priced as the model it quantizes, its tensors in {unit} "
+                             "between the quantized ops, each quantize and dequantize folded into the op beside it as "
+                             "INT8 runtimes (TensorRT, onnxruntime) run them, and its convolutions and matmuls on the "
+                             "unit of the type they read; kernels are grouped as the backend groups the float ops (an "
+                             "INT8 runtime fuses more: bias, activation, residual add)")
         if weight_only:
             counts = ", ".join(f"{count} {op}" for op, count in sorted(weight_only.items()))
             lines.append(f"weight-only quantized ops ({counts}): priced as float matmuls and gathers reading their "
