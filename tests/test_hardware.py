@@ -582,6 +582,15 @@ def test_memory_a_process_sees_is_nvidia_smi_s_where_a_printout_gives_it():
     assert resolve_device("a100-sxm4-80gb").memory_gib == 80.0  # 81920 MiB
     for device in all_devices():
         assert 0.8 * device.memory_gb <= device.memory_gib <= device.memory_gb, device.name
+        # no slice holds more than its board (H100 NVL's 7g.94gb read as 94 GiB did: the board shows 93.58)
+        assert device.memory_gib <= resolve_device(device.gpu).memory_gib, device.name
+    nvl = resolve_device("h100-nvl", "7g.94gb")
+    assert (nvl.memory_gib, nvl.memory_gib_source) == (
+        92.62, "https://github.com/OpenNebula/website/blob/master/content/product/cluster_configuration/"
+        "hosts_and_clusters/vgpu.md")
+    assert resolve_device("h100-nvl", "3g.47gb").memory_gib_source == "https://github.com/NVIDIA/mig-parted/pull/101"
+    assert [resolve_device("a100-pcie-40gb", p).memory_gib for p in ("1g.5gb", "2g.10gb", "4g.20gb", "7g.40gb")] == [
+        4.75, 9.62, 19.5, 39.25]
 
 
 def test_to_dict_carries_the_new_fields():

@@ -255,9 +255,17 @@ def _validate(gpu: GPUSpec) -> None:
     if gpu.memory_total_mib is not None and not 0.85 * gpu.memory_gb * 1024 <= gpu.memory_total_mib <= (
             1.1 * gpu.memory_gb * 1024):
         fail(f"memory_total_mib {gpu.memory_total_mib} is not near the nominal {gpu.memory_gb:g} GB")
+    whole = gpu.memory_total_mib / 1024 if gpu.memory_total_mib is not None else gpu.memory_gb
     for profile in gpu.mig_profiles:
         if profile.memory_gib is not None and not 0.8 * profile.memory_gb <= profile.memory_gib <= profile.memory_gb:
             fail(f"MIG {profile.name}: memory_gib {profile.memory_gib} is not just under its nominal {profile.memory_gb}")
+        if profile.memory_gib is not None and profile.memory_source is None:
+            fail(f"MIG {profile.name}: memory_gib needs its source (a public `nvidia-smi mig -lgip` listing)")
+        # a slice of the board cannot hold more than the board: H100 NVL's 7g.94gb read as its nominal 94 GiB held
+        # more than the whole GPU's 93.58, and `lilou llm` fitted one more sequence on the slice than on the GPU
+        if (profile.memory_gib if profile.memory_gib is not None else profile.memory_gb) > whole + 1e-9:
+            fail(f"MIG {profile.name}: {profile.memory_gib or profile.memory_gb} GiB is more than the whole GPU's "
+                 f"{whole:.2f} GiB; give its memory_gib from a public `nvidia-smi mig -lgip` listing")
 
 
 def _parse_mig_table(table: dict[str, Any]) -> tuple[MIGProfile, ...]:
@@ -265,10 +273,11 @@ def _parse_mig_table(table: dict[str, Any]) -> tuple[MIGProfile, ...]:
     total = table["memory_slices"]
     return tuple(
         MIGProfile(
-            **row,
+            **{key: value for key, value in row.items() if key != "memory_source"},
             l2_fraction=row["memory_slices"] / total,
             bandwidth_fraction=row["memory_slices"] / total,
-            memory_source=table["memory_source"] if "memory_gib" in row else None,
+            # a row's own listing, where the table's has no row for it (H100 NVL: the 3g and 7g slices)
+            memory_source=row.get("memory_source", table.get("memory_source")) if "memory_gib" in row else None,
         )
         for row in table["profiles"]
     )
