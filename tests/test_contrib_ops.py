@@ -213,3 +213,33 @@ def test_a_zero_attention_bias_is_no_add() -> None:
     del plain.graph.node[0].input[3:]
     assert _ops(build_graph(plain)) == ["MatMul", "Reshape", "Transpose"] * 3 + ["MatMul", "Div", "Softmax", "MatMul",
                                                                                 "Transpose", "Reshape"]
+
+
+def test_a_dynamically_quantized_lstm_is_priced_as_the_lstm_it_quantizes(predictor, tmp_path) -> None:
+    """``quantize_dynamic`` writes every LSTM as onnxruntime's DynamicQuantizeLSTM (INT8 W [directions, input, 4H] and
+    R [directions, H, 4H], transposed from the LSTM's): it had no cost formula and was a 0-FLOP memory pass (a 2-layer
+    LSTM came out 5.8x faster than its float export). onnxruntime runs it on the CPU only; a GPU runs the float LSTM."""
+    steps, batch, inputs, hidden = 32, 8, 64, 128
+    x = tensor("x", [steps, batch, inputs])
+    bias = weight("b", [1, 8 * hidden])
+    lstm = helper.make_node("LSTM", ["x", "w", "r", "b"], ["y"], name="lstm", hidden_size=hidden)
+    float_path = tmp_path / "lstm.onnx"
+    onnx.save(make_model([lstm], [x], [tensor("y", None)], [weight("w", [1, 4 * hidden, inputs]),
+                                                            weight("r", [1, 4 * hidden, hidden]), bias], opset=17),
+              float_path)
+    scales = [helper.make_tensor(name, TensorProto.FLOAT, [1], [0.01]) for name in ("w_scale", "r_scale")]
+    points = [helper.make_tensor(name, TensorProto.INT8, [1], [0]) for name in ("w_zero", "r_zero")]
+    quantized = helper.make_node("DynamicQuantizeLSTM", ["x", "wq", "rq", "b", "", "", "", "", "w_scale", "w_zero",
+                                                         "r_scale", "r_zero"], ["y"], name="lstm", domain="com.microsoft",
+                                 hidden_size=hidden)
+    weights = [helper.make_tensor("wq", TensorProto.INT8, [1, inputs, 4 * hidden], [0] * (inputs * 4 * hidden)),
+               helper.make_tensor("rq", TensorProto.INT8, [1, hidden, 4 * hidden], [0] * (hidden * 4 * hidden))]
+    model = make_model([quantized], [x], [tensor("y", None)], [*weights, bias, *scales, *points], opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    quantized_path = tmp_path / "lstm-dynamic.onnx"
+    onnx.save(model, quantized_path)
+    as_float, as_quantized = (predictor.predict(path, gpu="a10g") for path in (float_path, quantized_path))
+    assert [k.type for k in as_quantized.kernels] == [k.type for k in as_float.kernels] == ["recurrent"]
+    assert as_quantized.kernels[0].flops == as_float.kernels[0].flops > 0
+    assert as_quantized.latency_ms == as_float.latency_ms
+    assert any("1 DynamicQuantizeLSTM" in w for w in as_quantized.warnings)

@@ -82,6 +82,19 @@ class OpWriter:
         self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [], [value]))
         return name
 
+    def stub(self, step: str, data_type: int, dims: tuple[int, ...]) -> str:
+        """A weight with its type and shape but no bytes (as ``lilou zoo export --strip-weights`` writes weights): the
+        layout the standard op reads, where the contrib op stored the weight otherwise."""
+        name = self.name(f"weight_{step}")
+        tensor = TensorProto(name=name, data_type=data_type, dims=list(dims))
+        tensor.data_location = TensorProto.EXTERNAL
+        nbytes = math.prod(dims) * helper.tensor_dtype_to_np_dtype(data_type).itemsize
+        for key, value in (("location", "lilou-layout"), ("offset", "0"), ("length", str(nbytes))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        self.graph.initializer.append(tensor)
+        return name
+
     def unsqueeze(self, value: str, axes: list[int], step: str) -> str:
         """Unsqueeze (axes an attribute before opset 13, an input from it)."""
         if self.opset >= 13:
