@@ -364,3 +364,18 @@ def test_api_prices_are_keyed_as_a_price_file_s(resnet_dynamic):
     plan = plan_model(resnet_dynamic, 30, gpus="t4,a100-80gb", batches=[1], prices={"t4": 0.35, "a100-80gb": 4.0})
     assert {e.device.name: e.usd_per_hour for e in plan.entries} == {"t4": 0.35, "a100-sxm4-80gb": 4.0}
     assert any(w.startswith("prices: GPU name 'a100-80gb' is ambiguous") for w in plan.warnings)
+
+
+def test_a_plan_says_which_devices_the_host_s_launches_hold(capsys, resnet_dynamic):
+    """ResNet-18 on an H100 at batch 4 waits on its 68 launches (30 us each): its throughput is the host's, which
+    plans said nothing of (rank's note on launch-bound devices is left out of plans). With --launch-gap-us 0 (CUDA
+    graphs) there is nothing to say, and the H100 serves more."""
+    default = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--gpus", "h100-sxm,t4", "--batches", "4")
+    (note,) = [w for w in default["warnings"] if "at the planned batch the host's kernel launches" in w]
+    assert note.startswith("h100-sxm: at the planned batch the host's kernel launches (30 us each") and "t4" not in note
+    assert note.endswith("plan again with --launch-gap-us 0")
+    graphs = plan_json(capsys, resnet_dynamic, "--slo-ms", "30", "--gpus", "h100-sxm,t4", "--batches", "4",
+                       "--launch-gap-us", "0")
+    assert not any("host's kernel launches" in w for w in graphs["warnings"])
+    h100 = {e["device"]: e for e in graphs["plan"]}["h100-sxm"]
+    assert h100["throughput_per_s"] > {e["device"]: e for e in default["plan"]}["h100-sxm"]["throughput_per_s"]
