@@ -157,6 +157,29 @@ def test_a_smaller_mig_slice_is_never_faster(predictor, zoo_onnx, model):
         assert all(a.work_ms >= b.work_ms for a, b in zip(slow.kernels, fast.kernels))
 
 
+def test_a_board_with_more_of_everything_is_never_slower(predictor, zoo_onnx):
+    """Boards of one compute capability where one has at least every resource of the other (SMs, clock, bandwidth,
+    L2, power, every unit's peak): the L40S of the L40, the A40 of the A10G, the Titan RTX of the T4 ... The kernel
+    model, which reads each resource apart, priced Llama-3.1-8B's decode step 1-4 % slower on the L40S than on the
+    L40 (and on the RTX PRO 6000 than on the RTX 5090); each kernel's work is now at least its dominators'."""
+    from lilou.latency.composition.monotone import board_dominates
+    from lilou.llm import LLMPredictor
+
+    boards = [d for d in all_devices() if d.mig is None]
+    pairs = [(small, big) for small in boards for big in boards if board_dominates(big, small)]
+    assert len(pairs) >= 50 and ("l40", "l40s") in {(s.name, b.name) for s, b in pairs}
+    path = zoo_onnx("bert-base", batch=1, seq=128)
+    predictions = {d.name: p for d, p in zip(boards, predictor.predict_many(path, boards))}
+    for small, big in pairs:
+        slow, fast = predictions[small.name], predictions[big.name]
+        assert all(a.work_ms >= b.work_ms for a, b in zip(slow.kernels, fast.kernels)), (small.name, big.name)
+    llm = LLMPredictor(predictor)
+    steps = {name: llm.predict("llama-3.1-8b", name, batch=8, input_len=512, output_len=128, dtype="fp16")
+             for name in ("l40", "l40s", "rtx-5090", "rtx-pro-6000-blackwell-server")}
+    assert steps["l40s"].itl_ms <= steps["l40"].itl_ms
+    assert steps["rtx-pro-6000-blackwell-server"].itl_ms <= steps["rtx-5090"].itl_ms
+
+
 def test_scaled_kernels_equal_the_real_larger_batch(zoo_onnx):
     """The size ladder's premise: a batch-1 kernel scaled by 2 is the batch-2 kernel."""
     path = zoo_onnx("resnet18", dynamic_batch=True)

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from lilou.errors import LilouInputError
-from lilou.hardware import Device, find_gpu, resolve_device
-from lilou.hardware.device import whole_gpu
+from lilou.hardware import Device, resolve_device
+from lilou.latency.composition.monotone import dominating_devices
 from lilou.latency.composition.overhead import queue_envelope, queue_shares, queue_total
 from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit, precision_path, slower_than_16_bit
 from lilou.llm.attention import AttentionCorrection
@@ -432,11 +432,12 @@ class LLMPredictor:
             correction = self.attention
             # ms per FLOP at the peak of the attention's unit
             floor = 1.0 / (_unit_tflops("gemm", precision_path(attention, device, None, "off"), device) * 1e9)
-            # The correction reads work items per SM, one feature monotone in the SM count: on a MIG slice it is taken
-            # at the slice's and at the whole GPU's, the larger kept, so that no slice is priced below a larger one
-            # (lilou.latency.composition.monotone; the decode correction grows with the SMs, and Llama-3.1-8B's step
-            # on an A100-80GB's 7g.80gb slice came out 0.003 ms below the whole GPU's)
-            sm_counts = {device.sms} if device.mig is None else {device.sms, whole_gpu(find_gpu(device.gpu)).sms}
+            # The correction reads work items per SM, one feature monotone in the SM count: it is taken at the
+            # device's and at every device that dominates it (a slice's whole GPU, an L40's L40S), the larger kept, so
+            # that no device is priced below one with more of everything (lilou.latency.composition.monotone; the
+            # decode correction grows with the SMs, and Llama-3.1-8B's step on an A100-80GB's 7g.80gb slice came out
+            # 0.003 ms below the whole GPU's, on an RTX 5090 0.08 % below an RTX PRO 6000's)
+            sm_counts = {device.sms} | {other.sms for other in dominating_devices(device)}
             for i, k in enumerate(flat):
                 if k.attention is not None:
                     # never above the unit's peak: the correction's log-KV-length term, fitted up to 32k tokens,

@@ -87,18 +87,39 @@ def size_ladder(kernels: KernelBatch, fixed_bytes: np.ndarray, factors: tuple[fl
 
 
 def dominates(big: Device, small: Device) -> bool:
-    """Same GPU, and at least the SMs, DRAM bandwidth and L2 of ``small``."""
-    return (big.gpu == small.gpu and big.sms >= small.sms
-            and big.memory_bandwidth_gbs >= small.memory_bandwidth_gbs and big.l2_mb >= small.l2_mb)
+    """Same GPU, and at least the SMs, DRAM bandwidth and L2 of ``small``; or ``big`` a whole board of the compute
+    capability of ``small``'s with at least every resource of ``small``'s whole board (:func:`board_dominates`),
+    which holds ``small`` or every slice of it: the relation is transitive, as the envelope needs."""
+    if big.gpu == small.gpu:
+        return (big.sms >= small.sms and big.memory_bandwidth_gbs >= small.memory_bandwidth_gbs
+                and big.l2_mb >= small.l2_mb)
+    return board_dominates(big, small if small.mig is None else whole_gpu(find_gpu(small.gpu)))
+
+
+def board_dominates(big: Device, small: Device) -> bool:
+    """Two whole boards of one compute capability, ``big`` with at least the SMs, clock, DRAM bandwidth, L2, board
+    power and every unit's peak of ``small``: the same kernels' schedules run on it no slower."""
+    if big.mig is not None or small.mig is not None or big.gpu == small.gpu:
+        return False
+    if big.compute_capability != small.compute_capability:
+        return False
+    if not (big.sms >= small.sms and big.boost_clock_mhz >= small.boost_clock_mhz
+            and big.memory_bandwidth_gbs >= small.memory_bandwidth_gbs and big.l2_mb >= small.l2_mb
+            and big.board_power_w >= small.board_power_w):
+        return False
+    return all((big.peak_tflops.get(unit) or 0) >= peak for unit, peak in small.peak_tflops.items() if peak)
 
 
 def dominating_devices(device: Device) -> list[Device]:
-    """Devices of the same GPU that dominate ``device`` (itself excluded); none for a whole GPU."""
-    if device.mig is None:
-        return []
+    """Devices that dominate ``device`` (:func:`dominates`; itself excluded): a slice's larger slices and whole GPU,
+    and the boards of its compute capability with at least every resource of its whole GPU (the L40S of an L40)."""
+    from lilou.hardware import all_gpus
+
     spec = find_gpu(device.gpu)
-    candidates = [whole_gpu(spec), *(mig_slice(spec, profile) for profile in spec.mig_profiles)]
-    return [other for other in candidates if other.name != device.name and dominates(other, device)]
+    own = [whole_gpu(spec), *(mig_slice(spec, profile) for profile in spec.mig_profiles)] if device.mig else []
+    boards = [whole_gpu(other) for other in all_gpus() if other.name != spec.name
+              and other.compute_capability == spec.compute_capability]
+    return [other for other in own + boards if other.name != device.name and dominates(other, device)]
 
 
 def mig_envelope(work: np.ndarray, devices: list[Device], wanted: list[Device]) -> np.ndarray:
