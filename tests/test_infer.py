@@ -328,3 +328,23 @@ def test_torchscript_mse_loss_prices_no_broadcast_shape_work(tmp_path, capsys):
     assert kernel_ops == [("Mul",), ("ReduceMean",), ("Sub",), ("Sub",)]
     # two Subs and the Mul, one add per element of the mean and its division
     assert sum(k["flops"] for k in result["kernels"]) == 4 * 128 * 4096 + 1
+
+
+def test_a_matrix_vector_product_is_priced_as_the_pass_over_its_matrix(tmp_path):
+    """``A @ v`` with a 1-D ``v`` is eager's ``mv`` (cuBLAS's GEMV), a memory pass over the matrix that no source
+    measured: the GEMM model, which saw only matrices, priced a 64 MB one at 12 % of the DRAM bandwidth on every GPU
+    (0.29 ms on an A100-80GB). It goes to the memory-bound fallback, as a pass over its bytes. A 2-D product with one
+    column stays a GEMM: eager's ``mm`` runs cuBLAS's SGEMM there, as NeuSight's linear rows with N = 1 measured."""
+    predictor = Predictor()
+    vector = tmp_path / "mv.onnx"
+    onnx.save(make_model([helper.make_node("MatMul", ["a", "v"], ["y"])], [tensor("a", [4096, 4096]), tensor("v", [4096])],
+                         [tensor("y", None)]), vector)
+    column = tmp_path / "mm.onnx"
+    onnx.save(make_model([helper.make_node("MatMul", ["a", "v"], ["y"])],
+                         [tensor("a", [4096, 4096]), tensor("v", [4096, 1])], [tensor("y", None)]), column)
+    mv, mm = (predictor.predict(path, gpu="a100-sxm4-80gb", tf32="off") for path in (vector, column))
+    (kernel,) = mv.kernels
+    assert kernel.type == "memory_fallback" and kernel.bytes == 4 * (4096 * 4096 + 2 * 4096)
+    assert kernel.work_ms < kernel.bytes / 2039e9 * 1e3 * 1.5  # within 1.5x of the DRAM time at spec bandwidth
+    assert any("MatMul (matrix-vector)" in w for w in mv.warnings)
+    assert [k.type for k in mm.kernels] == ["gemm_sgemm"]

@@ -68,6 +68,8 @@ def eager_views(graph: ModelGraph, runtime: list[str], constant: set[str] | None
     View-like ops (:data:`VIEW_LIKE_OPS`), selects of one index (:func:`selects_one_index`) and a ``Cast`` to the
     type its input already has (``.to()`` returns the tensor itself), except:
 
+    * a ``Slice`` with a negative step: ``torch.flip``, a copy kernel (a view cannot have a negative stride);
+
     * an ``Identity`` or ``Dropout`` that reads a non-contiguous view (a transpose, slice, expand or select,
       possibly behind reshapes): that is ``.contiguous()``, a copy kernel;
     * a ``Reshape``-like node whose new shape PyTorch cannot express with the strides of the view it reads
@@ -85,7 +87,8 @@ def eager_views(graph: ModelGraph, runtime: list[str], constant: set[str] | None
         if op in ("Identity", "Dropout"):
             if not (data["inputs"] and data["inputs"][0] is not None and data["inputs"][0].name in strided):
                 views.add(node)
-        elif (op in VIEW_LIKE_OPS or (op == "Gather" and selects_one_index(graph, node, constant))
+        elif ((op in VIEW_LIKE_OPS and not data.get("reverses"))
+              or (op == "Gather" and selects_one_index(graph, node, constant))
               or (op == "Cast" and casts_to_its_own_type(data))):
             views.add(node)
     return views
@@ -516,7 +519,7 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
     (:func:`silence_view_groups`)."""
     runtime = _runtime_in_order(graph)
     views = eager_views(graph, runtime)
-    fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, list(fused)), views)
+    fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, _flips_alone(graph, fused)), views)
     fused = _library_calls_alone(graph, fused, views)
     partition = partition_from_fused_edges(graph, _without_view_bridges(graph, fused, runtime, views), "eager",
                                            source=source, scores=scores)
@@ -538,7 +541,15 @@ def kept_whole(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
     """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`) or a
     cuBLAS/cuDNN call to anything but a view (:func:`_library_calls_alone`)."""
     views = eager_views(graph, _runtime_in_order(graph))
-    return _library_calls_alone(graph, _calls_kept_whole(graph, list(fused), views), views)
+    return _library_calls_alone(graph, _calls_kept_whole(graph, _flips_alone(graph, fused), views), views)
+
+
+def _flips_alone(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
+    """The fused edges, less those touching a ``Slice`` with a negative step: ``torch.flip``, a copy kernel of its own
+    in eager (no view has a negative stride). The fusion model, which read every slice as a view, joined the flip of a
+    reversed cumsum to the cumsum, and the flip after it launched nothing."""
+    data = graph.dag.nodes
+    return [(u, v) for u, v in fused if not (data[u].get("reverses") or data[v].get("reverses"))]
 
 
 #: Ops eager runs as one cuBLAS or cuDNN call whose epilogue is the node's own (a Gemm's bias, a convolution's).

@@ -29,7 +29,7 @@ from lilou.graph.costs import (CONTROL_FLOW_OPS, SEQUENCE_OPS, SUPPORTED_OPS, Co
 from lilou.graph.branches import resolve_branches
 from lilou.graph.input_values import Value, bind_input_values, bound_value_names
 from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
-from lilou.graph.constants import scalar_integers
+from lilou.graph.constants import constant_tensors, scalar_integers
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import restore_quantized_ops, runtime_types
@@ -513,6 +513,7 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
     constants = scalar_integers(graph) if any(n.op_type in CONTROL_FLOW_OPS for n in graph.node) else {}
     notes = [] if notes is None else notes
     zeros = _zero_tensors(graph)
+    reversing = _reversing_slices(graph)
     for order, (node, name) in enumerate(zip(graph.node, names)):
         io = _node_io(node, tensors)
         attributes = _attributes(node)
@@ -523,12 +524,34 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
         cost = _node_cost(node, tensors, constants, notes, attributes, priced)
         dag.add_node(name, op=node.op_type, domain=node.domain, attributes=attributes,
                      inputs=io[0], outputs=io[1], flops=cost.flops, bytes_read=cost.bytes_read,
-                     bytes_written=cost.bytes_written, constant=False, order=order, supported=supported)
+                     bytes_written=cost.bytes_written, constant=False, order=order, supported=supported,
+                     reverses=order in reversing)
         for tensor in node.output:
             if tensor:
                 producer[tensor] = name
     dag.add_edges_from((source, name, edge) for (source, name), edge in _edges(graph, names, producer, tensors).items())
     return dag
+
+
+def _reversing_slices(graph: onnx.GraphProto) -> set[int]:
+    """Indices of the ``Slice`` nodes with a negative constant step: ``torch.flip`` as both exporters write it, a
+    copy kernel in eager (a PyTorch view cannot have a negative stride), where any other slice is a view."""
+    slices = [i for i, node in enumerate(graph.node) if node.op_type == "Slice" and len(node.input) > 4
+              and node.input[4] and node.domain in ("", "ai.onnx")]
+    if not slices:
+        return set()
+    values = constant_tensors(graph)
+    found = set()
+    for index in slices:
+        steps = values.get(graph.node[index].input[4])
+        if steps is None or steps.data_location == onnx.TensorProto.EXTERNAL or math.prod(steps.dims) > 16:
+            continue
+        try:
+            if (onnx.numpy_helper.to_array(steps) < 0).any():
+                found.add(index)
+        except (ValueError, TypeError):  # a malformed constant: not known to reverse
+            continue
+    return found
 
 
 #: Ops whose third input is a bias added to every output element.

@@ -6,8 +6,9 @@ LayerNorm and Softmax. Nothing was measured for embeddings (``Gather``), copies
 (``Transpose``, ``Concat``, ``Cast``, ``Slice`` ...), pooling and other
 reductions, ``BatchNormalization``, ``Resize`` and the like, nor for ops without a
 cost formula; and no source measured a depthwise convolution, a memory pass unlike the
-compute-bound convolutions the models learned (:func:`depthwise`). Such kernels get this
-model instead of an extrapolation:
+compute-bound convolutions the models learned (:func:`depthwise`), nor a matrix-vector product (``A @ v`` with a
+1-D ``v``: eager's ``mv``, cuBLAS's GEMV, a pass over the matrix; the GEMM model, which saw only matrices, priced a
+64 MB one at 12 % of the DRAM bandwidth on every GPU). Such kernels get this model instead of an extrapolation:
 
     work_ms = max(bytes / (efficiency * bandwidth), flops / fp32_peak)
 
@@ -51,7 +52,8 @@ def uses_fallback(spec: KernelSpec, unsupported_ops: frozenset[str] = frozenset(
     """
     if spec.recurrent is not None:
         return False  # an LSTM/GRU/RNN layer: lilou.latency.kernel_model.recurrent prices it
-    return spec.family not in COVERED_FAMILIES or any(op in unsupported_ops for op in spec.ops) or depthwise(spec)
+    return (spec.family not in COVERED_FAMILIES or any(op in unsupported_ops for op in spec.ops) or depthwise(spec)
+            or spec.matvec)
 
 
 def depthwise(spec: KernelSpec) -> bool:
@@ -74,6 +76,8 @@ def fallback_ops(spec: KernelSpec) -> list[str]:
     ops = [op for op in spec.ops if op not in VIEW_OPS] or list(spec.ops)
     if depthwise(spec):
         ops = [f"{op} (depthwise)" if op in ("Conv", "ConvTranspose") else op for op in ops]
+    if spec.matvec:
+        ops = [f"{op} (matrix-vector)" if op == "MatMul" else op for op in ops]
     return list(dict.fromkeys(ops))
 
 

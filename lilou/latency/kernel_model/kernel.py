@@ -82,6 +82,9 @@ class KernelSpec:
     # families or an unknown type). A graph mixing precisions prices each on its own unit
     # (lilou.latency.kernel_model.precision.kernel_path).
     precision: str = ""
+    # A MatMul of a matrix and a 1-D vector (``A @ v``, ``v @ A``): eager's ``mv``, cuBLAS's GEMV, a memory pass no
+    # source measured (lilou.latency.composition.fallback prices it so).
+    matvec: bool = False
 
     @property
     def bytes(self) -> int:
@@ -126,6 +129,7 @@ def describe_kernel(nodes: Sequence[CostInput], external_outputs: Collection[str
         spec["precision"] = PRECISION_OF_DTYPE.get(main.inputs[0].dtype, "")
     if family == "gemm":
         spec["gemm"] = _matmul_dims(main)
+        spec["matvec"] = main.op == "MatMul" and any(len(_shape(t)) == 1 for t in main.inputs[:2] if t is not None)
     elif family == "conv":
         spec["gemm"], spec["conv"] = _conv_dims(main)
         spec["transposed"] = main.op == "ConvTranspose"
