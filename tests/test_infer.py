@@ -348,3 +348,28 @@ def test_a_matrix_vector_product_is_priced_as_the_pass_over_its_matrix(tmp_path)
     assert kernel.work_ms < kernel.bytes / 2039e9 * 1e3 * 1.5  # within 1.5x of the DRAM time at spec bandwidth
     assert any("MatMul (matrix-vector)" in w for w in mv.warnings)
     assert [k.type for k in mm.kernels] == ["gemm_sgemm"]
+
+
+def test_a_flip_is_a_copy_kernel_of_its_own(tmp_path):
+    """``torch.flip`` exports as a Slice with step -1; eager runs it as a copy (no view has a negative stride),
+    where any other slice is a view. ``cumsum(x.flip(1), 1).flip(1)`` was one kernel (the first flip joined to the
+    cumsum, the second launching nothing); it is three, and reads and writes the tensor three times."""
+    from tests.onnx_builders import ints
+
+    flip = dict(starts="start", ends="end", axes="axis", steps="step")
+    nodes = [helper.make_node("Slice", ["x", *flip.values()], ["flipped"], name="flip"),
+             helper.make_node("CumSum", ["flipped", "axis0"], ["summed"], name="cumsum"),
+             helper.make_node("Slice", ["summed", *flip.values()], ["y"], name="flip_back")]
+    constants = [ints("start", [-1]), ints("end", [-(2 ** 63)]), ints("axis", [1]), ints("step", [-1]),
+                 helper.make_tensor("axis0", TensorProto.INT64, [], [1])]
+    path = tmp_path / "reverse_cumsum.onnx"
+    onnx.save(make_model(nodes, [tensor("x", [64, 4096])], [tensor("y", None)], constants), path)
+    kernels = Predictor().predict(path, gpu="a10g").kernels
+    assert [k.nodes for k in kernels] == [("flip",), ("cumsum",), ("flip_back",)]
+    assert all(k.bytes >= 2 * 4 * 64 * 4096 for k in kernels)
+    forward = tmp_path / "slice.onnx"  # a slice with a positive step stays a view of the op that reads it
+    nodes[0] = helper.make_node("Slice", ["x", "start0", "end0", "axis", "step1"], ["flipped"], name="slice")
+    onnx.save(make_model(nodes[:2], [tensor("x", [64, 4096])], [tensor("summed", None)],
+                         [ints("start0", [0]), ints("end0", [2048]), ints("axis", [1]), ints("step1", [1]),
+                          helper.make_tensor("axis0", TensorProto.INT64, [], [1])]), forward)
+    assert len(Predictor().predict(forward, gpu="a10g").kernels) == 1
