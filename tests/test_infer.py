@@ -373,3 +373,16 @@ def test_a_flip_is_a_copy_kernel_of_its_own(tmp_path):
                          [ints("start0", [0]), ints("end0", [2048]), ints("axis", [1]), ints("step1", [1]),
                           helper.make_tensor("axis0", TensorProto.INT64, [], [1])]), forward)
     assert len(Predictor().predict(forward, gpu="a10g").kernels) == 1
+
+
+def test_cross_entropy_is_eager_s_log_softmax_and_nll_loss(tmp_path):
+    """``F.cross_entropy`` exports as one SoftmaxCrossEntropyLoss (both exporters); eager runs its ONNX function's two
+    ops, ``log_softmax`` and ``nll_loss``, one kernel each: it was one softmax kernel, a launch short."""
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"], name="ce", reduction="mean")
+    path = tmp_path / "ce.onnx"
+    onnx.save(make_model([node], [tensor("scores", [16, 1000]), tensor("labels", [16], TensorProto.INT64)],
+                         [tensor("loss", None)], opset=17), path)
+    kernels = Predictor().predict(path, gpu="a10g").kernels
+    assert [(k.ops, k.category) for k in kernels] == [(("LogSoftmax",), "softmax"),
+                                                      (("NegativeLogLikelihoodLoss",), "other")]
+    assert kernels[0].bytes == 2 * 4 * 16 * 1000  # the scores read, their log-probabilities written

@@ -37,6 +37,7 @@ from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.fixed_sizes import ResizedInput, input_dims, resized_inputs, unshaped_nodes, with_fixed_sizes
 from lilou.graph.folded_norms import exported_in_training_mode, restore_folded_batchnorms
+from lilou.graph.loss_ops import split_cross_entropy
 from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
 from lilou.graph.transposes import cancel_inverse_transposes
@@ -258,6 +259,7 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
                      f"({_listed(restored)}) are restored as their own kernels, as eager PyTorch runs them "
                      "(export with optimize=False to keep them)")
+    split_cross_entropy(model)  # eager's log_softmax and nll_loss kernels, as ONNX defines the op
     unfused = restore_exporter_fusions(model) if restore_folded else []
     if unfused:
         notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
