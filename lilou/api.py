@@ -264,14 +264,12 @@ class Predictor:
         with the group's indices: under ``--precision fp8`` (or fp4) a GPU without the format's tensor cores runs
         weight-only kernels (FP8 weights, 16-bit activations: vLLM's FP8 Marlin), whose activations move twice the
         bytes (BERT-large in FP8 on an A100 was 25 % faster than in FP16, from 1-byte activations alone)."""
-        everything = list(range(len(devices)))
-        weight_only = [j for j in everything if runs_weight_only(precision, devices[j])]
-        if not weight_only:
-            return [(self.in_precision(prepared, precision), everything)]
-        native = [j for j in everything if j not in set(weight_only)]
+        weight_only = [runs_weight_only(precision, device) for device in devices]
+        native = [j for j, alone in enumerate(weight_only) if not alone]
+        upcast = [j for j, alone in enumerate(weight_only) if alone]
         groups = [(self.in_precision(prepared, precision), native)] if native else []
-        if weight_only:
-            groups.append((self.in_precision(prepared, precision, weight_only=True), weight_only))
+        if upcast:
+            groups.append((self.in_precision(prepared, precision, weight_only=True), upcast))
         return groups
 
     def in_precision(self, prepared: PreparedModel, precision: str | None, weight_only: bool = False) -> PreparedModel:
