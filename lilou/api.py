@@ -398,9 +398,9 @@ class Predictor:
             return no_intervals(shares, dtypes)
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
                                  self.model.kernel_model.config.get("trained_on", []),
+                                 requeued=lambda factor: self.model.overhead.kernel_ms(work.work_ms * factor),
                                  unmeasured=unmeasured_kernels(kernels, devices, paths),
-                                 kernel_dtypes=kernel_precisions(kernels.unique, paths),
-                                 requeued=lambda factor: self.model.overhead.kernel_ms(work.work_ms * factor))
+                                 kernel_dtypes=kernel_precisions(kernels.unique, paths))
 
     def _interval_warnings(self, bounds: Intervals) -> list[str]:
         notes = list(self._interval_notes)

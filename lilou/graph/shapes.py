@@ -276,8 +276,8 @@ def _require_static_inputs(inputs: Sequence[onnx.ValueInfoProto], dimensions: se
         if not tensor_type.HasField("shape"):
             raise LilouInputError(f"input {value.name!r} has no shape; pass --shape {value.name}=D1xD2...")
         if any(d.HasField("dim_value") and d.dim_value == 0 for d in tensor_type.shape.dim):
-            shown = "x".join(str(d.dim_value) if d.dim_value > 0 or d.HasField("dim_value") else
-                             (protobuf_text(d.dim_param) or "?") for d in tensor_type.shape.dim)
+            shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (protobuf_text(d.dim_param) or "?")
+                             for d in tensor_type.shape.dim)
             raise LilouInputError(f"input {value.name!r} has a zero-size dimension ({shown}): an empty tensor has no "
                                   f"work to price; set its size with --shape {value.name}=D1xD2...")
         dynamic = [protobuf_text(d.dim_param) or "?" for d in tensor_type.shape.dim if d.dim_value <= 0]

@@ -12,6 +12,9 @@ band comes from end-to-end residuals on held-out GPUs, and is widened two ways:
 * the share of time on kernels the end-to-end labels never covered (extrapolated kernels, dtypes other
   than FP32) takes its kernels' own bands, added up as fully correlated (bounds summed), not in
   quadrature.
+
+The bands go on each kernel's GPU work, and the launch queue is run again at the ends of the bands: the host's
+launch waits are not widened by the kernels' errors (:func:`_queued_bounds`).
 """
 from __future__ import annotations
 
@@ -60,16 +63,16 @@ def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozen
 
 def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device], dtypes: Sequence[str],
                       calibration: Calibration, trained_on: Sequence[str],
-                      unmeasured: np.ndarray | None = None, kernel_dtypes: np.ndarray | None = None,
-                      requeued: Callable[[np.ndarray], np.ndarray] | None = None) -> Intervals:
+                      requeued: Callable[[np.ndarray], np.ndarray], unmeasured: np.ndarray | None = None,
+                      kernel_dtypes: np.ndarray | None = None) -> Intervals:
     """Intervals of every kernel share ``shares`` [kernels, devices] (ms) on ``devices``; ``dtypes``: each
     device's precision (the prediction's path). ``unmeasured`` (bool [distinct kernels, devices]): kernels that
     run on a unit no source measured (FP32 GEMMs and convolutions in TF32), always extrapolated.
     ``kernel_dtypes`` (str [distinct kernels, devices]): the precision each kernel is priced in where a graph mixes
     them (:func:`lilou.latency.kernel_model.precision.kernel_path`); its band and measured range are that
     precision's. Default: the device's. ``requeued``: the shares the launch queue gives when each kernel's GPU
-    work is scaled by a factor ([kernels, devices]); with it the end-to-end bounds put each kernel's band on its
-    GPU work, not on the host's launch waits (see :func:`_queued_bounds`)."""
+    work is scaled by a factor ([kernels, devices]): the end-to-end bounds put each kernel's band on its GPU work,
+    not on the host's launch waits (:func:`_queued_bounds`)."""
     unique = kernels.unique
     batch = KernelBatch.from_specs(unique)
     families = np.array([FALLBACK_FAMILY if fb else spec.family for spec, fb in zip(unique, kernels.unique_fallback)],
@@ -123,13 +126,7 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     e2e = calibration.e2e
     centre, half = (e2e.lo + e2e.hi) / 2, (e2e.hi - e2e.lo) / 2
     base_lo, base_hi = np.exp(centre - half * widen), np.exp(centre + half * widen)
-    off_lo = np.where(in_e2e, 0.0, lo).sum(axis=0)
-    off_hi = np.where(in_e2e, 0.0, hi).sum(axis=0)
-    if requeued is None:
-        total_lo = np.minimum(covered_ms * base_lo + off_lo, total * base_lo)
-        total_hi = np.maximum(covered_ms * base_hi + off_hi, total * base_hi)
-    else:
-        total_lo, total_hi = _queued_bounds(requeued, in_e2e, base_lo, base_hi, lo_log[rows], hi_log[rows], total)
+    total_lo, total_hi = _queued_bounds(requeued, in_e2e, base_lo, base_hi, lo_log[rows], hi_log[rows], total)
     share = np.divide(np.where(extrapolated, shares, 0.0).sum(axis=0), total, out=np.zeros(d), where=total > 0)
     return Intervals(kernel_lo=lo, kernel_hi=hi, extrapolated=extrapolated, total_lo=total_lo, total_hi=total_hi,
                      extrapolated_share=share, uncalibrated=sorted(uncalibrated), dtypes=list(dtypes))
@@ -142,11 +139,11 @@ def _queued_bounds(requeued: Callable[[np.ndarray], np.ndarray], in_e2e: np.ndar
     the labels covered, its own for the others), run through the launch queue again, and at least the
     end-to-end band around the total.
 
-    Where the GPU is busy the queue adds the works up, and this is the shares' sum of
-    :func:`compute_intervals` without ``requeued``. Where the GPU waits for the host's launches it is not: a
-    kernel that would take three times its predicted 5 us still waits for the 30 us launch behind it, and the
-    bands put on its share (mostly that wait) made the bound of a launch-bound device several times its point
-    estimate (BERT-base FP8 on an A100: 6.3 ms, upper bound 21.8, above that of a 1g.20gb slice, 17.7)."""
+    Where the GPU is busy the queue adds the works up: the bound is the sum of every kernel's share at the end of
+    its band, as it was before session 38. Where the GPU waits for the host's launches it is not: a kernel that
+    would take three times its predicted 5 us still waits for the 30 us launch behind it, and the bands put on its
+    share (mostly that wait) made the bound of a launch-bound device several times its point estimate (BERT-base
+    FP8 on an A100: 6.3 ms, upper bound 21.8, above that of a 1g.20gb slice, 17.7)."""
     lo = requeued(np.where(in_e2e, base_lo[None, :], np.exp(lo_log))).sum(axis=0)
     hi = requeued(np.where(in_e2e, base_hi[None, :], np.exp(hi_log))).sum(axis=0)
     return np.minimum(lo, total * base_lo), np.maximum(hi, total * base_hi)
