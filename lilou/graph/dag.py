@@ -57,7 +57,6 @@ _second = operator.itemgetter(1)
 T = TypeVar("T")
 
 
-
 @dataclass
 class ModelGraph:
     """An ONNX model as an annotated DAG plus what the user should know about it."""

@@ -38,7 +38,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from lilou.hardware import Device, find_gpu
+from lilou.hardware import Device, all_gpus, find_gpu
 from lilou.hardware.device import mig_slice, whole_gpu
 from lilou.latency.kernel_model.features import KernelBatch
 from lilou.latency.kernel_model.kernel import FAMILIES
@@ -119,8 +119,6 @@ def board_dominates(big: Device, small: Device) -> bool:
 def dominating_devices(device: Device) -> list[Device]:
     """Devices that dominate ``device`` (:func:`dominates`; itself excluded): a slice's larger slices and whole GPU,
     and the boards of its compute capability with at least every resource of its whole GPU (the L40S of an L40)."""
-    from lilou.hardware import all_gpus
-
     spec = find_gpu(device.gpu)
     own = [whole_gpu(spec), *(mig_slice(spec, profile) for profile in spec.mig_profiles)] if device.mig else []
     boards = [whole_gpu(other) for other in all_gpus() if other.name != spec.name
