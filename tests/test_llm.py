@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lilou.errors import LilouInputError
+from lilou.llm import LLMPredictor
 from lilou.llm.config import builtin_config, builtin_models, load_config
 from lilou.llm.memory import GIB, kv_bytes_per_token, max_batch_fitting, memory_fit
 
@@ -204,6 +205,13 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
      r"max_window_layers is -100, not a layer count"),
     ({"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 0},
      r"sliding_window_pattern is 0, not a positive whole number"),
+    # each was read without a word: a truthy string tied the LM head, a dense count past the layers made a MoE
+    # dense, a layer_types string was ignored and a longer list cut short
+    ({"tie_word_embeddings": "false"}, r"tie_word_embeddings is 'false', not true or false"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 1000},
+     r"dense_layers \(first_k_dense_replace\) is 1000, not fewer than the 32 layers"),
+    ({"sliding_window": 4096, "layer_types": "sliding_attention"}, r"layer_types is 'sliding_attention', not a list"),
+    ({"sliding_window": 4096, "layer_types": ["sliding_attention"] * 40}, r"one attention kind per layer \(32 layers\)"),
 ])
 def test_a_config_with_impossible_dimensions_is_one_line(tmp_path, change, message):
     """Hand-edited or hostile config.json files: a boolean, string, fraction or NaN dimension, negative or
@@ -825,3 +833,63 @@ def test_hf_results_compare_equal(llm):
     args = dict(batch=2, input_len=64, output_len=16, engine="hf")
     assert llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a10g", **args) == \
         llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a10g", **args)
+
+
+def _hub_config(folder: Path, name: str, config: dict) -> Path:
+    path = folder / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    return path
+
+
+LLAMA_4_MAVERICK_TEXT = {  # meta-llama/Llama-4-Maverick-17B-128E-Instruct's text_config, as the Hub ships it
+    "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+    "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 202048,
+    "attention_chunk_size": 8192, "max_position_embeddings": 1048576, "tie_word_embeddings": False}
+
+
+def test_llama_4_is_read_with_its_dense_layers_shared_expert_and_chunks(tmp_path):
+    """Llama 4's MoE layers alternate with dense ones (``interleave_moe_layer_step``), each holds a shared expert,
+    and three of four layers attend within 8192-token chunks. Read as a MoE in every layer without the shared
+    expert, Maverick came out at 778 B parameters (the model card's 400 B: transformers counts 400.7 B) and did not
+    fit 8 H100s in FP8, which Meta says it does."""
+    path = _hub_config(tmp_path, "maverick", {"model_type": "llama4", "text_config": LLAMA_4_MAVERICK_TEXT,
+                                              "vision_config": {"model_type": "llama4_vision_model"}})
+    config = load_config(path)
+    assert abs(config.total_parameters / 1e9 - 400.71) < 0.01
+    assert (config.moe_layers, config.dense_layers, config.shared_expert_intermediate) == (24, 24, 8192)
+    assert (config.sliding_window, config.windowed_layers) == (8192, 36)
+    prediction = LLMPredictor().predict(path, "h100-sxm", tp=8, dtype="fp8", input_len=1024, output_len=128)
+    assert prediction.memory.fits and prediction.itl_ms is not None
+    assert any(w.startswith("36 of the 48 layers attend within chunks of 8192 tokens") for w in prediction.warnings)
+    assert any(w.startswith("the model's vision encoder is not priced") for w in prediction.warnings)
+
+
+def test_configs_as_the_hub_ships_them_leave_fields_to_transformers_defaults(tmp_path):
+    """A Gemma 2 config without ``tie_word_embeddings`` ties its LM head (transformers' default for gemma2; Lilou
+    counted a head of its own: 10.16 B parameters for Gemma-2-9B, 9.24 B in truth); Gemma 3's multimodal config
+    leaves its text model's vocabulary and heads to Gemma3TextConfig's defaults, and was refused; Falcon's first
+    configs call it RefinedWebModel, and were refused for lacking an MLP width; gpt-oss's MXFP4 experts were priced
+    in BF16 by default (217 GiB: "does not fit" an H100 that OpenAI says holds it)."""
+    gemma2 = {"model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42, "num_attention_heads": 16,
+              "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+              "sliding_window": 4096}
+    assert abs(load_config(_hub_config(tmp_path, "gemma2", gemma2)).total_parameters / 1e9 - 9.24) < 0.01
+    gemma3 = {"model_type": "gemma3", "vision_config": {"model_type": "siglip_vision_model"},
+              "text_config": {"model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504,
+                              "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
+                              "head_dim": 128, "sliding_window": 1024}}
+    text = load_config(_hub_config(tmp_path, "gemma3", gemma3))
+    assert (text.vocab, text.tied_embeddings, text.windowed_layers) == (262208, True, 62 - 62 // 6)
+    falcon = {"model_type": "RefinedWebModel", "hidden_size": 4544, "n_head": 71, "n_layer": 32,
+              "vocab_size": 65024, "multi_query": True, "parallel_attn": True}
+    refined = load_config(_hub_config(tmp_path, "falcon", falcon))
+    assert (refined.intermediate, refined.kv_heads, refined.tied_embeddings) == (4 * 4544, 1, True)
+    assert abs(refined.total_parameters / 1e9 - 6.92) < 0.01
+    oss = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+           "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128,
+           "layer_types": ["sliding_attention", "full_attention"] * 18, "quantization_config": {"quant_method": "mxfp4"}}
+    prediction = LLMPredictor().predict(_hub_config(tmp_path, "oss", oss), "h100-sxm", input_len=1024, output_len=128)
+    assert prediction.dtype == "int4" and prediction.memory.fits

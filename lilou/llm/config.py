@@ -65,6 +65,9 @@ class LLMConfig:
     quantization: str = ""
     quantization_note: str = ""
     max_context: int = 0       # max_position_embeddings: the longest context the model takes (0: not known)
+    # What a config.json holds that the steps do not price, or price approximately (a vision tower, chunked
+    # attention as a window): said in every prediction's warnings.
+    notes: tuple[str, ...] = ()
     source: str = ""
     params_b: float | None = None   # published total parameters (billions), where the source gives it
 
@@ -179,7 +182,8 @@ def _index() -> dict[str, str]:
 def _architecture(config: LLMConfig) -> tuple:
     """What a config's kernels and memory depend on: every field but its name and provenance."""
     return tuple(getattr(config, f.name) for f in fields(config)
-                 if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note"))
+                 if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note",
+                                   "notes"))
 
 
 #: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
@@ -289,12 +293,83 @@ def _check_decoder(config: dict[str, Any], model_type: str, name: str) -> None:
                               "decoder-only LLMs; predict its ONNX exports (encoder, decoder step) with lilou infer")
 
 
+#: Model types whose transformers config ties the LM head to the embedding when ``tie_word_embeddings`` is left out
+#: (``AutoConfig.for_model(t).tie_word_embeddings`` in transformers 5.25); the others untie it. A Gemma 2 config
+#: without the field was counted with its own LM head: Gemma-2-2B at 3.20 B parameters, 2.61 B in truth.
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "cohere2", "falcon", "gpt2", "opt",
+                             "bloom", "starcoder2", "gpt_bigcode", "mpt", "smollm3", "ernie4_5"})
+#: The model types Falcon's first configs name themselves by, before it moved into transformers.
+_FALCON_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
+#: transformers' defaults for the fields a multimodal config's ``text_config`` leaves out, by its model type (Gemma
+#: 3's ``gemma3_text`` holds only what differs from them, LLaVA-1.5's ``llama`` hardly more than its vocabulary).
+_NESTED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
+                    "max_position_embeddings": 131072},
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 2048},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "sliding_window": 4096,
+                "max_position_embeddings": 131072},
+}
+
+
+def _unpriced_parts(config: dict[str, Any]) -> tuple[str, ...]:
+    """What a multimodal config holds beside the text decoder the steps price: a vision tower, cross-attention."""
+    notes = []
+    if isinstance(config.get("vision_config"), dict):
+        notes.append("the model's vision encoder is not priced (its weights, and the prefill of an image's tokens): "
+                     "the text decoder is, on text tokens")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    crossed = text.get("cross_attention_layers")
+    if isinstance(crossed, list) and crossed:
+        notes.append(f"{len(crossed)} cross-attention layers (to the image's tokens) are priced as the decoder's "
+                     "self-attention layers, their cache growing with the text")
+    return tuple(notes)
+
+
+def _llama4(config: dict[str, Any], name: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Llama 4's text config in the fields the steps read: every ``interleave_moe_layer_step``-th layer routes to
+    its experts and one shared expert, both ``intermediate_size`` wide; the other layers are dense, as wide as
+    ``intermediate_size_mlp`` (Maverick: 24 of 48 layers; Scout: all). The RoPE layers attend within chunks of
+    ``attention_chunk_size`` tokens, priced as a window of that size (at most twice a chunk's work: a query
+    attends to its chunk's start, half a window on average). It was read as a MoE in every layer without the
+    shared expert: Maverick at 778 B parameters (400.7 B), Scout with 11 B active (17 B)."""
+    out = dict(config)
+    step = config.get("interleave_moe_layer_step", 1)
+    layers, expert = config.get("num_hidden_layers"), config.get("intermediate_size")
+    if isinstance(step, bool) or not isinstance(step, int) or step <= 0:
+        raise LilouInputError(f"{name}: interleave_moe_layer_step is {step!r:.40}, not a positive whole number")
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 and expert is not None:
+        out["moe_intermediate_size"] = expert
+        out["shared_expert_intermediate_size"] = expert
+        out["first_k_dense_replace"] = layers - layers // step  # their order does not change the cost
+        if config.get("intermediate_size_mlp") is not None:
+            out["intermediate_size"] = config["intermediate_size_mlp"]
+    chunk = config.get("attention_chunk_size")
+    if chunk is None or not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0:
+        return out, ()
+    rope = config.get("no_rope_layers")
+    chunked = (sum(1 for uses_rope in rope[:layers] if uses_rope) if isinstance(rope, list) and rope
+               else layers - layers // 4)  # transformers' default: every fourth layer global, without RoPE
+    out["sliding_window"] = chunk
+    out["layer_types"] = ["chunked_attention"] * chunked + ["full_attention"] * (layers - chunked)
+    return out, (f"{chunked} of the {layers} layers attend within chunks of {chunk} tokens: priced as a sliding "
+                 "window of that size, at most twice their attention's work",)
+
+
 def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     """An :class:`LLMConfig` from a parsed Hugging Face config (a nested ``text_config`` is used when present)."""
+    notes = _unpriced_parts(config)
     if isinstance(config.get("text_config"), dict):
-        config = {**config, **config["text_config"]}
+        text = config["text_config"]
+        config = {**config, **_NESTED_DEFAULTS.get(str(text.get("model_type")), {}), **text}
     model_type = str(config.get("model_type") or "unknown")
+    model_type = _FALCON_ALIASES.get(model_type, model_type)
     _check_decoder(config, model_type, name)
+    if model_type in ("llama4", "llama4_text"):
+        config, chunked = _llama4(config, name)
+        notes += chunked
     values = {field: _first(config, field) for field in _ALIASES}
     missing = [_named(field) for field in _REQUIRED if values[field] is None]
     if model_type == "falcon" and not config.get("new_decoder_architecture", False):
@@ -324,13 +399,18 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if model_type.endswith("_h") or config.get("hybrid_override_pattern"):
         kind = "hybrid"
     tied = config.get("tie_word_embeddings")
+    if tied is not None and not isinstance(tied, bool):  # "false" (a string) read as true: the LM head went
+        raise LilouInputError(f"{name}: tie_word_embeddings is {tied!r:.40}, not true or false")
+    if ints.get("experts") and ints.get("dense_layers", 0) >= ints["layers"]:
+        raise LilouInputError(f"{name}: {_named('dense_layers')} is {ints['dense_layers']}, not fewer than the "
+                              f"{ints['layers']} layers of a mixture of experts (it made the whole model dense)")
     window, sliding = sliding_window_layers(config, ints["layers"], model_type, name)
     quantization, quantization_note = checkpoint_format(config.get("quantization_config"))
     softcap = config.get("attn_logit_softcapping")
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
         kv_heads=ints.get("kv_heads") or heads, head_dim=head_dim, intermediate=ints["intermediate"],
-        vocab=ints["vocab"], tied_embeddings=bool(True if tied is None and model_type in ("opt", "bloom") else tied),
+        vocab=ints["vocab"], tied_embeddings=model_type in TIED_BY_DEFAULT if tied is None else tied,
         gated_mlp=model_type not in UNGATED_TYPES, norm="layernorm" if model_type in LAYERNORM_TYPES else "rmsnorm",
         experts=ints.get("experts", 0), experts_per_token=ints.get("experts_per_token", 0),
         moe_intermediate=ints.get("moe_intermediate", 0),
@@ -338,7 +418,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
         quantization=quantization, quantization_note=quantization_note, max_context=ints.get("max_context", 0),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
-        and math.isfinite(softcap) and softcap > 0 else 0.0, source=name)
+        and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
 
 
 def checkpoint_format(quantization: Any) -> tuple[str, str]:
@@ -354,6 +434,8 @@ def checkpoint_format(quantization: Any) -> tuple[str, str]:
         return "int4", f"{method} 4-bit"
     if method in ("fp8", "fbgemm_fp8"):
         return "fp8", method
+    if method == "mxfp4":  # gpt-oss's experts: 4-bit weights, run as weight-only kernels (vLLM's Marlin / Triton)
+        return "int4", "mxfp4, priced as 4-bit weight-only kernels: the same bytes; Blackwell's FP4 math is not priced"
     if method == "modelopt":
         algo = str(quantization.get("quant_algo", "")).upper()[:40]
         known = {"FP8": "fp8", "NVFP4": "fp4", "W4A16_AWQ": "int4", "INT4_AWQ": "int4"}
@@ -414,8 +496,13 @@ def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, 
     if window == 0:
         return 0, 0
     types = config.get("layer_types")
-    if isinstance(types, list) and types:
-        return window, min(layers, sum(1 for kind in types if kind == "sliding_attention"))
+    if types is not None and not (isinstance(types, list) and len(types) == layers
+                                  and all(isinstance(kind, str) for kind in types)):
+        # a string was ignored (the Gemma 3 pattern priced instead), a longer list cut short
+        raise LilouInputError(f"{name}: layer_types is {str(types)[:60]!r}, not a list of one attention kind per "
+                              f"layer ({layers} layers)")
+    if types:
+        return window, sum(1 for kind in types if kind in ("sliding_attention", "chunked_attention"))
     if model_type == "gemma2":
         return window, (layers + 1) // 2  # layers 0, 2, 4 ... are local
     if model_type in ("gemma3", "gemma3_text"):

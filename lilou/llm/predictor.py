@@ -556,7 +556,7 @@ class LLMPredictor:
         return out
 
     def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int) -> list[str]:
-        notes = []
+        notes = list(config.notes)  # what the config holds that the steps leave out or approximate
         if config.max_context and context > config.max_context:
             notes.append(f"{context} tokens of context pass {config.name}'s {config.max_context} "
                          "(max_position_embeddings): beyond what it was trained on, and vLLM refuses such a "
