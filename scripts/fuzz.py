@@ -506,6 +506,15 @@ LLM_CONFIGS = [
      "num_key_value_heads": 16, "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64,
      "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "kv_lora_rank": 512,
      "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400},
+    {"model_type": "llama4", "vision_config": {"model_type": "llama4_vision_model"},
+     "text_config": {"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120,
+                     "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+                     "intermediate_size_mlp": 16384, "num_local_experts": 128, "num_experts_per_tok": 1,
+                     "interleave_moe_layer_step": 2, "vocab_size": 202048, "attention_chunk_size": 8192}},
+    {"model_type": "gemma3", "vision_config": {"model_type": "siglip_vision_model"},
+     "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376,
+                     "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                     "intermediate_size": 21504, "sliding_window": 1024}},
 ]
 _HOSTILE_JSON = [0, -1, -(2**31), 2**31, 2**62, 10**30, 0.5, 4096.0, -0.0, float("nan"), float("inf"), True, False,
                  None, "", "4096", "x" * 1000, [], [4096], {}, {"hidden_size": 4096}]
@@ -522,7 +531,9 @@ def llm_config_mutant(rng: random.Random) -> bytes:
                           "sliding_window", "layer_types", "use_sliding_window", "sliding_window_pattern",
                           "max_window_layers", "attn_logit_softcapping", "kv_lora_rank", "q_lora_rank",
                           "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace",
-                          "n_shared_experts", "quantization_config"])
+                          "n_shared_experts", "quantization_config", "interleave_moe_layer_step",
+                          "intermediate_size_mlp", "attention_chunk_size", "no_rope_layers", "tie_word_embeddings",
+                          "cross_attention_layers", "vision_config"])
         action = rng.random()
         if action < 0.15:
             target.pop(key, None)

@@ -212,6 +212,10 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
      r"dense_layers \(first_k_dense_replace\) is 1000, not fewer than the 32 layers"),
     ({"sliding_window": 4096, "layer_types": "sliding_attention"}, r"layer_types is 'sliding_attention', not a list"),
     ({"sliding_window": 4096, "layer_types": ["sliding_attention"] * 40}, r"one attention kind per layer \(32 layers\)"),
+    # a Llama 4 layer count no model has: its chunked layers' list of 2^62 entries ran out of memory
+    ({"model_type": "llama4_text", "attention_chunk_size": 8192, "num_hidden_layers": 2 ** 62},
+     r"is beyond any released model"),
+    ({"model_type": "llama4_text", "interleave_moe_layer_step": 0}, r"interleave_moe_layer_step is 0"),
 ])
 def test_a_config_with_impossible_dimensions_is_one_line(tmp_path, change, message):
     """Hand-edited or hostile config.json files: a boolean, string, fraction or NaN dimension, negative or

@@ -347,8 +347,8 @@ def _llama4(config: dict[str, Any], name: str) -> tuple[dict[str, Any], tuple[st
         if config.get("intermediate_size_mlp") is not None:
             out["intermediate_size"] = config["intermediate_size_mlp"]
     chunk = config.get("attention_chunk_size")
-    if chunk is None or not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0:
-        return out, ()
+    if chunk is None or not isinstance(layers, int) or isinstance(layers, bool) or not 0 < layers <= SIZE_LIMITS["layers"]:
+        return out, ()  # a layer count no model has is refused by name after this (a list of 2^62 ran out of memory)
     rope = config.get("no_rope_layers")
     chunked = (sum(1 for uses_rope in rope[:layers] if uses_rope) if isinstance(rope, list) and rope
                else layers - layers // 4)  # transformers' default: every fourth layer global, without RoPE
