@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lilou.checkpoints import KERNEL_LATENCY_TENSOR, checkpoint_path
-from lilou.graph.memory import fits_memory, memory_needed
+from lilou.graph.memory import CUDA_CONTEXT_GIB, fits_memory, memory_needed, usable_gib
 from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
 from lilou.latency.composition.fallback import fallback_ops
@@ -225,4 +225,5 @@ def memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int
     gib = 2**30
     where = short[0].name if len(short) == 1 else f"{len(short)} of {len(devices)} devices ({short[0].name}, ...)"
     return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + largest activation "
-            f"{activation / gib:,.2f} GiB > {round(short[0].memory_gib, 2):g} GiB; the prediction assumes it would run"]
+            f"{activation / gib:,.2f} GiB > {round(usable_gib(short[0]), 2):g} GiB (its {round(short[0].memory_gib, 2):g} "
+            f"less {CUDA_CONTEXT_GIB:g} GiB of CUDA context); the prediction assumes it would run"]

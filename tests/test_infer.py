@@ -386,3 +386,17 @@ def test_cross_entropy_is_eager_s_log_softmax_and_nll_loss(tmp_path):
     assert [(k.ops, k.category) for k in kernels] == [(("LogSoftmax",), "softmax"),
                                                       (("NegativeLogLikelihoodLoss",), "other")]
     assert kernels[0].bytes == 2 * 4 * 16 * 1000  # the scores read, their log-probabilities written
+
+
+def test_a_fit_leaves_room_for_the_cuda_context():
+    """An eager process holds about 0.5 GiB of CUDA context before any tensor (``lilou llm``'s HF engine took it
+    already): a model of 4.4 GiB was said to fit an A100 1g.5gb slice, which holds 4.75 GiB."""
+    from lilou.caveats import memory_warning
+    from lilou.graph.memory import fits_memory
+    from lilou.hardware import resolve_device
+
+    small = resolve_device("a100-sxm4-40gb", "1g.5gb")
+    assert small.memory_gib == 4.75
+    assert fits_memory((int(4.2 * 2**30), 0), small) and not fits_memory((int(4.4 * 2**30), 0), small)
+    (line,) = memory_warning(None, [small], (int(4.4 * 2**30), 0))
+    assert "> 4.25 GiB (its 4.75 less 0.5 GiB of CUDA context)" in line

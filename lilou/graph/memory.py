@@ -23,6 +23,18 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
     return sum(weights.values()), max(activations, default=0)
 
 
+#: CUDA context + cuBLAS/cuDNN workspace an eager PyTorch process holds before any tensor (about 0.5 GiB on recent
+#: drivers; an assumption, not a measurement of each GPU): a model that needs all of a 4.75 GiB 1g.5gb slice does
+#: not fit it.
+CUDA_CONTEXT_GIB = 0.5
+
+
+def usable_gib(device: Device) -> float:
+    """The device's (or slice's) memory a process's tensors can take: what it holds less the CUDA context."""
+    return device.memory_gib - CUDA_CONTEXT_GIB
+
+
 def fits_memory(need: tuple[int, int], device: Device) -> bool:
-    """Whether the weights and the largest activation (:func:`memory_needed`) fit the device's memory."""
-    return sum(need) <= device.memory_gib * 2**30
+    """Whether the weights and the largest activation (:func:`memory_needed`) fit the device's memory, the CUDA
+    context taken."""
+    return sum(need) <= usable_gib(device) * 2**30

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from lilou.graph.memory import CUDA_CONTEXT_GIB
 from lilou.llm.config import LLMConfig
 
 GIB = 2**30
@@ -29,9 +30,6 @@ GIB = 2**30
 VLLM_MEMORY_UTILIZATION = 0.9
 #: Tokens per scheduler step with chunked prefill (vLLM's ``max_num_batched_tokens`` for online serving).
 VLLM_MAX_BATCHED_TOKENS = 8192
-#: CUDA context + cuBLAS workspace an eager PyTorch process holds before any tensor (about 0.5 GiB on
-#: recent drivers; an assumption, not a measurement of each GPU).
-CUDA_CONTEXT_GIB = 0.5
 #: Bytes per element of the weight / KV dtypes (INT4, FP4: two weights per byte).
 ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}
 #: Quantised formats quantise the layers' linear weights only: the activations, the KV cache (by default), the

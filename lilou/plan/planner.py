@@ -245,7 +245,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             for device in active:
                 entry = by_device[(device.gpu, device.mig)]
                 curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), need,
-                                                     need <= device.memory_gib, entry.extrapolated_share,
+                                                     entry.fits, entry.extrapolated_share,
                                                      precision=entry.precision, gpu_work_ms=entry.gpu_work_ms))
             # A device whose estimate is past the SLO, or out of memory, at this batch is past them at every larger one
             # (the kernel model is monotone in size by construction, memory grows with the batch): it is not predicted
