@@ -313,3 +313,27 @@ def test_fetch_never_rewrites_a_curated_mirror(datasets_dir: Path, tmp_path: Pat
         fetch("neusight", data_dir=tmp_path, files=["kernels/test/ln.csv"], progress=False,
               mirror=(tmp_path / "nowhere").as_uri())
     assert sha256(held_back) == before
+
+
+def test_the_training_loader_leaves_out_unusable_and_held_back_rows(tmp_path: Path, datasets_dir: Path) -> None:
+    """The loader the FP32 kernel model trains on kept NaN, negative, zero and infinite latencies, crashed on an
+    empty one or a cut-off line, and kept H100 and L4 rows (the upstream test files hold them; only the curated
+    mirror left them out), where the kernel table drops and holds back the same rows."""
+    source = datasets_dir / "neusight" / "kernels" / "train" / "linear" / "Tesla_T4.csv"
+    header, first = source.read_text().splitlines()[:2]
+    good = first.split(",")
+    i_latency, i_device = header.split(",").index("Latency"), header.split(",").index("Device")
+
+    def row(latency: str, device: str = good[i_device]) -> str:
+        cells = list(good)
+        cells[i_latency], cells[i_device] = latency, device
+        return ",".join(cells)
+
+    lines = [header, first, row("nan"), row("-1.0"), row("0"), row("inf"), row(""), first[: len(first) // 2],
+             row("0.5", "NVIDIA H100 80GB HBM3"), row("0.5", "NVIDIA L4")]
+    folder = tmp_path / "neusight" / "kernels" / "train" / "linear"
+    folder.mkdir(parents=True)
+    (folder / "Tesla_T4.csv").write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"6 row\(s\) without a usable latency"):
+        table = load_kernels("train", ops=["linear"], data_dir=tmp_path)
+    assert len(table) == 1 and list(table.gpu) == ["t4"] and table.latency_ms[0] == float(good[i_latency])

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from lilou.data.kernel_schema import is_held_back
 from lilou.data.paths import dataset_dir, dataset_file, fetch_hint
 from lilou.errors import LilouInputError, MissingDataError
 
@@ -208,15 +211,49 @@ def _read_file(path: Path, ops: frozenset[str], match_device, limit: int | None)
         missing = [c for c in ("OPName", "Device", "Latency", "Kernel Name", *_LAUNCH_COLUMNS) if c not in index]
         if missing:
             raise LilouInputError(f"{path}: columns {missing} missing; is this a NeuSight kernel file?")
-        i_op, i_dev = index["OPName"], index["Device"]
-        rows = []
+        i_op, i_dev, i_latency = index["OPName"], index["Device"], index["Latency"]
+        rows, unusable, held = [], 0, {}
         for row in reader:
-            if row and row[i_op] in ops and match_device(row[i_dev]):
-                rows.append(row)
-                if limit is not None and len(rows) >= limit:
-                    break
+            if len(row) <= max(i_op, i_dev) or row[i_op] not in ops or not match_device(row[i_dev]):
+                continue
+            if len(row) != len(header) or not _usable_latency(row[i_latency]):
+                unusable += 1  # a cut-off line, or a latency that is empty, not a number, not finite or not positive
+                continue
+            if held.setdefault(row[i_dev], _held_back_device(row[i_dev])):
+                continue  # H100 and L4 rows: held back for independent evaluation, as the kernel table holds them
+            rows.append(row)
+            if limit is not None and len(rows) >= limit:
+                break
+    if unusable:
+        warnings.warn(f"{path}: {unusable} row(s) without a usable latency (empty, not a number, not finite, not "
+                      "positive, or a line cut off) left out", stacklevel=3)
     if not rows:
         return None
+    try:
+        return _columns(path, rows, index)
+    except (ValueError, OverflowError) as error:
+        raise LilouInputError(f"{path}: a shape or launch field is not a whole number ({error}); is the file "
+                              "damaged?") from None
+
+
+def _usable_latency(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def _held_back_device(device: str) -> bool:
+    try:
+        return is_held_back(_gpu_name(device))
+    except LilouInputError:
+        return False  # a device the database does not know is named when its rows are used
+
+
+def _columns(path: Path, rows: list[list[str]], index: dict[str, int]) -> dict[str, Any]:
+    """The rows of one kernel CSV as column arrays."""
+    i_op, i_dev = index["OPName"], index["Device"]
     columns = list(zip(*rows))
     op = columns[i_op]
     unknown = set(op) - set(OPS)
