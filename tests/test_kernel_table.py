@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -259,3 +260,24 @@ def test_a_rebuild_prunes_older_parts(datasets_dir: Path, tmp_path: Path, monkey
     assert [s for s in older if f"{s}.json" in left] == older[2:]
     assert dead.name not in left and running.name in left and other.name in left
     assert len(left) == 2 + 4 + 2  # the new part and summary, two older parts with theirs, running, neusight
+
+
+def test_an_infinite_latency_is_dropped_as_no_positive_latency(datasets_dir: Path, tmp_path: Path) -> None:
+    """``inf`` passed the filter (it checked NaN and <= 0): a liger row timed as infinite reached the table."""
+    copy = tmp_path / "liger_kernel"
+    shutil.copytree(datasets_dir / "liger_kernel", copy)
+    for path in copy.iterdir():
+        path.chmod(0o644)
+    y50 = "y_value_50"
+    for name in ("all_benchmark_data.csv", "all_benchmark_data_cutedsl.csv", "all_benchmark_data_cutile.csv"):
+        with (copy / name).open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        for row in rows:
+            row[y50] = "inf"
+        with (copy / name).open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    original, edited = build_source("liger_kernel", datasets_dir), build_source("liger_kernel", tmp_path)
+    assert original.rows > 1000 and edited.rows == 0
+    assert edited.dropped["no positive latency"] == original.dropped.get("no positive latency", 0) + original.rows

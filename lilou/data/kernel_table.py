@@ -218,7 +218,7 @@ def _with_gpus(con: duckdb.DuckDBPyConnection, rows: SourceRows) -> duckdb.DuckD
         f"WHEN dtype IS NULL OR dtype NOT IN ({dtypes}) THEN concat('unknown dtype ', coalesce(dtype, 'null')) "
         f"WHEN family NOT IN ({families}) THEN concat('unknown family ', family) "
         f"WHEN timing NOT IN ({timings}) THEN concat('unknown timing ', timing) "
-        "WHEN latency_ms IS NULL OR isnan(latency_ms) OR latency_ms <= 0 THEN 'no positive latency' "
+        "WHEN latency_ms IS NULL OR NOT isfinite(latency_ms) OR latency_ms <= 0 THEN 'no positive latency' "
         f"END AS drop_reason) FROM ({joined})")
 
 
