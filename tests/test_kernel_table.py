@@ -281,3 +281,20 @@ def test_an_infinite_latency_is_dropped_as_no_positive_latency(datasets_dir: Pat
     original, edited = build_source("liger_kernel", datasets_dir), build_source("liger_kernel", tmp_path)
     assert original.rows > 1000 and edited.rows == 0
     assert edited.dropped["no positive latency"] == original.dropped.get("no positive latency", 0) + original.rows
+
+
+def test_a_cut_or_renamed_liger_file_says_so(datasets_dir: Path, tmp_path: Path) -> None:
+    """A liger CSV cut in the middle of a line was an internal TypeError (``lilou data list`` failed for every
+    source); one with ``kernel_name`` renamed made all its rows ``loss`` kernels without an op, without a word."""
+    copy = tmp_path / "liger_kernel"
+    shutil.copytree(datasets_dir / "liger_kernel", copy)
+    main_file = copy / "all_benchmark_data.csv"
+    main_file.chmod(0o644)
+    text = main_file.read_text()
+    main_file.write_text(text[: len(text) // 2])
+    cut = build_source("liger_kernel", tmp_path)
+    assert cut.dropped["incomplete line (cut off, or fewer fields than the header)"] >= 1
+    assert 0 < cut.rows < build_source("liger_kernel", datasets_dir).rows
+    main_file.write_text(text.replace("kernel_name,", "kernel,", 1))
+    with pytest.raises(LilouInputError, match="all_benchmark_data.csv lacks the column.s. kernel_name"):
+        build_source("liger_kernel", tmp_path)

@@ -13,6 +13,7 @@ per family from ``x_name``/``x_value`` and the config (:func:`shape_fields`).
 """
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ import duckdb
 import pyarrow as pa
 
 from lilou.data.kernel_schema import COLUMNS
+from lilou.data.paths import fetch_hint
 from lilou.data.readers.base import SourceRows, require_files, select, sql_list
+from lilou.errors import LilouInputError
 
 NAME = "liger_kernel"
 TIMING = "triton-do-bench"
@@ -86,15 +89,35 @@ def shape_fields(family: str, dims: dict[str, Any]) -> dict[str, int | None]:
     return {"rows": tokens, "cols": hidden, "vocab": _first(dims, "V", "vocab_size")}
 
 
-def _value(text: str) -> Any:
+def _value(text: str | None) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text) if text is not None else None
     except ValueError:
         return text
 
 
+#: The upstream columns every row is read from: a file without one of them is refused by name (a renamed
+#: ``kernel_name`` made every row of its file a ``loss`` kernel without an op, a renamed ``y_value_50`` dropped them
+#: all as "no positive latency").
+REQUIRED_COLUMNS = ("kernel_name", "kernel_provider", "kernel_operation_mode", "metric_name", "x_name", "x_value",
+                    "y_value_50", "extra_benchmark_config_str", "gpu_name", "liger_version")
+#: The drop reason of a line cut off or shorter than its header.
+INCOMPLETE = "incomplete line (cut off, or fewer fields than the header)"
+
+
+def _check_headers(files: list[Path]) -> None:
+    for path in files:
+        with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+            header = next(csv.reader(handle), [])
+        missing = [name for name in REQUIRED_COLUMNS if name not in header]
+        if missing:
+            raise LilouInputError(f"{NAME}: {path.name} lacks the column(s) {', '.join(missing)}; is it the upstream "
+                                  f"benchmark file? ({fetch_hint(NAME)})")
+
+
 def _rows(con: duckdb.DuckDBPyConnection, files: list[Path]) -> pa.Table:
     """Every upstream row, parsed: the table's columns plus ``drop_reason``."""
+    _check_headers(files)
     raw = con.sql(f"SELECT *, filename FROM read_csv({sql_list(files)}, union_by_name = true, filename = true, "
                   "header = true, all_varchar = true)").fetchall()
     names = [d[0] for d in con.sql(f"DESCRIBE SELECT *, filename FROM read_csv({sql_list(files)}, "
@@ -106,7 +129,9 @@ def _rows(con: duckdb.DuckDBPyConnection, files: list[Path]) -> pa.Table:
             config = json.loads(row["extra_benchmark_config_str"] or "{}")
         except ValueError:
             config = {}
-        dims = {**config, row["x_name"]: _value(row["x_value"])}
+        incomplete = any(row.get(name) is None for name in ("kernel_name", "metric_name", "x_name", "x_value",
+                                                              "y_value_50", "gpu_name"))
+        dims = config if incomplete else {**config, row["x_name"]: _value(row["x_value"])}
         family = FAMILY_OF_KERNEL.get(row["kernel_name"], DEFAULT_FAMILY)
         dtype = DTYPES.get(config.get("dtype", ""))
         reason = None
@@ -120,6 +145,8 @@ def _rows(con: duckdb.DuckDBPyConnection, files: list[Path]) -> pa.Table:
             reason = f"unknown mode {row['kernel_operation_mode']}"
         elif row["kernel_name"] == "group_norm" and "M" not in dims:
             reason = GROUP_NORM_OVER_TOKENS
+        if incomplete:
+            reason = INCOMPLETE
         record = {name: None for name in out}
         record.update(shape_fields(family, dims))
         record.update(
