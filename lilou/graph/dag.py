@@ -258,7 +258,8 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
                      f"({_listed(restored)}) are restored as their own kernels, as eager PyTorch runs them "
                      "(export with optimize=False to keep them)")
-    split_cross_entropy(model)  # eager's log_softmax and nll_loss kernels, as ONNX defines the op
+    if restore_folded:  # eager's log_softmax and nll_loss kernels, as ONNX defines the op (a file's own nodes kept else)
+        split_cross_entropy(model)
     unfused = restore_exporter_fusions(model) if restore_folded else []
     if unfused:
         notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
