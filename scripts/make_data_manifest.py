@@ -11,7 +11,8 @@ mapping is rebuilt here rather than written by hand:
   and match it against the sums; a hash listed under several upstream paths (the
   same device config in train/ and test/) is resolved by path similarity. Files
   whose hash matches nothing are the ones with held-back rows: they are mapped by
-  file name and folder names, and keep the upstream hash;
+  file name and folder names, and keep the upstream hash, with the mirror copy's beside it (``mirror_sha256``:
+  ``lilou data verify`` checks a curated mirror's filtered copy against it);
 * llm_energy has no sums: its sub-folders' ``SOURCE`` files list what was copied
   verbatim from where; the rules below restate them and are checked against that text;
 * aiconfigurator, vidur, deepbench, liger_kernel: their ``SOURCE`` states the layout as
@@ -52,9 +53,11 @@ class Entry:
     sha256: str | None
     size: int | None
     origin: str
+    mirror_sha256: str | None = None  # a held-back file: the curated mirror's filtered copy (lilou data verify)
 
     def as_json(self) -> dict:
-        return dict(self.__dict__)
+        return {key: value for key, value in self.__dict__.items()
+                if key != "mirror_sha256" or value is not None}
 
 
 def sha256_of(path: Path) -> str:
@@ -127,7 +130,7 @@ def map_with_sums(name: str, folder: Path) -> list[Entry]:
             raise SystemExit(f"{name}/{rel}: no unique upstream file for it (candidates {best[:5]})")
         used.add(best[0])
         # Rows held back locally: a download must match the upstream file, whose size is not published.
-        entries.append(Entry(rel, key, best[0], upstream_hash[best[0]], None, "held-back"))
+        entries.append(Entry(rel, key, best[0], upstream_hash[best[0]], None, "held-back", digest))
     return sorted(entries, key=lambda e: e.path)
 
 
@@ -259,7 +262,7 @@ def map_prefixed(name: str, folder: Path) -> list[Entry]:
                 entries.append(Entry(rel, key, upstream_path, digest, size, "verbatim"))
             elif rel in rule.held_back:
                 # Rows held back locally: a download must match the upstream file, whose size is not published.
-                entries.append(Entry(rel, key, upstream_path, digest, None, "held-back"))
+                entries.append(Entry(rel, key, upstream_path, digest, None, "held-back", local_digest))
             else:
                 raise SystemExit(f"{name}/{rel}: sha256 differs from UPSTREAM_SHA256SUMS and SOURCE does not "
                                  "say it was filtered")

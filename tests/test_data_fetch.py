@@ -249,6 +249,19 @@ def test_verify_the_mirror_expects_held_back_files(datasets_dir: Path, capsys: p
     assert "differs from upstream as expected" in capsys.readouterr().out
 
 
+def test_verify_catches_a_changed_held_back_file_of_the_curated_mirror(datasets_dir: Path, tmp_path: Path) -> None:
+    """A held-back file of the curated mirror differs from upstream on purpose; any other change to it was reported
+    as "held back as expected" (a 0.53 -> 9.53 ms edit passed). The manifest holds the curated copy's hash too."""
+    copy = tmp_path / "liger_kernel"
+    shutil.copytree(datasets_dir / "liger_kernel", copy)
+    held = copy / LIGER_HELD
+    held.chmod(0o644)
+    assert verify("liger_kernel", tmp_path).held_back == [LIGER_HELD]  # the curated copy, unchanged
+    held.write_text(held.read_text().replace("0.5324159860610962", "9.5324159860610962", 1))
+    report = verify("liger_kernel", tmp_path)
+    assert report.mismatched == {LIGER_HELD: "sha256 differs from the upstream file and from the curated mirror's copy"}
+
+
 def test_verify_reports_missing_and_truncated_files(datasets_dir: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     fetch("vidur", data_dir=tmp_path, files=["compute/a40/*"], progress=False, mirror=datasets_dir.resolve().as_uri())

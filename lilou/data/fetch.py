@@ -379,10 +379,12 @@ def verify(name: str, data_dir: str | os.PathLike[str] | None = None,
             report.unchecked.append(entry.path)
         elif not path.is_file():
             (report.missing if entry.downloadable else report.unchecked).append(entry.path)
-        elif sha256_file(path) == entry.sha256:
+        elif (digest := sha256_file(path)) == entry.sha256:
             report.ok.append(entry.path)
-        elif entry.origin == "held-back" and curated:  # the mirror keeps some rows back on purpose
-            report.held_back.append(entry.path)
+        elif entry.origin == "held-back" and curated and entry.mirror_sha256 in (None, digest):
+            report.held_back.append(entry.path)  # the mirror keeps some rows back on purpose: its filtered copy
+        elif entry.origin == "held-back" and curated:  # neither the upstream file nor the mirror's filtered copy
+            report.mismatched[entry.path] = "sha256 differs from the upstream file and from the curated mirror's copy"
         else:
             size = path.stat().st_size
             if entry.size is not None and size < entry.size:

@@ -56,6 +56,7 @@ class ManifestFile:
     sha256: str | None         # what a download must match
     size: int | None           # bytes of the upstream file, None when unknown
     origin: str                # see the module docstring
+    mirror_sha256: str | None = None  # a held-back file's filtered copy in the curated mirror
 
     @property
     def downloadable(self) -> bool:
@@ -180,5 +181,6 @@ def load_manifest(name: str) -> tuple[ManifestFile, ...]:
             raise RuntimeError(f"manifest of {name} was made for {pinned}, registry says {known}: "
                                "re-run scripts/make_data_manifest.py")
     return tuple(ManifestFile(path=f["path"], upstream=f.get("upstream"), upstream_path=f.get("upstream_path"),
-                              sha256=f.get("sha256"), size=f.get("size"), origin=f["origin"])
+                              sha256=f.get("sha256"), size=f.get("size"), origin=f["origin"],
+                              mirror_sha256=f.get("mirror_sha256"))
                  for f in raw["files"])
