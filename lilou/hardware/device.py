@@ -63,9 +63,9 @@ def resolve_device(gpu: str, mig: str | None = None) -> Device:
         raise LilouInputError(f"a GPU is named by a string such as 'a10g' or 'a100-80gb/1g.10gb' (MIG profile: "
                               f"'1g.10gb'), not {gpu if not isinstance(gpu, str) else mig!r:.40}")
     name, slash, profile = gpu.partition("/")
-    if not slash and split_mig(gpu):  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb", as CUDA names the device in a slice
-        slash = "/"
-        name, profile = split_mig(gpu)
+    named = None if slash else split_mig(gpu)  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb", as CUDA names a slice's device
+    if named:
+        (name, profile), slash = named, "/"
     if slash:
         if not profile.strip():
             raise LilouInputError(f"{gpu!r}: no MIG profile after the '/'; name the whole GPU as {name.strip()!r} or "
