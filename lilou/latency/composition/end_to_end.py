@@ -146,12 +146,13 @@ class EndToEndModel:
         """
         wanted = list(devices)
         every = {d.name: d for d in wanted}
-        for device in wanted:
-            for other in dominating_devices(device):
+        dominators = {d.name: dominating_devices(d) for d in wanted}
+        for others in dominators.values():
+            for other in others:
                 every.setdefault(other.name, other)
         expanded = list(every.values())
         work, types, bound = self._unique_work(kernels, expanded, ladder_factors(batch), path_for)
-        work = mig_envelope(work, expanded, wanted)
+        work = mig_envelope(work, expanded, wanted, dominators)
         column = {d.name: j for j, d in enumerate(expanded)}
         keep = [column[d.name] for d in wanted]
         rows = kernels.index
