@@ -52,7 +52,7 @@ from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision
                                                   runs_weight_only, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
-from lilou.plan.intervals import Intervals, compute_intervals, no_intervals
+from lilou.plan.intervals import Intervals, compute_intervals, no_intervals, with_related_devices
 from lilou.results import KernelEstimate, ModelInput, Prediction, PreparedModel, RankEntry, Ranking
 
 if TYPE_CHECKING:
@@ -242,12 +242,9 @@ class Predictor:
         notes (which are about every device ranked) and after them."""
         graph, kernels = prepared.graph, prepared.kernels
         reading = _GraphPrecision.of(graph, precision, tf32)
-        work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
-        shares = self.model.compose(work)
+        work, shares, paths, bounds = self._priced(kernels, devices, _leading_dim(graph), reading)
         totals = shares.sum(axis=0)
         gpu_work = self.model.overhead.gpu_ms(work.work_ms).sum(axis=0)
-        paths = [reading.path(d) for d in devices]
-        bounds = self._intervals(kernels, work, shares, devices, paths)
         need = memory_needed(graph)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
                              round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4))
@@ -366,12 +363,9 @@ class Predictor:
         graph, kernels, name, batch = prepared.graph, prepared.kernels, prepared.name, prepared.batch
         warnings = list(prepared.warnings)
         reading = _GraphPrecision.of(graph, precision, tf32)
-        work = self.model.kernel_work(kernels, devices, _leading_dim(graph), reading.path)
-        shares = self.model.compose(work)
+        work, shares, paths, bounds = self._priced(kernels, devices, _leading_dim(graph), reading)
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
-        paths = [reading.path(d) for d in devices]
-        bounds = self._intervals(kernels, work, shares, devices, paths)
         need = memory_needed(graph)  # once, not once per device
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
@@ -388,6 +382,19 @@ class Predictor:
                            extrapolated_share=round(float(bounds.extrapolated_share[j]), 4),
                            fits=fits_memory(need, device))
                 for j, device in enumerate(devices)]
+
+    def _priced(self, kernels: GraphKernels, devices: Sequence[Device], batch: int | None, reading: _GraphPrecision
+                ) -> tuple[KernelWork, np.ndarray, list[PrecisionPath], Intervals]:
+        """Work, shares, precision paths and intervals of ``kernels`` on ``devices``. The intervals are computed on
+        the devices that dominate or are dominated by them too, and kept in their order
+        (:meth:`Intervals.ordered_by_dominance`): a device's bounds do not depend on which others were asked for."""
+        every = with_related_devices(devices)
+        work = self.model.kernel_work(kernels, every, batch, reading.path)
+        shares = self.model.compose(work)
+        paths = [reading.path(d) for d in every]
+        bounds = self._intervals(kernels, work, shares, every, paths).ordered_by_dominance(every)
+        count = len(devices)
+        return work.first(count), shares[:, :count], paths[:count], bounds.first(count)
 
     def _intervals(self, kernels: GraphKernels, work: KernelWork, shares: np.ndarray, devices: Sequence[Device],
                    paths: Sequence[PrecisionPath]) -> Intervals:

@@ -240,6 +240,32 @@ def test_a_launch_bound_device_is_bounded_by_its_launches_not_by_its_kernels_ban
         assert entry.interval_ms[1] <= entries[f"{whole}/1g.10gb"].interval_ms[1]
 
 
+def test_bounds_keep_the_order_of_boards_and_slices_whatever_was_asked_for(zoo_onnx):
+    """ResNet-50 at batch 1 waits for the host's launches on both 40 GB A100 boards (5.27 ms each), but the
+    SXM4 board's kernel bands (an architecture seen, this board not measured) are wider than the measured PCIe
+    board's: its upper bound was 7.09 ms against 6.37, and a plan by upper bound chose the board with fewer
+    resources. A device's upper bound is now at most that of every device it dominates and its lower bound at
+    least that of every device dominating it, and does not depend on which other devices were asked for."""
+    from itertools import permutations
+
+    from lilou.api import Predictor
+    from lilou.latency.composition.monotone import dominates
+
+    model = zoo_onnx("resnet50", batch=1)
+    predictor = Predictor()
+    sxm, pcie = predictor.predict_many(model, ["a100-sxm4-40gb", "a100-pcie-40gb"])
+    assert sxm.latency_ms == pytest.approx(pcie.latency_ms, rel=1e-6)
+    assert sxm.interval_ms[1] <= pcie.interval_ms[1] and sxm.interval_ms[0] <= pcie.interval_ms[0]
+    alone = predictor.predict(model, "a100-sxm4-40gb")
+    ranking = {entry.device: entry for entry in predictor.rank(model)}
+    assert alone.interval_ms == sxm.interval_ms == ranking["a100-sxm4-40gb"].interval_ms
+    devices = [resolve_device(name) for name in ranking]
+    inverted = [(big.name, small.name) for big, small in permutations(devices, 2) if dominates(big, small)
+                and (ranking[big.name].interval_ms[1] > ranking[small.name].interval_ms[1]
+                     or ranking[big.name].interval_ms[0] > ranking[small.name].interval_ms[0])]
+    assert inverted == []
+
+
 def test_rank_table_shows_intervals(capsys):
     assert main(["rank", EXAMPLE, "--gpus", "t4,l40s"]) == 0
     out = capsys.readouterr().out

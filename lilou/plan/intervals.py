@@ -19,6 +19,7 @@ launch waits are not widened by the kernels' errors (:func:`_queued_bounds`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
 from lilou.latency.composition.end_to_end import GraphKernels
+from lilou.latency.composition.monotone import dominated_devices, dominating_devices
 from lilou.latency.kernel_model.features import KernelBatch
 from lilou.plan.calibration import FALLBACK_FAMILY, TRANSPOSED_FAMILY, Calibration
 from lilou.plan.extrapolation import (fused_attention, log2_waves, outside, range_features, thread_blocks,
@@ -50,6 +52,46 @@ class Intervals:
 
     def interval(self, column: int) -> tuple[float, float]:
         return float(self.total_lo[column]), float(self.total_hi[column])
+
+    def first(self, count: int) -> Intervals:
+        """The intervals of the first ``count`` devices."""
+        return Intervals(kernel_lo=self.kernel_lo[:, :count], kernel_hi=self.kernel_hi[:, :count],
+                         extrapolated=self.extrapolated[:, :count], total_lo=self.total_lo[:count],
+                         total_hi=self.total_hi[:count], extrapolated_share=self.extrapolated_share[:count],
+                         uncalibrated=self.uncalibrated, dtypes=self.dtypes[:count])
+
+    def ordered_by_dominance(self, devices: Sequence[Device]) -> Intervals:
+        """End-to-end bounds that keep the order of ``devices`` a dominating device never runs slower on
+        (:func:`lilou.latency.composition.monotone.dominates`: a slice's whole GPU, an L40's L40S): a device's upper
+        bound is at most that of every device of ``devices`` it dominates, its lower bound at least that of every
+        one dominating it. Both hold with the same 90 %: the bigger device's time is at most the smaller's.
+
+        The bands of twin boards differ where one was measured and the other not (the A100-PCIE-40GB's narrower
+        than the A100-SXM4-40GB's): ResNet-50 at batch 1 had an upper bound 11 % higher on the SXM4 board, at the
+        same estimate. Set-independent only when ``devices`` holds every device related to the ones read
+        (:func:`with_related_devices`)."""
+        lo, hi = self.total_lo.copy(), self.total_hi.copy()
+        column = {device.name: j for j, device in enumerate(devices)}
+        for j, device in enumerate(devices):
+            below = [column[o.name] for o in dominated_devices(device) if o.name in column]
+            above = [column[o.name] for o in dominating_devices(device) if o.name in column]
+            if below:
+                hi[j] = min(hi[j], float(self.total_hi[below].min()))
+            if above:
+                lo[j] = max(lo[j], float(self.total_lo[above].max()))
+        return dataclasses.replace(self, total_lo=lo, total_hi=hi)
+
+
+def with_related_devices(devices: Sequence[Device]) -> list[Device]:
+    """``devices``, then every device that dominates or is dominated by one of them (once each): what
+    :meth:`Intervals.ordered_by_dominance` needs for bounds that do not depend on which devices were asked for."""
+    asked = {device.name for device in devices}
+    extra: dict[str, Device] = {}
+    for device in devices:
+        for other in (*dominating_devices(device), *dominated_devices(device)):
+            if other.name not in asked:
+                extra.setdefault(other.name, other)
+    return [*devices, *extra.values()]
 
 
 def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozenset[str] | None = None) -> str:

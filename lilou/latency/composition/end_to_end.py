@@ -109,6 +109,11 @@ class KernelWork:
     compute_bound: np.ndarray  # bool
     fallback: np.ndarray       # bool per kernel (rows)
 
+    def first(self, count: int) -> KernelWork:
+        """The work on the first ``count`` devices."""
+        return KernelWork(work_ms=self.work_ms[:, :count], kernel_type=self.kernel_type[:, :count],
+                          compute_bound=self.compute_bound[:, :count], fallback=self.fallback)
+
 
 class EndToEndModel:
     """Per-kernel model + fallback + launch/gap overhead: the whole latency side of Lilou."""

@@ -34,6 +34,7 @@ L40 (session 38); a board's work is raised to its dominators' too, and a slice's
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -120,11 +121,34 @@ def board_dominates(big: Device, small: Device) -> bool:
 def dominating_devices(device: Device) -> list[Device]:
     """Devices that dominate ``device`` (:func:`dominates`; itself excluded): a slice's larger slices and whole GPU,
     and the boards of its compute capability with at least every resource of its whole GPU (the L40S of an L40)."""
+    return list(_dominating(device))
+
+
+def dominated_devices(device: Device) -> list[Device]:
+    """Devices ``device`` dominates (:func:`dominates`; itself excluded): a slice's smaller slices; a whole board's
+    slices, and the boards of its compute capability it has every resource of, with their slices."""
+    return list(_dominated(device))
+
+
+@functools.cache
+def _dominating(device: Device) -> tuple[Device, ...]:
+    # cached: the GPU database is read once, and a ranking asks for every device's relations more than once
     spec = find_gpu(device.gpu)
     own = [whole_gpu(spec), *(mig_slice(spec, profile) for profile in spec.mig_profiles)] if device.mig else []
     boards = [whole_gpu(other) for other in all_gpus() if other.name != spec.name
               and other.compute_capability == spec.compute_capability]
-    return [other for other in own + boards if other.name != device.name and dominates(other, device)]
+    return tuple(other for other in own + boards if other.name != device.name and dominates(other, device))
+
+
+@functools.cache
+def _dominated(device: Device) -> tuple[Device, ...]:
+    spec = find_gpu(device.gpu)
+    specs = [spec] if device.mig else [other for other in all_gpus()
+                                       if other.compute_capability == spec.compute_capability]
+    candidates = [candidate for other in specs
+                  for candidate in ([] if device.mig else [whole_gpu(other)])
+                  + [mig_slice(other, profile) for profile in other.mig_profiles]]
+    return tuple(other for other in candidates if other.name != device.name and dominates(device, other))
 
 
 def mig_envelope(work: np.ndarray, devices: list[Device], wanted: list[Device],
