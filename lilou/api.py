@@ -246,8 +246,10 @@ class Predictor:
         totals = shares.sum(axis=0)
         gpu_work = self.model.overhead.gpu_ms(work.work_ms).sum(axis=0)
         need = memory_needed(graph)
+        need_gb = round(sum(need) / 2**30, 4)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
-                             round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4))
+                             round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4),
+                             need_gb)
                    for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
         before = (list(prepared.warnings) + reading.notes(paths, devices, self.coverage)
                   + fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)

@@ -143,6 +143,7 @@ class RankEntry:
     extrapolated_share: float = 0.0
     fits: bool = True  # weights + largest activation within the device's (or slice's) memory
     gpu_work_ms: float = 0.0  # the kernels' GPU time alone, without waits for launches: what a faster host leaves
+    memory_gb: float = 0.0  # weights + largest activation in GiB, as stored on this device (weight-only FP8 ...)
 
     @property
     def device(self) -> str:
@@ -151,7 +152,8 @@ class RankEntry:
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
-                "fits": self.fits, "precision": self.precision, "tf32": self.tf32, "gpu_work_ms": self.gpu_work_ms}
+                "fits": self.fits, "memory_gb": self.memory_gb, "precision": self.precision, "tf32": self.tf32,
+                "gpu_work_ms": self.gpu_work_ms}
 
 
 @dataclass

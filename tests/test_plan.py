@@ -379,3 +379,24 @@ def test_a_plan_says_which_devices_the_host_s_launches_hold(capsys, resnet_dynam
     assert not any("host's kernel launches" in w for w in graphs["warnings"])
     h100 = {e["device"]: e for e in graphs["plan"]}["h100-sxm"]
     assert h100["throughput_per_s"] > {e["device"]: e for e in default["plan"]}["h100-sxm"]["throughput_per_s"]
+
+
+def test_a_plan_in_fp8_judges_memory_as_each_device_stores_the_model(capsys, monkeypatch, resnet_dynamic):
+    """Under --precision fp8 an A100 runs weight-only kernels (FP8 weights, FP16 activations) and an H100 native
+    FP8 ones: the plan's memory is each device's, as rank's is, where it was the native FP8 model's for both (a
+    second retyping of every batch, 17-33 ms each for BERT-large, to compute it)."""
+    import lilou.graph.retype
+
+    calls = []
+    retyped = lilou.graph.retype.retyped
+    monkeypatch.setattr(lilou.graph.retype, "retyped", lambda *a, **k: calls.append(k) or retyped(*a, **k))
+    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "1000", "--gpus", "a100-80gb,h100-sxm", "--batches", "1,8",
+                     "--precision", "fp8")
+    assert len(calls) == 4  # per batch: the native model and the weight-only one, once each
+    by_device = {e["device"]: e for e in plan["plan"]}
+    a100, h100 = by_device["a100-sxm4-80gb"], by_device["h100-sxm"]
+    assert a100["batch"] == h100["batch"] == 8 and a100["memory_gb"] > h100["memory_gb"]
+    code, out, err = run(capsys, "rank", resnet_dynamic, "--gpus", "a100-80gb,h100-sxm", "--batch", "8",
+                         "--precision", "fp8", "--format", "json")
+    ranked = {e["gpu"]: e for e in json.loads(out)}
+    assert ranked["a100-sxm4-80gb"]["memory_gb"] == a100["memory_gb"] and ranked["h100-sxm"]["memory_gb"] == h100["memory_gb"]

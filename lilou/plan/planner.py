@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 #: Batch sizes tried when none are given.
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-_GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -189,7 +188,6 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own)."""
     from lilou.api import Predictor, PreparedModel, rank_devices
     from lilou.caveats import LAUNCH_BOUND
-    from lilou.graph.memory import memory_needed
     from lilou.graph.batch_series import BatchSeries
     from lilou.graph.guarded_inference import meanwhile
 
@@ -240,11 +238,9 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
             # stores the model in --precision per device (weight-only FP8 where a GPU has no FP8 tensor cores).
             ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
             by_device = {(e.gpu, e.mig): e for e in ranking}
-            weights, activation = memory_needed(predictor.in_precision(prepared, precision).graph)
-            need = (weights + activation) / _GIB
-            for device in active:
+            for device in active:  # memory as rank stored the model on the device (weight-only FP8 on an A100)
                 entry = by_device[(device.gpu, device.mig)]
-                curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), need,
+                curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), entry.memory_gb,
                                                      entry.fits, entry.extrapolated_share,
                                                      precision=entry.precision, gpu_work_ms=entry.gpu_work_ms))
             # A device whose estimate is past the SLO, or out of memory, at this batch is past them at every larger one
