@@ -208,6 +208,22 @@ def test_deepbench_reads_the_workbooks_without_the_tidy_csvs(datasets_dir: Path,
     assert a == b
 
 
+def test_a_partial_mirror_is_said_not_silently_smaller(datasets_dir: Path, tmp_path: Path) -> None:
+    """A copy missing one of DeepBench's 12 workbooks built a smaller table without a word (a training run on it
+    learns from fewer GPUs): it warns with the count and the first file missing; a complete copy does not."""
+    import warnings
+
+    copy = tmp_path / "deepbench"
+    shutil.copytree(datasets_dir / "deepbench" / "results", copy / "results")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert build_source("deepbench", tmp_path).rows == 6958
+    (copy / "results" / "inference" / "server" / "DeepBench_NV_1080Ti.xlsx").unlink()
+    with pytest.warns(UserWarning, match=r"deepbench: 1 of 12 data files missing in .* \(first results/inference/server/"
+                                         r"DeepBench_NV_1080Ti.xlsx\).*`lilou data fetch deepbench`"):
+        assert build_source("deepbench", tmp_path).rows == 6711
+
+
 def test_two_processes_build_one_part_together(datasets_dir: Path, tmp_path: Path) -> None:
     """Two benchmarks started together build the same cached part at once: each writes its own partial
     file and both end with the part (one shared partial file made the slower one fail)."""

@@ -3,6 +3,7 @@ profile that `lilou profile ops` measured."""
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 from lilou.commands._common import add_format_option, console, new_table, print_json
@@ -135,7 +136,9 @@ def _add_summary(entry: dict, name: str, root: Path) -> None:
     from lilou.errors import LilouInputError
 
     try:
-        summary = summarise(build_source(name, root))
+        with warnings.catch_warnings():  # a partial mirror is its own column of the listing
+            warnings.filterwarnings("ignore", message=r".* data files missing in ")
+            summary = summarise(build_source(name, root))
     except LilouInputError as exc:
         entry["error"] = str(exc)
     else:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -33,6 +34,7 @@ from lilou.data.kernel_schema import COLUMN_NAMES, DTYPES, FAMILIES, TIMING_METH
 from lilou.data.paths import data_root, dataset_dir
 from lilou.data.profiles import PROFILE_DATASET, ROWS_FILE
 from lilou.data.readers.base import SourceRows
+from lilou.data.sources import DATASETS
 from lilou.errors import LilouInputError
 
 #: Sources of kernel measurements, in table order: dataset name -> reader module.
@@ -96,6 +98,7 @@ def build_source(name: str, data_dir: str | os.PathLike[str] | None = None, refr
     """
     check_sources([name])
     folder = dataset_dir(name, data_dir)
+    _warn_if_partial(name, folder)
     reader = import_module(READERS[name])
     con = connect()
     try:
@@ -107,6 +110,19 @@ def build_source(name: str, data_dir: str | os.PathLike[str] | None = None, refr
                               ) from None
     finally:
         con.close()
+
+
+def _warn_if_partial(name: str, folder: Path) -> None:
+    """A mirror missing some of a source's files gives a table without their rows: said, not silent (a training run
+    on it learns from fewer GPUs than the docs' figures)."""
+    dataset = DATASETS.get(name)
+    if dataset is None:
+        return
+    data = [f.path for f in dataset.files if f.downloadable and Path(f.path).suffix]  # not the LICENSE
+    missing = [path for path in dataset.missing_files(folder) if path in data]
+    if missing and len(missing) < len(data):  # none there: the reader says what it cannot find
+        warnings.warn(f"{name}: {len(missing)} of {len(data)} data files missing in {folder} (first {missing[0]}): "
+                      f"the kernel table is built from the others; `lilou data fetch {name}` completes it", stacklevel=2)
 
 
 def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refresh: bool) -> SourceBuild:

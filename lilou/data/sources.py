@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from urllib.parse import quote
 
 from lilou.errors import LilouInputError
@@ -82,6 +83,10 @@ class Dataset:
     @property
     def files(self) -> tuple[ManifestFile, ...]:
         return load_manifest(self.name)
+
+    def missing_files(self, folder: Path) -> list[str]:
+        """The downloadable files of the manifest not under ``folder`` (the dataset's folder in a data root)."""
+        return [f.path for f in self.files if f.downloadable and not (folder / f.path).is_file()]
 
     def url(self, entry: ManifestFile) -> str:
         """Download URL of one file in its pinned upstream repository."""
