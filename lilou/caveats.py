@@ -204,11 +204,12 @@ def ambiguity_notes(names: Sequence[str] | None) -> list[str]:
     """For each GPU named (``GPU`` or ``GPU/PROFILE``) that stands for several boards, the note that says which one
     is priced; once each."""
     from lilou.hardware.database import ambiguity_note
-    from lilou.hardware.names import name_list
+    from lilou.hardware.names import name_list, split_mig
 
     notes = []
     for raw in name_list(names or ()):
-        gpu = raw.partition("/")[0].strip()
+        with_slice = split_mig(raw)  # CUDA's and GPU feature discovery's names of a slice's device
+        gpu = (with_slice[0] if with_slice else raw.partition("/")[0]).strip()
         note = ambiguity_note(gpu) if gpu else None
         if note and note not in notes:
             notes.append(note)

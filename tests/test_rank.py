@@ -140,3 +140,22 @@ def test_launch_bound_note_needs_two_tied_devices():
     assert "NeuSight's 2023 hosts" in note
     (given,) = launch_bound_note(tied, 0.012, given=True)  # --launch-gap-us 12: the user's host, said as such
     assert "(12 us each, as given)" in given and "NeuSight" not in given
+
+
+def test_the_names_cuda_and_node_labels_give_a_slice_work_in_every_command(capsys):
+    """`NVIDIA A100-SXM4-80GB MIG 1g.10gb` (torch.cuda.get_device_name() inside a slice) and GPU feature
+    discovery's `NVIDIA-H100-80GB-HBM3-MIG-1g.10gb` resolved, but the note on ambiguous names looked the whole
+    string up as a GPU and every command refused it as an unknown GPU."""
+    cuda, label = "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    ranking = rank_json(capsys, "--gpus", f"{cuda},{label}")
+    assert {(r["gpu"], r["mig"]) for r in ranking} == {("a100-sxm4-80gb", "1g.10gb"), ("h100-sxm", "1g.10gb")}
+    code, out, err = run(capsys, "infer", EXAMPLE, "--gpu", cuda, "--format", "json")
+    assert code == 0, err
+    assert (json.loads(out)["gpu"], json.loads(out)["mig"]) == ("a100-sxm4-80gb", "1g.10gb")
+    code, out, err = run(capsys, "llm", "llama-3.1-8b", "--gpu", label, "--input-len", "128", "--output-len", "16",
+                         "--format", "json")
+    assert code == 0, err
+    assert (json.loads(out)["gpu"], json.loads(out)["mig"]) == ("h100-sxm", "1g.10gb")
+    code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "50", "--gpus", cuda, "--format", "json")
+    assert code == 0, err
+    assert [e["device"] for e in json.loads(out)["plan"]] == ["a100-sxm4-80gb/1g.10gb"]

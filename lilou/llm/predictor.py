@@ -345,11 +345,9 @@ class LLMPredictor:
                                   "transformers expands the latent cache into whole keys and values, which --engine hf "
                                   "does not model (use --engine vllm)")
         warnings: list[str] = []
-        from lilou.hardware.database import ambiguity_note
+        from lilou.caveats import ambiguity_notes
 
-        note = ambiguity_note(gpu.partition("/")[0].strip())
-        if note:
-            warnings.append(note)
+        warnings += ambiguity_notes([gpu])
         if dtype is None and config.quantization:
             dtype = config.quantization
             warnings.append(f"no --dtype given: {dtype.upper()}, the checkpoint's own ({config.quantization_note}, "
