@@ -208,6 +208,27 @@ def test_a_loop_the_shapes_decide_runs_its_body_once_per_iteration():
     assert load_graph(LOOP, batch=5).totals()["flops"] * 3 == load_graph(LOOP_3, batch=5).totals()["flops"] * 5
 
 
+def test_a_long_loop_the_shapes_decide_is_not_one_iteration():
+    """At batch 512 the scripted loop was refused by a cap of 256 iterations and its evaluated count dropped: one
+    iteration, 0.03 ms against 15.5 at batch 256, with a warning that it had no constant trip count. It is unrolled
+    up to the node budget; past the budget it is one kernel costed with the count the shapes gave (its body's
+    shapes are unknown there, as the warnings say)."""
+    from lilou.api import Predictor
+    from lilou.graph.loops import MAX_UNROLLED_NODES
+
+    predictor = Predictor()
+    at_256, at_512 = (predictor.predict(LOOP, gpu="a10g", batch=b) for b in (256, 512))
+    assert len(at_512.kernels) == 2 * len(at_256.kernels) == 1024
+    assert at_512.latency_ms == pytest.approx(2 * at_256.latency_ms, rel=0.01)
+    past = MAX_UNROLLED_NODES + 1
+    graph = load_graph(LOOP, batch=past)
+    assert graph.totals()["nodes"] == 1
+    assert f"Loop '/Loop' is costed as its body times its trip count ({past}), as one kernel" in graph.warnings
+    assert any(w.startswith(f"Loop '/Loop' runs {past} times (decided by the bound shapes): more body nodes than")
+               for w in graph.warnings)
+    assert not any("no constant trip count" in w for w in graph.warnings)
+
+
 def _counted_loop(trips, condition=True, body_condition="pass", scan=False):
     """h = tanh(h) ``trips`` times (a constant trip count), optionally stacking every h."""
     body_nodes = [helper.make_node("Tanh", ["h_in"], ["h_out"], name="step")]
@@ -241,9 +262,11 @@ def test_a_counted_loop_is_unrolled_and_its_scan_output_stacked():
 
 @pytest.mark.parametrize("case", ["data-dependent condition", "false at the start", "too long"])
 def test_a_loop_that_may_stop_early_or_is_too_long_stays_one_kernel(case):
+    from lilou.graph.loops import MAX_UNROLLED_NODES
+
     model = {"data-dependent condition": lambda: _counted_loop(4, body_condition="mean"),
              "false at the start": lambda: _counted_loop(4, condition=False),
-             "too long": lambda: _counted_loop(10_000)}[case]()
+             "too long": lambda: _counted_loop(MAX_UNROLLED_NODES)}[case]()  # two body nodes: twice the budget
     graph = build_graph(model)
     assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Loop"]
     assert any(w.startswith("control flow (Loop) is approximated") for w in graph.warnings)
