@@ -33,8 +33,13 @@ _INLINED_NODE = re.compile(r"n(\d+)(?:_\d+)?")
 
 
 def inlined_runs(graph: ModelGraph) -> dict[str, int]:
-    """Inlined-function node -> the id of its call: consecutive ``n<k>`` nodes while ``k`` rises."""
+    """Inlined-function node -> the id of its call: consecutive ``n<k>`` nodes while ``k`` rises, in a file that
+    torch.onnx wrote (its producer, or some node named ``node_<value>`` as the dynamo exporter names them).
+    Hand-built graphs and other converters name nodes ``n0, n1 ...`` too: read as one inlined call, a chain of 24
+    elementwise ops was one kernel (0.036 ms against 0.731 on a T4)."""
     runs: dict[str, int] = {}
+    if graph.dag.graph.get("producer") != "pytorch" and not any(node.startswith("node_") for node in graph.dag.nodes):
+        return runs
     run, previous = 0, None
     for node in graph.nodes_in_order():
         match = _INLINED_NODE.fullmatch(node)

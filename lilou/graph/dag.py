@@ -289,6 +289,7 @@ def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
     inferred, tensors, notes = shaped.model, shaped.tensors, list(shaped.notes)
     check_sizes(tensors)
     dag = _build_dag(inferred, tensors, notes)
+    dag.graph["producer"] = inferred.producer_name  # "pytorch" for torch.onnx; its names mean things (fusion)
     check_reshapes(dag)
     check_windows(dag)
     check_splits(inferred.graph, tensors)
