@@ -526,6 +526,13 @@ ERROR_CASES = {
                          "a zip archive (a PyTorch .pt/.pth checkpoint or TorchScript file?)"),
     "safetensors": (lambda p: ["graph", _written_bytes(p / "m.safetensors", (20).to_bytes(8, "little")
                                                        + b'{"__metadata__":{}} ')], "a safetensors weight file"),
+    # a name ending .json or .textproto made onnx parse JSON or text: an internal ParseError (a config.json handed in)
+    "llm-config-json": (lambda p: ["infer", _written_bytes(p / "config.json", b'{"model_type": "llama"}'), "--gpu", "t4"],
+                        "is not ONNX but JSON (a Hugging Face config.json is priced by `lilou llm`"),
+    "toml-named-json": (lambda p: ["graph", _written_bytes(p / "config.json", b'[build-system]\nrequires = []\n')],
+                        "is not a readable ONNX model"),
+    "textproto": (lambda p: ["graph", _written_bytes(p / "m.textproto", b'ir_version: 8\ngraph { name: "g" }\n')],
+                  "is not a readable ONNX model"),
     # GPU names
     "unknown-gpu": (_cmd_of("infer", relu_model, "--gpu", "a1000000"), "unknown GPU"),
     "unknown-mig": (_cmd_of("infer", relu_model, "--gpu", "a100-80gb", "--mig", "9g.9gb"), "no MIG profile"),
@@ -1034,3 +1041,13 @@ def test_text_typed_contrib_weights_are_no_internal_error(tmp_path, capsys, fixt
     status = main(["graph", path, "--batch", "2"])
     err = capsys.readouterr().err
     assert status in (0, 2) and "internal error" not in err and err.count("\n") <= 1
+
+
+def test_an_onnx_file_named_json_is_read_as_onnx(tmp_path):
+    """onnx.load reads a name ending .json as ONNX's JSON form; Lilou reads the binary model whatever the name."""
+    import shutil
+
+    from lilou.graph.loading import load_onnx
+
+    renamed = shutil.copy(REPO / "examples" / "resnet18.onnx", tmp_path / "resnet18.json")
+    assert len(load_onnx(renamed).graph.node) == len(load_onnx(REPO / "examples" / "resnet18.onnx").graph.node) > 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -38,7 +39,9 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     path = Path(path)
     _check_regular_file(path)
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        # the binary format whatever the name: onnx picks JSON for a name ending .json (an LLM's config.json handed
+        # in by mistake was an internal ParseError) and text for .textproto
+        model = onnx.load(str(path), format="protobuf", load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
         kind = _known_other_format(path)
         if kind:
@@ -68,6 +71,8 @@ def _known_other_format(path: Path) -> str:
                 "torch.onnx.export and pass the .onnx file")
     if len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 27:
         return "a safetensors weight file: export the model with torch.onnx.export and pass the .onnx file"
+    if re.match(rb"\s*(\{|\[\s*[\[{\"\d\-\]tfn])", head):  # an object, or an array (not TOML's [table])
+        return "JSON (a Hugging Face config.json is priced by `lilou llm`; an ONNX model is the binary .onnx file)"
     return ""
 
 
