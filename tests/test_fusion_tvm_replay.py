@@ -62,6 +62,17 @@ def test_pass_through_between_fused_nodes_joins_them():
     assert groups_of(graph) == {frozenset({"add", "dropout", "relu"})}  # "out" sits in no group
 
 
+def test_a_long_run_of_pass_through_nodes_joins_without_recursion():
+    """Relu -> 1,200 Identity -> Relu: the walk over pass-through nodes was recursive and overflowed Python's
+    limit from about 400 in a row (an internal RecursionError in `infer`, eager and TVM alike)."""
+    count = 1200
+    nodes = [helper.make_node("Relu", ["x"], ["p0"], name="first")]
+    nodes += [helper.make_node("Identity", [f"p{i}"], [f"p{i + 1}"], name=f"pass{i}") for i in range(count)]
+    nodes.append(helper.make_node("Relu", [f"p{count}"], ["y"], name="last"))
+    graph = build_graph(make_model(nodes, [tensor("x", [4, 64])], [tensor("y", [4, 64])]))
+    assert groups_of(graph) == {frozenset({"first", "last", *(f"pass{i}" for i in range(count))})}
+
+
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
 def test_matches_the_tvm_oracle_on_tiny_bert(tmp_path, dynamo):
     pytest.importorskip("tvm")

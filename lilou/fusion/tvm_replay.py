@@ -142,28 +142,45 @@ def _compute_graph(graph: ModelGraph) -> tuple[_Graph, dict[str, str]]:
             order.append(post)
     graph_outputs = {t.name for t in graph.outputs}
 
-    def consumers(node: str, seen: set[str]) -> list[str]:
-        """Computing readers of ``node`` (or of the pre-op they route it through), past pass-through nodes."""
-        found = []
-        for succ in dag.successors(node):
+    def consumers(node: str) -> list[str]:
+        """Computing readers of ``node`` (or of the pre-op they route it through), past pass-through nodes, in
+        depth-first order. Walked with a stack, as the two walks below: hundreds of pass-through nodes in a row
+        overflowed Python's recursion limit."""
+        found: list[str] = []
+        seen: set[str] = set()
+        path, pending = [node], [iter(dag.successors(node))]
+        while pending:
+            succ = next(pending[-1], None)
+            if succ is None:
+                path.pop()
+                pending.pop()
+                continue
             if dag.nodes[succ]["constant"] or succ in seen:
                 continue
             seen.add(succ)
             if pattern.get(succ) is None:
-                found.extend(consumers(succ, seen))
+                path.append(succ)
+                pending.append(iter(dag.successors(succ)))
                 continue
-            tensors = dag.edges[node, succ]["tensors"]
+            tensors = dag.edges[path[-1], succ]["tensors"]
             routed = {slot_owner[(succ, t)] for t in tensors if (succ, t) in slot_owner}
             found.extend(sorted(routed) + ([succ] if len(routed) < len(tensors) else []))
         return found
 
     def reaches_output(node: str) -> bool:
-        if any(t.name in graph_outputs for t in dag.nodes[node]["outputs"]):
-            return True
-        return any(pattern.get(s, 0) is None and reaches_output(s) for s in dag.successors(node)
-                   if not dag.nodes[s]["constant"])
+        """Whether ``node`` writes a graph output, itself or through pass-through nodes."""
+        stack, seen = [node], {node}
+        while stack:
+            current = stack.pop()
+            if any(t.name in graph_outputs for t in dag.nodes[current]["outputs"]):
+                return True
+            for succ in dag.successors(current):
+                if succ not in seen and not dag.nodes[succ]["constant"] and pattern.get(succ, 0) is None:
+                    seen.add(succ)
+                    stack.append(succ)
+        return False
 
-    outputs = {n: [(c, pattern[c]) for c in consumers(n, set())] for n in order if n not in extra_ops}
+    outputs = {n: [(c, pattern[c]) for c in consumers(n)] for n in order if n not in extra_ops}
     extern = {n for n in order if n not in extra_ops and reaches_output(n)}
     for n, post in post_op.items():  # the tail computes what the node's readers read
         outputs[post], outputs[n] = outputs[n], [(post, ELEMWISE)]
@@ -298,17 +315,25 @@ def _absorb_pass_through(graph: ModelGraph, assigned: dict[str, int]) -> None:
     dag = graph.dag
     runtime = [n for n in graph.runtime_nodes() if n not in assigned]
 
-    def reach(node: str, step, seen: set[str]) -> set[int]:
+    def reach(node: str, step) -> set[int]:
+        """The groups first met walking from ``node`` through unassigned nodes (a stack, not recursion: 400
+        pass-through nodes in a row overflowed Python's)."""
         found: set[int] = set()
-        for other in step(node):
-            if dag.nodes[other]["constant"] or other in seen:
-                continue
-            seen.add(other)
-            found |= {assigned[other]} if other in assigned else reach(other, step, seen)
+        seen: set[str] = set()
+        stack = [node]
+        while stack:
+            for other in step(stack.pop()):
+                if dag.nodes[other]["constant"] or other in seen:
+                    continue
+                seen.add(other)
+                if other in assigned:
+                    found.add(assigned[other])
+                else:
+                    stack.append(other)
         return found
 
     for node in runtime:
-        common = reach(node, dag.predecessors, set()) & reach(node, dag.successors, set())
+        common = reach(node, dag.predecessors) & reach(node, dag.successors)
         if common:
             assigned[node] = min(common)
 
