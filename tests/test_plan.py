@@ -400,3 +400,14 @@ def test_a_plan_in_fp8_judges_memory_as_each_device_stores_the_model(capsys, mon
                          "--precision", "fp8", "--format", "json")
     ranked = {e["gpu"]: e for e in json.loads(out)}
     assert ranked["a100-sxm4-80gb"]["memory_gb"] == a100["memory_gb"] and ranked["h100-sxm"]["memory_gb"] == h100["memory_gb"]
+
+
+def test_an_llm_plan_no_device_can_serve_says_why_on_the_largest(capsys):
+    """Every device refused: the error was the first device's reason in database order, an M40's 'no native FP16
+    arithmetic; use --dtype fp32', where the prompt fits no GPU at all. It is the reason of the device with the most
+    memory among those the model does not fit (and the newest, among equals)."""
+    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--llm", "--itl-slo-ms", "30", "--input-len", "100000000",
+                         "--output-len", "10", "--gpus", "m40-24gb,t4,a10g")
+    assert code == 2 and "FP16" not in err
+    assert err.strip() == ("lilou: error: llama-3.1-8b: no device can serve it (3 tried); the largest, a10g: not "
+                           "predicted: does not fit on a10g: " + err.split("does not fit on a10g: ")[1].strip())

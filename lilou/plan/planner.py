@@ -411,7 +411,12 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                     warnings = [w for w in result.warnings
                                 if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER)]
     if len(refused) == len(devices):
-        raise LilouInputError(next(iter(refused.values())))
+        # Said of the device with the most memory among those the model does not fit, where any: the first device's
+        # reason (an M40's lack of FP16) was not why a prompt of 10^8 tokens fits no GPU.
+        short = [d for d in devices if refused[d.name].startswith("not predicted")] or devices
+        largest = max(short, key=lambda d: (d.memory_gib, d.compute_capability))
+        raise LilouInputError(f"{os.fspath(model)}: no device can serve it ({len(devices)} tried); the largest, "
+                              f"{largest.name}: {refused[largest.name]}")
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
     plan.unmet = [u if u["device"] not in refused else {"device": u["device"], "reason": refused[u["device"]]}
                   for u in plan.unmet]
