@@ -234,7 +234,7 @@ def test_precision_override_and_rank(capsys) -> None:
     ranking = predictor.rank(EXAMPLE, gpus=["t4", "a10g"])
     assert {(e.gpu, e.tf32) for e in ranking} == {("t4", "off"), ("a10g", "conv")}
     assert all(set(entry) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision",
-                                   "tf32", "gpu_work_ms"}
+                                   "tf32", "gpu_work_ms", "memory_gb"}
                for entry in ranking.to_json())
     with pytest.raises(LilouInputError, match="unknown precision"):
         predictor.predict(EXAMPLE, gpu="t4", precision="fp64")
@@ -376,3 +376,23 @@ def test_int8_below_the_16_bit_rate_is_said() -> None:
                     "the GPU database's datasheet figures): INT8 GEMMs are priced slower than 16-bit ones there")
     assert slower_than_16_bit("int8", [resolve_device("b200")]) == []
     assert note in Predictor().predict(EXAMPLE, gpu="b300", precision="int8").warnings
+
+
+def test_a_float64_model_is_fp64_and_never_faster_than_the_fp64_peak(tmp_path: Path) -> None:
+    """A ``.double()`` export was read as FP32 (its GEMMs in TF32 on Ampere): ResNet-50 at batch 8 on a T4 was 27 ms
+    where 65.7 GFLOPs at the T4's 0.254 TFLOPS of FP64 take 259 at least. It is FP64, each GEMM and convolution
+    priced as its strict-FP32 twin with 8-byte tensors and never below the FP64 peak's roofline, and said."""
+    path = tmp_path / "fp64.onnx"
+    onnx.save(matmul_model(TensorProto.DOUBLE, m=1024, k=1024, n=1024), path)
+    graph = build_graph(onnx.load(path))
+    assert model_precision(graph).precision == "fp64" and model_precision(graph).shares == {"fp64": 1.0}
+    predictor = Predictor()
+    flops = 2 * 1024**3
+    for gpu, peak in (("t4", 0.254), ("a10g", 0.547), ("a100-80gb", 19.4)):  # the A100's FP64 tensor cores: 2 x 9.7
+        fp64, fp32 = predictor.predict(path, gpu=gpu), predictor.predict(path, gpu=gpu, precision="fp32")
+        assert fp64.precision == "fp64" and fp64.kernels[0].type == "gemm_sgemm"  # never the TF32 tensor cores
+        assert fp64.kernels[0].work_ms >= flops / (peak * 1e9) * (1 - 1e-9)
+        assert fp64.kernels[0].work_ms >= fp32.kernels[0].work_ms * (1 if gpu == "a100-80gb" else 8)  # 1:32, 1:64
+        assert any(w.startswith(f"FP64 GEMMs: no source of the kernel table measured FP64; they are priced as strict-FP32 "
+                                f"kernels on 8-byte tensors, never faster than the FP64 peak ({peak:g} TFLOPS")
+                   for w in fp64.warnings)

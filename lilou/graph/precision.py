@@ -17,11 +17,14 @@ if TYPE_CHECKING:  # onnx is imported only when a graph is read
 
 #: ONNX/numpy element type names -> Lilou's precision names (those of the kernel table).
 PRECISION_OF_DTYPE = {
-    "float32": "fp32", "float64": "fp32", "float16": "fp16", "bfloat16": "bf16",
+    "float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16",
     "float8_e4m3fn": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2": "fp8", "float8_e5m2fnuz": "fp8",
     "int8": "int8", "uint8": "int8", "int4": "int4", "uint4": "int4", "float4_e2m1": "fp4",
 }
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4")
+#: What a file's types can say beyond what --precision takes: FP64 (a ``.double()`` export) is read, priced on the
+#: FP64 CUDA cores' peak (lilou.latency.composition.end_to_end.fp64_floor_ms), not asked for.
+READ_PRECISIONS = (*PRECISIONS, "fp64")
 MATH_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "MatMulInteger", "ConvInteger",
                       "QLinearMatMul", "QLinearConv", "Attention", "MultiHeadAttention"})
 
@@ -58,7 +61,7 @@ def model_precision(graph: ModelGraph) -> ModelPrecision:
     total = sum(flops.values())
     if not total:
         return ModelPrecision("fp32", {})
-    shares = {p: flops[p] / total for p in PRECISIONS if flops[p]}
+    shares = {p: flops[p] / total for p in READ_PRECISIONS if flops[p]}
     return ModelPrecision(max(shares, key=shares.__getitem__), shares)
 
 

@@ -31,7 +31,7 @@ from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec, describe_graph_kernel
 from lilou.latency.composition.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
 from lilou.latency.composition.overhead import OverheadModel
-from lilou.latency.kernel_model.precision import PrecisionPath, kernel_path, kernel_unit
+from lilou.latency.kernel_model.precision import FP64_TENSOR_RATIO, PrecisionPath, kernel_path, kernel_unit
 from lilou.latency.kernel_model.recurrent import RecurrentModel, RecurrentShape
 from lilou.latency.kernel_model.transposed import load_ratios
 
@@ -228,6 +228,7 @@ class EndToEndModel:
                 kernel_types[renamed] = (families[renamed % m]
                                          + np.asarray(UNITS, dtype=object)[unit_columns.unit[first[renamed]]])
             types[model_rows] = kernel_types.reshape(d, m).T
+        work = np.maximum(work, fp64_floor_ms(specs, devices))
         return work, types, (compute >= memory).reshape(d, n).T
 
     def _price_rows(self, ladder: _LadderRows, rows: np.ndarray, flat_work: np.ndarray,
@@ -264,6 +265,21 @@ class EndToEndModel:
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
         return self.overhead.kernel_ms(work.work_ms)
+
+
+def fp64_floor_ms(specs: Sequence[KernelSpec], devices: Sequence[Device]) -> np.ndarray:
+    """[kernels, devices]: each FP64 GEMM's or convolution's FLOPs at the device's fastest FP64 peak (0 for the other
+    kernels, and where the database has no FP64 peak). No source measured FP64: such a kernel is priced as its
+    strict-FP32 twin (8-byte tensors), and never below this floor. A ResNet-50 ``.double()`` export was priced as
+    FP32, in TF32 on an A10G (9.7 ms against a floor of 120 at its 0.55 TFLOPS of FP64)."""
+    floor = np.zeros((len(specs), len(devices)))
+    rows = [i for i, spec in enumerate(specs) if spec.precision == "fp64" and spec.family in ("gemm", "conv")]
+    if rows:
+        peaks = np.array([(device.peak_tflops.get("fp64") or np.inf)
+                          * FP64_TENSOR_RATIO.get(device.compute_capability, 1.0) for device in devices])
+        flops = np.array([float(specs[i].flops) for i in rows])
+        floor[rows] = flops[:, None] / (peaks[None, :] * 1e9)  # FLOPs / (TFLOPS * 1e12) s, in ms
+    return floor
 
 
 def _dgrad_factors(specs: Sequence[KernelSpec]) -> np.ndarray:

@@ -34,6 +34,12 @@ from lilou.latency.kernel_model.coverage import MeasuredCoverage
 if TYPE_CHECKING:
     from lilou.latency.kernel_model.kernel import KernelSpec
 
+#: FP64 tensor cores (DMMA, which cuBLAS's DGEMM runs on) at this multiple of the FP64 CUDA cores, by compute
+#: capability: GA100 and GH100 (A100 9.7 -> 19.5, A30 5.2 -> 10.3, H100 SXM 33.5 -> 67 TFLOPS; NVIDIA's datasheets).
+#: The GPU database lists the CUDA cores' FP64 only; datacenter Blackwell runs both at one rate.
+FP64_TENSOR_RATIO = {"8.0": 2.0, "9.0": 2.0}
+
+
 TF32_MODES = ("off", "conv", "on")
 #: Precisions the shipped kernel model has measurements of.
 MEASURED_PRECISIONS = frozenset({"fp32"})
@@ -261,6 +267,14 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                              for p in _NEIGHBOURS.get(precision, (precision,))):
                     unmeasured.add(architecture_class(device.gpu))
             name = f"{precision.upper()} {'GEMMs' if family == 'gemm' else 'convolutions'}"
+            if precision == "fp64":
+                peaks = sorted({(d.peak_tflops.get("fp64") or 0) * FP64_TENSOR_RATIO.get(d.compute_capability, 1.0)
+                                for p, d in zip(paths, devices) if p.precision == "fp64"})
+                warnings.append(f"{name}: no source of the kernel table measured FP64; they are priced as strict-FP32 "
+                                "kernels on 8-byte tensors, never faster than the FP64 peak "
+                                f"({peaks[0]:g}{f'-{peaks[-1]:g}' if peaks[-1] != peaks[0] else ''} TFLOPS here, the "
+                                "FP64 tensor cores' where the GPU has them; never in TF32)")
+                continue
             if no_unit and precision in ("fp16", "int4"):
                 warnings.append(f"{', '.join(sorted(no_unit))}: no tensor cores, so PyTorch runs {name} with FP32 math "
                                 "(cuBLAS and cuDNN compute in FP32 on 16-bit tensors); they are predicted at FP32 "
