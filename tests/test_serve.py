@@ -740,3 +740,105 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (f"lilou: error: cannot listen on 127.0.0.1:{port}: Address already in use (is another "
                            "server on that port? give --port another)\n")
+
+
+# --------------------------------------------------------------------------- one request's error, its own name
+def _identity_only(path: Path) -> Path:
+    """A valid graph whose only node launches no kernel: preparing it fails with a message naming the model."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id")], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.01)
+
+
+def test_a_waiting_request_s_error_names_its_own_upload(monkeypatch, tmp_path):
+    """Bob's upload of the bytes Alice is loading waited for her load, and got her exception: 'alice-secret.onnx: no
+    node of the graph launches a GPU kernel' (report ua39a item 1). Each request's error names its own upload."""
+    import threading
+
+    import lilou.graph.dag as dag
+    from lilou.serve.schemas import PredictRequest, RankRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    sources = {}
+    for who in ("alice-secret", "bob"):
+        folder = tmp_path / f"lilou-upload-{who}"
+        folder.mkdir()
+        path = _identity_only(folder / "model.onnx")
+        sources[who] = ModelSource(path=path, sha256="same-bytes", name=f"{who}.onnx", temp_dir=folder)
+    release = threading.Event()
+    original = dag.load_graph
+    monkeypatch.setattr(dag, "load_graph", lambda *a, **k: release.wait(60) and original(*a, **k))
+    service = Service(Settings())
+    errors: dict[str, BaseException] = {}
+
+    def call(who: str, request) -> None:
+        try:
+            (service.predict if isinstance(request, PredictRequest) else service.rank)(request, sources[who])
+        except BaseException as exc:  # noqa: BLE001 - kept for the assertions
+            errors[who] = exc
+
+    try:
+        alice = threading.Thread(target=call, args=("alice-secret", PredictRequest(gpu="t4")))
+        alice.start()
+        _wait_for(lambda: service.cache.stats()["misses"] == 1, "Alice's load started")
+        bob = threading.Thread(target=call, args=("bob", RankRequest(gpus=["t4"])))
+        bob.start()
+        _wait_for(lambda: service.cache.stats()["hits"] == 1, "Bob waits for Alice's load")
+        release.set()
+        alice.join(60)
+        bob.join(60)
+    finally:
+        release.set()
+        service.shutdown()
+    tail = ": no node of the graph launches a GPU kernel, so there is no latency to predict"
+    assert isinstance(errors["alice-secret"], LilouInputError) and isinstance(errors["bob"], LilouInputError)
+    assert str(errors["alice-secret"]).startswith("alice-secret.onnx" + tail)
+    assert str(errors["bob"]).startswith("bob.onnx" + tail)
+    assert errors["bob"] is not errors["alice-secret"]
+    for exc in errors.values():
+        assert "lilou-upload-" not in str(exc) and "<model" not in str(exc)
+
+
+def test_a_waiter_of_a_load_that_failed_internally_loads_for_itself():
+    """An internal error's message is the loading request's (a path, a name): a request that waited for that load
+    loads the model itself instead of being answered with another request's message."""
+    import threading
+
+    from lilou.serve.cache import ModelCache
+
+    cache = ModelCache(4)
+    release, results = threading.Event(), {}
+
+    def failing():
+        release.wait(60)
+        raise RuntimeError("while reading /tmp/lilou-upload-alice/model.onnx")
+
+    def owner():
+        try:
+            cache.get(("k",), failing)
+        except RuntimeError as exc:
+            results["owner"] = str(exc)
+
+    first = threading.Thread(target=owner)
+    first.start()
+    _wait_for(lambda: cache.stats()["misses"] == 1, "the first load started")
+    second = threading.Thread(target=lambda: results.setdefault("waiter", cache.get(("k",), lambda: "bob's model")))
+    second.start()
+    _wait_for(lambda: cache.stats()["hits"] == 1, "the second request waits")
+    release.set()
+    first.join(60)
+    second.join(60)
+    assert results == {"owner": "while reading /tmp/lilou-upload-alice/model.onnx", "waiter": "bob's model"}

@@ -5,9 +5,16 @@ A second request for the same bytes (any file name, any GPU) skips parsing, shap
 annotation and the fusion model's grouping into kernels: only the per-kernel latency model runs.
 Concurrent requests for a model not yet cached wait for one load instead of each doing it. Cached
 models are shared between threads and only read.
+
+What a load gives or raises is shared by requests that name the model otherwise (another upload's file name),
+so a load must not put any request's name or path in its model or its bad-input errors
+(:meth:`lilou.serve.service.Service.prepared` puts a placeholder that each request replaces by its own). Each
+waiter gets its own copy of a bad-input error; after any other error of a load (whose message is the loading
+request's own), a waiting request loads the model itself.
 """
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +22,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from lilou.api import PreparedModel
+from lilou.errors import LilouInputError
 
 ModelKey = tuple[str, int | None, tuple[tuple[str, tuple[int, ...]], ...], str, tuple[tuple[str, tuple], ...]]
 
@@ -45,24 +53,35 @@ class ModelCache:
         self.misses = 0
 
     def get(self, key: ModelKey, load: Callable[[], PreparedModel]) -> PreparedModel:
-        with self._lock:
-            model = self._models.get(key)
-            if model is not None:
-                self._models.move_to_end(key)
-                self.hits += 1
-                return model
-            pending = self._loading.get(key)
-            owner = pending is None
+        while True:
+            with self._lock:
+                model = self._models.get(key)
+                if model is not None:
+                    self._models.move_to_end(key)
+                    self.hits += 1
+                    return model
+                pending = self._loading.get(key)
+                owner = pending is None
+                if owner:
+                    pending = self._loading[key] = Future()
+                    self.misses += 1
+                else:
+                    self.hits += 1   # served by another request's load
             if owner:
-                pending = self._loading[key] = Future()
-                self.misses += 1
-            else:
-                self.hits += 1   # served by another request's load
-        if not owner:
-            return pending.result()
+                return self._load(key, load, pending)
+            try:
+                return pending.result()
+            except LilouInputError as exc:  # bad input is bad for every request: each gets its own exception object
+                raise copy.copy(exc).with_traceback(None) from None
+            except BaseException:  # noqa: BLE001 - another request's failure, in its words: load for this one
+                with self._lock:
+                    self.hits -= 1
+                continue
+
+    def _load(self, key: ModelKey, load: Callable[[], PreparedModel], pending: Future) -> PreparedModel:
         try:
             model = load()
-        except BaseException as exc:  # errors are not cached: the waiting callers get the same one
+        except BaseException as exc:  # errors are not cached
             with self._lock:
                 del self._loading[key]
             pending.set_exception(exc)

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import importlib
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = logging.getLogger("lilou.serve")
+
+#: The model's name while it is loaded: a cached model, and the errors of its load, serve every request for the same
+#: bytes, whatever each called its file, so they name no request; each request puts its own name in their place
+#: (:meth:`Service.prepared`, :func:`named_errors`).
+MODEL_PLACEHOLDER = f"<model {secrets.token_hex(6)}>"
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,8 @@ class Service:
     def prepared(self, source: ModelSource, batch: int | None, shapes: dict[str, list[int]],
                  backend: str, series: BatchSeries | None = None,
                  values: dict[str, list[bool | int | float]] | None = None) -> PreparedModel:
-        """The model read and grouped into kernels, from the cache, named as this request named it.
+        """The model read and grouped into kernels, from the cache, named as this request named it (the cached entry,
+        and the errors of its load, which other requests for the same bytes share, name the model MODEL_PLACEHOLDER).
 
         A plan passes the file's ``series``: graphs of later batches derived from its first reads, identical to the
         graphs a read gives (:mod:`lilou.graph.batch_series`), so the cache holds what /v1/predict would prepare. Each
@@ -128,17 +135,21 @@ class Service:
         predictor = self.predictor(backend)
 
         def load() -> PreparedModel:
-            if series is not None and batch is not None:
-                graph = series.graph(batch, shapes or None)
-            else:
-                graph = load_graph(source.path, batch=batch, shapes=shapes or None, values=values or None)
-            # Prepared from the graph so that errors name the model as the request did; the batch is the option's.
-            prepared = predictor.prepare(dataclasses.replace(graph, name=source.name))
-            return dataclasses.replace(prepared, batch=batch)
+            try:
+                if series is not None and batch is not None:
+                    graph = series.graph(batch, shapes or None)
+                else:
+                    graph = load_graph(source.path, batch=batch, shapes=shapes or None, values=values or None)
+                prepared = predictor.prepare(dataclasses.replace(graph, name=MODEL_PLACEHOLDER))
+            except LilouInputError as exc:  # shared with requests for the same bytes: this request's path goes
+                raise type(exc)(_placeholder_for(source, str(exc))) from None
+            return dataclasses.replace(prepared, batch=batch)  # the batch is the option's
 
         folder = None if source.temp_dir is not None else str(source.path.parent)  # uploads come without external data
         prepared = self.cache.get(model_key(source.sha256, batch, shapes, predictor.backend, values, folder), load)
-        return dataclasses.replace(prepared, name=source.name)
+        # the graph keeps the placeholder (a copy would lose what it memoizes); only errors would show its name
+        return dataclasses.replace(prepared, name=source.name,
+                                   warnings=tuple(w.replace(MODEL_PLACEHOLDER, source.name) for w in prepared.warnings))
 
     def warm_up(self) -> None:
         """Load the eager checkpoints and the fusion model before the first request."""
@@ -271,15 +282,25 @@ class Service:
         return builtin_name(name)
 
 
+def _placeholder_for(source: ModelSource, message: str) -> str:
+    """``message`` of a load shared with other requests: the request's own path (an upload's folder, a file under
+    --models-root) replaced by the placeholder each request names in its own way."""
+    message = message.replace(str(source.path), MODEL_PLACEHOLDER)
+    if source.temp_dir is not None:
+        message = message.replace(str(source.temp_dir), "<upload>")
+    return message
+
+
 @contextmanager
 def named_errors(source: ModelSource | None, root: Path | None) -> Iterator[None]:
-    """Bad-input messages that name the model as the request did, never by the server's own paths."""
+    """Bad-input messages that name the model as the request did, never by the server's own paths nor by the name
+    another request for the same bytes gave it."""
     try:
         yield
     except LilouInputError as exc:
         message = str(exc)
         if source is not None:
-            message = message.replace(str(source.path), source.name)
+            message = message.replace(str(source.path), source.name).replace(MODEL_PLACEHOLDER, source.name)
             if source.temp_dir is not None:
                 message = message.replace(str(source.temp_dir), "<upload>")
         if root is not None:
