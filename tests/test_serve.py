@@ -842,3 +842,37 @@ def test_a_waiter_of_a_load_that_failed_internally_loads_for_itself():
     first.join(60)
     second.join(60)
     assert results == {"owner": "while reading /tmp/lilou-upload-alice/model.onnx", "waiter": "bob's model"}
+
+
+# --------------------------------------------------------------------------- deeply nested JSON
+def test_deeply_nested_json_is_a_422_line_not_a_recursion_error(client, upload_tmp):
+    """100,000 brackets in a body, a form field or a query parameter were a 500 'internal error: RecursionError'
+    (report ua39a 5a); the form-field case also left the upload on disk. Nesting is capped at 64 levels."""
+    from urllib.parse import quote
+
+    deep = "[" * 100_000 + "]" * 100_000
+    body = client.post("/v1/predict", content=f'{{"model": {deep}}}'.encode(),
+                       headers={"content-type": "application/json"})
+    assert (body.status_code, body.json()) == (422, {
+        "detail": "the body is not valid JSON (nested deeper than 64 levels)"})
+    field = '{"x": ' + "[" * 5000 + "]" * 5000 + "}"
+    form = client.post("/v1/predict", files=_upload(), data={"gpu": "t4", "shapes": field})
+    assert (form.status_code, form.json()) == (422, {
+        "detail": "shapes: Value error, not a usable JSON object (nested deeper than 64 levels)"})
+    prices = client.post("/v1/plan", files=_upload(), data={"slo_ms": "5", "prices": "{" + field[1:]})
+    assert prices.status_code == 422 and "nested deeper than 64 levels" in prices.json()["detail"]
+    query = client.post(f"/v1/predict?gpu=t4&shapes={quote(field)}", files=_upload())
+    assert (query.status_code, query.json()) == (form.status_code, form.json())
+    # 64 levels are read (and refused for what they hold, not for their depth); brackets in strings do not count
+    def nested(levels: int) -> dict:  # the body and "values" are 2 levels, "x" holds the rest
+        return {"model": "resnet18.onnx", "gpu": "t4", "values": {"x": json.loads("[" * (levels - 2) + '"[[[["' +
+                                                                                  "]" * (levels - 2))}}
+
+    sixty_four = client.post("/v1/predict", json=nested(64))
+    assert sixty_four.status_code == 422 and sixty_four.json()["detail"].startswith("values.x.0: Input should be")
+    sixty_five = client.post("/v1/predict", json=nested(65))
+    assert sixty_five.json() == {"detail": "the body is not valid JSON (nested deeper than 64 levels)"}
+    deadline = time.monotonic() + 5
+    while list(upload_tmp.glob("lilou-upload-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(upload_tmp.glob("lilou-upload-*")) == []

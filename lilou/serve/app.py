@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from lilou.errors import LilouInputError
 from lilou.serve import openapi_doc
 from lilou.serve.errors import InvalidField, ModelNotFound, install_handlers, validation_message
-from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest
+from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest, parse_json
 from lilou.serve.service import Service, Settings, has_llm, has_plan
 from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, media_type, read_limited,
                                  read_multipart, unsupported, within)
@@ -89,8 +89,8 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
     if kind == "application/json":
         raw = await read_limited(body, limit)
         try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = parse_json(raw) if raw.strip() else {}
+        except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError, or nested too deep
             raise InvalidField(f"the body is not valid JSON ({getattr(exc, 'msg', exc)})") from None
         if not isinstance(body, dict):
             raise InvalidField("the JSON body must be an object of fields, e.g. {\"model\": ..., \"gpu\": ...}")

@@ -7,6 +7,7 @@ upload. Text forms are accepted where a form has no lists: ``gpus`` and ``batche
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
@@ -14,6 +15,39 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, f
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4"]
 TF32 = Literal["off", "conv", "on"]
 Backend = Literal["eager", "tvm"]
+
+
+#: The deepest nesting of arrays and objects a request's JSON may have: a body with shapes is 3 levels deep. Python's
+#: parser recurses once per level, so 100,000 brackets were a RecursionError (an internal error) before this check.
+MAX_JSON_DEPTH = 64
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON ``text`` nests arrays and objects more than ``limit`` deep (brackets inside strings aside);
+    a scan, before the parser recurses."""
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in ("]", "}"):
+            depth -= 1
+    return False
+
+
+def parse_json(raw: str | bytes) -> Any:
+    """``json.loads(raw)``, refusing nesting deeper than :data:`MAX_JSON_DEPTH` with a ValueError (as the parser's
+    own errors are: json.JSONDecodeError, UnicodeDecodeError)."""
+    text = raw.decode(json.detect_encoding(raw)) if isinstance(raw, bytes) else raw
+    if too_deep(text):
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except RecursionError:  # the scan's limit is far below the parser's: kept as a guard
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
 def _split_list(value: Any) -> Any:
@@ -29,9 +63,11 @@ def _json_object(value: Any) -> Any:
         if not value.strip():
             return None
         try:
-            return json.loads(value)
+            return parse_json(value)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a JSON object ({exc.msg})") from None
+        except ValueError as exc:
+            raise ValueError(f"not a usable JSON object ({exc})") from None
     return value
 
 
