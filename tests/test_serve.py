@@ -876,3 +876,43 @@ def test_deeply_nested_json_is_a_422_line_not_a_recursion_error(client, upload_t
     while list(upload_tmp.glob("lilou-upload-*")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(upload_tmp.glob("lilou-upload-*")) == []
+
+
+# --------------------------------------------------------------------------- uploads never outlive their request
+def test_an_upload_is_removed_whatever_stops_its_request(monkeypatch, tmp_path):
+    """parse_request released the upload only on bad input (LilouInputError): a RecursionError in a form field left
+    /tmp/lilou-upload-*/model.onnx for ever, up to --max-upload-mb each (report ua39a item 6)."""
+    import tempfile
+
+    from lilou.serve.app import create_app
+    from lilou.serve.schemas import PredictRequest
+    from lilou.serve.uploads import read_multipart
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    app = create_app(None)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a validator's own bug")
+
+    monkeypatch.setattr(PredictRequest, "model_validate", broken)
+
+    async def call():
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return await http.post("/v1/predict", files=_upload(), data={"gpu": "a10g"})
+
+    try:
+        response = asyncio.run(call())
+    finally:
+        app.state.service.shutdown()
+    assert (response.status_code, response.json()) == (500, {"detail": "internal error: RuntimeError: a validator's "
+                                                                       "own bug"})
+    assert list(tmp_path.iterdir()) == []
+
+    async def cancelled():  # a request cancelled while its file arrives (the server shutting down)
+        yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="m.onnx"\r\n\r\n' + b"\1" * 1000
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(read_multipart(cancelled(), "multipart/form-data; boundary=b", MiB, temp_root=str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []

@@ -110,7 +110,7 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
             raise InvalidField(validation_message(exc.errors())) from None
         if upload is not None and parsed_request.model:
             raise InvalidField(f"give either an uploaded file (part {FILE_FIELD!r}) or a model name, not both")
-    except LilouInputError:
+    except BaseException:  # bad input, an internal error or a cancelled request: the upload is no one's now
         if upload is not None:
             upload.release()
         raise

@@ -210,16 +210,13 @@ async def read_multipart(stream: AsyncIterator[bytes], content_type: str, limit:
             unfinished = f"the {FILE_FIELD!r} part" if sink.upload is not None and not sink.upload.sha256 else "it"
             raise InvalidField(f"malformed multipart body: {unfinished} ends before the closing boundary "
                                f"'--{boundary.decode('latin-1')[:70]}--' (a truncated request)")
-    except LilouInputError:
+    except BaseException as exc:  # the part written so far is removed, whatever stopped the reading
         sink.close()
         if sink.upload is not None:
             sink.upload.release()
-        raise
-    except Exception as exc:  # python-multipart's parse errors: a malformed body is bad input
-        sink.close()
-        if sink.upload is not None:
-            sink.upload.release()
-        raise InvalidField(_malformed(str(exc), boundary)) from None
+        if isinstance(exc, LilouInputError) or not isinstance(exc, Exception):  # a cancelled request: as it is
+            raise
+        raise InvalidField(_malformed(str(exc), boundary)) from None  # python-multipart's: a malformed body
     sink.close()
     return ParsedBody(fields=sink.fields, upload=sink.upload)
 
