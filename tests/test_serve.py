@@ -916,3 +916,50 @@ def test_an_upload_is_removed_whatever_stops_its_request(monkeypatch, tmp_path):
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(read_multipart(cancelled(), "multipart/form-data; boundary=b", MiB, temp_root=str(tmp_path)))
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- plan fields, as lilou plan takes them
+def test_plan_batch_plans_that_batch_only(client, models_root, predictor, zoo_onnx):
+    """`batch` was accepted and ignored: the plan tried 1 ... 128 (report ua39a item 8). `lilou plan --batch 4` plans
+    batch 4 only (argparse reads it as --batches 4), and so does batch 4 here."""
+    from lilou.plan import plan_model
+
+    dynamic = models_root / "r18-dynamic.onnx"
+    shutil.copy(zoo_onnx("resnet18", batch=1, dynamic_batch=True), dynamic)
+    response = client.post("/v1/plan", json={"model": dynamic.name, "slo_ms": 5, "batch": 4, "gpus": "a10g"})
+    assert response.status_code == 200, response.text
+    expected = plan_model(dynamic, 5, gpus=["a10g"], batches=[4], predictor=predictor).to_json()
+    assert response.json() == json.loads(json.dumps({**expected, "model": dynamic.name}))
+    assert response.json()["batches"] == [4] and response.json()["plan"][0]["batch"] == 4
+    same = client.post("/v1/plan", json={"model": dynamic.name, "slo_ms": 5, "batch": 4, "batches": [4],
+                                         "gpus": "a10g"})
+    assert same.json() == response.json()
+    both = client.post("/v1/plan", json={"model": dynamic.name, "slo_ms": 5, "batch": 4, "batches": [8]})
+    assert (both.status_code, both.json()) == (422, {
+        "detail": "give batch or batches, not both (batch B plans batch B only, as lilou plan --batch B)"})
+    from lilou.plan import plan_llm
+
+    llm = client.post("/v1/plan", json={"model": "llama-3.1-8b", "llm": True, "itl_slo_ms": 40, "input_len": 512,
+                                        "output_len": 64, "gpus": "a10g", "batch": 8})
+    assert llm.status_code == 200, llm.text
+    expected = plan_llm("llama-3.1-8b", 40, input_len=512, output_len=64, gpus=["a10g"], batches=[8]).to_json()
+    assert llm.json()["plan"] == json.loads(json.dumps(expected["plan"])) and llm.json()["batches"] == [8]
+
+
+@pytest.mark.parametrize(("fields", "detail"), [
+    ({"model": "resnet18.onnx", "slo_ms": 5, "tp": 4, "dtype": "fp8", "engine": "hf", "itl_slo_ms": 3},
+     "itl_slo_ms, dtype, tp, engine apply with llm: true (a decoder LLM planned over lilou llm); an ONNX model is "
+     "planned with slo_ms, its precision set by precision"),
+    ({"model": "resnet18.onnx", "slo_ms": 5, "tp": 1},
+     "tp applies with llm: true (a decoder LLM planned over lilou llm); an ONNX model is planned with slo_ms, its "
+     "precision set by precision"),
+    ({"model": "llama-3.1-8b", "llm": True, "itl_slo_ms": 30, "input_len": 512, "output_len": 64, "precision": "fp32",
+      "tf32": "on", "backend": "tvm", "shapes": {"x": [1]}, "slo_ms": 1},
+     "slo_ms, shapes, precision, tf32, backend apply to ONNX models; with llm a decoder LLM is planned with "
+     "itl_slo_ms, input_len and output_len, its precision set by dtype"),
+])
+def test_plan_refuses_the_fields_of_the_other_kind_of_plan(client, fields, detail):
+    """An ONNX plan with tp 4 answered 200 with one GPU per replica, an LLM plan with precision fp32 was priced in
+    BF16 (report ua39a item 8); `lilou plan` refuses --tp ... without --llm."""
+    response = client.post("/v1/plan", json=fields)
+    assert (response.status_code, response.json()) == (422, {"detail": detail})

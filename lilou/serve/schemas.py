@@ -132,14 +132,18 @@ class RankRequest(_GraphRequest):
 
 class PlanRequest(_GraphRequest):
     """``lilou plan MODEL --slo-ms T [--gpus ...] [--batches ...] [--prices FILE]``, or with ``llm: true``
-    ``lilou plan --llm MODEL --itl-slo-ms T --input-len I --output-len O [--dtype D] [--engine E]``."""
+    ``lilou plan --llm MODEL --itl-slo-ms T --input-len I --output-len O [--dtype D] [--engine E]``. The fields of
+    one kind of plan are refused in the other (Service.plan), as the CLI refuses --itl-slo-ms without --llm."""
 
     model: str | None = Field(None, max_length=1024, description=(
         "an ONNX file relative to --models-root (with llm: a built-in LLM name or a config.json there); "
         "leave out when uploading"))
     slo_ms: PositiveFloat | None = Field(None, description="end-to-end latency objective, ms (ONNX models)")
     gpus: list[str] | None = Field(None, max_length=500, description="devices to consider (default: all)")
-    batches: list[PositiveInt] | None = Field(None, max_length=64, description="batch sizes to consider")
+    batch: PositiveInt | None = Field(None, description=(
+        "plan this batch size only (lilou plan --batch B, argparse's abbreviation of --batches B); or give batches"))
+    batches: list[PositiveInt] | None = Field(None, max_length=64, description=(
+        "batch sizes to consider (default 1, 2, 4, ..., 128)"))
     prices: dict[str, PositiveFloat] | str | None = Field(None, description=(
         "USD per hour by device: a JSON object such as {\"a10g\": 1.01}, or the text of a --prices CSV file "
         "(header device,usd_per_hour)"))

@@ -186,6 +186,7 @@ class Service:
         """``lilou plan``; ``model`` is a file (or, with ``llm``, a built-in LLM name)."""
         from lilou.plan import plan_llm, plan_model
 
+        batches = plan_batches(request)
         prices = self._prices(request.prices)
         with named_errors(source, self.models_root.root):
             if request.llm:
@@ -199,20 +200,22 @@ class Service:
                                        "lilou llm's own (engine)")
                 if request.values:
                     raise InvalidField("values apply to ONNX models; lilou llm prices a decoder step by step itself")
+                check_plan_fields(request)
                 plan = plan_llm(model, request.itl_slo_ms, input_len=request.input_len, output_len=request.output_len,
-                                gpus=request.gpus, batches=request.batches, prices=prices, dtype=request.dtype,
+                                gpus=request.gpus, batches=batches, prices=prices, dtype=request.dtype,
                                 engine=request.engine, llm_predictor=self.llm_predictor(), tp=request.tp,
                                 kv_dtype=request.kv_dtype)
             else:
+                check_plan_fields(request)
                 if request.slo_ms is None:
                     raise InvalidField("plan needs slo_ms (or llm: true with itl_slo_ms, input_len, output_len)")
                 # Each batch re-shapes the graph: one cached prepared model per batch, shared with /v1/predict;
                 # batches not cached are read through one BatchSeries (later ones derived from the first reads).
-                plan = plan_model(model, request.slo_ms, gpus=request.gpus, batches=request.batches, prices=prices,
+                plan = plan_model(model, request.slo_ms, gpus=request.gpus, batches=batches, prices=prices,
                                   predictor=self.predictor(request.backend).with_launch_gap(request.launch_gap_ms()),
                                   shapes=request.shapes or None,
                                   precision=request.precision, tf32=request.tf32,
-                                  prepare=self._plan_batches(source, request.backend, request.batches, request.values))
+                                  prepare=self._plan_batches(source, request.backend, batches, request.values))
         result = plan.to_json()
         result["model"] = source.name if source is not None else str(model)
         return result
@@ -280,6 +283,38 @@ class Service:
         from lilou.llm.config import builtin_name
 
         return builtin_name(name)
+
+
+def plan_batches(request: PlanRequest) -> list[int] | None:
+    """The batches a plan tries: ``batch`` B alone, as ``lilou plan --batch B`` (argparse's abbreviation of
+    --batches) plans B only, or ``batches``."""
+    if request.batch is None:
+        return request.batches
+    if request.batches is not None and request.batches != [request.batch]:
+        raise InvalidField("give batch or batches, not both (batch B plans batch B only, as lilou plan --batch B)")
+    return [request.batch]
+
+
+#: Fields of one kind of plan that the other kind has no use for (``lilou plan`` refuses --itl-slo-ms ... without
+#: --llm); a field with a default counts when the request gives it.
+_LLM_ONLY = ("itl_slo_ms", "input_len", "output_len", "dtype", "kv_dtype", "tp", "engine")
+_ONNX_ONLY = ("slo_ms", "shapes", "precision", "tf32", "backend")
+
+
+def check_plan_fields(request: PlanRequest) -> None:
+    """Refuse the fields the plan's kind would ignore (an LLM plan was priced in BF16 with precision fp32 given, an
+    ONNX plan with tp 4 planned one GPU per replica), as ``lilou plan`` refuses LLM options without --llm."""
+    given = request.model_fields_set
+    fields = _ONNX_ONLY if request.llm else _LLM_ONLY
+    extra = [name for name in fields if name in given and getattr(request, name) not in (None, {})]
+    if not extra:
+        return
+    verb = "applies" if len(extra) == 1 else "apply"
+    if request.llm:
+        raise InvalidField(f"{', '.join(extra)} {verb} to ONNX models; with llm a decoder LLM is planned with "
+                           "itl_slo_ms, input_len and output_len, its precision set by dtype")
+    raise InvalidField(f"{', '.join(extra)} {verb} with llm: true (a decoder LLM planned over lilou llm); an ONNX "
+                       "model is planned with slo_ms, its precision set by precision")
 
 
 def _placeholder_for(source: ModelSource, message: str) -> str:
