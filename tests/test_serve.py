@@ -963,3 +963,50 @@ def test_plan_refuses_the_fields_of_the_other_kind_of_plan(client, fields, detai
     BF16 (report ua39a item 8); `lilou plan` refuses --tp ... without --llm."""
     response = client.post("/v1/plan", json=fields)
     assert (response.status_code, response.json()) == (422, {"detail": detail})
+
+
+# --------------------------------------------------------------------------- the OpenAPI contract says what is sent
+def test_response_bodies_fit_their_openapi_schemas(client):
+    """LLMBody declared ttft_ms ... as non-null numbers, which a model that does not fit sends as null; /v1/plan's 200
+    had no schema (report ua39a item 9). Real bodies, validated strictly by the models the contract is built from."""
+    from lilou.serve import openapi_doc as docs
+
+    no_fit = client.post("/v1/llm", json={"model": "llama-3.1-70b", "gpu": "l4", "input_len": 512, "output_len": 64})
+    assert no_fit.status_code == 200 and no_fit.json()["memory"]["fits"] is False and no_fit.json()["ttft_ms"] is None
+    fits = client.post("/v1/llm", json={"model": "llama-3.1-8b", "gpu": "a100-80gb", "input_len": 512,
+                                        "output_len": 64})
+    for body in (no_fit.json(), fits.json()):
+        docs.LLMBody.model_validate(body, strict=True)
+    onnx_plan = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "gpus": "a10g,t4", "batches": [1],
+                                              "prices": {"a10g": 1.01}})
+    # an LLM plan over devices that compute in BF16 and in FP16: precision is the list of both
+    llm_plan = client.post("/v1/plan", json={"model": "llama-3.1-8b", "llm": True, "itl_slo_ms": 40, "input_len": 512,
+                                             "output_len": 64, "gpus": "a10g,v100-sxm2-32gb", "batches": [1]})
+    assert llm_plan.json()["precision"] == ["bf16", "fp16"] and onnx_plan.json()["precision"] == "fp32"
+    for body in (onnx_plan.json(), llm_plan.json()):
+        docs.PlanBody.model_validate(body, strict=True)
+    predicted = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g"}).json()
+    docs.PredictionBody.model_validate(predicted, strict=True)
+    for entry in client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": "a10g,m40-24gb"}).json():
+        docs.RankEntryBody.model_validate(entry, strict=True)
+    served = client.get("/openapi.json").json()
+    plan_200 = served["paths"]["/v1/plan"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert plan_200 == {"$ref": "#/components/schemas/PlanBody"}
+    llm_body = served["components"]["schemas"]["LLMBody"]["properties"]
+    assert llm_body["ttft_ms"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
+
+
+def test_request_schemas_say_what_is_required_and_what_a_form_can_send(client):
+    """`model` was optional in every JSON schema although a JSON request without it is always a 422; the form
+    schemas declared fields nullable that a form cannot send as null (report ua39a item 9)."""
+    served = client.get("/openapi.json").json()
+    for path in ("/v1/predict", "/v1/rank", "/v1/plan", "/v1/llm"):
+        content = served["paths"][path]["post"]["requestBody"]["content"]
+        as_json, form = content["application/json"]["schema"], content["multipart/form-data"]["schema"]
+        assert as_json["required"][0] == "model" and as_json["properties"]["model"]["type"] == "string"
+        assert "model" not in form["properties"] and form["required"][0] == "file"
+        for name, field in form["properties"].items():
+            assert {"type": "null"} not in field.get("anyOf", []) and field.get("type") != "null", (path, name)
+    precision = served["paths"]["/v1/predict"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"][
+        "properties"]["precision"]
+    assert precision["enum"] == ["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4"]

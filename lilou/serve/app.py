@@ -192,7 +192,7 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
     if optional["plan"]:
         @app.post("/v1/plan", tags=["plan"], summary="`lilou plan`: devices and batches that meet a latency SLO",
                   openapi_extra=docs.request_body(PlanRequest),
-                  responses={200: {"description": "`lilou plan --format json`"}, **docs.ERRORS})
+                  responses={200: {"model": docs.PlanBody}, **docs.ERRORS})
         async def plan(request: Request) -> JSONResponse:
             fields, upload = await parse_request(request, PlanRequest, service)
             if fields.llm:

@@ -12,7 +12,7 @@ import copy
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -88,6 +88,10 @@ class SteadyStateBody(BaseModel):
     interval_ms: list[float] | None
 
 
+#: Figures of an LLM configuration that does not fit the device's memory are null (lilou llm prints them so).
+NullWhenNoFit = Field(..., description="null when the configuration does not fit the device's memory (memory.fits)")
+
+
 class LLMBody(BaseModel):
     """`lilou llm --format json` (DESIGN.md)."""
 
@@ -100,18 +104,73 @@ class LLMBody(BaseModel):
     input_len: int
     output_len: int
     dtype: str
-    ttft_ms: float
-    itl_ms: float
-    e2e_ms: float
-    tokens_per_s: float
-    power_w: float
-    energy_per_token_j: float
+    precision: str = Field(..., description="the dtype the model computes in (the same as dtype)")
+    kv_dtype: str
+    engine: str
+    ttft_ms: float | None = NullWhenNoFit
+    itl_ms: float | None = NullWhenNoFit
+    e2e_ms: float | None = NullWhenNoFit
+    tokens_per_s: float | None = NullWhenNoFit
+    power_w: float | None = NullWhenNoFit
+    energy_per_token_j: float | None = NullWhenNoFit
     memory: MemoryBody
     max_batch_fitting: int | None
     warnings: list[str]
+    intervals: dict[str, list[float] | None] = Field(default_factory=dict, description=(
+        "90 % intervals [lo, hi] of the figures above, by name; empty when the configuration does not fit"))
     steady_state: SteadyStateBody | None = Field(
         None, description="vLLM: a server that keeps `batch` requests running, arriving prompts chunked into the "
                           "decode steps; null for HF eager or when the configuration does not fit")
+
+
+class PlanEntryBody(BaseModel):
+    """One device of a plan: its largest batch whose 90 % upper bound meets the SLO."""
+
+    model_config = ConfigDict(extra="allow")
+    device: str
+    gpu: str
+    mig: str | None
+    resource: str = Field(..., description="the Kubernetes resource that requests it, e.g. nvidia.com/mig-1g.10gb")
+    gpus: int = Field(..., description="devices per replica (an LLM's tensor-parallel group)")
+    batch: int
+    precision: str | None
+    latency_ms: float
+    interval_ms: list[float]
+    throughput_per_s: float
+    throughput_per_s_at_upper: float
+    memory_gb: float
+    device_memory_gb: float
+    fits: bool
+    extrapolated_share: float
+    usd_per_hour: float | None
+    price_source: str | None
+    usd_per_million: float | None
+
+
+class UnmetBody(BaseModel):
+    device: str
+    reason: str
+
+
+class PlanBody(BaseModel):
+    """`lilou plan --format json`."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    model: str
+    kind: Literal["model", "llm"] = Field(..., description="model: an ONNX plan (slo_ms); llm: a decoder LLM's (ITL)")
+    tp: int
+    slo_ms: float = Field(..., description="the SLO (an LLM plan's: the ITL SLO)")
+    batches: list[int]
+    precision: str | list[str] | None = Field(..., description=(
+        "what the model computes in: one name when every device priced runs it so, else the sorted list of the "
+        "names (an LLM in BF16 where the GPU has it, FP16 elsewhere); null when nothing was priced. lilou plan "
+        "prints the same"))
+    sort: Literal["cost", "throughput"]
+    devices: int = Field(..., description="devices considered")
+    plan: list[PlanEntryBody] = Field(..., description="the devices that meet the SLO, best first")
+    unmet: list[UnmetBody] = Field(..., description="devices left out, and why")
+    message: str | None = Field(..., description="why the plan is empty (null when it is not)")
+    warnings: list[str]
 
 
 class Health(BaseModel):
@@ -140,19 +199,36 @@ WARNINGS_HEADER_DOC = {"Lilou-Warnings": {"description": "JSON list of the warni
 
 
 def request_body(schema: type[BaseModel]) -> dict[str, Any]:
-    """``requestBody`` for an endpoint that takes JSON naming a file, or a multipart upload."""
+    """``requestBody`` for an endpoint that takes JSON naming a file, or a multipart upload.
+
+    A JSON request must name its model (the service answers 422 without it); a form sends the file instead. A form
+    field cannot be null: a field left out (or sent empty) takes its default, so the form's fields are not
+    nullable."""
     json_schema = schema.model_json_schema()
+    json_schema["properties"]["model"] = _not_null(json_schema["properties"]["model"])
+    json_schema["required"] = ["model", *[name for name in json_schema.get("required", []) if name != "model"]]
     form = copy.deepcopy(json_schema)
     form["title"] = f"{schema.__name__}Upload"
-    properties = form.get("properties", {})
-    properties.pop("model", None)
+    properties = {name: _not_null(field) for name, field in form.get("properties", {}).items() if name != "model"}
     form["properties"] = {"file": {"type": "string", "format": "binary", "description": "the ONNX file"},
                           **properties}
     form["required"] = ["file", *[name for name in form.get("required", []) if name != "model"]]
     form["description"] = ("The same fields as form fields (or query parameters); lists as `a,b,c`, "
-                           "objects (shapes, values, prices) as JSON text.")
+                           "objects (shapes, values, prices) as JSON text; a field left out or empty takes its "
+                           "default.")
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": json_schema},
                                                           "multipart/form-data": {"schema": form}}}}
+
+
+def _not_null(field: dict[str, Any]) -> dict[str, Any]:
+    """``field``'s schema without its null member (``anyOf: [X, {type: null}]`` -> X), default and title kept."""
+    members = [member for member in field.get("anyOf", ()) if member != {"type": "null"}]
+    if "anyOf" not in field or len(members) == len(field["anyOf"]):
+        return field
+    rest = {key: value for key, value in field.items() if key not in ("anyOf", "default")}
+    if len(members) == 1:
+        return {**members[0], **rest}
+    return {"anyOf": members, **rest}
 
 
 def build(app: FastAPI) -> dict[str, Any]:
