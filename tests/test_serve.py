@@ -1010,3 +1010,44 @@ def test_request_schemas_say_what_is_required_and_what_a_form_can_send(client):
     precision = served["paths"]["/v1/predict"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"][
         "properties"]["precision"]
     assert precision["enum"] == ["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4"]
+
+
+# --------------------------------------------------------------------------- memory
+def _asgi_post(app, path: str, **kwargs) -> httpx.Response:
+    async def call():
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return await http.post(path, **kwargs)
+
+    return asyncio.run(call())
+
+
+def test_a_json_body_is_capped_far_below_the_upload_limit():
+    """JSON bodies were read whole and parsed up to --max-upload-mb (256 MiB by default): a 20 MiB list of zeros
+    took 120 MB more memory before its 422 (report ua39a item 10). JSON carries options only: 1 MiB."""
+    from lilou.serve.app import create_app
+
+    app = create_app(None)   # --max-upload-mb 256
+    MAX_JSON_BYTES = MiB  # noqa: N806 - lilou.serve.app's
+    detail = ("JSON request body larger than 1024 KiB: a JSON request names its model (under --models-root) and "
+              "carries options only; upload an ONNX file as multipart part 'file'")
+    try:
+        big = json.dumps({"model": "m.onnx", "gpus": [0] * (MAX_JSON_BYTES // 2)}).encode()
+        declared = _asgi_post(app, "/v1/rank", content=big, headers={"content-type": "application/json"})
+        assert (declared.status_code, declared.json()) == (413, {"detail": detail})
+
+        async def chunks():  # no Content-Length: counted while read
+            for start in range(0, len(big), 65536):
+                yield big[start:start + 65536]
+
+        streamed = _asgi_post(app, "/v1/rank", content=chunks(), headers={"content-type": "application/json"})
+        assert (streamed.status_code, streamed.json()) == (413, {"detail": detail})
+        no_type = _asgi_post(app, "/v1/rank?model=m.onnx", content=big)
+        assert (no_type.status_code, no_type.json()) == (413, {"detail": detail})
+        # just under the cap is read, and answered for what it says
+        under = json.dumps({"model": "m.onnx", "gpus": ["t4"] * ((MAX_JSON_BYTES - 100) // 6)}).encode()
+        assert len(under) <= MAX_JSON_BYTES
+        read = _asgi_post(app, "/v1/rank", content=under, headers={"content-type": "application/json"})
+        assert read.status_code == 422 and read.json()["detail"].startswith("gpus: List should have at most 500")
+    finally:
+        app.state.service.shutdown()

@@ -24,13 +24,18 @@ from lilou.serve import openapi_doc
 from lilou.serve.errors import InvalidField, ModelNotFound, install_handlers, validation_message
 from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest, parse_json
 from lilou.serve.service import Service, Settings, has_llm, has_plan
-from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, media_type, read_limited,
-                                 read_multipart, unsupported, within)
+from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, json_too_large, media_type,
+                                 read_limited, read_multipart, unsupported, within)
 
 R = TypeVar("R", bound=BaseModel)
 SETTINGS_ENV = "LILOU_SERVE_SETTINGS"
 WARNINGS_HEADER = "Lilou-Warnings"
 API_VERSION = "1"
+#: The largest JSON body (or body of a request whose fields are in its URL). JSON carries no model bytes, only
+#: options: the largest a client has reason to send is a prices CSV or 500 device names, a few KiB to ~100 KiB. The
+#: upload cap (256 MiB) let a JSON body be read whole and parsed: a 20 MiB list of zeros took 120 MB more resident
+#: memory (json.loads keeps ~6x the text), ~1.5 GB per request at 256 MiB. 1 MiB keeps that under ~10 MB.
+MAX_JSON_BYTES = 2**20
 
 
 def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
@@ -86,8 +91,11 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
     kind = media_type(content_type)
     fields: dict[str, Any] = dict(request.query_params)
     upload = None
+    if kind in ("application/json", ""):  # options only: a small cap, not the upload's (json.loads takes ~6x)
+        limit = min(limit, MAX_JSON_BYTES)
+        check_content_length(request.headers, limit, json_too_large)
     if kind == "application/json":
-        raw = await read_limited(body, limit)
+        raw = await read_limited(body, limit, json_too_large)
         try:
             body = parse_json(raw) if raw.strip() else {}
         except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError, or nested too deep
@@ -99,7 +107,7 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
         parsed = await read_multipart(body, content_type, limit)
         fields.update(parsed.fields)
         upload = parsed.upload
-    elif kind == "" and not (await read_limited(body, limit)):
+    elif kind == "" and not (await read_limited(body, limit, json_too_large)):
         pass  # the fields are all in the query string
     else:
         raise unsupported(content_type)

@@ -19,7 +19,7 @@ import stat
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,11 +64,17 @@ def _too_large(limit: int) -> UploadTooLarge:
                           "(lilou zoo export --strip-weights)")
 
 
-def check_content_length(headers: Any, limit: int) -> None:
+def json_too_large(limit: int) -> UploadTooLarge:
+    return UploadTooLarge(f"JSON request body larger than {limit / 2**10:g} KiB: a JSON request names its model "
+                          f"(under --models-root) and carries options only; upload an ONNX file as multipart part "
+                          f"{FILE_FIELD!r}")
+
+
+def check_content_length(headers: Any, limit: int, too_large: Callable[[int], UploadTooLarge] = _too_large) -> None:
     """Refuse at once a body whose declared length is over the limit."""
     declared = headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
 
 
 async def within(stream: AsyncIterator[bytes], seconds: float) -> AsyncIterator[bytes]:
@@ -88,13 +94,14 @@ async def within(stream: AsyncIterator[bytes], seconds: float) -> AsyncIterator[
         yield chunk
 
 
-async def read_limited(stream: AsyncIterator[bytes], limit: int) -> bytes:
+async def read_limited(stream: AsyncIterator[bytes], limit: int,
+                       too_large: Callable[[int], UploadTooLarge] = _too_large) -> bytes:
     """The whole body of a small (JSON) request, refusing it as soon as it passes ``limit`` bytes."""
     chunks, size = [], 0
     async for chunk in stream:
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
