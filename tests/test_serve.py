@@ -127,7 +127,8 @@ def test_healthz_reports_cache_and_optional_endpoints(client):
 
     body = client.get("/v1/healthz").json()
     assert body["status"] == "ok"
-    assert set(body["cache"]) == {"entries", "capacity", "hits", "misses"} and body["cache"]["capacity"] == 64
+    assert set(body["cache"]) == {"entries", "capacity", "hits", "misses", "bytes", "capacity_bytes"}
+    assert body["cache"]["capacity"] == 64 and body["cache"]["capacity_bytes"] == 1024 * MiB
     assert set(body["kernel_groupings"]) == {"entries", "hits", "misses"}
     assert body["endpoints"] == {"plan": has_plan(), "llm": has_llm()}
 
@@ -338,7 +339,8 @@ def test_cache_holds_prepared_models_per_backend_and_batch(monkeypatch, zoo_onnx
     finally:
         service.shutdown()
     assert calls == ["eager", "tvm", "eager"]
-    assert service.stats()["cache"] == {"entries": 3, "capacity": 64, "hits": 1, "misses": 3}
+    assert {k: v for k, v in service.stats()["cache"].items() if "bytes" not in k} == {
+        "entries": 3, "capacity": 64, "hits": 1, "misses": 3}
     assert isinstance(cached, PreparedModel) and (cached.name, cached.batch, cached.backend) == ("a.onnx", 2, "eager")
     expected = Predictor().predict(dynamic, gpu="a10g", batch=2).to_json()
     assert eager == {**expected, "model": "a.onnx"} and eager["batch"] == 2
@@ -374,7 +376,8 @@ def test_plan_uses_one_cached_model_per_batch(monkeypatch, zoo_onnx, predictor):
         predicted = service.predict(PredictRequest(gpu="l4", batch=2), source)
     finally:
         service.shutdown()
-    assert len(calls) == 3 and service.stats()["cache"] == {"entries": 3, "capacity": 64, "hits": 4, "misses": 3}
+    assert len(calls) == 3 and {k: v for k, v in service.stats()["cache"].items() if "bytes" not in k} == {
+        "entries": 3, "capacity": 64, "hits": 4, "misses": 3}
     expected = plan_model(dynamic, 30, gpus=request.gpus, batches=[1, 2, 4], predictor=predictor).to_json()
     assert first == second == {**expected, "model": "r18.onnx"} and first["batches"] == [1, 2, 4]
     assert predicted == {**predictor.predict(dynamic, gpu="l4", batch=2).to_json(), "model": "r18.onnx"}
@@ -819,7 +822,7 @@ def test_a_waiter_of_a_load_that_failed_internally_loads_for_itself():
 
     from lilou.serve.cache import ModelCache
 
-    cache = ModelCache(4)
+    cache = ModelCache(4, size_of=len)
     release, results = threading.Event(), {}
 
     def failing():
@@ -1051,3 +1054,32 @@ def test_a_json_body_is_capped_far_below_the_upload_limit():
         assert read.status_code == 422 and read.json()["detail"].startswith("gpus: List should have at most 500")
     finally:
         app.state.service.shutdown()
+
+
+def test_the_model_cache_is_bounded_by_memory_as_well_as_entries():
+    """The cache was bounded by entry count only: 64 entries of a 0.6 MB upload of 20,000 nodes (50 MB each held)
+    is 3 GB (report ua39a item 10). It now also holds at most --cache-mb, each entry estimated from its node count."""
+    from lilou.serve.cache import BYTES_PER_ENTRY, BYTES_PER_NODE, ModelCache
+    from lilou.serve.schemas import PredictRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    cache = ModelCache(capacity=64, max_bytes=100, size_of=len)
+    for name, size in (("a", 60), ("b", 30)):
+        assert cache.get((name,), lambda name=name, size=size: name * size) == name * size
+    assert cache.stats()["entries"] == 2 and cache.stats()["bytes"] == 90
+    cache.get(("c",), lambda: "c" * 30)   # 120 bytes: the least recently used, a, goes
+    assert (cache.stats()["entries"], cache.stats()["bytes"]) == (2, 60)
+    assert cache.get(("b",), lambda: "reloaded") == "b" * 30 and cache.get(("a",), lambda: "a again") == "a again"
+    assert cache.get(("huge",), lambda: "h" * 101) == "h" * 101   # larger than the whole budget: served, not kept
+    assert (cache.stats()["entries"], cache.stats()["bytes"], cache.stats()["misses"]) == (3, 67, 5)
+
+    one = BYTES_PER_ENTRY + BYTES_PER_NODE * 176   # ResNet-18's graph: 176 nodes
+    service = Service(Settings(cache_mb=1.5 * one / MiB))
+    try:
+        for sha in ("first", "second", "third"):
+            service.predict(PredictRequest(gpu="a10g"), ModelSource(path=RESNET18, sha256=sha, name="r18.onnx"))
+    finally:
+        service.shutdown()
+    stats = service.stats()["cache"]
+    assert (stats["entries"], stats["bytes"], stats["misses"]) == (1, one, 3)

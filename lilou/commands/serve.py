@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="folder whose ONNX files JSON requests may name (default: none, uploads only)")
     parser.add_argument("--cache-size", type=int, default=64, metavar="N",
                         help="parsed graphs kept in memory, least recently used dropped first (default 64)")
+    parser.add_argument("--cache-mb", type=float, default=1024.0, metavar="MB",
+                        help="memory the cached graphs may take, estimated from their node counts, least recently "
+                             "used dropped first (default 1024)")
     parser.add_argument("--time-budget-s", type=float, default=60.0, metavar="S",
                         help="per-request time budget; past it the answer is 503 (default 60)")
     parser.add_argument("--upload-timeout-s", type=float, default=120.0, metavar="S",
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host):
         warn(f"binding to {args.host}: the service is reachable from other machines; it has no authentication")
     options = {"models_root": None if args.models_root is None else os.path.abspath(args.models_root),
-               "max_upload_mb": args.max_upload_mb, "cache_size": args.cache_size,
+               "max_upload_mb": args.max_upload_mb, "cache_size": args.cache_size, "cache_mb": args.cache_mb,
                "time_budget_s": args.time_budget_s, "threads": args.threads, "upload_timeout_s": args.upload_timeout_s}
     create_app(**options)  # bad options fail here, with one line and exit status 2, before uvicorn starts
     _check_bindable(args.host, args.port)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -39,7 +40,8 @@ MAX_JSON_BYTES = 2**20
 
 
 def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
-               time_budget_s: float = 60.0, threads: int = 4, upload_timeout_s: float = 120.0) -> FastAPI:
+               time_budget_s: float = 60.0, threads: int = 4, upload_timeout_s: float = 120.0,
+               cache_mb: float = 1024.0) -> FastAPI:
     """The service; ``models_root`` is the only folder whose files JSON requests may name."""
     if models_root is not None and not Path(models_root).is_dir():
         raise LilouInputError(f"--models-root {os.fspath(models_root)!r} is not a directory")
@@ -51,9 +53,11 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
         raise LilouInputError("--upload-timeout-s must be positive")
     if cache_size < 0:
         raise LilouInputError("--cache-size must be >= 0")
+    if not (0 <= cache_mb < math.inf):
+        raise LilouInputError(f"--cache-mb must be a number of MiB >= 0, not {cache_mb!r}")
     settings = Settings(models_root=None if models_root is None else Path(models_root), max_upload_mb=max_upload_mb,
                         cache_size=cache_size, time_budget_s=time_budget_s, threads=threads,
-                        upload_timeout_s=upload_timeout_s)
+                        upload_timeout_s=upload_timeout_s, cache_mb=cache_mb)
     service = Service(settings)
     optional = {"plan": has_plan(), "llm": has_llm()}
 

@@ -175,8 +175,9 @@ class PlanBody(BaseModel):
 
 class Health(BaseModel):
     status: str
-    cache: dict[str, int] = Field(..., description="prepared models (parsed and grouped into kernels): entries, "
-                                                    "capacity, hits, misses")
+    cache: dict[str, int | None] = Field(..., description=(
+        "prepared models (parsed and grouped into kernels): entries, capacity, hits, misses, bytes (their memory, "
+        "estimated from their node counts) and capacity_bytes (--cache-mb)"))
     kernel_groupings: dict[str, int] = Field(..., description="kernel groupings of cached models: entries, hits, "
                                                                "misses (the cache's own: a model is grouped when "
                                                                "it is cached)")

@@ -47,6 +47,7 @@ class Settings:
     models_root: Path | None = None
     max_upload_mb: float = 256.0
     cache_size: int = 64
+    cache_mb: float = 1024.0   # the cached models' memory, estimated (lilou.serve.cache.estimated_bytes)
     time_budget_s: float = 60.0
     threads: int = 4
     upload_timeout_s: float = 120.0
@@ -54,6 +55,10 @@ class Settings:
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 2**20)
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self.cache_mb * 2**20)
 
 
 def _importable(module: str, names: tuple[str, ...]) -> bool:
@@ -81,7 +86,7 @@ class Service:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.cache = ModelCache(settings.cache_size)
+        self.cache = ModelCache(settings.cache_size, settings.cache_bytes)
         self.models_root = ModelsRoot(settings.models_root)
         self.executor = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix="lilou-predict")
         self._predictors: dict[str, Predictor] = {}
