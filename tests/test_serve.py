@@ -1083,3 +1083,32 @@ def test_the_model_cache_is_bounded_by_memory_as_well_as_entries():
         service.shutdown()
     stats = service.stats()["cache"]
     assert (stats["entries"], stats["bytes"], stats["misses"]) == (1, one, 3)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+@pytest.mark.parametrize(("option", "unit"), [("--max-upload-mb", "MiB"), ("--time-budget-s", "seconds"),
+                                              ("--upload-timeout-s", "seconds")])
+def test_options_that_are_not_finite_positive_numbers_are_refused(option, unit, value):
+    """--max-upload-mb nan started a server whose every POST was a 500 (cannot convert float NaN to integer);
+    --time-budget-s nan one whose every POST was a 503, inf one without a budget (report ua39a item 11)."""
+    from lilou.serve.app import create_app
+
+    keyword = option[2:].replace("-", "_")
+    with pytest.raises(LilouInputError) as refused:
+        create_app(None, **{keyword: float(value)})
+    assert str(refused.value) == f"{option} must be positive: a finite number of {unit}, not {value}"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_cache_mb_is_a_finite_number_of_mib(value):
+    from lilou.serve.app import create_app
+
+    with pytest.raises(LilouInputError, match=f"^--cache-mb must be a finite number of MiB >= 0, not {value}$"):
+        create_app(None, cache_mb=float(value))
+
+
+def test_lilou_serve_with_a_nan_option_exits_2_with_one_line():
+    done = subprocess.run([sys.executable, "-m", "lilou.cli", "serve", "--port", "0", "--max-upload-mb", "nan"],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "lilou: error: --max-upload-mb must be positive: a finite number of MiB, not nan\n"

@@ -45,16 +45,14 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
     """The service; ``models_root`` is the only folder whose files JSON requests may name."""
     if models_root is not None and not Path(models_root).is_dir():
         raise LilouInputError(f"--models-root {os.fspath(models_root)!r} is not a directory")
-    if max_upload_mb <= 0:
-        raise LilouInputError("--max-upload-mb must be positive")
-    if time_budget_s <= 0:
-        raise LilouInputError("--time-budget-s must be positive")
-    if upload_timeout_s <= 0:
-        raise LilouInputError("--upload-timeout-s must be positive")
+    for option, value, unit in (("--max-upload-mb", max_upload_mb, "MiB"), ("--time-budget-s", time_budget_s, "seconds"),
+                                ("--upload-timeout-s", upload_timeout_s, "seconds")):
+        if not 0 < value < math.inf:  # NaN passed a test of <= 0, and then failed every request
+            raise LilouInputError(f"{option} must be positive: a finite number of {unit}, not {value:g}")
     if cache_size < 0:
         raise LilouInputError("--cache-size must be >= 0")
-    if not (0 <= cache_mb < math.inf):
-        raise LilouInputError(f"--cache-mb must be a number of MiB >= 0, not {cache_mb!r}")
+    if not 0 <= cache_mb < math.inf:
+        raise LilouInputError(f"--cache-mb must be a finite number of MiB >= 0, not {cache_mb:g}")
     settings = Settings(models_root=None if models_root is None else Path(models_root), max_upload_mb=max_upload_mb,
                         cache_size=cache_size, time_budget_s=time_budget_s, threads=threads,
                         upload_timeout_s=upload_timeout_s, cache_mb=cache_mb)
