@@ -196,8 +196,9 @@ def test_values_field_picks_a_merged_decoders_branch(browser, server, predictor)
 
 
 def test_llm_form_takes_an_uploaded_config(browser, server, tmp_path):  # noqa: F811 - the imported fixture
-    """A config.json chosen on the page is uploaded instead of the model name: DeepSeek-V3's, with its FP8
-    quantization_config, priced as `lilou llm` prices the same file (its latent KV cache, FP8 by default)."""
+    """A config.json chosen on the page is uploaded instead of the model name, the Model box empty: DeepSeek-V3's,
+    with its FP8 quantization_config, priced as `lilou llm` prices the same file (its latent KV cache, FP8 by
+    default)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -209,7 +210,9 @@ def test_llm_form_takes_an_uploaded_config(browser, server, tmp_path):  # noqa: 
     browser.get(server + "/")
     wait = WebDriverWait(browser, 90)
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
-    for field, value in (("llm-gpu", "h200"), ("llm-tp", "8"), ("llm-batch", "4")):
+    # the Model box left empty: a chosen config.json stands for it (the box was `required`, and the browser stopped
+    # the form with "Please fill out this field")
+    for field, value in (("llm-model", ""), ("llm-gpu", "h200"), ("llm-tp", "8"), ("llm-batch", "4")):
         box = browser.find_element(By.ID, field)
         box.clear()
         box.send_keys(value)
@@ -224,3 +227,74 @@ def test_llm_form_takes_an_uploaded_config(browser, server, tmp_path):  # noqa: 
     assert shown["inter-token latency (ms)"].startswith(js_number(expected["itl_ms"]) + " (90 %: ")
     warnings = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#llm-warnings li")]
     assert warnings[0] == "no --dtype given: FP8, the checkpoint's own (fp8, its quantization_config)"
+
+
+def _click_breakdown(browser, gpu: str) -> str:
+    """Click the breakdown button of ``gpu``'s row (a whole GPU); the breakdown's title once the page is done."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    status = browser.find_element(By.ID, "rank-status")
+    browser.execute_script("arguments[0].textContent = ''", status)
+    for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr"):
+        cells = row.find_elements(By.TAG_NAME, "td")
+        if cells[1].text == gpu and cells[2].text == "–":
+            row.find_element(By.TAG_NAME, "button").click()
+            break
+    else:
+        raise AssertionError(f"no row for {gpu}")
+    WebDriverWait(browser, 90).until(lambda d: status.text == "Done." or status.text.startswith("Error:"))
+    assert status.text == "Done.", status.text
+    return browser.find_element(By.ID, "breakdown-title").text
+
+
+def test_a_breakdown_predicts_what_its_ranking_shows(browser, server, predictor, zoo_onnx):  # noqa: F811 - fixtures
+    """The breakdown read the live form: ranked at batch 1, then Batch set to 64, t4's breakdown showed batch 64's
+    368.9 ms under a table of 6.492 ms (report ua39a item 12). It predicts the ranking's own inputs now."""
+    from selenium.webdriver.common.by import By
+
+    dynamic = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    ranking = predictor.rank(dynamic, gpus=DEVICES, batch=1)
+    browser.get(server + "/")
+    rows, status = _rank_on_the_page(browser, dynamic, {"batch": "1"})
+    assert status == "Done." and rows == [(e.gpu, e.mig, js_ms(e.latency_ms)) for e in ranking]
+    box = browser.find_element(By.ID, "batch")
+    box.clear()
+    box.send_keys("64")
+    title = _click_breakdown(browser, "t4")
+    expected = predictor.predict(dynamic, gpu="t4", batch=1)
+    assert title.startswith(f"Kernel breakdown on t4, batch 1: {js_ms(expected.latency_ms)} ms")
+    assert f"{len(expected.kernels)} kernels" in title
+
+
+def test_an_error_clears_the_results_it_does_not_belong_to(browser, server, predictor):  # noqa: F811 - fixtures
+    """After a ranking, a request that failed changed only the status line: the table, chart and warnings of the
+    earlier request stayed, as if they answered it; the LLM form kept its earlier figures likewise (report ua39a
+    item 12)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    rows, status = _rank_on_the_page(browser, RESNET18, {})
+    assert status == "Done." and len(rows) == len(DEVICES)
+    assert browser.find_element(By.ID, "breakdown").is_displayed()
+    _, status = _rank_on_the_page(browser, RESNET18, {"batch": "8"})   # the file's batch is 1: a 400
+    assert status.startswith("Error: ")
+    for element in ("ranking", "breakdown", "warnings-box"):
+        assert not browser.find_element(By.ID, element).is_displayed(), element
+    assert browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr") == []
+
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    llm_status = browser.find_element(By.ID, "llm-status")
+    for gpu, done in (("a100-80gb", "Done."), ("no-such-gpu", "Error: unknown GPU 'no-such-gpu'")):
+        for field, value in (("llm-model", "llama-3.1-8b"), ("llm-gpu", gpu)):
+            box = browser.find_element(By.ID, field)
+            box.clear()
+            box.send_keys(value)
+        browser.execute_script("arguments[0].textContent = ''", llm_status)
+        browser.find_element(By.ID, "llm-button").click()
+        wait.until(lambda d: llm_status.text == "Done." or llm_status.text.startswith("Error"))
+        assert llm_status.text.startswith(done), llm_status.text
+    assert not browser.find_element(By.ID, "llm-result").is_displayed()
+    assert browser.find_elements(By.CSS_SELECTOR, "#llm-result dd, #llm-warnings li") == []

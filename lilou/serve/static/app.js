@@ -81,16 +81,20 @@ function parseValues(text) {
   return values;
 }
 
-function modelForm(extra) {
-  const form = new FormData();
-  form.append("file", $("file").files[0]);
-  if ($("batch").value) form.append("batch", $("batch").value);
+// The model and its options as the form holds them now: a ranking keeps these, so that its breakdowns predict
+// what its table shows even after the form has changed (a breakdown read the live form: batch 64 under a table of batch 1).
+function modelInputs() {
+  const inputs = { file: $("file").files[0], batch: $("batch").value || null, precision: $("precision").value || null };
   const shapes = parseShapes($("shapes").value);
-  if (Object.keys(shapes).length) form.append("shapes", JSON.stringify(shapes));
+  inputs.shapes = Object.keys(shapes).length ? JSON.stringify(shapes) : null;
   const values = parseValues($("values").value);
-  if (Object.keys(values).length) form.append("values", JSON.stringify(values));
-  if ($("precision").value) form.append("precision", $("precision").value);
-  for (const [k, v] of Object.entries(extra)) if (v !== null && v !== undefined) form.append(k, v);
+  inputs.values = Object.keys(values).length ? JSON.stringify(values) : null;
+  return inputs;
+}
+
+function modelForm(inputs, extra) {
+  const form = new FormData();
+  for (const [k, v] of Object.entries({ ...inputs, ...extra })) if (v !== null && v !== undefined) form.append(k, v);
   return form;
 }
 
@@ -107,6 +111,22 @@ function showWarnings(lists) {
 }
 
 let rankWarnings = [];
+let rankedInputs = null;   // the inputs of the ranking on screen (modelInputs)
+
+// An error leaves no figures of an earlier request on screen, as if they answered this one.
+function clearRanking() {
+  rankedInputs = null;
+  rankWarnings = [];
+  $("ranking").hidden = true;
+  $("ranking").tBodies[0].replaceChildren();
+  clearBreakdown();
+  showWarnings([]);
+}
+
+function clearBreakdown() {
+  $("breakdown").hidden = true;
+  $("chart").replaceChildren();
+}
 
 function renderRanking(entries) {
   const table = $("ranking");
@@ -168,19 +188,26 @@ function renderChart(prediction) {
   const device = prediction.mig ? `${prediction.gpu} MIG ${prediction.mig}` : prediction.gpu;
   const interval = Array.isArray(prediction.interval_ms)
     ? ` (90 % interval ${ms(prediction.interval_ms[0])} – ${ms(prediction.interval_ms[1])} ms)` : "";
-  $("breakdown-title").textContent =
-    `Kernel breakdown on ${device}: ${ms(prediction.latency_ms)} ms${interval}, ${prediction.kernels.length} kernels`;
+  const batch = prediction.batch === null || prediction.batch === undefined ? "" : `, batch ${prediction.batch}`;
+  $("breakdown-title").textContent = `Kernel breakdown on ${device}${batch}: ${ms(prediction.latency_ms)} ms${interval}, ` +
+    `${prediction.kernels.length} kernels`;
   $("breakdown").hidden = false;
 }
 
 async function breakdown(gpu, mig) {
+  const inputs = rankedInputs;
+  if (!inputs) return;
   $("rank-status").textContent = `Predicting the kernels on ${gpu}${mig ? " MIG " + mig : ""}…`;
   try {
-    const { data } = await call("/v1/predict", modelForm({ gpu, mig }));
+    const { data } = await call("/v1/predict", modelForm(inputs, { gpu, mig }));
+    if (inputs !== rankedInputs) return;   // another ranking replaced this one meanwhile
     renderChart(data);
     showWarnings([rankWarnings, data.warnings]);
     $("rank-status").textContent = "Done.";
   } catch (error) {
+    if (inputs !== rankedInputs) return;
+    clearBreakdown();
+    showWarnings([rankWarnings]);
     $("rank-status").textContent = `Error: ${error.message}`;
   }
 }
@@ -199,12 +226,16 @@ async function rank(event) {
   $("rank-button").disabled = true;
   $("rank-status").textContent = "Ranking…";
   try {
-    const { data, response } = await call("/v1/rank", modelForm({ gpus: devices ? devices.join(",") : null }));
+    const inputs = modelInputs();
+    const { data, response } = await call("/v1/rank", modelForm(inputs, { gpus: devices ? devices.join(",") : null }));
+    clearRanking();
+    rankedInputs = inputs;
     rankWarnings = JSON.parse(response.headers.get("Lilou-Warnings") || "[]");
     renderRanking(data);
     showWarnings([rankWarnings]);
     if (data.length) await breakdown(data[0].gpu, data[0].mig);
   } catch (error) {
+    clearRanking();
     $("rank-status").textContent = `Error: ${error.message}`;
   } finally {
     $("rank-button").disabled = false;
@@ -216,8 +247,20 @@ const LLM_FIELDS = [["ttft_ms", "time to first token (ms)"], ["itl_ms", "inter-t
                     ["e2e_ms", "end to end (ms)"], ["tokens_per_s", "tokens/s"], ["power_w", "power (W)"],
                     ["energy_per_token_j", "energy per token (J)"], ["max_batch_fitting", "largest batch that fits"]];
 
+function clearLLM() {
+  $("llm-result").hidden = true;
+  $("llm-result").replaceChildren();
+  $("llm-warnings").replaceChildren();
+}
+
 async function llm(event) {
   event.preventDefault();
+  const config = $("llm-config").files[0];
+  if (!config && !$("llm-model").value.trim()) {  // the box is not `required`: a chosen config.json stands for it
+    clearLLM();
+    $("llm-status").textContent = "Give a model name, or choose a config.json.";
+    return;
+  }
   const body = {
     model: $("llm-model").value.trim(), gpu: $("llm-gpu").value.trim(), mig: $("llm-mig").value.trim() || null,
     tp: Number($("llm-tp").value), batch: Number($("llm-batch").value),
@@ -226,7 +269,6 @@ async function llm(event) {
   };
   $("llm-status").textContent = "Predicting…";
   try {
-    const config = $("llm-config").files[0];
     let request = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
     if (config) {  // an uploaded config.json stands for the model name (multipart part "file")
       const form = new FormData();
@@ -237,10 +279,11 @@ async function llm(event) {
       request = { method: "POST", body: form };
     }
     const response = await fetch("/v1/llm", request);
-    const data = await response.json();
-    if (!response.ok) throw new Error(data.detail || `HTTP ${response.status}`);
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = null; }
+    if (!response.ok) throw new Error(data && data.detail ? data.detail : `HTTP ${response.status}`);
+    clearLLM();
     const dl = $("llm-result");
-    dl.replaceChildren();
     for (const [key, name] of LLM_FIELDS) {
       if (!(key in data)) continue;
       const value = typeof data[key] === "number" ? Number(data[key].toPrecision(4)) : data[key];
@@ -264,6 +307,7 @@ async function llm(event) {
     ul.replaceChildren(...(data.warnings || []).map((w) => el("li", w)));
     $("llm-status").textContent = "Done.";
   } catch (error) {
+    clearLLM();
     $("llm-status").textContent = `Error: ${error.message}`;
   }
 }
