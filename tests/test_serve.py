@@ -1112,3 +1112,15 @@ def test_lilou_serve_with_a_nan_option_exits_2_with_one_line():
                           capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "lilou: error: --max-upload-mb must be positive: a finite number of MiB, not nan\n"
+
+
+# --------------------------------------------------------------------------- as the CLI takes them
+def test_a_prices_key_cannot_price_another_device(client):
+    """A key was pasted into CSV text: {"a10g,5\\nt4": 0.5} priced t4 at 0.5 and a10g at 5 (report ua39a item 13).
+    Each pair is checked as it is, as the Python API checks a prices mapping."""
+    injected = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "gpus": "a10g,t4", "batches": [1],
+                                             "prices": {"a10g,5\nt4": 0.5}})
+    assert injected.status_code == 400 and injected.json()["detail"].startswith("prices: unknown GPU 'a10g,5 t4'")
+    twice = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "batches": [1],
+                                          "prices": {"a10g": 1.0, "A10G": 2.0}})
+    assert (twice.status_code, twice.json()) == (400, {"detail": "prices: a10g is priced twice"})

@@ -242,9 +242,15 @@ class Service:
         from lilou.plan import read_prices
 
         if isinstance(prices, dict):
-            text = "device,usd_per_hour\n" + "".join(f"{name},{price!r}\n" for name, price in prices.items())
-        else:
-            text = prices
+            # each pair checked as it is (it was written as a CSV line: a key "a10g,5\nt4" priced two devices)
+            from lilou.plan.prices import checked_prices
+
+            try:
+                return checked_prices(prices)
+            except LilouInputError as exc:
+                message = str(exc)
+                raise type(exc)(message if message.startswith("prices") else f"prices: {message}") from None
+        text = prices
         folder = Path(tempfile.mkdtemp(prefix="lilou-prices-"))
         try:
             path = folder / "prices.csv"
