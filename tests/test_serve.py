@@ -1115,6 +1115,18 @@ def test_lilou_serve_with_a_nan_option_exits_2_with_one_line():
 
 
 # --------------------------------------------------------------------------- as the CLI takes them
+def test_gpus_that_name_nothing_are_refused_as_the_cli_refuses_them(client):
+    """`gpus: ",,"` (or an empty form field, as a tool joining an empty selection sends) ranked every device; `lilou
+    rank --gpus ,,` and `--gpus ''` refuse it (report ua39a item 15)."""
+    detail = "no GPU named; list GPUs like --gpus a10g,t4,a100-80gb/1g.10gb (see `lilou gpus`)"
+    for response in (client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": ",,"}),
+                     client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": ""}),
+                     client.post("/v1/rank", files=_upload(), data={"gpus": ""}),
+                     client.post("/v1/rank?gpus=,", files=_upload()),
+                     client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "gpus": ",,"})):
+        assert (response.status_code, response.json()) == (400, {"detail": detail})
+
+
 def test_a_prices_key_cannot_price_another_device(client):
     """A key was pasted into CSV text: {"a10g,5\\nt4": 0.5} priced t4 at 0.5 and a10g at 5 (report ua39a item 13).
     Each pair is checked as it is, as the Python API checks a prices mapping."""

@@ -37,6 +37,9 @@ API_VERSION = "1"
 #: upload cap (256 MiB) let a JSON body be read whole and parsed: a 20 MiB list of zeros took 120 MB more resident
 #: memory (json.loads keeps ~6x the text), ~1.5 GB per request at 256 MiB. 1 MiB keeps that under ~10 MB.
 MAX_JSON_BYTES = 2**20
+#: Fields whose empty text is an empty list, not a field left out: "gpus" joined from an empty selection names no
+#: device (lilou rank --gpus '' refuses it) instead of asking for every device.
+LISTS = ("gpus",)
 
 
 def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
@@ -115,7 +118,8 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
         raise unsupported(content_type)
     try:
         try:
-            parsed_request = schema.model_validate({k: (None if v == "" else v) for k, v in fields.items()})
+            parsed_request = schema.model_validate({k: (None if v == "" and k not in LISTS else v)
+                                                    for k, v in fields.items()})
         except ValidationError as exc:
             raise InvalidField(validation_message(exc.errors())) from None
         if upload is not None and parsed_request.model:

@@ -216,7 +216,7 @@ def request_body(schema: type[BaseModel]) -> dict[str, Any]:
     form["required"] = ["file", *[name for name in form.get("required", []) if name != "model"]]
     form["description"] = ("The same fields as form fields (or query parameters); lists as `a,b,c`, "
                            "objects (shapes, values, prices) as JSON text; a field left out or empty takes its "
-                           "default.")
+                           "default, but gpus: an empty list names no device, as `--gpus ''` does.")
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": json_schema},
                                                           "multipart/form-data": {"schema": form}}}}
 

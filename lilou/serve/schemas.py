@@ -51,10 +51,11 @@ def parse_json(raw: str | bytes) -> Any:
 
 
 def _split_list(value: Any) -> Any:
-    """``"a10g, t4"`` -> ``["a10g", "t4"]``; lists pass through."""
+    """``"a10g, t4"`` -> ``["a10g", "t4"]``; lists pass through. A text that lists nothing (``""``, ``",,"``) is an
+    empty list, which names no device, as ``--gpus ,,`` (it was taken as no field: every device)."""
     if isinstance(value, str):
         items = [item.strip() for item in value.split(",")]
-        return [item for item in items if item] or None
+        return [item for item in items if item]
     return value
 
 
