@@ -74,8 +74,10 @@ def test_a_plan_runs_the_network_once_per_distinct_row_across_batches(monkeypatc
             runs.append(len(counts))  # network calls so far
         first, second = sum(counts[:runs[0]]), sum(counts[runs[0]:])
     assert memo == alone
-    # Batch 2 runs only the rungs batch 1 did not need (end_to_end.LADDER_BOUND_MARGIN): its own kernels at batch 2.
-    assert 0 < second < alone_second / 2 and first > 0
+    # Batch 2 runs only the rungs batch 1 did not need (end_to_end.LADDER_BOUND_MARGIN): its own kernels at batch 2
+    # (on the devices asked for and those priced beside them for the bounds' order: 53 % of its rows alone, 48 %
+    # before session 39 priced those).
+    assert 0 < second < alone_second * 0.6 and first > 0
     members = [*predictor.model.kernel_model._members, *predictor.model.tensor_model._members]
     assert all(member.memo is None for member in members)
     # the memo is the thread's that asked for it: a plan in one thread of the service left other threads' predictions
