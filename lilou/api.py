@@ -47,7 +47,7 @@ from lilou.latency.composition.fallback import FallbackModel
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_tf32, kernel_path,
+from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_precision_options, kernel_path,
                                                   kernel_precisions, precision_path, precision_warnings,
                                                   runs_weight_only, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
@@ -191,7 +191,7 @@ class Predictor:
                      ) -> list[Prediction]:
         """:meth:`predict` for several devices (:class:`Device` objects, or names as ``rank`` takes them: ``a10g``,
         ``a100-80gb/1g.10gb``); the graph is read and grouped once."""
-        precision, tf32 = check_precision(precision), check_tf32(tf32)
+        precision, tf32 = check_precision_options(precision, tf32)
         if isinstance(devices, str):
             raise LilouInputError(f"predict_many takes a list of devices, got the string {devices[:80]!r}")
         if not isinstance(devices, Sequence):
@@ -217,7 +217,7 @@ class Predictor:
              shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
              tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None) -> Ranking:
         """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
-        precision, tf32 = check_precision(precision), check_tf32(tf32)
+        precision, tf32 = check_precision_options(precision, tf32)
         devices = rank_devices(gpus)
         base = self._prepared(model, batch, shapes, values)
         entries: list[RankEntry] = []

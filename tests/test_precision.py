@@ -396,3 +396,14 @@ def test_a_float64_model_is_fp64_and_never_faster_than_the_fp64_peak(tmp_path: P
         assert any(w.startswith(f"FP64 GEMMs: no source of the kernel table measured FP64; they are priced as strict-FP32 "
                                 f"kernels on 8-byte tensors, never faster than the FP64 peak ({peak:g} TFLOPS")
                    for w in fp64.warnings)
+
+
+@pytest.mark.parametrize("mode", ["off", "conv"])
+def test_precision_tf32_with_tf32_off_or_conv_is_refused(capsys, mode: str) -> None:
+    """--precision tf32 --tf32 off priced TF32 and dropped the --tf32 without a word (CLI and service alike)."""
+    assert main(["infer", str(EXAMPLE), "--gpu", "a10g", "--precision", "tf32", "--tf32", mode]) == 2
+    assert capsys.readouterr().err == (f"lilou: error: --precision tf32 runs FP32 matmuls and convolutions in TF32, "
+                                       f"which --tf32 {mode} contradicts: give one of the two (--precision fp32 --tf32 "
+                                       "MODE for FP32 with TF32 so)\n")
+    with pytest.raises(LilouInputError, match="contradicts"):
+        Predictor().rank(EXAMPLE, gpus=["a10g"], precision="TF32", tf32="off")

@@ -76,6 +76,16 @@ def check_tf32(tf32: str | None) -> str | None:
     return _choice(tf32, TF32_MODES, "--tf32")
 
 
+def check_precision_options(precision: str | None, tf32: str | None) -> tuple[str | None, str | None]:
+    """Both options checked, and together: ``--precision tf32`` runs every FP32 matmul and convolution in TF32,
+    which ``--tf32 off`` or ``conv`` contradicts (the TF32 was kept and the other dropped without a word)."""
+    precision, tf32 = check_precision(precision), check_tf32(tf32)
+    if precision == "tf32" and tf32 in ("off", "conv"):
+        raise LilouInputError(f"--precision tf32 runs FP32 matmuls and convolutions in TF32, which --tf32 {tf32} "
+                              "contradicts: give one of the two (--precision fp32 --tf32 MODE for FP32 with TF32 so)")
+    return precision, tf32
+
+
 @dataclass(frozen=True)
 class PrecisionPath:
     """The precision of one prediction: the model's (or the override) and TF32 on that device."""
