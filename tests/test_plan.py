@@ -309,7 +309,7 @@ def test_an_llm_plan_of_tensor_parallel_replicas(capsys, tmp_path):
     assert entry["usd_per_million"] == pytest.approx(12.0 / (3600 * entry["throughput_per_s_at_upper"]) * 1e6,
                                                      rel=1e-4)
     code, _, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--tp", "2")
-    assert code == 2 and "--tp apply with --llm" in err
+    assert code == 2 and "--tp applies with --llm" in err
 
 
 def test_llm_plan_over_lilou_llm(capsys):

@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
                                                   ("--kv-dtype", args.kv_dtype), ("--tp", args.tp))
                     if value is not None]
         if llm_only:
-            raise LilouInputError(f"{', '.join(llm_only)} apply with --llm (a decoder LLM planned over lilou llm); an "
+            verb = "applies" if len(llm_only) == 1 else "apply"
+            raise LilouInputError(f"{', '.join(llm_only)} {verb} with --llm (a decoder LLM planned over lilou llm); an "
                                   "ONNX model is planned with --slo-ms T, its precision set by --precision")
         if args.slo_ms is None:
             raise LilouInputError("plan needs --slo-ms T (or --llm MODEL --itl-slo-ms T --input-len I --output-len O)")
