@@ -411,3 +411,16 @@ def test_an_llm_plan_no_device_can_serve_says_why_on_the_largest(capsys):
     assert code == 2 and "FP16" not in err
     assert err.strip() == ("lilou: error: llama-3.1-8b: no device can serve it (3 tried); the largest, a10g: not "
                            "predicted: does not fit on a10g: " + err.split("does not fit on a10g: ")[1].strip())
+
+
+@pytest.mark.parametrize(("options", "named"), [(["--precision", "fp32"], "--precision applies"),
+                                                (["--slo-ms", "5", "--tf32", "on"], "--slo-ms, --tf32 apply"),
+                                                (["--backend", "tvm", "--shape", "x=1x2"], "--shape, --backend apply")])
+def test_onnx_options_with_llm_are_refused(capsys, options, named):
+    """`plan --llm` took --precision fp32 and priced BF16, and took --slo-ms, --tf32, --backend and --shape without a
+    word; the service refuses the same fields."""
+    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--llm", "--itl-slo-ms", "30", "--input-len", "128",
+                         "--output-len", "16", "--gpus", "a10g", *options)
+    assert code == 2 and out == ""
+    assert err == (f"lilou: error: {named} to ONNX models; with --llm a decoder LLM is planned with --itl-slo-ms, "
+                   "--input-len and --output-len, its precision set by --dtype\n")

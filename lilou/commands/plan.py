@@ -70,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
                                   "lilou llm's own (--engine)")
         if args.value:
             raise LilouInputError("--value applies to ONNX models; lilou llm prices a decoder step by step itself")
+        onnx_only = [option for option, given in (("--slo-ms", args.slo_ms is not None), ("--shape", bool(args.shape)),
+                                                   ("--precision", args.precision is not None),
+                                                   ("--tf32", args.tf32 is not None), ("--backend", args.backend != "eager"))
+                     if given]
+        if onnx_only:  # an LLM plan with --precision fp32 was priced in BF16 without a word (as the service was)
+            verb = "applies" if len(onnx_only) == 1 else "apply"
+            raise LilouInputError(f"{', '.join(onnx_only)} {verb} to ONNX models; with --llm a decoder LLM is planned "
+                                  "with --itl-slo-ms, --input-len and --output-len, its precision set by --dtype")
         plan = _plan_llm(args, gpus, batches, prices)
     else:
         from lilou.api import Predictor
