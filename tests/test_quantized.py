@@ -277,3 +277,22 @@ def test_tensorrt_fp8_plugins_become_onnx_fp8_qdq() -> None:
     quantize = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
     zero_point = next(t for t in model.graph.initializer if t.name == quantize.input[2])
     assert zero_point.data_type == TensorProto.FLOAT8E4M3FN
+
+
+def test_a_dynamic_model_a_session_saved_is_priced_as_the_file_it_came_from(predictor) -> None:
+    """onnxruntime's session fuses quantize_dynamic's MatMulInteger, cast, scale multiplications and bias add into
+    ``MatMulIntegerToFloat`` (``DynamicQuantizeMatMul`` with the activation's quantize too). They had no cost formula:
+    0-FLOP fallback kernels, and the model read as FP32 (1.435 ms, 47 kernels, 20 MFLOPs on a T4 against 3.429 ms,
+    113 kernels, 424 MFLOPs for the file the session read). They are written back as that file's ops."""
+    typed = Path(__file__).resolve().parent / "data" / "typed"
+    saved = predictor.predict(typed / "bert-dynamic-session.onnx", gpu="t4")
+    source = predictor.predict(QUANTIZED / "bert-dynamic.onnx", gpu="t4")
+    assert saved.precision == "int8"
+    assert not any("unsupported op" in w or "no cost formula" in w for w in saved.warnings)
+    assert any("6 DynamicQuantizeMatMul" in w and "6 MatMulIntegerToFloat" in w for w in saved.warnings)
+    assert len(saved.kernels) == len(source.kernels) == 113
+    assert sum(k.flops for k in saved.kernels) == sum(k.flops for k in source.kernels)
+    assert sum(k.bytes for k in saved.kernels) == sum(k.bytes for k in source.kernels)
+    assert Counter(k.type for k in saved.kernels) == Counter(k.type for k in source.kernels)
+    assert Counter(k.type for k in saved.kernels if k.category == "gemm") == {"gemm_int8_tensor": 12, "gemm_sgemm": 4}
+    assert saved.latency_ms == source.latency_ms

@@ -1,0 +1,84 @@
+"""Write the typed test graphs of ``tests/data/typed/`` (weight-free): files other tools wrote from the fixtures of
+``tests/data/quantized/`` (``scripts/make_quantized_fixtures.py``: a ResNet-18 layout at 64 wide, 64x64 images, and a
+two-layer BERT 256 wide, 2x64 tokens, TorchScript exports at opset 17).
+
+onnxruntime and onnxconverter-common are not dependencies of Lilou, so the files are made once here and committed::
+
+    pip install --target /tmp/typed onnxruntime==1.32.0 onnxconverter-common==1.16.0
+    PYTHONPATH=/tmp/typed:. python scripts/make_typed_fixtures.py
+
+The fixtures' weights are stripped; they are filled with random values (the values do not matter to a latency
+prediction, the graph does) before a tool reads them, and stripped again after.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from lilou.zoo.export import strip_weights
+
+ROOT = Path(__file__).resolve().parents[1] / "tests" / "data"
+OUT = ROOT / "typed"
+
+
+def _filled(path: Path) -> onnx.ModelProto:
+    """A stripped fixture with random weights in place of the bytes it does not carry."""
+    model = onnx.load(path, load_external_data=False)
+    rng = np.random.default_rng(0)
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+        shape = tuple(tensor.dims)
+        values = (rng.integers(-8, 8, size=shape) if np.issubdtype(dtype, np.integer)
+                  else rng.standard_normal(shape) * 0.02).astype(dtype)
+        tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+    return model
+
+
+def _session_saved(model: onnx.ModelProto, folder: Path, level: str = "extended") -> onnx.ModelProto:
+    """``model`` as an onnxruntime CPU session saves it (``optimized_model_filepath``)."""
+    import onnxruntime as ort
+
+    source, target = folder / "source.onnx", folder / "saved.onnx"
+    onnx.save(model, source)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED}[level]
+    options.optimized_model_filepath = str(target)
+    ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    return onnx.load(target)
+
+
+def bert_dynamic_session(folder: Path) -> onnx.ModelProto:
+    """``quantized/bert-dynamic.onnx`` (``quantize_dynamic``) as a session saves it: ``MatMulIntegerToFloat`` and
+    ``DynamicQuantizeMatMul`` in place of its MatMulInteger, casts and scale multiplications."""
+    return _session_saved(_filled(ROOT / "quantized" / "bert-dynamic.onnx"), folder)
+
+
+FIXTURES = {"bert-dynamic-session": bert_dynamic_session}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("names", nargs="*", help=f"fixtures to write (default: all of {', '.join(FIXTURES)})")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.names or FIXTURES:
+        with tempfile.TemporaryDirectory() as folder:
+            model = FIXTURES[name](Path(folder))
+        path = args.out / f"{name}.onnx"
+        onnx.save(strip_weights(model, location=f"{name}.weights"), path)
+        ops = Counter((n.domain + "::" if n.domain else "") + n.op_type for n in model.graph.node)
+        print(f"{path.name}: {path.stat().st_size // 1024} KB, {dict(ops.most_common(8))}")
+
+
+if __name__ == "__main__":
+    main()
