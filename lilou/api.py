@@ -290,8 +290,11 @@ class Predictor:
                     "FP16 tensor cores")
             graph = retyped(prepared.graph, check_precision(precision), activations="float16")
         else:
+            quantized = prepared.graph.dag.graph.get("quantized") and precision not in ("int8", "fp8")
             note = (f"{said} the file's {stored.upper()} model is priced as run in {precision.upper()}, its kernels on "
-                    "that path and its floating-point tensors stored so (integer tensors keep their types)")
+                    "that path and its floating-point tensors stored so ("
+                    + ("its quantized tensors too: they hold floating-point values; " if quantized else "")
+                    + "integer tensors keep their types)")
             graph = retyped(prepared.graph, check_precision(precision))
         if graph is not prepared.graph and prepared.partition is not None:
             prepared = dataclasses.replace(prepared, graph=graph, kernels=describe_kernels(graph, prepared.partition))

@@ -59,3 +59,29 @@ def test_the_override_is_said_once_with_the_files_own_precision():
                          "kernels on that path and its floating-point tensors stored so (integer tensors keep their "
                          "types)"]
     assert not any(w.startswith("--precision") for w in predictor.predict(EXAMPLE, gpu="a10g", precision="fp32").warnings)
+
+
+def test_a_quantized_files_quantized_tensors_are_stored_as_the_precision_asked():
+    """``--precision fp16`` (fp32) on an INT8 or FP8 file: its quantized activations, weights, INT32 biases and
+    accumulators are floating-point values, stored in 2 (4) bytes. They kept 1 byte (a float convolution reading INT8
+    bytes, which no runtime runs) while the note said the floating-point tensors were stored so."""
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    quantized = DATA / "quantized"
+    for name, bias in (("resnet-qdq.onnx", 32), ("resnet-qoperator.onnx", 32), ("resnet-modelopt-fp8.onnx", 0)):
+        elements = 3 * 64 * 64 + 32 * 3 * 7 * 7 + bias + 32 * 32 * 32  # input, weights, the fold's bias, output
+        for precision, size in (("fp16", 2), ("fp32", 4), ("int8", 1)):
+            prediction = predictor.predict(quantized / name, gpu="t4", precision=precision)
+            conv = next(k for k in prediction.kernels if k.category == "conv")  # the stem
+            assert prediction.precision == precision
+            if precision != "int8":
+                assert any("stored so (its quantized tensors too" in w for w in prediction.warnings)
+            # in INT8 the INT32 bias stays (an INT8 engine adds it so)
+            assert conv.bytes == size * elements + (3 * bias if precision == "int8" else 0), (name, precision)
+    graph = load_graph(quantized / "resnet-qdq.onnx")
+    half = retyped(graph, "fp16")
+    dtypes = {t.dtype for _, data in half.dag.nodes(data=True) if not data["constant"]
+              for t in (*data["inputs"], *data["outputs"]) if t is not None}
+    assert dtypes == {"float16"}
+    assert memory_needed(retyped(graph, "fp32")) == tuple(2 * n for n in memory_needed(half))

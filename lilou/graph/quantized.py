@@ -497,3 +497,22 @@ def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
                     and output not in rewrite.runtime:
                 table[output] = replace(info, dtype=source.dtype, itemsize=source.itemsize)
     return table
+
+
+def quantized_tensors(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> frozenset[str]:
+    """The tensors that are floating-point values stored quantized: typed float in the graph written for shape inference
+    (``model``, inferred) and quantized (or an integer accumulator) at run time (``tensors``, :func:`runtime_types`),
+    and the graph inputs and weights their float stand-ins cast to their own type. ``--precision`` stores these as it
+    stores floats (:mod:`lilou.graph.retype`); token ids, masks and shapes are none of them."""
+    candidates = {name for name, info in tensors.items() if info.dtype in _RUNTIME_DTYPES}
+    if not candidates:
+        return frozenset()
+    graph = model.graph
+    names = {v.name for v in (*graph.input, *graph.value_info, *graph.output)
+             if v.name in candidates and v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in _FLOATS}
+    for node in graph.node:  # a stand-in: a cast of a graph input or weight to its own run-time type
+        if node.op_type == "Cast" and node.input and node.output and node.output[0] in names \
+                and node.input[0] in candidates and tensors[node.input[0]].dtype == tensors[node.output[0]].dtype:
+            names.add(node.input[0])
+    return frozenset(names)
+
