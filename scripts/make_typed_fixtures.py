@@ -62,7 +62,27 @@ def bert_dynamic_session(folder: Path) -> onnx.ModelProto:
     return _session_saved(_filled(ROOT / "quantized" / "bert-dynamic.onnx"), folder)
 
 
-FIXTURES = {"bert-dynamic-session": bert_dynamic_session}
+def _fp16(name: str, **options) -> onnx.ModelProto:
+    """``quantized/<name>.onnx`` converted to FP16 by onnxconverter-common (``options``: what it keeps in FP32)."""
+    from onnxconverter_common import float16
+
+    return float16.convert_float_to_float16(_filled(ROOT / "quantized" / f"{name}.onnx"), **options)
+
+
+def _first_matmuls(name: str, share: float) -> list[str]:
+    model = onnx.load(ROOT / "quantized" / f"{name}.onnx", load_external_data=False)
+    matmuls = [n.name for n in model.graph.node if n.op_type == "MatMul"]
+    return matmuls[:int(len(matmuls) * share)]
+
+
+FIXTURES = {
+    "bert-dynamic-session": bert_dynamic_session,
+    # FP16 conversions, whole and with FP32 islands (op_block_list / node_block_list)
+    "resnet-fp16": lambda folder: _fp16("resnet"),
+    "resnet-fp16-add32": lambda folder: _fp16("resnet", keep_io_types=True, op_block_list=["Add"]),
+    "bert-fp16": lambda folder: _fp16("bert"),
+    "bert-fp16-half32": lambda folder: _fp16("bert", node_block_list=_first_matmuls("bert", 0.5)),
+}
 
 
 def main() -> None:

@@ -72,3 +72,48 @@ def retyped(graph: ModelGraph, precision: str, activations: str | None = None) -
             edge["bytes"] = sum(produced[name].nbytes or 0 for name in edge["tensors"] if name in produced)
     return dataclasses.replace(graph, dag=dag, inputs=[stored(t) for t in graph.inputs],
                                outputs=[stored(t) for t in graph.outputs])
+
+
+def without_redundant_casts(original: ModelGraph, graph: ModelGraph) -> tuple[ModelGraph, list[str]]:
+    """``graph`` (``original`` retyped) less the Casts it made casts to their own type, and their names: a mixed
+    precision file's conversions between its islands, once both sides are stored alike. Their readers read what they
+    cast; a Cast writing a graph output stays. Eager's ``.to()`` of a tensor of that type returns the tensor, and the
+    file typed so has no Cast there: kept, the casts split the kernels they sat between (the bias add of a linear
+    layer from its matmul: BERT-base with half its matmuls kept in FP32 by onnxconverter-common, asked in FP16, had
+    244 kernels, the FP16 file 208)."""
+    outputs = {t.name for t in graph.outputs if t is not None}
+    before = original.dag.nodes
+
+    def converts(data: dict) -> bool:
+        source = data["inputs"][0] if data["inputs"] else None
+        output = data["outputs"][0] if data["outputs"] else None
+        return source is not None and output is not None and source.dtype != output.dtype
+
+    casts = [name for name, data in graph.dag.nodes(data=True)
+             if data["op"] == "Cast" and not data["constant"] and data["inputs"] and data["outputs"]
+             and data["inputs"][0] is not None and data["outputs"][0] is not None
+             and data["outputs"][0].name not in outputs and not converts(data)
+             and name in before and converts(before[name])]
+    if not casts:
+        return graph, []
+    dag = graph.dag.copy()
+    for name in sorted(casts, key=lambda n: dag.nodes[n]["order"]):
+        data = dag.nodes[name]
+        source, output = data["inputs"][0], data["outputs"][0]
+        writer = next((p for p in dag.predecessors(name) if source.name in dag.edges[p, name]["tensors"]), None)
+        for reader in list(dag.successors(name)):
+            read = dag.nodes[reader]
+            read["inputs"] = [source if t is not None and t.name == output.name else t for t in read["inputs"]]
+            if writer is None:
+                continue
+            if dag.has_edge(writer, reader):
+                edge = dag.edges[writer, reader]
+                if source.name not in edge["tensors"]:
+                    edge["tensors"] = [*edge["tensors"], source.name]
+                    edge["bytes"] = edge["bytes"] + (source.nbytes or 0)
+            else:
+                dag.add_edge(writer, reader, tensor=source.name, tensors=[source.name], shape=source.shape,
+                             dtype=source.dtype, bytes=source.nbytes or 0)
+        dag.remove_node(name)
+    return dataclasses.replace(graph, dag=dag), casts
+
