@@ -69,6 +69,44 @@ def _fp16(name: str, **options) -> onnx.ModelProto:
     return float16.convert_float_to_float16(_filled(ROOT / "quantized" / f"{name}.onnx"), **options)
 
 
+def _int8_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
+    """INT8 Q/DQ inserted into an FP16 model as NVIDIA ModelOpt's ONNX PTQ writes it for a half-precision model: every
+    MatMul, Conv and Gemm with a constant FP16 weight reads DequantizeLinear(INT8 weight, FP16 per-channel scale) and
+    DequantizeLinear(QuantizeLinear(activation)) with an FP16 scalar scale; opset 19 (DequantizeLinear-19 takes FP16
+    scales)."""
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    nodes, added = [], []
+    for node in graph.node:
+        weight = weights.get(node.input[1]) if node.op_type in ("MatMul", "Conv", "Gemm") else None
+        if weight is not None and weight.data_type == onnx.TensorProto.FLOAT16:
+            values = numpy_helper.to_array(weight).astype(np.float32)
+            axis = 1 if node.op_type == "MatMul" else 0  # MatMul [K, N]; Conv [O, I, kh, kw]; Gemm (transB) [N, K]
+            reduced = tuple(i for i in range(values.ndim) if i != axis)
+            scale = (np.abs(values).max(axis=reduced) / 127 + 1e-8).astype(np.float16)
+            shape = [1] * values.ndim
+            shape[axis] = -1
+            quantized = np.clip(np.round(values / scale.astype(np.float32).reshape(shape)), -127, 127).astype(np.int8)
+            p = f"{node.name}/q_"
+            added += [numpy_helper.from_array(quantized, p + "w"), numpy_helper.from_array(scale, p + "ws"),
+                      numpy_helper.from_array(np.zeros(scale.shape, np.int8), p + "wz"),
+                      numpy_helper.from_array(np.float16(0.05), p + "as"), numpy_helper.from_array(np.int8(0), p + "az")]
+            nodes += [helper.make_node("QuantizeLinear", [node.input[0], p + "as", p + "az"], [p + "aq"], name=p + "qa"),
+                      helper.make_node("DequantizeLinear", [p + "aq", p + "as", p + "az"], [p + "ad"], name=p + "dqa"),
+                      helper.make_node("DequantizeLinear", [p + "w", p + "ws", p + "wz"], [p + "wd"], name=p + "dqw",
+                                       axis=axis)]
+            node.input[0], node.input[1] = p + "ad", p + "wd"
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(added)
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = max(opset.version, 19)
+    onnx.checker.check_model(model)
+    return model
+
+
 def _first_matmuls(name: str, share: float) -> list[str]:
     model = onnx.load(ROOT / "quantized" / f"{name}.onnx", load_external_data=False)
     matmuls = [n.name for n in model.graph.node if n.op_type == "MatMul"]
@@ -82,6 +120,8 @@ FIXTURES = {
     "resnet-fp16-add32": lambda folder: _fp16("resnet", keep_io_types=True, op_block_list=["Add"]),
     "bert-fp16": lambda folder: _fp16("bert"),
     "bert-fp16-half32": lambda folder: _fp16("bert", node_block_list=_first_matmuls("bert", 0.5)),
+    # an FP16 model with INT8 Q/DQ, as ModelOpt writes it
+    "resnet-fp16-int8qdq": lambda folder: _int8_qdq(_fp16("resnet")),
 }
 
 

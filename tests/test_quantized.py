@@ -296,3 +296,37 @@ def test_a_dynamic_model_a_session_saved_is_priced_as_the_file_it_came_from(pred
     assert Counter(k.type for k in saved.kernels) == Counter(k.type for k in source.kernels)
     assert Counter(k.type for k in saved.kernels if k.category == "gemm") == {"gemm_int8_tensor": 12, "gemm_sgemm": 4}
     assert saved.latency_ms == source.latency_ms
+
+
+def test_an_fp16_model_with_int8_qdq_is_read_as_int8(predictor) -> None:
+    """ModelOpt's INT8 Q/DQ in a half-precision model (FP16 scales, opset 19; tests/data/typed). The float stand-ins
+    were written as casts to FP32, so every op they fed inferred FP32 against the FP16 the file states, and the file was
+    refused ("shape inference failed ... (1) vs (10)", with a hint about --batch and --shape). They follow the scales'
+    float type now."""
+    typed = Path(__file__).resolve().parent / "data" / "typed"
+    prediction = predictor.predict(typed / "resnet-fp16-int8qdq.onnx", gpu="t4")
+    assert prediction.precision == "int8"
+    assert not any("unsupported op" in w or "unknown shape" in w for w in prediction.warnings)
+    convs = [k for k in prediction.kernels if k.category == "conv"]
+    assert len(convs) == 20 and {k.type for k in convs} == {"conv_int8_tensor"}
+    # INT8 input and weights, the fold's FP16 bias, the FP16 output (ModelOpt quantizes what a convolution reads)
+    assert convs[0].bytes == 3 * 64 * 64 + 32 * 3 * 7 * 7 + 2 * 32 + 2 * 32 * 32 * 32
+
+
+def test_an_fp16_qdq_matmul_writing_the_graph_output_keeps_its_type() -> None:
+    """The minimal case: an FP16 graph whose quantized MatMul writes the FP16 graph output."""
+    initializers = [helper.make_tensor("scale", TensorProto.FLOAT16, [], [0.05]),
+                    helper.make_tensor("point", TensorProto.INT8, [], [0]),
+                    helper.make_tensor("w_scale", TensorProto.FLOAT16, [512], [0.01] * 512),
+                    helper.make_tensor("w", TensorProto.INT8, [256, 512], [0] * (256 * 512))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "point"], ["x_q"], name="x_quantize"),
+             helper.make_node("DequantizeLinear", ["x_q", "scale", "point"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", ["w", "w_scale"], ["w_dq"], axis=1),
+             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"], name="matmul")]
+    model = make_model(nodes, [tensor("x", [8, 256], TensorProto.FLOAT16)], [tensor("y", [8, 512], TensorProto.FLOAT16)],
+                       initializers, opset=19)
+    graph = build_graph(model, name="fp16-qdq")
+    matmul = graph.dag.nodes["matmul"]
+    assert [t.dtype for t in matmul["inputs"]] == ["int8", "int8"] and matmul["outputs"][0].dtype == "float16"
+    assert matmul["bytes_read"] == 8 * 256 + 256 * 512 and matmul["bytes_written"] == 2 * 8 * 512
+    assert graph.outputs[0].dtype == "float16"

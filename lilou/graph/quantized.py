@@ -182,7 +182,11 @@ class _Rewriter:
         self.result = QuantizedRewrite(stored={t: k for t, k in self.types.items() if k in _WRITABLE_TYPES})
         self.alias: dict[str, str] = {}       # tensor -> the tensor its readers read instead
         self.renamed: dict[str, str] = {}     # tensor -> the name its producer writes instead
-        self.shims: dict[str, str] = {}       # constant or graph input of another type -> its float stand-in
+        self.shims: dict[str, tuple[str, int]] = {}  # constant or graph input of another type -> its float stand-in
+        # the float type the stand-ins are written in: the scales' (an FP16 model quantized by ModelOpt: FP16)
+        scales = Counter(self.types.get(n.input[1]) for n in self.graph.node
+                         if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 1)
+        self.float_type = next((k for k, _ in scales.most_common() if k in _FLOATS), TensorProto.FLOAT)
         self.nodes: list[onnx.NodeProto] = []
         self.dropped: set[str] = set()        # outputs of file nodes whose only reader a rewrite replaced
 
@@ -217,8 +221,8 @@ class _Rewriter:
                 node.input[i] = self._float(name) if self.types.get(name) in QUANTIZED_TYPES else name
             for i, name in enumerate(node.output):
                 node.output[i] = self.renamed.get(name, name)
-        shims = [helper.make_node("Cast", [source], [shim], name=f"{source}/lilou_as_float", to=TensorProto.FLOAT)
-                 for source, shim in self.shims.items()]
+        shims = [helper.make_node("Cast", [source], [shim], name=f"{source}/lilou_as_float", to=to)
+                 for source, (shim, to) in self.shims.items()]
         del self.graph.node[:]
         self.graph.node.extend(shims + self.nodes)
         self._float_value_infos()
@@ -232,16 +236,22 @@ class _Rewriter:
             name, seen = self.alias[name], seen + 1
         return self.renamed.get(name, name)
 
-    def _float(self, name: str) -> str:
+    def _float(self, name: str, to: int | None = None) -> str:
         """``name`` as a data input of a written float op: a constant or graph input of another type is read
-        through a float stand-in (a no-kernel cast to its own run-time type)."""
+        through a float stand-in (a no-kernel cast to its own run-time type), typed ``to`` for shape inference (the
+        float type of the op reading it: its scale's; by default the model's, :attr:`float_type`)."""
         kind = self.types.get(name)
         if not name or kind is None or kind in _FLOATS or name not in self.sources:
             return name
         if name not in self.shims:
-            self.shims[name] = f"{name}/lilou_as_float"
-            self.result.runtime[self.shims[name]] = kind
-        return self.shims[name]
+            self.shims[name] = (f"{name}/lilou_as_float", to or self.float_type)
+            self.result.runtime[self.shims[name][0]] = kind
+        return self.shims[name][0]
+
+    def _scale_type(self, node: onnx.NodeProto, position: int = 1) -> int:
+        """The float type of a quantizing node's scale (its float side's type), else the model's."""
+        kind = self.types.get(node.input[position]) if len(node.input) > position else None
+        return kind if kind in _FLOATS else self.float_type
 
     def _quantized_type(self, node: onnx.NodeProto, zero_point: int | None) -> int:
         """The element type a quantizing node writes: its zero point's, ``output_dtype``'s, else UINT8."""
@@ -254,8 +264,9 @@ class _Rewriter:
         return bool(readers) and all(r.op_type == op_type for r in readers) and name not in self.graph_outputs
 
     def _cast(self, node: onnx.NodeProto, source: str, output: str, runtime: int | None) -> None:
-        """A conversion kernel (or a no-kernel cast of a constant) in the node's place."""
-        self.nodes.append(helper.make_node("Cast", [source], [output], name=node.name or output, to=TensorProto.FLOAT))
+        """A conversion kernel (or a no-kernel cast of a constant) in the node's place, typed as its scale."""
+        self.nodes.append(helper.make_node("Cast", [source], [output], name=node.name or output,
+                                           to=self._scale_type(node)))
         if runtime is not None and runtime not in _FLOATS:
             self.result.runtime[output] = runtime
 
@@ -296,9 +307,9 @@ class _Rewriter:
         if self.alias.get(source) is not None and self.renamed.get(self.alias[source]) == output:
             return  # the pair written to a graph output by the op before it
         if output in self.graph_outputs:
-            self._cast(node, self._float(source), output, None)
-        else:
-            self.alias[output] = self._float(source)  # a weight stays stored quantized; an activation is read so
+            self._cast(node, self._float(source, self._scale_type(node)), output, None)
+        else:  # a weight stays stored quantized; an activation is read so
+            self.alias[output] = self._float(source, self._scale_type(node))
 
     def _dynamic(self, node: onnx.NodeProto) -> None:
         """The range of the tensor (one reduction kernel), then its quantized copy (a conversion kernel)."""
@@ -324,7 +335,8 @@ class _Rewriter:
 
     def _qlinear(self, node: onnx.NodeProto, key: tuple[str, str]) -> None:
         op, positions, zero_point = _QLINEAR[key]
-        inputs = [self._float(node.input[p]) for p in positions if p < len(node.input) and node.input[p]]
+        to = self._scale_type(node) if zero_point is not None else None  # x_scale (ConvInteger has none)
+        inputs = [self._float(node.input[p], to) for p in positions if p < len(node.input) and node.input[p]]
         written = helper.make_node(op, inputs, [node.output[0]], name=node.name or node.output[0])
         written.attribute.extend(a for a in node.attribute if a.name in _KEPT.get(op, ()))
         self.nodes.append(written)
