@@ -284,19 +284,25 @@ class Predictor:
         said = f"--precision {precision}:"
         if precision is None or any(w.startswith(said) for w in prepared.warnings):
             return prepared  # no option, or already retyped (a prepared model the caller retyped)
-        from lilou.graph.retype import retyped, without_redundant_casts
+        from lilou.graph.retype import retyped, without_redundant_casts, without_restored_batch_norms
 
         stored = _stored_precision(prepared.graph)
+        source, folded, warnings = prepared.graph, [], prepared.warnings
+        if check_precision(precision) in ("int8", "fp8"):  # the batch norms an INT8 (FP8) runtime folds stay folded
+            source, folded = without_restored_batch_norms(source)
+            if folded:
+                warnings = tuple(w for w in warnings if not w.startswith(f"{len(folded)} BatchNormalization(s) that "
+                                                                         "the exporter folded"))
         if weight_only:
-            graph = retyped(prepared.graph, check_precision(precision), activations="float16")
+            graph = retyped(source, check_precision(precision), activations="float16")
         else:
-            graph = retyped(prepared.graph, check_precision(precision))
+            graph = retyped(source, check_precision(precision))
         if graph is prepared.graph and precision == model_precision(graph).precision:
             return prepared  # stored so already, computed so already
-        graph, dropped = without_redundant_casts(prepared.graph, graph)
+        graph, dropped = without_redundant_casts(source, graph)
         if graph is not prepared.graph and prepared.partition is not None:
             partition = prepared.partition
-            if dropped:  # the kernels they sat between may be one (a linear layer's matmul and bias add)
+            if dropped or folded:  # the kernels they sat between may be one (a linear layer's matmul and bias add)
                 from lilou.fusion.predict import predict_partition
 
                 partition = predict_partition(graph, self.backend)
@@ -315,7 +321,11 @@ class Predictor:
         if dropped:
             note += (f"; the {len(dropped)} Cast(s) between its precisions cast to their own type, and launch no "
                      "kernel, as in a file typed so")
-        return dataclasses.replace(prepared, warnings=(*prepared.warnings, note))
+        if folded:
+            note += (f"; the {len(folded)} BatchNormalization(s) the exporter folded into the convolutions before them "
+                     f"stay folded, as {precision.upper()} runtimes (TensorRT, onnxruntime) run them and as a file "
+                     "quantized so has them")
+        return dataclasses.replace(prepared, warnings=(*warnings, note))
 
     # ---------------------------------------------------------------- helpers
 

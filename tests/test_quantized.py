@@ -330,3 +330,21 @@ def test_an_fp16_qdq_matmul_writing_the_graph_output_keeps_its_type() -> None:
     assert [t.dtype for t in matmul["inputs"]] == ["int8", "int8"] and matmul["outputs"][0].dtype == "float16"
     assert matmul["bytes_read"] == 8 * 256 + 256 * 512 and matmul["bytes_written"] == 2 * 8 * 512
     assert graph.outputs[0].dtype == "float16"
+
+
+def test_precision_int8_on_a_float_export_keeps_its_batch_norms_folded(predictor) -> None:
+    """``--precision int8`` on the TorchScript export: the 20 batch norms the exporter folded were restored as eager
+    runs them (66 kernels, 1.994 ms on a T4), which no INT8 runtime runs and the INT8 file of the same model does not
+    have. They stay folded now, each convolution adding the fold's bias as the INT8 file's do."""
+    asked = predictor.predict(QUANTIZED / "resnet.onnx", gpu="t4", precision="int8")
+    quantized = predictor.predict(QUANTIZED / "resnet-qdq.onnx", gpu="t4")
+    assert not any("BatchNormalization" in k.ops for k in asked.kernels)
+    assert len(asked.kernels) == 46  # 66 less the 20 norms (the ReLUs stay: onnxruntime's quantizer dropped them)
+    convs = [k for k in asked.kernels if k.category == "conv"]
+    assert sorted(k.flops for k in convs) == sorted(k.flops for k in quantized.kernels if k.category == "conv")
+    assert not any(w.startswith("20 BatchNormalization(s) that the exporter folded") for w in asked.warnings)
+    assert any(w.startswith("--precision int8:") and "the 20 BatchNormalization(s) the exporter folded into the "
+               "convolutions before them stay folded" in w for w in asked.warnings)
+    # in FP16 eager runs them: they stay restored
+    half = predictor.predict(QUANTIZED / "resnet.onnx", gpu="t4", precision="fp16")
+    assert sum("BatchNormalization" in k.ops for k in half.kernels) == 20
