@@ -32,7 +32,7 @@ from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
 from lilou.graph.constants import constant_tensors, scalar_integers
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
 from lilou.graph.contrib_ops import restore_contrib_ops
-from lilou.graph.quantized import quantized_tensors, restore_quantized_ops, runtime_types
+from lilou.graph.quantized import folded_nodes, quantized_tensors, restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.fixed_sizes import ResizedInput, input_dims, resized_inputs, unshaped_nodes, with_fixed_sizes
@@ -291,6 +291,7 @@ def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
     dag = _build_dag(inferred, tensors, notes)
     dag.graph["producer"] = inferred.producer_name  # "pytorch" for torch.onnx; its names mean things (fusion)
     dag.graph["quantized"] = quantized_tensors(inferred, tensors)  # floats stored quantized (--precision retypes them)
+    dag.graph["folded"] = folded_nodes(inferred)  # the file's quantize and dequantize nodes folded into others
     check_reshapes(dag)
     check_windows(dag)
     check_splits(inferred.graph, tensors)

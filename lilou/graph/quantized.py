@@ -39,6 +39,7 @@ fuses more (a convolution with its bias, activation and residual add), which the
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -102,6 +103,7 @@ class QuantizedRewrite:
     tensor has at run time where the written graph (float for shape inference) says otherwise."""
 
     replaced: Counter[str] = field(default_factory=Counter)
+    folded: list[str] = field(default_factory=list)          # file nodes no written node stands for (Q/DQ folded)
     runtime: dict[str, int] = field(default_factory=dict)   # tensor -> ONNX element type at run time
     stored: dict[str, int] = field(default_factory=dict)    # integer types the file states (value infos ...)
 
@@ -147,11 +149,32 @@ def is_quantized(model: onnx.ModelProto) -> bool:
                for n in model.graph.node)
 
 
+#: The model metadata key under which the rewrite lists the file's nodes it folded (:func:`folded_nodes`).
+_FOLDED_KEY = "lilou.folded_nodes"
+
+
 def restore_quantized_ops(model: onnx.ModelProto) -> QuantizedRewrite:
-    """Write a quantized graph as its float ops in place (see the module's docstring); nothing for a float one."""
+    """Write a quantized graph as its float ops in place (see the module's docstring); nothing for a float one. The
+    names of the file's nodes that no written node stands for (a quantize or dequantize folded into the op beside
+    it) are kept in the model's metadata, for :func:`folded_nodes`."""
     if not is_quantized(model):
         return QuantizedRewrite()
-    return _Rewriter(model).run()
+    result = _Rewriter(model).run()
+    if result.folded:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = _FOLDED_KEY, json.dumps(result.folded)
+    return result
+
+
+def folded_nodes(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The file's nodes that :func:`restore_quantized_ops` folded into others (``lilou fuse`` lists them, as no
+    kernel of their own)."""
+    value = next((p.value for p in model.metadata_props if p.key == _FOLDED_KEY), None)
+    try:
+        names = json.loads(value) if value else []
+    except ValueError:
+        return ()
+    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
 
 
 class _Rewriter:
@@ -183,6 +206,7 @@ class _Rewriter:
         self.alias: dict[str, str] = {}       # tensor -> the tensor its readers read instead
         self.renamed: dict[str, str] = {}     # tensor -> the name its producer writes instead
         self.shims: dict[str, tuple[str, int]] = {}  # constant or graph input of another type -> its float stand-in
+        self.shim_names: dict[str, str] = {}  # -> the name of the file's dequantize its stand-in takes the place of
         # the float type the stand-ins are written in: the scales' (an FP16 model quantized by ModelOpt: FP16)
         scales = Counter(self.types.get(n.input[1]) for n in self.graph.node
                          if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 1)
@@ -191,8 +215,10 @@ class _Rewriter:
         self.dropped: set[str] = set()        # outputs of file nodes whose only reader a rewrite replaced
 
     def run(self) -> QuantizedRewrite:
-        for node in list(self.graph.node):
+        replaced: list[tuple[onnx.NodeProto, str]] = []
+        for index, node in enumerate(list(self.graph.node)):
             key = (node.domain if node.domain not in _ONNX else "", node.op_type)
+            self.label = node.name or f"{node.op_type}_{index}"  # what Lilou calls the file's node (names.py)
             if not (node.input and node.input[0] and node.output and node.output[0]):
                 self.nodes.append(node)  # a node without its data input or output: the checks name it
                 continue
@@ -214,6 +240,7 @@ class _Rewriter:
                 self.nodes.append(node)
                 continue
             self.result.replaced[node.op_type] += 1
+            replaced.append((node, self.label))
         self.nodes = [node for node in self.nodes if not (node.output and node.output[0] in self.dropped)]
         for node in self.nodes:
             for i, name in enumerate(node.input):
@@ -221,10 +248,15 @@ class _Rewriter:
                 node.input[i] = self._float(name) if self.types.get(name) in QUANTIZED_TYPES else name
             for i, name in enumerate(node.output):
                 node.output[i] = self.renamed.get(name, name)
-        shims = [helper.make_node("Cast", [source], [shim], name=f"{source}/lilou_as_float", to=to)
+        # a stand-in takes the name of the dequantize it replaces (the file's node, not an invented one)
+        shims = [helper.make_node("Cast", [source], [shim], name=self.shim_names.get(source, f"{source}/lilou_as_float"),
+                                  to=to)
                  for source, (shim, to) in self.shims.items()]
         del self.graph.node[:]
         self.graph.node.extend(shims + self.nodes)
+        written = {node.name for node in self.graph.node}
+        self.result.folded = [label for node, label in replaced
+                              if label not in written and (node.name or node.output[0]) not in written]
         self._float_value_infos()
         return self.result
 
@@ -310,6 +342,8 @@ class _Rewriter:
             self._cast(node, self._float(source, self._scale_type(node)), output, None)
         else:  # a weight stays stored quantized; an activation is read so
             self.alias[output] = self._float(source, self._scale_type(node))
+            if source in self.shims:
+                self.shim_names.setdefault(source, self.label)
 
     def _dynamic(self, node: onnx.NodeProto) -> None:
         """The range of the tensor (one reduction kernel), then its quantized copy (a conversion kernel)."""
