@@ -391,3 +391,23 @@ def test_a_quantized_inputs_stand_in_launches_no_kernel_under_tvm(tmp_path: Path
               path)
     tvm = Predictor(backend="tvm").predict(path, gpu="h100-sxm")
     assert [k.nodes for k in tvm.kernels] == [("matmul",)] and tvm.kernels[0].type == "gemm_int8_tensor"
+
+
+def test_sixteen_bit_activations_are_named_and_priced_as_float_math(predictor, tmp_path: Path) -> None:
+    """onnxruntime's QUInt16 activations (opset 21) with INT8 weights: the matmul reads UINT16, which no GPU unit
+    computes in, and is priced as FP32; the note said the tensors were INT8."""
+    initializers = [numpy_helper.from_array(np.array(0.001, dtype=np.float32), "scale"),
+                    numpy_helper.from_array(np.array(0, dtype=np.uint16), "point"),
+                    numpy_helper.from_array(np.zeros((256, 512), dtype=np.int8), "w")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "point"], ["x_q"], name="x_quantize"),
+             helper.make_node("DequantizeLinear", ["x_q", "scale", "point"], ["x_dq"], name="x_dequantize"),
+             helper.make_node("DequantizeLinear", ["w", "scale"], ["w_dq"], name="w_dequantize"),
+             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"], name="matmul")]
+    path = tmp_path / "uint16.onnx"
+    onnx.save(make_model(nodes, [tensor("x", [64, 256])], [tensor("y", [64, 512])], initializers, opset=21), path)
+    prediction = predictor.predict(path, gpu="h100-sxm")
+    matmul = next(k for k in prediction.kernels if k.nodes == ("matmul",))
+    assert prediction.precision == "fp32" and matmul.type == "gemm_sgemm"
+    assert matmul.bytes == 2 * 64 * 256 + 256 * 512 + 4 * 64 * 512  # UINT16 in, INT8 weights, FP32 out
+    note = next(w for w in prediction.warnings if w.startswith("quantized graph"))
+    assert "its tensors in INT16/INT8 (16-bit integers have no GPU math unit" in note

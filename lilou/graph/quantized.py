@@ -61,13 +61,14 @@ QUANTIZED_TYPES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.IN
 
 _TYPE_NAMES = {TensorProto.INT8: "INT8", TensorProto.UINT8: "INT8", TensorProto.INT4: "INT4", TensorProto.UINT4: "INT4",
                TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.FLOAT8E4M3FNUZ: "FP8", TensorProto.FLOAT8E5M2: "FP8",
-               TensorProto.FLOAT8E5M2FNUZ: "FP8"}
+               TensorProto.FLOAT8E5M2FNUZ: "FP8", TensorProto.INT16: "INT16", TensorProto.UINT16: "INT16"}
 
 #: Names of the weights MatMulNBits stores in 4 or 8 bits (their float stand-ins end the same way).
 _WEIGHT_ONLY_SUFFIXES = ("/lilou_4bit", "/lilou_8bit", "/lilou_4bit/lilou_as_float", "/lilou_8bit/lilou_as_float")
 
 #: Types a quantizing node can write (opset 21 adds 16-bit integers); anything else in a file reads as UINT8.
-_WRITABLE_TYPES = QUANTIZED_TYPES | {TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32}
+_SIXTEEN_BIT = frozenset({TensorProto.INT16, TensorProto.UINT16})
+_WRITABLE_TYPES = QUANTIZED_TYPES | _SIXTEEN_BIT | {TensorProto.INT32}
 
 #: QLinear op -> (float op, positions of its data inputs, position of its output zero point or None).
 _QLINEAR = {
@@ -119,8 +120,11 @@ class QuantizedRewrite:
         if activations:
             counts = ", ".join(f"{count} {op}" for op, count in sorted(activations.items()))
             kinds = sorted({_TYPE_NAMES.get(k, "INT8") for name, k in self.runtime.items()
-                            if k in QUANTIZED_TYPES and not name.endswith(_WEIGHT_ONLY_SUFFIXES)})
+                            if k in _SIXTEEN_BIT | QUANTIZED_TYPES and not name.endswith(_WEIGHT_ONLY_SUFFIXES)})
             unit = "/".join(kinds) or "INT8"
+            if "INT16" in kinds:  # onnxruntime's QUInt16/QInt16 activations (opset 21)
+                unit += (" (16-bit integers have no GPU math unit: the convolutions and matmuls reading them are priced "
+                         "as the float math a GPU runs them in, FP32)")
             if "DynamicQuantizeLinear" in activations:
                 # the dynamic form quantizes at run time: nothing is folded, and the file writes every step as an op
                 lines.append(f"dynamically quantized graph ({counts}): each DynamicQuantizeLinear is priced as the "
