@@ -376,3 +376,20 @@ def test_int8_below_the_16_bit_rate_is_said() -> None:
                     "the GPU database's datasheet figures): INT8 GEMMs are priced slower than 16-bit ones there")
     assert slower_than_16_bit("int8", [resolve_device("b200")]) == []
     assert note in Predictor().predict(EXAMPLE, gpu="b300", precision="int8").warnings
+
+
+def test_a_cast_writes_the_type_it_names_whatever_a_value_info_says(tmp_path: Path) -> None:
+    """onnxconverter-common's ``keep_io_types`` leaves the output Cast's value info at FP16 while it casts to FP32 (the
+    graph output FLOAT; onnxruntime returns float32): the cast read as one to its own type, a view launching nothing,
+    and the graph's output as FP16."""
+    nodes = [onnx.helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             onnx.helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT, name="output_cast")]
+    model = make_model(nodes, [tensor("x", [64, 1024], TensorProto.FLOAT16)], [tensor("y", [64, 1024])],
+                       [weight("w", [1024, 1024], dtype="float16")])
+    model.graph.value_info.append(tensor("y", [64, 1024], TensorProto.FLOAT16))  # the converter's stale one
+    graph = build_graph(model)
+    assert graph.outputs[0].dtype == "float32" and graph.dag.nodes["output_cast"]["bytes_written"] == 4 * 64 * 1024
+    path = tmp_path / "fp16io.onnx"
+    onnx.save(model, path)
+    prediction = Predictor().predict(path, gpu="t4")
+    assert [k.nodes for k in prediction.kernels] == [("mm",), ("output_cast",)]

@@ -386,6 +386,14 @@ def _graph_tensor_table(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
             for attr in node.attribute:
                 if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
                     table[node.output[0]] = _make_info(node.output[0], tuple(attr.t.dims), attr.t.data_type)
+        elif node.op_type == "Cast" and node.domain in ("", "ai.onnx") and node.output and node.output[0] in table:
+            # a Cast writes the type it names, whatever a stale value info says (onnxconverter-common's keep_io_types
+            # leaves FP16 on the output Cast to FP32: it read as a cast to its own type, no kernel, and the graph's
+            # output as FP16 where onnxruntime returns FP32)
+            to = next((a.i for a in node.attribute if a.name == "to" and a.type == onnx.AttributeProto.INT), None)
+            info = table[node.output[0]]
+            if to is not None and _element_type(to)[0] not in ("unknown", info.dtype):
+                table[node.output[0]] = _make_info(info.name, info.shape, to)
     return table
 
 
