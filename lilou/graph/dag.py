@@ -680,6 +680,8 @@ def _listed(names: Sequence[str], limit: int = 5) -> str:
 
 #: onnxruntime's domain for its CPU-only blocked-channel layout (``NchwcTransformer``).
 NCHWC_DOMAIN = "com.microsoft.nchwc"
+#: The names onnxruntime's CPU session gives the casts it inserts around FP16 ops it runs in FP32.
+_CPU_PRECISION_CASTS = "InsertedPrecisionFreeCast_"
 
 
 def _warnings(dag: nx.DiGraph) -> list[str]:
@@ -694,6 +696,12 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                         f"{NCHWC_DOMAIN}: saved after ORT_ENABLE_ALL on a CPU, channels in blocks of 8 or 16), "
                         "which no GPU runs: priced on the memory-bound fallback; save the model at "
                         "ORT_ENABLE_EXTENDED, or pass the export, to price its convolutions")
+    inserted = sum(1 for n, d in dag.nodes(data=True) if d["op"] == "Cast" and n.startswith(_CPU_PRECISION_CASTS))
+    if inserted:  # onnxruntime's InsertCastTransformer: FP16 ops its CPU provider lacks, computed in FP32
+        warnings.append(f"{inserted} Cast(s) named {_CPU_PRECISION_CASTS}*: an onnxruntime CPU session saved this "
+                        "model after moving the FP16 ops its CPU kernels lack to FP32, which a GPU runtime does not "
+                        "do; priced as saved (those ops in FP32, the casts as kernels): pass the model the session "
+                        "read, or --precision fp16, to price it in FP16")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "
