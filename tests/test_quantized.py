@@ -411,3 +411,35 @@ def test_sixteen_bit_activations_are_named_and_priced_as_float_math(predictor, t
     assert matmul.bytes == 2 * 64 * 256 + 256 * 512 + 4 * 64 * 512  # UINT16 in, INT8 weights, FP32 out
     note = next(w for w in prediction.warnings if w.startswith("quantized graph"))
     assert "its tensors in INT16/INT8 (16-bit integers have no GPU math unit" in note
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("fp8-at-opset-18", "quantizes to FP8, which the op takes from opset 19; the file's opset is 18"),
+    ("axis-out-of-range", "has axis 7 for its 2-D input 'x'"),
+    ("one-output", "has 1 output(s) but writes three"),
+])
+def test_quantizers_onnx_refuses_are_bad_input(case: str, message: str) -> None:
+    """Files ONNX's checker or onnxruntime refuse were priced (exit 0): FP8 Q/DQ at opset 18, a per-axis quantize
+    whose axis is not one of its input's, a DynamicQuantizeLinear with one output."""
+    from lilou.errors import LilouInputError
+
+    if case == "fp8-at-opset-18":
+        model = _qdq_matmul(TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FN)
+        next(o for o in model.opset_import if o.domain in ("", "ai.onnx")).version = 18
+    elif case == "axis-out-of-range":
+        initializers = [numpy_helper.from_array(np.full(256, 0.1, dtype=np.float32), "scale"),
+                        numpy_helper.from_array(np.zeros(256, dtype=np.int8), "point"), weight_of([256, 512])]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "point"], ["x_q"], axis=7),
+                 helper.make_node("DequantizeLinear", ["x_q", "scale", "point"], ["x_dq"], axis=7),
+                 helper.make_node("MatMul", ["x_dq", "w"], ["y"])]
+        model = make_model(nodes, [tensor("x", [8, 256])], [tensor("y", [8, 512])], initializers, opset=19)
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["x_q"]),
+                 helper.make_node("Cast", ["x_q"], ["y"], to=TensorProto.FLOAT)]
+        model = make_model(nodes, [tensor("x", [8, 256])], [tensor("y", [8, 256])], opset=17)
+    with pytest.raises(LilouInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_graph(model)
+
+
+def weight_of(dims: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.zeros(dims, dtype=np.float32), "w")

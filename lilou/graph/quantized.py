@@ -163,11 +163,49 @@ def restore_quantized_ops(model: onnx.ModelProto) -> QuantizedRewrite:
     it) are kept in the model's metadata, for :func:`folded_nodes`."""
     if not is_quantized(model):
         return QuantizedRewrite()
+    check_quantizers(model)
     result = _Rewriter(model).run()
     if result.folded:
         entry = model.metadata_props.add()
         entry.key, entry.value = _FOLDED_KEY, json.dumps(result.folded)
     return result
+
+
+_FP8_TYPES = frozenset({TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                        TensorProto.FLOAT8E5M2FNUZ})
+
+
+def check_quantizers(model: onnx.ModelProto) -> None:
+    """Quantize and dequantize nodes ONNX's checker or onnxruntime refuse are bad input, not priced: FP8 before
+    opset 19 (where the ops take no FP8 type), a per-axis scale's ``axis`` outside the dimensions its input declares
+    (onnxruntime fails when it runs it), a ``DynamicQuantizeLinear`` without its three outputs."""
+    from lilou.errors import LilouInputError
+
+    opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
+    types = element_types(model.graph)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*model.graph.input, *model.graph.value_info)
+             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    ranks.update((t.name, len(t.dims)) for t in model.graph.initializer)
+    for index, node in enumerate(model.graph.node):
+        if node.domain not in _ONNX:
+            continue
+        label = node.name or f"{node.op_type}_{index}"
+        if node.op_type == "DynamicQuantizeLinear" and (len(node.output) != 3 or not all(node.output)):
+            raise LilouInputError(f"node {label!r} (DynamicQuantizeLinear) has {sum(1 for o in node.output if o)} "
+                                  "output(s) but writes three (the quantized tensor, its scale and zero point); the "
+                                  "model is damaged")
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        kinds = {types.get(name) for name in node.input[:1] + node.input[2:3]} | {node_attribute(node, "output_dtype", 0)}
+        if opset < 19 and kinds & _FP8_TYPES:
+            raise LilouInputError(f"node {label!r} ({node.op_type}) quantizes to FP8, which the op takes from opset 19; "
+                                  f"the file's opset is {opset} (onnxruntime and ONNX's checker refuse it): re-export "
+                                  "it at opset 19 or later")
+        axis, rank = node_attribute(node, "axis", None), ranks.get(node.input[0])
+        per_axis = len(node.input) > 1 and ranks.get(node.input[1]) == 1  # a scalar scale ignores the axis
+        if per_axis and isinstance(axis, int) and rank is not None and rank > 0 and not -rank <= axis < rank:
+            raise LilouInputError(f"node {label!r} ({node.op_type}) has axis {axis} for its {rank}-D input "
+                                  f"{node.input[0]!r}; the model is damaged")
 
 
 def folded_nodes(model: onnx.ModelProto) -> tuple[str, ...]:
