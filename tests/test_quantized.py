@@ -191,8 +191,9 @@ def test_a_quantized_graph_input_is_read_without_a_kernel(predictor, tmp_path: P
     conv = graph.dag.nodes["conv"]
     assert [t.dtype for t in conv["inputs"]] == ["uint8", "int8"]
     prediction = predictor.predict(tmp_path / "uint8-input.onnx", gpu="a100-80gb")
-    # One kernel: the float stand-in of the input is a cast to its own type (a view), grouped with the convolution.
-    assert [k.nodes for k in prediction.kernels] == [("image/lilou_as_float", "conv")]
+    # One kernel: the float stand-in of the input is a cast to its own type (a view), grouped with the convolution; it
+    # takes the place, and the name, of the file's (unnamed, first) dequantize.
+    assert [k.nodes for k in prediction.kernels] == [("DequantizeLinear_0", "conv")]
     assert prediction.precision == "int8" and prediction.kernels[0].type == "conv_int8_tensor"
 
 
@@ -277,3 +278,168 @@ def test_tensorrt_fp8_plugins_become_onnx_fp8_qdq() -> None:
     quantize = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
     zero_point = next(t for t in model.graph.initializer if t.name == quantize.input[2])
     assert zero_point.data_type == TensorProto.FLOAT8E4M3FN
+
+
+def test_a_dynamic_model_a_session_saved_is_priced_as_the_file_it_came_from(predictor) -> None:
+    """onnxruntime's session fuses quantize_dynamic's MatMulInteger, cast, scale multiplications and bias add into
+    ``MatMulIntegerToFloat`` (``DynamicQuantizeMatMul`` with the activation's quantize too). They had no cost formula:
+    0-FLOP fallback kernels, and the model read as FP32 (1.435 ms, 47 kernels, 20 MFLOPs on a T4 against 3.429 ms,
+    113 kernels, 424 MFLOPs for the file the session read). They are written back as that file's ops."""
+    typed = Path(__file__).resolve().parent / "data" / "typed"
+    saved = predictor.predict(typed / "bert-dynamic-session.onnx", gpu="t4")
+    source = predictor.predict(QUANTIZED / "bert-dynamic.onnx", gpu="t4")
+    assert saved.precision == "int8"
+    assert not any("unsupported op" in w or "no cost formula" in w for w in saved.warnings)
+    assert any("6 DynamicQuantizeMatMul" in w and "6 MatMulIntegerToFloat" in w for w in saved.warnings)
+    assert len(saved.kernels) == len(source.kernels) == 113
+    assert sum(k.flops for k in saved.kernels) == sum(k.flops for k in source.kernels)
+    assert sum(k.bytes for k in saved.kernels) == sum(k.bytes for k in source.kernels)
+    assert Counter(k.type for k in saved.kernels) == Counter(k.type for k in source.kernels)
+    assert Counter(k.type for k in saved.kernels if k.category == "gemm") == {"gemm_int8_tensor": 12, "gemm_sgemm": 4}
+    assert saved.latency_ms == source.latency_ms
+
+
+def test_an_fp16_model_with_int8_qdq_is_read_as_int8(predictor) -> None:
+    """ModelOpt's INT8 Q/DQ in a half-precision model (FP16 scales, opset 19; tests/data/typed). The float stand-ins
+    were written as casts to FP32, so every op they fed inferred FP32 against the FP16 the file states, and the file was
+    refused ("shape inference failed ... (1) vs (10)", with a hint about --batch and --shape). They follow the scales'
+    float type now."""
+    typed = Path(__file__).resolve().parent / "data" / "typed"
+    prediction = predictor.predict(typed / "resnet-fp16-int8qdq.onnx", gpu="t4")
+    assert prediction.precision == "int8"
+    assert not any("unsupported op" in w or "unknown shape" in w for w in prediction.warnings)
+    convs = [k for k in prediction.kernels if k.category == "conv"]
+    assert len(convs) == 20 and {k.type for k in convs} == {"conv_int8_tensor"}
+    # INT8 input and weights, the fold's FP16 bias, the FP16 output (ModelOpt quantizes what a convolution reads)
+    assert convs[0].bytes == 3 * 64 * 64 + 32 * 3 * 7 * 7 + 2 * 32 + 2 * 32 * 32 * 32
+
+
+def test_an_fp16_qdq_matmul_writing_the_graph_output_keeps_its_type() -> None:
+    """The minimal case: an FP16 graph whose quantized MatMul writes the FP16 graph output."""
+    initializers = [helper.make_tensor("scale", TensorProto.FLOAT16, [], [0.05]),
+                    helper.make_tensor("point", TensorProto.INT8, [], [0]),
+                    helper.make_tensor("w_scale", TensorProto.FLOAT16, [512], [0.01] * 512),
+                    helper.make_tensor("w", TensorProto.INT8, [256, 512], [0] * (256 * 512))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "point"], ["x_q"], name="x_quantize"),
+             helper.make_node("DequantizeLinear", ["x_q", "scale", "point"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", ["w", "w_scale"], ["w_dq"], axis=1),
+             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"], name="matmul")]
+    model = make_model(nodes, [tensor("x", [8, 256], TensorProto.FLOAT16)], [tensor("y", [8, 512], TensorProto.FLOAT16)],
+                       initializers, opset=19)
+    graph = build_graph(model, name="fp16-qdq")
+    matmul = graph.dag.nodes["matmul"]
+    assert [t.dtype for t in matmul["inputs"]] == ["int8", "int8"] and matmul["outputs"][0].dtype == "float16"
+    assert matmul["bytes_read"] == 8 * 256 + 256 * 512 and matmul["bytes_written"] == 2 * 8 * 512
+    assert graph.outputs[0].dtype == "float16"
+
+
+def test_precision_int8_on_a_float_export_keeps_its_batch_norms_folded(predictor) -> None:
+    """``--precision int8`` on the TorchScript export: the 20 batch norms the exporter folded were restored as eager
+    runs them (66 kernels, 1.994 ms on a T4), which no INT8 runtime runs and the INT8 file of the same model does not
+    have. They stay folded now, each convolution adding the fold's bias as the INT8 file's do."""
+    asked = predictor.predict(QUANTIZED / "resnet.onnx", gpu="t4", precision="int8")
+    quantized = predictor.predict(QUANTIZED / "resnet-qdq.onnx", gpu="t4")
+    assert not any("BatchNormalization" in k.ops for k in asked.kernels)
+    assert len(asked.kernels) == 46  # 66 less the 20 norms (the ReLUs stay: onnxruntime's quantizer dropped them)
+    convs = [k for k in asked.kernels if k.category == "conv"]
+    assert sorted(k.flops for k in convs) == sorted(k.flops for k in quantized.kernels if k.category == "conv")
+    assert not any(w.startswith("20 BatchNormalization(s) that the exporter folded") for w in asked.warnings)
+    assert any(w.startswith("--precision int8:") and "the 20 BatchNormalization(s) the exporter folded into the "
+               "convolutions before them stay folded" in w for w in asked.warnings)
+    # in FP16 eager runs them: they stay restored
+    half = predictor.predict(QUANTIZED / "resnet.onnx", gpu="t4", precision="fp16")
+    assert sum("BatchNormalization" in k.ops for k in half.kernels) == 20
+
+
+def test_fuse_lists_every_node_of_a_quantized_file_and_none_of_its_own(capsys) -> None:
+    """``lilou fuse`` on a QDQ file: its 92 DequantizeLinear and 71 QuantizeLinear were in neither ``kernels`` nor
+    ``no_kernel`` and the float stand-ins of its weights appeared under invented names (``<weight>/lilou_as_float``).
+    A stand-in now takes the name of the dequantize it replaces, and the quantize and dequantize nodes folded into the
+    ops beside them are listed as no kernel, reason "folded"."""
+    import json
+
+    from lilou.cli import main
+
+    path = QUANTIZED / "bert-qdq.onnx"
+    assert main(["fuse", str(path), "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    listed = [n for k in payload["kernels"] + payload["no_kernel"] for n in k["nodes"]]
+    assert sorted(listed) == sorted(n.name for n in onnx.load(path, load_external_data=False).graph.node)
+    folded = next(k["nodes"] for k in payload["no_kernel"] if k["reason"] == "folded")
+    # every quantize and dequantize but the 21 dequantizes of the distinct weights and constants, whose stand-ins
+    # (no-kernel casts) take their names
+    model = onnx.load(path, load_external_data=False)
+    weights = {t.name for t in model.graph.initializer}
+    kept = [n for n in model.graph.node if "uantizeLinear" in n.op_type and n.name not in folded]
+    assert len(folded) == 92 + 71 - 21 and len(kept) == 21
+    assert all(n.op_type == "DequantizeLinear" and n.input[0] in weights for n in kept)
+
+
+def test_a_quantized_inputs_stand_in_launches_no_kernel_under_tvm(tmp_path: Path) -> None:
+    """Under ``--backend tvm`` the stand-in of a UINT8 graph input (a cast to its own type) was a memory-bound kernel
+    of its own (0.0617 ms on an H100 against 0.0315 for eager); TVM elides such a cast."""
+    from lilou.api import Predictor
+
+    initializers = [numpy_helper.from_array(np.array(0.02, dtype=np.float32), "scale"),
+                    numpy_helper.from_array(np.array(128, dtype=np.uint8), "point"),
+                    numpy_helper.from_array(np.zeros((256, 512), dtype=np.int8), "w")]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "scale", "point"], ["x_float"], name="x_dequantize"),
+             helper.make_node("DequantizeLinear", ["w", "scale"], ["w_float"], name="w_dequantize"),
+             helper.make_node("MatMul", ["x_float", "w_float"], ["y"], name="matmul")]
+    path = tmp_path / "uint8-input.onnx"
+    onnx.save(make_model(nodes, [tensor("x", [256, 256], TensorProto.UINT8)], [tensor("y", [256, 512])], initializers),
+              path)
+    tvm = Predictor(backend="tvm").predict(path, gpu="h100-sxm")
+    assert [k.nodes for k in tvm.kernels] == [("matmul",)] and tvm.kernels[0].type == "gemm_int8_tensor"
+
+
+def test_sixteen_bit_activations_are_named_and_priced_as_float_math(predictor, tmp_path: Path) -> None:
+    """onnxruntime's QUInt16 activations (opset 21) with INT8 weights: the matmul reads UINT16, which no GPU unit
+    computes in, and is priced as FP32; the note said the tensors were INT8."""
+    initializers = [numpy_helper.from_array(np.array(0.001, dtype=np.float32), "scale"),
+                    numpy_helper.from_array(np.array(0, dtype=np.uint16), "point"),
+                    numpy_helper.from_array(np.zeros((256, 512), dtype=np.int8), "w")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "point"], ["x_q"], name="x_quantize"),
+             helper.make_node("DequantizeLinear", ["x_q", "scale", "point"], ["x_dq"], name="x_dequantize"),
+             helper.make_node("DequantizeLinear", ["w", "scale"], ["w_dq"], name="w_dequantize"),
+             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"], name="matmul")]
+    path = tmp_path / "uint16.onnx"
+    onnx.save(make_model(nodes, [tensor("x", [64, 256])], [tensor("y", [64, 512])], initializers, opset=21), path)
+    prediction = predictor.predict(path, gpu="h100-sxm")
+    matmul = next(k for k in prediction.kernels if k.nodes == ("matmul",))
+    assert prediction.precision == "fp32" and matmul.type == "gemm_sgemm"
+    assert matmul.bytes == 2 * 64 * 256 + 256 * 512 + 4 * 64 * 512  # UINT16 in, INT8 weights, FP32 out
+    note = next(w for w in prediction.warnings if w.startswith("quantized graph"))
+    assert "its tensors in INT16/INT8 (16-bit integers have no GPU math unit" in note
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("fp8-at-opset-18", "quantizes to FP8, which the op takes from opset 19; the file's opset is 18"),
+    ("axis-out-of-range", "has axis 7 for its 2-D input 'x'"),
+    ("one-output", "has 1 output(s) but writes three"),
+])
+def test_quantizers_onnx_refuses_are_bad_input(case: str, message: str) -> None:
+    """Files ONNX's checker or onnxruntime refuse were priced (exit 0): FP8 Q/DQ at opset 18, a per-axis quantize
+    whose axis is not one of its input's, a DynamicQuantizeLinear with one output."""
+    from lilou.errors import LilouInputError
+
+    if case == "fp8-at-opset-18":
+        model = _qdq_matmul(TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FN)
+        next(o for o in model.opset_import if o.domain in ("", "ai.onnx")).version = 18
+    elif case == "axis-out-of-range":
+        initializers = [numpy_helper.from_array(np.full(256, 0.1, dtype=np.float32), "scale"),
+                        numpy_helper.from_array(np.zeros(256, dtype=np.int8), "point"), weight_of([256, 512])]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "point"], ["x_q"], axis=7),
+                 helper.make_node("DequantizeLinear", ["x_q", "scale", "point"], ["x_dq"], axis=7),
+                 helper.make_node("MatMul", ["x_dq", "w"], ["y"])]
+        model = make_model(nodes, [tensor("x", [8, 256])], [tensor("y", [8, 512])], initializers, opset=19)
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["x_q"]),
+                 helper.make_node("Cast", ["x_q"], ["y"], to=TensorProto.FLOAT)]
+        model = make_model(nodes, [tensor("x", [8, 256])], [tensor("y", [8, 256])], opset=17)
+    with pytest.raises(LilouInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_graph(model)
+
+
+def weight_of(dims: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.zeros(dims, dtype=np.float32), "w")

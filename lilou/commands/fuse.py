@@ -44,9 +44,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         partition = predict_partition(graph, args.backend)
     warnings = [*graph.warnings, *partition.warnings]
+    folded = list(graph.dag.graph.get("folded", ()))  # a quantized file's Q/DQ nodes, folded into the ops beside them
     if args.format == "json":
         # the contract's backend and kernels, with where the groups come from and what the table warns of
-        print_json({**partition.to_json(), "source": partition.source, "warnings": warnings})
+        payload = partition.to_json()
+        if folded:
+            payload["no_kernel"].append({"nodes": folded, "reason": "folded"})
+        print_json({**payload, "source": partition.source, "warnings": warnings})
         for warning in warnings:
             warn(warning)
         return 0
@@ -65,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     silent = [g for g in partition.groups if not g.launches and g.reason == "view"]
     if silent:
         out.print(f"{sum(len(g.nodes) for g in silent)} view/metadata node(s) launch no kernel")
+    if folded:
+        out.print(f"{len(folded)} quantize/dequantize node(s) are folded into the ops beside them")
     for warning in warnings:
         out.print(f"[yellow]warning:[/yellow] {warning}")
     return 0

@@ -32,7 +32,7 @@ from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
 from lilou.graph.constants import constant_tensors, scalar_integers
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
 from lilou.graph.contrib_ops import restore_contrib_ops
-from lilou.graph.quantized import restore_quantized_ops, runtime_types
+from lilou.graph.quantized import folded_nodes, quantized_tensors, restore_quantized_ops, runtime_types
 from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.fixed_sizes import ResizedInput, input_dims, resized_inputs, unshaped_nodes, with_fixed_sizes
@@ -290,6 +290,8 @@ def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
     check_sizes(tensors)
     dag = _build_dag(inferred, tensors, notes)
     dag.graph["producer"] = inferred.producer_name  # "pytorch" for torch.onnx; its names mean things (fusion)
+    dag.graph["quantized"] = quantized_tensors(inferred, tensors)  # floats stored quantized (--precision retypes them)
+    dag.graph["folded"] = folded_nodes(inferred)  # the file's quantize and dequantize nodes folded into others
     check_reshapes(dag)
     check_windows(dag)
     check_splits(inferred.graph, tensors)
@@ -384,6 +386,14 @@ def _graph_tensor_table(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
             for attr in node.attribute:
                 if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
                     table[node.output[0]] = _make_info(node.output[0], tuple(attr.t.dims), attr.t.data_type)
+        elif node.op_type == "Cast" and node.domain in ("", "ai.onnx") and node.output and node.output[0] in table:
+            # a Cast writes the type it names, whatever a stale value info says (onnxconverter-common's keep_io_types
+            # leaves FP16 on the output Cast to FP32: it read as a cast to its own type, no kernel, and the graph's
+            # output as FP16 where onnxruntime returns FP32)
+            to = next((a.i for a in node.attribute if a.name == "to" and a.type == onnx.AttributeProto.INT), None)
+            info = table[node.output[0]]
+            if to is not None and _element_type(to)[0] not in ("unknown", info.dtype):
+                table[node.output[0]] = _make_info(info.name, info.shape, to)
     return table
 
 
@@ -670,6 +680,8 @@ def _listed(names: Sequence[str], limit: int = 5) -> str:
 
 #: onnxruntime's domain for its CPU-only blocked-channel layout (``NchwcTransformer``).
 NCHWC_DOMAIN = "com.microsoft.nchwc"
+#: The names onnxruntime's CPU session gives the casts it inserts around FP16 ops it runs in FP32.
+_CPU_PRECISION_CASTS = "InsertedPrecisionFreeCast_"
 
 
 def _warnings(dag: nx.DiGraph) -> list[str]:
@@ -684,6 +696,12 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                         f"{NCHWC_DOMAIN}: saved after ORT_ENABLE_ALL on a CPU, channels in blocks of 8 or 16), "
                         "which no GPU runs: priced on the memory-bound fallback; save the model at "
                         "ORT_ENABLE_EXTENDED, or pass the export, to price its convolutions")
+    inserted = sum(1 for n, d in dag.nodes(data=True) if d["op"] == "Cast" and n.startswith(_CPU_PRECISION_CASTS))
+    if inserted:  # onnxruntime's InsertCastTransformer: FP16 ops its CPU provider lacks, computed in FP32
+        warnings.append(f"{inserted} Cast(s) named {_CPU_PRECISION_CASTS}*: an onnxruntime CPU session saved this "
+                        "model after moving the FP16 ops its CPU kernels lack to FP32, which a GPU runtime does not "
+                        "do; priced as saved (those ops in FP32, the casts as kernels): pass the model the session "
+                        "read, or --precision fp16, to price it in FP16")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "

@@ -108,10 +108,20 @@ def _output_channels(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto])
     return None
 
 
+#: What the name of a restored batch norm, and of the tensor it reads, end with.
+_NORM_SUFFIX, _BEFORE_SUFFIX = "__batch_norm", "__before_batch_norm"
+
+
+def is_restored_batch_norm(name: str, data: dict) -> bool:
+    """Whether a node of an annotated graph is a batch norm :func:`restore_folded_batchnorms` put back."""
+    first = data["inputs"][0] if data["op"] == "BatchNormalization" and data["inputs"] else None
+    return name.endswith(_NORM_SUFFIX) and first is not None and first.name.endswith(_BEFORE_SUFFIX)
+
+
 def _batch_norm_after(node: onnx.NodeProto, channels: int, data_type: int, graph: onnx.GraphProto) -> onnx.NodeProto:
     """A BatchNormalization reading the node's output, which now goes to a new tensor; the metadata moves."""
     base = node.name or node.output[0]
-    before = f"{node.output[0]}__before_batch_norm"
+    before = f"{node.output[0]}{_BEFORE_SUFFIX}"
     if data_type not in _FLOAT_TYPES:
         data_type = onnx.TensorProto.FLOAT
     parameters = []
@@ -121,7 +131,7 @@ def _batch_norm_after(node: onnx.NodeProto, channels: int, data_type: int, graph
     # no training_mode attribute (ONNX would want the running statistics as outputs too): the moved metadata names
     # the training-mode aten call, which is how the graph reader tells (:func:`exported_in_training_mode`)
     norm = helper.make_node("BatchNormalization", [before, *parameters], [node.output[0]],
-                            name=f"{base}__batch_norm", epsilon=1e-5)
+                            name=f"{base}{_NORM_SUFFIX}", epsilon=1e-5)
     kept = [p for p in node.metadata_props if p.key not in _CALL_METADATA]
     moved = [p for p in node.metadata_props if p.key in _CALL_METADATA]
     norm.metadata_props.extend(moved)

@@ -39,6 +39,7 @@ fuses more (a convolution with its bias, activation and residual add), which the
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -60,13 +61,14 @@ QUANTIZED_TYPES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.IN
 
 _TYPE_NAMES = {TensorProto.INT8: "INT8", TensorProto.UINT8: "INT8", TensorProto.INT4: "INT4", TensorProto.UINT4: "INT4",
                TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.FLOAT8E4M3FNUZ: "FP8", TensorProto.FLOAT8E5M2: "FP8",
-               TensorProto.FLOAT8E5M2FNUZ: "FP8"}
+               TensorProto.FLOAT8E5M2FNUZ: "FP8", TensorProto.INT16: "INT16", TensorProto.UINT16: "INT16"}
 
 #: Names of the weights MatMulNBits stores in 4 or 8 bits (their float stand-ins end the same way).
 _WEIGHT_ONLY_SUFFIXES = ("/lilou_4bit", "/lilou_8bit", "/lilou_4bit/lilou_as_float", "/lilou_8bit/lilou_as_float")
 
 #: Types a quantizing node can write (opset 21 adds 16-bit integers); anything else in a file reads as UINT8.
-_WRITABLE_TYPES = QUANTIZED_TYPES | {TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32}
+_SIXTEEN_BIT = frozenset({TensorProto.INT16, TensorProto.UINT16})
+_WRITABLE_TYPES = QUANTIZED_TYPES | _SIXTEEN_BIT | {TensorProto.INT32}
 
 #: QLinear op -> (float op, positions of its data inputs, position of its output zero point or None).
 _QLINEAR = {
@@ -102,6 +104,7 @@ class QuantizedRewrite:
     tensor has at run time where the written graph (float for shape inference) says otherwise."""
 
     replaced: Counter[str] = field(default_factory=Counter)
+    folded: list[str] = field(default_factory=list)          # file nodes no written node stands for (Q/DQ folded)
     runtime: dict[str, int] = field(default_factory=dict)   # tensor -> ONNX element type at run time
     stored: dict[str, int] = field(default_factory=dict)    # integer types the file states (value infos ...)
 
@@ -117,8 +120,11 @@ class QuantizedRewrite:
         if activations:
             counts = ", ".join(f"{count} {op}" for op, count in sorted(activations.items()))
             kinds = sorted({_TYPE_NAMES.get(k, "INT8") for name, k in self.runtime.items()
-                            if k in QUANTIZED_TYPES and not name.endswith(_WEIGHT_ONLY_SUFFIXES)})
+                            if k in _SIXTEEN_BIT | QUANTIZED_TYPES and not name.endswith(_WEIGHT_ONLY_SUFFIXES)})
             unit = "/".join(kinds) or "INT8"
+            if "INT16" in kinds:  # onnxruntime's QUInt16/QInt16 activations (opset 21)
+                unit += (" (16-bit integers have no GPU math unit: the convolutions and matmuls reading them are priced "
+                         "as the float math a GPU runs them in, FP32)")
             if "DynamicQuantizeLinear" in activations:
                 # the dynamic form quantizes at run time: nothing is folded, and the file writes every step as an op
                 lines.append(f"dynamically quantized graph ({counts}): each DynamicQuantizeLinear is priced as the "
@@ -147,11 +153,70 @@ def is_quantized(model: onnx.ModelProto) -> bool:
                for n in model.graph.node)
 
 
+#: The model metadata key under which the rewrite lists the file's nodes it folded (:func:`folded_nodes`).
+_FOLDED_KEY = "lilou.folded_nodes"
+
+
 def restore_quantized_ops(model: onnx.ModelProto) -> QuantizedRewrite:
-    """Write a quantized graph as its float ops in place (see the module's docstring); nothing for a float one."""
+    """Write a quantized graph as its float ops in place (see the module's docstring); nothing for a float one. The
+    names of the file's nodes that no written node stands for (a quantize or dequantize folded into the op beside
+    it) are kept in the model's metadata, for :func:`folded_nodes`."""
     if not is_quantized(model):
         return QuantizedRewrite()
-    return _Rewriter(model).run()
+    check_quantizers(model)
+    result = _Rewriter(model).run()
+    if result.folded:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = _FOLDED_KEY, json.dumps(result.folded)
+    return result
+
+
+_FP8_TYPES = frozenset({TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                        TensorProto.FLOAT8E5M2FNUZ})
+
+
+def check_quantizers(model: onnx.ModelProto) -> None:
+    """Quantize and dequantize nodes ONNX's checker or onnxruntime refuse are bad input, not priced: FP8 before
+    opset 19 (where the ops take no FP8 type), a per-axis scale's ``axis`` outside the dimensions its input declares
+    (onnxruntime fails when it runs it), a ``DynamicQuantizeLinear`` without its three outputs."""
+    from lilou.errors import LilouInputError
+
+    opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
+    types = element_types(model.graph)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*model.graph.input, *model.graph.value_info)
+             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    ranks.update((t.name, len(t.dims)) for t in model.graph.initializer)
+    for index, node in enumerate(model.graph.node):
+        if node.domain not in _ONNX:
+            continue
+        label = node.name or f"{node.op_type}_{index}"
+        if node.op_type == "DynamicQuantizeLinear" and (len(node.output) != 3 or not all(node.output)):
+            raise LilouInputError(f"node {label!r} (DynamicQuantizeLinear) has {sum(1 for o in node.output if o)} "
+                                  "output(s) but writes three (the quantized tensor, its scale and zero point); the "
+                                  "model is damaged")
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        kinds = {types.get(name) for name in node.input[:1] + node.input[2:3]} | {node_attribute(node, "output_dtype", 0)}
+        if opset < 19 and kinds & _FP8_TYPES:
+            raise LilouInputError(f"node {label!r} ({node.op_type}) quantizes to FP8, which the op takes from opset 19; "
+                                  f"the file's opset is {opset} (onnxruntime and ONNX's checker refuse it): re-export "
+                                  "it at opset 19 or later")
+        axis, rank = node_attribute(node, "axis", None), ranks.get(node.input[0])
+        per_axis = len(node.input) > 1 and ranks.get(node.input[1]) == 1  # a scalar scale ignores the axis
+        if per_axis and isinstance(axis, int) and rank is not None and rank > 0 and not -rank <= axis < rank:
+            raise LilouInputError(f"node {label!r} ({node.op_type}) has axis {axis} for its {rank}-D input "
+                                  f"{node.input[0]!r}; the model is damaged")
+
+
+def folded_nodes(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The file's nodes that :func:`restore_quantized_ops` folded into others (``lilou fuse`` lists them, as no
+    kernel of their own)."""
+    value = next((p.value for p in model.metadata_props if p.key == _FOLDED_KEY), None)
+    try:
+        names = json.loads(value) if value else []
+    except ValueError:
+        return ()
+    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
 
 
 class _Rewriter:
@@ -182,13 +247,20 @@ class _Rewriter:
         self.result = QuantizedRewrite(stored={t: k for t, k in self.types.items() if k in _WRITABLE_TYPES})
         self.alias: dict[str, str] = {}       # tensor -> the tensor its readers read instead
         self.renamed: dict[str, str] = {}     # tensor -> the name its producer writes instead
-        self.shims: dict[str, str] = {}       # constant or graph input of another type -> its float stand-in
+        self.shims: dict[str, tuple[str, int]] = {}  # constant or graph input of another type -> its float stand-in
+        self.shim_names: dict[str, str] = {}  # -> the name of the file's dequantize its stand-in takes the place of
+        # the float type the stand-ins are written in: the scales' (an FP16 model quantized by ModelOpt: FP16)
+        scales = Counter(self.types.get(n.input[1]) for n in self.graph.node
+                         if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 1)
+        self.float_type = next((k for k, _ in scales.most_common() if k in _FLOATS), TensorProto.FLOAT)
         self.nodes: list[onnx.NodeProto] = []
         self.dropped: set[str] = set()        # outputs of file nodes whose only reader a rewrite replaced
 
     def run(self) -> QuantizedRewrite:
-        for node in list(self.graph.node):
+        replaced: list[tuple[onnx.NodeProto, str]] = []
+        for index, node in enumerate(list(self.graph.node)):
             key = (node.domain if node.domain not in _ONNX else "", node.op_type)
+            self.label = node.name or f"{node.op_type}_{index}"  # what Lilou calls the file's node (names.py)
             if not (node.input and node.input[0] and node.output and node.output[0]):
                 self.nodes.append(node)  # a node without its data input or output: the checks name it
                 continue
@@ -210,6 +282,7 @@ class _Rewriter:
                 self.nodes.append(node)
                 continue
             self.result.replaced[node.op_type] += 1
+            replaced.append((node, self.label))
         self.nodes = [node for node in self.nodes if not (node.output and node.output[0] in self.dropped)]
         for node in self.nodes:
             for i, name in enumerate(node.input):
@@ -217,10 +290,15 @@ class _Rewriter:
                 node.input[i] = self._float(name) if self.types.get(name) in QUANTIZED_TYPES else name
             for i, name in enumerate(node.output):
                 node.output[i] = self.renamed.get(name, name)
-        shims = [helper.make_node("Cast", [source], [shim], name=f"{source}/lilou_as_float", to=TensorProto.FLOAT)
-                 for source, shim in self.shims.items()]
+        # a stand-in takes the name of the dequantize it replaces (the file's node, not an invented one)
+        shims = [helper.make_node("Cast", [source], [shim], name=self.shim_names.get(source, f"{source}/lilou_as_float"),
+                                  to=to)
+                 for source, (shim, to) in self.shims.items()]
         del self.graph.node[:]
         self.graph.node.extend(shims + self.nodes)
+        written = {node.name for node in self.graph.node}
+        self.result.folded = [label for node, label in replaced
+                              if label not in written and (node.name or node.output[0]) not in written]
         self._float_value_infos()
         return self.result
 
@@ -232,16 +310,22 @@ class _Rewriter:
             name, seen = self.alias[name], seen + 1
         return self.renamed.get(name, name)
 
-    def _float(self, name: str) -> str:
+    def _float(self, name: str, to: int | None = None) -> str:
         """``name`` as a data input of a written float op: a constant or graph input of another type is read
-        through a float stand-in (a no-kernel cast to its own run-time type)."""
+        through a float stand-in (a no-kernel cast to its own run-time type), typed ``to`` for shape inference (the
+        float type of the op reading it: its scale's; by default the model's, :attr:`float_type`)."""
         kind = self.types.get(name)
         if not name or kind is None or kind in _FLOATS or name not in self.sources:
             return name
         if name not in self.shims:
-            self.shims[name] = f"{name}/lilou_as_float"
-            self.result.runtime[self.shims[name]] = kind
-        return self.shims[name]
+            self.shims[name] = (f"{name}/lilou_as_float", to or self.float_type)
+            self.result.runtime[self.shims[name][0]] = kind
+        return self.shims[name][0]
+
+    def _scale_type(self, node: onnx.NodeProto, position: int = 1) -> int:
+        """The float type of a quantizing node's scale (its float side's type), else the model's."""
+        kind = self.types.get(node.input[position]) if len(node.input) > position else None
+        return kind if kind in _FLOATS else self.float_type
 
     def _quantized_type(self, node: onnx.NodeProto, zero_point: int | None) -> int:
         """The element type a quantizing node writes: its zero point's, ``output_dtype``'s, else UINT8."""
@@ -254,8 +338,9 @@ class _Rewriter:
         return bool(readers) and all(r.op_type == op_type for r in readers) and name not in self.graph_outputs
 
     def _cast(self, node: onnx.NodeProto, source: str, output: str, runtime: int | None) -> None:
-        """A conversion kernel (or a no-kernel cast of a constant) in the node's place."""
-        self.nodes.append(helper.make_node("Cast", [source], [output], name=node.name or output, to=TensorProto.FLOAT))
+        """A conversion kernel (or a no-kernel cast of a constant) in the node's place, typed as its scale."""
+        self.nodes.append(helper.make_node("Cast", [source], [output], name=node.name or output,
+                                           to=self._scale_type(node)))
         if runtime is not None and runtime not in _FLOATS:
             self.result.runtime[output] = runtime
 
@@ -296,9 +381,11 @@ class _Rewriter:
         if self.alias.get(source) is not None and self.renamed.get(self.alias[source]) == output:
             return  # the pair written to a graph output by the op before it
         if output in self.graph_outputs:
-            self._cast(node, self._float(source), output, None)
-        else:
-            self.alias[output] = self._float(source)  # a weight stays stored quantized; an activation is read so
+            self._cast(node, self._float(source, self._scale_type(node)), output, None)
+        else:  # a weight stays stored quantized; an activation is read so
+            self.alias[output] = self._float(source, self._scale_type(node))
+            if source in self.shims:
+                self.shim_names.setdefault(source, self.label)
 
     def _dynamic(self, node: onnx.NodeProto) -> None:
         """The range of the tensor (one reduction kernel), then its quantized copy (a conversion kernel)."""
@@ -324,7 +411,8 @@ class _Rewriter:
 
     def _qlinear(self, node: onnx.NodeProto, key: tuple[str, str]) -> None:
         op, positions, zero_point = _QLINEAR[key]
-        inputs = [self._float(node.input[p]) for p in positions if p < len(node.input) and node.input[p]]
+        to = self._scale_type(node) if zero_point is not None else None  # x_scale (ConvInteger has none)
+        inputs = [self._float(node.input[p], to) for p in positions if p < len(node.input) and node.input[p]]
         written = helper.make_node(op, inputs, [node.output[0]], name=node.name or node.output[0])
         written.attribute.extend(a for a in node.attribute if a.name in _KEPT.get(op, ()))
         self.nodes.append(written)
@@ -497,3 +585,22 @@ def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
                     and output not in rewrite.runtime:
                 table[output] = replace(info, dtype=source.dtype, itemsize=source.itemsize)
     return table
+
+
+def quantized_tensors(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> frozenset[str]:
+    """The tensors that are floating-point values stored quantized: typed float in the graph written for shape inference
+    (``model``, inferred) and quantized (or an integer accumulator) at run time (``tensors``, :func:`runtime_types`),
+    and the graph inputs and weights their float stand-ins cast to their own type. ``--precision`` stores these as it
+    stores floats (:mod:`lilou.graph.retype`); token ids, masks and shapes are none of them."""
+    candidates = {name for name, info in tensors.items() if info.dtype in _RUNTIME_DTYPES}
+    if not candidates:
+        return frozenset()
+    graph = model.graph
+    names = {v.name for v in (*graph.input, *graph.value_info, *graph.output)
+             if v.name in candidates and v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in _FLOATS}
+    for node in graph.node:  # a stand-in: a cast of a graph input or weight to its own run-time type
+        if node.op_type == "Cast" and node.input and node.output and node.output[0] in names \
+                and node.input[0] in candidates and tensors[node.input[0]].dtype == tensors[node.output[0]].dtype:
+            names.add(node.input[0])
+    return frozenset(names)
+
