@@ -438,3 +438,9 @@ def test_the_casts_an_onnxruntime_cpu_session_inserted_are_said() -> None:
     warnings = build_graph(model).warnings
     assert any(w.startswith("2 Cast(s) named InsertedPrecisionFreeCast_*: an onnxruntime CPU session saved this model")
                for w in warnings)
+
+
+def test_the_cli_takes_a_precision_in_capitals_as_the_api_does(capsys) -> None:
+    """`--precision FP16` was refused by the CLI's choices where the API and the service take it."""
+    assert main(["infer", str(EXAMPLE), "--gpu", "t4", "--precision", "FP16", "--tf32", "OFF", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["precision"] == "fp16"

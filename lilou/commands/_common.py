@@ -84,10 +84,10 @@ def warn(message: str) -> None:
 
 def add_precision_options(parser) -> None:
     """--precision and --tf32, shared by the commands that predict latency."""
-    parser.add_argument("--precision", default=None, metavar="P",
+    parser.add_argument("--precision", default=None, metavar="P", type=str.lower,  # FP16 as the API takes it
                         choices=("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4"),
                         help="precision the model computes in (default: read from the ONNX tensor types)")
-    parser.add_argument("--tf32", default=None, choices=("off", "conv", "on"),
+    parser.add_argument("--tf32", default=None, type=str.lower, choices=("off", "conv", "on"),
                         help="what FP32 convolutions/matmuls run in (default: PyTorch's, TF32 convolutions "
                              "from compute capability 8.0 on)")
 
