@@ -16,7 +16,7 @@ from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig
 
 from lilou.checkpoints import checkpoint_path
-from lilou.errors import LilouInputError, MissingDataError
+from lilou.errors import LilouInputError, MissingDataError, exit_on_input_error
 
 
 def _checkpoint(cfg: DictConfig) -> Path:
@@ -52,6 +52,12 @@ TASKS = {"fusion_gnn": evaluate_fusion, "kernel_latency": evaluate_kernels}
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
 def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+@exit_on_input_error("lilou.eval")
+def run(cfg: DictConfig) -> None:
+    """Bad input (a missing checkpoint, an unknown GPU) is one line on stderr and exit status 2, as in the CLI."""
     from hydra.core.hydra_config import HydraConfig
 
     if cfg.task not in TASKS:

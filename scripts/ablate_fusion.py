@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lilou.errors import exit_on_input_error  # noqa: E402
 from lilou.research.ablation import (REPO, RESULTS, cached_fusion_samples, compose, data_dir,  # noqa: E402
                                      pyplot, quiet_lightning, save_figure, write_result)
 
@@ -175,6 +176,7 @@ def plot(table: list[dict], backends: list[str], path: Path) -> None:
     save_figure(fig, path)
 
 
+@exit_on_input_error("ablate_fusion.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",

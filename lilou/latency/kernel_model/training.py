@@ -14,6 +14,7 @@ import torch
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.datamodule import KernelDataModule
 from lilou.latency.kernel_model.metrics import error_table
 from lilou.latency.kernel_model.model import KernelLatencyEnsemble
@@ -28,6 +29,10 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
 
     ``dataset``: rows already loaded (a :class:`~lilou.latency.kernel_model.dataset.KernelDataset`), so that folds of a
     benchmark split one sample instead of reading it again."""
+    try:
+        int(cfg.seed)
+    except (TypeError, ValueError):
+        raise LilouInputError(f"seed={cfg.seed}: give an integer") from None
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
