@@ -69,3 +69,31 @@ def test_ablate_kernels_refuses_an_unknown_fold_in_one_line(capsys):
     assert exited.value.code == 2
     assert capsys.readouterr().err == ("ablate_kernels.py: error: --folds t4x: unknown fold(s) t4x; "
                                        "known: a100, p100, p4, t4, v100\n")
+
+
+@pytest.mark.parametrize("groups, message", [
+    (["family", "waves", "bogus"], "data.feature_groups: unknown feature group(s) bogus; known: family, shape, "),
+    ([], "data.feature_groups: unknown feature group(s) (none given); known: family, ")])
+def test_unknown_or_no_feature_groups_are_refused(groups, message):
+    with pytest.raises(LilouInputError) as error:
+        KernelDataModule(feature_groups=groups)
+    assert str(error.value).startswith(message)
+
+
+def test_an_unknown_loss_is_refused():
+    from lilou.latency.kernel_model.lit_module import KernelLatencyModule
+
+    with pytest.raises(LilouInputError, match=r"^model.loss=bogus: unknown loss; known: mape, log_l1$"):
+        KernelLatencyModule(num_features=4, num_type_features=4, loss="bogus")
+    assert KernelLatencyModule(num_features=4, num_type_features=4, loss="log_l1").hparams.loss == "log_l1"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.max_epochs=0", "trainer.max_epochs=0: that trains nothing"),
+    ("seed=abc", "seed=abc: give an integer")])
+def test_fit_refuses_settings_that_train_nothing_or_cannot_seed(override, message):
+    from lilou.latency.kernel_model.training import fit
+    from lilou.research.ablation import compose
+
+    with pytest.raises(LilouInputError, match=f"^{message}"):
+        fit(compose(["experiment=kernel_latency", override]))

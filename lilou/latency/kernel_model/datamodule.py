@@ -63,6 +63,18 @@ def table_dataset(selection: Mapping[str, Sequence[str]], data_dir: str | None =
     return dataset_from_sample(sample_table(relation, per_group=2**31 - 1))
 
 
+def checked_groups(groups: str | Sequence[str], setting: str) -> tuple[str, ...]:
+    """Feature groups, each one of ``features.FEATURE_GROUPS``: an unknown one was ignored yet recorded in the
+    checkpoint as used (a typo in an ablation reproduced the baseline); none at all ended in numpy's 'need at least
+    one array to stack'."""
+    names = names_setting(groups)
+    unknown = [g for g in names if g not in FEATURE_GROUPS]
+    if unknown or not names:
+        raise LilouInputError(f"{setting}: unknown feature group(s) {', '.join(unknown) or '(none given)'}; "
+                              f"known: {', '.join(FEATURE_GROUPS)}")
+    return names
+
+
 def names_setting(value: str | Sequence[str] | None) -> tuple[str, ...]:
     """A list setting of names; a single string is one name (``tuple("t4")`` was ``('t', '4')``)."""
     if value is None:
@@ -135,8 +147,8 @@ class KernelDataModule(L.LightningDataModule):
         self.table_rows = {key: tuple(values) for key, values in (table_rows or {}).items()}
         self.data_dir = data_dir
         self.held_out_gpus = names_setting(held_out_gpus)
-        self.feature_groups = tuple(feature_groups)
-        self.type_feature_groups = tuple(type_feature_groups)
+        self.feature_groups = checked_groups(feature_groups, "data.feature_groups")
+        self.type_feature_groups = checked_groups(type_feature_groups, "data.type_feature_groups")
         self.ops = tuple(ops) if ops else None
         if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
             raise LilouInputError(f"data.max_rows={max_rows}: give a positive number of training rows, or null for all")

@@ -33,6 +33,11 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
         int(cfg.seed)
     except (TypeError, ValueError):
         raise LilouInputError(f"seed={cfg.seed}: give an integer") from None
+    for key in ("max_epochs", "max_steps"):  # 0 saved an untrained checkpoint and reported its val_mape, exit 0
+        value = cfg.trainer.get(key)
+        if value is not None and (value == 0 or value < -1):
+            raise LilouInputError(f"trainer.{key}={value}: that trains nothing and would save an untrained "
+                                  "checkpoint; give at least 1 (-1: no limit)")
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
