@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lilou.errors import LilouInputError, exit_on_input_error  # noqa: E402
 from lilou.latency.evaluation.folds import KERNEL_FOLDS  # noqa: E402
 from lilou.research.ablation import (RESULTS, cached_kernel_rows, compose, pyplot,  # noqa: E402
-                                     quiet_lightning, save_figure, write_result)
+                                     quiet_lightning, refuse_owned_overrides, save_figure, write_result)
 
 NAME = "ablate_kernels"
 # Leave-one-GPU-out folds, shared with lilou eval and the kernel ablation.
@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every variant, e.g. trainer.max_epochs=4")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    refuse_owned_overrides(args.overrides, {"seed": "--seed", "data.max_rows": "--max-rows"})
     max_rows = args.max_rows or (3000 if args.quick else 80000)
     overrides = [f"seed={args.seed}", f"data.max_rows={max_rows}",
                  *(["trainer.max_epochs=1"] if args.quick else []), *args.overrides]

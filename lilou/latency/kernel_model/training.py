@@ -77,6 +77,22 @@ def held_out_metrics(predictor: KernelLatencyPredictor, datamodule: KernelDataMo
     return error_table(rows, prediction.latency_ms, prediction.kernel_type)
 
 
+def describe_data(datamodule: KernelDataModule) -> str:
+    """The rows a run read, as metrics.json records them (it said "every source" for data.sources=[vidur])."""
+    from lilou.latency.kernel_model.table_datamodule import KernelTableDataModule
+
+    if isinstance(datamodule, KernelTableDataModule):
+        sources = ", ".join(datamodule.sources) if datamodule.sources else "every source"
+        return f"kernel-measurement table, {sources} (lilou.data.kernel_table), at most {datamodule.per_group} rows " \
+               "per source, GPU, dtype and family"
+    what = "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)"
+    if datamodule.ops:
+        what += f", ops {', '.join(datamodule.ops)}"
+    if datamodule.table_rows:
+        what += ", with kernel-table rows " + "; ".join(f"{k} {', '.join(v)}" for k, v in datamodule.table_rows.items())
+    return what
+
+
 def train_kernel_model(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
@@ -88,9 +104,8 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     metrics: dict[str, Any] = {
         "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
         "seed": cfg.seed,
-        "data": ("kernel-measurement table, every source (lilou.data.kernel_table)"
-                 if str(cfg.data.get("_target_", "")).endswith("KernelTableDataModule")
-                 else "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)"),
+        "data": describe_data(datamodule),
+        "data_dir": cfg.data.get("data_dir"),  # resolved: config.json keeps ${oc.env:LILOU_DATA_DIR,null}
         "train_rows": int(len(datamodule.train.log_latency)),
         "trained_on": predictor.config["trained_on"],
         "held_out": held_out_metrics(predictor, datamodule),
