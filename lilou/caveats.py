@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lilou.checkpoints import KERNEL_LATENCY_TENSOR, checkpoint_path
+from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.graph.memory import CUDA_CONTEXT_GIB, fits_memory, memory_needed, usable_gib
 from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
@@ -58,16 +59,51 @@ def unmeasured_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: 
     return _tf32_kernels(kernels, devices, paths) | _transposed_beyond_data(kernels, devices)
 
 
+def shipped_partner_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: bool) -> list[str]:
+    """A warning when a kernel checkpoint other than the shipped one (``Predictor(kernel_checkpoint=...)``) left out
+    GPUs that the shipped tensor-core model trained on: it replaces only the FP32 model, so a leave-T4-out checkpoint
+    still priced the T4's tensor-core kernels (and TF32 convolutions) with a model trained on the T4, unsaid."""
+    import json
+
+    folder = Path(kernel_checkpoint)
+    shipped = checkpoint_path(KERNEL_LATENCY, required=False)
+    if not has_tensor or not folder.exists() or (shipped.exists() and folder.resolve() == shipped.resolve()):
+        return []
+    try:
+        mine = set(json.loads((folder / "config.json").read_text()).get("trained_on") or [])
+        tensor = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
+        theirs = set(json.loads((tensor / "config.json").read_text()).get("trained_on") or [])
+    except (OSError, ValueError):
+        return []
+    left_out = sorted(g for g in theirs - mine if g in _neusight_gpus(shipped))
+    if not mine or not left_out:
+        return []
+    return [f"kernel_checkpoint replaces only the FP32 kernel model: the tensor-core model (tensor-core and TF32 "
+            f"kernels) and the end-to-end overhead are the shipped ones, trained on {', '.join(left_out)}, which your "
+            "checkpoint left out"]
+
+
+def _neusight_gpus(shipped: Path) -> set[str]:
+    """The GPUs the shipped FP32 model trained on: the ones a user's FP32 checkpoint can leave out."""
+    import json
+
+    try:
+        return set(json.loads((shipped / "config.json").read_text()).get("trained_on") or [])
+    except (OSError, ValueError):
+        return set()
+
+
 def calibration_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: bool) -> tuple[list[str], str | None]:
     """(warnings for every prediction, a warning for non-FP32 ones) when the interval calibration was made for
     other kernel models than the ones loaded."""
     from lilou.plan.calibration import checkpoint_fingerprint
 
+    partners = shipped_partner_notes(kernel_checkpoint, has_tensor)
     calibration = Calibration.shipped()
     if calibration is None:
-        return [f"no interval calibration file ({CALIBRATION_FILE}): every interval is the estimate itself; "
+        return [*partners, f"no interval calibration file ({CALIBRATION_FILE}): every interval is the estimate itself; "
                 "regenerate it with `make calibrate`"], None
-    notes = []
+    notes = partners
     if checkpoint_fingerprint(os.fspath(kernel_checkpoint)) != calibration.fingerprint:
         notes.append(f"the 90 % intervals were calibrated for another kernel model "
                      f"({calibration.data['kernel_model']['checkpoint']}, {calibration.fingerprint}); regenerate "

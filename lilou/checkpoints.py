@@ -29,6 +29,7 @@ def checkpoint_path(name: str, required: bool = True) -> Path:
     """Folder of a shipped checkpoint; with ``required`` a clear error when it is missing."""
     path = checkpoints_root() / name
     if required and not path.exists():
-        raise MissingDataError(f"checkpoint {name!r} not found at {path}; train it with `make train` "
+        raise MissingDataError(f"checkpoint {name!r} not found at {path}; train it with "
+                               "`make train-kernels` (or `make train-fusion`) "
                                "or set LILOU_CHECKPOINTS to a folder that has it")
     return path

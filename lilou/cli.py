@@ -22,7 +22,7 @@ from typing import NoReturn
 # runner). It must be set before numpy loads; a user's own setting wins. torch (training) has its own pool.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from lilou.errors import LilouInputError  # noqa: E402
+from lilou.errors import LilouInputError, one_line  # noqa: E402
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -111,7 +111,7 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:500]
+    return one_line(exc)
 
 
 def _debug_traceback() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from lilou.errors import LilouInputError
+from lilou.errors import LilouInputError, exit_on_input_error
 
 
 def _tasks():
@@ -23,6 +23,12 @@ def _tasks():
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    return run(cfg)
+
+
+@exit_on_input_error("lilou.train")
+def run(cfg: DictConfig) -> float | None:
+    """Bad input (an unknown op, GPU or setting) is one line on stderr and exit status 2, as in the CLI."""
     tasks = _tasks()
     if cfg.task not in tasks:
         raise LilouInputError(f"unknown task {cfg.task!r}; known: {', '.join(tasks)}")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lilou.errors import exit_on_input_error  # noqa: E402
 from lilou.research.ablation import (RESULTS, data_dir, pyplot, quiet_lightning, save_figure,  # noqa: E402
                                      write_result)
 
@@ -70,6 +71,7 @@ def plot(per_gpu: list[dict], path: Path, mode: str) -> None:
     save_figure(fig, path)
 
 
+@exit_on_input_error("ablate_e2e.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",

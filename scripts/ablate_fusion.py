@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lilou.errors import exit_on_input_error  # noqa: E402
 from lilou.research.ablation import (REPO, RESULTS, cached_fusion_samples, compose, data_dir,  # noqa: E402
-                                     pyplot, quiet_lightning, save_figure, write_result)
+                                     pyplot, quiet_lightning, refuse_owned_overrides, save_figure, write_result)
 
 NAME = "ablate_fusion"
 METRICS = ("edge_accuracy", "f1", "exact_partition")
@@ -175,6 +176,7 @@ def plot(table: list[dict], backends: list[str], path: Path) -> None:
     save_figure(fig, path)
 
 
+@exit_on_input_error("ablate_fusion.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     backends = args.backends.split(",")
     epochs = args.epochs or (2 if args.quick else 8)
+    refuse_owned_overrides(args.overrides, {"seed": "--seed"})
     overrides = [f"seed={args.seed}", f"trainer.max_epochs={epochs}",
                  *(["+trainer.limit_train_batches=0.5", "+trainer.limit_val_batches=0.5"] if args.quick else []),
                  *args.overrides]

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lilou.errors import LilouInputError, exit_on_input_error  # noqa: E402
 from lilou.latency.evaluation.folds import KERNEL_FOLDS  # noqa: E402
 from lilou.research.ablation import (RESULTS, cached_kernel_rows, compose, pyplot,  # noqa: E402
-                                     quiet_lightning, save_figure, write_result)
+                                     quiet_lightning, refuse_owned_overrides, save_figure, write_result)
 
 NAME = "ablate_kernels"
 # Leave-one-GPU-out folds, shared with lilou eval and the kernel ablation.
@@ -114,6 +115,7 @@ def plot(table: list[dict], folds: list[str], path: Path) -> None:
     save_figure(fig, path)
 
 
+@exit_on_input_error("ablate_kernels.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3000 rows, 1 epoch: minutes, not for citing")
@@ -125,10 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every variant, e.g. trainer.max_epochs=4")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    refuse_owned_overrides(args.overrides, {"seed": "--seed", "data.max_rows": "--max-rows"})
     max_rows = args.max_rows or (3000 if args.quick else 80000)
     overrides = [f"seed={args.seed}", f"data.max_rows={max_rows}",
                  *(["trainer.max_epochs=1"] if args.quick else []), *args.overrides]
-    folds = {f: FOLDS[f] for f in args.folds.split(",")}
+    names = [f.strip() for f in args.folds.split(",") if f.strip()]
+    unknown = [f for f in names if f not in FOLDS]
+    if unknown or not names:
+        raise LilouInputError(f"--folds {args.folds}: unknown fold(s) {', '.join(unknown) or '(none given)'}; "
+                              f"known: {', '.join(FOLDS)}")
+    folds = {f: FOLDS[f] for f in names}
     results = run(overrides, folds)
     table = summary(results, list(folds))
     args.out.mkdir(parents=True, exist_ok=True)

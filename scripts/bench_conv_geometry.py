@@ -116,11 +116,14 @@ def main() -> None:
     gpus = sorted(set(deepbench.gpu) | set(NEUSIGHT_GPUS))
     architectures = sorted({architecture_class(g) for g in deepbench.gpu})
     rows = []
+    # Only GPUs the trained rows have are named: data.held_out_gpus refuses one without rows (it held out nothing).
+    # Without DeepBench rows in the experiment's training data, a DeepBench-only GPU is out of training anyway.
+    trained = set(NEUSIGHT_GPUS) | (set(deepbench.gpu) if base.data.get("table_rows") else set())
     for architecture in architectures:
         held_out = [g for g in gpus if architecture_class(g) == architecture]
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfg = compose("train", overrides=[f"experiment={args.experiment}", *args.overrides,
-                                              f"data.held_out_gpus=[{','.join(held_out)}]",
+                                              f"data.held_out_gpus=[{','.join(g for g in held_out if g in trained)}]",
                                               "trainer.enable_progress_bar=false", "output_checkpoint=null"])
         predictor, datamodule = fit(cfg)
         neusight = datamodule.test_rows.take(np.flatnonzero((datamodule.test_rows.family == "conv")

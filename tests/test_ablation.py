@@ -90,3 +90,39 @@ def test_same_seed_same_metrics(datasets_dir, seed):
                          predictor.predict(val.kernels, val.devices).latency_ms.tolist()))
     assert runs[0][0] and runs[0][0] == runs[1][0]
     assert runs[0][1] == runs[1][1]
+
+
+def test_ablate_kernels_refuses_a_seed_override_it_would_not_record(capsys):
+    """`... seed=5` trained with seed 5 while ablate_kernels.json recorded "seed": 0."""
+    module = _script("ablate_kernels")
+    with pytest.raises(SystemExit) as exited:
+        module.main(["--quick", "--folds", "t4", "seed=5"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == ("ablate_kernels.py: error: override seed=5: give it as --seed (the script "
+                                       "records that option's value; an override would win over it unrecorded)\n")
+
+
+def test_result_json_records_the_paths_it_wrote(tmp_path):
+    """With --out elsewhere the JSON still said outputs/results/<name>.csv."""
+    import time
+
+    from lilou.research.ablation import REPO as ROOT
+    from lilou.research.ablation import write_result
+
+    write_result("probe", [{"a": 1}], ["a"], title="t", seed=3, quick=True, data="d", started=time.perf_counter(),
+                 out_dir=tmp_path)
+    meta = json.loads((tmp_path / "probe.json").read_text())
+    assert (meta["csv"], meta["png"], meta["seed"]) == (str(tmp_path / "probe.csv"), str(tmp_path / "probe.png"), 3)
+    from lilou.research.ablation import result_path
+    assert result_path(ROOT / "outputs" / "results" / "x.csv") == "outputs/results/x.csv"
+
+
+def test_metrics_name_the_sources_a_run_read():
+    from lilou.latency.kernel_model.datamodule import KernelDataModule
+    from lilou.latency.kernel_model.table_datamodule import KernelTableDataModule
+    from lilou.latency.kernel_model.training import describe_data
+
+    assert describe_data(KernelTableDataModule(sources=["vidur"], per_group=10)) == (
+        "kernel-measurement table, vidur (lilou.data.kernel_table), at most 10 rows per source, GPU, dtype and family")
+    assert describe_data(KernelDataModule(ops=["conv"])) == (
+        "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager), ops conv")

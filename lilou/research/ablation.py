@@ -36,6 +36,24 @@ def compose(overrides: Sequence[str] = (), config_name: str = "train"):
         return hydra_compose(config_name, overrides=list(overrides))
 
 
+def refuse_owned_overrides(overrides: Sequence[str], owned: dict[str, str]) -> None:
+    """Refuse a Hydra override of a setting the script sets from its own option (``owned``: key -> option): a later
+    ``seed=5`` won over ``--seed 0``'s ``seed=0`` and trained with seed 5, while the JSON recorded seed 0."""
+    from lilou.errors import LilouInputError
+
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in owned:
+            raise LilouInputError(f"override {override}: give it as {owned[key]} (the script records that option's "
+                                  "value; an override would win over it unrecorded)")
+
+
+def result_path(path: Path) -> str:
+    """``path`` as the JSON records it: relative to the repository root where it lies inside, else absolute."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def command_line() -> str:
     """The command that ran this script, relative to the repository root where possible."""
     argv = list(sys.argv)
@@ -140,7 +158,7 @@ def write_result(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
     summary_columns = list(table_columns if table_columns is not None else columns)
     meta = {"name": name, "title": title, "command": command_line(), "seed": seed, "quick": quick, "data": data,
             "wall_s": round(time.perf_counter() - started, 1), "python": platform.python_version(),
-            "csv": f"outputs/results/{name}.csv", "png": f"outputs/results/{name}.png",
+            "csv": result_path(csv_path), "png": result_path(out_dir / f"{name}.png"),
             "table": {"columns": summary_columns, "digits": digits,
                       "rows": [{c: r.get(c) for c in summary_columns} for r in summary_rows]},
             **(extra or {})}

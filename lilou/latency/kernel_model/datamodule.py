@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from lilou.data.neusight import load_kernels
+from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.dataset import KernelDataset, build_dataset, concat_datasets, dataset_from_sample
 from lilou.latency.kernel_model.features import FEATURE_GROUPS, floor_units_of, kernel_features, roofline_inputs
 from lilou.latency.kernel_model.table_sample import sample_table
@@ -62,6 +63,68 @@ def table_dataset(selection: Mapping[str, Sequence[str]], data_dir: str | None =
     return dataset_from_sample(sample_table(relation, per_group=2**31 - 1))
 
 
+def checked_groups(groups: str | Sequence[str], setting: str) -> tuple[str, ...]:
+    """Feature groups, each one of ``features.FEATURE_GROUPS``: an unknown one was ignored yet recorded in the
+    checkpoint as used (a typo in an ablation reproduced the baseline); none at all ended in numpy's 'need at least
+    one array to stack'."""
+    names = names_setting(groups)
+    unknown = [g for g in names if g not in FEATURE_GROUPS]
+    if unknown or not names:
+        raise LilouInputError(f"{setting}: unknown feature group(s) {', '.join(unknown) or '(none given)'}; "
+                              f"known: {', '.join(FEATURE_GROUPS)}")
+    return names
+
+
+def names_setting(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """A list setting of names; a single string is one name (``tuple("t4")`` was ``('t', '4')``)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+def resolve_held_out_gpus(names: Sequence[str], present: Sequence[str], setting: str = "data.held_out_gpus",
+                          what: str = "NeuSight's training split") -> tuple[str, ...]:
+    """The data's GPU names for ``names``: exact names, then the GPU database's aliases and case (``T4``, ``v100``)
+    where exactly one GPU of the data answers. A name that matches no row of the data (a typo, a GPU the data does
+    not have, one with no rows among the chosen ops) is refused, as it held out nothing and trained on the GPU meant
+    to be held out; so is one that could mean several of the data's GPUs. A name of a leave-one-GPU-out fold
+    (``lilou.latency.evaluation.folds``) may have no rows when its fold partner, held out beside it, has some."""
+    from lilou.errors import LilouInputError
+    from lilou.hardware.database import find_gpu, name_family
+    from lilou.latency.evaluation.folds import KERNEL_FOLDS
+
+    present_set = set(present)
+    known = ", ".join(sorted(present_set)) or "none"
+    resolved: list[str] = []
+    absent: dict[str, str] = {}  # database name -> how the user wrote it
+    for name in names:
+        if name in present_set:
+            resolved.append(name)
+            continue
+        try:
+            gpu = find_gpu(name)
+        except LilouInputError:
+            raise LilouInputError(f"{setting}: unknown GPU '{name}'; GPUs in {what}: {known}") from None
+        candidates = [g for g in dict.fromkeys([gpu.name, *name_family(name)]) if g in present_set]
+        if len(candidates) > 1:
+            raise LilouInputError(f"{setting}: GPU name '{name}' could mean {', '.join(candidates)}; "
+                                  f"give the full name(s); GPUs in {what}: {known}")
+        resolved.append(candidates[0] if candidates else gpu.name)
+        if not candidates:
+            absent[gpu.name] = name if name == gpu.name else f"{name} ({gpu.name})"
+    held_with_rows = set(resolved) & present_set
+    partnered = {gpu for fold in KERNEL_FOLDS.values() if held_with_rows & set(fold) for gpu in fold}
+    refused = [gpu for gpu in absent if gpu not in partnered]
+    if refused:
+        partners = [g for fold in KERNEL_FOLDS.values() if refused[0] in fold for g in fold if g in present_set]
+        hint = f" (its fold partner {', '.join(partners)} has rows: hold out both)" if partners else ""
+        raise LilouInputError(f"{setting}: {', '.join(absent[g] for g in refused)} has no rows in {what}, so nothing "
+                              f"would be held out{hint}; GPUs in {what}: {known}")
+    return tuple(dict.fromkeys(resolved))
+
+
 class KernelDataModule(L.LightningDataModule):
     """Train on the NeuSight train split minus ``held_out_gpus``; test on those GPUs.
 
@@ -83,10 +146,14 @@ class KernelDataModule(L.LightningDataModule):
         self.winograd_roofline = winograd_roofline
         self.table_rows = {key: tuple(values) for key, values in (table_rows or {}).items()}
         self.data_dir = data_dir
-        self.held_out_gpus = tuple(held_out_gpus)
-        self.feature_groups = tuple(feature_groups)
-        self.type_feature_groups = tuple(type_feature_groups)
+        self.held_out_gpus = names_setting(held_out_gpus)
+        self.feature_groups = checked_groups(feature_groups, "data.feature_groups")
+        self.type_feature_groups = checked_groups(type_feature_groups, "data.type_feature_groups")
         self.ops = tuple(ops) if ops else None
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+            raise LilouInputError(f"data.max_rows={max_rows}: give a positive number of training rows, or null for all")
+        if not 0 <= val_fraction < 1:
+            raise LilouInputError(f"data.val_fraction={val_fraction}: give a fraction of the training rows in [0, 1)")
         self.val_fraction = val_fraction
         self.max_rows = max_rows
         self.batch_size = batch_size
@@ -107,8 +174,17 @@ class KernelDataModule(L.LightningDataModule):
             return neusight
         return concat_datasets([neusight, table_dataset(self.table_rows, self.data_dir)])
 
+    def data_description(self) -> str:
+        """What the rows are, for error messages."""
+        what = "NeuSight's training split"
+        if self.ops:
+            what += f" (ops {', '.join(self.ops)})"
+        return what + (" and the kernel-table rows" if self.table_rows else "")
+
     def held_out_mask(self, data: KernelDataset) -> np.ndarray:
-        """Rows of the test set: those of the held-out GPUs."""
+        """Rows of the test set: those of the held-out GPUs (their names resolved against the data's)."""
+        self.held_out_gpus = resolve_held_out_gpus(self.held_out_gpus, np.unique(data.gpu).tolist(),
+                                                   what=self.data_description())
         return np.isin(data.gpu, self.held_out_gpus)
 
     def setup(self, stage: str | None = None) -> None:
@@ -118,6 +194,9 @@ class KernelDataModule(L.LightningDataModule):
         held_out = self.held_out_mask(data)
         rng = np.random.default_rng(self.seed)
         train_rows = np.flatnonzero(~held_out)
+        if not len(train_rows):
+            raise LilouInputError(f"the held-out set ({', '.join(self.held_out_gpus)}) leaves no training rows; "
+                                  f"GPUs in the data: {', '.join(np.unique(data.gpu).tolist())}")
         if self.max_rows is not None and len(train_rows) > self.max_rows:
             train_rows = np.sort(rng.choice(train_rows, self.max_rows, replace=False))
         rng.shuffle(train_rows)

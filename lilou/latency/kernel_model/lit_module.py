@@ -12,8 +12,12 @@ import lightning as L
 import torch
 from torch import nn
 
+from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.features import UNITS
 from lilou.latency.kernel_model.model import KernelLatencyNet
+
+
+LOSSES = ("mape", "log_l1")
 
 
 class KernelLatencyModule(L.LightningModule):
@@ -21,6 +25,8 @@ class KernelLatencyModule(L.LightningModule):
                  lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1,
                  loss: str = "mape", power_limited: bool = False, power_duration: bool = False,
                  num_timings: int = 1, floor_per_unit: bool = False, floor_start_quantile: float | None = None) -> None:
+        if loss not in LOSSES:  # anything but "mape" trained with log_l1 and said nothing
+            raise LilouInputError(f"model.loss={loss}: unknown loss; known: {', '.join(LOSSES)}")
         super().__init__()
         self.save_hyperparameters()
         self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout,

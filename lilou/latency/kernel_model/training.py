@@ -14,6 +14,7 @@ import torch
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.datamodule import KernelDataModule
 from lilou.latency.kernel_model.metrics import error_table
 from lilou.latency.kernel_model.model import KernelLatencyEnsemble
@@ -28,6 +29,15 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
 
     ``dataset``: rows already loaded (a :class:`~lilou.latency.kernel_model.dataset.KernelDataset`), so that folds of a
     benchmark split one sample instead of reading it again."""
+    try:
+        int(cfg.seed)
+    except (TypeError, ValueError):
+        raise LilouInputError(f"seed={cfg.seed}: give an integer") from None
+    for key in ("max_epochs", "max_steps"):  # 0 saved an untrained checkpoint and reported its val_mape, exit 0
+        value = cfg.trainer.get(key)
+        if value is not None and (value == 0 or value < -1):
+            raise LilouInputError(f"trainer.{key}={value}: that trains nothing and would save an untrained "
+                                  "checkpoint; give at least 1 (-1: no limit)")
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
@@ -67,6 +77,22 @@ def held_out_metrics(predictor: KernelLatencyPredictor, datamodule: KernelDataMo
     return error_table(rows, prediction.latency_ms, prediction.kernel_type)
 
 
+def describe_data(datamodule: KernelDataModule) -> str:
+    """The rows a run read, as metrics.json records them (it said "every source" for data.sources=[vidur])."""
+    from lilou.latency.kernel_model.table_datamodule import KernelTableDataModule
+
+    if isinstance(datamodule, KernelTableDataModule):
+        sources = ", ".join(datamodule.sources) if datamodule.sources else "every source"
+        return f"kernel-measurement table, {sources} (lilou.data.kernel_table), at most {datamodule.per_group} rows " \
+               "per source, GPU, dtype and family"
+    what = "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)"
+    if datamodule.ops:
+        what += f", ops {', '.join(datamodule.ops)}"
+    if datamodule.table_rows:
+        what += ", with kernel-table rows " + "; ".join(f"{k} {', '.join(v)}" for k, v in datamodule.table_rows.items())
+    return what
+
+
 def train_kernel_model(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
@@ -78,9 +104,8 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     metrics: dict[str, Any] = {
         "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
         "seed": cfg.seed,
-        "data": ("kernel-measurement table, every source (lilou.data.kernel_table)"
-                 if str(cfg.data.get("_target_", "")).endswith("KernelTableDataModule")
-                 else "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager)"),
+        "data": describe_data(datamodule),
+        "data_dir": cfg.data.get("data_dir"),  # resolved: config.json keeps ${oc.env:LILOU_DATA_DIR,null}
         "train_rows": int(len(datamodule.train.log_latency)),
         "trained_on": predictor.config["trained_on"],
         "held_out": held_out_metrics(predictor, datamodule),
