@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lilou.errors import LilouInputError, exit_on_input_error  # noqa: E402
-from lilou.latency.evaluation.folds import KERNEL_FOLDS  # noqa: E402
+from lilou.latency.kernel_model.folds import KERNEL_FOLDS  # noqa: E402
 from lilou.research.ablation import (RESULTS, cached_kernel_rows, compose, pyplot,  # noqa: E402
                                      quiet_lightning, refuse_owned_overrides, save_figure, write_result)
 

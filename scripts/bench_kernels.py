@@ -39,7 +39,7 @@ from lilou.latency.kernel_model.dataset import build_dataset
 from lilou.latency.evaluation.diagnostics import gemm_efficiency_by_duration, limits_table
 from lilou.latency.kernel_model.metrics import error_table
 from lilou.latency.kernel_model.features import DeviceColumns
-from lilou.latency.evaluation.folds import KERNEL_FOLDS
+from lilou.latency.kernel_model.folds import KERNEL_FOLDS
 from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
 from lilou.latency.evaluation.roofline import RooflineBaseline
 from lilou.latency.evaluation.table_folds import Fold, logo_table, loao_table, per_architecture, score

@@ -115,7 +115,7 @@ def test_kernel_table_rows_join_neusight_with_their_own_timing(datasets_dir):
 
 def test_held_out_gpus_leave_the_table_rows_too(datasets_dir):
     """The V100 fold holds out NeuSight's V100-PCIe and DeepBench's V100-SXM2: no V100 row trains it."""
-    from lilou.latency.evaluation.folds import KERNEL_FOLDS
+    from lilou.latency.kernel_model.folds import KERNEL_FOLDS
     from lilou.latency.kernel_model.datamodule import KernelDataModule
 
     module = KernelDataModule(data_dir=str(datasets_dir), held_out_gpus=KERNEL_FOLDS["v100"], ops=["conv"],

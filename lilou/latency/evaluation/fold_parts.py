@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from lilou.errors import LilouInputError
-from lilou.latency.evaluation.folds import KERNEL_FOLDS
+from lilou.latency.kernel_model.folds import KERNEL_FOLDS
 from lilou.quiet import Log, log_to_stderr, quiet_lightning
 
 REPO = Path(__file__).resolve().parents[3]

@@ -90,10 +90,10 @@ def resolve_held_out_gpus(names: Sequence[str], present: Sequence[str], setting:
     where exactly one GPU of the data answers. A name that matches no row of the data (a typo, a GPU the data does
     not have, one with no rows among the chosen ops) is refused, as it held out nothing and trained on the GPU meant
     to be held out; so is one that could mean several of the data's GPUs. A name of a leave-one-GPU-out fold
-    (``lilou.latency.evaluation.folds``) may have no rows when its fold partner, held out beside it, has some."""
+    (``lilou.latency.kernel_model.folds``) may have no rows when its fold partner, held out beside it, has some."""
     from lilou.errors import LilouInputError
     from lilou.hardware.database import find_gpu, name_family
-    from lilou.latency.evaluation.folds import KERNEL_FOLDS
+    from lilou.latency.kernel_model.folds import KERNEL_FOLDS
 
     present_set = set(present)
     known = ", ".join(sorted(present_set)) or "none"

@@ -1,4 +1,5 @@
-"""Leave-one-GPU-out folds over the five NeuSight training GPUs.
+"""Leave-one-GPU-out folds over the five NeuSight training GPUs; beside the kernel model, whose data module accepts
+a held-out name without rows when its fold partner has some.
 
 One fold per GPU. NeuSight measured conv on the A100 80GB instead of the 40GB, so the
 A100 fold holds out both cards' kernel rows; the V100 fold also holds out the V100-SXM2's
