@@ -182,9 +182,10 @@ def resolve_loops(model: onnx.ModelProto, notes: list[str], evaluate: Callable[[
             if not unroll_loop(model, index, int(trips), budget):
                 if count not in constants:  # the count the shapes decided, kept for the loop's cost
                     _pin_trip_count(model, index, int(trips))
-                    notes.append(f"Loop {label!r} runs {int(trips)} times ({source}): more body nodes than Lilou "
-                                 f"writes out ({MAX_UNROLLED_NODES:,} per model), so it is one kernel, without the "
-                                 "launches eager makes for each iteration")
+                    why = (f"more body nodes than Lilou writes out ({MAX_UNROLLED_NODES:,} per model)"
+                           if int(trips) * max(1, size) > budget else "a form Lilou does not write out")
+                    notes.append(f"Loop {label!r} runs {int(trips)} times ({source}): {why}, so it is one kernel, "
+                                 "without the launches eager makes for each iteration")
                 continue
             budget -= max(1, int(trips) * size)  # a loop of no iteration still changed the model
             notes.append(f"Loop {label!r} runs {int(trips)} times ({source}): its body is priced once per iteration, "

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from lilou.caveats import LAUNCH_BOUND_WORK_SHARE, ambiguity_notes
 from lilou.errors import LilouInputError
 from lilou.hardware import Device
+from lilou.latency.kernel_model.precision import compute_capability
 from lilou.plan.kubernetes import resource_name
 from lilou.plan.prices import checked_prices, device_price
 
@@ -414,7 +415,7 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
         # Said of the device with the most memory among those the model does not fit, where any: the first device's
         # reason (an M40's lack of FP16) was not why a prompt of 10^8 tokens fits no GPU.
         short = [d for d in devices if refused[d.name].startswith("not predicted")] or devices
-        largest = max(short, key=lambda d: (d.memory_gib, d.compute_capability))
+        largest = max(short, key=lambda d: (d.memory_gib, compute_capability(d)))  # "10.0" after "8.6"
         raise LilouInputError(f"{os.fspath(model)}: no device can serve it ({len(devices)} tried); the largest, "
                               f"{largest.name}: {refused[largest.name]}")
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
