@@ -31,7 +31,7 @@ from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec, describe_graph_kernel
 from lilou.latency.composition.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
 from lilou.latency.composition.overhead import OverheadModel
-from lilou.latency.kernel_model.precision import FP64_TENSOR_RATIO, PrecisionPath, kernel_path, kernel_unit
+from lilou.latency.kernel_model.precision import PrecisionPath, fp64_peak_tflops, kernel_path, kernel_unit
 from lilou.latency.kernel_model.recurrent import RecurrentModel, RecurrentShape
 from lilou.latency.kernel_model.transposed import load_ratios
 
@@ -275,8 +275,7 @@ def fp64_floor_ms(specs: Sequence[KernelSpec], devices: Sequence[Device]) -> np.
     floor = np.zeros((len(specs), len(devices)))
     rows = [i for i, spec in enumerate(specs) if spec.precision == "fp64" and spec.family in ("gemm", "conv")]
     if rows:
-        peaks = np.array([(device.peak_tflops.get("fp64") or np.inf)
-                          * FP64_TENSOR_RATIO.get(device.compute_capability, 1.0) for device in devices])
+        peaks = np.array([fp64_peak_tflops(device) or np.inf for device in devices])
         flops = np.array([float(specs[i].flops) for i in rows])
         floor[rows] = flops[:, None] / (peaks[None, :] * 1e9)  # FLOPs / (TFLOPS * 1e12) s, in ms
     return floor

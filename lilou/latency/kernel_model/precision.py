@@ -40,6 +40,13 @@ if TYPE_CHECKING:
 FP64_TENSOR_RATIO = {"8.0": 2.0, "9.0": 2.0}
 
 
+def fp64_peak_tflops(device: Device) -> float | None:
+    """The fastest FP64 rate of ``device`` (its FP64 tensor cores' where it has them), None where the database has
+    no FP64 peak."""
+    peak = device.peak_tflops.get("fp64")
+    return peak * FP64_TENSOR_RATIO.get(device.compute_capability, 1.0) if peak else None
+
+
 TF32_MODES = ("off", "conv", "on")
 #: Precisions the shipped kernel model has measurements of.
 MEASURED_PRECISIONS = frozenset({"fp32"})
@@ -278,8 +285,7 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                     unmeasured.add(architecture_class(device.gpu))
             name = f"{precision.upper()} {'GEMMs' if family == 'gemm' else 'convolutions'}"
             if precision == "fp64":
-                peaks = sorted({(d.peak_tflops.get("fp64") or 0) * FP64_TENSOR_RATIO.get(d.compute_capability, 1.0)
-                                for p, d in zip(paths, devices) if p.precision == "fp64"})
+                peaks = sorted({fp64_peak_tflops(d) or 0 for p, d in zip(paths, devices) if p.precision == "fp64"})
                 warnings.append(f"{name}: no source of the kernel table measured FP64; they are priced as strict-FP32 "
                                 "kernels on 8-byte tensors, never faster than the FP64 peak "
                                 f"({peaks[0]:g}{f'-{peaks[-1]:g}' if peaks[-1] != peaks[0] else ''} TFLOPS here, the "
