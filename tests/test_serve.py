@@ -249,6 +249,25 @@ def test_an_llm_plan_of_tensor_parallel_replicas_is_the_cli_object(client):
     assert response.status_code == 422 and response.json()["detail"].startswith("tp:")
 
 
+def test_true_or_false_is_not_a_number(client):
+    """JSON's true was read as 1 by pydantic's lax mode: a batch of 1, a price of 1 USD an hour; the CLI and the API
+    refuse a boolean batch. `values` and `llm` take booleans."""
+    for body, field in (({"model": "resnet18.onnx", "gpu": "a10g", "batch": True}, "batch"),
+                        ({"model": "resnet18.onnx", "gpus": ["a10g"], "shapes": {"input": [True, 3, 224, 224]}}, "shapes"),
+                        ({"model": "resnet18.onnx", "slo_ms": 50, "batches": [1, True]}, "batches"),
+                        ({"model": "resnet18.onnx", "slo_ms": True}, "slo_ms"),
+                        ({"model": "resnet18.onnx", "slo_ms": 50, "prices": {"a10g": True}}, "prices")):
+        route = "/v1/predict" if "gpu" in body else "/v1/rank" if "gpus" in body else "/v1/plan"
+        response = client.post(route, json=body)
+        assert (response.status_code, response.json()) == (422, {
+            "detail": f"{field}: true/false where a number or a name is expected"}), (body, response.text)
+    response = client.post("/v1/llm", json={"model": "llama-3.1-8b", "gpu": "a10g", "batch": False, "input_len": 8,
+                                            "output_len": 8})
+    assert response.status_code == 422 and response.json()["detail"].startswith("batch: true/false")
+    response = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g", "values": {"flag": [True]}})
+    assert response.status_code != 422 or not response.json()["detail"].startswith("values: true/false")
+
+
 def test_rank_body_is_the_cli_list_and_warnings_travel_in_a_header(client, models_root, predictor):
     gpus = ["a10g", "t4", "a100-80gb/1g.10gb", "h100-sxm"]
     response = client.post("/v1/rank", json={"model": "sub/copy.onnx", "gpus": gpus})

@@ -10,7 +10,8 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
+from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4"]
 TF32 = Literal["off", "conv", "on"]
@@ -72,8 +73,31 @@ def _json_object(value: Any) -> Any:
     return value
 
 
+#: The fields whose values may be true or false; anywhere else JSON's true is not a number (pydantic's lax mode read
+#: ``"batch": true`` as batch 1 and ``"prices": {"a10g": true}`` as 1 USD an hour).
+BOOLEAN_FIELDS = frozenset({"values", "llm"})
+
+
+def _holds_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_bool(item) for item in value.values())
+    return isinstance(value, list) and any(_holds_bool(item) for item in value)
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                if name not in BOOLEAN_FIELDS and _holds_bool(value):
+                    raise PydanticCustomError("boolean", "{field}: true/false where a number or a name is expected",
+                                              {"field": name})
+        return data
 
     model: str | None = Field(None, max_length=1024, description=(
         "path of an ONNX file relative to the server's --models-root; leave out when uploading the file "
