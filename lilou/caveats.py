@@ -253,7 +253,7 @@ def ambiguity_notes(names: Sequence[str] | None) -> list[str]:
 
 
 def memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int, int] | None = None) -> list[str]:
-    """Say so when the weights and the largest activation cannot fit the device's memory (``need``: what
+    """Say so when the weights and the activations live at the peak cannot fit the device's memory (``need``: what
     :func:`memory_needed` returns, when already computed)."""
     weights, activation = need or memory_needed(graph)
     short = [d for d in devices if not fits_memory((weights, activation), d)]
@@ -261,6 +261,6 @@ def memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int
         return []
     gib = 2**30
     where = short[0].name if len(short) == 1 else f"{len(short)} of {len(devices)} devices ({short[0].name}, ...)"
-    return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + largest activation "
+    return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + activations at their peak "
             f"{activation / gib:,.2f} GiB > {round(usable_gib(short[0]), 2):g} GiB (its {round(short[0].memory_gib, 2):g} "
             f"less {CUDA_CONTEXT_GIB:g} GiB of CUDA context); the prediction assumes it would run"]

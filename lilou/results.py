@@ -84,7 +84,7 @@ class Prediction:
     tf32: str = "off"         # off | conv | on: what FP32 convolutions / matmuls run in on this device
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (docs/intervals.md)
     extrapolated_share: float = 0.0  # share (0..1) of the predicted time on extrapolated kernels
-    fits: bool = True  # weights + largest activation within the device's (or slice's) memory
+    fits: bool = True  # weights + the activations live at the peak within the device's (or slice's) memory
 
     @property
     def device(self) -> str:
@@ -141,9 +141,9 @@ class RankEntry:
     tf32: str = "off"
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms
     extrapolated_share: float = 0.0
-    fits: bool = True  # weights + largest activation within the device's (or slice's) memory
+    fits: bool = True  # weights + the activations live at the peak within the device's (or slice's) memory
     gpu_work_ms: float = 0.0  # the kernels' GPU time alone, without waits for launches: what a faster host leaves
-    memory_gb: float = 0.0  # weights + largest activation in GiB, as stored on this device (weight-only FP8 ...)
+    memory_gb: float = 0.0  # weights + the activations live at the peak in GiB, as stored on this device (weight-only FP8 ...)
 
     @property
     def device(self) -> str:

@@ -1,4 +1,5 @@
-"""What a graph needs in device memory: its weights as declared and its largest activation; nothing is read."""
+"""What a graph needs in device memory: its weights as declared and the peak of its live activations; nothing is
+read."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -9,18 +10,41 @@ if TYPE_CHECKING:
 
 
 def memory_needed(graph: ModelGraph) -> tuple[int, int]:
-    """(bytes of the weights as declared, bytes of the largest activation tensor); nothing is read."""
+    """(bytes of the weights as declared, bytes of the activations live at once at the peak); nothing is read.
+
+    The peak walks the runtime nodes in order, as an eager runtime allocates: a node's outputs are allocated while
+    its inputs are still held, and a tensor is freed after its last reader (the graph's outputs never are). Before,
+    the largest single activation stood for the peak: ResNet-50 at batch 1280 "fitted" a 4.75 GiB 1g.5gb slice with
+    3.9 GiB, where its first convolution alone holds its 0.7 GiB input and its 3.9 GiB output at once (and the batch
+    norm after it both of those outputs: 7.7 GiB). Kernels that fuse a chain keep less; no in-place reuse is assumed.
+    """
     data = graph.dag.nodes
-    produced = {t.name: t for n in data for t in data[n]["outputs"]}
-    inputs = {t.name: t for t in graph.inputs}
-    weights: dict[str, int] = {}
-    for n in data:
-        for t in data[n]["inputs"]:
-            if t is not None and t.name not in produced and t.name not in inputs:
-                weights[t.name] = t.nbytes or 0
-    constant = {t.name for n in data if data[n]["constant"] for t in data[n]["outputs"]}
-    activations = [t.nbytes or 0 for name, t in {**inputs, **produced}.items() if name not in constant]
-    return sum(weights.values()), max(activations, default=0)
+    produced = {t.name for n in data for t in data[n]["outputs"]}
+    inputs = {t.name for t in graph.inputs}
+    weights = {t.name: t.nbytes or 0 for n in data for t in data[n]["inputs"]
+               if t is not None and t.name not in produced and t.name not in inputs}
+    constant = graph.constant_tensors()
+    order = graph.runtime_nodes()
+    last_read: dict[str, int] = {}
+    for step, name in enumerate(order):
+        for t in data[name]["inputs"]:
+            if t is not None and t.name not in constant:
+                last_read[t.name] = step
+    kept = {t.name for t in graph.outputs if t is not None}
+    size = {t.name: t.nbytes or 0 for t in graph.inputs if t is not None and t.name not in constant}
+    live = sum(size.values())
+    peak = live
+    for step, name in enumerate(order):
+        for t in data[name]["outputs"]:
+            if t is not None and t.name not in size:
+                size[t.name] = t.nbytes or 0
+                live += size[t.name]
+        peak = max(peak, live)
+        freed = {t.name for t in (*data[name]["inputs"], *data[name]["outputs"]) if t is not None and t.name in size
+                 and t.name not in kept and last_read.get(t.name, -1) <= step}
+        for tensor in freed:
+            live -= size.pop(tensor)
+    return sum(weights.values()), peak
 
 
 #: CUDA context + cuBLAS/cuDNN workspace an eager PyTorch process holds before any tensor (about 0.5 GiB on recent
@@ -35,6 +59,6 @@ def usable_gib(device: Device) -> float:
 
 
 def fits_memory(need: tuple[int, int], device: Device) -> bool:
-    """Whether the weights and the largest activation (:func:`memory_needed`) fit the device's memory, the CUDA
+    """Whether the weights and the activations live at the peak (:func:`memory_needed`) fit the device's memory, the CUDA
     context taken."""
     return sum(need) <= usable_gib(device) * 2**30

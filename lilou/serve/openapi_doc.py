@@ -68,8 +68,8 @@ class RankEntryBody(BaseModel):
     tf32: str
     gpu_work_ms: float | None = Field(None, description="the kernels' GPU time without waits for launches; "
                                                         "devices tied by the host's launches are ordered by it")
-    fits: bool | None = Field(None, description="weights and largest activation within the device's memory")
-    memory_gb: float | None = Field(None, description="weights + largest activation in GiB, as stored on this device")
+    fits: bool | None = Field(None, description="weights and the activations live at the peak within the device's memory")
+    memory_gb: float | None = Field(None, description="weights + the activations live at the peak in GiB, as stored on this device")
 
 
 class MemoryBody(BaseModel):
