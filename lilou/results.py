@@ -143,7 +143,7 @@ class RankEntry:
     extrapolated_share: float = 0.0
     fits: bool = True  # weights + the activations live at the peak within the device's (or slice's) memory
     gpu_work_ms: float = 0.0  # the kernels' GPU time alone, without waits for launches: what a faster host leaves
-    memory_gb: float = 0.0  # weights + the activations live at the peak in GiB, as stored on this device (weight-only FP8 ...)
+    memory_gb: float = 0.0  # weights + activations at their peak in GiB, as stored on this device (weight-only FP8 ...)
 
     @property
     def device(self) -> str:

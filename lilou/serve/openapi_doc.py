@@ -69,7 +69,7 @@ class RankEntryBody(BaseModel):
     gpu_work_ms: float | None = Field(None, description="the kernels' GPU time without waits for launches; "
                                                         "devices tied by the host's launches are ordered by it")
     fits: bool | None = Field(None, description="weights and the activations live at the peak within the device's memory")
-    memory_gb: float | None = Field(None, description="weights + the activations live at the peak in GiB, as stored on this device")
+    memory_gb: float | None = Field(None, description="weights + activations at their peak in GiB, as stored on this device")
 
 
 class MemoryBody(BaseModel):
