@@ -438,6 +438,18 @@ def test_mig_on_a_gpu_without_mig_says_so():
     assert str(error.value) == "GPU 't4' has no MIG support, so it has no profile '1g.5gb'"
 
 
+def test_a_gpu_that_runs_mig_without_profiles_here_says_so():
+    """A B200 runs MIG (NVIDIA's MIG user guide lists 1g.23gb ... 7g.180gb); its slices' SM counts are not in the
+    database. It was refused as having "no MIG support", which told a planner that B200 fleets cannot be sliced."""
+    for gpu in ("b200", "gb200", "b300", "gb300", "gh200", "rtx-pro-6000-blackwell-server"):
+        with pytest.raises(LilouInputError) as error:
+            resolve_device(gpu, "1g.23gb")
+        assert str(error.value) == (
+            f"GPU '{gpu}' supports MIG, but its profiles are not in Lilou's database yet (their SM counts are not "
+            "published), so '1g.23gb' cannot be priced; the whole GPU can")
+    assert resolve_device("b200").mig is None and not find_gpu("b200").supports_mig
+
+
 # ---------------------------------------------------------------------------- devices
 
 
@@ -563,7 +575,8 @@ def test_to_dict_is_json_and_includes_mig_profiles():
     assert a30["sms"] == 56 and a30["aliases"] == ["a30-pcie", "a30-24gb"]
     assert a30["mig_profiles"][0] == {
         "name": "1g.6gb", "compute_slices": 1, "memory_slices": 1, "sms": 14, "memory_gb": 6,
-        "max_instances": 4, "l2_fraction": 0.25, "bandwidth_fraction": 0.25, "memory_gib": None, "memory_source": None,
+        "max_instances": 4, "l2_fraction": 0.25, "bandwidth_fraction": 0.25, "memory_gib": 5.81,
+        "memory_source": "https://github.com/Summer-Lo/Docker_configuration/blob/main/000-MIG/README.md",
     }
     assert json.loads(json.dumps(resolve_device("a30", "2g.12gb").to_dict()))["sms"] == 28
 
@@ -577,8 +590,13 @@ def test_memory_a_process_sees_is_nvidia_smi_s_where_a_printout_gives_it():
     assert (h200_slice.memory_gb, h200_slice.memory_gib) == (18, 16.0)
     assert h200_slice.memory_gib_source == "https://github.com/NVIDIA/mig-parted/issues/120"
     assert resolve_device("h100-sxm").memory_gib == 81559 / 1024
-    a100_slice = resolve_device("a100-sxm4-80gb", "1g.10gb")  # no public lgip listing with its memory: nominal
-    assert (a100_slice.memory_gib, a100_slice.memory_gib_source) == (10, "nominal")
+    a100_slice = resolve_device("a100-sxm4-80gb", "1g.10gb")  # 9.50 GiB, 9728 MiB: it was read as 10 GiB
+    assert (a100_slice.memory_gib, a100_slice.memory_gib_source) == (9.5, (
+        "https://github.com/kata-containers/kata-containers/blob/main/docs/use-cases/NVIDIA-GPU-passthrough-and-Kata.md"))
+    assert [resolve_device("a100-pcie-80gb", p).memory_gib for p in ("1g.20gb", "3g.40gb", "7g.80gb")] == [19.5, 39.25, 79.0]
+    assert [resolve_device("a30", p).memory_gib for p in ("1g.6gb", "2g.12gb+me", "4g.24gb")] == [5.81, 11.69, 23.5]
+    h100_slice = resolve_device("h100-pcie", "1g.10gb")  # no public lgip listing with its memory: nominal
+    assert (h100_slice.memory_gib, h100_slice.memory_gib_source) == (10, "nominal")
     assert resolve_device("a100-sxm4-80gb").memory_gib == 80.0  # 81920 MiB
     for device in all_devices():
         assert 0.8 * device.memory_gb <= device.memory_gib <= device.memory_gb, device.name

@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 def _table(gpus: list[GPUSpec]) -> Table:
     table = new_table(title=f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}",
                       caption="FP32 / TC (tensor cores, FP32 accumulate): dense peak TFLOPS; - where the unit or dtype "
-                              "is absent; CC: compute capability; MIG: profiles")
+                              "is absent; CC: compute capability; MIG: profiles (unlisted: the GPU runs MIG, its profiles "
+                              "are not in this database yet)")
     table.add_column("name", no_wrap=True)
     table.add_column("arch", no_wrap=True)
     for column in ("CC", "SMs", "clock MHz", "memory GB"):
@@ -71,7 +72,7 @@ def _table(gpus: list[GPUSpec]) -> Table:
             _optional(gpu.tensor_tflops),
             _optional(peaks["bf16_tensor"]),
             _optional(peaks["fp8_tensor"]),
-            str(len(gpu.mig_profiles)) if gpu.supports_mig else "-",
+            str(len(gpu.mig_profiles)) if gpu.supports_mig else "unlisted" if gpu.mig_unlisted else "-",
         )
     return table
 

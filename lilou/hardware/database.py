@@ -71,6 +71,7 @@ class GPUSpec:
     tensor_core_generation: int | None  # 1 Volta, 2 Turing, 3 Ampere, 4 Ada/Hopper, 5 Blackwell; None: no tensor cores
     mig_profiles: tuple[MIGProfile, ...] = ()
     mig_source: str | None = None
+    mig_unlisted: bool = False  # the GPU runs MIG, but its profiles are not in this database (``mig: unlisted``)
     notes: str | None = None
     memory_total_mib: int | None = None  # the total `nvidia-smi` reports (what a process sees); see gpus.yaml
     memory_total_source: str | None = None  # the public printout memory_total_mib comes from
@@ -85,6 +86,9 @@ class GPUSpec:
         for profile in self.mig_profiles:
             if mig_key(profile.name) == wanted:
                 return profile
+        if self.mig_unlisted:
+            raise LilouInputError(f"GPU '{self.name}' supports MIG, but its profiles are not in Lilou's database yet "
+                                  f"(their SM counts are not published), so '{name}' cannot be priced; the whole GPU can")
         if not self.supports_mig:
             raise LilouInputError(f"GPU '{self.name}' has no MIG support, so it has no profile '{name}'")
         valid = ", ".join(profile.name for profile in self.mig_profiles)
@@ -207,8 +211,8 @@ def _parse_gpu(entry: dict[str, Any], mig_tables: dict[str, Any]) -> GPUSpec:
     ordered = [key for key in PEAK_KEYS if key in raw_peaks] + [key for key in raw_peaks if key not in PEAK_KEYS]
     entry["peak_tflops"] = {key: _peak(raw_peaks[key]) for key in ordered}
     table_name = entry.pop("mig")
-    if table_name is None:
-        gpu = GPUSpec(**entry)
+    if table_name is None or table_name == "unlisted":
+        gpu = GPUSpec(**entry, mig_unlisted=table_name == "unlisted")
     else:
         table = mig_tables[table_name]
         gpu = GPUSpec(**entry, mig_profiles=_parse_mig_table(table), mig_source=table["source"])
