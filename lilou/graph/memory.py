@@ -18,32 +18,34 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
     3.9 GiB, where its first convolution alone holds its 0.7 GiB input and its 3.9 GiB output at once (and the batch
     norm after it both of those outputs: 7.7 GiB). Kernels that fuse a chain keep less; no in-place reuse is assumed.
     """
-    data = graph.dag.nodes
-    produced = {t.name for n in data for t in data[n]["outputs"]}
-    inputs = {t.name for t in graph.inputs}
-    weights = {t.name: t.nbytes or 0 for n in data for t in data[n]["inputs"]
-               if t is not None and t.name not in produced and t.name not in inputs}
-    constant = graph.constant_tensors()
-    order = graph.runtime_nodes()
+    ordered = [data for _, data in sorted(graph.dag.nodes(data=True), key=lambda item: item[1]["order"])]
+    inputs = {t.name for t in graph.inputs if t is not None}
+    produced = {t.name for data in ordered for t in data["outputs"] if t is not None}
+    weights: dict[str, int] = {}
     last_read: dict[str, int] = {}
-    for step, name in enumerate(order):
-        for t in data[name]["inputs"]:
-            if t is not None and t.name not in constant:
+    for step, data in enumerate(ordered):
+        for t in data["inputs"]:
+            if t is None:
+                continue
+            if t.name not in produced and t.name not in inputs:
+                if t.name not in weights:
+                    weights[t.name] = t.nbytes or 0
+            elif not data["constant"]:
                 last_read[t.name] = step
     kept = {t.name for t in graph.outputs if t is not None}
-    size = {t.name: t.nbytes or 0 for t in graph.inputs if t is not None and t.name not in constant}
-    live = sum(size.values())
-    peak = live
-    for step, name in enumerate(order):
-        for t in data[name]["outputs"]:
+    size = {t.name: t.nbytes or 0 for t in graph.inputs if t is not None}
+    live = peak = sum(size.values())
+    for step, data in enumerate(ordered):
+        if data["constant"]:
+            continue
+        for t in data["outputs"]:
             if t is not None and t.name not in size:
                 size[t.name] = t.nbytes or 0
                 live += size[t.name]
         peak = max(peak, live)
-        freed = {t.name for t in (*data[name]["inputs"], *data[name]["outputs"]) if t is not None and t.name in size
-                 and t.name not in kept and last_read.get(t.name, -1) <= step}
-        for tensor in freed:
-            live -= size.pop(tensor)
+        for t in (*data["inputs"], *data["outputs"]):
+            if t is not None and t.name in size and t.name not in kept and last_read.get(t.name, -1) <= step:
+                live -= size.pop(t.name)
     return sum(weights.values()), peak
 
 
