@@ -375,6 +375,13 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if model_type == "falcon" and not config.get("new_decoder_architecture", False):
         # Falcon-7B style: one KV head with multi_query, else one per query head (num_kv_heads is ignored)
         values["kv_heads"] = 1 if config.get("multi_query", True) else values["heads"]
+    if model_type == "gpt_bigcode":
+        # StarCoder, SantaCoder, WizardCoder, Granite-20B-code: multi_query (GPTBigCodeConfig's default: true) is one
+        # KV head, c_attn hidden x (hidden + 2 x head_dim); it was read as a KV head per query head (KV 48x too big)
+        multi_query = True if config.get("multi_query") is None else config["multi_query"]
+        if not isinstance(multi_query, bool):
+            raise LilouInputError(f"{name}: multi_query is {multi_query!r:.40}, not true or false")
+        values["kv_heads"] = 1 if multi_query else values["heads"]
     hidden = values["hidden"]
     if values["intermediate"] is None:
         if model_type in ("falcon", "gpt_neox", "gptj", "gpt2", "bloom", "opt") and hidden is not None:
