@@ -35,3 +35,87 @@ def test_gpt_bigcode_multi_query_is_one_kv_head(tmp_path):
     assert load_config(_write(tmp_path / "mha", {**STARCODER, "multi_query": False})).kv_heads == 48
     with pytest.raises(LilouInputError, match=r"multi_query is 'yes', not true or false"):
         load_config(_write(tmp_path / "bad", {**STARCODER, "multi_query": "yes"}))
+
+
+#: Hybrid and attention-free configs (their layer kind, and what of the config says so), as the Hub spells them.
+_LLAMA_LIKE = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "vocab_size": 65536}
+
+
+@pytest.mark.parametrize("config, said", [
+    ({**_LLAMA_LIKE, "model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4, "num_experts": 16,
+      "num_experts_per_tok": 2}, "mamba layers (model_type 'jamba')"),
+    ({**_LLAMA_LIKE, "model_type": "granitemoehybrid", "num_hidden_layers": 4,
+      "layer_types": ["mamba", "mamba", "mamba", "attention"]}, "mamba layers (3 of the 4 layer_types are 'mamba')"),
+    ({**_LLAMA_LIKE, "model_type": "falcon_h1", "mamba_d_ssm": 6144}, "mamba layers (model_type 'falcon_h1')"),
+    ({**_LLAMA_LIKE, "model_type": "qwen3_next", "full_attention_interval": 4},
+     "linear_attention layers (model_type 'qwen3_next')"),
+    ({**_LLAMA_LIKE, "model_type": "some_new_hybrid", "num_hidden_layers": 2,
+      "layer_types": ["linear_attention", "full_attention"]}, "linear_attention layers (1 of the 2 layer_types are"),
+    ({**_LLAMA_LIKE, "model_type": "some_new_hybrid", "full_attention_interval": 4},
+     "linear_attention layers (its full_attention_interval)"),
+    ({"model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64, "vocab_size": 50280, "state_size": 16},
+     "mamba layers (model_type 'mamba')"),
+    ({"model_type": "mamba2", "hidden_size": 4096, "num_hidden_layers": 64, "num_heads": 128, "vocab_size": 32768},
+     "mamba layers (model_type 'mamba2')"),
+    ({"model_type": "rwkv", "hidden_size": 768, "num_hidden_layers": 12, "vocab_size": 50277},
+     "rwkv layers (model_type 'rwkv')"),
+    ({"architectures": ["MambaLMHeadModel"], "d_model": 2560, "n_layer": 64, "vocab_size": 50277},
+     "mamba layers (architecture 'MambaLMHeadModel')"),
+])
+def test_hybrid_and_attention_free_configs_are_refused_by_their_layer_kind(tmp_path, capsys, config, said):
+    """Jamba, Granite 4.0-H, Falcon-H1 and Qwen3-Next were priced as transformers with every layer attention (Jamba
+    92 B parameters for 52 B); Mamba, Mamba-2 and RWKV were refused as lacking an MLP width or heads."""
+    path = _write(tmp_path / "model", config)
+    with pytest.raises(LilouInputError, match=r"^model has " + said.replace("(", r"\(").replace(")", r"\)")):
+        load_config(path)
+    from lilou.cli import main
+
+    assert main(["llm", str(path), "--gpu", "h100-sxm", "--input-len", "8", "--output-len", "8"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"lilou: error: model has {said}") and error.count("\n") == 1
+    assert error.endswith("; Lilou models transformer decoders only\n")
+
+
+def test_attention_only_layer_types_are_still_read(tmp_path):
+    """GraniteMoeHybrid spells a full-attention layer "attention": a config of only those is a transformer."""
+    config = load_config(_write(tmp_path / "m", {**_LLAMA_LIKE, "model_type": "llama", "num_hidden_layers": 2,
+                                                  "layer_types": ["attention", "full_attention"]}))
+    assert (config.layers, config.kind) == (2, "transformer")
+
+
+MPT_7B = {"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32,
+          "expansion_ratio": 4, "max_seq_len": 2048, "vocab_size": 50432, "no_bias": True,
+          "attn_config": {"alibi": True, "attn_type": "multihead_attention", "kv_n_heads": 1}}
+DBRX = {"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": 6144, "n_heads": 48, "n_layers": 40,
+        "max_seq_len": 32768, "vocab_size": 100352, "tie_word_embeddings": False,
+        "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+        "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4}}
+INTERNVL = {"architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+            "vision_config": {"model_type": "intern_vit_6b", "hidden_size": 1024},
+            "llm_config": {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "hidden_size": 4096,
+                           "intermediate_size": 14336, "max_position_embeddings": 32768, "num_attention_heads": 32,
+                           "num_hidden_layers": 32, "num_key_value_heads": 8, "tie_word_embeddings": False,
+                           "vocab_size": 92553}}
+
+
+def test_mpt_dbrx_and_internvl_spellings(tmp_path):
+    """MPT (expansion_ratio), DBRX (ffn_config, attn_config) and InternVL (llm_config) were refused as lacking an MLP
+    width, or every field."""
+    mpt = load_config(_write(tmp_path / "mpt", {**MPT_7B, "attn_config": {"alibi": True}}))
+    assert (mpt.layers, mpt.hidden, mpt.heads, mpt.kv_heads, mpt.intermediate) == (32, 4096, 32, 32, 16384)
+    assert (mpt.gated_mlp, mpt.norm, mpt.tied_embeddings, mpt.max_context) == (False, "layernorm", True, 2048)
+    assert mpt.total_parameters == 32 * (4 * 4096 ** 2 + 2 * 4096 * 16384) + 50432 * 4096 + 65 * 4096  # 6.65 B
+    assert load_config(_write(tmp_path / "mpt-mqa", MPT_7B)).kv_heads == 1
+    with pytest.raises(LilouInputError, match=r"^mpt-half: intermediate \(.*\) is 8192.5, not a whole number"):
+        load_config(_write(tmp_path / "mpt-half", {**MPT_7B, "expansion_ratio": 2.0001220703125}))
+    dbrx = load_config(_write(tmp_path / "dbrx", DBRX))
+    assert (dbrx.kv_heads, dbrx.experts, dbrx.experts_per_token, dbrx.expert_width, dbrx.moe_layers) == (8, 16, 4, 10752, 40)
+    assert (dbrx.gated_mlp, dbrx.norm, dbrx.tied_embeddings, dbrx.max_context) == (True, "layernorm", False, 32768)
+    attention = 6144 * (6144 + 2 * 8 * 128) + 6144 * 6144
+    experts = 16 * 3 * 6144 * 10752 + 6144 * 16  # and the router
+    assert dbrx.total_parameters == 40 * (attention + experts) + 2 * 100352 * 6144 + 81 * 6144  # 131.6 B
+    internvl = load_config(_write(tmp_path / "internvl", INTERNVL))
+    assert (internvl.model_type, internvl.layers, internvl.kv_heads, internvl.intermediate, internvl.vocab) == \
+        ("internlm2", 32, 8, 14336, 92553)
+    assert internvl.notes and "vision encoder is not priced" in internvl.notes[0]
