@@ -90,6 +90,22 @@ def test_seventy_b_on_an_l4_does_not_fit(llm):
     assert data["memory"]["weights_gb"] > 130 and data["memory"]["device_gb"] == round(23034 / 1024, 4)  # nvidia-smi
     assert data["ttft_ms"] is None and data["itl_ms"] is None and data["power_w"] is None
     assert any("does not fit on l4" in w for w in data["warnings"])
+    # the documented keys, null (they were {}: a KeyError for a consumer)
+    assert data["intervals"] == {"ttft_ms": None, "itl_ms": None, "power_w": None}
+
+
+def test_none_is_the_default_engine_and_a_predictor_is_not_a_string(llm):
+    """engine=None priced a third, uncalibrated engine ("engine": null; Llama-3.1-8B on an L4 at batch 8, 512/128:
+    TTFT 1035.5 ms for vLLM's 1130.1); LLMPredictor(predictor="eager") failed at predict with an AttributeError."""
+    from lilou.llm import LLMPredictor
+
+    args = dict(batch=8, input_len=512, output_len=128)
+    default = llm.predict(LLAMA, "l4", **args).to_json()
+    assert llm.predict(LLAMA, "l4", engine=None, dtype=None, kv_dtype=None, **args).to_json() == default
+    assert default["engine"] == "vllm"
+    for wrong in ("eager", b"eager", 1):
+        with pytest.raises(LilouInputError, match=rf"^predictor must be a lilou.Predictor, not {type(wrong).__name__}$"):
+            LLMPredictor(predictor=wrong)
 
 
 def test_tp_must_divide_the_heads():

@@ -119,3 +119,15 @@ def test_mpt_dbrx_and_internvl_spellings(tmp_path):
     assert (internvl.model_type, internvl.layers, internvl.kv_heads, internvl.intermediate, internvl.vocab) == \
         ("internlm2", 32, 8, 14336, 92553)
     assert internvl.notes and "vision encoder is not priced" in internvl.notes[0]
+
+
+def test_a_config_json_in_the_working_folder_is_named_by_its_folder(tmp_path, monkeypatch, capsys):
+    """`lilou llm config.json` (or `.`) in the config's folder named the model "" ("--tp 3 does not divide the 32
+    attention heads of" and nothing)."""
+    _write(tmp_path / "starcoder", STARCODER)
+    monkeypatch.chdir(tmp_path / "starcoder")
+    assert load_config("config.json").name == load_config(".").name == "starcoder"
+    from lilou.cli import main
+
+    assert main(["llm", "config.json", "--gpu", "h100-sxm", "--tp", "5", "--input-len", "8", "--output-len", "8"]) == 2
+    assert "attention heads of starcoder" in capsys.readouterr().err

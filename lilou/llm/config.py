@@ -676,4 +676,6 @@ def load_config(model: str | os.PathLike[str]) -> LLMConfig:
         raise LilouInputError(f"{path}: not a readable JSON config ({type(error).__name__})") from None
     if not isinstance(config, dict):
         raise LilouInputError(f"{path}: a config.json holds one JSON object")
-    return config_from_dict(config, path.parent.name if path.name == "config.json" else path.stem)
+    # config.json in the working folder: its resolved folder's name (Path("config.json").parent.name is "")
+    name = (path.resolve().parent.name or str(path)) if path.name == "config.json" else path.stem or str(path)
+    return config_from_dict(config, name)

@@ -323,6 +323,9 @@ class LLMPredictor:
             from lilou.api import Predictor
 
             predictor = Predictor(backend="eager")
+        elif isinstance(predictor, (str, bytes, int, float, os.PathLike, dict, list, tuple)):
+            # "eager" was accepted and failed at the first predict with an AttributeError
+            raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
         self.predictor = predictor
         self.calibration = calibration or shipped_calibration()
         self.attention = shipped_attention() if attention is None else attention
@@ -333,7 +336,7 @@ class LLMPredictor:
         batch, input_len, output_len = (_positive(n, v) for n, v in (("batch", batch), ("input length", input_len),
                                                                       ("output length", output_len)))
         tp = _positive("tp", tp)
-        engine = _choice("engine", engine, ENGINES)
+        engine = _choice("engine", engine, ENGINES) or ENGINES[0]  # None: the default engine, vLLM
         dtype, kv_dtype = _choice("dtype", dtype, DTYPES), _choice("KV-cache dtype", kv_dtype, KV_DTYPES)
         device = resolve_device(gpu, mig)
         config = load_config(model)
@@ -381,7 +384,8 @@ class LLMPredictor:
         result = LLMPrediction(model=config.name, gpu=device.gpu, mig=device.mig, tp=tp, batch=batch,
                                input_len=input_len, output_len=output_len, dtype=dtype, kv_dtype=kv_dtype,
                                engine=engine, memory=fit, max_batch_fitting=fitting, ttft_ms=None, itl_ms=None,
-                               power_w=None, warnings=warnings)
+                               power_w=None, warnings=warnings,
+                               intervals={"ttft_ms": None, "itl_ms": None, "power_w": None})
         if not fit.fits:
             warnings.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
                             f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
