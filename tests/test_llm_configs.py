@@ -131,3 +131,41 @@ def test_a_config_json_in_the_working_folder_is_named_by_its_folder(tmp_path, mo
 
     assert main(["llm", "config.json", "--gpu", "h100-sxm", "--tp", "5", "--input-len", "8", "--output-len", "8"]) == 2
     assert "attention heads of starcoder" in capsys.readouterr().err
+
+
+#: openai/gpt-oss-20b's config.json, the fields Lilou reads.
+GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "head_dim": 64, "hidden_size": 2880,
+               "intermediate_size": 2880, "num_attention_heads": 64, "num_hidden_layers": 24, "num_key_value_heads": 8,
+               "num_local_experts": 32, "num_experts_per_tok": 4, "vocab_size": 201088, "tie_word_embeddings": False,
+               "max_position_embeddings": 131072, "sliding_window": 128,
+               "layer_types": ["sliding_attention", "full_attention"] * 12,
+               "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+                   "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+
+
+def test_gpt_oss_keeps_attention_in_bf16_and_mxfp4_takes_its_scales(tmp_path):
+    """modules_to_not_convert was ignored: the attention priced at 4 bits and the experts without their E8M0 scale
+    per 32 weights, 11.71 GiB of weights for the 12.80 of the checkpoint (about 13.8 GB)."""
+    from lilou.llm.memory import weight_bytes
+
+    config = load_config(_write(tmp_path / "gpt-oss-20b", GPT_OSS_20B))
+    assert (config.quantization, config.unquantised, config.quantization_group_bytes) == ("int4", ("attention", "router"),
+                                                                                          1 / 32)
+    parts = config.parameters()
+    assert parts["attention"] == 24 * (2880 * (64 * 64 + 2 * 8 * 64) + 64 * 64 * 2880)
+    expected = parts["mlp"] * 4.25 / 8 + (config.total_parameters - parts["mlp"]) * 2
+    assert weight_bytes(config, "int4", 1) == pytest.approx(expected, rel=1e-12)
+    assert round(expected / 2**30, 2) == 12.80
+    # priced as another format (requantised), the format's own accounting: every layer's linear weights at 8 bits
+    assert weight_bytes(config, "fp8", 1) == (parts["attention"] + parts["mlp"]) + \
+        (config.total_parameters - parts["attention"] - parts["mlp"]) * 2
+    # the attention GEMMs read 16-bit weights at the checkpoint's format, 4-bit ones when asked for another int4
+    from lilou.llm.steps import StepShape, step_kernels
+
+    def qkv_bytes_read(config):
+        kernels = step_kernels(config, StepShape(seqs=1, q_len=1, kv_len=512, causal=False), dtype="int4",
+                               kv_dtype="fp16", tp=1, engine="vllm")
+        return next(k.spec.bytes_read for k in kernels if k.name == "qkv_proj")
+    plain = load_config(_write(tmp_path / "plain", {**GPT_OSS_20B, "quantization_config": {"quant_method": "mxfp4"}}))
+    assert qkv_bytes_read(config) == 2880 * 5120 * 2 + 2880 * 2  # 16-bit weights, one token's 16-bit activations
+    assert qkv_bytes_read(plain) == 2880 * 5120 // 2 + 2880 * 2

@@ -64,6 +64,11 @@ class LLMConfig:
     # none or a format Lilou does not price (said in ``quantization_note``).
     quantization: str = ""
     quantization_note: str = ""
+    # Parts the checkpoint keeps in 16 bits beside its quantised layers (its modules_to_not_convert: gpt-oss's
+    # "attention" and "router"), and the bytes per weight its scales add where they differ from the format's
+    # default (MXFP4: one 8-bit scale per 32 weights); both apply only when priced at the checkpoint's own dtype.
+    unquantised: tuple[str, ...] = ()
+    quantization_group_bytes: float | None = None
     max_context: int = 0       # max_position_embeddings: the longest context the model takes (0: not known)
     # What a config.json holds that the steps do not price, or price approximately (a vision tower, chunked
     # attention as a window): said in every prediction's warnings.
@@ -483,6 +488,8 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
                               f"{ints['layers']} layers of a mixture of experts (it made the whole model dense)")
     window, sliding = sliding_window_layers(config, ints["layers"], model_type, name)
     quantization, quantization_note = checkpoint_format(config.get("quantization_config"))
+    unquantised = _not_converted(config.get("quantization_config")) if quantization else ()
+    group_bytes = 1 / 32 if quantization and config["quantization_config"].get("quant_method") == "mxfp4" else None
     softcap = config.get("attn_logit_softcapping")
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
@@ -493,7 +500,8 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         moe_intermediate=ints.get("moe_intermediate", 0),
         shared_expert_intermediate=shared, sliding_window=window, sliding_layers=sliding,
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
-        quantization=quantization, quantization_note=quantization_note, max_context=ints.get("max_context", 0),
+        quantization=quantization, quantization_note=quantization_note, unquantised=unquantised,
+        quantization_group_bytes=group_bytes, max_context=ints.get("max_context", 0),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
 
@@ -521,6 +529,25 @@ def checkpoint_format(quantization: Any) -> tuple[str, str]:
         found = _compressed_tensors(quantization)
         return found if found else ("", "compressed-tensors of another scheme")
     return "", method or "an unnamed method"
+
+
+def _not_converted(quantization: dict) -> tuple[str, ...]:
+    """The layer parts a quantization_config's ``modules_to_not_convert`` keeps in 16 bits: "attention" (gpt-oss's
+    ``model.layers.*.self_attn``) and "router" (``mlp.router``, ``mlp.gate``); the embedding and LM head are 16-bit
+    in every quantised format already. gpt-oss's attention was priced at 4 bits (its weights 1.1 GiB short)."""
+    modules = quantization.get("modules_to_not_convert")
+    if not isinstance(modules, list):
+        return ()
+    found = set()
+    for module in modules:
+        if not isinstance(module, str):
+            continue
+        last = module.rstrip(".*").rsplit(".", 1)[-1]
+        if last in ("self_attn", "attn", "attention", "self_attention"):
+            found.add("attention")
+        elif last in ("router", "gate") and ".mlp" in f".{module}":
+            found.add("router")
+    return tuple(sorted(found))
 
 
 def _compressed_tensors(quantization: dict) -> tuple[str, str] | None:
