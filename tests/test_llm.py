@@ -913,3 +913,20 @@ def test_configs_as_the_hub_ships_them_leave_fields_to_transformers_defaults(tmp
            "layer_types": ["sliding_attention", "full_attention"] * 18, "quantization_config": {"quant_method": "mxfp4"}}
     prediction = LLMPredictor().predict(_hub_config(tmp_path, "oss", oss), "h100-sxm", input_len=1024, output_len=128)
     assert prediction.dtype == "int4" and prediction.memory.fits
+
+
+def test_the_context_warning_of_learned_positions_and_rope_scaling(llm, tmp_path):
+    """A context past GPT-2's learned positions cannot run at all; one within Qwen's yarn x4 is not warned of."""
+    gpt2 = tmp_path / "gpt2.json"
+    gpt2.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+                                "vocab_size": 50257}))
+    warnings = llm.predict(gpt2, "h100-sxm", input_len=2048, output_len=256).warnings
+    assert ("2304 tokens of context pass gpt2's 1024 (n_positions): its positions are learned embeddings of that many "
+            "rows, so no engine can run such a context; priced as asked") in warnings
+    qwen = tmp_path / "qwen.json"
+    qwen.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+                                "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                                "vocab_size": 152064, "max_position_embeddings": 32768,
+                                "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                 "original_max_position_embeddings": 32768}}))
+    assert not [w for w in llm.predict(qwen, "h100-sxm", input_len=100000, output_len=256).warnings if "context" in w]

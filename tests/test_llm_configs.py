@@ -169,3 +169,33 @@ def test_gpt_oss_keeps_attention_in_bf16_and_mxfp4_takes_its_scales(tmp_path):
     plain = load_config(_write(tmp_path / "plain", {**GPT_OSS_20B, "quantization_config": {"quant_method": "mxfp4"}}))
     assert qkv_bytes_read(config) == 2880 * 5120 * 2 + 2880 * 2  # 16-bit weights, one token's 16-bit activations
     assert qkv_bytes_read(plain) == 2880 * 5120 // 2 + 2880 * 2
+
+
+QWEN25_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+             "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+             "vocab_size": 152064, "max_position_embeddings": 32768, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("rope, limit, source", [
+    ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072,
+     "original_max_position_embeddings 32768 x rope_scaling factor 4 (yarn)"),
+    ({"rope_type": "dynamic", "factor": 2.0}, 65536, "max_position_embeddings 32768 x rope_scaling factor 2 (dynamic)"),
+    ({"type": "linear", "factor": 2}, 65536, "max_position_embeddings 32768 x rope_scaling factor 2 (linear)"),
+    ({"rope_type": "llama3", "factor": 8.0}, 32768, "max_position_embeddings"),  # vLLM does not scale llama3's
+    (None, 32768, "max_position_embeddings"),
+])
+def test_the_context_limit_takes_rope_scaling(tmp_path, rope, limit, source):
+    """Qwen2.5-7B with Qwen's yarn x4 for 128k was warned, past 32,768 tokens, that vLLM refuses the context."""
+    config = load_config(_write(tmp_path / "qwen", {**QWEN25_7B, "rope_scaling": rope}))
+    assert (config.max_context, config.context_source, config.learned_positions) == (limit, source, False)
+
+
+def test_gpt2_and_opt_positions_are_learned(tmp_path):
+    """GPT-2 and OPT past their position embeddings: no engine runs it (the warning: tests/test_llm.py)."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
+    config = load_config(_write(tmp_path / "gpt2", gpt2))
+    assert (config.max_context, config.context_source, config.learned_positions) == (1024, "n_positions", True)
+    assert load_config(_write(tmp_path / "opt", {"model_type": "opt", "hidden_size": 4096, "num_hidden_layers": 32,
+                                                 "num_attention_heads": 32, "ffn_dim": 16384, "vocab_size": 50272,
+                                                 "max_position_embeddings": 2048})).learned_positions
+    assert not load_config(_write(tmp_path / "q", QWEN25_7B)).learned_positions

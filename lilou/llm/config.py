@@ -70,6 +70,10 @@ class LLMConfig:
     unquantised: tuple[str, ...] = ()
     quantization_group_bytes: float | None = None
     max_context: int = 0       # max_position_embeddings: the longest context the model takes (0: not known)
+    # Where max_context comes from, for the warning ("max_position_embeddings", "... x rope_scaling factor 4 (yarn)"),
+    # and whether the positions are learned embeddings (GPT-2, OPT, GPT-BigCode): no context past them runs at all.
+    context_source: str = ""
+    learned_positions: bool = False
     # What a config.json holds that the steps do not price, or price approximately (a vision tower, chunked
     # attention as a window): said in every prediction's warnings.
     notes: tuple[str, ...] = ()
@@ -188,7 +192,7 @@ def _architecture(config: LLMConfig) -> tuple:
     """What a config's kernels and memory depend on: every field but its name and provenance."""
     return tuple(getattr(config, f.name) for f in fields(config)
                  if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note",
-                                   "notes"))
+                                   "notes", "context_source", "learned_positions"))
 
 
 #: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
@@ -491,6 +495,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     unquantised = _not_converted(config.get("quantization_config")) if quantization else ()
     group_bytes = 1 / 32 if quantization and config["quantization_config"].get("quant_method") == "mxfp4" else None
     softcap = config.get("attn_logit_softcapping")
+    max_context, context_source = _context_limit(config, ints.get("max_context", 0))
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
         kv_heads=ints.get("kv_heads") or heads, head_dim=head_dim, intermediate=ints["intermediate"],
@@ -501,9 +506,35 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         shared_expert_intermediate=shared, sliding_window=window, sliding_layers=sliding,
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
         quantization=quantization, quantization_note=quantization_note, unquantised=unquantised,
-        quantization_group_bytes=group_bytes, max_context=ints.get("max_context", 0),
+        quantization_group_bytes=group_bytes, max_context=max_context,
+        context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
+        and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
+
+
+#: Model types whose positions are learned embeddings of max_position_embeddings / n_positions rows.
+LEARNED_POSITION_TYPES = frozenset({"gpt2", "opt", "gpt_bigcode", "biogpt", "xglm"})
+
+
+def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
+    """The longest context vLLM serves the model at and where that comes from: the config's position limit (the
+    first of max_position_embeddings, n_positions, ...), times the ``rope_scaling`` factor of a yarn, dynamic or
+    linear scaling (yarn's ``original_max_position_embeddings`` x factor where given), as vLLM derives
+    max_model_len. The scaling was ignored: Qwen2.5-7B with Qwen's yarn x4 was warned past 32,768 tokens, not 131,072."""
+    field = next((key for key in _ALIASES["max_context"] if config.get(key) is not None), "max_position_embeddings")
+    rope = config.get("rope_scaling")
+    if not positions or not isinstance(rope, dict):
+        return positions, field
+    kind = str(rope.get("rope_type") or rope.get("type") or "")[:20]
+    factor = rope.get("factor")
+    if kind not in ("yarn", "dynamic", "linear") or isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or not (math.isfinite(factor) and factor >= 1):
+        return positions, field
+    original = rope.get("original_max_position_embeddings")
+    if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        return int(original * factor), f"original_max_position_embeddings {original} x rope_scaling factor {factor:g} (yarn)"
+    return int(positions * factor), f"{field} {positions} x rope_scaling factor {factor:g} ({kind})"
 
 
 def checkpoint_format(quantization: Any) -> tuple[str, str]:

@@ -559,9 +559,14 @@ class LLMPredictor:
 
     def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int) -> list[str]:
         notes = list(config.notes)  # what the config holds that the steps leave out or approximate
-        if config.max_context and context > config.max_context:
+        source = config.context_source or "max_position_embeddings"
+        if config.max_context and context > config.max_context and config.learned_positions:
+            notes.append(f"{context} tokens of context pass {config.name}'s {config.max_context} ({source}): its "
+                         "positions are learned embeddings of that many rows, so no engine can run such a context; "
+                         "priced as asked")
+        elif config.max_context and context > config.max_context:
             notes.append(f"{context} tokens of context pass {config.name}'s {config.max_context} "
-                         "(max_position_embeddings): beyond what it was trained on, and vLLM refuses such a "
+                         f"({source}): beyond what it was trained on, and vLLM refuses such a "
                          "max_model_len unless told to allow it; priced as asked")
         if config.windowed_layers and context > config.sliding_window:
             notes.append(f"{config.windowed_layers} of {config.layers} layers attend over a sliding window of "
