@@ -930,3 +930,13 @@ def test_the_context_warning_of_learned_positions_and_rope_scaling(llm, tmp_path
                                 "rope_scaling": {"type": "yarn", "factor": 4.0,
                                                  "original_max_position_embeddings": 32768}}))
     assert not [w for w in llm.predict(qwen, "h100-sxm", input_len=100000, output_len=256).warnings if "context" in w]
+
+
+def test_the_python_api_is_documented():
+    from lilou.llm import LLMPredictor
+    from lilou.llm.predictor import LLMPrediction
+
+    doc = LLMPredictor.predict.__doc__
+    assert all(word in doc for word in ("milliseconds", "watts", "GiB", "bf16, fp16, fp8, fp4, int8, int4, fp32",
+                                        "vllm (None: vllm) or hf", "LilouInputError"))
+    assert "milliseconds" in LLMPrediction.__doc__ and "None where the model does not fit" in LLMPrediction.__doc__

@@ -166,6 +166,12 @@ def utilisation(parts: list[tuple[Phase, float, float]]) -> tuple[float, float]:
 
 @dataclass
 class LLMPrediction:
+    """One serving configuration's prediction (:meth:`LLMPredictor.predict`). Times are milliseconds (``ttft_ms``:
+    the prefill of the whole batch; ``itl_ms``: one decode step), ``power_w`` watts per GPU, ``memory`` GiB per GPU;
+    the latency and power fields are None where the model does not fit (said in ``warnings``). ``intervals`` holds
+    the 90 % ``[lo, hi]`` of ``ttft_ms``, ``itl_ms`` and ``power_w`` (None where not calibrated or not predicted).
+    :meth:`to_json` is the ``lilou llm --format json`` object."""
+
     model: str
     gpu: str
     mig: str | None
@@ -332,7 +338,23 @@ class LLMPredictor:
 
     def predict(self, model: str | os.PathLike[str], gpu: str, *, mig: str | None = None, tp: int = 1,
                 batch: int = 1, input_len: int, output_len: int, dtype: str | None = None,
-                kv_dtype: str | None = None, engine: str = "vllm") -> LLMPrediction:
+                kv_dtype: str | None = None, engine: str | None = "vllm") -> LLMPrediction:
+        """Predict serving ``model`` on ``gpu``: latency, memory and power of a batch of requests.
+
+        ``model`` is a built-in name (``lilou llm --list``, any case, organisation optional) or the path of a
+        Hugging Face ``config.json`` (or of its folder); ``gpu`` a GPU of the database (``"h100-sxm"``, ``"l4"``),
+        ``mig`` a MIG profile of it (``"1g.10gb"``). ``tp`` GPUs in tensor parallel; ``batch`` concurrent
+        requests of ``input_len`` prompt tokens generating ``output_len`` tokens each (positive integers).
+        ``dtype``: the weights' and compute's format, one of bf16, fp16, fp8, fp4, int8, int4, fp32 (None: the
+        checkpoint's quantization, else the widest half precision the GPU runs); ``kv_dtype``: the KV cache's,
+        one of bf16, fp16, fp8, fp32 (None: the activations' 16-bit type); ``engine``: vllm (None: vllm) or hf
+        (transformers eager).
+
+        Returns an :class:`LLMPrediction`: ``ttft_ms`` and ``itl_ms`` in milliseconds, ``power_w`` in watts per
+        GPU, ``memory`` in GiB per GPU, with warnings; a configuration that does not fit has None latency and power.
+        Bad input (unknown model or GPU, a config that is not a transformer decoder, TP that does not divide the
+        heads, a format the GPU lacks) raises :class:`lilou.errors.LilouInputError`.
+        """
         batch, input_len, output_len = (_positive(n, v) for n, v in (("batch", batch), ("input length", input_len),
                                                                       ("output length", output_len)))
         tp = _positive("tp", tp)
