@@ -90,6 +90,22 @@ def test_seventy_b_on_an_l4_does_not_fit(llm):
     assert data["memory"]["weights_gb"] > 130 and data["memory"]["device_gb"] == round(23034 / 1024, 4)  # nvidia-smi
     assert data["ttft_ms"] is None and data["itl_ms"] is None and data["power_w"] is None
     assert any("does not fit on l4" in w for w in data["warnings"])
+    # the documented keys, null (they were {}: a KeyError for a consumer)
+    assert data["intervals"] == {"ttft_ms": None, "itl_ms": None, "power_w": None}
+
+
+def test_none_is_the_default_engine_and_a_predictor_is_not_a_string(llm):
+    """engine=None priced a third, uncalibrated engine ("engine": null; Llama-3.1-8B on an L4 at batch 8, 512/128:
+    TTFT 1035.5 ms for vLLM's 1130.1); LLMPredictor(predictor="eager") failed at predict with an AttributeError."""
+    from lilou.llm import LLMPredictor
+
+    args = dict(batch=8, input_len=512, output_len=128)
+    default = llm.predict(LLAMA, "l4", **args).to_json()
+    assert llm.predict(LLAMA, "l4", engine=None, dtype=None, kv_dtype=None, **args).to_json() == default
+    assert default["engine"] == "vllm"
+    for wrong in ("eager", b"eager", 1):
+        with pytest.raises(LilouInputError, match=rf"^predictor must be a lilou.Predictor, not {type(wrong).__name__}$"):
+            LLMPredictor(predictor=wrong)
 
 
 def test_tp_must_divide_the_heads():
@@ -897,3 +913,30 @@ def test_configs_as_the_hub_ships_them_leave_fields_to_transformers_defaults(tmp
            "layer_types": ["sliding_attention", "full_attention"] * 18, "quantization_config": {"quant_method": "mxfp4"}}
     prediction = LLMPredictor().predict(_hub_config(tmp_path, "oss", oss), "h100-sxm", input_len=1024, output_len=128)
     assert prediction.dtype == "int4" and prediction.memory.fits
+
+
+def test_the_context_warning_of_learned_positions_and_rope_scaling(llm, tmp_path):
+    """A context past GPT-2's learned positions cannot run at all; one within Qwen's yarn x4 is not warned of."""
+    gpt2 = tmp_path / "gpt2.json"
+    gpt2.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+                                "vocab_size": 50257}))
+    warnings = llm.predict(gpt2, "h100-sxm", input_len=2048, output_len=256).warnings
+    assert ("2304 tokens of context pass gpt2's 1024 (n_positions): its positions are learned embeddings of that many "
+            "rows, so no engine can run such a context; priced as asked") in warnings
+    qwen = tmp_path / "qwen.json"
+    qwen.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+                                "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                                "vocab_size": 152064, "max_position_embeddings": 32768,
+                                "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                 "original_max_position_embeddings": 32768}}))
+    assert not [w for w in llm.predict(qwen, "h100-sxm", input_len=100000, output_len=256).warnings if "context" in w]
+
+
+def test_the_python_api_is_documented():
+    from lilou.llm import LLMPredictor
+    from lilou.llm.predictor import LLMPrediction
+
+    doc = LLMPredictor.predict.__doc__
+    assert all(word in doc for word in ("milliseconds", "watts", "GiB", "bf16, fp16, fp8, fp4, int8, int4, fp32",
+                                        "vllm (None: vllm) or hf", "LilouInputError"))
+    assert "milliseconds" in LLMPrediction.__doc__ and "None where the model does not fit" in LLMPrediction.__doc__

@@ -21,9 +21,9 @@ from lilou.errors import LilouInputError
 
 #: Model types whose MLP is one up projection + activation + down (no gate), and those with LayerNorm.
 UNGATED_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron",
-                           "gpt_bigcode"})
+                           "gpt_bigcode", "mpt"})
 LAYERNORM_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2",
-                             "nemotron", "gpt_bigcode", "olmo"})
+                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx"})
 #: Layer kinds the step composition models; the others resolve by name but are refused at predict time.
 MODELLED_KINDS = frozenset({"transformer"})
 
@@ -64,7 +64,16 @@ class LLMConfig:
     # none or a format Lilou does not price (said in ``quantization_note``).
     quantization: str = ""
     quantization_note: str = ""
+    # Parts the checkpoint keeps in 16 bits beside its quantised layers (its modules_to_not_convert: gpt-oss's
+    # "attention" and "router"), and the bytes per weight its scales add where they differ from the format's
+    # default (MXFP4: one 8-bit scale per 32 weights); both apply only when priced at the checkpoint's own dtype.
+    unquantised: tuple[str, ...] = ()
+    quantization_group_bytes: float | None = None
     max_context: int = 0       # max_position_embeddings: the longest context the model takes (0: not known)
+    # Where max_context comes from, for the warning ("max_position_embeddings", "... x rope_scaling factor 4 (yarn)"),
+    # and whether the positions are learned embeddings (GPT-2, OPT, GPT-BigCode): no context past them runs at all.
+    context_source: str = ""
+    learned_positions: bool = False
     # What a config.json holds that the steps do not price, or price approximately (a vision tower, chunked
     # attention as a window): said in every prediction's warnings.
     notes: tuple[str, ...] = ()
@@ -183,7 +192,7 @@ def _architecture(config: LLMConfig) -> tuple:
     """What a config's kernels and memory depend on: every field but its name and provenance."""
     return tuple(getattr(config, f.name) for f in fields(config)
                  if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note",
-                                   "notes"))
+                                   "notes", "context_source", "learned_positions"))
 
 
 #: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
@@ -256,7 +265,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "qk_nope_head_dim": ("qk_nope_head_dim",),
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
-    "max_context": ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
+    "max_context": ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "max_seq_len"),
 }
 _REQUIRED = ("layers", "hidden", "heads", "vocab")
 
@@ -358,15 +367,88 @@ def _llama4(config: dict[str, Any], name: str) -> tuple[dict[str, Any], tuple[st
                  "window of that size, at most twice their attention's work",)
 
 
+#: Model types whose layers are not all attention: state-space (Mamba) and recurrent (RWKV) models, and hybrids of
+#: them or of linear attention with attention layers (transformers' and vLLM's spellings).
+RECURRENT_TYPES: dict[str, str] = {
+    **dict.fromkeys(("mamba", "mamba2", "falcon_mamba"), "mamba"),
+    **dict.fromkeys(("rwkv", "rwkv5", "rwkv6", "rwkv7"), "rwkv"),
+    **dict.fromkeys(("jamba", "bamba", "zamba", "zamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "plamo2"),
+                    "mamba"),
+    "recurrent_gemma": "recurrent (RG-LRU)", "lfm2": "short convolution", "qwen3_next": "linear_attention",
+    "minimax": "linear_attention", "xlstm": "xLSTM"}
+#: The ``layer_types`` entries of attention layers (GraniteMoeHybrid spells a full-attention layer "attention").
+ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention"})
+
+
+def _non_attention_layers(config: dict[str, Any], model_type: str) -> tuple[str, str] | None:
+    """The kind of the layers a config holds beside attention (``mamba``, ``rwkv``, ``linear_attention`` ...) and
+    where it says so, or None for an attention-only decoder. Hybrids (Jamba, Granite 4.0-H, Falcon-H1, Qwen3-Next)
+    were priced as transformers with every layer attention: Jamba at 92 B parameters (52 B), Qwen3-Next's KV cache 4x;
+    pure Mamba and RWKV configs were refused as lacking an MLP width or heads, inviting the fields to be added."""
+    types = config.get("layer_types")
+    if isinstance(types, list):
+        other = [kind for kind in types if isinstance(kind, str) and kind not in ATTENTION_LAYER_TYPES]
+        if other:
+            kind = max(dict.fromkeys(other), key=other.count)
+            return kind, f"{other.count(kind)} of the {len(types)} layer_types are {kind!r}"
+    if model_type in RECURRENT_TYPES:
+        return RECURRENT_TYPES[model_type], f"model_type {model_type!r}"
+    if model_type.endswith("_h") or config.get("hybrid_override_pattern"):
+        return "mamba", f"model_type {model_type!r}" + (", hybrid_override_pattern" * bool(config.get(
+            "hybrid_override_pattern")))
+    for key, kind in (("full_attention_interval", "linear_attention"), ("attn_layer_period", "mamba"),
+                      ("layers_block_type", "mamba"), ("mamba_d_state", "mamba"), ("ssm_cfg", "mamba")):
+        if config.get(key) is not None:
+            return kind, f"its {key}"
+    architectures = config.get("architectures")
+    for architecture in architectures if isinstance(architectures, list) else ():
+        for word, kind in (("Mamba", "mamba"), ("Rwkv", "rwkv"), ("RWKV", "rwkv"), ("Hybrid", "mamba")):
+            if isinstance(architecture, str) and word in architecture:
+                return kind, f"architecture {architecture[:60]!r}"
+    return None
+
+
+def _nested_blocks(config: dict[str, Any], model_type: str, name: str) -> dict[str, Any]:
+    """MPT's and DBRX's widths in the spellings the others use: MPT's MLP is ``expansion_ratio`` x ``d_model`` wide
+    (GELU, no gate) and its ``attn_config`` may hold ``kv_n_heads``; DBRX's ``ffn_config`` holds its experts
+    (``moe_num_experts`` of ``ffn_hidden_size``, GLU, ``moe_top_k`` per token) and its ``attn_config`` the KV heads.
+    Both were refused as lacking an MLP width."""
+    out = dict(config)
+    attention = config.get("attn_config") if isinstance(config.get("attn_config"), dict) else {}
+    if attention.get("kv_n_heads") is not None and config.get("num_key_value_heads") is None:
+        out["num_key_value_heads"] = attention["kv_n_heads"]
+    if model_type == "mpt" and config.get("expansion_ratio") is not None and _first(config, "intermediate") is None:
+        ratio, width = config["expansion_ratio"], config.get("d_model")
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and isinstance(width, int) \
+                and not isinstance(width, bool):
+            out["intermediate_size"] = ratio * width  # a fraction is refused by name after this
+        else:
+            raise LilouInputError(f"{name}: expansion_ratio is {ratio!r:.40} and d_model {width!r:.40}, not numbers")
+    ffn = config.get("ffn_config")
+    if model_type == "dbrx" and isinstance(ffn, dict):
+        for mine, theirs in (("intermediate_size", "ffn_hidden_size"), ("num_local_experts", "moe_num_experts"),
+                             ("num_experts_per_tok", "moe_top_k")):
+            if ffn.get(theirs) is not None:
+                out[mine] = ffn[theirs]
+        out["moe_intermediate_size"] = out.get("intermediate_size")
+    return out
+
+
 def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     """An :class:`LLMConfig` from a parsed Hugging Face config (a nested ``text_config`` is used when present)."""
     notes = _unpriced_parts(config)
-    if isinstance(config.get("text_config"), dict):
-        text = config["text_config"]
+    nested = next((key for key in ("text_config", "llm_config") if isinstance(config.get(key), dict)), None)
+    if nested is not None:  # InternVL's language model is its llm_config
+        text = config[nested]
         config = {**config, **_NESTED_DEFAULTS.get(str(text.get("model_type")), {}), **text}
     model_type = str(config.get("model_type") or "unknown")
     model_type = _FALCON_ALIASES.get(model_type, model_type)
     _check_decoder(config, model_type, name)
+    other = _non_attention_layers(config, model_type)
+    if other is not None:
+        raise LilouInputError(f"{name} has {other[0]} layers ({other[1]}); Lilou models transformer decoders only")
+    if model_type in ("mpt", "dbrx"):
+        config = _nested_blocks(config, model_type, name)
     if model_type in ("llama4", "llama4_text"):
         config, chunked = _llama4(config, name)
         notes += chunked
@@ -375,6 +457,13 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if model_type == "falcon" and not config.get("new_decoder_architecture", False):
         # Falcon-7B style: one KV head with multi_query, else one per query head (num_kv_heads is ignored)
         values["kv_heads"] = 1 if config.get("multi_query", True) else values["heads"]
+    if model_type == "gpt_bigcode":
+        # StarCoder, SantaCoder, WizardCoder, Granite-20B-code: multi_query (GPTBigCodeConfig's default: true) is one
+        # KV head, c_attn hidden x (hidden + 2 x head_dim); it was read as a KV head per query head (KV 48x too big)
+        multi_query = True if config.get("multi_query") is None else config["multi_query"]
+        if not isinstance(multi_query, bool):
+            raise LilouInputError(f"{name}: multi_query is {multi_query!r:.40}, not true or false")
+        values["kv_heads"] = 1 if multi_query else values["heads"]
     hidden = values["hidden"]
     if values["intermediate"] is None:
         if model_type in ("falcon", "gpt_neox", "gptj", "gpt2", "bloom", "opt") and hidden is not None:
@@ -395,9 +484,6 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if head_dim <= 0:
         raise LilouInputError(f"{name}: hidden size {ints['hidden']} is smaller than its {heads} attention heads "
                               "and no head_dim is given")
-    kind = "mamba" if "mamba" in model_type else "rwkv" if "rwkv" in model_type else "transformer"
-    if model_type.endswith("_h") or config.get("hybrid_override_pattern"):
-        kind = "hybrid"
     tied = config.get("tie_word_embeddings")
     if tied is not None and not isinstance(tied, bool):  # "false" (a string) read as true: the LM head went
         raise LilouInputError(f"{name}: tie_word_embeddings is {tied!r:.40}, not true or false")
@@ -406,7 +492,10 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
                               f"{ints['layers']} layers of a mixture of experts (it made the whole model dense)")
     window, sliding = sliding_window_layers(config, ints["layers"], model_type, name)
     quantization, quantization_note = checkpoint_format(config.get("quantization_config"))
+    unquantised = _not_converted(config.get("quantization_config")) if quantization else ()
+    group_bytes = 1 / 32 if quantization and config["quantization_config"].get("quant_method") == "mxfp4" else None
     softcap = config.get("attn_logit_softcapping")
+    max_context, context_source = _context_limit(config, ints.get("max_context", 0))
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
         kv_heads=ints.get("kv_heads") or heads, head_dim=head_dim, intermediate=ints["intermediate"],
@@ -414,11 +503,38 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         gated_mlp=model_type not in UNGATED_TYPES, norm="layernorm" if model_type in LAYERNORM_TYPES else "rmsnorm",
         experts=ints.get("experts", 0), experts_per_token=ints.get("experts_per_token", 0),
         moe_intermediate=ints.get("moe_intermediate", 0),
-        shared_expert_intermediate=shared, kind=kind, sliding_window=window, sliding_layers=sliding,
+        shared_expert_intermediate=shared, sliding_window=window, sliding_layers=sliding,
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
-        quantization=quantization, quantization_note=quantization_note, max_context=ints.get("max_context", 0),
+        quantization=quantization, quantization_note=quantization_note, unquantised=unquantised,
+        quantization_group_bytes=group_bytes, max_context=max_context,
+        context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
+        and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
+
+
+#: Model types whose positions are learned embeddings of max_position_embeddings / n_positions rows.
+LEARNED_POSITION_TYPES = frozenset({"gpt2", "opt", "gpt_bigcode", "biogpt", "xglm"})
+
+
+def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
+    """The longest context vLLM serves the model at and where that comes from: the config's position limit (the
+    first of max_position_embeddings, n_positions, ...), times the ``rope_scaling`` factor of a yarn, dynamic or
+    linear scaling (yarn's ``original_max_position_embeddings`` x factor where given), as vLLM derives
+    max_model_len. The scaling was ignored: Qwen2.5-7B with Qwen's yarn x4 was warned past 32,768 tokens, not 131,072."""
+    field = next((key for key in _ALIASES["max_context"] if config.get(key) is not None), "max_position_embeddings")
+    rope = config.get("rope_scaling")
+    if not positions or not isinstance(rope, dict):
+        return positions, field
+    kind = str(rope.get("rope_type") or rope.get("type") or "")[:20]
+    factor = rope.get("factor")
+    if kind not in ("yarn", "dynamic", "linear") or isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or not (math.isfinite(factor) and factor >= 1):
+        return positions, field
+    original = rope.get("original_max_position_embeddings")
+    if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        return int(original * factor), f"original_max_position_embeddings {original} x rope_scaling factor {factor:g} (yarn)"
+    return int(positions * factor), f"{field} {positions} x rope_scaling factor {factor:g} ({kind})"
 
 
 def checkpoint_format(quantization: Any) -> tuple[str, str]:
@@ -444,6 +560,25 @@ def checkpoint_format(quantization: Any) -> tuple[str, str]:
         found = _compressed_tensors(quantization)
         return found if found else ("", "compressed-tensors of another scheme")
     return "", method or "an unnamed method"
+
+
+def _not_converted(quantization: dict) -> tuple[str, ...]:
+    """The layer parts a quantization_config's ``modules_to_not_convert`` keeps in 16 bits: "attention" (gpt-oss's
+    ``model.layers.*.self_attn``) and "router" (``mlp.router``, ``mlp.gate``); the embedding and LM head are 16-bit
+    in every quantised format already. gpt-oss's attention was priced at 4 bits (its weights 1.1 GiB short)."""
+    modules = quantization.get("modules_to_not_convert")
+    if not isinstance(modules, list):
+        return ()
+    found = set()
+    for module in modules:
+        if not isinstance(module, str):
+            continue
+        last = module.rstrip(".*").rsplit(".", 1)[-1]
+        if last in ("self_attn", "attn", "attention", "self_attention"):
+            found.add("attention")
+        elif last in ("router", "gate") and ".mlp" in f".{module}":
+            found.add("router")
+    return tuple(sorted(found))
 
 
 def _compressed_tensors(quantization: dict) -> tuple[str, str] | None:
@@ -599,4 +734,6 @@ def load_config(model: str | os.PathLike[str]) -> LLMConfig:
         raise LilouInputError(f"{path}: not a readable JSON config ({type(error).__name__})") from None
     if not isinstance(config, dict):
         raise LilouInputError(f"{path}: a config.json holds one JSON object")
-    return config_from_dict(config, path.parent.name if path.name == "config.json" else path.stem)
+    # config.json in the working folder: its resolved folder's name (Path("config.json").parent.name is "")
+    name = (path.resolve().parent.name or str(path)) if path.name == "config.json" else path.stem or str(path)
+    return config_from_dict(config, name)

@@ -69,9 +69,12 @@ def weight_bytes(config: LLMConfig, dtype: str, tp: int) -> float:
     if dtype not in QUANTISED:
         return config.total_parameters * ITEMSIZE[dtype] / tp
     parts = config.parameters()
-    linear = parts["attention"] + parts["mlp"]
+    own = dtype == config.quantization  # the checkpoint's own format: its 16-bit parts and its scales' bytes
+    linear = parts["attention"] * ("attention" not in config.unquantised or not own) + parts["mlp"]
     other = config.total_parameters - linear
-    per_weight = ITEMSIZE[dtype] + GROUP_BYTES_PER_WEIGHT[dtype]
+    scales = config.quantization_group_bytes if own and config.quantization_group_bytes is not None else \
+        GROUP_BYTES_PER_WEIGHT[dtype]
+    per_weight = ITEMSIZE[dtype] + scales
     return (linear * per_weight + other * ITEMSIZE[QUANTISED[dtype]]) / tp
 
 

@@ -166,6 +166,12 @@ def utilisation(parts: list[tuple[Phase, float, float]]) -> tuple[float, float]:
 
 @dataclass
 class LLMPrediction:
+    """One serving configuration's prediction (:meth:`LLMPredictor.predict`). Times are milliseconds (``ttft_ms``:
+    the prefill of the whole batch; ``itl_ms``: one decode step), ``power_w`` watts per GPU, ``memory`` GiB per GPU;
+    the latency and power fields are None where the model does not fit (said in ``warnings``). ``intervals`` holds
+    the 90 % ``[lo, hi]`` of ``ttft_ms``, ``itl_ms`` and ``power_w`` (None where not calibrated or not predicted).
+    :meth:`to_json` is the ``lilou llm --format json`` object."""
+
     model: str
     gpu: str
     mig: str | None
@@ -323,17 +329,36 @@ class LLMPredictor:
             from lilou.api import Predictor
 
             predictor = Predictor(backend="eager")
+        elif isinstance(predictor, (str, bytes, int, float, os.PathLike, dict, list, tuple)):
+            # "eager" was accepted and failed at the first predict with an AttributeError
+            raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
         self.predictor = predictor
         self.calibration = calibration or shipped_calibration()
         self.attention = shipped_attention() if attention is None else attention
 
     def predict(self, model: str | os.PathLike[str], gpu: str, *, mig: str | None = None, tp: int = 1,
                 batch: int = 1, input_len: int, output_len: int, dtype: str | None = None,
-                kv_dtype: str | None = None, engine: str = "vllm") -> LLMPrediction:
+                kv_dtype: str | None = None, engine: str | None = "vllm") -> LLMPrediction:
+        """Predict serving ``model`` on ``gpu``: latency, memory and power of a batch of requests.
+
+        ``model`` is a built-in name (``lilou llm --list``, any case, organisation optional) or the path of a
+        Hugging Face ``config.json`` (or of its folder); ``gpu`` a GPU of the database (``"h100-sxm"``, ``"l4"``),
+        ``mig`` a MIG profile of it (``"1g.10gb"``). ``tp`` GPUs in tensor parallel; ``batch`` concurrent
+        requests of ``input_len`` prompt tokens generating ``output_len`` tokens each (positive integers).
+        ``dtype``: the weights' and compute's format, one of bf16, fp16, fp8, fp4, int8, int4, fp32 (None: the
+        checkpoint's quantization, else the widest half precision the GPU runs); ``kv_dtype``: the KV cache's,
+        one of bf16, fp16, fp8, fp32 (None: the activations' 16-bit type); ``engine``: vllm (None: vllm) or hf
+        (transformers eager).
+
+        Returns an :class:`LLMPrediction`: ``ttft_ms`` and ``itl_ms`` in milliseconds, ``power_w`` in watts per
+        GPU, ``memory`` in GiB per GPU, with warnings; a configuration that does not fit has None latency and power.
+        Bad input (unknown model or GPU, a config that is not a transformer decoder, TP that does not divide the
+        heads, a format the GPU lacks) raises :class:`lilou.errors.LilouInputError`.
+        """
         batch, input_len, output_len = (_positive(n, v) for n, v in (("batch", batch), ("input length", input_len),
                                                                       ("output length", output_len)))
         tp = _positive("tp", tp)
-        engine = _choice("engine", engine, ENGINES)
+        engine = _choice("engine", engine, ENGINES) or ENGINES[0]  # None: the default engine, vLLM
         dtype, kv_dtype = _choice("dtype", dtype, DTYPES), _choice("KV-cache dtype", kv_dtype, KV_DTYPES)
         device = resolve_device(gpu, mig)
         config = load_config(model)
@@ -381,7 +406,8 @@ class LLMPredictor:
         result = LLMPrediction(model=config.name, gpu=device.gpu, mig=device.mig, tp=tp, batch=batch,
                                input_len=input_len, output_len=output_len, dtype=dtype, kv_dtype=kv_dtype,
                                engine=engine, memory=fit, max_batch_fitting=fitting, ttft_ms=None, itl_ms=None,
-                               power_w=None, warnings=warnings)
+                               power_w=None, warnings=warnings,
+                               intervals={"ttft_ms": None, "itl_ms": None, "power_w": None})
         if not fit.fits:
             warnings.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
                             f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
@@ -555,9 +581,14 @@ class LLMPredictor:
 
     def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int) -> list[str]:
         notes = list(config.notes)  # what the config holds that the steps leave out or approximate
-        if config.max_context and context > config.max_context:
+        source = config.context_source or "max_position_embeddings"
+        if config.max_context and context > config.max_context and config.learned_positions:
+            notes.append(f"{context} tokens of context pass {config.name}'s {config.max_context} ({source}): its "
+                         "positions are learned embeddings of that many rows, so no engine can run such a context; "
+                         "priced as asked")
+        elif config.max_context and context > config.max_context:
             notes.append(f"{context} tokens of context pass {config.name}'s {config.max_context} "
-                         "(max_position_embeddings): beyond what it was trained on, and vLLM refuses such a "
+                         f"({source}): beyond what it was trained on, and vLLM refuses such a "
                          "max_model_len unless told to allow it; priced as asked")
         if config.windowed_layers and context > config.sliding_window:
             notes.append(f"{config.windowed_layers} of {config.layers} layers attend over a sliding window of "

@@ -77,6 +77,7 @@ class _Builder:
 
     def __init__(self, dtype: str, kv_dtype: str) -> None:
         self.weight_dtype, self.kv_dtype = dtype, kv_dtype
+        self.attention_weight_dtype = dtype  # the attention projections' weights (16-bit where the checkpoint keeps them)
         # a quantised model's activations stay 16-bit (lilou.llm.memory.QUANTISED), and so do its LM head's weights
         self.dtype = QUANTISED.get(dtype, dtype)
         self.count = 0
@@ -188,6 +189,8 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
                  engine: str) -> list[StepKernel]:
     """The kernels of one step (see the module docstring), per GPU of the tensor-parallel group."""
     b = _Builder(dtype, kv_dtype)
+    if dtype == config.quantization and "attention" in config.unquantised:
+        b.attention_weight_dtype = b.dtype  # gpt-oss: attention kept in 16 bits (modules_to_not_convert)
     h, d = config.hidden, config.head_dim
     heads, kv_heads = config.heads // tp, kv_heads_per_gpu(config, tp)
     tokens, seqs = shape.tokens, shape.seqs
@@ -224,7 +227,8 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
         _latent_attention(b, add, config, shape, heads)
     else:
         _attention(b, add, config, shape, heads, kv_heads, hf)
-    nodes, fixed = _gemm(b, tokens, heads * (config.v_head_dim if config.mla else d), h)
+    nodes, fixed = _gemm(b, tokens, heads * (config.v_head_dim if config.mla else d), h,
+                         weight_dtype=b.attention_weight_dtype)
     add("o_proj", nodes, fixed=fixed)
     # ---------------------------------------------------------------- MLP block
     norm("post_attention_norm", residual=True)
@@ -267,7 +271,7 @@ def _attention(b: _Builder, add, config: LLMConfig, shape: StepShape, heads: int
     """QKV projection, RoPE, the KV-cache write (vLLM) or concat (HF) and the attention kernels of one layer."""
     d, tokens, seqs, kv_dtype = config.head_dim, shape.tokens, shape.seqs, b.kv_dtype
     q_w, kv_w = heads * d, kv_heads * d
-    nodes, fixed = _gemm(b, tokens, config.hidden, q_w + 2 * kv_w)
+    nodes, fixed = _gemm(b, tokens, config.hidden, q_w + 2 * kv_w, weight_dtype=b.attention_weight_dtype)
     add("qkv_proj", nodes, fixed=fixed)
     if hf:
         for i in range(5):  # rotate_half: slice, neg, cat, mul, add, for q and k
@@ -318,16 +322,16 @@ def _latent_attention(b: _Builder, add, config: LLMConfig, shape: StepShape, hea
     h, d, rope, latent = config.hidden, config.head_dim, config.qk_rope_head_dim, config.kv_lora_rank
     nope, v_dim, tokens, seqs = d - rope, config.v_head_dim, shape.tokens, shape.seqs
     if config.q_lora_rank:
-        nodes, fixed = _gemm(b, tokens, h, config.q_lora_rank)
+        nodes, fixed = _gemm(b, tokens, h, config.q_lora_rank, weight_dtype=b.attention_weight_dtype)
         add("q_a_proj", nodes, fixed=fixed)
         nodes, external = _norm(b, tokens, config.q_lora_rank, False)
         add("q_a_norm", nodes, external=external)
-        nodes, fixed = _gemm(b, tokens, config.q_lora_rank, heads * d)
+        nodes, fixed = _gemm(b, tokens, config.q_lora_rank, heads * d, weight_dtype=b.attention_weight_dtype)
         add("q_b_proj", nodes, fixed=fixed)
     else:
-        nodes, fixed = _gemm(b, tokens, h, heads * d)
+        nodes, fixed = _gemm(b, tokens, h, heads * d, weight_dtype=b.attention_weight_dtype)
         add("q_proj", nodes, fixed=fixed)
-    nodes, fixed = _gemm(b, tokens, h, config.latent_width)
+    nodes, fixed = _gemm(b, tokens, h, config.latent_width, weight_dtype=b.attention_weight_dtype)
     add("kv_a_proj", nodes, fixed=fixed)
     nodes, external = _norm(b, tokens, latent, False)
     add("kv_a_norm", nodes, external=external)
@@ -337,7 +341,7 @@ def _latent_attention(b: _Builder, add, config: LLMConfig, shape: StepShape, hea
 
     def expanded(name: str, rows: int, queries: int, length: int) -> None:
         """Keys and values expanded from the latent, then multi-head attention (a prefill, or a step's prompt)."""
-        nodes, fixed = _gemm(b, rows, latent, heads * (nope + v_dim))
+        nodes, fixed = _gemm(b, rows, latent, heads * (nope + v_dim), weight_dtype=b.attention_weight_dtype)
         add(f"kv_b_proj{name}", nodes, fixed=fixed)
         add(f"attention{name}", attention_nodes(b, 1 if name else seqs, queries, length, heads, heads, d, True,
                                                 v_dim=v_dim), causal=True,
@@ -347,12 +351,12 @@ def _latent_attention(b: _Builder, add, config: LLMConfig, shape: StepShape, hea
         expanded("", tokens, shape.q_len, shape.kv_len)
     else:
         decodes = seqs * shape.q_len
-        nodes, fixed = _gemm(b, decodes, nope, latent, experts=heads)
+        nodes, fixed = _gemm(b, decodes, nope, latent, experts=heads, weight_dtype=b.attention_weight_dtype)
         add("q_absorb", nodes, fixed=fixed)
         add("attention", attention_nodes(b, seqs, shape.q_len, shape.kv_len, heads, 1, config.latent_width, False,
                                          v_dim=latent),
             attention=AttentionShape(seqs, shape.q_len, shape.kv_len, heads, 1, config.latent_width))
-        nodes, fixed = _gemm(b, decodes, latent, v_dim, experts=heads)
+        nodes, fixed = _gemm(b, decodes, latent, v_dim, experts=heads, weight_dtype=b.attention_weight_dtype)
         add("out_absorb", nodes, fixed=fixed)
     if shape.prefill_tokens:  # a steady-state step's prompt chunk
         expanded("_prefill", shape.prefill_tokens, shape.prefill_tokens, shape.prefill_len)
