@@ -104,6 +104,31 @@ def test_a_partial_or_ambiguous_price_file_is_said(capsys, tmp_path):
     assert read_prices(prices) == {"t4": 0.35, "a100-sxm4-40gb": 2.0}
 
 
+@pytest.mark.parametrize("name", ["a100-sxm4-80gb/1g.10gb", "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+                                  "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"])
+def test_a_price_file_takes_every_slice_name_gpus_takes(capsys, tmp_path, name):
+    """CUDA's and GPU feature discovery's names of a slice were refused ("unknown GPU ...", no file or line): the
+    family note was looked up on the text before a '/'."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text(f"device,usd_per_hour\n{name},0.7\n")
+    assert read_prices(prices) == {"a100-sxm4-80gb/1g.10gb": 0.7} and read_prices(prices).notes == []
+    plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-sxm4-80gb/1g.10gb", "--batches", "1",
+                     "--prices", str(prices))
+    assert [(e["device"], e["usd_per_hour"], e["price_source"]) for e in plan["plan"]] == [
+        ("a100-sxm4-80gb/1g.10gb", 0.7, "price file")]
+
+
+def test_a_price_file_s_family_note_and_errors_name_the_line(capsys, tmp_path):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nNVIDIA A100 MIG 1g.10gb,0.7\n")
+    assert read_prices(prices).notes == [
+        "--prices line 2: GPU name 'NVIDIA A100' is ambiguous; using a100-sxm4-40gb (other matches: a100-pcie-40gb, "
+        "a100-pcie-80gb, a100-sxm4-80gb); pass the full name to choose"]
+    prices.write_text("device,usd_per_hour\nt4,0.3\nNVIDIA A100-SXM4-80GB MIG 9g.99gb,0.7\n")
+    code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--gpus", "t4", "--prices", str(prices))
+    assert code == 2 and out == "" and err.startswith(f"lilou: error: --prices: {prices} line 3: ") and err.count("\n") == 1
+
+
 def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
     """infer, rank, llm and --prices said which board 'a100-80gb' means; plan --gpus did not."""
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-80gb/1g.10gb,t4", "--batches", "1")
