@@ -129,6 +129,31 @@ def test_a_price_file_s_family_note_and_errors_name_the_line(capsys, tmp_path):
     assert code == 2 and out == "" and err.startswith(f"lilou: error: --prices: {prices} line 3: ") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("raw", ["1e308", "1e-320", "2000000", "0.0000009"])
+def test_a_price_out_of_range_is_refused_with_its_line(capsys, tmp_path, raw):
+    """1e308 overflowed a derived slice price to Infinity (invalid JSON), 1e-320 priced every device at 0.0."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text(f"device,usd_per_hour\nt4,0.3\na100-sxm4-80gb,{raw}\n")
+    code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--gpus", "a100-sxm4-80gb/1g.10gb", "--prices",
+                         str(prices))
+    assert (code, out, err) == (2, "", f"lilou: error: --prices: {prices} line 3: price '{raw}' is not a price from "
+                                       "0.000001 to 1000000 USD per hour\n")
+    from lilou.plan import plan_model
+
+    with pytest.raises(LilouInputError, match=r"^prices\['t4'\]: 1e\+308 is not a price from 0.000001 to 1000000 USD"):
+        plan_model(EXAMPLE, 30, gpus=["t4"], batches=[1], prices={"t4": 1e308})
+
+
+def test_the_smallest_price_is_not_printed_as_zero(capsys, tmp_path):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\na100-sxm4-80gb,0.000001\n")
+    args = (EXAMPLE, "--slo-ms", "30", "--gpus", "a100-sxm4-80gb/1g.10gb", "--batches", "1", "--prices", str(prices))
+    (entry,) = plan_json(capsys, *args)["plan"]
+    assert entry["usd_per_hour"] == 1.429e-07 and 0 < entry["usd_per_million"] < 1e-5
+    code, out, _ = run(capsys, "plan", *args)
+    assert code == 0 and "1.4e-07" in out and "0.000 " not in out
+
+
 def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
     """infer, rank, llm and --prices said which board 'a100-80gb' means; plan --gpus did not."""
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-80gb/1g.10gb,t4", "--batches", "1")

@@ -1146,6 +1146,17 @@ def test_gpus_that_name_nothing_are_refused_as_the_cli_refuses_them(client):
         assert (response.status_code, response.json()) == (400, {"detail": detail})
 
 
+def test_prices_out_of_range_are_refused(client):
+    """1e308 made a slice's derived price Infinity, written into the JSON; 1e-320 priced every device at 0.0."""
+    request = {"model": "resnet18.onnx", "slo_ms": 30, "gpus": "a100-sxm4-80gb/1g.10gb", "batches": [1]}
+    for prices, detail in (({"a100-sxm4-80gb": 1e308}, "prices['a100-sxm4-80gb']: 1e+308 is not a price"),
+                           ({"a100-sxm4-80gb": 1e-320}, "prices['a100-sxm4-80gb']: 1e-320 is not a price"),
+                           ("device,usd_per_hour\na100-sxm4-80gb,1e308\n", "prices line 2: price '1e308' is not a price")):
+        response = client.post("/v1/plan", json={**request, "prices": prices})
+        assert (response.status_code, response.json()) == (
+            400, {"detail": f"{detail} from 0.000001 to 1000000 USD per hour"}), prices
+
+
 def test_a_prices_key_cannot_price_another_device(client):
     """A key was pasted into CSV text: {"a10g,5\\nt4": 0.5} priced t4 at 0.5 and a10g at 5 (report ua39a item 13).
     Each pair is checked as it is, as the Python API checks a prices mapping."""

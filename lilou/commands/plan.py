@@ -154,14 +154,19 @@ def _print_table(plan) -> None:
                    f"{entry.throughput_per_s:,.1f}", f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
             if plan.sort == "cost":
                 cost = entry.usd_per_million
-                row += ["-" if entry.usd_per_hour is None else f"{entry.usd_per_hour:.3f}",
-                        "-" if cost is None else f"{cost:,.3f}"]
+                row += ["-" if entry.usd_per_hour is None else _usd(entry.usd_per_hour),
+                        "-" if cost is None else _usd(cost)]
             table.add_row(*row)
         out.print(table)
     else:
         out.print(plan.message)
     for message in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def _usd(value: float) -> str:
+    """3 decimals, or 2 significant digits below a tenth of a cent (not 0.000)."""
+    return f"{value:,.3f}" if value >= 0.0005 else f"{value:.2g}"
 
 
 def _resource(entry) -> str:

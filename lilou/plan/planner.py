@@ -13,6 +13,7 @@ without a price after the priced ones), or by throughput, highest first, when no
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -79,7 +80,8 @@ class PlanEntry:
     def usd_per_million(self) -> float | None:
         if self.usd_per_hour is None or not self.throughput_per_s_at_upper:
             return None
-        return self.usd_per_hour / (3600.0 * self.throughput_per_s_at_upper) * 1e6
+        cost = self.usd_per_hour / (3600.0 * self.throughput_per_s_at_upper) * 1e6
+        return cost if math.isfinite(cost) else None  # never Infinity in the JSON
 
     def to_json(self) -> dict[str, Any]:
         cost = self.usd_per_million
@@ -91,9 +93,15 @@ class PlanEntry:
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
                 "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": round(self.device.memory_gib, 4),
                 "fits": self.point.fits, "extrapolated_share": self.point.extrapolated_share,
-                "usd_per_hour": None if self.usd_per_hour is None else round(self.usd_per_hour, 6),
+                "usd_per_hour": None if self.usd_per_hour is None else usd(self.usd_per_hour),
                 "price_source": self.price_source,
-                "usd_per_million": None if cost is None else round(cost, 6)}
+                "usd_per_million": None if cost is None else usd(cost)}
+
+
+def usd(value: float) -> float:
+    """Dollars for the JSON: 6 decimals, or 4 significant digits below a cent (a slice of a GPU priced at
+    0.000001 USD an hour was 0.0)."""
+    return round(value, 6) if value >= 0.01 else float(f"{value:.4g}")
 
 
 @dataclass

@@ -17,6 +17,10 @@ from lilou.hardware import Device
 
 COLUMNS = ("device", "usd_per_hour")
 MAX_BYTES = 1 << 20
+#: Prices taken (USD per hour): beyond them a derived slice price or a cost overflowed to Infinity (1e308, invalid
+#: JSON) or underflowed to 0.0 (1e-320); a real GPU costs cents to hundreds of dollars an hour.
+MIN_PRICE, MAX_PRICE = 1e-6, 1e6
+RANGE = "from 0.000001 to 1000000 USD per hour"
 
 
 class Prices(dict):
@@ -43,6 +47,8 @@ def checked_prices(prices: Mapping[str, float] | None) -> Prices | None:
             raise LilouInputError(f"prices: device names are strings, not {name!r:.40}")
         if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
             raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a positive number of USD per hour")
+        if not MIN_PRICE <= price <= MAX_PRICE:
+            raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a price {RANGE}")
         try:
             device, notes = _priced_device(name)
         except LilouInputError as error:
@@ -88,6 +94,8 @@ def read_prices(path: str | os.PathLike[str]) -> Prices:
             raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} is not a number") from None
         if not math.isfinite(price) or price <= 0:
             raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} must be a positive number")
+        if not MIN_PRICE <= price <= MAX_PRICE:
+            raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} is not a price {RANGE}")
         try:
             device, notes = _priced_device(name)
         except LilouInputError as error:
