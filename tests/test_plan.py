@@ -154,6 +154,15 @@ def test_the_smallest_price_is_not_printed_as_zero(capsys, tmp_path):
     assert code == 0 and "1.4e-07" in out and "0.000 " not in out
 
 
+@pytest.mark.parametrize("command", ["plan", "infer"])
+def test_an_empty_plot_path_is_refused(capsys, command):
+    """--plot "" exited 0 with no file and no word."""
+    options = ["--slo-ms", "30", "--gpus", "t4"] if command == "plan" else ["--gpu", "t4"]
+    for path in ("", " "):
+        assert run(capsys, command, EXAMPLE, *options, "--plot", path) == (
+            2, "", "lilou: error: --plot: give a file name, e.g. --plot plan.png\n")
+
+
 def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
     """infer, rank, llm and --prices said which board 'a100-80gb' means; plan --gpus did not."""
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-80gb/1g.10gb,t4", "--batches", "1")
