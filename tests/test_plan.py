@@ -163,6 +163,22 @@ def test_an_empty_plot_path_is_refused(capsys, command):
             2, "", "lilou: error: --plot: give a file name, e.g. --plot plan.png\n")
 
 
+def test_the_table_shows_the_throughput_it_is_sorted_by(capsys, monkeypatch, resnet_dynamic):
+    """The table was sorted by the throughput at the upper bound but showed the estimate's (t4 182.6 inf/s above an
+    A100 1g.10gb slice's 185.3 on ResNet-50): the bound's column comes first, the estimate's is named."""
+    monkeypatch.setenv("COLUMNS", "250")
+    args = (resnet_dynamic, "--slo-ms", "20", "--gpus", "a100-sxm4-80gb,a100-sxm4-80gb/1g.10gb,t4", "--batches", "1,8")
+    plan = plan_json(capsys, *args)
+    code, out, _ = run(capsys, "plan", *args)
+    header = next(line for line in out.splitlines() if "device" in line and "┃" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")][6:8] == ["inf/s at bound", "inf/s at estimate"]
+    rows = [[c.strip() for c in line.strip("│ ").split("│")] for line in out.splitlines() if line.startswith("│")]
+    assert [(r[1], float(r[6].replace(",", "")), float(r[7].replace(",", ""))) for r in rows] == [
+        (e["device"], round(e["throughput_per_s_at_upper"], 1), round(e["throughput_per_s"], 1)) for e in plan["plan"]]
+    bound = [float(r[6].replace(",", "")) for r in rows]
+    assert code == 0 and len(rows) == 3 and bound == sorted(bound, reverse=True)
+
+
 def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
     """infer, rank, llm and --prices said which board 'a100-80gb' means; plan --gpus did not."""
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-80gb/1g.10gb,t4", "--batches", "1")

@@ -140,8 +140,9 @@ def _print_table(plan) -> None:
         table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices{groups} meet the {what} of "
                           f"{plan.slo_ms:g} ms (90 % upper bound), {order}", caption=caption)
         rate = "tokens/s" if llm else "inf/s"
-        columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval", rate,
-                   "memory GiB"]
+        # the bound's throughput first: the order and the cost follow it (the estimate's alone looked unsorted)
+        columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval",
+                   f"{rate} at bound", f"{rate} at estimate", "memory GiB"]
         if plan.sort == "cost":
             columns += ["$/h", "$/M tokens" if llm else "$/M inf"]
         for column in columns:
@@ -151,7 +152,8 @@ def _print_table(plan) -> None:
             resource = _resource(entry) if entry.gpus == 1 else f"{entry.gpus} x {_resource(entry)}"
             row = [str(i), entry.device.name, resource, str(point.batch), f"{point.latency_ms:.3f}",
                    f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
-                   f"{entry.throughput_per_s:,.1f}", f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
+                   f"{entry.throughput_per_s_at_upper:,.1f}", f"{entry.throughput_per_s:,.1f}",
+                   f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
             if plan.sort == "cost":
                 cost = entry.usd_per_million
                 row += ["-" if entry.usd_per_hour is None else _usd(entry.usd_per_hour),
