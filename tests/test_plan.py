@@ -205,6 +205,29 @@ def test_slo_no_device_meets_is_an_empty_plan_and_exit_0(capsys):
     assert code == 0 and out.strip().splitlines()[0].startswith("no device meets the SLO of 0.01 ms")
 
 
+def test_a_plan_left_empty_by_memory_says_so(capsys, zoo_onnx):
+    """GPT-2 XL meets a 100 s SLO on two small slices but fits neither: the line said "no device meets the SLO of
+    100000 ms at any batch: the lowest 90 % upper bound is 2456.211 ms", which contradicts itself."""
+    model = str(zoo_onnx("gpt2_xl", batch=1, seq=1024))
+    args = (model, "--slo-ms", "100000", "--gpus", "a100-sxm4-40gb/1g.5gb,a30/1g.6gb", "--batches", "1")
+    plan = plan_json(capsys, *args)
+    assert plan["plan"] == [] and {u["reason"] for u in plan["unmet"]} == {"memory: no batch within the SLO fits"}
+    line = ("no device meets the SLO of 100000 ms with the model in memory: the 2 device(s) within the SLO cannot hold "
+            "it (it needs at least 5.99 GiB there; the largest, a30/1g.6gb, has 6 GiB less 0.5 GiB of CUDA context)")
+    assert plan["message"] == line
+    code, out, _ = run(capsys, "plan", *args)
+    assert code == 0 and " ".join(out.split()).startswith(line)
+
+
+def test_the_table_names_the_devices_left_out(capsys, monkeypatch, zoo_onnx):
+    monkeypatch.setenv("COLUMNS", "250")
+    model = str(zoo_onnx("gpt2_xl", batch=1, seq=1024))
+    code, out, _ = run(capsys, "plan", model, "--slo-ms", "2500", "--gpus", "a100-sxm4-40gb/1g.5gb,a30/1g.6gb,t4,"
+                       "a100-sxm4-80gb,p4", "--batches", "1")
+    assert code == 0 and ("2 of 5 devices left out: 1 for the SLO (a100-sxm4-40gb/1g.5gb); 1 for memory (a30/1g.6gb)"
+                          "\n") in out
+
+
 @pytest.mark.parametrize("text, message", [
     ("gpu,price\nt4,0.35\n", "must start with the header line 'device,usd_per_hour'"),
     ("device,usd_per_hour\nt4,cheap\n", "line 2: price 'cheap' is not a number"),

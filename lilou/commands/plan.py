@@ -160,6 +160,8 @@ def _print_table(plan) -> None:
                         "-" if cost is None else _usd(cost)]
             table.add_row(*row)
         out.print(table)
+        if plan.left_out:
+            out.print(plan.left_out, markup=False)
     else:
         out.print(plan.message)
     for message in plan.warnings:

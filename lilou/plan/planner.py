@@ -130,8 +130,33 @@ class CapacityPlan:
         what = "ITL SLO" if self.kind == "llm" else "SLO"
         if best is None:
             return f"no device meets the {what} of {self.slo_ms:g} ms: nothing could be predicted"
+        within = [(p.memory_gb, name) for name, points in self.curves.items() for p in points
+                  if p.interval_ms[1] <= self.slo_ms]
+        if within:  # the SLO is met, but not with the model in memory: the lowest bound would contradict it
+            memory = {d.name: d.memory_gib for d in self.devices}
+            largest = max({name for _, name in within}, key=lambda name: (memory[name], name))
+            context = " less 0.5 GiB of CUDA context" if self.kind == "model" else ""
+            count = len({name for _, name in within})
+            return (f"no device meets the {what} of {self.slo_ms:g} ms with the model in memory: the {count} "
+                    f"device(s) within the {what} cannot hold it (it needs at least {min(within)[0]:.2f} GiB there; "
+                    f"the largest, {largest}, has {round(memory[largest], 2):g} GiB{context})")
         return (f"no device meets the {what} of {self.slo_ms:g} ms at any batch: the lowest 90 % upper bound is "
                 f"{best[0]:.3f} ms ({best[1]}, batch {best[2]})")
+
+    @property
+    def left_out(self) -> str | None:
+        """One line on the devices without a plan (:attr:`unmet`), by reason, a few named; None when there are none."""
+        if not self.unmet:
+            return None
+        groups: dict[str, list[str]] = {}
+        for item in self.unmet:
+            why = item["reason"].split(":")[0]
+            label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO"}.get(
+                why, "not predicted")
+            groups.setdefault(label, []).append(item["device"])
+        parts = [f"{len(names)} {label} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                 for label, names in groups.items()]
+        return f"{len(self.unmet)} of {len(self.devices)} devices left out: {'; '.join(parts)}"
 
     def to_json(self) -> dict[str, Any]:
         """What ``lilou plan --format json`` prints."""
