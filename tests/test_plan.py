@@ -391,8 +391,9 @@ def test_an_llm_plan_of_tensor_parallel_replicas(capsys, tmp_path):
     """A 70B model fits no 80 GB GPU alone: `plan --llm` had no --tp, so it could not be planned on H100s at all."""
     args = ["--llm", "meta-llama/Llama-3.1-70B-Instruct", "--itl-slo-ms", "40", "--input-len", "1024", "--output-len",
             "256", "--gpus", "h100-sxm", "--batches", "1,8"]
-    code, _, err = run(capsys, "plan", *args)
-    assert code == 2 and "does not fit on h100-sxm: 131.9 GiB needed per GPU" in err
+    alone = plan_json(capsys, *args)
+    assert alone["plan"] == [] and alone["message"].endswith("try --tp 2 (its weights split over 2 of h100-sxm)")
+    assert alone["unmet"][0]["reason"].startswith("not predicted: does not fit on h100-sxm: 131.9 GiB needed per GPU")
     prices = tmp_path / "prices.csv"
     prices.write_text("device,usd_per_hour\nh100-sxm,3.0\n")
     plan = plan_json(capsys, *args, "--tp", "4", "--prices", str(prices))
@@ -503,12 +504,45 @@ def test_a_plan_in_fp8_judges_memory_as_each_device_stores_the_model(capsys, mon
 def test_an_llm_plan_no_device_can_serve_says_why_on_the_largest(capsys):
     """Every device refused: the error was the first device's reason in database order, an M40's 'no native FP16
     arithmetic; use --dtype fp32', where the prompt fits no GPU at all. It is the reason of the device with the most
-    memory among those the model does not fit (and the newest, among equals)."""
-    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--llm", "--itl-slo-ms", "30", "--input-len", "100000000",
-                         "--output-len", "10", "--gpus", "m40-24gb,t4,a10g")
-    assert code == 2 and "FP16" not in err
-    assert err.strip() == ("lilou: error: llama-3.1-8b: no device can serve it (3 tried); the largest, a10g: not "
-                           "predicted: does not fit on a10g: " + err.split("does not fit on a10g: ")[1].strip())
+    memory among those the model does not fit (and the newest, among equals); since the plan of a model no device
+    holds is empty, as an ONNX plan's, that is the plan's one line."""
+    plan = plan_json(capsys, "llama-3.1-8b", "--llm", "--itl-slo-ms", "30", "--input-len", "100000000",
+                     "--output-len", "10", "--gpus", "m40-24gb,t4,a10g")
+    assert plan["plan"] == [] and "FP16" not in plan["message"]
+    assert plan["message"].startswith("no device listed holds llama-3.1-8b: at batch 1 it needs ")
+    assert plan["message"].endswith("more than the largest, a10g, can use (20.2 GiB of 22.49); its weights fit, its KV "
+                                    "cache and activations do not: try smaller --batches, --input-len or --output-len")
+
+
+LLM_70B = ("plan", "--llm", "llama-3.1-70b", "--itl-slo-ms", "50", "--input-len", "1024", "--output-len", "256")
+
+
+def test_an_llm_plan_no_device_holds_is_empty_and_suggests_tp(capsys):
+    """llama-3.1-70b on an 80 GB A100 and a slice exited 2 "no device can serve it ... 131.9 GiB needed > 72.0"; the
+    ONNX plan's equivalent is an empty plan, exit 0 and one line."""
+    code, out, err = run(capsys, *LLM_70B, "--gpus", "a100-sxm4-80gb,h100-sxm/1g.10gb")
+    line = ("no device listed holds llama-3.1-70b: at batch 1 it needs 131.9 GiB per GPU (weights 131.4), more than the "
+            "largest, a100-sxm4-80gb, can use (72.0 GiB of 80); try --tp 2 (its weights split over 2 of a100-sxm4-80gb)")
+    assert code == 0 and "error" not in err and " ".join(out.split()) == line
+    plan = plan_json(capsys, *LLM_70B[1:], "--gpus", "a100-sxm4-80gb,h100-sxm/1g.10gb")
+    assert plan["plan"] == [] and plan["message"] == line and [u["device"] for u in plan["unmet"]] == [
+        "a100-sxm4-80gb", "h100-sxm/1g.10gb"]
+    slice_only = plan_json(capsys, *LLM_70B[1:], "--gpus", "h100-sxm/1g.10gb")  # no TP across MIG slices
+    assert slice_only["message"].endswith("the largest, h100-sxm/1g.10gb, can use (8.8 GiB of 9.75)")
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--input-len", "0"], "--input-len must be a positive integer, not 0"),
+    (["--output-len", "0"], "--output-len must be a positive integer, not 0"),
+    (["--tp", "0"], "--tp must be a positive integer, not 0"),
+    (["--tp", "9"], "--tp 9: tensor parallelism is modelled within one node of at most 8 GPUs"),
+    (["--tp", "3"], "--tp 3 does not divide the 64 attention heads of meta-llama/Llama-3.1-70B-Instruct"),
+    (["--batches", "65537"], "--batches: batch 65537 is larger than 65536"),
+])
+def test_llm_plan_arguments_are_refused_up_front(capsys, option, message):
+    """They were refused on every device: "no device can serve it (1 tried); the largest, h100-sxm: input length must
+    be a positive integer"."""
+    assert run(capsys, *LLM_70B, "--gpus", "h100-sxm", *option) == (2, "", f"lilou: error: {message}\n")
 
 
 @pytest.mark.parametrize(("options", "named"), [(["--precision", "fp32"], "--precision applies"),

@@ -119,12 +119,15 @@ class CapacityPlan:
     warnings: list[str] = field(default_factory=list)
     kind: str = "model"           # "model" (ONNX) or "llm" (lilou.llm, ITL SLO)
     tp: int = 1                   # LLM plans: tensor-parallel GPUs per replica
+    empty_because: str | None = None  # the message of a plan left empty before any latency (an LLM no device holds)
 
     @property
     def message(self) -> str | None:
         """The line to print when no device meets the SLO (None otherwise)."""
         if self.entries:
             return None
+        if self.empty_because:
+            return self.empty_because
         best = min(((p.interval_ms[1], name, p.batch) for name, points in self.curves.items() for p in points),
                    default=None)
         what = "ITL SLO" if self.kind == "llm" else "SLO"
@@ -419,12 +422,14 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
 
     slo = check_slo(itl_slo_ms, "--itl-slo-ms")
     sizes = check_batches(batches)
+    _check_llm_arguments(model, input_len, output_len, tp)
     prices = checked_prices(prices)
     devices = rank_devices(gpus)
     llm = llm_predictor or LLMPredictor()
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = ambiguity_notes(gpus)
     refused: dict[str, str] = {}
+    short: dict[str, Any] = {}  # device -> lilou llm's MemoryFit, where the model fits it at no batch
     with llm.predictor.reusing_kernel_rows():  # batches share most rows of their size ladders
         for device in devices:
             for batch in sizes:
@@ -439,22 +444,61 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                     if not curves[device.name]:
                         refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
                                                                              else "no latency"))
+                        short.setdefault(device.name, result.memory)
                     break
                 curves[device.name].append(_llm_point(result, batch, input_len, output_len))
                 if not warnings:  # a slice's power share is the first device's, and a plan shows no power
                     warnings = [w for w in result.warnings
                                 if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER)]
+    empty_because = None
     if len(refused) == len(devices):
         # Said of the device with the most memory among those the model does not fit, where any: the first device's
         # reason (an M40's lack of FP16) was not why a prompt of 10^8 tokens fits no GPU.
-        short = [d for d in devices if refused[d.name].startswith("not predicted")] or devices
-        largest = max(short, key=lambda d: (d.memory_gib, compute_capability(d)))  # "10.0" after "8.6"
-        raise LilouInputError(f"{os.fspath(model)}: no device can serve it ({len(devices)} tried); the largest, "
-                              f"{largest.name}: {refused[largest.name]}")
+        largest = max([d for d in devices if d.name in short] or devices,
+                      key=lambda d: (d.memory_gib, compute_capability(d)))  # "10.0" after "8.6"
+        if largest.name not in short:
+            raise LilouInputError(f"{os.fspath(model)}: no device can serve it ({len(devices)} tried); the largest, "
+                                  f"{largest.name}: {refused[largest.name]}")
+        # memory, as an ONNX model no device holds: an empty plan and one line (it was exit 2)
+        empty_because = _fits_nowhere(model, largest, short[largest.name], tp, sizes[0])
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
     plan.unmet = [u if u["device"] not in refused else {"device": u["device"], "reason": refused[u["device"]]}
                   for u in plan.unmet]
+    plan.empty_because = empty_because
     return plan
+
+
+def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_len: int, tp: int) -> None:
+    """The lengths and ``--tp`` checked once, up front: lilou llm refused them on every device, and the plan said
+    "no device can serve it (1 tried); the largest, h100-sxm: input length must be a positive integer"."""
+    from lilou.llm.config import load_config
+    from lilou.llm.predictor import _check_tp
+
+    for option, value in (("--input-len", input_len), ("--output-len", output_len), ("--tp", tp)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise LilouInputError(f"{option} must be a positive integer, not {value!r:.40}")
+    _check_tp(load_config(model), int(tp), None)
+
+
+def _fits_nowhere(model: str | os.PathLike[str], largest: Device, fit, tp: int, batch: int) -> str:
+    """The line of an LLM plan no device holds: the need at the smallest batch, the largest device, and the
+    smallest ``--tp`` that would hold the weights on it (none for a MIG slice: no TP across slices)."""
+    from lilou.llm.config import load_config
+    from lilou.llm.predictor import MAX_TP, _check_tp
+
+    line = (f"no device listed holds {os.fspath(model)}: at batch {batch} it needs {fit.total_gb:.1f} GiB per GPU "
+            f"(weights {fit.weights_gb:.1f}), more than the largest, {largest.name}, can use ({fit.budget_gb:.1f} GiB "
+            f"of {round(fit.device_gb, 2):g})")
+    if fit.weights_gb < fit.budget_gb:
+        return f"{line}; its weights fit, its KV cache and activations do not: try smaller --batches, --input-len or --output-len"
+    weights = fit.weights_gb * tp  # the whole model's
+    config = load_config(model)
+    for n in range(tp + 1, MAX_TP + 1):
+        with contextlib.suppress(LilouInputError):
+            _check_tp(config, n, largest.mig)
+            if weights / n < fit.budget_gb:
+                return f"{line}; try --tp {n} (its weights split over {n} of {largest.name})"
+    return line
 
 
 def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint:
