@@ -104,6 +104,81 @@ def test_a_partial_or_ambiguous_price_file_is_said(capsys, tmp_path):
     assert read_prices(prices) == {"t4": 0.35, "a100-sxm4-40gb": 2.0}
 
 
+@pytest.mark.parametrize("name", ["a100-sxm4-80gb/1g.10gb", "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+                                  "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"])
+def test_a_price_file_takes_every_slice_name_gpus_takes(capsys, tmp_path, name):
+    """CUDA's and GPU feature discovery's names of a slice were refused ("unknown GPU ...", no file or line): the
+    family note was looked up on the text before a '/'."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text(f"device,usd_per_hour\n{name},0.7\n")
+    assert read_prices(prices) == {"a100-sxm4-80gb/1g.10gb": 0.7} and read_prices(prices).notes == []
+    plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-sxm4-80gb/1g.10gb", "--batches", "1",
+                     "--prices", str(prices))
+    assert [(e["device"], e["usd_per_hour"], e["price_source"]) for e in plan["plan"]] == [
+        ("a100-sxm4-80gb/1g.10gb", 0.7, "price file")]
+
+
+def test_a_price_file_s_family_note_and_errors_name_the_line(capsys, tmp_path):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nNVIDIA A100 MIG 1g.10gb,0.7\n")
+    assert read_prices(prices).notes == [
+        "--prices line 2: GPU name 'NVIDIA A100' is ambiguous; using a100-sxm4-40gb (other matches: a100-pcie-40gb, "
+        "a100-pcie-80gb, a100-sxm4-80gb); pass the full name to choose"]
+    prices.write_text("device,usd_per_hour\nt4,0.3\nNVIDIA A100-SXM4-80GB MIG 9g.99gb,0.7\n")
+    code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--gpus", "t4", "--prices", str(prices))
+    assert code == 2 and out == "" and err.startswith(f"lilou: error: --prices: {prices} line 3: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("raw", ["1e308", "1e-320", "2000000", "0.0000009"])
+def test_a_price_out_of_range_is_refused_with_its_line(capsys, tmp_path, raw):
+    """1e308 overflowed a derived slice price to Infinity (invalid JSON), 1e-320 priced every device at 0.0."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text(f"device,usd_per_hour\nt4,0.3\na100-sxm4-80gb,{raw}\n")
+    code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--gpus", "a100-sxm4-80gb/1g.10gb", "--prices",
+                         str(prices))
+    assert (code, out, err) == (2, "", f"lilou: error: --prices: {prices} line 3: price '{raw}' is not a price from "
+                                       "0.000001 to 1000000 USD per hour\n")
+    from lilou.plan import plan_model
+
+    with pytest.raises(LilouInputError, match=r"^prices\['t4'\]: 1e\+308 is not a price from 0.000001 to 1000000 USD"):
+        plan_model(EXAMPLE, 30, gpus=["t4"], batches=[1], prices={"t4": 1e308})
+
+
+def test_the_smallest_price_is_not_printed_as_zero(capsys, tmp_path):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\na100-sxm4-80gb,0.000001\n")
+    args = (EXAMPLE, "--slo-ms", "30", "--gpus", "a100-sxm4-80gb/1g.10gb", "--batches", "1", "--prices", str(prices))
+    (entry,) = plan_json(capsys, *args)["plan"]
+    assert entry["usd_per_hour"] == 1.429e-07 and 0 < entry["usd_per_million"] < 1e-5
+    code, out, _ = run(capsys, "plan", *args)
+    assert code == 0 and "1.4e-07" in out and "0.000 " not in out
+
+
+@pytest.mark.parametrize("command", ["plan", "infer"])
+def test_an_empty_plot_path_is_refused(capsys, command):
+    """--plot "" exited 0 with no file and no word."""
+    options = ["--slo-ms", "30", "--gpus", "t4"] if command == "plan" else ["--gpu", "t4"]
+    for path in ("", " "):
+        assert run(capsys, command, EXAMPLE, *options, "--plot", path) == (
+            2, "", "lilou: error: --plot: give a file name, e.g. --plot plan.png\n")
+
+
+def test_the_table_shows_the_throughput_it_is_sorted_by(capsys, monkeypatch, resnet_dynamic):
+    """The table was sorted by the throughput at the upper bound but showed the estimate's (t4 182.6 inf/s above an
+    A100 1g.10gb slice's 185.3 on ResNet-50): the bound's column comes first, the estimate's is named."""
+    monkeypatch.setenv("COLUMNS", "250")
+    args = (resnet_dynamic, "--slo-ms", "20", "--gpus", "a100-sxm4-80gb,a100-sxm4-80gb/1g.10gb,t4", "--batches", "1,8")
+    plan = plan_json(capsys, *args)
+    code, out, _ = run(capsys, "plan", *args)
+    header = next(line for line in out.splitlines() if "device" in line and "┃" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")][6:8] == ["inf/s at bound", "inf/s at estimate"]
+    rows = [[c.strip() for c in line.strip("│ ").split("│")] for line in out.splitlines() if line.startswith("│")]
+    assert [(r[1], float(r[6].replace(",", "")), float(r[7].replace(",", ""))) for r in rows] == [
+        (e["device"], round(e["throughput_per_s_at_upper"], 1), round(e["throughput_per_s"], 1)) for e in plan["plan"]]
+    bound = [float(r[6].replace(",", "")) for r in rows]
+    assert code == 0 and len(rows) == 3 and bound == sorted(bound, reverse=True)
+
+
 def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
     """infer, rank, llm and --prices said which board 'a100-80gb' means; plan --gpus did not."""
     plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "a100-80gb/1g.10gb,t4", "--batches", "1")
@@ -128,6 +203,29 @@ def test_slo_no_device_meets_is_an_empty_plan_and_exit_0(capsys):
     assert plan["message"].startswith("no device meets the SLO of 0.01 ms at any batch")
     code, out, _ = run(capsys, "plan", EXAMPLE, "--slo-ms", "0.01", "--gpus", "t4,a10g")
     assert code == 0 and out.strip().splitlines()[0].startswith("no device meets the SLO of 0.01 ms")
+
+
+def test_a_plan_left_empty_by_memory_says_so(capsys, zoo_onnx):
+    """GPT-2 XL meets a 100 s SLO on two small slices but fits neither: the line said "no device meets the SLO of
+    100000 ms at any batch: the lowest 90 % upper bound is 2456.211 ms", which contradicts itself."""
+    model = str(zoo_onnx("gpt2_xl", batch=1, seq=1024))
+    args = (model, "--slo-ms", "100000", "--gpus", "a100-sxm4-40gb/1g.5gb,a30/1g.6gb", "--batches", "1")
+    plan = plan_json(capsys, *args)
+    assert plan["plan"] == [] and {u["reason"] for u in plan["unmet"]} == {"memory: no batch within the SLO fits"}
+    line = ("no device meets the SLO of 100000 ms with the model in memory: the 2 device(s) within the SLO cannot hold "
+            "it (it needs at least 5.99 GiB there; the largest, a30/1g.6gb, has 6 GiB less 0.5 GiB of CUDA context)")
+    assert plan["message"] == line
+    code, out, _ = run(capsys, "plan", *args)
+    assert code == 0 and " ".join(out.split()).startswith(line)
+
+
+def test_the_table_names_the_devices_left_out(capsys, monkeypatch, zoo_onnx):
+    monkeypatch.setenv("COLUMNS", "250")
+    model = str(zoo_onnx("gpt2_xl", batch=1, seq=1024))
+    code, out, _ = run(capsys, "plan", model, "--slo-ms", "2500", "--gpus", "a100-sxm4-40gb/1g.5gb,a30/1g.6gb,t4,"
+                       "a100-sxm4-80gb,p4", "--batches", "1")
+    assert code == 0 and ("2 of 5 devices left out: 1 for the SLO (a100-sxm4-40gb/1g.5gb); 1 for memory (a30/1g.6gb)"
+                          "\n") in out
 
 
 @pytest.mark.parametrize("text, message", [
@@ -293,8 +391,9 @@ def test_an_llm_plan_of_tensor_parallel_replicas(capsys, tmp_path):
     """A 70B model fits no 80 GB GPU alone: `plan --llm` had no --tp, so it could not be planned on H100s at all."""
     args = ["--llm", "meta-llama/Llama-3.1-70B-Instruct", "--itl-slo-ms", "40", "--input-len", "1024", "--output-len",
             "256", "--gpus", "h100-sxm", "--batches", "1,8"]
-    code, _, err = run(capsys, "plan", *args)
-    assert code == 2 and "does not fit on h100-sxm: 131.9 GiB needed per GPU" in err
+    alone = plan_json(capsys, *args)
+    assert alone["plan"] == [] and alone["message"].endswith("try --tp 2 (its weights split over 2 of h100-sxm)")
+    assert alone["unmet"][0]["reason"].startswith("not predicted: does not fit on h100-sxm: 131.9 GiB needed per GPU")
     prices = tmp_path / "prices.csv"
     prices.write_text("device,usd_per_hour\nh100-sxm,3.0\n")
     plan = plan_json(capsys, *args, "--tp", "4", "--prices", str(prices))
@@ -405,12 +504,45 @@ def test_a_plan_in_fp8_judges_memory_as_each_device_stores_the_model(capsys, mon
 def test_an_llm_plan_no_device_can_serve_says_why_on_the_largest(capsys):
     """Every device refused: the error was the first device's reason in database order, an M40's 'no native FP16
     arithmetic; use --dtype fp32', where the prompt fits no GPU at all. It is the reason of the device with the most
-    memory among those the model does not fit (and the newest, among equals)."""
-    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--llm", "--itl-slo-ms", "30", "--input-len", "100000000",
-                         "--output-len", "10", "--gpus", "m40-24gb,t4,a10g")
-    assert code == 2 and "FP16" not in err
-    assert err.strip() == ("lilou: error: llama-3.1-8b: no device can serve it (3 tried); the largest, a10g: not "
-                           "predicted: does not fit on a10g: " + err.split("does not fit on a10g: ")[1].strip())
+    memory among those the model does not fit (and the newest, among equals); since the plan of a model no device
+    holds is empty, as an ONNX plan's, that is the plan's one line."""
+    plan = plan_json(capsys, "llama-3.1-8b", "--llm", "--itl-slo-ms", "30", "--input-len", "100000000",
+                     "--output-len", "10", "--gpus", "m40-24gb,t4,a10g")
+    assert plan["plan"] == [] and "FP16" not in plan["message"]
+    assert plan["message"].startswith("no device listed holds llama-3.1-8b: at batch 1 it needs ")
+    assert plan["message"].endswith("more than the largest, a10g, can use (20.2 GiB of 22.49); its weights fit, its KV "
+                                    "cache and activations do not: try smaller --batches, --input-len or --output-len")
+
+
+LLM_70B = ("plan", "--llm", "llama-3.1-70b", "--itl-slo-ms", "50", "--input-len", "1024", "--output-len", "256")
+
+
+def test_an_llm_plan_no_device_holds_is_empty_and_suggests_tp(capsys):
+    """llama-3.1-70b on an 80 GB A100 and a slice exited 2 "no device can serve it ... 131.9 GiB needed > 72.0"; the
+    ONNX plan's equivalent is an empty plan, exit 0 and one line."""
+    code, out, err = run(capsys, *LLM_70B, "--gpus", "a100-sxm4-80gb,h100-sxm/1g.10gb")
+    line = ("no device listed holds llama-3.1-70b: at batch 1 it needs 131.9 GiB per GPU (weights 131.4), more than the "
+            "largest, a100-sxm4-80gb, can use (72.0 GiB of 80); try --tp 2 (its weights split over 2 of a100-sxm4-80gb)")
+    assert code == 0 and "error" not in err and " ".join(out.split()) == line
+    plan = plan_json(capsys, *LLM_70B[1:], "--gpus", "a100-sxm4-80gb,h100-sxm/1g.10gb")
+    assert plan["plan"] == [] and plan["message"] == line and [u["device"] for u in plan["unmet"]] == [
+        "a100-sxm4-80gb", "h100-sxm/1g.10gb"]
+    slice_only = plan_json(capsys, *LLM_70B[1:], "--gpus", "h100-sxm/1g.10gb")  # no TP across MIG slices
+    assert slice_only["message"].endswith("the largest, h100-sxm/1g.10gb, can use (8.8 GiB of 9.75)")
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--input-len", "0"], "--input-len must be a positive integer, not 0"),
+    (["--output-len", "0"], "--output-len must be a positive integer, not 0"),
+    (["--tp", "0"], "--tp must be a positive integer, not 0"),
+    (["--tp", "9"], "--tp 9: tensor parallelism is modelled within one node of at most 8 GPUs"),
+    (["--tp", "3"], "--tp 3 does not divide the 64 attention heads of meta-llama/Llama-3.1-70B-Instruct"),
+    (["--batches", "65537"], "--batches: batch 65537 is larger than 65536"),
+])
+def test_llm_plan_arguments_are_refused_up_front(capsys, option, message):
+    """They were refused on every device: "no device can serve it (1 tried); the largest, h100-sxm: input length must
+    be a positive integer"."""
+    assert run(capsys, *LLM_70B, "--gpus", "h100-sxm", *option) == (2, "", f"lilou: error: {message}\n")
 
 
 @pytest.mark.parametrize(("options", "named"), [(["--precision", "fp32"], "--precision applies"),

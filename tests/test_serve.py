@@ -235,6 +235,20 @@ def test_launch_gap_of_the_callers_host(client, predictor):
     assert response.status_code == 422 and response.json()["detail"].startswith("launch_gap_us applies to ONNX models")
 
 
+def test_an_llm_plan_no_device_holds_is_empty_and_bad_lengths_are_refused(client):
+    """As lilou plan --llm: a model no device holds is a 200 with the empty plan and its line (it was a 400 "no device
+    can serve it"); an argument every device refused is refused as itself."""
+    body = {"model": "llama-3.1-70b", "llm": True, "itl_slo_ms": 50, "input_len": 1024, "output_len": 256,
+            "gpus": ["a100-sxm4-80gb", "h100-sxm/1g.10gb"]}
+    response = client.post("/v1/plan", json=body)
+    assert response.status_code == 200 and response.json()["plan"] == []
+    assert response.json()["message"].endswith("try --tp 2 (its weights split over 2 of a100-sxm4-80gb)")
+    for fields, status, detail in (({"tp": 9}, 400, "--tp 9: tensor parallelism is modelled within one node of at most 8 GPUs"),
+                                   ({"input_len": 0}, 422, "input_len: Input should be greater than 0")):
+        response = client.post("/v1/plan", json={**body, **fields})
+        assert (response.status_code, response.json()) == (status, {"detail": detail})
+
+
 def test_an_llm_plan_of_tensor_parallel_replicas_is_the_cli_object(client):
     body = {"model": "meta-llama/Llama-3.1-70B-Instruct", "llm": True, "itl_slo_ms": 40, "input_len": 1024,
             "output_len": 256, "gpus": ["h100-sxm"], "batches": [1, 8], "tp": 4}
@@ -1144,6 +1158,17 @@ def test_gpus_that_name_nothing_are_refused_as_the_cli_refuses_them(client):
                      client.post("/v1/rank?gpus=,", files=_upload()),
                      client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "gpus": ",,"})):
         assert (response.status_code, response.json()) == (400, {"detail": detail})
+
+
+def test_prices_out_of_range_are_refused(client):
+    """1e308 made a slice's derived price Infinity, written into the JSON; 1e-320 priced every device at 0.0."""
+    request = {"model": "resnet18.onnx", "slo_ms": 30, "gpus": "a100-sxm4-80gb/1g.10gb", "batches": [1]}
+    for prices, detail in (({"a100-sxm4-80gb": 1e308}, "prices['a100-sxm4-80gb']: 1e+308 is not a price"),
+                           ({"a100-sxm4-80gb": 1e-320}, "prices['a100-sxm4-80gb']: 1e-320 is not a price"),
+                           ("device,usd_per_hour\na100-sxm4-80gb,1e308\n", "prices line 2: price '1e308' is not a price")):
+        response = client.post("/v1/plan", json={**request, "prices": prices})
+        assert (response.status_code, response.json()) == (
+            400, {"detail": f"{detail} from 0.000001 to 1000000 USD per hour"}), prices
 
 
 def test_a_prices_key_cannot_price_another_device(client):

@@ -123,8 +123,10 @@ def check_plot_path(path: str | None) -> None:
 
     from lilou.errors import LilouInputError
 
-    if not path:
+    if path is None:
         return
+    if not path.strip():  # --plot "" was taken as no plot, without a word
+        raise LilouInputError("--plot: give a file name, e.g. --plot plan.png")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise LilouInputError(f"--plot: folder {folder!r} does not exist")

@@ -140,8 +140,9 @@ def _print_table(plan) -> None:
         table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices{groups} meet the {what} of "
                           f"{plan.slo_ms:g} ms (90 % upper bound), {order}", caption=caption)
         rate = "tokens/s" if llm else "inf/s"
-        columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval", rate,
-                   "memory GiB"]
+        # the bound's throughput first: the order and the cost follow it (the estimate's alone looked unsorted)
+        columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval",
+                   f"{rate} at bound", f"{rate} at estimate", "memory GiB"]
         if plan.sort == "cost":
             columns += ["$/h", "$/M tokens" if llm else "$/M inf"]
         for column in columns:
@@ -151,17 +152,25 @@ def _print_table(plan) -> None:
             resource = _resource(entry) if entry.gpus == 1 else f"{entry.gpus} x {_resource(entry)}"
             row = [str(i), entry.device.name, resource, str(point.batch), f"{point.latency_ms:.3f}",
                    f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
-                   f"{entry.throughput_per_s:,.1f}", f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
+                   f"{entry.throughput_per_s_at_upper:,.1f}", f"{entry.throughput_per_s:,.1f}",
+                   f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
             if plan.sort == "cost":
                 cost = entry.usd_per_million
-                row += ["-" if entry.usd_per_hour is None else f"{entry.usd_per_hour:.3f}",
-                        "-" if cost is None else f"{cost:,.3f}"]
+                row += ["-" if entry.usd_per_hour is None else _usd(entry.usd_per_hour),
+                        "-" if cost is None else _usd(cost)]
             table.add_row(*row)
         out.print(table)
+        if plan.left_out:
+            out.print(plan.left_out, markup=False)
     else:
         out.print(plan.message)
     for message in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def _usd(value: float) -> str:
+    """3 decimals, or 2 significant digits below a tenth of a cent (not 0.000)."""
+    return f"{value:,.3f}" if value >= 0.0005 else f"{value:.2g}"
 
 
 def _resource(entry) -> str:

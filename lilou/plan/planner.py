@@ -13,6 +13,7 @@ without a price after the priced ones), or by throughput, highest first, when no
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -79,7 +80,8 @@ class PlanEntry:
     def usd_per_million(self) -> float | None:
         if self.usd_per_hour is None or not self.throughput_per_s_at_upper:
             return None
-        return self.usd_per_hour / (3600.0 * self.throughput_per_s_at_upper) * 1e6
+        cost = self.usd_per_hour / (3600.0 * self.throughput_per_s_at_upper) * 1e6
+        return cost if math.isfinite(cost) else None  # never Infinity in the JSON
 
     def to_json(self) -> dict[str, Any]:
         cost = self.usd_per_million
@@ -91,9 +93,15 @@ class PlanEntry:
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
                 "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": round(self.device.memory_gib, 4),
                 "fits": self.point.fits, "extrapolated_share": self.point.extrapolated_share,
-                "usd_per_hour": None if self.usd_per_hour is None else round(self.usd_per_hour, 6),
+                "usd_per_hour": None if self.usd_per_hour is None else usd(self.usd_per_hour),
                 "price_source": self.price_source,
-                "usd_per_million": None if cost is None else round(cost, 6)}
+                "usd_per_million": None if cost is None else usd(cost)}
+
+
+def usd(value: float) -> float:
+    """Dollars for the JSON: 6 decimals, or 4 significant digits below a cent (a slice of a GPU priced at
+    0.000001 USD an hour was 0.0)."""
+    return round(value, 6) if value >= 0.01 else float(f"{value:.4g}")
 
 
 @dataclass
@@ -111,19 +119,47 @@ class CapacityPlan:
     warnings: list[str] = field(default_factory=list)
     kind: str = "model"           # "model" (ONNX) or "llm" (lilou.llm, ITL SLO)
     tp: int = 1                   # LLM plans: tensor-parallel GPUs per replica
+    empty_because: str | None = None  # the message of a plan left empty before any latency (an LLM no device holds)
 
     @property
     def message(self) -> str | None:
         """The line to print when no device meets the SLO (None otherwise)."""
         if self.entries:
             return None
+        if self.empty_because:
+            return self.empty_because
         best = min(((p.interval_ms[1], name, p.batch) for name, points in self.curves.items() for p in points),
                    default=None)
         what = "ITL SLO" if self.kind == "llm" else "SLO"
         if best is None:
             return f"no device meets the {what} of {self.slo_ms:g} ms: nothing could be predicted"
+        within = [(p.memory_gb, name) for name, points in self.curves.items() for p in points
+                  if p.interval_ms[1] <= self.slo_ms]
+        if within:  # the SLO is met, but not with the model in memory: the lowest bound would contradict it
+            memory = {d.name: d.memory_gib for d in self.devices}
+            largest = max({name for _, name in within}, key=lambda name: (memory[name], name))
+            context = " less 0.5 GiB of CUDA context" if self.kind == "model" else ""
+            count = len({name for _, name in within})
+            return (f"no device meets the {what} of {self.slo_ms:g} ms with the model in memory: the {count} "
+                    f"device(s) within the {what} cannot hold it (it needs at least {min(within)[0]:.2f} GiB there; "
+                    f"the largest, {largest}, has {round(memory[largest], 2):g} GiB{context})")
         return (f"no device meets the {what} of {self.slo_ms:g} ms at any batch: the lowest 90 % upper bound is "
                 f"{best[0]:.3f} ms ({best[1]}, batch {best[2]})")
+
+    @property
+    def left_out(self) -> str | None:
+        """One line on the devices without a plan (:attr:`unmet`), by reason, a few named; None when there are none."""
+        if not self.unmet:
+            return None
+        groups: dict[str, list[str]] = {}
+        for item in self.unmet:
+            why = item["reason"].split(":")[0]
+            label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO"}.get(
+                why, "not predicted")
+            groups.setdefault(label, []).append(item["device"])
+        parts = [f"{len(names)} {label} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                 for label, names in groups.items()]
+        return f"{len(self.unmet)} of {len(self.devices)} devices left out: {'; '.join(parts)}"
 
     def to_json(self) -> dict[str, Any]:
         """What ``lilou plan --format json`` prints."""
@@ -386,12 +422,14 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
 
     slo = check_slo(itl_slo_ms, "--itl-slo-ms")
     sizes = check_batches(batches)
+    _check_llm_arguments(model, input_len, output_len, tp)
     prices = checked_prices(prices)
     devices = rank_devices(gpus)
     llm = llm_predictor or LLMPredictor()
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
     warnings: list[str] = ambiguity_notes(gpus)
     refused: dict[str, str] = {}
+    short: dict[str, Any] = {}  # device -> lilou llm's MemoryFit, where the model fits it at no batch
     with llm.predictor.reusing_kernel_rows():  # batches share most rows of their size ladders
         for device in devices:
             for batch in sizes:
@@ -406,22 +444,61 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                     if not curves[device.name]:
                         refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
                                                                              else "no latency"))
+                        short.setdefault(device.name, result.memory)
                     break
                 curves[device.name].append(_llm_point(result, batch, input_len, output_len))
                 if not warnings:  # a slice's power share is the first device's, and a plan shows no power
                     warnings = [w for w in result.warnings
                                 if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER)]
+    empty_because = None
     if len(refused) == len(devices):
         # Said of the device with the most memory among those the model does not fit, where any: the first device's
         # reason (an M40's lack of FP16) was not why a prompt of 10^8 tokens fits no GPU.
-        short = [d for d in devices if refused[d.name].startswith("not predicted")] or devices
-        largest = max(short, key=lambda d: (d.memory_gib, compute_capability(d)))  # "10.0" after "8.6"
-        raise LilouInputError(f"{os.fspath(model)}: no device can serve it ({len(devices)} tried); the largest, "
-                              f"{largest.name}: {refused[largest.name]}")
+        largest = max([d for d in devices if d.name in short] or devices,
+                      key=lambda d: (d.memory_gib, compute_capability(d)))  # "10.0" after "8.6"
+        if largest.name not in short:
+            raise LilouInputError(f"{os.fspath(model)}: no device can serve it ({len(devices)} tried); the largest, "
+                                  f"{largest.name}: {refused[largest.name]}")
+        # memory, as an ONNX model no device holds: an empty plan and one line (it was exit 2)
+        empty_because = _fits_nowhere(model, largest, short[largest.name], tp, sizes[0])
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
     plan.unmet = [u if u["device"] not in refused else {"device": u["device"], "reason": refused[u["device"]]}
                   for u in plan.unmet]
+    plan.empty_because = empty_because
     return plan
+
+
+def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_len: int, tp: int) -> None:
+    """The lengths and ``--tp`` checked once, up front: lilou llm refused them on every device, and the plan said
+    "no device can serve it (1 tried); the largest, h100-sxm: input length must be a positive integer"."""
+    from lilou.llm.config import load_config
+    from lilou.llm.predictor import _check_tp
+
+    for option, value in (("--input-len", input_len), ("--output-len", output_len), ("--tp", tp)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise LilouInputError(f"{option} must be a positive integer, not {value!r:.40}")
+    _check_tp(load_config(model), int(tp), None)
+
+
+def _fits_nowhere(model: str | os.PathLike[str], largest: Device, fit, tp: int, batch: int) -> str:
+    """The line of an LLM plan no device holds: the need at the smallest batch, the largest device, and the
+    smallest ``--tp`` that would hold the weights on it (none for a MIG slice: no TP across slices)."""
+    from lilou.llm.config import load_config
+    from lilou.llm.predictor import MAX_TP, _check_tp
+
+    line = (f"no device listed holds {os.fspath(model)}: at batch {batch} it needs {fit.total_gb:.1f} GiB per GPU "
+            f"(weights {fit.weights_gb:.1f}), more than the largest, {largest.name}, can use ({fit.budget_gb:.1f} GiB "
+            f"of {round(fit.device_gb, 2):g})")
+    if fit.weights_gb < fit.budget_gb:
+        return f"{line}; its weights fit, its KV cache and activations do not: try smaller --batches, --input-len or --output-len"
+    weights = fit.weights_gb * tp  # the whole model's
+    config = load_config(model)
+    for n in range(tp + 1, MAX_TP + 1):
+        with contextlib.suppress(LilouInputError):
+            _check_tp(config, n, largest.mig)
+            if weights / n < fit.budget_gb:
+                return f"{line}; try --tp {n} (its weights split over {n} of {largest.name})"
+    return line
 
 
 def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint:

@@ -17,6 +17,10 @@ from lilou.hardware import Device
 
 COLUMNS = ("device", "usd_per_hour")
 MAX_BYTES = 1 << 20
+#: Prices taken (USD per hour): beyond them a derived slice price or a cost overflowed to Infinity (1e308, invalid
+#: JSON) or underflowed to 0.0 (1e-320); a real GPU costs cents to hundreds of dollars an hour.
+MIN_PRICE, MAX_PRICE = 1e-6, 1e6
+RANGE = "from 0.000001 to 1000000 USD per hour"
 
 
 class Prices(dict):
@@ -37,22 +41,22 @@ def checked_prices(prices: Mapping[str, float] | None) -> Prices | None:
     if not isinstance(prices, Mapping):
         raise LilouInputError(f"prices must map device names to USD per hour, e.g. {{'a10g': 1.01}}, not "
                               f"{type(prices).__name__}")
-    from lilou.api import rank_devices
-    from lilou.hardware.database import ambiguity_note
-
     checked = Prices()
     for name, price in prices.items():
         if not isinstance(name, str):
             raise LilouInputError(f"prices: device names are strings, not {name!r:.40}")
         if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
             raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a positive number of USD per hour")
-        device = rank_devices([name])[0]
+        if not MIN_PRICE <= price <= MAX_PRICE:
+            raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a price {RANGE}")
+        try:
+            device, notes = _priced_device(name)
+        except LilouInputError as error:
+            raise LilouInputError(f"prices: {error}") from None
         if device.name in checked:
             raise LilouInputError(f"prices: {device.name} is priced twice")
         checked[device.name] = float(price)
-        note = ambiguity_note(name.partition("/")[0].strip())
-        if note:
-            checked.notes.append(f"prices: {note}")
+        checked.notes += [f"prices: {note}" for note in notes]
     if not checked:
         raise LilouInputError("prices lists no device")
     return checked
@@ -62,9 +66,6 @@ def read_prices(path: str | os.PathLike[str]) -> Prices:
     """``{device name: USD per hour}`` keyed by :attr:`lilou.hardware.Device.name`; a bad file is one
     :class:`LilouInputError` line naming the file, the line and what is wrong. A line whose GPU name stands for a
     family (``a100``) prices the GPU that name resolves to everywhere in Lilou, and a note says so."""
-    from lilou.api import rank_devices
-    from lilou.hardware.database import ambiguity_note
-
     file = Path(path)
     if not file.is_file():
         raise LilouInputError(f"--prices: {file} is not a readable file")
@@ -93,19 +94,29 @@ def read_prices(path: str | os.PathLike[str]) -> Prices:
             raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} is not a number") from None
         if not math.isfinite(price) or price <= 0:
             raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} must be a positive number")
+        if not MIN_PRICE <= price <= MAX_PRICE:
+            raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} is not a price {RANGE}")
         try:
-            device = rank_devices([name])[0]
+            device, notes = _priced_device(name)
         except LilouInputError as error:
             raise LilouInputError(f"--prices: {file} line {number}: {error}") from None
         if device.name in prices:
             raise LilouInputError(f"--prices: {file} line {number}: {device.name} is priced twice")
         prices[device.name] = price
-        note = ambiguity_note(name.partition("/")[0].strip())
-        if note:
-            prices.notes.append(f"--prices line {number}: {note}")
+        prices.notes += [f"--prices line {number}: {note}" for note in notes]
     if not prices:
         raise LilouInputError(f"--prices: {file} lists no device")
     return prices
+
+
+def _priced_device(name: str) -> tuple[Device, list[str]]:
+    """The device a price names, in any spelling ``--gpus`` takes (``a100-80gb/1g.10gb``, CUDA's
+    ``NVIDIA A100-SXM4-80GB MIG 1g.10gb``, the GPU-feature-discovery label), and the note when its GPU name stands
+    for a family. The note was looked up on the text before a ``/``, which failed on CUDA's and GFD's names."""
+    from lilou.api import rank_devices
+    from lilou.caveats import ambiguity_notes
+
+    return rank_devices([name])[0], ambiguity_notes([name])
 
 
 def device_price(device: Device, prices: dict[str, float]) -> tuple[float | None, str | None]:
