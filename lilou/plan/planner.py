@@ -4,7 +4,7 @@ For every GPU and MIG slice (or the listed ones) and every batch size, the model
 its interval (:class:`lilou.api.Predictor`); the graph is built and grouped into kernels once per
 batch, then priced on every device at once. Batches go up in size; a device whose upper bound passes the
 SLO (or whose memory is exceeded) is not predicted at larger batches. A device's plan is its largest batch whose upper
-bound is within the SLO and whose weights and largest activation fit its memory, with the throughput
+bound is within the SLO and whose weights and activations at their peak fit its memory, with the throughput
 that batch gives (``batch / latency``, at the estimate and at the upper bound), the Kubernetes resource
 that requests the device and, with prices, the dollars per million inferences at the upper bound's
 throughput (the rate the plan can promise). Entries are sorted by that cost, cheapest first (devices
@@ -42,7 +42,7 @@ class PlanPoint:
     batch: int
     latency_ms: float
     interval_ms: tuple[float, float]
-    memory_gb: float       # weights + largest activation (GiB)
+    memory_gb: float       # weights + activations at their peak (GiB)
     fits: bool             # ... within the device's memory
     extrapolated_share: float = 0.0
     # LLM plans: output tokens per second at the estimate and at the upper bounds (None: batch / latency)
