@@ -1,0 +1,58 @@
+"""The Python API's arguments: one rule for lists of GPUs and batches, clear input errors for the rest."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lilou.api import NO_GPU_NAMED, Predictor
+from lilou.errors import LilouInputError
+from lilou.hardware import resolve_device
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor()
+
+
+@pytest.fixture(scope="module")
+def resnet18(zoo_onnx) -> str:
+    return str(zoo_onnx("resnet18", dynamic_batch=True))
+
+
+def test_a_list_of_gpus_is_any_iterable_of_names_or_devices(predictor, resnet18):
+    """rank(gpus=np.array([...])) raised numpy's ValueError from ambiguity_notes after the whole ranking;
+    predict_many refused a numpy array and a dict's keys; predict and rank refused a Device predict_many took."""
+    names = ["a10g", "a100-80gb"]
+    expected = [e.device for e in predictor.rank(resnet18, gpus=names, batch=1)]
+    assert expected == ["a100-sxm4-80gb", "a10g"]
+    for gpus in (np.array(names), dict.fromkeys(names).keys(), (name for name in names),
+                 [resolve_device("a10g"), "a100-80gb"]):
+        assert [e.device for e in predictor.rank(resnet18, gpus=gpus, batch=1)] == expected
+    ranking = predictor.rank(resnet18, gpus=np.array(names), batch=1)
+    assert ranking.warnings[0].startswith("GPU name 'a100-80gb' is ambiguous; using a100-sxm4-80gb")
+    for devices in (np.array(names), dict.fromkeys(names).keys()):
+        assert [p.device for p in predictor.predict_many(resnet18, devices, batch=1)] == ["a10g", "a100-sxm4-80gb"]
+    by_name = predictor.predict(resnet18, gpu="t4", batch=1)
+    assert predictor.predict(resnet18, gpu=resolve_device("t4"), batch=1).to_json() == by_name.to_json()
+    with pytest.raises(LilouInputError, match=r"^mig='1g.10gb' names a slice of a GPU named by a string; t4 is"):
+        predictor.predict(resnet18, gpu=resolve_device("t4"), mig="1g.10gb")
+
+
+def test_an_empty_list_of_gpus_names_no_device_everywhere(predictor, resnet18):
+    """predict_many(path, []) returned [] where rank(gpus=[]) refused the same empty list."""
+    assert NO_GPU_NAMED.startswith("no GPU named; list GPUs like --gpus a10g,t4")
+    for call in (lambda: predictor.predict_many(resnet18, [], batch=1), lambda: predictor.rank(resnet18, gpus=[]),
+                 lambda: predictor.predict_many(resnet18, np.array([], dtype=str), batch=1)):
+        with pytest.raises(LilouInputError) as error:
+            call()
+        assert str(error.value) == NO_GPU_NAMED
+
+
+def test_plan_model_takes_numpy_gpus_and_batches(predictor, resnet18):
+    """plan_model(gpus=np.array(...)) crashed in ambiguity_notes; batches=np.array([1, 2]) was refused."""
+    from lilou.plan import plan_model
+
+    plan = plan_model(resnet18, 50, gpus=np.array(["a10g", "t4"]), batches=np.array([2, 1]), predictor=predictor)
+    listed = plan_model(resnet18, 50, gpus=["a10g", "t4"], batches=[1, 2], predictor=predictor)
+    assert plan.to_json() == listed.to_json()
+    assert plan.to_json()["batches"] == [1, 2]
