@@ -39,6 +39,7 @@ from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning
                            power_note, transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.errors import LilouInputError
+from lilou.graph.input_values import check_input_values
 from lilou.graph.memory import fits_memory, memory_needed
 from lilou.hardware import Device, resolve_device
 from lilou.latency.composition.breakdown import kernel_category
@@ -175,7 +176,7 @@ class Predictor:
 
             check_batch(batch)
             batch = int(batch)  # a numpy integer (np.arange, pandas) would reach the JSON and json.dumps refuse it
-        graph = self._graph(model, batch, shapes, values)
+        graph = self._graph(model, batch, shapes, check_input_values(values) or None)
         reusable = like is not None and like.backend == self.backend and like.partition is not None \
             and like.graph.same_structure(graph)
         kernels, warnings, partition = self._kernels(graph, like.partition if reusable else None)
@@ -351,6 +352,7 @@ class Predictor:
 
     def _prepared(self, model: ModelInput, batch: int | None, shapes, values=None) -> PreparedModel:
         """``model`` prepared for this backend: as it is when it already is, checked."""
+        values = check_input_values(values) or None  # a string or a list of pairs: one line, before the file is read
         if not isinstance(model, PreparedModel):
             return self.prepare(model, batch, shapes, values=values)
         if batch is not None or shapes or values:

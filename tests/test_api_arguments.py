@@ -56,3 +56,27 @@ def test_plan_model_takes_numpy_gpus_and_batches(predictor, resnet18):
     listed = plan_model(resnet18, 50, gpus=["a10g", "t4"], batches=[1, 2], predictor=predictor)
     assert plan.to_json() == listed.to_json()
     assert plan.to_json()["batches"] == [1, 2]
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ("x=1", "values must map input names to values, got str"),  # RuntimeError: shaping the model failed ...
+    ([("use_cache_branch", [False])], "values must map input names to values, got list"),  # AttributeError
+    ({"use_cache_branch": ["true"]}, "values['use_cache_branch']: 'true' is a str; give a bool or a number, "
+                                     "e.g. False or 16000"),
+    ({"use_cache_branch": [float("nan")]}, "values['use_cache_branch']: nan is not a finite number"),
+])
+def test_values_that_are_not_a_mapping_of_bools_or_numbers_are_one_line_errors(predictor, values, message):
+    from tests.test_branches import DECODE, MERGED
+
+    with pytest.raises(LilouInputError) as error:
+        predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values=values)
+    assert str(error.value) == message
+
+
+def test_numpy_values_are_taken_as_the_python_ones(predictor):
+    """np.array([True]) was refused with "'[ True]' is not true, false or a finite number"."""
+    from tests.test_branches import DECODE, MERGED
+
+    cached = predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": [True]}).to_json()
+    for given in (np.array([True]), np.bool_(True), True, np.array([[True]])):
+        assert predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": given}).to_json() == cached

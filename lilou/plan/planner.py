@@ -191,6 +191,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     from lilou.api import Predictor, PreparedModel, gpu_list, rank_devices
     from lilou.caveats import LAUNCH_BOUND
     from lilou.graph.batch_series import BatchSeries
+    from lilou.graph.input_values import check_input_values
     from lilou.graph.guarded_inference import meanwhile
 
     slo = check_slo(slo_ms)
@@ -199,6 +200,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     if predictor is not None and not isinstance(predictor, Predictor):
         raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
     gpus = None if gpus is None else gpu_list(gpus)  # a numpy array or a generator, read once
+    values = check_input_values(values) or None
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
     series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values)
