@@ -80,3 +80,14 @@ def test_numpy_values_are_taken_as_the_python_ones(predictor):
     cached = predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": [True]}).to_json()
     for given in (np.array([True]), np.bool_(True), True, np.array([[True]])):
         assert predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": given}).to_json() == cached
+
+
+@pytest.mark.parametrize(("option", "kind"), [("kernel_checkpoint", "kernel-latency"),
+                                              ("overhead_checkpoint", "end-to-end overhead")])
+def test_a_file_given_as_a_checkpoint_folder_is_an_input_error(tmp_path, option, kind):
+    """Predictor(kernel_checkpoint="resnet18.onnx") raised NotADirectoryError: 'resnet18.onnx/config.json'."""
+    path = tmp_path / "resnet18.onnx"
+    path.write_bytes(b"not a folder")
+    with pytest.raises(LilouInputError) as error:
+        Predictor(**{option: str(path)})
+    assert str(error.value) == f"no {kind} checkpoint in {path}: it is a file, not a checkpoint's folder"
