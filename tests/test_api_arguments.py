@@ -91,3 +91,18 @@ def test_a_file_given_as_a_checkpoint_folder_is_an_input_error(tmp_path, option,
     with pytest.raises(LilouInputError) as error:
         Predictor(**{option: str(path)})
     assert str(error.value) == f"no {kind} checkpoint in {path}: it is a file, not a checkpoint's folder"
+
+
+def test_plan_model_refuses_what_is_not_a_path(predictor, resnet18):
+    """plan_model(None, ...) and plan_model(<PreparedModel>, ...) raised TypeError from os.fspath."""
+    from lilou.plan import plan_model
+
+    with pytest.raises(LilouInputError) as error:
+        plan_model(None, 10, gpus=["a10g"], batches=[1])
+    assert str(error.value) == "model must be an ONNX file's path, not NoneType"
+    prepared = predictor.prepare(resnet18, batch=1)
+    with pytest.raises(LilouInputError) as error:
+        plan_model(prepared, 10, gpus=["a10g"], batches=[1], predictor=predictor)
+    assert str(error.value) == (f"{prepared.name}: plan_model takes the ONNX file's path, not a prepared model: it "
+                                "reads the model at each batch it tries")
+

@@ -194,6 +194,11 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     from lilou.graph.input_values import check_input_values
     from lilou.graph.guarded_inference import meanwhile
 
+    if isinstance(model, PreparedModel):  # prepared at one batch, and a plan reads the model at each it tries
+        raise LilouInputError(f"{model.name}: plan_model takes the ONNX file's path, not a prepared model: it reads "
+                              "the model at each batch it tries")
+    if not isinstance(model, str | os.PathLike):
+        raise LilouInputError(f"model must be an ONNX file's path, not {type(model).__name__}")
     slo = check_slo(slo_ms)
     sizes = check_batches(batches)
     prices = checked_prices(prices)
