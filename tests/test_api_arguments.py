@@ -106,3 +106,12 @@ def test_plan_model_refuses_what_is_not_a_path(predictor, resnet18):
     assert str(error.value) == (f"{prepared.name}: plan_model takes the ONNX file's path, not a prepared model: it "
                                 "reads the model at each batch it tries")
 
+
+def test_batch_and_a_named_leading_dimension_must_agree(predictor, resnet18):
+    """predict(batch=4, shapes={"batch": (2,)}) priced batch 4 without a word."""
+    with pytest.raises(LilouInputError) as error:
+        predictor.predict(resnet18, gpu="t4", batch=4, shapes={"batch": (2,)})
+    assert str(error.value) == ("--batch 4 and --shape batch=2 disagree: input pixel_values's leading dimension is "
+                                "'batch'; give the batch once")
+    agreed = predictor.predict(resnet18, gpu="t4", batch=2, shapes={"batch": (2,)})
+    assert agreed.to_json() == predictor.predict(resnet18, gpu="t4", batch=2).to_json()
