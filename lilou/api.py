@@ -30,7 +30,6 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -55,12 +54,11 @@ from lilou.graph.precision import ModelPrecision, math_op_precisions, model_prec
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals, with_related_devices
 from lilou.results import KernelEstimate, ModelInput, Prediction, PreparedModel, RankEntry, Ranking
-
-if TYPE_CHECKING:
-    from lilou.fusion.partition import Partition
-    from lilou.graph.dag import ModelGraph
-    from lilou.graph.input_values import Value as InputValue
-    from lilou.graph.reading import GraphReading
+# At run time, not under TYPE_CHECKING: typing.get_type_hints resolves the public signatures (ModelInput names them).
+from lilou.fusion.partition import Partition
+from lilou.graph.dag import ModelGraph
+from lilou.graph.input_values import Value as InputValue
+from lilou.graph.reading import GraphReading
 
 
 def gpu_list(names: str | Iterable[str | Device]) -> list[str | Device]:
@@ -196,7 +194,7 @@ class Predictor:
         ``shapes`` sets whole inputs (``{"input_ids": (8, 512)}``) or named dynamic dimensions in every input
         (``{"sequence_length": (512,)}``; :func:`lilou.graph.shapes.apply_input_shapes`); ``values`` the value of a
         run-time input that picks the work (``{"use_cache_branch": [False]}``: :mod:`lilou.graph.input_values`).
-        ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
+        ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8, int4, fp4);
         ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.kernel_model.precision)."""
         if isinstance(gpu, Device) and mig is not None:
             raise LilouInputError(f"mig={mig!r} names a slice of a GPU named by a string; {gpu.name} is a device already")

@@ -115,3 +115,21 @@ def test_batch_and_a_named_leading_dimension_must_agree(predictor, resnet18):
                                 "'batch'; give the batch once")
     agreed = predictor.predict(resnet18, gpu="t4", batch=2, shapes={"batch": (2,)})
     assert agreed.to_json() == predictor.predict(resnet18, gpu="t4", batch=2).to_json()
+
+
+def test_the_public_type_hints_resolve_and_the_results_say_what_they_are():
+    """typing.get_type_hints(Predictor.predict) raised NameError: name 'GraphReading' is not defined."""
+    import inspect
+    import typing
+
+    from lilou import api, results
+
+    for function in (api.Predictor.predict, api.Predictor.predict_many, api.Predictor.rank, api.Predictor.prepare,
+                     api.rank_devices):
+        assert "model" in typing.get_type_hints(function) or function is api.rank_devices
+    for cls in (results.Prediction, results.RankEntry, results.KernelEstimate, results.PreparedModel):
+        typing.get_type_hints(cls)
+    for documented in (results.RankEntry, results.RankEntry.to_json, results.KernelEstimate.to_json,
+                       results.Prediction.top):
+        assert inspect.getdoc(documented), documented
+    assert "int8, int4, fp4" in api.Predictor.predict.__doc__
