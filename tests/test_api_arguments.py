@@ -133,3 +133,11 @@ def test_the_public_type_hints_resolve_and_the_results_say_what_they_are():
                        results.Prediction.top):
         assert inspect.getdoc(documented), documented
     assert "int8, int4, fp4" in api.Predictor.predict.__doc__
+
+
+def test_the_backend_is_taken_in_any_case():
+    """Predictor(backend="EAGER") was refused ("unknown backend 'EAGER'") where precision="FP16" is taken."""
+    assert Predictor(backend="EAGER").backend == "eager"
+    with pytest.raises(LilouInputError) as error:
+        Predictor(backend="xla")
+    assert str(error.value).startswith("unknown backend 'xla'; choose one of: eager")
