@@ -28,9 +28,8 @@ import copy
 import dataclasses
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +38,7 @@ from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning
                            power_note, transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.errors import LilouInputError
+from lilou.graph.input_values import check_input_values
 from lilou.graph.memory import fits_memory, memory_needed
 from lilou.hardware import Device, resolve_device
 from lilou.latency.composition.breakdown import kernel_category
@@ -54,38 +54,54 @@ from lilou.graph.precision import ModelPrecision, math_op_precisions, model_prec
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals, with_related_devices
 from lilou.results import KernelEstimate, ModelInput, Prediction, PreparedModel, RankEntry, Ranking
+# At run time, not under TYPE_CHECKING: typing.get_type_hints resolves the public signatures (ModelInput names them).
+from lilou.fusion.partition import Partition
+from lilou.graph.dag import ModelGraph
+from lilou.graph.input_values import Value as InputValue
+from lilou.graph.reading import GraphReading
 
-if TYPE_CHECKING:
-    from lilou.fusion.partition import Partition
-    from lilou.graph.dag import ModelGraph
-    from lilou.graph.input_values import Value as InputValue
-    from lilou.graph.reading import GraphReading
+
+def gpu_list(names: str | Iterable[str | Device]) -> list[str | Device]:
+    """GPUs as a list of names and :class:`Device` objects: a string is a comma-separated list (``--gpus a10g,t4``),
+    any other iterable (a list, a numpy array, a dict's keys, a generator) holds one name or device each."""
+    from lilou.hardware.names import name_list
+
+    if isinstance(names, bytes) or not isinstance(names, Iterable):
+        raise LilouInputError(f"list GPUs by name, e.g. ['a10g', 'a100-80gb/1g.10gb'], not {names!r:.60}")
+    listed = list(name_list(names))
+    for item in listed:
+        if not isinstance(item, str | Device):
+            raise LilouInputError(f"GPUs are named by strings such as 'a10g' or 'a100-80gb/1g.10gb', not {item!r:.40}")
+    return [str(item) if isinstance(item, str) else item for item in listed]
 
 
-def rank_devices(names: Sequence[str] | None = None) -> list[Device]:
-    """Devices to rank: every GPU and MIG slice, or the named ones.
+def rank_devices(names: str | Iterable[str | Device] | None = None) -> list[Device]:
+    """Devices to rank: every GPU and MIG slice, or the named ones (:func:`gpu_list`).
 
     A name is a GPU (any alias: the whole GPU) or ``GPU/PROFILE`` for one MIG slice
-    (``a100-80gb/1g.10gb``); repeats are dropped.
+    (``a100-80gb/1g.10gb``); a :class:`Device` is taken as it is; repeats are dropped.
     """
     if names is None:
         from lilou.hardware import all_devices
 
         return all_devices()
-    from lilou.hardware.names import name_list
-
     devices: dict[str, Device] = {}
-    for raw in name_list(names):
-        if not isinstance(raw, str):
-            raise LilouInputError(f"GPUs are named by strings such as 'a10g' or 'a100-80gb/1g.10gb', not {raw!r:.40}")
+    for raw in gpu_list(names):
+        if isinstance(raw, Device):
+            devices.setdefault(raw.name, raw)
+            continue
         name = raw.strip()
         if not name:
             continue
         device = resolve_device(name)
         devices.setdefault(device.name, device)
     if not devices:
-        raise LilouInputError("no GPU named; list GPUs like --gpus a10g,t4,a100-80gb/1g.10gb (see `lilou gpus`)")
+        raise LilouInputError(NO_GPU_NAMED)
     return list(devices.values())
+
+
+#: The error for a list of GPUs that names none (``--gpus ,,``, ``gpus=[]``).
+NO_GPU_NAMED = "no GPU named; list GPUs like --gpus a10g,t4,a100-80gb/1g.10gb (see `lilou gpus`)"
 
 
 class Predictor:
@@ -158,7 +174,7 @@ class Predictor:
 
             check_batch(batch)
             batch = int(batch)  # a numpy integer (np.arange, pandas) would reach the JSON and json.dumps refuse it
-        graph = self._graph(model, batch, shapes, values)
+        graph = self._graph(model, batch, shapes, check_input_values(values) or None)
         reusable = like is not None and like.backend == self.backend and like.partition is not None \
             and like.graph.same_structure(graph)
         kernels, warnings, partition = self._kernels(graph, like.partition if reusable else None)
@@ -169,7 +185,7 @@ class Predictor:
         return PreparedModel(name=_model_name(model), graph=graph, kernels=kernels, warnings=tuple(warnings),
                              backend=self.backend, batch=batch, partition=partition)
 
-    def predict(self, model: ModelInput, gpu: str, mig: str | None = None, batch: int | None = None,
+    def predict(self, model: ModelInput, gpu: str | Device, mig: str | None = None, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
                 tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None) -> Prediction:
         """End-to-end latency of ``model`` (an ONNX path, a loaded graph or a :class:`PreparedModel`) on one GPU
@@ -178,30 +194,32 @@ class Predictor:
         ``shapes`` sets whole inputs (``{"input_ids": (8, 512)}``) or named dynamic dimensions in every input
         (``{"sequence_length": (512,)}``; :func:`lilou.graph.shapes.apply_input_shapes`); ``values`` the value of a
         run-time input that picks the work (``{"use_cache_branch": [False]}``: :mod:`lilou.graph.input_values`).
-        ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8);
+        ``precision`` overrides what the ONNX tensor types say (fp32, tf32, fp16, bf16, fp8, int8, int4, fp4);
         ``tf32`` (off, conv, on) overrides PyTorch's default for FP32 on the device (lilou.latency.kernel_model.precision)."""
-        device = resolve_device(gpu, mig)  # bad names fail before the model is read
+        if isinstance(gpu, Device) and mig is not None:
+            raise LilouInputError(f"mig={mig!r} names a slice of a GPU named by a string; {gpu.name} is a device already")
+        device = gpu if isinstance(gpu, Device) else resolve_device(gpu, mig)  # bad names fail before the model is read
         prediction = self.predict_many(model, [device], batch, shapes, precision, tf32, values=values)[0]
         prediction.warnings[:0] = ambiguity_notes([gpu])
         return prediction
 
-    def predict_many(self, model: ModelInput, devices: Sequence[Device | str], batch: int | None = None,
+    def predict_many(self, model: ModelInput, devices: Iterable[Device | str], batch: int | None = None,
                      shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
                      tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None
                      ) -> list[Prediction]:
         """:meth:`predict` for several devices (:class:`Device` objects, or names as ``rank`` takes them: ``a10g``,
-        ``a100-80gb/1g.10gb``); the graph is read and grouped once."""
+        ``a100-80gb/1g.10gb``) in any iterable but a string; the graph is read and grouped once."""
         precision, tf32 = check_precision_options(precision, tf32)
         if isinstance(devices, str):
             raise LilouInputError(f"predict_many takes a list of devices, got the string {devices[:80]!r}")
-        if not isinstance(devices, Sequence):
+        if isinstance(devices, bytes) or not isinstance(devices, Iterable):
             raise LilouInputError(f"predict_many takes a list of devices, got {devices!r:.80}")
         wanted = list(devices)
-        from lilou.hardware import Device as DeviceType
-
-        if any(not isinstance(d, str | DeviceType) for d in wanted):
+        if any(not isinstance(d, str | Device) for d in wanted):
             raise LilouInputError("predict_many takes devices as names ('a10g', 'a100-80gb/1g.10gb') or Device objects")
-        resolved = [rank_devices([d])[0] if isinstance(d, str) else d for d in wanted]  # bad names before the file
+        if not wanted:
+            raise LilouInputError(NO_GPU_NAMED)
+        resolved = [rank_devices([d])[0] for d in wanted]  # bad names before the file
         base = self._prepared(model, batch, shapes, values)
         predictions: list[Prediction | None] = [None] * len(resolved)
         for prepared, columns in self._in_precision_by_device(base, resolved, precision):
@@ -213,11 +231,12 @@ class Predictor:
                 prediction.warnings[:0] = ambiguity_notes([asked])
         return predictions
 
-    def rank(self, model: ModelInput, gpus: Sequence[str] | None = None, batch: int | None = None,
+    def rank(self, model: ModelInput, gpus: str | Iterable[str | Device] | None = None, batch: int | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
              tf32: str | None = None, values: Mapping[str, Sequence[InputValue]] | None = None) -> Ranking:
-        """Predicted latency on every GPU and MIG slice (or the ``gpus`` named), fastest first."""
+        """Predicted latency on every GPU and MIG slice (or the ``gpus`` named, :func:`gpu_list`), fastest first."""
         precision, tf32 = check_precision_options(precision, tf32)
+        gpus = None if gpus is None else gpu_list(gpus)
         devices = rank_devices(gpus)
         base = self._prepared(model, batch, shapes, values)
         entries: list[RankEntry] = []
@@ -331,6 +350,7 @@ class Predictor:
 
     def _prepared(self, model: ModelInput, batch: int | None, shapes, values=None) -> PreparedModel:
         """``model`` prepared for this backend: as it is when it already is, checked."""
+        values = check_input_values(values) or None  # a string or a list of pairs: one line, before the file is read
         if not isinstance(model, PreparedModel):
             return self.prepare(model, batch, shapes, values=values)
         if batch is not None or shapes or values:

@@ -7,7 +7,7 @@ fit, intervals calibrated for other checkpoints. Each function returns a list of
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -236,14 +236,16 @@ def power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[str
     return []
 
 
-def ambiguity_notes(names: Sequence[str] | None) -> list[str]:
+def ambiguity_notes(names: str | Iterable[object] | None) -> list[str]:
     """For each GPU named (``GPU`` or ``GPU/PROFILE``) that stands for several boards, the note that says which one
-    is priced; once each."""
+    is priced; once each. Anything but a name (a :class:`lilou.hardware.Device`) names no family."""
     from lilou.hardware.database import ambiguity_note
     from lilou.hardware.names import name_list, split_mig
 
     notes = []
-    for raw in name_list(names or ()):
+    for raw in name_list(names if names is not None else ()):
+        if not isinstance(raw, str):
+            continue
         with_slice = split_mig(raw)  # CUDA's and GPU feature discovery's names of a slice's device
         gpu = (with_slice[0] if with_slice else raw.partition("/")[0]).strip()
         note = ambiguity_note(gpu) if gpu else None

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lilou.latency.composition.breakdown import CATEGORIES
 
-if TYPE_CHECKING:
-    from lilou.fusion.partition import Partition
-    from lilou.graph.dag import ModelGraph
-    from lilou.latency.composition.end_to_end import GraphKernels
+# At run time, not under TYPE_CHECKING: typing.get_type_hints resolves the public dataclasses' fields.
+from lilou.fusion.partition import Partition
+from lilou.graph.dag import ModelGraph
+from lilou.latency.composition.end_to_end import GraphKernels
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class KernelEstimate:
         return "compute" if self.compute_bound else "memory"
 
     def to_json(self) -> dict[str, Any]:
+        """One item of ``kernels`` in the ``lilou infer --format json`` object (DESIGN.md)."""
         return {"nodes": list(self.nodes), "type": self.type, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated": self.extrapolated,
                 "flops": self.flops, "bytes": self.bytes}
@@ -122,6 +123,7 @@ class Prediction:
         return shares
 
     def top(self, n: int) -> list[KernelEstimate]:
+        """The ``n`` kernels with the largest share of the end-to-end time, largest first."""
         return sorted(self.kernels, key=lambda k: -k.latency_ms)[:n]
 
     def to_json(self) -> dict[str, Any]:
@@ -134,6 +136,8 @@ class Prediction:
 
 @dataclass(frozen=True)
 class RankEntry:
+    """One device of a :class:`Ranking`: its predicted end-to-end latency (ms) and whether the model fits."""
+
     gpu: str
     mig: str | None
     latency_ms: float
@@ -150,6 +154,7 @@ class RankEntry:
         return self.gpu if self.mig is None else f"{self.gpu}/{self.mig}"
 
     def to_json(self) -> dict[str, Any]:
+        """One item of the ``lilou rank --format json`` list (DESIGN.md)."""
         return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
                 "fits": self.fits, "memory_gb": self.memory_gb, "precision": self.precision, "tf32": self.tf32,

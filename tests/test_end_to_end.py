@@ -17,7 +17,7 @@ from lilou.hardware import all_devices, all_gpus, resolve_device
 from lilou.latency.composition.end_to_end import describe_kernels
 from lilou.latency.kernel_model.features import DeviceColumns, KernelBatch
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.composition.monotone import dominates, dominating_devices, ladder_factors, scaled
+from lilou.latency.composition.monotone import dominates, dominating_devices, ladder_factors, ladder_levels, scaled
 from lilou.latency.composition.overhead import E2E_OVERHEAD
 from tests.conftest import REPO
 from tests.onnx_builders import make_model, tensor
@@ -193,6 +193,24 @@ def test_scaled_kernels_equal_the_real_larger_batch(zoo_onnx):
     for column in ("flops", "bytes", "out_elements", "gemm_batch", "gemm_m", "gemm_n", "gemm_k", "rows"):
         np.testing.assert_array_equal(getattr(grown, column), getattr(real, column), err_msg=column)
     assert ladder_factors(3) == tuple(b / 3 for b in (*range(3, 17), 32, 64))
+
+
+def test_the_ladders_of_a_batch_above_16_reach_down_its_halvings():
+    assert ladder_levels(8) == (ladder_factors(8),)
+    assert ladder_levels(None) == ((1.0, 2.0, 4.0, 8.0, 16.0),)
+    assert ladder_levels(24) == ((1.0, 2.0, 4.0), tuple(b / 24 for b in (12, 13, 14, 15, 16, 32, 64)))
+    assert ladder_levels(64) == ((1.0, 2.0, 4.0), (0.5, 1.0, 2.0), (0.25, 0.5, 1.0))
+    assert ladder_levels(17) == ((1.0, 2.0, 4.0),)
+
+
+def test_a_doubled_batch_above_16_is_never_faster(predictor, zoo_onnx):
+    """ResNet-18's classifier GEMM at batch 32 took the price of its batch-128 copy, below all of batch 16's ladder:
+    the RTX PRO 6000 Blackwell priced batch 32 at 2.0569 ms, batch 16 at 2.0573 ms (lower bound 1.7034 < 1.7036)."""
+    path = zoo_onnx("resnet18", dynamic_batch=True)
+    runs = [predictor.predict(path, gpu="rtx-pro-6000-blackwell-server", batch=b) for b in (16, 32, 64)]
+    assert [r.latency_ms for r in runs] == sorted(r.latency_ms for r in runs)
+    assert [r.interval_ms[0] for r in runs] == sorted(r.interval_ms[0] for r in runs)
+    assert runs[1].latency_ms >= runs[0].latency_ms == 2.0573
 
 
 @pytest.mark.slow

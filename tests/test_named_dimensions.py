@@ -52,10 +52,18 @@ def test_named_dimensions_set_every_input_and_the_expression_of_them(tmp_path):
 
 def test_an_input_shape_and_the_batch_win_over_a_named_dimension(tmp_path):
     model = onnx.load(decoder_step(tmp_path))
-    apply_input_shapes(model, batch=4, shapes={**BOUND, "hidden": (2, 3, 32)})
+    apply_input_shapes(model, batch=4, shapes={**BOUND, "batch_size": (4,), "hidden": (2, 3, 32)})
     shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in model.graph.input}
     assert shapes == {"hidden": (2, 3, 32),  # the whole input, as given
                       "attention_mask": (4, 512), "past_key": (4, 511, 32)}  # --batch sets the leading dims
+
+
+def test_the_batch_and_a_named_leading_dimension_that_disagree_are_refused(tmp_path):
+    """--batch 4 --shape batch_size=2 priced batch 4 without a word (the batch won)."""
+    model = onnx.load(decoder_step(tmp_path))
+    with pytest.raises(LilouInputError) as error:
+        apply_input_shapes(model, batch=4, shapes=BOUND)
+    assert str(error.value).startswith("--batch 4 and --shape batch_size=2 disagree: input ")
 
 
 def test_the_cli_binds_named_dimensions(capsys, tmp_path):

@@ -63,22 +63,37 @@ def _parse_item(name: str, item: str) -> Value:
 
 
 def check_input_values(values: Mapping[str, Sequence[Value]] | None) -> dict[str, tuple[Value, ...]]:
-    """``values`` as the API takes them (``{"use_cache_branch": [False]}``, or a bare value), checked as
-    :func:`parse_input_values` checks the command line."""
+    """``values`` as the API takes them (``{"use_cache_branch": [False]}``, or a bare value; numpy arrays and
+    scalars too), checked as :func:`parse_input_values` checks the command line."""
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise LilouInputError(f"values must map input names to values, got {type(values).__name__}")
     checked: dict[str, tuple[Value, ...]] = {}
-    for name, given in (values or {}).items():
+    for name, given in values.items():
+        if isinstance(given, np.ndarray):
+            given = given.reshape(-1).tolist()
         items = tuple(given) if isinstance(given, (list, tuple)) else (given,)
         if not isinstance(name, str) or not name:
             raise LilouInputError(f"values: {name!r} is not an input name")
         if not items or len(items) > MAX_VALUE_ELEMENTS:
             raise LilouInputError(f"values[{name!r}]: give 1 to {MAX_VALUE_ELEMENTS} values, got {len(items)}")
-        for item in items:
-            if isinstance(item, bool):
-                continue
-            if not isinstance(item, (int, float)) or not math.isfinite(item):
-                raise LilouInputError(f"values[{name!r}]: {str(item)[:40]!r} is not true, false or a finite number")
-        checked[name] = items
+        checked[name] = tuple(_checked_item(name, item) for item in items)
     return checked
+
+
+def _checked_item(name: str, item: object) -> Value:
+    """A Python bool or a finite number (a numpy one as the Python one); anything else is an input error."""
+    if isinstance(item, np.bool_ | np.integer | np.floating):
+        item = item.item()
+    if isinstance(item, bool):
+        return item
+    if not isinstance(item, (int, float)):
+        raise LilouInputError(f"values[{name!r}]: {str(item)[:40]!r} is a {type(item).__name__}; give a bool or a "
+                              "number, e.g. False or 16000")
+    if not math.isfinite(item):
+        raise LilouInputError(f"values[{name!r}]: {item} is not a finite number")
+    return item
 
 
 def bind_input_values(model: onnx.ModelProto, values: Mapping[str, Sequence[Value]] | None,

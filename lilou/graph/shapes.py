@@ -104,8 +104,8 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
     """Set input dims in place: ``batch`` sets every input's leading dim; ``shapes`` whole inputs
     (``{"input_ids": (8, 512)}``) or named dynamic dimensions (``{"sequence_length": (512,)}``: every dimension
     the file names so, or writes as an expression of it such as Optimum's ``past_sequence_length +
-    sequence_length``, in every input). An input's name wins over a dimension's; ``batch`` over a named
-    leading dimension.
+    sequence_length``, in every input). An input's name wins over a dimension's; ``batch`` and a named leading
+    dimension must agree.
 
     Raises if a named input or dimension does not exist, a rank differs, or a dynamic dim is left unset.
     """
@@ -143,6 +143,8 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             _set_dims(value, wanted)
             pinned += [f"{value.name}={'x'.join(map(str, wanted))}"] if len(wanted) and wanted[0] != batch else []
             continue
+        if bound and batch is not None and len(dims) > 0 and dims[0].dim_value <= 0 and dims[0].dim_param:
+            _check_batch_agrees(value.name, protobuf_text(dims[0].dim_param), batch, bound)
         if bound:
             _bind_dimensions(value, bound)
         if batch is not None and len(dims) > 0:
@@ -161,6 +163,15 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         model.graph.ClearField("value_info")
         for value in model.graph.output:
             value.type.tensor_type.ClearField("shape")
+
+
+def _check_batch_agrees(name: str, leading: str, batch: int, bound: Mapping[str, int]) -> None:
+    """Refuse ``batch`` where the named dimensions set input ``name``'s leading dimension (``leading``) otherwise."""
+    size = _dimension_value(leading, bound)
+    if size is not None and size != batch:
+        given = ", ".join(f"{key}={bound[key]}" for key in sorted(_dimension_names(leading) & set(bound)))
+        raise LilouInputError(f"--batch {batch} and --shape {given} disagree: input {name}'s leading dimension is "
+                              f"{leading[:80]!r}; give the batch once")
 
 
 def dimension_names_of(inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:

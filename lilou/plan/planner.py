@@ -16,7 +16,7 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING, Any
@@ -182,14 +182,15 @@ def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
     return value
 
 
-def check_batches(batches: Sequence[int] | None) -> list[int]:
-    """The batch sizes to try, sorted: positive integers (2.9, "4" or True were taken as 2, 4 and 1)."""
+def check_batches(batches: Iterable[int] | None) -> list[int]:
+    """The batch sizes to try, sorted: positive integers in any iterable but a string, a numpy array's included
+    (2.9, "4" or True were taken as 2, 4 and 1)."""
     if batches is None:
         return list(DEFAULT_BATCHES)
-    if isinstance(batches, str) or not isinstance(batches, Sequence) or not all(
-            isinstance(b, Integral) and not isinstance(b, bool) for b in batches):
+    listed = list(batches) if isinstance(batches, Iterable) and not isinstance(batches, str | bytes) else None
+    if listed is None or not all(isinstance(b, Integral) and not isinstance(b, bool) for b in listed):
         raise LilouInputError(f"--batches: list positive integer batch sizes, e.g. [1, 2, 4, 8], not {batches!r:.80}")
-    values = sorted(set(int(b) for b in batches))
+    values = sorted(set(int(b) for b in listed))
     if not values or values[0] < 1:
         raise LilouInputError("--batches: list positive batch sizes, e.g. --batches 1,2,4,8")
     if values[-1] > 65536:
@@ -207,8 +208,8 @@ def parse_batches(text: str | None) -> list[int] | None:
         raise LilouInputError(f"--batches: {text!r} is not a comma-separated list of integers") from None
 
 
-def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[str] | None = None,
-               batches: Sequence[int] | None = None, prices: Mapping[str, float] | None = None, predictor=None,
+def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iterable[str] | None = None,
+               batches: Iterable[int] | None = None, prices: Mapping[str, float] | None = None, predictor=None,
                shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None,
                tf32: str | None = None,
                prepare: Callable[[int, dict[str, tuple[int, ...]] | None], PreparedModel] | None = None,
@@ -223,16 +224,24 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: Sequence[s
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
     service passes its cache's, so a second plan of the same bytes skips the graph work. ``values``: run-time
     inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own)."""
-    from lilou.api import Predictor, PreparedModel, rank_devices
+    from lilou.api import Predictor, PreparedModel, gpu_list, rank_devices
     from lilou.caveats import LAUNCH_BOUND
     from lilou.graph.batch_series import BatchSeries
+    from lilou.graph.input_values import check_input_values
     from lilou.graph.guarded_inference import meanwhile
 
+    if isinstance(model, PreparedModel):  # prepared at one batch, and a plan reads the model at each it tries
+        raise LilouInputError(f"{model.name}: plan_model takes the ONNX file's path, not a prepared model: it reads "
+                              "the model at each batch it tries")
+    if not isinstance(model, str | os.PathLike):
+        raise LilouInputError(f"model must be an ONNX file's path, not {type(model).__name__}")
     slo = check_slo(slo_ms)
     sizes = check_batches(batches)
     prices = checked_prices(prices)
     if predictor is not None and not isinstance(predictor, Predictor):
         raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
+    gpus = None if gpus is None else gpu_list(gpus)  # a numpy array or a generator, read once
+    values = check_input_values(values) or None
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
     series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values)

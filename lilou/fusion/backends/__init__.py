@@ -12,6 +12,8 @@ BACKENDS: tuple[str, ...] = ("eager", "tvm")
 
 
 def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
+    """The backend's name as :data:`BACKENDS` spells it; any case is taken, as for precisions and GPU names."""
+    name = backend.strip().lower() if isinstance(backend, str) else backend
+    if name not in BACKENDS:
         raise LilouInputError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
-    return backend
+    return name

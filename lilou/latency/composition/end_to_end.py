@@ -29,7 +29,7 @@ from lilou.latency.composition.fallback import FALLBACK_TYPE, FallbackModel, use
 from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec, describe_graph_kernel
-from lilou.latency.composition.monotone import dominating_devices, ladder_factors, mig_envelope, size_ladder
+from lilou.latency.composition.monotone import dominating_devices, ladder_levels, mig_envelope, size_ladder
 from lilou.latency.composition.overhead import OverheadModel
 from lilou.latency.kernel_model.precision import PrecisionPath, fp64_peak_tflops, kernel_path, kernel_unit
 from lilou.latency.kernel_model.recurrent import RecurrentModel, RecurrentShape
@@ -145,7 +145,7 @@ class EndToEndModel:
         """Work of every kernel on every device, one batched prediction for all of them.
 
         ``batch``: the graph's batch size when known; it sets the size ladder
-        (:func:`lilou.latency.composition.monotone.ladder_factors`). ``path_for``: each device's precision path; a
+        (:func:`lilou.latency.composition.monotone.ladder_levels`). ``path_for``: each device's precision path; a
         kernel model that learned the units of the kernel table (its features include ``precision``)
         then prices GEMMs and convolutions at the peak of their unit (BF16 tensor cores ...).
         """
@@ -156,7 +156,7 @@ class EndToEndModel:
             for other in others:
                 every.setdefault(other.name, other)
         expanded = list(every.values())
-        work, types, bound = self._unique_work(kernels, expanded, ladder_factors(batch), path_for)
+        work, types, bound = self._unique_work(kernels, expanded, ladder_levels(batch), path_for)
         work = mig_envelope(work, expanded, wanted, dominators)
         column = {d.name: j for j, d in enumerate(expanded)}
         keep = [column[d.name] for d in wanted]
@@ -177,9 +177,10 @@ class EndToEndModel:
                 work[rows] = model.predict_work(kernels.take(rows), columns.take(rows))[0]
         return work
 
-    def _unique_work(self, kernels: GraphKernels, devices: list[Device], factors: tuple[float, ...],
+    def _unique_work(self, kernels: GraphKernels, devices: list[Device], levels: tuple[tuple[float, ...], ...],
                      path_for: Callable[[Device], PrecisionPath] | None = None):
-        """(work, kernel type, compute-bound) arrays [distinct kernels, devices]."""
+        """(work, kernel type, compute-bound) arrays [distinct kernels, devices]; a model-priced kernel's work is
+        the largest over ``levels`` of the smallest price on its ladder (:func:`ladder_levels`)."""
         specs, fallback = kernels.unique, kernels.unique_fallback
         n, d = len(specs), len(devices)
         if n == 0:
@@ -197,6 +198,8 @@ class EndToEndModel:
             types[i] = RECURRENT_TYPE
         model_rows = np.flatnonzero(~fallback & ~recurrent)
         if len(model_rows):
+            factors = tuple(dict.fromkeys(factor for level in levels for factor in level))  # 1 first
+            rung_of = {factor: rung for rung, factor in enumerate(factors)}
             m, rungs = len(model_rows), len(factors)
             ladder = size_ladder(base.take(model_rows), kernels.unique_fixed_bytes[model_rows], factors)
             ladder_pairs = ladder.take(np.tile(np.arange(rungs * m), d))  # device, rung, kernel
@@ -211,13 +214,18 @@ class EndToEndModel:
             tensor_priced = np.zeros(len(ladder_pairs), dtype=bool)
             ladder_rows = _LadderRows(ladder_pairs, ladder_columns, unit_columns if on_unit.any() else None, on_unit)
             first = (np.arange(d)[:, None] * rungs * m + np.arange(m)[None, :]).reshape(-1)  # rung 0
-            self._price_rows(ladder_rows, first, flat_work, tensor_priced)
-            if rungs > 1:  # only the rungs whose lower bound is under the kernel's own price can lower it
-                best = flat_work.reshape(d, rungs, m)[:, :1, :]
+            heads = np.zeros(rungs, dtype=bool)  # each level's own batch: always priced
+            heads[[rung_of[level[0]] for level in levels]] = True
+            priced = np.flatnonzero(np.broadcast_to(heads[None, :, None], (d, rungs, m)))
+            self._price_rows(ladder_rows, priced, flat_work, tensor_priced)
+            if rungs > len(levels):  # only a rung whose lower bound is under some level's own price can lower it
+                best = flat_work.reshape(d, rungs, m)[:, heads, :].max(axis=1, keepdims=True)
                 bound = ladder_rows.lower_bound_ms().reshape(d, rungs, m)
-                hopeful = (bound * LADDER_BOUND_MARGIN < best) & (np.arange(rungs) > 0)[None, :, None]
+                hopeful = (bound * LADDER_BOUND_MARGIN < best) & ~heads[None, :, None]
                 self._price_rows(ladder_rows, np.flatnonzero(hopeful), flat_work, tensor_priced)
-            work[model_rows] = flat_work.reshape(d, rungs, m).min(axis=1).T
+            by_rung = flat_work.reshape(d, rungs, m)
+            level_work = [by_rung[:, [rung_of[factor] for factor in level], :].min(axis=1) for level in levels]
+            work[model_rows] = np.max(level_work, axis=0).T
             work[model_rows] *= _dgrad_factors([specs[i] for i in model_rows])[:, None]
             # The kernel type is that of the kernel itself (rung 0), not of its size ladder.
             kernel_types = self.kernel_model.predict_types(ladder_pairs.take(first), ladder_columns.take(first))

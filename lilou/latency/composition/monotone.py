@@ -14,7 +14,8 @@ for ``Linear`` and conv, GEMM batch for attention ``bmm``, rows for norms, eleme
 for elementwise ops), so the copies of a batch-``b`` kernel are the same kernel at
 batches ``b, b+1, ..., 16`` and 32 and 64: the ladder of a larger batch ``c <= 16``
 is a subset of that of ``b``, and the end-to-end latency at ``c`` can never be
-below that at ``b``. Above batch 16 the ladder is ``b, 2b, 4b``: exact along
+below that at ``b``. Above batch 16 the ladder is ``b, 2b, 4b``, and the work is the largest of
+its minimum and those of the ladders of ``b / 2``, ``b / 4`` ... (:func:`ladder_levels`): exact along
 doublings. Without a known batch it is 1, 2, 4, 8, 16 times the work. A rung is priced only where its
 roofline is under the kernel's own price (a rung above it cannot be the minimum; ``LADDER_BOUND_MARGIN`` in
 :mod:`lilou.latency.composition.end_to_end`).
@@ -55,9 +56,31 @@ def ladder_factors(batch: int | None) -> tuple[float, ...]:
     """Scale factors of the independent work tried for every model-predicted kernel (1 first)."""
     if batch is None or batch <= 0:
         return (1.0, 2.0, 4.0, 8.0, 16.0)
+    return tuple(target / batch for target in _ladder_batches(batch))
+
+
+def _ladder_batches(batch: int) -> tuple[int, ...]:
+    """The batches of the size ladder of a kernel at ``batch`` (> 0), ``batch`` first."""
     if batch > DENSE_BATCH:
-        return (1.0, 2.0, 4.0)
-    return tuple(target / batch for target in (*range(batch, DENSE_BATCH + 1), *FAR_BATCHES))
+        return (batch, 2 * batch, 4 * batch)
+    return (*range(batch, DENSE_BATCH + 1), *FAR_BATCHES)
+
+
+def ladder_levels(batch: int | None) -> tuple[tuple[float, ...], ...]:
+    """The size ladders of a kernel at ``batch`` and at its halvings, as factors of ``batch``: its work is the
+    largest of the ladders' minima.
+
+    Above :data:`DENSE_BATCH` the ladder of ``2b`` (``2b, 4b, 8b``) is not within that of ``b`` (``b, 2b, 4b``),
+    so its minimum alone can be lower (ResNet-18's classifier GEMM priced faster at batch 128 than at 16, 32 or 64
+    on an RTX PRO 6000 Blackwell). Raising it to the minimum of the ladder of ``b``, which is raised in turn to
+    that of ``b / 2``, down to a batch at most :data:`DENSE_BATCH` or odd, makes the work exact along doublings.
+    """
+    levels = [ladder_factors(batch)]
+    level = batch
+    while level is not None and level > DENSE_BATCH and level % 2 == 0:
+        level //= 2
+        levels.append(tuple(target / batch for target in _ladder_batches(level)))
+    return tuple(levels)
 
 _GEMM, _CONV = FAMILIES.index("gemm"), FAMILIES.index("conv")
 

@@ -176,6 +176,8 @@ def mape(predicted: Sequence[float], labels: Sequence[float]) -> float:
 
 def load_overhead(folder: str | os.PathLike[str]) -> dict:
     """The fitted parameters of ``checkpoints/e2e_overhead`` (``model.json``)."""
+    if Path(folder).exists() and not Path(folder).is_dir():
+        raise LilouInputError(f"no end-to-end overhead checkpoint in {folder}: it is a file, not a checkpoint's folder")
     path = Path(folder) / "model.json"
     try:
         return json.loads(path.read_text())

@@ -13,6 +13,8 @@ from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
 def read_kernel_checkpoint(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], Path]:
     """The checkpoint's config and its weights file; a clear error when either is missing or stale."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise LilouInputError(f"no kernel-latency checkpoint in {folder}: it is a file, not a checkpoint's folder")
     weights = folder / "model.safetensors"
     try:
         config = json.loads((folder / "config.json").read_text())

@@ -1,0 +1,143 @@
+"""The Python API's arguments: one rule for lists of GPUs and batches, clear input errors for the rest."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lilou.api import NO_GPU_NAMED, Predictor
+from lilou.errors import LilouInputError
+from lilou.hardware import resolve_device
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor()
+
+
+@pytest.fixture(scope="module")
+def resnet18(zoo_onnx) -> str:
+    return str(zoo_onnx("resnet18", dynamic_batch=True))
+
+
+def test_a_list_of_gpus_is_any_iterable_of_names_or_devices(predictor, resnet18):
+    """rank(gpus=np.array([...])) raised numpy's ValueError from ambiguity_notes after the whole ranking;
+    predict_many refused a numpy array and a dict's keys; predict and rank refused a Device predict_many took."""
+    names = ["a10g", "a100-80gb"]
+    expected = [e.device for e in predictor.rank(resnet18, gpus=names, batch=1)]
+    assert expected == ["a100-sxm4-80gb", "a10g"]
+    for gpus in (np.array(names), dict.fromkeys(names).keys(), (name for name in names),
+                 [resolve_device("a10g"), "a100-80gb"]):
+        assert [e.device for e in predictor.rank(resnet18, gpus=gpus, batch=1)] == expected
+    ranking = predictor.rank(resnet18, gpus=np.array(names), batch=1)
+    assert ranking.warnings[0].startswith("GPU name 'a100-80gb' is ambiguous; using a100-sxm4-80gb")
+    for devices in (np.array(names), dict.fromkeys(names).keys()):
+        assert [p.device for p in predictor.predict_many(resnet18, devices, batch=1)] == ["a10g", "a100-sxm4-80gb"]
+    by_name = predictor.predict(resnet18, gpu="t4", batch=1)
+    assert predictor.predict(resnet18, gpu=resolve_device("t4"), batch=1).to_json() == by_name.to_json()
+    with pytest.raises(LilouInputError, match=r"^mig='1g.10gb' names a slice of a GPU named by a string; t4 is"):
+        predictor.predict(resnet18, gpu=resolve_device("t4"), mig="1g.10gb")
+
+
+def test_an_empty_list_of_gpus_names_no_device_everywhere(predictor, resnet18):
+    """predict_many(path, []) returned [] where rank(gpus=[]) refused the same empty list."""
+    assert NO_GPU_NAMED.startswith("no GPU named; list GPUs like --gpus a10g,t4")
+    for call in (lambda: predictor.predict_many(resnet18, [], batch=1), lambda: predictor.rank(resnet18, gpus=[]),
+                 lambda: predictor.predict_many(resnet18, np.array([], dtype=str), batch=1)):
+        with pytest.raises(LilouInputError) as error:
+            call()
+        assert str(error.value) == NO_GPU_NAMED
+
+
+def test_plan_model_takes_numpy_gpus_and_batches(predictor, resnet18):
+    """plan_model(gpus=np.array(...)) crashed in ambiguity_notes; batches=np.array([1, 2]) was refused."""
+    from lilou.plan import plan_model
+
+    plan = plan_model(resnet18, 50, gpus=np.array(["a10g", "t4"]), batches=np.array([2, 1]), predictor=predictor)
+    listed = plan_model(resnet18, 50, gpus=["a10g", "t4"], batches=[1, 2], predictor=predictor)
+    assert plan.to_json() == listed.to_json()
+    assert plan.to_json()["batches"] == [1, 2]
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ("x=1", "values must map input names to values, got str"),  # RuntimeError: shaping the model failed ...
+    ([("use_cache_branch", [False])], "values must map input names to values, got list"),  # AttributeError
+    ({"use_cache_branch": ["true"]}, "values['use_cache_branch']: 'true' is a str; give a bool or a number, "
+                                     "e.g. False or 16000"),
+    ({"use_cache_branch": [float("nan")]}, "values['use_cache_branch']: nan is not a finite number"),
+])
+def test_values_that_are_not_a_mapping_of_bools_or_numbers_are_one_line_errors(predictor, values, message):
+    from tests.test_branches import DECODE, MERGED
+
+    with pytest.raises(LilouInputError) as error:
+        predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values=values)
+    assert str(error.value) == message
+
+
+def test_numpy_values_are_taken_as_the_python_ones(predictor):
+    """np.array([True]) was refused with "'[ True]' is not true, false or a finite number"."""
+    from tests.test_branches import DECODE, MERGED
+
+    cached = predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": [True]}).to_json()
+    for given in (np.array([True]), np.bool_(True), True, np.array([[True]])):
+        assert predictor.predict(MERGED, gpu="a10g", shapes=DECODE, values={"use_cache_branch": given}).to_json() == cached
+
+
+@pytest.mark.parametrize(("option", "kind"), [("kernel_checkpoint", "kernel-latency"),
+                                              ("overhead_checkpoint", "end-to-end overhead")])
+def test_a_file_given_as_a_checkpoint_folder_is_an_input_error(tmp_path, option, kind):
+    """Predictor(kernel_checkpoint="resnet18.onnx") raised NotADirectoryError: 'resnet18.onnx/config.json'."""
+    path = tmp_path / "resnet18.onnx"
+    path.write_bytes(b"not a folder")
+    with pytest.raises(LilouInputError) as error:
+        Predictor(**{option: str(path)})
+    assert str(error.value) == f"no {kind} checkpoint in {path}: it is a file, not a checkpoint's folder"
+
+
+def test_plan_model_refuses_what_is_not_a_path(predictor, resnet18):
+    """plan_model(None, ...) and plan_model(<PreparedModel>, ...) raised TypeError from os.fspath."""
+    from lilou.plan import plan_model
+
+    with pytest.raises(LilouInputError) as error:
+        plan_model(None, 10, gpus=["a10g"], batches=[1])
+    assert str(error.value) == "model must be an ONNX file's path, not NoneType"
+    prepared = predictor.prepare(resnet18, batch=1)
+    with pytest.raises(LilouInputError) as error:
+        plan_model(prepared, 10, gpus=["a10g"], batches=[1], predictor=predictor)
+    assert str(error.value) == (f"{prepared.name}: plan_model takes the ONNX file's path, not a prepared model: it "
+                                "reads the model at each batch it tries")
+
+
+def test_batch_and_a_named_leading_dimension_must_agree(predictor, resnet18):
+    """predict(batch=4, shapes={"batch": (2,)}) priced batch 4 without a word."""
+    with pytest.raises(LilouInputError) as error:
+        predictor.predict(resnet18, gpu="t4", batch=4, shapes={"batch": (2,)})
+    assert str(error.value) == ("--batch 4 and --shape batch=2 disagree: input pixel_values's leading dimension is "
+                                "'batch'; give the batch once")
+    agreed = predictor.predict(resnet18, gpu="t4", batch=2, shapes={"batch": (2,)})
+    assert agreed.to_json() == predictor.predict(resnet18, gpu="t4", batch=2).to_json()
+
+
+def test_the_public_type_hints_resolve_and_the_results_say_what_they_are():
+    """typing.get_type_hints(Predictor.predict) raised NameError: name 'GraphReading' is not defined."""
+    import inspect
+    import typing
+
+    from lilou import api, results
+
+    for function in (api.Predictor.predict, api.Predictor.predict_many, api.Predictor.rank, api.Predictor.prepare,
+                     api.rank_devices):
+        assert "model" in typing.get_type_hints(function) or function is api.rank_devices
+    for cls in (results.Prediction, results.RankEntry, results.KernelEstimate, results.PreparedModel):
+        typing.get_type_hints(cls)
+    for documented in (results.RankEntry, results.RankEntry.to_json, results.KernelEstimate.to_json,
+                       results.Prediction.top):
+        assert inspect.getdoc(documented), documented
+    assert "int8, int4, fp4" in api.Predictor.predict.__doc__
+
+
+def test_the_backend_is_taken_in_any_case():
+    """Predictor(backend="EAGER") was refused ("unknown backend 'EAGER'") where precision="FP16" is taken."""
+    assert Predictor(backend="EAGER").backend == "eager"
+    with pytest.raises(LilouInputError) as error:
+        Predictor(backend="xla")
+    assert str(error.value).startswith("unknown backend 'xla'; choose one of: eager")
