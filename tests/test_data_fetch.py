@@ -292,3 +292,24 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("lilou: error: ") for line in err)
     assert "invalid choice: 'h100'" in err[0] and "lilou data fetch vidur" in err[1] and "not on the mirror" in err[2]
+
+
+def test_verify_reports_files_a_reader_would_load_that_the_manifest_lacks(datasets_dir: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """An extra ``all_benchmark_data_extra.csv`` was read as Liger-Kernel rows (1,594 -> 2,456) while verify said
+    "0 missing, 0 differ" and exited 0."""
+    copy = tmp_path / "liger_kernel"
+    shutil.copytree(datasets_dir / "liger_kernel", copy)
+    shutil.copyfile(copy / LIGER_HELD, copy / "all_benchmark_data_extra.csv")
+    (copy / "notes.txt").write_text("not read by any reader\n")
+    report = verify("liger_kernel", tmp_path)
+    assert report.unexpected == ["all_benchmark_data_extra.csv"] and report.problems == 1
+    assert verify("liger_kernel", tmp_path, files=["LICENSE"]).unexpected == []
+    capsys.readouterr()
+    assert cli_main(["data", "verify", "liger_kernel", "--data-dir", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert ("unexpected  all_benchmark_data_extra.csv: not in the manifest, but a reader of liger_kernel would load it"
+            in captured.out)
+    assert captured.err == (f"lilou: error: 1 files in {copy} are not in the manifest of liger_kernel but would be "
+                            "read as its measurements (first: all_benchmark_data_extra.csv): remove them or move them "
+                            "out of the data root\n")

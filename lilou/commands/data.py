@@ -186,12 +186,19 @@ def run_verify(args: argparse.Namespace) -> int:
         out.print(f"missing     {path}", highlight=False)
     for path, why in report.mismatched.items():
         out.print(f"mismatch    {path}: {why}", highlight=False)
+    for path in report.unexpected:
+        out.print(f"unexpected  {path}: not in the manifest, but a reader of {report.dataset} would load it", highlight=False)
     for path in report.held_back:
         out.print(f"held back   {path}: differs from upstream as expected (rows held back in this mirror)",
                   highlight=False)
     out.print(f"{report.dataset}: {len(report.ok)} match the manifest, {len(report.held_back)} held back, "
-              f"{len(report.missing)} missing, {len(report.mismatched)} differ, {len(report.unchecked)} "
+              f"{len(report.missing)} missing, {len(report.mismatched)} differ, {len(report.unexpected)} unexpected, "
+              f"{len(report.unchecked)} "
               f"not checked (notes, derived tables not on disk) in {report.folder}", highlight=False)
+    if report.unexpected and not (report.missing or report.mismatched):
+        raise VerifyError(f"{len(report.unexpected)} files in {report.folder} are not in the manifest of "
+                          f"{report.dataset} but would be read as its measurements (first: {report.unexpected[0]}): "
+                          "remove them or move them out of the data root")
     if report.problems:
         first = report.missing[0] if report.missing else next(iter(report.mismatched))
         raise VerifyError(f"{report.problems} files of {report.dataset} are missing or differ from the manifest "
