@@ -289,3 +289,40 @@ def test_check_of_a_folder_without_a_label_says_what_it_holds(tmp_path: Path, ca
     assert status == 2
     assert err == (f"lilou: error: {tmp_path}/label.json: missing (the --out folder of `lilou profile model` holds "
                    "label.json)\n")
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"latency_ms": 1e300}, "line 3: latency_ms 1e+300 is outside 0.0001 to 100000 ms, not a kernel's time"),
+    ({"latency_ms": 1e-12}, "line 3: latency_ms 1e-12 is outside 0.0001 to 100000 ms, not a kernel's time"),
+    ({"unit": "fp64_tensor"}, "line 3: unit 'fp64_tensor' for a fp32 elementwise row (`lilou profile ops` writes empty)"),
+    ({"op": "nonsense"}, "line 3: op 'nonsense' of family 'elementwise' is not one `lilou profile ops` times"),
+    ({"mode": "backward"}, "line 3: mode 'backward': `lilou profile ops` times forward calls only"),
+    ({"bias": "maybe"}, "line 3: bias 'maybe' for op 'add' (`lilou profile ops` writes 'nothing')"),
+    ({"source": "neusight"}, "line 3: source 'neusight' is not 'lilou_profile'"),
+    ({"device_kind": "cpu"}, "line 3: device_kind 'cpu' differs from the provenance's 'cuda'"),
+    ({"timing": "host-timer-loop"}, "line 3: timing 'host-timer-loop' is not what the provenance's cuda run used"),
+    ({"family": "gemm", "op": "linear", "unit": "fp32", "bias": True, "rows": None, "cols": None},
+     "line 3: a gemm row needs its shape fields batch, m, n, k (missing: batch, m, n, k)"),
+    ("duplicate", "line 3: the same row as line 2 (a measurement is written once)"),
+])
+def test_data_add_refuses_rows_that_are_not_measurements_of_the_sweep(datasets_dir: Path, tmp_path: Path, capsys,
+                                                                      change, fragment: str) -> None:
+    """Each of these was added ("N rows ... added", exit 0) and reached the kernel table (or, with device_kind=cpu,
+    was counted as added and then dropped by the reader)."""
+    rows = neusight_t4_adds(datasets_dir, 3)
+    rows[1] = dict(rows[0]) if change == "duplicate" else {**rows[1], **change}
+    write_profile(tmp_path / "bad", rows, provenance_of("Tesla T4", "cuda"))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "bad"), "--data-dir", str(tmp_path / "root"))
+    one_line_error(status, err, f"{tmp_path / 'bad' / ROWS_FILE}, {fragment}")
+    assert not (tmp_path / "root").exists()
+
+
+def test_data_add_refuses_a_profile_already_added_under_another_name(datasets_dir: Path, tmp_path: Path,
+                                                                     capsys) -> None:
+    write_profile(tmp_path / "t4-run", neusight_t4_adds(datasets_dir, 3), provenance_of("Tesla T4", "cuda"))
+    root = tmp_path / "root"
+    assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root))[0] == 0
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root), "--name", "again")
+    one_line_error(status, err, f"{tmp_path / 't4-run'}: its rows.csv is already added as {root / 'lilou_profile' / 't4-run'}")
+    assert sorted(p.name for p in (root / "lilou_profile").iterdir()) == ["t4-run"]
+    assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root), "--force")[0] == 0
