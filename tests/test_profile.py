@@ -326,3 +326,19 @@ def test_data_add_refuses_a_profile_already_added_under_another_name(datasets_di
     one_line_error(status, err, f"{tmp_path / 't4-run'}: its rows.csv is already added as {root / 'lilou_profile' / 't4-run'}")
     assert sorted(p.name for p in (root / "lilou_profile").iterdir()) == ["t4-run"]
     assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root), "--force")[0] == 0
+
+
+def test_profile_ops_never_overwrites_a_profile_without_force(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    """`--out` holding a 20-row GPU profile was silently replaced by a header-only CPU dry run."""
+    out = tmp_path / "t4-run"
+    write_profile(out, neusight_t4_adds(datasets_dir, 20), provenance_of("Tesla T4", "cuda"))
+    before = {name: (out / name).read_bytes() for name in (ROWS_FILE, PROVENANCE_FILE)}
+    argv = ("profile", "ops", "--device", "cpu", "--out", str(out), "--families", "softmax", "--dtypes", "fp32",
+            "--max-elements", "5000", "--warmup", "0", "--repeats", "1")
+    status, _, err = run(capsys, *argv)
+    one_line_error(status, err, f"--out {out}: already holds a profile (rows.csv and provenance.json); choose another "
+                                "--out, or --force to replace it")
+    assert {name: (out / name).read_bytes() for name in before} == before
+    status, stdout, _ = run(capsys, *argv, "--force")
+    assert status == 0 and "1 rows measured on" in stdout
+    assert json.loads((out / PROVENANCE_FILE).read_text())["device"]["kind"] == "cpu"
