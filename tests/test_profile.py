@@ -342,3 +342,24 @@ def test_profile_ops_never_overwrites_a_profile_without_force(datasets_dir: Path
     status, stdout, _ = run(capsys, *argv, "--force")
     assert status == 0 and "1 rows measured on" in stdout
     assert json.loads((out / PROVENANCE_FILE).read_text())["device"]["kind"] == "cpu"
+
+
+def test_data_add_bad_root_names_and_mig_strings_are_one_line(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    """A file as --data-dir exited 1 ("input/output failed"), --name ' ' made a folder named by one space, and a MIG
+    device string under kind cuda got the advice to add it to gpus.yaml."""
+    rows = neusight_t4_adds(datasets_dir, 3)
+    write_profile(tmp_path / "t4-run", rows, provenance_of("Tesla T4", "cuda"))
+    (tmp_path / "afile").write_text("x\n")
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(tmp_path / "afile"))
+    one_line_error(status, err, f"--data-dir {tmp_path / 'afile'}: not a folder")
+    for name in (" ", "", "..", "a/b", ".hidden", "-x", "tab\\there"):
+        status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(tmp_path / "root"),
+                             f"--name={name}")
+        one_line_error(status, err, f"{name!r} is not a folder name for the profile: give --name of letters")
+    assert not (tmp_path / "root").exists()
+    mig = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    write_profile(tmp_path / "mig", [{**r, "device": mig} for r in rows], provenance_of(mig, "cuda"))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "mig"), "--data-dir", str(tmp_path / "root"))
+    one_line_error(status, err, f"measured on a MIG slice ({mig}); the kernel table has no MIG column yet")
+    assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(tmp_path / "root"), "--name",
+               "t4_2026-12.a")[0] == 0

@@ -18,6 +18,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,8 @@ MATH_FAMILIES = ("gemm", "bmm", "conv")
 SWEEP_TIMING = {"cuda": ("cuda-events-eager", "cuda-graph-replay"), "mig": ("cuda-events-eager", "cuda-graph-replay"),
                 "cpu": ("host-timer-loop",)}
 SWEEP_BIAS = {"linear": "true", "bmm": "false"}  # every other op: empty
+#: A profile's folder name under lilou_profile/ (--name): one safe path component.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,99}")
 MAX_ROWS_BYTES = 64 * 2**20
 MAX_PROVENANCE_BYTES = 2**20
 
@@ -222,7 +225,7 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     if profile.kind == "cpu":
         raise LilouInputError(f"{profile.folder}: measured on a CPU ({profile.device}), a dry run of the sweep; only "
                               "GPU profiles enter the kernel table")
-    if profile.kind == "mig":
+    if profile.kind == "mig" or " MIG " in profile.device:
         raise LilouInputError(f"{profile.folder}: measured on a MIG slice ({profile.device}); the kernel table has no "
                               "MIG column yet, so the rows would be taken for the whole GPU's: not added")
     try:
@@ -230,10 +233,14 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     except LilouInputError:
         raise LilouInputError(f"{profile.folder}: {profile.device!r} is not in the GPU database (`lilou gpus`); add "
                               "it to lilou/hardware/gpus.yaml with its sources first") from None
-    target_name = name or profile.folder.resolve().name
-    if not target_name or target_name in (".", "..") or "/" in target_name or os.sep in target_name:
-        raise LilouInputError(f"{target_name!r} is not a folder name for the profile (use --name)")
-    target = data_root(data_dir) / PROFILE_DATASET / target_name
+    target_name = profile.folder.resolve().name if name is None else name
+    if not _SAFE_NAME.fullmatch(target_name):
+        raise LilouInputError(f"{target_name!r} is not a folder name for the profile: give --name of letters, digits "
+                              "and . _ + - (not starting with . or -), at most 100 characters")
+    root = data_root(data_dir)
+    if root.exists() and not root.is_dir():
+        raise LilouInputError(f"--data-dir {root}: not a folder")
+    target = root / PROFILE_DATASET / target_name
     if target.exists() and not force:
         raise LilouInputError(f"{target}: a profile of that name is already added (--name another, or --force)")
     rows_bytes = (profile.folder / ROWS_FILE).read_bytes()
@@ -242,9 +249,12 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
                 and other.read_bytes() == rows_bytes:
             raise LilouInputError(f"{profile.folder}: its {ROWS_FILE} is already added as {other.parent}; the same "
                                   "measurements twice would count double")
-    target.mkdir(parents=True, exist_ok=True)
-    for file in (ROWS_FILE, PROVENANCE_FILE):
-        shutil.copyfile(profile.folder / file, target / file)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for file in (ROWS_FILE, PROVENANCE_FILE):
+            shutil.copyfile(profile.folder / file, target / file)
+    except OSError as exc:
+        raise LilouInputError(f"cannot write {target}: {exc.strerror or exc}; choose another --data-dir") from None
     return profile, target, gpu
 
 
