@@ -363,3 +363,19 @@ def test_data_add_bad_root_names_and_mig_strings_are_one_line(datasets_dir: Path
     one_line_error(status, err, f"measured on a MIG slice ({mig}); the kernel table has no MIG column yet")
     assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(tmp_path / "root"), "--name",
                "t4_2026-12.a")[0] == 0
+
+
+def test_data_add_never_writes_into_a_curated_mirror(datasets_dir: Path, tmp_path: Path, capsys,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With LILOU_DATA_DIR pointing at the shared mirror (as CI sets it), `data add` wrote lilou_profile/ into it."""
+    write_profile(tmp_path / "t4-run", neusight_t4_adds(datasets_dir, 3), provenance_of("Tesla T4", "cuda"))
+    mirror = tmp_path / "mirror"
+    (mirror / "vidur").mkdir(parents=True)
+    (mirror / "vidur" / "SOURCE").write_text((datasets_dir / "vidur" / "SOURCE").read_text())
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(mirror))
+    one_line_error(status, err, f"{mirror} is a curated mirror (it has vidur/SOURCE); `lilou data add` never writes "
+                                "into it: choose another data root with --data-dir")
+    monkeypatch.setenv("LILOU_DATA_DIR", str(datasets_dir))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"))
+    one_line_error(status, err, "is a curated mirror (it has ")
+    assert not (mirror / "lilou_profile").exists() and not (datasets_dir / "lilou_profile").exists()

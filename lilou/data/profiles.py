@@ -240,6 +240,10 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     root = data_root(data_dir)
     if root.exists() and not root.is_dir():
         raise LilouInputError(f"--data-dir {root}: not a folder")
+    curated = _curated_note(root)
+    if curated is not None:
+        raise LilouInputError(f"{root} is a curated mirror (it has {curated.relative_to(root)}); `lilou data add` never "
+                              "writes into it: choose another data root with --data-dir")
     target = root / PROFILE_DATASET / target_name
     if target.exists() and not force:
         raise LilouInputError(f"{target}: a profile of that name is already added (--name another, or --force)")
@@ -256,6 +260,19 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     except OSError as exc:
         raise LilouInputError(f"cannot write {target}: {exc.strerror or exc}; choose another --data-dir") from None
     return profile, target, gpu
+
+
+def _curated_note(root: Path) -> Path | None:
+    """The first note of a curated mirror (``<source>/SOURCE`` ...) under the data root ``root``, as `lilou data fetch`
+    detects one; None when ``root`` is no curated mirror."""
+    from lilou.data.fetch import CURATED_NOTES
+    from lilou.data.sources import DATASETS
+
+    for dataset in DATASETS:
+        for note in CURATED_NOTES:
+            if (root / dataset / note).is_file():
+                return root / dataset / note
+    return None
 
 
 # ------------------------------------------------------------------------------------------ model labels
