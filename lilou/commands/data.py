@@ -9,6 +9,7 @@ from pathlib import Path
 from lilou.commands._common import add_format_option, console, new_table, print_json
 from lilou.data.paths import data_root
 from lilou.data.sources import DATASETS, Dataset, get_dataset
+from lilou.errors import LilouInputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -174,6 +175,10 @@ def run_fetch(args: argparse.Namespace) -> int:
     out.print(f"{dataset.name}: {len(report.downloaded)} downloaded ({_human_bytes(report.bytes)}), "
               f"{len(report.present)} already present, {len(report.not_downloadable)} not downloadable "
               f"(derived tables and mirror notes) -> {report.root / dataset.name}", highlight=False)
+    if report.unrestored:
+        raise LilouInputError(f"{len(report.unrestored)} derived tables of {dataset.name} differ from the manifest and "
+                              f"cannot be downloaded (first: {report.unrestored[0]}): copy them again from the curated "
+                              "mirror they came from (e.g. ../shared/datasets)")
     return 0
 
 
@@ -202,9 +207,29 @@ def run_verify(args: argparse.Namespace) -> int:
     if report.problems:
         first = report.missing[0] if report.missing else next(iter(report.mismatched))
         raise VerifyError(f"{report.problems} files of {report.dataset} are missing or differ from the manifest "
-                          f"(first: {first}): run `lilou data fetch {report.dataset} --data-dir "
-                          f"{report.folder.parent}` to download them again")
+                          f"(first: {first}): {_remedy(report)}")
     return 0
+
+
+def _remedy(report) -> str:
+    """What restores the files `lilou data verify` found missing or different (a fetch where it can)."""
+    from lilou.data.fetch import CURATED_NOTES
+
+    downloadable = {entry.path for entry in get_dataset(report.dataset).files if entry.downloadable}
+    bad = [*report.missing, *report.mismatched]
+    derived = [path for path in bad if path not in downloadable]
+    parts = []
+    if derived:
+        parts.append(f"{derived[0]} is derived and cannot be downloaded: copy it again from the curated mirror it "
+                     "came from (e.g. ../shared/datasets)")
+    if len(derived) < len(bad):
+        if any((report.folder / note).is_file() for note in CURATED_NOTES):
+            parts.append(f"{report.folder} is a curated mirror, which fetch never rewrites: restore it from the "
+                         f"mirror it was copied from, or `lilou data fetch {report.dataset} --data-dir OTHER`")
+        else:
+            parts.append(f"run `lilou data fetch {report.dataset} --data-dir {report.folder.parent}` to download "
+                         "them again")
+    return "; ".join(parts)
 
 
 def _human_bytes(n: int) -> str:

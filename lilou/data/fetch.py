@@ -81,6 +81,7 @@ class FetchReport:
     downloaded: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     not_downloadable: list[str] = field(default_factory=list)  # derived tables and mirror notes
+    unrestored: list[str] = field(default_factory=list)  # derived tables on disk that differ: no fetch restores them
     bytes: int = 0
 
 
@@ -249,6 +250,9 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, files: Iter
     for entry in select(dataset, files):
         if not entry.downloadable:
             report.not_downloadable.append(entry.path)
+            path = folder / entry.path
+            if entry.sha256 is not None and path.is_file() and sha256_file(path) != entry.sha256:
+                report.unrestored.append(entry.path)
         elif is_present(folder / entry.path, entry):
             report.present.append(entry.path)
         else:
