@@ -379,3 +379,19 @@ def test_data_add_never_writes_into_a_curated_mirror(datasets_dir: Path, tmp_pat
     status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"))
     one_line_error(status, err, "is a curated mirror (it has ")
     assert not (mirror / "lilou_profile").exists() and not (datasets_dir / "lilou_profile").exists()
+
+
+def test_provenance_records_the_host_cpu_model_from_proc_cpuinfo(tmp_path: Path) -> None:
+    """platform.processor() is empty on Linux: host_cpu was null in every provenance.json written there."""
+    from lilou.profile.provenance import host_cpu
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C CPU "
+                       "@ 2.90GHz\nflags\t\t: fpu\n\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C CPU "
+                       "@ 2.90GHz\n")
+    assert host_cpu(str(cpuinfo)) == "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"
+    if Path("/proc/cpuinfo").is_file() and "model name" in Path("/proc/cpuinfo").read_text():
+        from lilou.profile.provenance import software
+
+        assert software()["host_cpu"] == host_cpu()
+        assert host_cpu()
