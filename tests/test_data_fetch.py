@@ -292,3 +292,52 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("lilou: error: ") for line in err)
     assert "invalid choice: 'h100'" in err[0] and "lilou data fetch vidur" in err[1] and "not on the mirror" in err[2]
+
+
+def test_verify_reports_files_a_reader_would_load_that_the_manifest_lacks(datasets_dir: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """An extra ``all_benchmark_data_extra.csv`` was read as Liger-Kernel rows (1,594 -> 2,456) while verify said
+    "0 missing, 0 differ" and exited 0."""
+    copy = tmp_path / "liger_kernel"
+    shutil.copytree(datasets_dir / "liger_kernel", copy)
+    shutil.copyfile(copy / LIGER_HELD, copy / "all_benchmark_data_extra.csv")
+    (copy / "notes.txt").write_text("not read by any reader\n")
+    report = verify("liger_kernel", tmp_path)
+    assert report.unexpected == ["all_benchmark_data_extra.csv"] and report.problems == 1
+    assert verify("liger_kernel", tmp_path, files=["LICENSE"]).unexpected == []
+    capsys.readouterr()
+    assert cli_main(["data", "verify", "liger_kernel", "--data-dir", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert ("unexpected  all_benchmark_data_extra.csv: not in the manifest, but a reader of liger_kernel would load it"
+            in captured.out)
+    assert captured.err == (f"lilou: error: 1 files in {copy} are not in the manifest of liger_kernel but would be "
+                            "read as its measurements (first: all_benchmark_data_extra.csv): remove them or move them "
+                            "out of the data root\n")
+
+
+def test_a_changed_derived_table_names_the_real_fix_and_fetch_does_not_pass(datasets_dir: Path, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """verify told to fetch a changed gemm_tidy.csv again; that fetch exited 0 and the file stayed changed."""
+    (tmp_path / "deepbench").mkdir()
+    tidy = tmp_path / "deepbench" / "gemm_tidy.csv"
+    tidy.write_bytes((datasets_dir / "deepbench" / "gemm_tidy.csv").read_bytes() + b"\n")
+    assert cli_main(["data", "verify", "deepbench", "--data-dir", str(tmp_path), "--files", "gemm_tidy.csv"]) == 2
+    assert capsys.readouterr().err == (
+        "lilou: error: 1 files of deepbench are missing or differ from the manifest (first: gemm_tidy.csv): "
+        "gemm_tidy.csv is derived and cannot be downloaded: copy it again from the curated mirror it came from "
+        "(e.g. ../shared/datasets)\n")
+    assert cli_main(["data", "fetch", "deepbench", "--data-dir", str(tmp_path), "--files", "gemm_tidy.csv",
+                     "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "lilou: error: 1 derived tables of deepbench differ from the manifest and cannot be downloaded (first: "
+        "gemm_tidy.csv): copy them again from the curated mirror they came from (e.g. ../shared/datasets)\n")
+    # a changed verbatim file of a curated copy: fetch refuses to rewrite it, so the hint is another root
+    copy = tmp_path / "curated" / "vidur"
+    shutil.copytree(datasets_dir / "vidur", copy)
+    rel = "compute/a40/microsoft/phi-2/mlp.csv"
+    (copy / rel).chmod(0o644)
+    (copy / rel).write_bytes((copy / rel).read_bytes() + b"\n")
+    assert cli_main(["data", "verify", "vidur", "--data-dir", str(copy.parent)]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"{copy} is a curated mirror, which fetch never rewrites: restore it from the mirror it was copied from, or "
+        "`lilou data fetch vidur --data-dir OTHER`\n")

@@ -289,3 +289,109 @@ def test_check_of_a_folder_without_a_label_says_what_it_holds(tmp_path: Path, ca
     assert status == 2
     assert err == (f"lilou: error: {tmp_path}/label.json: missing (the --out folder of `lilou profile model` holds "
                    "label.json)\n")
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"latency_ms": 1e300}, "line 3: latency_ms 1e+300 is outside 0.0001 to 100000 ms, not a kernel's time"),
+    ({"latency_ms": 1e-12}, "line 3: latency_ms 1e-12 is outside 0.0001 to 100000 ms, not a kernel's time"),
+    ({"unit": "fp64_tensor"}, "line 3: unit 'fp64_tensor' for a fp32 elementwise row (`lilou profile ops` writes empty)"),
+    ({"op": "nonsense"}, "line 3: op 'nonsense' of family 'elementwise' is not one `lilou profile ops` times"),
+    ({"mode": "backward"}, "line 3: mode 'backward': `lilou profile ops` times forward calls only"),
+    ({"bias": "maybe"}, "line 3: bias 'maybe' for op 'add' (`lilou profile ops` writes 'nothing')"),
+    ({"source": "neusight"}, "line 3: source 'neusight' is not 'lilou_profile'"),
+    ({"device_kind": "cpu"}, "line 3: device_kind 'cpu' differs from the provenance's 'cuda'"),
+    ({"timing": "host-timer-loop"}, "line 3: timing 'host-timer-loop' is not what the provenance's cuda run used"),
+    ({"family": "gemm", "op": "linear", "unit": "fp32", "bias": True, "rows": None, "cols": None},
+     "line 3: a gemm row needs its shape fields batch, m, n, k (missing: batch, m, n, k)"),
+    ("duplicate", "line 3: the same row as line 2 (a measurement is written once)"),
+])
+def test_data_add_refuses_rows_that_are_not_measurements_of_the_sweep(datasets_dir: Path, tmp_path: Path, capsys,
+                                                                      change, fragment: str) -> None:
+    """Each of these was added ("N rows ... added", exit 0) and reached the kernel table (or, with device_kind=cpu,
+    was counted as added and then dropped by the reader)."""
+    rows = neusight_t4_adds(datasets_dir, 3)
+    rows[1] = dict(rows[0]) if change == "duplicate" else {**rows[1], **change}
+    write_profile(tmp_path / "bad", rows, provenance_of("Tesla T4", "cuda"))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "bad"), "--data-dir", str(tmp_path / "root"))
+    one_line_error(status, err, f"{tmp_path / 'bad' / ROWS_FILE}, {fragment}")
+    assert not (tmp_path / "root").exists()
+
+
+def test_data_add_refuses_a_profile_already_added_under_another_name(datasets_dir: Path, tmp_path: Path,
+                                                                     capsys) -> None:
+    write_profile(tmp_path / "t4-run", neusight_t4_adds(datasets_dir, 3), provenance_of("Tesla T4", "cuda"))
+    root = tmp_path / "root"
+    assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root))[0] == 0
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root), "--name", "again")
+    one_line_error(status, err, f"{tmp_path / 't4-run'}: its rows.csv is already added as {root / 'lilou_profile' / 't4-run'}")
+    assert sorted(p.name for p in (root / "lilou_profile").iterdir()) == ["t4-run"]
+    assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root), "--force")[0] == 0
+
+
+def test_profile_ops_never_overwrites_a_profile_without_force(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    """`--out` holding a 20-row GPU profile was silently replaced by a header-only CPU dry run."""
+    out = tmp_path / "t4-run"
+    write_profile(out, neusight_t4_adds(datasets_dir, 20), provenance_of("Tesla T4", "cuda"))
+    before = {name: (out / name).read_bytes() for name in (ROWS_FILE, PROVENANCE_FILE)}
+    argv = ("profile", "ops", "--device", "cpu", "--out", str(out), "--families", "softmax", "--dtypes", "fp32",
+            "--max-elements", "5000", "--warmup", "0", "--repeats", "1")
+    status, _, err = run(capsys, *argv)
+    one_line_error(status, err, f"--out {out}: already holds a profile (rows.csv and provenance.json); choose another "
+                                "--out, or --force to replace it")
+    assert {name: (out / name).read_bytes() for name in before} == before
+    status, stdout, _ = run(capsys, *argv, "--force")
+    assert status == 0 and "1 rows measured on" in stdout
+    assert json.loads((out / PROVENANCE_FILE).read_text())["device"]["kind"] == "cpu"
+
+
+def test_data_add_bad_root_names_and_mig_strings_are_one_line(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    """A file as --data-dir exited 1 ("input/output failed"), --name ' ' made a folder named by one space, and a MIG
+    device string under kind cuda got the advice to add it to gpus.yaml."""
+    rows = neusight_t4_adds(datasets_dir, 3)
+    write_profile(tmp_path / "t4-run", rows, provenance_of("Tesla T4", "cuda"))
+    (tmp_path / "afile").write_text("x\n")
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(tmp_path / "afile"))
+    one_line_error(status, err, f"--data-dir {tmp_path / 'afile'}: not a folder")
+    for name in (" ", "", "..", "a/b", ".hidden", "-x", "tab\\there"):
+        status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(tmp_path / "root"),
+                             f"--name={name}")
+        one_line_error(status, err, f"{name!r} is not a folder name for the profile: give --name of letters")
+    assert not (tmp_path / "root").exists()
+    mig = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    write_profile(tmp_path / "mig", [{**r, "device": mig} for r in rows], provenance_of(mig, "cuda"))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "mig"), "--data-dir", str(tmp_path / "root"))
+    one_line_error(status, err, f"measured on a MIG slice ({mig}); the kernel table has no MIG column yet")
+    assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(tmp_path / "root"), "--name",
+               "t4_2026-12.a")[0] == 0
+
+
+def test_data_add_never_writes_into_a_curated_mirror(datasets_dir: Path, tmp_path: Path, capsys,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With LILOU_DATA_DIR pointing at the shared mirror (as CI sets it), `data add` wrote lilou_profile/ into it."""
+    write_profile(tmp_path / "t4-run", neusight_t4_adds(datasets_dir, 3), provenance_of("Tesla T4", "cuda"))
+    mirror = tmp_path / "mirror"
+    (mirror / "vidur").mkdir(parents=True)
+    (mirror / "vidur" / "SOURCE").write_text((datasets_dir / "vidur" / "SOURCE").read_text())
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(mirror))
+    one_line_error(status, err, f"{mirror} is a curated mirror (it has vidur/SOURCE); `lilou data add` never writes "
+                                "into it: choose another data root with --data-dir")
+    monkeypatch.setenv("LILOU_DATA_DIR", str(datasets_dir))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"))
+    one_line_error(status, err, "is a curated mirror (it has ")
+    assert not (mirror / "lilou_profile").exists() and not (datasets_dir / "lilou_profile").exists()
+
+
+def test_provenance_records_the_host_cpu_model_from_proc_cpuinfo(tmp_path: Path) -> None:
+    """platform.processor() is empty on Linux: host_cpu was null in every provenance.json written there."""
+    from lilou.profile.provenance import host_cpu
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C CPU "
+                       "@ 2.90GHz\nflags\t\t: fpu\n\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C CPU "
+                       "@ 2.90GHz\n")
+    assert host_cpu(str(cpuinfo)) == "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"
+    if Path("/proc/cpuinfo").is_file() and "model name" in Path("/proc/cpuinfo").read_text():
+        from lilou.profile.provenance import software
+
+        assert software()["host_cpu"] == host_cpu()
+        assert host_cpu()

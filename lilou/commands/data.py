@@ -9,6 +9,7 @@ from pathlib import Path
 from lilou.commands._common import add_format_option, console, new_table, print_json
 from lilou.data.paths import data_root
 from lilou.data.sources import DATASETS, Dataset, get_dataset
+from lilou.errors import LilouInputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -174,6 +175,10 @@ def run_fetch(args: argparse.Namespace) -> int:
     out.print(f"{dataset.name}: {len(report.downloaded)} downloaded ({_human_bytes(report.bytes)}), "
               f"{len(report.present)} already present, {len(report.not_downloadable)} not downloadable "
               f"(derived tables and mirror notes) -> {report.root / dataset.name}", highlight=False)
+    if report.unrestored:
+        raise LilouInputError(f"{len(report.unrestored)} derived tables of {dataset.name} differ from the manifest and "
+                              f"cannot be downloaded (first: {report.unrestored[0]}): copy them again from the curated "
+                              "mirror they came from (e.g. ../shared/datasets)")
     return 0
 
 
@@ -186,18 +191,45 @@ def run_verify(args: argparse.Namespace) -> int:
         out.print(f"missing     {path}", highlight=False)
     for path, why in report.mismatched.items():
         out.print(f"mismatch    {path}: {why}", highlight=False)
+    for path in report.unexpected:
+        out.print(f"unexpected  {path}: not in the manifest, but a reader of {report.dataset} would load it", highlight=False)
     for path in report.held_back:
         out.print(f"held back   {path}: differs from upstream as expected (rows held back in this mirror)",
                   highlight=False)
     out.print(f"{report.dataset}: {len(report.ok)} match the manifest, {len(report.held_back)} held back, "
-              f"{len(report.missing)} missing, {len(report.mismatched)} differ, {len(report.unchecked)} "
+              f"{len(report.missing)} missing, {len(report.mismatched)} differ, {len(report.unexpected)} unexpected, "
+              f"{len(report.unchecked)} "
               f"not checked (notes, derived tables not on disk) in {report.folder}", highlight=False)
+    if report.unexpected and not (report.missing or report.mismatched):
+        raise VerifyError(f"{len(report.unexpected)} files in {report.folder} are not in the manifest of "
+                          f"{report.dataset} but would be read as its measurements (first: {report.unexpected[0]}): "
+                          "remove them or move them out of the data root")
     if report.problems:
         first = report.missing[0] if report.missing else next(iter(report.mismatched))
         raise VerifyError(f"{report.problems} files of {report.dataset} are missing or differ from the manifest "
-                          f"(first: {first}): run `lilou data fetch {report.dataset} --data-dir "
-                          f"{report.folder.parent}` to download them again")
+                          f"(first: {first}): {_remedy(report)}")
     return 0
+
+
+def _remedy(report) -> str:
+    """What restores the files `lilou data verify` found missing or different (a fetch where it can)."""
+    from lilou.data.fetch import CURATED_NOTES
+
+    downloadable = {entry.path for entry in get_dataset(report.dataset).files if entry.downloadable}
+    bad = [*report.missing, *report.mismatched]
+    derived = [path for path in bad if path not in downloadable]
+    parts = []
+    if derived:
+        parts.append(f"{derived[0]} is derived and cannot be downloaded: copy it again from the curated mirror it "
+                     "came from (e.g. ../shared/datasets)")
+    if len(derived) < len(bad):
+        if any((report.folder / note).is_file() for note in CURATED_NOTES):
+            parts.append(f"{report.folder} is a curated mirror, which fetch never rewrites: restore it from the "
+                         f"mirror it was copied from, or `lilou data fetch {report.dataset} --data-dir OTHER`")
+        else:
+            parts.append(f"run `lilou data fetch {report.dataset} --data-dir {report.folder.parent}` to download "
+                         "them again")
+    return "; ".join(parts)
 
 
 def _human_bytes(n: int) -> str:

@@ -51,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="skip cases whose tensors hold more than N elements in all")
     ops.add_argument("--quiet", action="store_true", help="no progress line (there is none when stderr is not a "
                                                           "terminal)")
+    ops.add_argument("--force", action="store_true", help="replace the rows.csv and provenance.json of a profile "
+                                                          "already in --out")
     ops.set_defaults(handler=run_ops)
 
     model = actions.add_parser("model", help="time a zoo model's eager forward pass end to end; write the label "
@@ -92,6 +94,12 @@ def run_ops(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise LilouInputError(f"--out {out}: exists and is not a folder")
+    from lilou.data.profiles import PROVENANCE_FILE, ROWS_FILE
+
+    held = [name for name in (ROWS_FILE, PROVENANCE_FILE) if (out / name).exists()]
+    if held and not args.force:
+        raise LilouInputError(f"--out {out}: already holds a profile ({' and '.join(held)}); choose another --out, or "
+                              "--force to replace it")
     _check_torch(args.device)
     timings = {"eager": ("cuda-events-eager",), "graph": ("cuda-graph-replay",),
                "both": ("cuda-events-eager", "cuda-graph-replay")}[args.timing]

@@ -45,7 +45,16 @@ TIMEOUT_S = 30.0
 RETRIES = 2
 USER_AGENT = "lilou-data-fetch"
 CURATED_NOTES = ("SOURCE", "UPSTREAM_SHA256SUMS")  # only a curated mirror has these
-
+#: What each dataset's readers glob (relative to its folder): a file matching one of these that the manifest does
+#: not list would be read as measurements, so :func:`verify` reports it as unexpected. Readers of the other files
+#: (llm_energy, wattgpu, DeepBench's tidy tables, NeuSight's test kernels) open fixed paths.
+READER_GLOBS: dict[str, tuple[str, ...]] = {
+    "neusight": ("kernels/train/*/*.csv", "e2e/*/*.json", "device_configs/*.json"),
+    "deepbench": ("results/**/DeepBench_NV_*.xlsx",),
+    "liger_kernel": ("all_benchmark_data*.csv",),
+    "aiconfigurator": ("data/*/*/*/*/*.parquet",),
+    "vidur": ("compute/*/*/*/mlp.csv",),
+}
 
 
 class FetchError(LilouInputError):
@@ -72,6 +81,7 @@ class FetchReport:
     downloaded: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     not_downloadable: list[str] = field(default_factory=list)  # derived tables and mirror notes
+    unrestored: list[str] = field(default_factory=list)  # derived tables on disk that differ: no fetch restores them
     bytes: int = 0
 
 
@@ -240,6 +250,9 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, files: Iter
     for entry in select(dataset, files):
         if not entry.downloadable:
             report.not_downloadable.append(entry.path)
+            path = folder / entry.path
+            if entry.sha256 is not None and path.is_file() and sha256_file(path) != entry.sha256:
+                report.unrestored.append(entry.path)
         elif is_present(folder / entry.path, entry):
             report.present.append(entry.path)
         else:
@@ -359,10 +372,11 @@ class VerifyReport:
     mismatched: dict[str, str] = field(default_factory=dict)    # path -> why
     held_back: list[str] = field(default_factory=list)          # a curated mirror's filtered copies (expected)
     unchecked: list[str] = field(default_factory=list)          # notes, derived tables not on disk
+    unexpected: list[str] = field(default_factory=list)         # not in the manifest, but a reader would read them
 
     @property
     def problems(self) -> int:
-        return len(self.missing) + len(self.mismatched)
+        return len(self.missing) + len(self.mismatched) + len(self.unexpected)
 
 
 def verify(name: str, data_dir: str | os.PathLike[str] | None = None,
@@ -394,4 +408,18 @@ def verify(name: str, data_dir: str | os.PathLike[str] | None = None,
             else:
                 why = "sha256 differs"
             report.mismatched[entry.path] = why
+    report.unexpected = unexpected_files(dataset, folder, files)
     return report
+
+
+def unexpected_files(dataset: Dataset, folder: Path, files: Iterable[str] | None = None) -> list[str]:
+    """Files under ``folder`` that a reader of ``dataset`` globs (:data:`READER_GLOBS`) but its manifest does not
+    list (restricted to the fnmatch patterns ``files`` where given): they would be read as if published."""
+    listed = {entry.path for entry in dataset.files}
+    found = {path.relative_to(folder).as_posix() for pattern in READER_GLOBS.get(dataset.name, ())
+             for path in folder.glob(pattern) if path.is_file()}
+    extra = sorted(found - listed)
+    if files is not None:
+        patterns = list(files)
+        extra = [path for path in extra if any(fnmatch.fnmatchcase(path, p) for p in patterns)]
+    return extra

@@ -18,6 +18,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,26 @@ SHAPE_COLUMNS = ("batch", "m", "n", "k", "in_c", "in_h", "in_w", "out_c", "kerne
 ROW_COLUMNS = ("source", "device", "device_kind", "dtype", "unit", "family", "op", "mode", *SHAPE_COLUMNS, "bias",
                "latency_ms", "latency_stat", "timing", "includes", "framework")
 DEVICE_KINDS = ("cuda", "mig", "cpu")
+#: A row's latency must lie in this range (ms): 0.1 us is below any kernel launch, 100 s above any single call of
+#: the sweep; figures outside it are not measurements.
+LATENCY_RANGE_MS = (1e-4, 1e5)
+#: What `lilou profile ops` writes (lilou.profile.sweep and runner): each family's ops, the units whose peak bounds
+#: the math per dtype (keys of the GPU database's peaks; memory-bound families and CPU rows have none), the timing
+#: methods per device kind and the ``bias`` of each op.
+SWEEP_OPS = {"gemm": ("linear",), "bmm": ("bmm",), "conv": ("conv",),
+             "elementwise": ("add", "mul", "addu", "mulu", "relu", "gelu", "tanh"), "softmax": ("softmax",),
+             "norm": ("ln",)}
+SWEEP_SHAPES = {"gemm": ("batch", "m", "n", "k"), "bmm": ("batch", "m", "n", "k"),
+                "conv": ("batch", "in_c", "in_h", "in_w", "out_c", "kernel_h", "kernel_w", "stride_h", "stride_w",
+                         "pad_h", "pad_w", "groups"),
+                "elementwise": ("rows", "cols"), "softmax": ("rows", "cols"), "norm": ("rows", "cols")}
+SWEEP_UNITS = {"fp32": ("fp32",), "tf32": ("tf32_tensor",), "fp16": ("fp16_tensor", "fp16"), "bf16": ("bf16_tensor",)}
+MATH_FAMILIES = ("gemm", "bmm", "conv")
+SWEEP_TIMING = {"cuda": ("cuda-events-eager", "cuda-graph-replay"), "mig": ("cuda-events-eager", "cuda-graph-replay"),
+                "cpu": ("host-timer-loop",)}
+SWEEP_BIAS = {"linear": "true", "bmm": "false"}  # every other op: empty
+#: A profile's folder name under lilou_profile/ (--name): one safe path component.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,99}")
 MAX_ROWS_BYTES = 64 * 2**20
 MAX_PROVENANCE_BYTES = 2**20
 
@@ -80,7 +101,7 @@ def read_profile(folder: str | os.PathLike[str]) -> Profile:
         raise LilouInputError(f"{folder}: not a directory (give the --out folder of `lilou profile ops`)")
     provenance = _read_provenance(folder / PROVENANCE_FILE)
     device = provenance["device"]
-    rows = _check_rows(folder / ROWS_FILE, device["name"])
+    rows = _check_rows(folder / ROWS_FILE, device["name"], device["kind"], _settings_timing(provenance))
     return Profile(folder, provenance, rows, device["name"], device["kind"])
 
 
@@ -112,39 +133,85 @@ def _read_provenance(path: Path) -> dict[str, Any]:
     return provenance
 
 
-def _check_rows(path: Path, device: str) -> int:
+def _settings_timing(provenance: dict[str, Any]) -> tuple[str, ...] | None:
+    """The timing methods provenance.json's settings name (None where it names none)."""
+    settings = provenance.get("settings")
+    timing = settings.get("timing") if isinstance(settings, dict) else None
+    if isinstance(timing, list) and timing and all(isinstance(t, str) for t in timing):
+        return tuple(timing)
+    return None
+
+
+def _check_rows(path: Path, device: str, kind: str = "cuda", timings: tuple[str, ...] | None = None) -> int:
     reader = csv.reader(_capped_text(path, MAX_ROWS_BYTES).splitlines())
     header = next(reader, None)
     if header is None or tuple(header) != ROW_COLUMNS:
         raise LilouInputError(f"{path}: the header is not that of `lilou profile ops` ({', '.join(ROW_COLUMNS[:4])} ...)")
     count = 0
+    seen: dict[tuple[str, ...], int] = {}
     for line, values in enumerate(reader, start=2):
         row = dict(zip(ROW_COLUMNS, values))
-        problem = _row_problem(row, len(values), device)
+        problem = _row_problem(row, len(values), device, kind, timings)
+        if problem is None and tuple(values) in seen:
+            problem = f"the same row as line {seen[tuple(values)]} (a measurement is written once)"
         if problem:
             raise LilouInputError(f"{path}, line {line}: {problem}")
+        seen[tuple(values)] = line
         count += 1
     if count == 0:
         raise LilouInputError(f"{path}: no rows (every case was skipped? see the \"skipped\" of {PROVENANCE_FILE})")
     return count
 
 
-def _row_problem(row: dict[str, str], width: int, device: str) -> str | None:
+def _row_problem(row: dict[str, str], width: int, device: str, kind: str = "cuda",
+                 timings: tuple[str, ...] | None = None) -> str | None:
+    """What is wrong with one line of rows.csv, checked against what `lilou profile ops` writes, or None."""
     if width != len(ROW_COLUMNS):
         return f"{width} fields, the header has {len(ROW_COLUMNS)}"
     if row["device"] != device:
         return f"device {row['device']!r} differs from the provenance's {device!r}"
+    if row["device_kind"] != kind:
+        return f"device_kind {row['device_kind']!r} differs from the provenance's {kind!r}"
+    if row["source"] != PROFILE_DATASET:
+        return f"source {row['source']!r} is not {PROFILE_DATASET!r}"
     if row["family"] not in FAMILY_SHAPES or row["dtype"] not in DTYPES or row["timing"] not in TIMING_METHODS:
         return f"unknown family, dtype or timing ({row['family']!r}, {row['dtype']!r}, {row['timing']!r})"
+    family, op, dtype = row["family"], row["op"], row["dtype"]
+    if family not in SWEEP_OPS or op not in SWEEP_OPS[family]:
+        return f"op {op!r} of family {family!r} is not one `lilou profile ops` times"
+    if dtype not in SWEEP_UNITS or (dtype == "tf32" and family not in MATH_FAMILIES):
+        return f"dtype {dtype!r} is not one `lilou profile ops` times for {family}"
+    if row["mode"] != "forward":
+        return f"mode {row['mode']!r}: `lilou profile ops` times forward calls only"
+    units = SWEEP_UNITS[dtype] if family in MATH_FAMILIES and kind != "cpu" else ("",)
+    if row["unit"] not in units:
+        want = " or ".join(repr(u) for u in units) if units != ("",) else "empty"
+        return f"unit {row['unit']!r} for a {dtype} {family} row (`lilou profile ops` writes {want})"
+    if row["bias"] != SWEEP_BIAS.get(op, ""):
+        return f"bias {row['bias']!r} for op {op!r} (`lilou profile ops` writes {SWEEP_BIAS.get(op, 'nothing')!r})"
+    if row["timing"] not in SWEEP_TIMING[kind] or (timings is not None and row["timing"] not in timings):
+        allowed = timings if timings is not None else SWEEP_TIMING[kind]
+        return f"timing {row['timing']!r} is not what the provenance's {kind} run used ({', '.join(allowed)})"
     try:
         latency = float(row["latency_ms"])
-        sizes = [int(row[name]) for name in SHAPE_COLUMNS if row[name] != ""]
+        sizes = {name: int(row[name]) for name in SHAPE_COLUMNS if row[name] != ""}
     except ValueError:
         return "latency_ms is not a number or a shape field is not an integer"
     if not (math.isfinite(latency) and latency > 0):
         return f"latency_ms {row['latency_ms']} is not a positive number"
-    if any(size < 0 for size in sizes):
+    low, high = LATENCY_RANGE_MS
+    if not low <= latency <= high:
+        return f"latency_ms {row['latency_ms']} is outside {low:g} to {high:g} ms, not a kernel's time"
+    if any(size < 0 for size in sizes.values()):
         return "a negative shape field"
+    wanted = SWEEP_SHAPES[family]
+    if set(sizes) != set(wanted):
+        missing, extra = [n for n in wanted if n not in sizes], [n for n in sizes if n not in wanted]
+        return (f"a {family} row needs its shape fields {', '.join(wanted)}"
+                + (f" (missing: {', '.join(missing)})" if missing else "")
+                + (f" (not a {family} field: {', '.join(extra)})" if extra else ""))
+    if any(size == 0 for name, size in sizes.items() if name not in ("pad_h", "pad_w")):
+        return "a zero shape field"
     return None
 
 
@@ -158,7 +225,7 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     if profile.kind == "cpu":
         raise LilouInputError(f"{profile.folder}: measured on a CPU ({profile.device}), a dry run of the sweep; only "
                               "GPU profiles enter the kernel table")
-    if profile.kind == "mig":
+    if profile.kind == "mig" or " MIG " in profile.device:
         raise LilouInputError(f"{profile.folder}: measured on a MIG slice ({profile.device}); the kernel table has no "
                               "MIG column yet, so the rows would be taken for the whole GPU's: not added")
     try:
@@ -166,16 +233,46 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     except LilouInputError:
         raise LilouInputError(f"{profile.folder}: {profile.device!r} is not in the GPU database (`lilou gpus`); add "
                               "it to lilou/hardware/gpus.yaml with its sources first") from None
-    target_name = name or profile.folder.resolve().name
-    if not target_name or target_name in (".", "..") or "/" in target_name or os.sep in target_name:
-        raise LilouInputError(f"{target_name!r} is not a folder name for the profile (use --name)")
-    target = data_root(data_dir) / PROFILE_DATASET / target_name
+    target_name = profile.folder.resolve().name if name is None else name
+    if not _SAFE_NAME.fullmatch(target_name):
+        raise LilouInputError(f"{target_name!r} is not a folder name for the profile: give --name of letters, digits "
+                              "and . _ + - (not starting with . or -), at most 100 characters")
+    root = data_root(data_dir)
+    if root.exists() and not root.is_dir():
+        raise LilouInputError(f"--data-dir {root}: not a folder")
+    curated = _curated_note(root)
+    if curated is not None:
+        raise LilouInputError(f"{root} is a curated mirror (it has {curated.relative_to(root)}); `lilou data add` never "
+                              "writes into it: choose another data root with --data-dir")
+    target = root / PROFILE_DATASET / target_name
     if target.exists() and not force:
         raise LilouInputError(f"{target}: a profile of that name is already added (--name another, or --force)")
-    target.mkdir(parents=True, exist_ok=True)
-    for file in (ROWS_FILE, PROVENANCE_FILE):
-        shutil.copyfile(profile.folder / file, target / file)
+    rows_bytes = (profile.folder / ROWS_FILE).read_bytes()
+    for other in sorted(target.parent.glob(f"*/{ROWS_FILE}")):
+        if other.parent.name != target_name and other.stat().st_size == len(rows_bytes) \
+                and other.read_bytes() == rows_bytes:
+            raise LilouInputError(f"{profile.folder}: its {ROWS_FILE} is already added as {other.parent}; the same "
+                                  "measurements twice would count double")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for file in (ROWS_FILE, PROVENANCE_FILE):
+            shutil.copyfile(profile.folder / file, target / file)
+    except OSError as exc:
+        raise LilouInputError(f"cannot write {target}: {exc.strerror or exc}; choose another --data-dir") from None
     return profile, target, gpu
+
+
+def _curated_note(root: Path) -> Path | None:
+    """The first note of a curated mirror (``<source>/SOURCE`` ...) under the data root ``root``, as `lilou data fetch`
+    detects one; None when ``root`` is no curated mirror."""
+    from lilou.data.fetch import CURATED_NOTES
+    from lilou.data.sources import DATASETS
+
+    for dataset in DATASETS:
+        for note in CURATED_NOTES:
+            if (root / dataset / note).is_file():
+                return root / dataset / note
+    return None
 
 
 # ------------------------------------------------------------------------------------------ model labels

@@ -75,7 +75,21 @@ def software() -> dict[str, str | None]:
 
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": str(cudnn) if cudnn else None, "os": platform.platform(), "host_cpu": platform.processor() or None}
+            "cudnn": str(cudnn) if cudnn else None, "os": platform.platform(), "host_cpu": host_cpu()}
+
+
+def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The host CPU's model name: /proc/cpuinfo's ``model name`` on Linux (platform.processor() is empty there),
+    else platform.processor(); None where neither says."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def provenance(device: DeviceInfo, command: list[str], settings: dict[str, Any], started: dt.datetime,
