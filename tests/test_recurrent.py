@@ -52,6 +52,23 @@ def test_directions_and_steps_scale_the_sequential_part() -> None:
     assert both == pytest.approx(2 * one, rel=1e-9) and longer == pytest.approx(2 * one, rel=1e-9)
 
 
+def test_a_vanilla_rnn_is_never_priced_above_the_lstm_of_its_shape(tmp_path: Path) -> None:
+    """Its rows measure hidden 1760-2560 only; their step floor (twice the LSTM's) put a 512-wide RNN at 1.5x the
+    LSTM that does four times its GEMM work. Where it measured, the RNN keeps its own fit."""
+    model, a10g = RecurrentModel.load(), resolve_device("a10g")
+    peaks = (a10g.fp32_tflops, a10g.memory_bandwidth_gbs)
+    small_rnn, small_lstm = (model.work_ms(RecurrentShape(cell, 100, 16, 1, 512, 512), *peaks) for cell in ("rnn", "lstm"))
+    assert small_rnn == small_lstm  # the LSTM's price bounds it
+    wide = RecurrentShape("rnn", 50, 16, 1, 1760, 1760)
+    own = model._cell_ms(wide, "rnn", *peaks)
+    assert model.work_ms(wide, *peaks) == own < model.work_ms(RecurrentShape("lstm", 50, 16, 1, 1760, 1760), *peaks)
+    predictions = {}
+    for op in ("RNN", "LSTM"):
+        onnx.save(lstm_model(100, 16, 512, op), tmp_path / f"{op}.onnx")
+        predictions[op] = Predictor().predict(tmp_path / f"{op}.onnx", gpu="a10g").latency_ms
+    assert predictions["RNN"] <= predictions["LSTM"]
+
+
 def test_the_fit_is_ahead_of_the_roofline_on_held_out_gpus() -> None:
     fit = json.loads((Path(__file__).resolve().parents[1] / "lilou" / "latency" / "kernel_model" /
                       "recurrent.json").read_text())
