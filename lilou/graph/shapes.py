@@ -320,6 +320,7 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
     """
     _check_einsum_equations(model.graph, model.functions)
     probe, unread = _unread_initializers_as_inputs(model)
+    probe, unlisted = _initializers_listed_as_inputs(probe, copied=probe is not model)
     data_prop = data_propagation_is_safe(probe)
     try:
         inferred, completion = _guarded_inference(probe, unread, data_prop)
@@ -338,6 +339,10 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
         except _INFERENCE_ERRORS:
             raise _inference_failed(exc) from None
     _restore_initializers(inferred, unread)
+    if unlisted:
+        inputs = [v for v in inferred.graph.input if v.name not in unlisted]
+        inferred.graph.ClearField("input")
+        inferred.graph.input.extend(inputs)
     if notes is not None:
         notes.extend(completion["notes"])
     if evaluated is not None:
@@ -410,6 +415,25 @@ def _unread_initializers_as_inputs(model: onnx.ModelProto) -> tuple[onnx.ModelPr
     probe.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                              for t in unread if t.name not in listed)
     return probe, unread
+
+
+def _initializers_listed_as_inputs(model: onnx.ModelProto, copied: bool) -> tuple[onnx.ModelProto, set[str]]:
+    """Before IR version 4 an initializer is also a graph input, and ONNX's inference reads only the initializers
+    listed there: a file that breaks the rule (hand-edited, or an old converter's) had no shape past its first weight
+    (an AlexNet at 0 FLOPs). List them on the copy inference sees (``model`` itself where ``copied``); the names
+    listed, which come off the inferred model's inputs again."""
+    if model.ir_version >= 4:
+        return model, set()
+    listed = {v.name for v in model.graph.input}
+    missing = [t for t in model.graph.initializer if t.name not in listed]
+    if not missing:
+        return model, set()
+    if not copied:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        model = probe
+    model.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in missing)
+    return model, {t.name for t in missing}
 
 
 def _restore_initializers(inferred: onnx.ModelProto, unread: list[onnx.TensorProto]) -> None:
