@@ -6,6 +6,7 @@ from onnx import helper
 
 from lilou.graph.dag import load_graph
 from tests.onnx_builders import make_model, tensor, weight
+from tests.test_graph_errors import assert_one_line_error, run_cli
 
 
 def _conv(name: str, x: str, w: str, y: str) -> onnx.NodeProto:
@@ -27,3 +28,48 @@ def test_an_ir_3_file_whose_weights_are_not_listed_as_inputs_is_shaped(tmp_path)
     assert flops == {"Conv": 2 * 2 * 5 * 8 * 8 * 4 * 9}
     assert [t.name for t in graph.inputs] == ["x"]
     assert not any("unknown shape" in w for w in graph.warnings)
+
+
+def _tiny(opset: int, tmp_path, reshape: list[int] | None = None) -> str:
+    """Conv -> Relu -> Conv (-> Reshape-1 -> Gemm -> Sigmoid at opset 3), its weights listed as inputs (IR 3)."""
+    nodes = [_conv("c1", "x", "w1", "h"), helper.make_node("Relu", ["h"], ["r"], name="relu"), _conv("c2", "r", "w2", "y")]
+    weights = [weight("w1", [4, 3, 3, 3]), weight("w2", [5, 4, 3, 3])]
+    out = "y"
+    if reshape is not None:
+        nodes += [helper.make_node("Reshape", ["y"], ["flat"], name="flat", shape=reshape),
+                  helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["fc"], name="fc", transB=1, broadcast=1),
+                  helper.make_node("Sigmoid", ["fc"], ["s"], name="sig"), helper.make_node("Softmax", ["s"], ["p"])]
+        weights += [weight("fc_w", [7, 5 * 8 * 8]), weight("fc_b", [7])]
+        out = "p"
+    model = make_model(nodes, [tensor("x", [2, 3, 8, 8])] + [tensor(w.name, list(w.dims)) for w in weights],
+                       [tensor(out, None)], weights, opset=opset)
+    model.ir_version = 3
+    path = tmp_path / f"tiny{opset}.onnx"
+    onnx.save(model, path)
+    return str(path)
+
+
+def test_opset_1_to_5_ops_onnx_cannot_type_keep_their_input_s_shape(tmp_path):
+    """Relu-1, Gemm-1, Reshape-1, Sigmoid-1 have no type inference in ONNX: strict inference stopped at the op after
+    them ("Input 0 expected to have type but instead is null"), exit 2, and the old Model Zoo's files were refused."""
+    for opset in (1, 3, 5):
+        graph = load_graph(_tiny(opset, tmp_path))
+        assert {t.name: t.shape for t in graph.outputs} == {"y": (2, 5, 8, 8)}
+        assert sum(d["flops"] for _, d in graph.dag.nodes(data=True)) == \
+            sum(d["flops"] for _, d in load_graph(_tiny(6, tmp_path)).dag.nodes(data=True))
+    graph = load_graph(_tiny(3, tmp_path, reshape=[0, -1]))
+    assert {t.name: t.shape for t in graph.outputs} == {"p": (2, 7)}
+    gemm = [d for _, d in graph.dag.nodes(data=True) if d["op"] == "Gemm"]
+    assert [d["outputs"][0].shape for d in gemm] == [(2, 7)] and gemm[0]["flops"] >= 2 * 2 * 7 * 320
+    assert not any("unknown shape" in w for w in graph.warnings)
+
+
+def test_a_shape_inference_failure_blames_batch_and_shape_only_when_given(tmp_path, capsys):
+    """A Reshape-1 to [3, 640] fails at the batch of 2 and at --batch 4: the hint about --batch/--shape was given
+    when neither had been."""
+    path = _tiny(3, tmp_path, reshape=[3, 640])
+    status, _, err = run_cli(capsys, "graph", path)
+    assert_one_line_error(status, err, "shape inference failed")
+    assert "--batch" not in err
+    status, _, err = run_cli(capsys, "graph", path, "--batch", "4")
+    assert_one_line_error(status, err, "shape inference failed", "if you changed --batch or --shape")

@@ -42,7 +42,7 @@ from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
 from lilou.graph.transposes import cancel_inverse_transposes
 from lilou.graph.tensorrt_qdq import standard_fp8_qdq
-from lilou.graph.shapes import apply_input_shapes, checked_shapes, infer_shapes, runtime_inputs
+from lilou.graph.shapes import SIZES_GIVEN, apply_input_shapes, checked_shapes, infer_shapes, runtime_inputs
 from lilou.graph.validation import (check_initializers, check_opset, check_ranges, check_reshapes, check_sizes,
                                     check_splits, check_structure, check_windows)
 
@@ -166,7 +166,7 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     count is known as its body once per iteration (:mod:`lilou.graph.loops`)."""
     check_opset(model)
     check_initializers(model)
-    shapes = checked_shapes(shapes)  # the Python API's, checked as --shape is
+    shapes = asked = checked_shapes(shapes)  # the Python API's, checked as --shape is
     bound = bind_input_values(model, values, shapes)
     if bound:
         shapes = {name: dims for name, dims in (shapes or {}).items() if name not in values}
@@ -174,7 +174,11 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     notes[:0] = bound
     fixed = input_dims(runtime_inputs(model))
     apply_input_shapes(model, batch=batch, shapes=shapes)
-    shaped = _shape_resolved(model, restore_folded, notes)
+    token = SIZES_GIVEN.set(batch is not None or bool(asked))
+    try:
+        shaped = _shape_resolved(model, restore_folded, notes)
+    finally:
+        SIZES_GIVEN.reset(token)
     resized = resized_inputs(fixed, runtime_inputs(model))
     if resized:
         _check_sizes_follow(shaped, resized)

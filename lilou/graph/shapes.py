@@ -7,6 +7,7 @@ hand-written pass: it is maintained with the operator set itself.
 from __future__ import annotations
 
 import ast
+import contextvars
 import functools
 import math
 import re
@@ -18,6 +19,7 @@ from onnx import shape_inference
 
 from lilou.errors import LilouInputError
 from lilou.graph import guarded_inference
+from lilou.graph.legacy_types import needs_legacy_types, type_legacy_outputs
 from lilou.graph.names import protobuf_text
 from lilou.graph.shape_completion import complete_shapes, data_propagation_is_safe
 
@@ -321,6 +323,8 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
     _check_einsum_equations(model.graph, model.functions)
     probe, unread = _unread_initializers_as_inputs(model)
     probe, unlisted = _initializers_listed_as_inputs(probe, copied=probe is not model)
+    if needs_legacy_types(probe):
+        probe = _with_legacy_types(probe, copied=probe is not model)
     data_prop = data_propagation_is_safe(probe)
     try:
         inferred, completion = _guarded_inference(probe, unread, data_prop)
@@ -350,6 +354,28 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
     return inferred
 
 
+def _with_legacy_types(model: onnx.ModelProto, copied: bool) -> onnx.ModelProto:
+    """``model`` (a copy unless ``copied``) with the outputs of its opset 1-5 ops that ONNX cannot type typed as
+    :mod:`lilou.graph.legacy_types` finds them, in the guarded child: strict inference stopped at the first of them."""
+    try:
+        inferred, typed = guarded_inference.infer_then(model, _legacy_types_finish, check_type=False, strict_mode=False)
+    except guarded_inference.FinishFailed as failed:
+        raise _completion_failed(failed) from None
+    except _INFERENCE_ERRORS as exc:
+        raise _inference_failed(exc) from None
+    if not copied:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        model = probe
+    names = set(typed or ())
+    model.graph.value_info.extend(v for v in inferred.graph.value_info if v.name in names)
+    return model
+
+
+def _legacy_types_finish(inferred: onnx.ModelProto) -> list[str]:
+    return type_legacy_outputs(inferred)
+
+
 def _guarded_inference(probe: onnx.ModelProto, unread: list[onnx.TensorProto], data_prop: bool
                        ) -> tuple[onnx.ModelProto, dict]:
     """ONNX's inference of ``probe`` and Lilou's completion of its shapes, in the guarded child: the inferred model
@@ -377,10 +403,15 @@ def _completed(inferred: onnx.ModelProto, unread: list[onnx.TensorProto], data_p
     return {"notes": notes, "evaluated": {name: int(size) for name, size in evaluated.items()}}  # JSON: no numpy ints
 
 
+#: Whether the sizes being inferred were asked for (--batch, --shape): only then may a failure be blamed on them.
+SIZES_GIVEN: contextvars.ContextVar[bool] = contextvars.ContextVar("lilou_sizes_given", default=False)
+
+
 def _inference_failed(exc: Exception) -> LilouInputError:
     message = " ".join(str(exc).split())
-    return LilouInputError(f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model "
-                           "may have been exported with fixed shapes: re-export it with the shape you want")
+    hint = ("; if you changed --batch or --shape, the model may have been exported with fixed shapes: re-export it "
+            "with the shape you want") if SIZES_GIVEN.get() else ""
+    return LilouInputError(f"shape inference failed ({message[:300]}){hint}")
 
 
 def _check_einsum_equations(graph: onnx.GraphProto, functions=()) -> None:
