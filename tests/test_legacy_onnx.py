@@ -73,3 +73,25 @@ def test_a_shape_inference_failure_blames_batch_and_shape_only_when_given(tmp_pa
     assert "--batch" not in err
     status, _, err = run_cli(capsys, "graph", path, "--batch", "4")
     assert_one_line_error(status, err, "shape inference failed", "if you changed --batch or --shape")
+
+
+def test_a_zipmap_classifier_keeps_its_sequence_output_and_ml_ops_are_named(tmp_path, capsys):
+    """skl2onnx's classifiers end in ZipMap, whose output is seq(map(int64, float)): a set batch made the declared
+    output a tensor, and ONNX's inference refused it ("type case mismatch. existing=tensor_type
+    inferred=sequence_type", exit 2, with the --batch hint). ai.onnx.ml ops run on the CPU: the warning says so."""
+    ml = "ai.onnx.ml"
+    nodes = [helper.make_node("Scaler", ["x"], ["s"], name="scale", domain=ml, offset=[0.0] * 4, scale=[1.0] * 4),
+             helper.make_node("LinearClassifier", ["s"], ["label", "prob"], name="clf", domain=ml,
+                              classlabels_ints=[0, 1], coefficients=[0.5] * 8, intercepts=[0.0, 0.0]),
+             helper.make_node("ZipMap", ["prob"], ["probs"], name="zip", domain=ml, classlabels_int64s=[0, 1])]
+    probs = helper.make_value_info("probs", helper.make_sequence_type_proto(
+        helper.make_map_type_proto(onnx.TensorProto.INT64, helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, []))))
+    graph = helper.make_graph(nodes, "skl", [tensor("x", ["N", 4])], [tensor("label", ["N"], onnx.TensorProto.INT64), probs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ml, 1)])
+    path = tmp_path / "skl.onnx"
+    onnx.save(model, path)
+    status, out, err = run_cli(capsys, "infer", str(path), "--gpu", "a10g", "--batch", "3")
+    assert status == 0, err
+    assert "op(s) LinearClassifier, Scaler, ZipMap of the ai.onnx.ml domain (scikit-learn's and other classic ML models) " \
+        "have no GPU kernel in eager PyTorch or onnxruntime's CUDA execution provider (they run on the CPU): their " \
+        "time is not predicted" in " ".join(err.split() + out.split())

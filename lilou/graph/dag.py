@@ -717,6 +717,12 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                         "model after moving the FP16 ops its CPU kernels lack to FP32, which a GPU runtime does not "
                         "do; priced as saved (those ops in FP32, the casts as kernels): pass the model the session "
                         "read, or --precision fp16, to price it in FP16")
+    classic = sorted({d["op"] for _, d in dag.nodes(data=True) if d.get("domain") == "ai.onnx.ml"})
+    if classic:
+        warnings.append(f"op(s) {', '.join(classic)} of the ai.onnx.ml domain (scikit-learn's and other classic ML "
+                        "models) have no GPU kernel in eager PyTorch or onnxruntime's CUDA execution provider (they run "
+                        "on the CPU): their time is not predicted (the figures for them are memory-bound placeholders "
+                        "that do not grow with the batch)")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "

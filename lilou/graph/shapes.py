@@ -164,7 +164,8 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         # (or a symbolic batch); let inference derive them from the new ones.
         model.graph.ClearField("value_info")
         for value in model.graph.output:
-            value.type.tensor_type.ClearField("shape")
+            if value.type.HasField("tensor_type"):  # reaching into a sequence or map output made it a tensor (ZipMap)
+                value.type.tensor_type.ClearField("shape")
 
 
 def _check_batch_agrees(name: str, leading: str, batch: int, bound: Mapping[str, int]) -> None:
