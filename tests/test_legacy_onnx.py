@@ -95,3 +95,20 @@ def test_a_zipmap_classifier_keeps_its_sequence_output_and_ml_ops_are_named(tmp_
     assert "op(s) LinearClassifier, Scaler, ZipMap of the ai.onnx.ml domain (scikit-learn's and other classic ML models) " \
         "have no GPU kernel in eager PyTorch or onnxruntime's CUDA execution provider (they run on the CPU): their " \
         "time is not predicted" in " ".join(err.split() + out.split())
+
+
+def test_constant_fill_takes_its_shape_from_its_input(tmp_path):
+    """TorchScript's opset-7 LSTM export fills its initial state with ConstantFill (input_as_shape=1), an
+    experimental op ONNX no longer has: it was unsupported, with no shape (nothing written, 'unknown shape')."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+             helper.make_node("ConstantFill", ["shape"], ["fill"], name="fill", input_as_shape=1, value=1.0, dtype=1),
+             helper.make_node("Add", ["x", "fill"], ["y"], name="add")]
+    model = make_model(nodes, [tensor("x", [2, 3, 5])], [tensor("y", None)], opset=7)
+    path = tmp_path / "fill.onnx"
+    onnx.save(model, path)
+    graph = load_graph(path)
+    fill = graph.dag.nodes["fill"]
+    assert [t.shape for t in fill["outputs"]] == [(2, 3, 5)]
+    assert (fill["flops"], fill["bytes_read"], fill["bytes_written"]) == (0, 0, 2 * 3 * 5 * 4)
+    assert {t.name: t.shape for t in graph.outputs} == {"y": (2, 3, 5)}
+    assert not any("ConstantFill" in w for w in graph.warnings)
