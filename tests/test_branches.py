@@ -363,3 +363,20 @@ def test_a_loop_or_scan_left_as_one_kernel_is_priced_with_its_body(tmp_path):
     assert sum(k.flops for k in given.kernels) == 3 * 2 * 64 * 64 * 64
     assert "Loop 'loop' runs 3 times (set by --value): its body is priced once per iteration, as eager launches " \
         "it" in given.warnings
+
+
+def test_an_opset_8_scan_runs_its_body_once_per_batch_element_and_step(tmp_path):
+    """At opset 8 a Scan's first input is the optional sequence_lens, every input has a leading batch axis the body
+    does not see, and the scan axis is 1: xs [2, 16, 64, 64] is 2 x 16 runs of the body's 64x64 GEMM. The batch axis
+    was taken as the scan length: 2 runs, 1/16 of the work."""
+    body = helper.make_graph([helper.make_node("MatMul", ["row", "w"], ["out"], name="gemm")], "body",
+                             [tensor("row", None)], [tensor("out", None)], [weight("w", [64, 64])])
+    scan = helper.make_node("Scan", ["", "xs"], ["ys"], name="scan", body=body, num_scan_inputs=1)
+    path = tmp_path / "scan8.onnx"
+    onnx.save(make_model([scan], [tensor("xs", [2, 16, 64, 64])], [tensor("ys", None)], opset=8), path)
+    graph = load_graph(path)
+    (node,) = [n for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] == "Scan"]
+    assert graph.dag.nodes[node]["flops"] == 2 * 16 * 2 * 64 * 64 * 64
+    assert {t.name: t.shape for t in graph.outputs} == {"ys": (2, 16, 64, 64)}
+    assert "Scan 'scan' (opset 8: its inputs hold a batch axis, the scan axis is 1) is costed as its body times its " \
+        "batch times its scan length (32), as one kernel" in graph.warnings

@@ -84,7 +84,7 @@ SEQUENCE_OPS = frozenset({"SplitToSequence", "SequenceAt"})
 MOVEMENT_OPS = frozenset({
     "Transpose", "Concat", "Split", "Slice", "Pad", "Expand", "Tile", "Cast", "CastLike",
     "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "DepthToSpace",
-    "SpaceToDepth", "ConstantOfShape", "Range", "Trilu", "OneHot", "NonZero", "Compress",
+    "SpaceToDepth", "ConstantOfShape", "ConstantFill", "Range", "Trilu", "OneHot", "NonZero", "Compress",
     "ReverseSequence", "EyeLike",
 })
 
@@ -463,7 +463,7 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
     Shape-like inputs lend only metadata, and Gather/Slice read only the rows they
     output, not the whole table. Fused kernels use this too (``lilou.latency.kernel_model.kernel``).
     """
-    if node.op in VIEW_OPS or node.op in SEQUENCE_OPS or node.op in ("ConstantOfShape", "Range", "EyeLike"):
+    if node.op in VIEW_OPS or node.op in SEQUENCE_OPS or node.op in ("ConstantOfShape", "ConstantFill", "Range", "EyeLike"):
         return []
     inputs = [t for t in node.inputs if t is not None]
     if node.op == "CastLike":

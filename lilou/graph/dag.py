@@ -42,7 +42,7 @@ from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
 from lilou.graph.transposes import cancel_inverse_transposes
 from lilou.graph.tensorrt_qdq import standard_fp8_qdq
-from lilou.graph.shapes import apply_input_shapes, checked_shapes, infer_shapes, runtime_inputs
+from lilou.graph.shapes import SIZES_GIVEN, apply_input_shapes, checked_shapes, infer_shapes, runtime_inputs
 from lilou.graph.validation import (check_initializers, check_opset, check_ranges, check_reshapes, check_sizes,
                                     check_splits, check_structure, check_windows)
 
@@ -166,7 +166,7 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     count is known as its body once per iteration (:mod:`lilou.graph.loops`)."""
     check_opset(model)
     check_initializers(model)
-    shapes = checked_shapes(shapes)  # the Python API's, checked as --shape is
+    shapes = asked = checked_shapes(shapes)  # the Python API's, checked as --shape is
     bound = bind_input_values(model, values, shapes)
     if bound:
         shapes = {name: dims for name, dims in (shapes or {}).items() if name not in values}
@@ -174,7 +174,11 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     notes[:0] = bound
     fixed = input_dims(runtime_inputs(model))
     apply_input_shapes(model, batch=batch, shapes=shapes)
-    shaped = _shape_resolved(model, restore_folded, notes)
+    token = SIZES_GIVEN.set(batch is not None or bool(asked))
+    try:
+        shaped = _shape_resolved(model, restore_folded, notes)
+    finally:
+        SIZES_GIVEN.reset(token)
     resized = resized_inputs(fixed, runtime_inputs(model))
     if resized:
         _check_sizes_follow(shaped, resized)
@@ -447,22 +451,22 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 
 def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], constants: Mapping[str, int],
-                   notes: list[str]) -> NodeCost:
+                   notes: list[str], opset: int = 0) -> NodeCost:
     """Sum of the costs of a subgraph's nodes (control flow inside costed the same way)."""
     tensors = {**outer, **_graph_tensor_table(graph)}
     constants = {**constants, **scalar_integers(graph)}
     flops = read = written = 0
     for node in graph.node:
-        cost = _node_cost(node, tensors, constants, notes)
+        cost = _node_cost(node, tensors, constants, notes, opset=opset)
         flops, read, written = flops + cost.flops, read + cost.bytes_read, written + cost.bytes_written
     return NodeCost(flops=flops, bytes_read=read, bytes_written=written)
 
 
 def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constants: Mapping[str, int],
                notes: list[str], attributes: Mapping[str, Any] | None = None,
-               io: tuple[list[TensorInfo | None], list[TensorInfo]] | None = None) -> NodeCost:
+               io: tuple[list[TensorInfo | None], list[TensorInfo]] | None = None, opset: int = 0) -> NodeCost:
     """FLOPs and bytes of one node (``attributes``: its :func:`_attributes`, ``io``: its :func:`_node_io`, when the
-    caller has them)."""
+    caller has them; ``opset``: the model's, which decides what a ``Scan``'s inputs are)."""
     inputs, outputs = _node_io(node, tensors) if io is None else io
     attributes = _attributes(node) if attributes is None else attributes
     cost = node_cost(CostInput(op=node.op_type, attributes=attributes, inputs=inputs, outputs=outputs))
@@ -471,12 +475,12 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
     graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     label = node.name or node.op_type
     if node.op_type == "If" and "then_branch" in graphs and "else_branch" in graphs:
-        branches = [_subgraph_cost(graphs[b], tensors, constants, notes) for b in ("then_branch", "else_branch")]
+        branches = [_subgraph_cost(graphs[b], tensors, constants, notes, opset) for b in ("then_branch", "else_branch")]
         larger = max(branches, key=lambda c: (c.flops, c.bytes_read + c.bytes_written))
         notes.append(f"If {label!r} is costed as its larger branch (the condition is known only at run time)")
         return larger
     if node.op_type == "Loop" and "body" in graphs:
-        body = _subgraph_cost(graphs["body"], tensors, constants, notes)
+        body = _subgraph_cost(graphs["body"], tensors, constants, notes, opset)
         trip = constants.get(node.input[0]) if node.input and node.input[0] else None
         if trip is None or trip < 0:
             notes.append(f"Loop {label!r} has no constant trip count: costed as one iteration of its body (a count "
@@ -487,12 +491,15 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
                         bytes_written=body.bytes_written * trip)
     if node.op_type == "Scan" and "body" in graphs:
-        body = _subgraph_cost(graphs["body"], tensors, constants, notes)
-        trip = _scan_length(node, inputs)
+        body = _subgraph_cost(graphs["body"], tensors, constants, notes, opset)
+        trip = _scan_length(node, inputs, opset)
         if trip is None:
             notes.append(f"Scan {label!r} has no scan length known from its input shapes: costed as one iteration "
                          "of its body")
             trip = 1
+        elif 0 < opset < 9:
+            notes.append(f"Scan {label!r} (opset {opset}: its inputs hold a batch axis, the scan axis is 1) is costed "
+                         f"as its body times its batch times its scan length ({trip}), as one kernel")
         else:
             notes.append(f"Scan {label!r} is costed as its body times its scan length ({trip}), as one kernel")
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
@@ -500,13 +507,20 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
     return cost
 
 
-def _scan_length(node: onnx.NodeProto, inputs: Sequence[TensorInfo | None]) -> int | None:
-    """Iterations of a Scan (opset 9+): the length of its first scan input along its scan axis."""
+def _scan_length(node: onnx.NodeProto, inputs: Sequence[TensorInfo | None], opset: int = 0) -> int | None:
+    """Iterations of a Scan's body: at opset 9+, the length of its first scan input along its scan axis; at opset 8
+    (its first input the optional sequence_lens, every input with a leading batch axis the body does not see, the
+    scan axis 1) the batch times the scan length, as the body runs once per batch element and step."""
     attrs = {a.name: a for a in node.attribute}
     count = int(attrs["num_scan_inputs"].i) if "num_scan_inputs" in attrs else 0
-    if count < 1 or count > len(inputs):
+    if count < 1 or count > len(inputs) - (1 if 0 < opset < 9 else 0):
         return None
     first = inputs[len(inputs) - count]
+    if 0 < opset < 9:
+        if first is None or first.shape is None or len(first.shape) < 2:
+            return None
+        batch, length = int(first.shape[0]), int(first.shape[1])
+        return batch * length if batch >= 0 and length >= 0 else None
     axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else []
     axis = int(axes[0]) if axes else 0
     if first is None or first.shape is None or not -len(first.shape) <= axis < len(first.shape):
@@ -524,6 +538,7 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
     producer: dict[str, str] = {}
     names = unique_node_names(graph)
     constants = scalar_integers(graph) if any(n.op_type in CONTROL_FLOW_OPS for n in graph.node) else {}
+    opset = _default_opset(model)
     notes = [] if notes is None else notes
     zeros = _zero_tensors(graph)
     reversing = _reversing_slices(graph)
@@ -534,7 +549,7 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
         # a bias of zeros is no bias: eager PyTorch's bias-free convolution never adds one (the dynamo exporter
         # writes Expand(CastLike(0), ...) for it, which added an element-wise pass: +5.6 % on a depthwise conv)
         priced = (io[0][:2], io[1]) if node.op_type in _BIASED and node.input[2:3] and node.input[2] in zeros else io
-        cost = _node_cost(node, tensors, constants, notes, attributes, priced)
+        cost = _node_cost(node, tensors, constants, notes, attributes, priced, opset)
         dag.add_node(name, op=node.op_type, domain=node.domain, attributes=attributes,
                      inputs=io[0], outputs=io[1], flops=cost.flops, bytes_read=cost.bytes_read,
                      bytes_written=cost.bytes_written, constant=False, order=order, supported=supported,
@@ -702,6 +717,12 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                         "model after moving the FP16 ops its CPU kernels lack to FP32, which a GPU runtime does not "
                         "do; priced as saved (those ops in FP32, the casts as kernels): pass the model the session "
                         "read, or --precision fp16, to price it in FP16")
+    classic = sorted({d["op"] for _, d in dag.nodes(data=True) if d.get("domain") == "ai.onnx.ml"})
+    if classic:
+        warnings.append(f"op(s) {', '.join(classic)} of the ai.onnx.ml domain (scikit-learn's and other classic ML "
+                        "models) have no GPU kernel in eager PyTorch or onnxruntime's CUDA execution provider (they run "
+                        "on the CPU): their time is not predicted (the figures for them are memory-bound placeholders "
+                        "that do not grow with the batch)")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "

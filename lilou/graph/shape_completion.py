@@ -35,7 +35,7 @@ _SHRINKING_OPS = frozenset({
     "NonZero", "Compress", "Dropout", "Trilu", "IsNaN", "IsInf", "CumSum", "Constant",
 })
 # Ops whose output size follows from their input values (worked out by _value_shape, never from a stated shape).
-_VALUE_SIZED_OPS = frozenset({"ConstantOfShape", "Range", "Expand", "Tile"})
+_VALUE_SIZED_OPS = frozenset({"ConstantOfShape", "ConstantFill", "Range", "Expand", "Tile"})
 # Ops whose output never has more elements than the product of their inputs' (batch x M x N <= |A| |B|).
 _PRODUCT_BOUNDED_OPS = frozenset({"MatMul", "Gemm", "Einsum", "MatMulInteger"})
 # Elementwise ops with numpy broadcasting: the output has the broadcast shape of the inputs.
@@ -191,6 +191,8 @@ def _value_shape(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
     try:
         if node.op_type == "ConstantOfShape" and value(0) is not None:
             return tuple(int(d) for d in np.asarray(value(0)).reshape(-1))
+        if node.op_type == "ConstantFill":  # opset <= 8 (TorchScript's LSTM state at opset 7): ``shape`` or input_as_shape
+            return _constant_fill_shape(node, value(0))
         if node.op_type == "Range" and all(value(i) is not None for i in range(3)):
             length = range_length(*(float(np.asarray(value(i)).reshape(-1)[0]) for i in range(3)))
             return None if length is None else (length,)
@@ -205,6 +207,27 @@ def _value_shape(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
     except (ValueError, TypeError, OverflowError, IndexError):
         return None
     return None
+
+
+def _constant_fill_shape(node: onnx.NodeProto, source: np.ndarray | None) -> tuple[int, ...] | None:
+    """ConstantFill (an experimental op of opsets 1-8, no longer in ONNX): with input_as_shape its input's value is
+    the shape, else the ``shape`` attribute; ``extra_shape`` is appended. Without input_as_shape, an input lends its
+    shape, which only its value here gives."""
+    attrs = {a.name: a for a in node.attribute}
+    extra = tuple(int(d) for d in attrs["extra_shape"].ints) if "extra_shape" in attrs else ()
+    if node.input and node.input[0]:
+        if source is None:
+            return None
+        if "input_as_shape" in attrs and attrs["input_as_shape"].i:
+            return tuple(int(d) for d in np.asarray(source).reshape(-1)) + extra
+        return tuple(np.asarray(source).shape) + extra
+    return tuple(int(d) for d in attrs["shape"].ints) + extra if "shape" in attrs else None
+
+
+def _constant_fill_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
+    attrs = {a.name: a for a in node.attribute}
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(int(attrs["dtype"].i) if "dtype" in attrs else onnx.TensorProto.FLOAT)
+    return np.full(shape, attrs["value"].f if "value" in attrs else 0.0, dtype=dtype)
 
 
 def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
@@ -248,6 +271,9 @@ def _constant_outputs(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], 
         bound = _output_bound(node, shapes, values)
         if bound is None or bound > MAX_FOLD_ELEMENTS:
             return None
+    if node.op_type == "ConstantFill":
+        shape = _value_shape(node, shapes, values)
+        return None if shape is None or any(d < 0 for d in shape) else [_constant_fill_value(node, shape)]
     if node.op_type == "Shape" and node.input[0] in shapes:
         dims = np.array(shapes[node.input[0]], dtype=np.int64)
         attrs = {a.name: a.i for a in node.attribute}
@@ -338,6 +364,9 @@ def _output_elem_type(node: onnx.NodeProto, known: _Known) -> int:
             if attr.name == "value":
                 return attr.t.data_type
         return onnx.TensorProto.FLOAT
+    if node.op_type == "ConstantFill":
+        dtype = next((a.i for a in node.attribute if a.name == "dtype"), 0)
+        return int(dtype) or onnx.TensorProto.FLOAT
     source = node.input[0] if node.op_type in ("Range", "Expand", "Tile") else ""
     return known.elem_types.get(source, 0)
 

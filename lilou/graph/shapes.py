@@ -7,6 +7,7 @@ hand-written pass: it is maintained with the operator set itself.
 from __future__ import annotations
 
 import ast
+import contextvars
 import functools
 import math
 import re
@@ -18,6 +19,7 @@ from onnx import shape_inference
 
 from lilou.errors import LilouInputError
 from lilou.graph import guarded_inference
+from lilou.graph.legacy_types import needs_legacy_types, type_legacy_outputs
 from lilou.graph.names import protobuf_text
 from lilou.graph.shape_completion import complete_shapes, data_propagation_is_safe
 
@@ -162,7 +164,8 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         # (or a symbolic batch); let inference derive them from the new ones.
         model.graph.ClearField("value_info")
         for value in model.graph.output:
-            value.type.tensor_type.ClearField("shape")
+            if value.type.HasField("tensor_type"):  # reaching into a sequence or map output made it a tensor (ZipMap)
+                value.type.tensor_type.ClearField("shape")
 
 
 def _check_batch_agrees(name: str, leading: str, batch: int, bound: Mapping[str, int]) -> None:
@@ -320,6 +323,9 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
     """
     _check_einsum_equations(model.graph, model.functions)
     probe, unread = _unread_initializers_as_inputs(model)
+    probe, unlisted = _initializers_listed_as_inputs(probe, copied=probe is not model)
+    if needs_legacy_types(probe):
+        probe = _with_legacy_types(probe, copied=probe is not model)
     data_prop = data_propagation_is_safe(probe)
     try:
         inferred, completion = _guarded_inference(probe, unread, data_prop)
@@ -338,11 +344,37 @@ def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None,
         except _INFERENCE_ERRORS:
             raise _inference_failed(exc) from None
     _restore_initializers(inferred, unread)
+    if unlisted:
+        inputs = [v for v in inferred.graph.input if v.name not in unlisted]
+        inferred.graph.ClearField("input")
+        inferred.graph.input.extend(inputs)
     if notes is not None:
         notes.extend(completion["notes"])
     if evaluated is not None:
         evaluated.update(completion["evaluated"])
     return inferred
+
+
+def _with_legacy_types(model: onnx.ModelProto, copied: bool) -> onnx.ModelProto:
+    """``model`` (a copy unless ``copied``) with the outputs of its opset 1-5 ops that ONNX cannot type typed as
+    :mod:`lilou.graph.legacy_types` finds them, in the guarded child: strict inference stopped at the first of them."""
+    try:
+        inferred, typed = guarded_inference.infer_then(model, _legacy_types_finish, check_type=False, strict_mode=False)
+    except guarded_inference.FinishFailed as failed:
+        raise _completion_failed(failed) from None
+    except _INFERENCE_ERRORS as exc:
+        raise _inference_failed(exc) from None
+    if not copied:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        model = probe
+    names = set(typed or ())
+    model.graph.value_info.extend(v for v in inferred.graph.value_info if v.name in names)
+    return model
+
+
+def _legacy_types_finish(inferred: onnx.ModelProto) -> list[str]:
+    return type_legacy_outputs(inferred)
 
 
 def _guarded_inference(probe: onnx.ModelProto, unread: list[onnx.TensorProto], data_prop: bool
@@ -372,10 +404,15 @@ def _completed(inferred: onnx.ModelProto, unread: list[onnx.TensorProto], data_p
     return {"notes": notes, "evaluated": {name: int(size) for name, size in evaluated.items()}}  # JSON: no numpy ints
 
 
+#: Whether the sizes being inferred were asked for (--batch, --shape): only then may a failure be blamed on them.
+SIZES_GIVEN: contextvars.ContextVar[bool] = contextvars.ContextVar("lilou_sizes_given", default=False)
+
+
 def _inference_failed(exc: Exception) -> LilouInputError:
     message = " ".join(str(exc).split())
-    return LilouInputError(f"shape inference failed ({message[:300]}); if you changed --batch or --shape, the model "
-                           "may have been exported with fixed shapes: re-export it with the shape you want")
+    hint = ("; if you changed --batch or --shape, the model may have been exported with fixed shapes: re-export it "
+            "with the shape you want") if SIZES_GIVEN.get() else ""
+    return LilouInputError(f"shape inference failed ({message[:300]}){hint}")
 
 
 def _check_einsum_equations(graph: onnx.GraphProto, functions=()) -> None:
@@ -410,6 +447,25 @@ def _unread_initializers_as_inputs(model: onnx.ModelProto) -> tuple[onnx.ModelPr
     probe.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                              for t in unread if t.name not in listed)
     return probe, unread
+
+
+def _initializers_listed_as_inputs(model: onnx.ModelProto, copied: bool) -> tuple[onnx.ModelProto, set[str]]:
+    """Before IR version 4 an initializer is also a graph input, and ONNX's inference reads only the initializers
+    listed there: a file that breaks the rule (hand-edited, or an old converter's) had no shape past its first weight
+    (an AlexNet at 0 FLOPs). List them on the copy inference sees (``model`` itself where ``copied``); the names
+    listed, which come off the inferred model's inputs again."""
+    if model.ir_version >= 4:
+        return model, set()
+    listed = {v.name for v in model.graph.input}
+    missing = [t for t in model.graph.initializer if t.name not in listed]
+    if not missing:
+        return model, set()
+    if not copied:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        model = probe
+    model.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in missing)
+    return model, {t.name for t in missing}
 
 
 def _restore_initializers(inferred: onnx.ModelProto, unread: list[onnx.TensorProto]) -> None:
