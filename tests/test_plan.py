@@ -213,7 +213,7 @@ def test_a_plan_left_empty_by_memory_says_so(capsys, zoo_onnx):
     plan = plan_json(capsys, *args)
     assert plan["plan"] == [] and {u["reason"] for u in plan["unmet"]} == {"memory: no batch within the SLO fits"}
     line = ("no device meets the SLO of 100000 ms with the model in memory: the 2 device(s) within the SLO cannot hold "
-            "it (it needs at least 5.99 GiB there; the largest, a30/1g.6gb, has 6 GiB less 0.5 GiB of CUDA context)")
+            "it (it needs at least 6.01 GiB there; the largest, a30/1g.6gb, has 5.81 GiB less 0.5 GiB of CUDA context)")
     assert plan["message"] == line
     code, out, _ = run(capsys, "plan", *args)
     assert code == 0 and " ".join(out.split()).startswith(line)
