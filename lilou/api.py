@@ -560,9 +560,15 @@ def _rounded(interval: tuple[float, float]) -> tuple[float, float]:
 
 
 def _leading_dim(graph: ModelGraph) -> int | None:
+    """The batch of the graph's first shaped input: its leading dimension, or the second of a time-major recurrent
+    layer's input (:mod:`lilou.graph.batch_axis`)."""
+    from lilou.graph.batch_axis import batch_of, graph_batch_axes
+
+    axes = None
     for tensor in graph.inputs:
         if tensor.shape:
-            return int(tensor.shape[0])
+            axes = graph_batch_axes(graph) if axes is None else axes
+            return batch_of(tensor.shape, axes.get(tensor.name, 0))
     return None
 
 

@@ -123,3 +123,27 @@ def test_an_lstm_without_bias_counts_no_bias_flops() -> None:
     unbiased, biased = flops(["x", "w", "r"], [w, r]), flops(["x", "w", "r", "b"], [w, r, weight("b", [1, 512])])
     assert biased - unbiased == 20 * 3 * 2 * 4 * 64
     assert unbiased == 20 * 3 * (2 * 4 * 64 * (32 + 64) + 18 * 64)  # the gates' GEMMs and 18 pointwise ops per unit
+
+
+def test_the_batch_of_a_time_major_recurrent_layer_is_its_second_axis(tmp_path: Path) -> None:
+    """ONNX's LSTM reads X as [seq, batch, input] (layout 0), as PyTorch's nn.LSTM exports by default: --batch set
+    the sequence length (a [seq, batch, 512] file was refused for its dynamic batch) and the report named the
+    sequence length the batch."""
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="cell", hidden_size=64)
+    dynamic = make_model([node], [tensor("x", ["seq", "batch", 64])], [tensor("y", ["seq", 1, "batch", 64])],
+                         [weight("w", [1, 256, 64]), weight("r", [1, 256, 64])])
+    onnx.save(dynamic, tmp_path / "dynamic.onnx")
+    onnx.save(lstm_model(20, 8, 64), tmp_path / "static.onnx")  # x: [20, 8, 64]
+    predictor = Predictor()
+    asked = predictor.predict(tmp_path / "dynamic.onnx", gpu="a10g", batch=8, shapes={"seq": (20,)})
+    static = predictor.predict(tmp_path / "static.onnx", gpu="a10g")
+    assert (asked.batch, static.batch) == (8, 8) and asked.latency_ms == static.latency_ms
+    (kernel,) = predictor.predict(tmp_path / "static.onnx", gpu="a10g", batch=32).kernels
+    model = RecurrentModel.load()
+    device = resolve_device("a10g")
+    expected = model.work_ms(RecurrentShape("lstm", 20, 32, 1, 64, 64), device.fp32_tflops, device.memory_bandwidth_gbs)
+    assert kernel.work_ms == pytest.approx(expected, rel=1e-9)  # 20 steps at batch 32, not 32 steps at batch 8
+    batch_major = helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="cell", hidden_size=64, layout=1)
+    onnx.save(make_model([batch_major], [tensor("x", [8, 20, 64])], [tensor("y", [8, 20, 1, 64])],
+                         [weight("w", [1, 256, 64]), weight("r", [1, 256, 64])], opset=14), tmp_path / "layout1.onnx")
+    assert predictor.predict(tmp_path / "layout1.onnx", gpu="a10g", batch=4).batch == 4

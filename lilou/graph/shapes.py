@@ -19,6 +19,7 @@ from onnx import shape_inference
 
 from lilou.errors import LilouInputError
 from lilou.graph import guarded_inference
+from lilou.graph.batch_axis import onnx_batch_axes
 from lilou.graph.legacy_types import needs_legacy_types, type_legacy_outputs
 from lilou.graph.names import protobuf_text
 from lilou.graph.shape_completion import complete_shapes, data_propagation_is_safe
@@ -103,7 +104,8 @@ def check_batch(batch: int) -> None:
 
 def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
                        shapes: Mapping[str, Sequence[int]] | None = None) -> None:
-    """Set input dims in place: ``batch`` sets every input's leading dim; ``shapes`` whole inputs
+    """Set input dims in place: ``batch`` sets every input's batch dim (the leading one; the second of a time-major
+    recurrent layer's inputs, :mod:`lilou.graph.batch_axis`); ``shapes`` whole inputs
     (``{"input_ids": (8, 512)}``) or named dynamic dimensions (``{"sequence_length": (512,)}``: every dimension
     the file names so, or writes as an expression of it such as Optimum's ``past_sequence_length +
     sequence_length``, in every input). An input's name wins over a dimension's; ``batch`` and a named leading
@@ -136,22 +138,24 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         listed = f"the model's inputs are: {', '.join(names)}" if names else "the model has no run-time inputs"
         raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; {listed}{named}")
     took_batch, pinned = False, []
+    axes = onnx_batch_axes(model.graph)  # the batch is second in a time-major recurrent layer's inputs
     for value in inputs:
         dims = value.type.tensor_type.shape.dim
+        axis = axes.get(value.name, 0)
         if value.name in shapes:
             wanted = shapes[value.name]
             if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
                 raise LilouInputError(f"--shape {value.name}: the input has rank {len(dims)}, got {len(wanted)} dims")
             _set_dims(value, wanted)
-            pinned += [f"{value.name}={'x'.join(map(str, wanted))}"] if len(wanted) and wanted[0] != batch else []
+            pinned += [f"{value.name}={'x'.join(map(str, wanted))}"] if len(wanted) > axis and wanted[axis] != batch else []
             continue
-        if bound and batch is not None and len(dims) > 0 and dims[0].dim_value <= 0 and dims[0].dim_param:
-            _check_batch_agrees(value.name, protobuf_text(dims[0].dim_param), batch, bound)
+        if bound and batch is not None and len(dims) > axis and dims[axis].dim_value <= 0 and dims[axis].dim_param:
+            _check_batch_agrees(value.name, protobuf_text(dims[axis].dim_param), batch, bound)
         if bound:
             _bind_dimensions(value, bound)
-        if batch is not None and len(dims) > 0:
-            dims[0].Clear()
-            dims[0].dim_value = batch
+        if batch is not None and len(dims) > axis:
+            dims[axis].Clear()
+            dims[axis].dim_value = batch
             took_batch = True
     if batch is not None and not took_batch and pinned:
         # every input's shape is given whole: --batch would set nothing, and the prediction be labelled with it

@@ -363,16 +363,24 @@ def _groups_at_largest(predictor, first: PreparedModel, load, pins, largest: int
 
 def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[int]] | None
                    ) -> Callable[[int], dict[str, tuple[int, ...]] | None]:
-    """``--shape`` at each batch of a plan: an input's whole shape has its leading (batch) dimension follow the batch
+    """``--shape`` at each batch of a plan: an input's whole shape has its batch dimension follow the batch
     tried; a named dimension (``sequence_length=512``) keeps its size (before session 32 it was set to the batch)."""
     if not shapes:
         return lambda batch: None
     from lilou.graph.loading import load_onnx
     from lilou.graph.shapes import runtime_inputs
 
-    inputs = {value.name for value in runtime_inputs(load_onnx(model))}
-    return lambda batch: {name: (batch, *tuple(dims)[1:]) if name in inputs else tuple(dims)
-                          for name, dims in shapes.items()}
+    from lilou.graph.batch_axis import onnx_batch_axes
+
+    loaded = load_onnx(model)
+    inputs, axes = {value.name for value in runtime_inputs(loaded)}, onnx_batch_axes(loaded.graph)
+
+    def at(name: str, dims: Sequence[int], batch: int) -> tuple[int, ...]:
+        axis = axes.get(name, 0)  # the second of a time-major recurrent layer's inputs
+        dims = tuple(dims)
+        return (*dims[:axis], batch, *dims[axis + 1:]) if name in inputs and len(dims) > axis else dims
+
+    return lambda batch: {name: at(name, dims, batch) for name, dims in shapes.items()}
 
 
 def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],
