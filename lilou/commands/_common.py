@@ -21,16 +21,72 @@ def print_json(obj: Any) -> None:
 
 
 def console() -> Console:
-    """A console that never wraps tables into unreadable columns when piped, and that leaves a reader closing the
-    pipe early (``| head``) to the command line's handling: rich's own exits with status 1, an internal error's."""
+    """The console every table and text line goes through.
+
+    - It never fails on stdout's encoding (an ASCII locale, ``PYTHONIOENCODING=ascii``): what the stream cannot
+      encode is written escaped (``\\xfc``), and Lilou's own ``…`` as ``...`` (:func:`shorten` too).
+    - Piped or redirected, tables are laid out 160 columns wide (not wrapped into unreadable columns), and free text
+      (warnings) is printed unwrapped, one line per message, for ``grep``.
+    - A reader closing the pipe early (``| head``) is left to the command line's handling: rich's own exits with
+      status 1, an internal error's."""
     from rich.console import Console
+
+    tty = sys.stdout.isatty()
 
     class _PipedConsole(Console):
         def on_broken_pipe(self) -> None:
             self.quiet = True
             raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
 
-    return _PipedConsole(width=None if sys.stdout.isatty() else 160)
+        def print(self, *objects: Any, **options: Any) -> None:
+            if not tty and all(isinstance(o, str) for o in objects):  # free text, not a table
+                options.setdefault("soft_wrap", True)
+            super().print(*objects, **options)
+
+    return _PipedConsole(file=_LenientStream(sys.stdout), width=None if tty else 160)
+
+
+class _LenientStream:
+    """``stream`` whose ``write`` escapes the characters its encoding cannot hold instead of raising (the rest of
+    the text stream is passed through)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except UnicodeEncodeError:  # the text stream encodes the whole text before writing any of it
+            encoding = getattr(self._stream, "encoding", None) or "utf-8"
+            text = text.replace(ELLIPSIS, "...") if not _encodes(ELLIPSIS, encoding) else text
+            return self._stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+ELLIPSIS = "\u2026"
+
+
+def _encodes(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def ellipsis() -> str:
+    """``…``, or ``...`` where stdout's encoding cannot hold it."""
+    return ELLIPSIS if _encodes(ELLIPSIS, getattr(sys.stdout, "encoding", None) or "utf-8") else "..."
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with :func:`ellipsis`."""
+    if len(text) <= width:
+        return text
+    mark = ellipsis()
+    return text[: width - len(mark)] + mark
 
 
 def new_table(*columns: str, **options: Any) -> Table:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from lilou.commands._common import (add_format_option, add_shape_options, console, input_values, new_table, print_json,
-                                    shape_overrides, warn)
+from lilou.commands._common import (add_format_option, add_shape_options, console, ellipsis, input_values, new_table,
+                                    print_json, shape_overrides, warn)
 from lilou.errors import LilouInputError
 from lilou.fusion.backends import BACKENDS
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column == "#" else "left")
     for i, kernel in enumerate(kernels):
         ops = " + ".join(graph.dag.nodes[n]["op"] for n in kernel.nodes)
-        shown = ", ".join(kernel.nodes[:3]) + (f" … (+{len(kernel.nodes) - 3})" if len(kernel.nodes) > 3 else "")
+        shown = ", ".join(kernel.nodes[:3]) + (f" {ellipsis()} (+{len(kernel.nodes) - 3})" if len(kernel.nodes) > 3 else "")
         table.add_row(str(i), ops, shown)
     out.print(table)
     silent = [g for g in partition.groups if not g.launches and g.reason == "view"]

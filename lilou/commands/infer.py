@@ -7,7 +7,7 @@ import sys
 
 from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
                                     add_shape_options, check_plot_path, console, input_values, launch_gap_ms, new_table,
-                                    print_json, shape_overrides, warn)
+                                    print_json, shape_overrides, shorten, warn)
 from lilou.graph.report import human
 
 
@@ -91,7 +91,7 @@ def _print_table(prediction, top: int) -> None:
     total = sum(k.latency_ms for k in prediction.kernels) or 1.0  # the kernels' own sum: the total is rounded
     for k in prediction.top(top):
         ops = "+".join(dict.fromkeys(k.ops))
-        table.add_row(str(order[id(k)]), ops if len(ops) <= 40 else ops[:39] + "…", k.nodes[0][:40],
+        table.add_row(str(order[id(k)]), shorten(ops, 40), shorten(k.nodes[0], 40),
                       k.type, k.bound, f"{k.latency_ms:.4f}",
                       f"{k.interval_ms[0]:.4f}-{k.interval_ms[1]:.4f}" + (" *" if k.extrapolated else ""),
                       f"{k.host_wait_ms:.4f}",
