@@ -22,7 +22,7 @@ from typing import NoReturn
 # runner). It must be set before numpy loads; a user's own setting wins. torch (training) has its own pool.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from lilou.errors import LilouInputError, one_line  # noqa: E402
+from lilou.errors import LilouInputError, interrupted_query, one_line  # noqa: E402
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -101,6 +101,9 @@ def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[i
         _debug_traceback()
         return 1, quick
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
+        if interrupted_query(exc):  # DuckDB's KeyboardInterrupt
+            print("lilou: interrupted", file=sys.stderr)
+            return 130, quick
         print(f"lilou: internal error: {type(exc).__name__}: {_one_line(exc)} (set LILOU_DEBUG=1 for the traceback)",
               file=sys.stderr)
         _debug_traceback()

@@ -13,6 +13,12 @@ class MissingDataError(LilouInputError):
     """A dataset the command needs is not on disk; the message says how to fetch it."""
 
 
+def interrupted_query(exc: BaseException) -> bool:
+    """True for the error DuckDB raises in place of ``KeyboardInterrupt`` when a signal (Ctrl-C) stops a query: it
+    handles the signal itself and raises ``RuntimeError("Query interrupted")``."""
+    return type(exc) is RuntimeError and str(exc) == "Query interrupted"
+
+
 def one_line(exc: BaseException) -> str:
     """``exc``'s message on one line, as the CLI prints it."""
     return " ".join(str(exc).split())[:500]

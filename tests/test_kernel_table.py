@@ -314,3 +314,72 @@ def test_a_cut_or_renamed_liger_file_says_so(datasets_dir: Path, tmp_path: Path)
     main_file.write_text(text.replace("kernel_name,", "kernel,", 1))
     with pytest.raises(LilouInputError, match="all_benchmark_data.csv lacks the column.s. kernel_name"):
         build_source("liger_kernel", tmp_path)
+
+
+class _StoppedConnection:
+    """A DuckDB connection stopped as Ctrl-C stops one (DuckDB handles the signal itself and raises
+    ``RuntimeError("Query interrupted")``) at the query that reads back a part just written."""
+
+    def __init__(self, con) -> None:
+        self._con = con
+
+    def execute(self, query: str, *args):
+        if "read_parquet" in query:
+            raise RuntimeError("Query interrupted")
+        return self._con.execute(query, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._con, name)
+
+
+def _liger_only(datasets_dir: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "liger_kernel").symlink_to(datasets_dir / "liger_kernel")
+    return root
+
+
+def test_an_interrupted_build_is_interrupted_and_leaves_no_partial_file(
+        datasets_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C during a cold `data list` was an internal error (exit 1), and the build's partial file (26 MB for
+    AIConfigurator) stayed in the cache for 6 hours."""
+    from lilou.cli import main
+    from lilou.data import kernel_table as module
+
+    root = _liger_only(datasets_dir, tmp_path)
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "cache"))
+    connect = module.connect
+    monkeypatch.setattr(module, "connect", lambda: _StoppedConnection(connect()))
+    assert main(["data", "list", "--format", "json", "--data-dir", str(root)]) == 130
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "lilou: interrupted\n")
+    assert list((tmp_path / "cache" / "kernel_table").iterdir()) == []
+
+
+def test_any_interrupted_query_is_an_interruption(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from lilou.cli import main
+    from lilou.commands import gpus
+
+    def stopped(args):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(gpus, "run", stopped)
+    assert main(["gpus"]) == 130
+    assert capsys.readouterr().err == "lilou: interrupted\n"
+
+
+def test_an_unwritable_cache_is_one_line_naming_it(datasets_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A read-only cache folder was `cannot write output (Read-only file system: ...)`, exit 1 (a build's files
+    are the environment's business, and stdout was fine)."""
+    from lilou.cli import main
+
+    root = _liger_only(datasets_dir, tmp_path)
+    (tmp_path / "file").write_text("not a folder")  # unwritable for root too, as a read-only mount is
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    assert main(["data", "list", "--format", "json", "--data-dir", str(root)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (f"lilou: error: cannot write the kernel table's cache in {tmp_path}/file/cache/kernel_table "
+                   "(Not a directory): set LILOU_CACHE_DIR to a writable folder (default ~/.cache/lilou)\n")

@@ -133,13 +133,15 @@ def _listing(dataset: Dataset, root: Path) -> dict:
 
 def _add_summary(entry: dict, name: str, root: Path) -> None:
     """What a kernel source holds (its rows, GPUs, dtypes ...) into ``entry``, or the one-line error reading it."""
-    from lilou.data.kernel_table import build_source, summarise
+    from lilou.data.kernel_table import CacheNotWritableError, build_source, summarise
     from lilou.errors import LilouInputError
 
     try:
         with warnings.catch_warnings():  # a partial mirror is its own column of the listing
             warnings.filterwarnings("ignore", message=r".* data files missing in ")
             summary = summarise(build_source(name, root))
+    except CacheNotWritableError:
+        raise  # no source can be listed: the command's error, not this source's
     except LilouInputError as exc:
         entry["error"] = str(exc)
     else:

@@ -17,9 +17,12 @@ so a trainer that wants the BF16 GEMMs never loads the 7 M other rows.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -35,7 +38,7 @@ from lilou.data.paths import data_root, dataset_dir
 from lilou.data.profiles import PROFILE_DATASET, ROWS_FILE
 from lilou.data.readers.base import SourceRows
 from lilou.data.sources import DATASETS
-from lilou.errors import LilouInputError
+from lilou.errors import LilouInputError, interrupted_query
 
 #: Sources of kernel measurements, in table order: dataset name -> reader module.
 SOURCES = {name: f"lilou.data.readers.{name}" for name in
@@ -103,7 +106,13 @@ def build_source(name: str, data_dir: str | os.PathLike[str] | None = None, refr
     con = connect()
     try:
         return _build(name, reader, folder, con, refresh)
+    except RuntimeError as exc:
+        if interrupted_query(exc):  # Ctrl-C (or SIGTERM) during the build: stopped, not a bug
+            raise KeyboardInterrupt from None
+        raise
     except duckdb.Error as exc:
+        if isinstance(exc, duckdb.InterruptException):
+            raise KeyboardInterrupt from None
         first = str(exc).strip().splitlines()[0]
         raise LilouInputError(f"{name}: cannot read the files in {folder} ({first}): "
                               f"check them with `lilou data verify {name}` and re-fetch with `lilou data fetch {name}`"
@@ -136,21 +145,61 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
     start = time.perf_counter()
     mapped = _with_gpus(con, rows)
     dropped = dict(mapped.filter("drop_reason IS NOT NULL").aggregate("drop_reason, count(*)").fetchall())
-    target.parent.mkdir(parents=True, exist_ok=True)
     # One partial file per process: two processes building the same part (two benchmarks started together)
     # must not write into one file; the last atomic replace wins and both parts are the same rows.
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    columns = ", ".join(f'"{c}"' for c in COLUMN_NAMES)
-    mapped.filter("drop_reason IS NULL").project(columns).write_parquet(str(partial), compression="zstd")
-    kept = con.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0]  # type: ignore[index]
-    seconds = time.perf_counter() - start
-    partial.replace(target)
     summary_partial = summary.with_name(f"{summary.name}.{os.getpid()}.partial")
-    summary_partial.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)}, indent=1),
-                               encoding="utf-8")
-    summary_partial.replace(summary)
+    _check_writable(partial)
+    columns = ", ".join(f'"{c}"' for c in COLUMN_NAMES)
+    # A build that fails, or is stopped (Ctrl-C, SIGTERM), removes its own partial files (a part is tens of MB);
+    # one killed outright (SIGKILL) leaves them to prune_stale_parts.
+    try:
+        with _terminate_as_interrupt():
+            mapped.filter("drop_reason IS NULL").project(columns).write_parquet(str(partial), compression="zstd")
+            kept = con.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0]  # type: ignore[index]
+            seconds = time.perf_counter() - start
+            partial.replace(target)
+            summary_partial.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)},
+                                                  indent=1), encoding="utf-8")
+            summary_partial.replace(summary)
+    finally:
+        for path in (partial, summary_partial):
+            path.unlink(missing_ok=True)  # gone already after a build that succeeded
     prune_stale_parts(name, target)
     return SourceBuild(name, target, kept, dropped, seconds, cached=False)
+
+
+class CacheNotWritableError(LilouInputError):
+    """The cache folder cannot hold the table's parts: the environment's fault, not one source's."""
+
+
+def _check_writable(partial: Path) -> None:
+    """Create ``partial`` (the build writes it next), or say in one line that the cache folder is not writable."""
+    try:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.touch()
+    except OSError as exc:
+        raise CacheNotWritableError(
+            f"cannot write the kernel table's cache in {partial.parent} ({exc.strerror or exc}): set {CACHE_ENV} to a "
+            "writable folder (default ~/.cache/lilou)") from None
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (``timeout``, ``docker stop``, a CI job cancelled) stops the block as Ctrl-C does, so that its
+    cleanup runs; DuckDB reports either as an interrupted query. Only in the main thread, where handlers live."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def build_table(sources: Iterable[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
