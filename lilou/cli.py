@@ -62,11 +62,14 @@ def leave(status: int, quick: bool) -> NoReturn:
     then every module freed one by one) cost a fresh ``lilou infer`` of BERT-large about 50 ms, a tenth of its
     time, to free memory the process hands back anyway. Its cyclic garbage collector is off for the same reason
     (about 30 ms of collections that free nothing the process keeps). Output is flushed first; these commands
-    write no file but through ``with`` blocks, and register nothing to run at exit."""
+    write no file but through ``with`` blocks, and register nothing to run at exit but the removal of a temporary
+    matplotlib folder (``--plot`` with a read-only HOME), done here."""
     if quick:
         with contextlib.suppress(OSError):  # run_command flushed stdout and handled its errors already
             sys.stdout.flush()
             sys.stderr.flush()
+        if "lilou.report.mpl" in sys.modules:
+            sys.modules["lilou.report.mpl"].remove_config_dir()
         os._exit(status)
     sys.exit(status)
 

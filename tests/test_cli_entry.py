@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 RESNET18 = REPO / "examples" / "resnet18.onnx"
 
 
-def _console_script(*argv: str, **options) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def _console_script(*argv: str, env: dict[str, str] | None = None, **options) -> subprocess.Popen:
+    env = dict(env or {**os.environ, "PYTHONPATH": str(REPO)})
     env.pop("LILOU_DEBUG", None)
     return subprocess.Popen([sys.executable, "-c", "from lilou.cli import entry; entry()", *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **options)
@@ -66,3 +66,18 @@ def test_a_command_builds_its_own_parser_alone(capsys):
     assert "invalid choice: 'infr'" in err and "'infer'" in err and "'profile'" in err
     assert main(["infer", "--gpu"]) == 2
     assert "lilou: error: lilou infer: argument --gpu: expected one argument" in capsys.readouterr().err
+
+
+def test_plot_with_an_unwritable_home_leaves_nothing_behind(tmp_path):
+    """With a read-only HOME, matplotlib made /tmp/matplotlib-XXXXXXXX, said so in several lines on stderr, and
+    left the folder behind: its atexit hook does not run at a quick exit."""
+    home, temporary, plot = tmp_path / "home", tmp_path / "tmp", tmp_path / "kernels.png"
+    home.write_text("a file: nothing can be made under it, not even by root")
+    temporary.mkdir()
+    env = {"HOME": str(home), "TMPDIR": str(temporary), "XDG_CONFIG_HOME": "", "XDG_CACHE_HOME": "", "MPLCONFIGDIR": ""}
+    child = _console_script("infer", str(RESNET18), "--gpu", "a10g", "--plot", str(plot), "--format", "json",
+                            env={**os.environ, "PYTHONPATH": str(REPO), **env})
+    out, err = child.communicate(timeout=300)
+    assert (child.returncode, err) == (0, "")
+    assert json.loads(out)["gpu"] == "a10g" and plot.stat().st_size > 0
+    assert list(temporary.iterdir()) == []

@@ -13,10 +13,9 @@ MAX_DEVICES = 8
 def plot_plan(plan: CapacityPlan, path: str | os.PathLike[str], max_devices: int = MAX_DEVICES) -> list[str]:
     """Write the chart; returns the devices drawn (the plan's first ``max_devices``, or the fastest at the
     smallest batch when no device meets the SLO)."""
-    import matplotlib
+    from lilou.report.mpl import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [e.device.name for e in plan.entries][:max_devices]
     if not names:

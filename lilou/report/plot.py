@@ -32,10 +32,9 @@ def plot_breakdown(prediction: Prediction, path: str | os.PathLike[str], top: in
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     if not os.path.isdir(folder):
         raise LilouInputError(f"--plot: folder {folder!r} does not exist")
-    import matplotlib
+    from lilou.report.mpl import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     kernels = prediction.top(top)[::-1]  # largest at the top
