@@ -36,7 +36,7 @@ import numpy as np
 from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning, fallback_warning,
                            fused_attention_warning, grouped_conv_warning, launch_bound_note, memory_warning,
                            power_note, transposed_conv_warning, unmeasured_kernels)
-from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
+from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, reading_checkpoints
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
 from lilou.graph.memory import fits_memory, memory_needed
@@ -115,20 +115,23 @@ class Predictor:
 
         self.backend = check_backend(backend)
         gap = check_launch_gap(launch_gap_ms)
-        kernel_model = KernelModel.load(kernel_checkpoint or checkpoint_path(KERNEL_LATENCY))
-        params = load_overhead(overhead_checkpoint or checkpoint_path(E2E_OVERHEAD))
+        kernel_folder = kernel_checkpoint or checkpoint_path(KERNEL_LATENCY)
+        overhead_folder = overhead_checkpoint or checkpoint_path(E2E_OVERHEAD)
         # Without the tensor-core model (a checkpoint folder that lacks it), every kernel is priced at FP32
         # rates and the warnings say so.
         tensor_folder = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
         has_tensor = tensor_folder.exists()
-        self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
-        self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]), OverheadModel(**params["overhead"]),
-                                   tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
+        with reading_checkpoints(kernel_folder, overhead_folder, *([tensor_folder] if has_tensor else [])):
+            kernel_model = KernelModel.load(kernel_folder)
+            params = load_overhead(overhead_folder)
+            self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
+            self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
+                                       OverheadModel(**params["overhead"]),
+                                       tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
+            self._interval_notes, self._tensor_interval_note = calibration_notes(kernel_folder, has_tensor)
         self.launch_gap_given = False
         if gap is not None:
             self._use_launch_gap(gap)
-        self._interval_notes, self._tensor_interval_note = calibration_notes(
-            kernel_checkpoint or checkpoint_path(KERNEL_LATENCY), has_tensor)
 
     # ----------------------------------------------------------------- public
 

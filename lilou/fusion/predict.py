@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_path
+from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_path, reading_checkpoints
 from lilou.fusion.backends import check_backend
 from lilou.fusion.partition import Partition
 from lilou.fusion.rules import RuleTable, rule_partition
@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 @functools.lru_cache(maxsize=4)
 def rule_table(backend: str) -> RuleTable:
     path = checkpoint_path(FUSION_RULES, required=False) / f"{backend}.json"
-    return RuleTable.load(path) if path.exists() else RuleTable(backend)
+    if not path.exists():
+        return RuleTable(backend)
+    with reading_checkpoints(path):
+        return RuleTable.load(path)
 
 
 def unknown_ops(graph: ModelGraph, known: Iterable[str] = OP_VOCABULARY) -> list[str]:
@@ -40,7 +43,8 @@ def shipped_gnn(method: str = "auto") -> FusionPredictor | None:
         return None
     from lilou.fusion.gnn_predictor import FusionPredictor  # numpy weights, read on demand
 
-    return FusionPredictor.load_shipped()
+    with reading_checkpoints(gnn_folder):
+        return FusionPredictor.load_shipped()
 
 
 def predict_partition(graph: ModelGraph, backend: str = "eager", method: str = "auto") -> Partition:
