@@ -26,16 +26,34 @@ from lilou.errors import LilouInputError, interrupted_query, one_line  # noqa: E
 
 
 class _ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line with exit status 2."""
+    """argparse that reports usage errors as one line with exit status 2: ``lilou: error: infer: ...`` (the
+    command line adds ``lilou: error:``)."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise LilouInputError(f"{self.prog}: {message}")
+    _arguments: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._arguments = list(sys.argv[1:] if args is None else args)  # for error()'s hints
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        if "required: COMMAND" in message and self._arguments[:1] and self._arguments[0].startswith("-"):
+            message = f"unrecognized arguments: {self._arguments[0]}"  # `lilou --bogus`: not a missing command
+        elif "are required" in message:
+            # a file whose name starts with a dash is read as an option: `lilou infer -model.onnx`
+            dashed = next((a for a in self._arguments if a.startswith("-") and len(a) > 1 and os.path.isfile(a)), None)
+            if dashed:
+                message += f" ({dashed} is read as an option: write ./{dashed}, or put -- before it)"
+        command = self.prog.removeprefix("lilou").strip()  # "infer" in a sub-command's parser
+        raise LilouInputError(f"{command}: {message}" if command else message)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `lilou` parser; with ``command`` (the first argument, when it names a sub-command) only that
     sub-command's parser is built under it (``lilou COMMAND ...`` parses the same; ``lilou --help`` lists all)."""
+    from lilou import __version__
+
     parser = _ArgumentParser(prog="lilou", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"lilou {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
     sub.required = True
 

@@ -65,7 +65,7 @@ def test_a_command_builds_its_own_parser_alone(capsys):
     err = capsys.readouterr().err
     assert "invalid choice: 'infr'" in err and "'infer'" in err and "'profile'" in err
     assert main(["infer", "--gpu"]) == 2
-    assert "lilou: error: lilou infer: argument --gpu: expected one argument" in capsys.readouterr().err
+    assert capsys.readouterr().err == "lilou: error: infer: argument --gpu: expected one argument\n"  # one prefix
 
 
 def test_plot_with_an_unwritable_home_leaves_nothing_behind(tmp_path):
@@ -81,3 +81,31 @@ def test_plot_with_an_unwritable_home_leaves_nothing_behind(tmp_path):
     assert (child.returncode, err) == (0, "")
     assert json.loads(out)["gpu"] == "a10g" and plot.stat().st_size > 0
     assert list(temporary.iterdir()) == []
+
+
+def test_version(capsys):
+    from lilou import __version__
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr() == (f"lilou {__version__}\n", "")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--bogus"], "unrecognized arguments: --bogus"),  # was: the following arguments are required: COMMAND
+    ([], "the following arguments are required: COMMAND"),
+    (["infer"], "infer: the following arguments are required: model, --gpu"),
+])
+def test_usage_errors_are_one_line_with_one_prefix(argv, message, capsys):
+    assert main(argv) == 2
+    assert capsys.readouterr() == ("", f"lilou: error: {message}\n")
+
+
+def test_a_model_named_like_an_option_is_hinted(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-model.onnx").write_bytes(RESNET18.read_bytes())
+    assert main(["infer", "-model.onnx", "--gpu", "a10g"]) == 2
+    assert capsys.readouterr().err == ("lilou: error: infer: the following arguments are required: model (-model.onnx is "
+                                       "read as an option: write ./-model.onnx, or put -- before it)\n")
+    assert main(["infer", "--gpu", "a10g", "--format", "json", "--", "-model.onnx"]) == 0

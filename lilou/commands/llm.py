@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     missing = [flag for flag, value in (("MODEL", args.model), ("--gpu", args.gpu), ("--input-len", args.input_len),
                                         ("--output-len", args.output_len)) if value is None]
     if missing:
-        raise LilouInputError(f"lilou llm: {', '.join(missing)} required (or --list)")
+        raise LilouInputError(f"llm: {', '.join(missing)} required (or --list)")
     from lilou.llm import LLMPredictor
 
     result = LLMPredictor().predict(args.model, args.gpu, mig=args.mig, tp=args.tp, batch=args.batch,
