@@ -383,3 +383,28 @@ def test_an_unwritable_cache_is_one_line_naming_it(datasets_dir: Path, tmp_path:
     assert out == ""
     assert err == (f"lilou: error: cannot write the kernel table's cache in {tmp_path}/file/cache/kernel_table "
                    "(Not a directory): set LILOU_CACHE_DIR to a writable folder (default ~/.cache/lilou)\n")
+
+
+def test_a_rebuild_prunes_what_duckdb_left_of_a_killed_build(datasets_dir: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build killed outright (SIGKILL) while DuckDB wrote its part leaves DuckDB's own tmp_ file (tens of MB),
+    which the stale-partial pruning did not match and kept for good."""
+    import os
+    import time
+
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "kernel_table"
+    folder.mkdir()
+    dead = folder / f"tmp_liger_kernel-{0:016x}.parquet.123.partial"
+    running = folder / f"tmp_liger_kernel-{1:016x}.parquet.456.partial"
+    other = folder / f"tmp_neusight-{0:016x}.parquet.123.partial"
+    for path in (dead, running, other):
+        path.write_text("x")
+    seven_hours_ago = time.time() - 7 * 3600
+    for path in (dead, other):
+        os.utime(path, (seven_hours_ago, seven_hours_ago))
+
+    build_source("liger_kernel", datasets_dir)
+
+    left = {p.name for p in folder.iterdir()}
+    assert dead.name not in left and {running.name, other.name} <= left

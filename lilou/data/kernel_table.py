@@ -163,7 +163,7 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
                                                   indent=1), encoding="utf-8")
             summary_partial.replace(summary)
     finally:
-        for path in (partial, summary_partial):
+        for path in (partial, partial.with_name(DUCKDB_TMP + partial.name), summary_partial):
             path.unlink(missing_ok=True)  # gone already after a build that succeeded
     prune_stale_parts(name, target)
     return SourceBuild(name, target, kept, dropped, seconds, cached=False)
@@ -295,6 +295,8 @@ KEY_CHARS = 16
 KEEP_OLDER_PARTS = 2
 #: A partial file older than this (s) is left by a build that died; a running build renames its own in minutes.
 STALE_PARTIAL_S = 6 * 3600
+#: The prefix of the file DuckDB writes a parquet file into before renaming it to the name asked for.
+DUCKDB_TMP = "tmp_"
 
 
 def prune_stale_parts(name: str, current: Path) -> list[Path]:
@@ -306,8 +308,11 @@ def prune_stale_parts(name: str, current: Path) -> list[Path]:
                    key=lambda p: p.stat().st_mtime, reverse=True)
     doomed = [path for part in older[KEEP_OLDER_PARTS:] for path in (part, part.with_suffix(".json"))]
     now = time.time()
-    doomed += [p for p in folder.glob(f"{name}-*.partial")
-               if _is_part_of(p, name) and now - p.stat().st_mtime > STALE_PARTIAL_S]
+    # DuckDB writes a part into tmp_<partial file> and renames it: a build killed while writing leaves that one
+    partials = [*folder.glob(f"{name}-*.partial"), *folder.glob(f"{DUCKDB_TMP}{name}-*.partial")]
+    doomed += [p for p in partials
+               if _is_part_of(p.with_name(p.name.removeprefix(DUCKDB_TMP)), name)
+               and now - p.stat().st_mtime > STALE_PARTIAL_S]
     deleted = []
     for path in doomed:
         try:
