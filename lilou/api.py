@@ -319,7 +319,9 @@ class Predictor:
             graph = retyped(source, check_precision(precision), activations="float16")
         else:
             graph = retyped(source, check_precision(precision))
-        if graph is prepared.graph and precision == model_precision(graph).precision:
+        # TF32 is FP32 storage and FP32 compute but for the matmuls and convolutions, whose path (--tf32 on) says so
+        computed = "fp32" if check_precision(precision) == "tf32" else precision
+        if graph is prepared.graph and computed == model_precision(graph).precision:
             return prepared  # stored so already, computed so already
         graph, dropped = without_redundant_casts(source, graph)
         if graph is not prepared.graph and prepared.partition is not None:
@@ -336,10 +338,15 @@ class Predictor:
                     "FP16 tensor cores")
         else:
             quantized = prepared.graph.dag.graph.get("quantized") and precision not in ("int8", "fp8")
-            note = (f"{said} the file's {stored} model is priced as run in {precision.upper()}, its kernels on "
+            run = ("FP32 (its matmuls and convolutions in TF32 on GPUs with TF32, compute capability 8.0 and newer)"
+                   if computed == "fp32" and precision != "fp32" else precision.upper())
+            note = (f"{said} the file's {stored} model is priced as run in {run}, its kernels on "
                     "that path and its floating-point tensors stored so ("
                     + ("its quantized tensors too: they hold floating-point values; " if quantized else "")
                     + "integer tensors keep their types)")
+        if check_precision(precision) == "int4" and any(d["op"] in ("Conv", "ConvTranspose")
+                                                        for _, d in graph.dag.nodes(data=True)):
+            note += "; its convolutions as FP16 ones, weights included (no runtime runs INT4 convolutions)"
         if dropped:
             note += (f"; the {len(dropped)} Cast(s) between its precisions cast to their own type, and launch no "
                      "kernel, as in a file typed so")
@@ -453,7 +460,10 @@ class Predictor:
 
     def _intervals(self, kernels: GraphKernels, work: KernelWork, shares: np.ndarray, devices: Sequence[Device],
                    paths: Sequence[PrecisionPath]) -> Intervals:
-        """90 % intervals and extrapolation flags (lilou.plan.intervals) of every kernel on every device."""
+        """90 % intervals and extrapolation flags (lilou.plan.intervals) of every kernel on every device.
+        ``--precision tf32`` is FP32 with ``--tf32 on``: only its matmuls and convolutions run in TF32 (their unit
+        says so), every other kernel is an FP32 one, with FP32's measured range and band."""
+        paths = [dataclasses.replace(p, precision="fp32") if p.precision == "tf32" else p for p in paths]
         dtypes = [p.precision for p in paths]
         calibration = Calibration.shipped()
         if calibration is None:

@@ -39,6 +39,9 @@ def retyped(graph: ModelGraph, precision: str, activations: str | None = None) -
     activation, weight = STORAGE[precision]
     activation = activations or activation
     weights = graph.constant_tensors()
+    if precision == "int4":  # no runtime runs INT4 (W4A16) convolutions: their weights stay 16-bit, an FP16 convolution
+        weights = weights - {t.name for _, data in graph.dag.nodes(data=True) if data["op"] in ("Conv", "ConvTranspose")
+                             for t in data["inputs"] if t is not None}
     # an INT8 or FP8 model keeps a quantized file's types (its INT32 biases and accumulators are an INT8 engine's)
     keeps = precision in ("int8", "fp8") and activations is None
     quantized = frozenset() if keeps else graph.dag.graph.get("quantized", frozenset())

@@ -229,8 +229,14 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
     if path.precision == "int4":
         # INT4 is weight-only (W4A16: AWQ, GPTQ, onnxruntime's MatMulNBits): the weights are dequantised onto the
         # 16-bit tensor cores, as the kernel table's int4-weight-only rows are labelled (bf16_tensor); no source or
-        # runtime here runs INT4 tensor-core math (before session 32, an A100's or T4's INT4 peak priced them)
-        return next((unit for unit in ("bf16_tensor", "fp16_tensor", "fp32") if peaks.get(unit)), None)
+        # runtime here runs INT4 tensor-core math (before session 32, an A100's or T4's INT4 peak priced them).
+        # No runtime runs INT4 (or W4A16) convolutions at all: they run as FP16 convolutions.
+        units = ("fp16_tensor", "fp32") if family == "conv" else ("bf16_tensor", "fp16_tensor", "fp32")
+        return next((unit for unit in units if peaks.get(unit)), None)
+    if path.precision == "bf16" and family == "conv" and peaks.get("bf16_tensor") and peaks.get("fp16_tensor"):
+        # FP16 and BF16 run on one tensor-core rate; no source measured a BF16 convolution, and the BF16 one-hot
+        # (learned on GEMMs only) priced them 9-21 % under FP16 ones: a BF16 convolution is priced as the FP16 one
+        return "fp16_tensor"
     tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
     if tensor and peaks.get(tensor):
         return tensor
