@@ -49,7 +49,7 @@ from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_precision_options, kernel_path,
                                                   kernel_precisions, precision_path, precision_warnings,
-                                                  runs_weight_only, tf32_unavailable)
+                                                  runs_tf32, runs_weight_only, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals, with_related_devices
@@ -263,7 +263,7 @@ class Predictor:
         """:meth:`rank`'s entries of ``devices`` (unsorted) and the warnings said before the power and launch-bound
         notes (which are about every device ranked) and after them."""
         graph, kernels = prepared.graph, prepared.kernels
-        reading = _GraphPrecision.of(graph, precision, tf32)
+        reading = _GraphPrecision.of(graph, precision, tf32, self.backend)
         work, shares, paths, bounds = self._priced(kernels, devices, _leading_dim(graph), reading)
         totals = shares.sum(axis=0)
         gpu_work = self.model.overhead.gpu_ms(work.work_ms).sum(axis=0)
@@ -424,7 +424,7 @@ class Predictor:
                      tf32: str | None = None) -> list[Prediction]:
         graph, kernels, name, batch = prepared.graph, prepared.kernels, prepared.name, prepared.batch
         warnings = list(prepared.warnings)
-        reading = _GraphPrecision.of(graph, precision, tf32)
+        reading = _GraphPrecision.of(graph, precision, tf32, self.backend)
         work, shares, paths, bounds = self._priced(kernels, devices, _leading_dim(graph), reading)
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
         batch = batch if batch is not None else _leading_dim(graph)
@@ -494,9 +494,14 @@ class _GraphPrecision:
     has_conv: bool
     has_matmul: bool
     others: tuple[tuple[str, bool, bool], ...] = ()  # (precision, has_conv, has_matmul) of the math ops' other types
+    backend: str = "eager"
 
     @classmethod
-    def of(cls, graph: ModelGraph, precision: str | None, tf32: str | None) -> _GraphPrecision:
+    def of(cls, graph: ModelGraph, precision: str | None, tf32: str | None, backend: str = "eager") -> _GraphPrecision:
+        """``backend`` tvm: TVM's generated kernels do not read PyTorch's TF32 flags (cudnn.allow_tf32), so its
+        default is strict FP32 (``--tf32 off``), not PyTorch eager's TF32 convolutions from compute capability 8.0."""
+        if backend == "tvm" and tf32 is None:
+            tf32 = "off"
         # ops priced by their cost formula: a convolution on the fallback (an op of an unknown domain, such as
         # onnxruntime's NCHWc layout) runs on no tensor core, and TF32 is not said of it
         ops = {graph.dag.nodes[n]["op"] for n in graph.runtime_nodes() if graph.dag.nodes[n].get("supported", True)}
@@ -504,7 +509,7 @@ class _GraphPrecision:
         read = math_op_precisions(graph) if precision is None else {}
         others = tuple((p, "conv" in read[p], "gemm" in read[p]) for p in sorted(read) if p != detected.precision)
         return cls(detected, precision, tf32, has_conv=bool(ops & {"Conv", "ConvTranspose"}),
-                   has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}), others=others)
+                   has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}), others=others, backend=backend)
 
     def path(self, device: Device) -> PrecisionPath:
         return precision_path(self.detected.precision, device, self.precision, self.tf32)
@@ -517,6 +522,11 @@ class _GraphPrecision:
                                    devices=devices, coverage=coverage, retyped=self.precision is not None)
         if any(p.precision in ("fp32", "tf32") for p in paths):
             lines += tf32_unavailable(self.tf32, self.precision, devices, self.has_conv, self.has_matmul)
+        if self.backend == "tvm" and any((self.has_conv and runs_tf32("conv", p)) or (self.has_matmul and
+                                                                                    runs_tf32("gemm", p)) for p in paths):
+            lines.append("--backend tvm with TF32: priced assuming TVM's schedules run the FP32 matmuls and convolutions "
+                         "on the TF32 tensor cores; TVM's generated kernels do not read PyTorch's TF32 flags, and its "
+                         "default here is strict FP32 (--tf32 off)")
         for other, has_conv, has_matmul in self.others:  # the kernels priced in another precision than the model's
             other_paths = [kernel_path(p, other) for p in paths]
             lines += [line for line in precision_warnings(other_paths, has_conv=has_conv, has_matmul=has_matmul,

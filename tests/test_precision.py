@@ -489,3 +489,20 @@ def test_precision_tf32_is_fp32_with_tf32_on_interval_and_warnings_included(zoo_
     assert fp32["tf32"] == "off" and any(w.startswith("t4: no TF32 tensor cores") for w in tf32["warnings"])
     a100 = predictor.predict(path, gpu="a100-sxm4-80gb", precision="tf32")
     assert a100.extrapolated_share < 0.9 and a100.interval_ms[1] < 2 * a100.latency_ms
+
+
+def test_the_tvm_backend_runs_strict_fp32_unless_tf32_is_asked_for() -> None:
+    """TVM's generated kernels do not read PyTorch's TF32 flags: ``--backend tvm`` took eager's default (TF32
+    convolutions from compute capability 8.0; ResNet-50 b32 on an A100 4.93 ms against 15.32 strict, reported
+    "conv"). Its default is strict FP32 now, and TF32 asked of it is said to be an assumption about TVM's schedules."""
+    tvm, eager = Predictor(backend="tvm"), Predictor()
+    default = tvm.predict(EXAMPLE, gpu="a100-sxm4-80gb")
+    strict = tvm.predict(EXAMPLE, gpu="a100-sxm4-80gb", tf32="off")
+    assert default.tf32 == "off" and default.latency_ms == strict.latency_ms and default.warnings == strict.warnings
+    assert not any("TVM's schedules" in w for w in default.warnings)
+    for mode in ("conv", "on"):
+        asked = tvm.predict(EXAMPLE, gpu="a100-sxm4-80gb", tf32=mode)
+        assert asked.tf32 == mode and asked.latency_ms < strict.latency_ms
+        assert any(w.startswith("--backend tvm with TF32: priced assuming TVM's schedules") for w in asked.warnings)
+    assert eager.predict(EXAMPLE, gpu="a100-sxm4-80gb").tf32 == "conv"  # PyTorch eager's default is kept
+    assert [e.tf32 for e in tvm.rank(EXAMPLE, gpus=["a100-sxm4-80gb"]).entries] == ["off"]
