@@ -418,6 +418,8 @@ class Predictor:
         if self.backend != "eager":
             warnings.append(f"the per-kernel model and the launch overhead were fitted on PyTorch eager "
                             f"measurements; {self.backend} kernels are predicted with them as they are")
+        if self.backend == "tvm":
+            warnings += tvm_import_blockers(graph)
         return kernels, warnings, partition
 
     def _predictions(self, prepared: PreparedModel, devices: list[Device], precision: str | None = None,
@@ -533,6 +535,23 @@ class _GraphPrecision:
                                                           mixed=False, devices=devices, coverage=coverage)
                       if line not in lines]
         return lines
+
+
+#: ONNX ops TVM 0.27's Relax importer cannot import (docs/fusion.md: corpus graphs with them carry eager labels only).
+TVM_UNIMPORTABLE_OPS = frozenset({"LSTM", "GRU", "RNN", "Celu", "SoftmaxCrossEntropyLoss"})
+
+
+def tvm_import_blockers(graph: ModelGraph) -> list[str]:
+    """A warning where the graph holds an op TVM's ONNX importer is known to refuse, read from the graph alone (TVM
+    is not imported): the latency is then that of kernels TVM cannot build from the file as exported. The dtype
+    mismatches TVM finds in RoBERTa's and TinyLlama's exports are not visible in their ONNX types (ONNX shape
+    inference refuses a binary op reading two element types), so they are not caught here."""
+    for name, data in sorted(graph.dag.nodes(data=True), key=lambda item: item[1]["order"]):
+        if data["op"] in TVM_UNIMPORTABLE_OPS:
+            return [f"--backend tvm: TVM cannot compile this model as exported: its ONNX importer cannot import "
+                    f"{data['op']} (first: node {name!r}); the latency is that of kernels TVM would fuse, had it "
+                    "imported the file (`lilou fuse --backend tvm --oracle` checks)"]
+    return []
 
 
 def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,

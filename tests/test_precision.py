@@ -506,3 +506,21 @@ def test_the_tvm_backend_runs_strict_fp32_unless_tf32_is_asked_for() -> None:
         assert any(w.startswith("--backend tvm with TF32: priced assuming TVM's schedules") for w in asked.warnings)
     assert eager.predict(EXAMPLE, gpu="a100-sxm4-80gb").tf32 == "conv"  # PyTorch eager's default is kept
     assert [e.tf32 for e in tvm.rank(EXAMPLE, gpus=["a100-sxm4-80gb"]).entries] == ["off"]
+
+
+def test_the_tvm_backend_says_when_tvm_cannot_import_the_graph(tmp_path: Path) -> None:
+    """TVM's importer refuses the ops docs/fusion.md lists (LSTM, GRU, RNN, Celu, SoftmaxCrossEntropyLoss); a
+    --backend tvm prediction of such a file gave a TVM latency without a word. Read from the graph, TVM not imported."""
+    celu = tmp_path / "celu.onnx"
+    nodes = [onnx.helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             onnx.helper.make_node("Celu", ["h"], ["y"], name="node_celu")]
+    onnx.save(make_model(nodes, [tensor("x", [64, 64])], [tensor("y", [64, 64])], [weight("w", [64, 64])]), celu)
+    for model in (celu, EXAMPLE):
+        tvm = Predictor(backend="tvm").predict(model, gpu="a100-sxm4-80gb").warnings
+        eager = Predictor().predict(model, gpu="a100-sxm4-80gb").warnings
+        said = [w for w in tvm if w.startswith("--backend tvm: TVM cannot compile this model as exported")]
+        assert not any("TVM cannot compile" in w for w in eager)
+        assert said == ([] if model == EXAMPLE else [
+            "--backend tvm: TVM cannot compile this model as exported: its ONNX importer cannot import Celu (first: "
+            "node 'node_celu'); the latency is that of kernels TVM would fuse, had it imported the file (`lilou fuse "
+            "--backend tvm --oracle` checks)"])
