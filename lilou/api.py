@@ -335,7 +335,7 @@ class Predictor:
         if weight_only:
             note = (f"{said} the file's {stored} model is priced on the GPUs without {precision.upper()} tensor "
                     f"cores as their weight-only kernels run it: {precision.upper()} weights, FP16 activations, on the "
-                    "FP16 tensor cores")
+                    "FP16 tensor cores (such kernels exist from compute capability 8.0: older GPUs are warned apart)")
         else:
             quantized = prepared.graph.dag.graph.get("quantized") and precision not in ("int8", "fp8")
             run = ("FP32 (its matmuls and convolutions in TF32 on GPUs with TF32, compute capability 8.0 and newer)"

@@ -118,9 +118,14 @@ def test_fp8_and_fp4_on_gpus_without_their_tensor_cores_say_so(tmp_path: Path) -
     assert [p.to_json() for p in both] == [on_ada.to_json(), on_ampere.to_json()]
     ranked = predictor.rank(path, gpus=["h100-sxm", "b200", "t4"], precision="fp4")
     assert [w for w in ranked.warnings if "no FP4 tensor cores" in w] == [
-        "h100-sxm, t4: no FP4 tensor cores (FP4 needs compute capability 10.0 or newer): FP4 GEMMs are priced as "
+        "h100-sxm: no FP4 tensor cores (FP4 needs compute capability 10.0 or newer): FP4 GEMMs are priced as "
         "weight-only FP4 kernels run there, on the FP16 tensor cores with FP4 weights and FP16 activations; an engine "
         "that needs the format's own math (TensorRT, ModelOpt) cannot run them there"]
+    # the weight-only kernels (vLLM's Marlin) need compute capability 8.0: on a T4 no known runtime runs them
+    assert [w for w in ranked.warnings if w.startswith("t4: ")] == [
+        "t4: no known runtime runs FP4 GEMMs there (the weight-only kernels that run them on other GPUs (vLLM's "
+        "Marlin) need compute capability 8.0 or newer); they are priced as FP16 kernels with the format's smaller "
+        "weights, a lower bound on what a runtime that upcasts them would take"]
     by_device = {e.device: e for e in ranked}
     assert by_device["h100-sxm"].latency_ms == predictor.predict(path, gpu="h100-sxm", precision="fp4").latency_ms
 

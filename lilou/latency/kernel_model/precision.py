@@ -118,6 +118,16 @@ def precision_path(model_precision: str, device: Device, precision: str | None =
                          activations="fp16" if runs_weight_only(precision, device) else None)
 
 
+#: Weight-only FP8/FP4 GEMMs (vLLM's Marlin kernels) need Ampere's instructions: compute capability 8.0.
+WEIGHT_ONLY_CAPABILITY = (8, 0)
+
+
+def _capability(gpu: str) -> tuple[int, ...]:
+    from lilou.hardware import find_gpu
+
+    return tuple(int(part) for part in find_gpu(gpu).compute_capability.split("."))
+
+
 def runs_weight_only(precision: str | None, device: Device) -> bool:
     """``--precision fp8`` (or fp4) on a GPU without the format's tensor cores: what runs there is a weight-only
     kernel (vLLM's FP8 Marlin: FP8 weights, 16-bit activations on the FP16 tensor cores), so the model is priced
@@ -308,15 +318,23 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                 warnings.append(f"{', '.join(sorted(dp4a))}: no INT8 tensor cores, so {name} run on the CUDA cores' "
                                 "DP4A instructions (four INT8 products per lane and instruction), priced at the "
                                 "database's INT8 CUDA-core peak: often no faster than FP16 on the same GPU")
-            if upcast:
+            marlin = {gpu for gpu in upcast if family == "gemm" and _capability(gpu) >= WEIGHT_ONLY_CAPABILITY}
+            if marlin:
                 needs = ".".join(map(str, _NEEDS_CAPABILITY[precision]))
                 stored = (f"{precision.upper()} weights and FP16 activations" if retyped else
                           f"the file's {precision.upper()}-stored tensors (their 16-bit activations would move more "
                           "bytes than predicted)")
-                warnings.append(f"{', '.join(sorted(upcast))}: no {precision.upper()} tensor cores ({precision.upper()} "
+                warnings.append(f"{', '.join(sorted(marlin))}: no {precision.upper()} tensor cores ({precision.upper()} "
                                 f"needs compute capability {needs} or newer): {name} are priced as weight-only "
                                 f"{precision.upper()} kernels run there, on the FP16 tensor cores with {stored}; an "
                                 "engine that needs the format's own math (TensorRT, ModelOpt) cannot run them there")
+            if upcast - marlin:
+                why = ("no runtime runs weight-only convolutions" if family == "conv" else
+                       "the weight-only kernels that run them on other GPUs (vLLM's Marlin) need compute capability "
+                       "8.0 or newer")
+                warnings.append(f"{', '.join(sorted(upcast - marlin))}: no known runtime runs {name} there ({why}); "
+                                "they are priced as FP16 kernels with the format's smaller weights, a lower bound on "
+                                "what a runtime that upcasts them would take")
             if unmeasured:
                 measured = sorted({a for p in _NEIGHBOURS.get(precision, (precision,))
                                    for a in coverage.architectures(p, family)}, key=ARCHITECTURE_CLASSES.index)
