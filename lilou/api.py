@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning, fallback_warning,
+from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning, extrapolated_warning, fallback_warning,
                            fused_attention_warning, grouped_conv_warning, launch_bound_note, memory_warning,
                            power_note, transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, reading_checkpoints
@@ -277,7 +277,8 @@ class Predictor:
                   + fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)
                   + conv_form_warning(kernels, shares) + transposed_conv_warning(kernels, shares, devices)
                   + fused_attention_warning(kernels, shares))
-        return entries, before, memory_warning(graph, devices, need) + self._interval_warnings(bounds)
+        return entries, before, (memory_warning(graph, devices, need) + extrapolated_warning(devices, bounds.extrapolated_share)
+                                 + self._interval_warnings(bounds))
 
     def _in_precision_by_device(self, prepared: PreparedModel, devices: Sequence[Device], precision: str | None
                                 ) -> list[tuple[PreparedModel, list[int]]]:
@@ -440,6 +441,7 @@ class Predictor:
                            + transposed_conv_warning(kernels, shares[:, [j]], [device])
                            + fused_attention_warning(kernels, shares[:, [j]])
                            + power_note(self.model.kernel_model, [device]) + memory_warning(graph, [device], need)
+                           + extrapolated_warning([device], bounds.extrapolated_share[j:j + 1])
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
                            interval_ms=_rounded(bounds.interval(j)),

@@ -254,6 +254,20 @@ def ambiguity_notes(names: str | Iterable[object] | None) -> list[str]:
     return notes
 
 
+def extrapolated_warning(devices: Sequence[Device], shares: Sequence[float]) -> list[str]:
+    """Say so when every kernel of the model is extrapolated on a device (``shares``: each device's share of the
+    predicted time on extrapolated kernels, :mod:`lilou.plan.extrapolation`): no kernel of its kinds was measured in
+    range on GPUs of its class (H100 and L4 rows are held back; an A10G's FP32 BERT-base kernels). Only the widened
+    interval said so."""
+    whole = [d.name for d, share in zip(devices, shares) if share >= 0.9995]
+    if not whole:
+        return []
+    where = whole[0] if len(whole) == 1 else f"{len(whole)} of {len(devices)} devices ({', '.join(whole[:3])}, ...)"
+    return [f"{where}: every kernel of this model is extrapolated (no measured kernel of its kinds lies in range on "
+            "GPUs of that class, dtype and family): the prediction rests on other GPUs' measurements, and its 90 % "
+            "interval is widened for it"]
+
+
 def memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int, int] | None = None) -> list[str]:
     """Say so when the weights and the activations live at the peak cannot fit the device's memory (``need``: what
     :func:`memory_needed` returns, when already computed)."""
