@@ -271,7 +271,7 @@ class Predictor:
         need_gb = round(sum(need) / 2**30, 4)
         entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
                              round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4),
-                             need_gb)
+                             need_gb, self.backend)
                    for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
         before = (list(prepared.warnings) + reading.notes(paths, devices, self.coverage)
                   + fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)

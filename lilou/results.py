@@ -148,6 +148,7 @@ class RankEntry:
     fits: bool = True  # weights + the activations live at the peak within the device's (or slice's) memory
     gpu_work_ms: float = 0.0  # the kernels' GPU time alone, without waits for launches: what a faster host leaves
     memory_gb: float = 0.0  # weights + activations at their peak in GiB, as stored on this device (weight-only FP8 ...)
+    backend: str = "eager"  # the runtime whose kernels were predicted (a saved ranking says which)
 
     @property
     def device(self) -> str:
@@ -158,7 +159,7 @@ class RankEntry:
         return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
                 "fits": self.fits, "memory_gb": self.memory_gb, "precision": self.precision, "tf32": self.tf32,
-                "gpu_work_ms": self.gpu_work_ms}
+                "gpu_work_ms": self.gpu_work_ms, "backend": self.backend}
 
 
 @dataclass

@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
-PLAN_KEYS = {"model", "kind", "tp", "slo_ms", "batches", "precision", "sort", "devices", "plan", "unmet", "message",
+PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "batches", "precision", "sort", "devices", "plan", "unmet", "message",
              "warnings"}
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
@@ -556,3 +556,16 @@ def test_onnx_options_with_llm_are_refused(capsys, options, named):
     assert code == 2 and out == ""
     assert err == (f"lilou: error: {named} to ONNX models; with --llm a decoder LLM is planned with --itl-slo-ms, "
                    "--input-len and --output-len, its precision set by --dtype\n")
+
+
+def test_a_saved_plan_and_ranking_say_which_runtime_was_predicted(capsys, zoo_onnx):
+    """Without it a TVM plan or ranking saved as JSON could not be told from an eager one."""
+    model = str(zoo_onnx("resnet18", batch=1, dynamic_batch=True))
+    plan = plan_json(capsys, model, "--slo-ms", "50", "--gpus", "a10g", "--batches", "1,2", "--backend", "tvm")
+    assert plan["backend"] == "tvm" and plan["plan"]
+    assert plan_json(capsys, model, "--slo-ms", "50", "--gpus", "a10g", "--batches", "1")["backend"] == "eager"
+    code, out, _ = run(capsys, "rank", model, "--gpus", "a10g,t4", "--batch", "1", "--backend", "tvm", "--format", "json")
+    assert code == 0 and [entry["backend"] for entry in json.loads(out)] == ["tvm", "tvm"]
+    llm = plan_json(capsys, "--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "128", "--output-len", "16",
+                    "--gpus", "a10g", "--batches", "1")
+    assert llm["backend"] is None

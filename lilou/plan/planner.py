@@ -119,6 +119,7 @@ class CapacityPlan:
     warnings: list[str] = field(default_factory=list)
     kind: str = "model"           # "model" (ONNX) or "llm" (lilou.llm, ITL SLO)
     tp: int = 1                   # LLM plans: tensor-parallel GPUs per replica
+    backend: str | None = None    # ONNX plans: the runtime whose kernels were predicted (eager, tvm); LLM plans: None
     empty_because: str | None = None  # the message of a plan left empty before any latency (an LLM no device holds)
 
     @property
@@ -164,7 +165,8 @@ class CapacityPlan:
     def to_json(self) -> dict[str, Any]:
         """What ``lilou plan --format json`` prints."""
         precisions = sorted({p.precision for points in self.curves.values() for p in points if p.precision})
-        return {"model": self.model, "kind": self.kind, "tp": self.tp, "slo_ms": self.slo_ms, "batches": list(self.batches),
+        return {"model": self.model, "kind": self.kind, "backend": self.backend, "tp": self.tp, "slo_ms": self.slo_ms,
+                "batches": list(self.batches),
                 "precision": precisions[0] if len(precisions) == 1 else precisions or None,
                 "sort": self.sort, "devices": len(self.devices), "plan": [e.to_json() for e in self.entries],
                 "unmet": list(self.unmet), "message": self.message, "warnings": list(self.warnings)}
@@ -303,6 +305,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
     plan = _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")
+    plan.backend = predictor.backend
     plan.warnings += plan_launch_note(plan.entries, predictor.model.overhead.gap_ms, predictor.launch_gap_given)
     return plan
 

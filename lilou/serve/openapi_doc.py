@@ -70,6 +70,7 @@ class RankEntryBody(BaseModel):
                                                         "devices tied by the host's launches are ordered by it")
     fits: bool | None = Field(None, description="weights and the activations live at the peak within the device's memory")
     memory_gb: float | None = Field(None, description="weights + activations at their peak in GiB, as stored on this device")
+    backend: Literal["eager", "tvm"] = Field(..., description="the runtime whose kernels were predicted")
 
 
 class MemoryBody(BaseModel):
@@ -158,6 +159,8 @@ class PlanBody(BaseModel):
     model_config = ConfigDict(extra="allow", protected_namespaces=())
     model: str
     kind: Literal["model", "llm"] = Field(..., description="model: an ONNX plan (slo_ms); llm: a decoder LLM's (ITL)")
+    backend: Literal["eager", "tvm"] | None = Field(..., description=(
+        "an ONNX plan's runtime whose kernels were predicted; null for an LLM plan"))
     tp: int
     slo_ms: float = Field(..., description="the SLO (an LLM plan's: the ITL SLO)")
     batches: list[int]
