@@ -297,6 +297,8 @@ def test_cli_fetch_and_list_table(datasets_dir: Path, tmp_path: Path, capsys: py
     assert args.handler(args) == 0
     out = capsys.readouterr().out
     assert "wattgpu" in out and "partial (2/3)" in out
+    # the held-back GPUs are named (a listing showed GPU counts only, and no word of them)
+    assert "held back: rows measured on H100 (every variant) and L4 GPUs, in every source, are kept out of the" in out
     with pytest.raises(LilouInputError):
         _parse(["data", "fetch", "imagenet"])
     shutil.rmtree(tmp_path / "wattgpu")
