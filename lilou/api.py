@@ -428,9 +428,10 @@ class Predictor:
         graph, kernels, name, batch = prepared.graph, prepared.kernels, prepared.name, prepared.batch
         warnings = list(prepared.warnings)
         reading = _GraphPrecision.of(graph, precision, tf32, self.backend)
-        work, shares, paths, bounds = self._priced(kernels, devices, _leading_dim(graph), reading)
+        leading = _leading_dim(graph)  # a pass over the nodes (a time-major recurrent input's batch is its second axis)
+        work, shares, paths, bounds = self._priced(kernels, devices, leading, reading)
         waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
-        batch = batch if batch is not None else _leading_dim(graph)
+        batch = batch if batch is not None else leading
         need = memory_needed(graph)  # once, not once per device
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),

@@ -30,6 +30,18 @@ class Prices(dict):
         super().__init__(*args, **kwargs)
         self.notes = list(notes or [])
 
+    def price(self, name: str, usd_per_hour: float, *, where: str, noted: str) -> None:
+        """Price the device ``name`` names (any spelling ``--gpus`` takes); ``where`` prefixes an error (an unknown or
+        repeated device), ``noted`` the note of a family's name."""
+        try:
+            device, notes = _priced_device(name)
+        except LilouInputError as error:
+            raise LilouInputError(f"{where}: {error}") from None
+        if device.name in self:
+            raise LilouInputError(f"{where}: {device.name} is priced twice")
+        self[device.name] = usd_per_hour
+        self.notes += [f"{noted}: {note}" for note in notes]
+
 
 def checked_prices(prices: Mapping[str, float] | None) -> Prices | None:
     """Prices as the Python API takes them (``{"a10g": 1.01, "a100-80gb/1g.10gb": 0.5}``), checked as a ``--prices``
@@ -49,14 +61,7 @@ def checked_prices(prices: Mapping[str, float] | None) -> Prices | None:
             raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a positive number of USD per hour")
         if not MIN_PRICE <= price <= MAX_PRICE:
             raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a price {RANGE}")
-        try:
-            device, notes = _priced_device(name)
-        except LilouInputError as error:
-            raise LilouInputError(f"prices: {error}") from None
-        if device.name in checked:
-            raise LilouInputError(f"prices: {device.name} is priced twice")
-        checked[device.name] = float(price)
-        checked.notes += [f"prices: {note}" for note in notes]
+        checked.price(name, float(price), where="prices", noted="prices")
     if not checked:
         raise LilouInputError("prices lists no device")
     return checked
@@ -96,14 +101,7 @@ def read_prices(path: str | os.PathLike[str]) -> Prices:
             raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} must be a positive number")
         if not MIN_PRICE <= price <= MAX_PRICE:
             raise LilouInputError(f"--prices: {file} line {number}: price {raw!r} is not a price {RANGE}")
-        try:
-            device, notes = _priced_device(name)
-        except LilouInputError as error:
-            raise LilouInputError(f"--prices: {file} line {number}: {error}") from None
-        if device.name in prices:
-            raise LilouInputError(f"--prices: {file} line {number}: {device.name} is priced twice")
-        prices[device.name] = price
-        prices.notes += [f"--prices line {number}: {note}" for note in notes]
+        prices.price(name, price, where=f"--prices: {file} line {number}", noted=f"--prices line {number}")
     if not prices:
         raise LilouInputError(f"--prices: {file} lists no device")
     return prices
