@@ -243,14 +243,12 @@ class Predictor:
         devices = rank_devices(gpus)
         base = self._prepared(model, batch, shapes, values)
         entries: list[RankEntry] = []
-        before: list[str] = []
-        after: list[str] = []
+        groups: list[_PricedGroup] = []
         for prepared, columns in self._in_precision_by_device(base, devices, precision):
-            group = [devices[j] for j in columns]
-            ranked, first, last = self._ranked(prepared, group, precision, tf32)
+            ranked, group = self._ranked(prepared, [devices[j] for j in columns], precision, tf32)
             entries += ranked
-            before += [line for line in first if line not in before]
-            after += [line for line in last if line not in after]
+            groups.append(group)
+        before, after = self._rank_warnings(groups)
         # Devices the host's launches hold to one latency are told apart by their GPU work: the order a faster host
         # would see (alphabetical order before session 25).
         entries.sort(key=lambda e: (e.latency_ms, e.gpu_work_ms, e.gpu, e.mig or ""))
@@ -259,9 +257,8 @@ class Predictor:
                        + launch_bound_note(entries, self.model.overhead.gap_ms, self.launch_gap_given) + after)
 
     def _ranked(self, prepared: PreparedModel, devices: list[Device], precision: str | None, tf32: str | None
-                ) -> tuple[list[RankEntry], list[str], list[str]]:
-        """:meth:`rank`'s entries of ``devices`` (unsorted) and the warnings said before the power and launch-bound
-        notes (which are about every device ranked) and after them."""
+                ) -> tuple[list[RankEntry], _PricedGroup]:
+        """:meth:`rank`'s entries of ``devices`` (unsorted), all stored alike, and what their warnings are made of."""
         graph, kernels = prepared.graph, prepared.kernels
         reading = _GraphPrecision.of(graph, precision, tf32, self.backend)
         work, shares, paths, bounds = self._priced(kernels, devices, _leading_dim(graph), reading)
@@ -273,12 +270,29 @@ class Predictor:
                              round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4),
                              need_gb, self.backend)
                    for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
-        before = (list(prepared.warnings) + reading.notes(paths, devices, self.coverage)
-                  + fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)
-                  + conv_form_warning(kernels, shares) + transposed_conv_warning(kernels, shares, devices)
-                  + fused_attention_warning(kernels, shares))
-        return entries, before, (memory_warning(graph, devices, need) + extrapolated_warning(devices, bounds.extrapolated_share)
-                                 + self._interval_warnings(bounds))
+        return entries, _PricedGroup(prepared, reading, devices, shares, paths, bounds, need)
+
+    def _rank_warnings(self, groups: Sequence[_PricedGroup]) -> tuple[list[str], list[str]]:
+        """The warnings of a ranking, said before the power and launch-bound notes (which are about every device
+        ranked) and after them. Devices priced in two storage groups (``--precision fp8``: native and weight-only)
+        get one line per fact, its shares ranging and its counts running over every device ranked: a line per group
+        said the same fact twice with two ranges, and "16 of 62 devices" of a ranking of 115."""
+        devices = [d for g in groups for d in g.devices]
+        before: list[str] = []
+        for group in groups:
+            before += list(group.prepared.warnings) + group.reading.notes(group.paths, group.devices, self.coverage)
+        first = groups[0].prepared.kernels
+        alike = all(_same_kernels(g.prepared.kernels, first) for g in groups)
+        for kernels, shares, group_devices in ([(first, np.hstack([g.shares for g in groups]), devices)] if alike else
+                                               [(g.prepared.kernels, g.shares, g.devices) for g in groups]):
+            before += (fallback_warning(kernels, shares) + grouped_conv_warning(kernels, shares)
+                       + conv_form_warning(kernels, shares) + transposed_conv_warning(kernels, shares, group_devices)
+                       + fused_attention_warning(kernels, shares))
+        after = (memory_warning(devices, [g.need for g in groups for _ in g.devices])
+                 + extrapolated_warning(devices, np.concatenate([g.bounds.extrapolated_share for g in groups])))
+        for group in groups:
+            after += self._interval_warnings(group.bounds)
+        return list(dict.fromkeys(before)), list(dict.fromkeys(after))
 
     def _in_precision_by_device(self, prepared: PreparedModel, devices: Sequence[Device], precision: str | None
                                 ) -> list[tuple[PreparedModel, list[int]]]:
@@ -441,7 +455,7 @@ class Predictor:
                            + conv_form_warning(kernels, shares[:, [j]])
                            + transposed_conv_warning(kernels, shares[:, [j]], [device])
                            + fused_attention_warning(kernels, shares[:, [j]])
-                           + power_note(self.model.kernel_model, [device]) + memory_warning(graph, [device], need)
+                           + power_note(self.model.kernel_model, [device]) + memory_warning([device], [need])
                            + extrapolated_warning([device], bounds.extrapolated_share[j:j + 1])
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
@@ -487,6 +501,24 @@ class Predictor:
             notes.append(f"no held-out measurements of {', '.join(bounds.uncalibrated)} kernels: their 90 % "
                          "interval is the widest of their family (docs/intervals.md)")
         return notes
+
+
+@dataclass(frozen=True)
+class _PricedGroup:
+    """One storage group of a ranking's devices, as priced: what its warnings are made of."""
+
+    prepared: PreparedModel
+    reading: _GraphPrecision
+    devices: list[Device]
+    shares: np.ndarray          # [kernels, devices] ms
+    paths: list[PrecisionPath]
+    bounds: Intervals
+    need: tuple[int, int]       # memory_needed
+
+
+def _same_kernels(a: GraphKernels, b: GraphKernels) -> bool:
+    """Whether two storage groups of one graph kept the same kernels (so one warning can range over both)."""
+    return len(a) == len(b) and np.array_equal(a.index, b.index) and np.array_equal(a.fallback, b.fallback)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
-from lilou.graph.memory import CUDA_CONTEXT_GIB, fits_memory, memory_needed, usable_gib
+from lilou.graph.memory import CUDA_CONTEXT_GIB, fits_memory, usable_gib
 from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
 from lilou.latency.composition.fallback import fallback_ops
@@ -25,7 +25,6 @@ from lilou.plan.calibration import CALIBRATION_FILE, Calibration
 from lilou.plan.extrapolation import fused_attention, unmeasured_conv_forms, unmeasured_shapes
 
 if TYPE_CHECKING:
-    from lilou.graph.dag import ModelGraph
     from lilou.latency.composition.end_to_end import GraphKernels
     from lilou.latency.kernel_model.inference import KernelModel
     from lilou.results import RankEntry
@@ -262,21 +261,32 @@ def extrapolated_warning(devices: Sequence[Device], shares: Sequence[float]) -> 
     whole = [d.name for d, share in zip(devices, shares) if share >= 0.9995]
     if not whole:
         return []
-    where = whole[0] if len(whole) == 1 else f"{len(whole)} of {len(devices)} devices ({', '.join(whole[:3])}, ...)"
+    where = devices_text(whole, len(devices))
     return [f"{where}: every kernel of this model is extrapolated (no measured kernel of its kinds lies in range on "
             "GPUs of that class, dtype and family): the prediction rests on other GPUs' measurements, and its 90 % "
             "interval is widened for it"]
 
 
-def memory_warning(graph: ModelGraph, devices: Sequence[Device], need: tuple[int, int] | None = None) -> list[str]:
-    """Say so when the weights and the activations live at the peak cannot fit the device's memory (``need``: what
-    :func:`memory_needed` returns, when already computed)."""
-    weights, activation = need or memory_needed(graph)
-    short = [d for d in devices if not fits_memory((weights, activation), d)]
+def devices_text(names: Sequence[str], total: int) -> str:
+    """Which of ``total`` devices a warning is about: the one name, or "3 of 62 devices (a, b, c, ...)" with the
+    dots only when names are left out."""
+    if len(names) == 1:
+        return names[0]
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"{len(names)} of {total} devices ({shown})"
+
+
+def memory_warning(devices: Sequence[Device], needs: Sequence[tuple[int, int]]) -> list[str]:
+    """Say so when the weights and the activations live at the peak cannot fit a device's memory (``needs``: what
+    :func:`lilou.graph.memory.memory_needed` returns, for each device: a model retyped for some devices needs another
+    amount there). The figures quoted are the first short device's."""
+    short = [(d, need) for d, need in zip(devices, needs) if not fits_memory(need, d)]
     if not short:
         return []
     gib = 2**30
-    where = short[0].name if len(short) == 1 else f"{len(short)} of {len(devices)} devices ({short[0].name}, ...)"
+    first, (weights, activation) = short[0]
+    where = devices_text([d.name for d, _ in short], len(devices))
     return [f"the model does not fit in memory on {where}: weights {weights / gib:,.2f} GiB + activations at their peak "
-            f"{activation / gib:,.2f} GiB > {round(usable_gib(short[0]), 2):g} GiB (its {round(short[0].memory_gib, 2):g} "
-            f"less {CUDA_CONTEXT_GIB:g} GiB of CUDA context); the prediction assumes it would run"]
+            f"{activation / gib:,.2f} GiB > {round(usable_gib(first), 2):g} GiB (its {round(first.memory_gib, 2):g} "
+            f"less {CUDA_CONTEXT_GIB:g} GiB of CUDA context){'' if len(short) == 1 else ' on ' + first.name}; the prediction "
+            "assumes it would run"]

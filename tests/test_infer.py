@@ -398,5 +398,5 @@ def test_a_fit_leaves_room_for_the_cuda_context():
     small = resolve_device("a100-sxm4-40gb", "1g.5gb")
     assert small.memory_gib == 4.75
     assert fits_memory((int(4.2 * 2**30), 0), small) and not fits_memory((int(4.4 * 2**30), 0), small)
-    (line,) = memory_warning(None, [small], (int(4.4 * 2**30), 0))
+    (line,) = memory_warning([small], [(int(4.4 * 2**30), 0)])
     assert "> 4.25 GiB (its 4.75 less 0.5 GiB of CUDA context)" in line

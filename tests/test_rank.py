@@ -159,3 +159,30 @@ def test_the_names_cuda_and_node_labels_give_a_slice_work_in_every_command(capsy
     code, out, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "50", "--gpus", cuda, "--format", "json")
     assert code == 0, err
     assert [e["device"] for e in json.loads(out)["plan"]] == ["a100-sxm4-80gb/1g.10gb"]
+
+
+def test_devices_priced_in_two_storage_groups_get_one_warning_per_fact(zoo_onnx):
+    """``--precision fp8`` prices GPUs with FP8 tensor cores natively and the others as weight-only kernels (FP16
+    activations): two storage groups. Each group said its own fallback line (the same 70 kernels, two ranges) and
+    counted devices out of its own size ("29 of 62 devices" in a ranking of 115)."""
+    from lilou.api import Predictor
+
+    path = zoo_onnx("mobilenetv2", dynamic_batch=True)
+    ranking = Predictor().rank(path, precision="fp8", batch=4096)
+    total = len(all_devices())
+    assert len(ranking.entries) == total
+    fallback = [w for w in ranking.warnings if "use the memory-bound fallback" in w]
+    assert len(fallback) == 1 and fallback[0].startswith("70 of 151 kernels")
+    short = [e.device for e in ranking.entries if not e.fits]
+    (memory,) = [w for w in ranking.warnings if "does not fit in memory" in w]
+    assert f"on {len(short)} of {total} devices (" in memory
+    (extrapolated,) = [w for w in ranking.warnings if "every kernel of this model is extrapolated" in w]
+    assert f" of {total} devices (" in extrapolated
+
+
+def test_a_device_list_ends_in_dots_only_when_names_are_left_out():
+    from lilou.caveats import devices_text
+
+    assert devices_text(["h200/1g.18gb", "h200"], 2) == "2 of 2 devices (h200/1g.18gb, h200)"
+    assert devices_text(["a", "b", "c", "d"], 9) == "4 of 9 devices (a, b, c, ...)"
+    assert devices_text(["t4"], 3) == "t4"
