@@ -441,6 +441,38 @@ def test_llm_plan_over_lilou_llm(capsys):
     assert code == 2 and "--launch-gap-us applies to ONNX models" in err and err.count("\n") == 1
 
 
+def test_an_llm_plan_says_each_devices_link(capsys):
+    """The plan copied the warnings of the first device priced: a plan of an H100 and an L40S at TP 2 said "NVLink 4"
+    or "PCIe 4.0" for both, whichever came first. Each device's link note is its own, named by the devices it is about;
+    a note every planned device has is said once, without names."""
+    plan = plan_json(capsys, "--llm", "llama-3.1-8b", "--itl-slo-ms", "200", "--input-len", "512", "--output-len", "64",
+                     "--tp", "2", "--gpus", "l40s,h100-sxm", "--batches", "1,8")
+    assert [e["device"] for e in plan["plan"]] == ["h100-sxm", "l40s"]
+    links = [w for w in plan["warnings"] if "all-reduces" in w]
+    assert [w.split(": TP 2: two all-reduces per layer over ")[0] for w in links] == ["h100-sxm", "l40s"]
+    assert "over NVLink 4 (" in links[0] and "over PCIe 4.0 x16 (" in links[1]
+    from lilou.llm import LLMPredictor
+
+    for entry in plan["plan"]:  # every warning of the planned batch is in the plan, but the dtype default's
+        result = LLMPredictor().predict("llama-3.1-8b", entry["device"], tp=2, batch=entry["batch"], input_len=512,
+                                        output_len=64)
+        for note in result.warnings:
+            if not note.startswith("no --dtype given"):
+                assert note in plan["warnings"] or any(w.endswith(f": {note}") and entry["device"] in w.split(": ")[0]
+                                                       for w in plan["warnings"])
+
+
+def test_plan_warnings_are_said_once_and_attributed():
+    from lilou.plan.planner import plan_warnings
+
+    noted = [("h100-sxm", ("shared", "NVLink")), ("h200", ("shared", "NVLink", "NVLink")), ("l40s", ("shared", "PCIe")),
+             ("l4", ("shared", "PCIe", "no FP8")), ("t4", ("shared", "PCIe", "on t4: slow"))]
+    assert plan_warnings(noted) == ["shared", "h100-sxm, h200: NVLink", "l40s, l4, t4: PCIe", "l4: no FP8",
+                                    "on t4: slow"]
+    many = [(f"gpu{i}", ("x",)) for i in range(7)] + [("other", ())]
+    assert plan_warnings(many) == ["gpu0, gpu1, gpu2, gpu3, gpu4 and 2 more: x"]
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"batches": "1,2"}, "--batches: list positive integer batch sizes"),
     ({"batches": [2.9]}, "--batches: list positive integer batch sizes"),  # was taken as 2

@@ -51,6 +51,8 @@ class PlanPoint:
     precision: str | None = None   # what the model computes in on this device (the prediction's path)
     gpu_work_ms: float | None = None  # the kernels' time alone (ONNX plans): below half the latency, the host's
     #                                   launches set it (plan_launch_note)
+    # LLM plans: lilou llm's warnings for this device at this batch (gathered into the plan's by plan_warnings)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass
@@ -466,10 +468,10 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                                                                              else "no latency"))
                         short.setdefault(device.name, result.memory)
                     break
-                curves[device.name].append(_llm_point(result, batch, input_len, output_len))
-                if not warnings:  # a slice's power share is the first device's, and a plan shows no power
-                    warnings = [w for w in result.warnings
-                                if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER)]
+                # a slice's power share and the dtype default are left out: a plan shows no power, and its precision
+                notes = tuple(w for w in result.warnings
+                              if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER))
+                curves[device.name].append(_llm_point(result, batch, input_len, output_len, notes))
     empty_because = None
     if len(refused) == len(devices):
         # Said of the device with the most memory among those the model does not fit, where any: the first device's
@@ -482,6 +484,11 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
         # memory, as an ONNX model no device holds: an empty plan and one line (it was exit 2)
         empty_because = _fits_nowhere(model, largest, short[largest.name], tp, sizes[0])
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
+    # lilou llm's notes of the devices planned, at their planned batch (of every device priced when none is): the
+    # plan copied the first device's, a "PCIe 4.0" link note over a plan of NVLink boards
+    noted = [(e.device.name, e.point.notes) for e in plan.entries] or \
+        [(name, points[0].notes) for name, points in curves.items() if points]
+    plan.warnings[len(warnings):len(warnings)] = plan_warnings(noted)
     plan.unmet = [u if u["device"] not in refused else {"device": u["device"], "reason": refused[u["device"]]}
                   for u in plan.unmet]
     plan.empty_because = empty_because
@@ -521,7 +528,25 @@ def _fits_nowhere(model: str | os.PathLike[str], largest: Device, fit, tp: int, 
     return line
 
 
-def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint:
+def plan_warnings(noted: Sequence[tuple[str, Sequence[str]]], named: int = 5) -> list[str]:
+    """The distinct warnings of the devices in ``noted`` ((device, its warnings), in plan order), each once: as is
+    where every device has it, else after the names of the devices it is about (the first ``named`` of them, in plan
+    order), unless it names its one device itself."""
+    holders: dict[str, list[str]] = {}
+    for name, notes in noted:
+        for note in dict.fromkeys(notes):
+            holders.setdefault(note, []).append(name)
+    lines = []
+    for note, names in holders.items():
+        if len(names) == len(noted) or (len(names) == 1 and re.search(rf"(?<![\w-]){re.escape(names[0])}(?![\w-])", note)):
+            lines.append(note)
+            continue
+        more = f" and {len(names) - named} more" if len(names) > named else ""
+        lines.append(f"{', '.join(names[:named])}{more}: {note}")
+    return lines
+
+
+def _llm_point(result, batch: int, input_len: int, output_len: int, notes: tuple[str, ...] = ()) -> PlanPoint:
     """One batch of an LLM plan. A vLLM server keeps ``batch`` requests running, so its point is the steady
     state (prompts chunked into the decode steps: ITL and output tokens/s of that step); HF eager serves one
     static batch (its mean decode step; tokens/s over TTFT + the decode steps)."""
@@ -531,7 +556,7 @@ def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint
         itl = float(result.steady_itl_ms)
         lo, hi = result.steady_interval_ms or [itl, itl]
         return PlanPoint(batch, round(itl, 4), (round(float(lo), 4), round(float(hi), 4)), *memory, 0.0,
-                         precision=result.dtype,
+                         precision=result.dtype, notes=notes,
                          rate_per_s=batch * 1000.0 / itl, rate_per_s_at_upper=batch * 1000.0 / float(hi))
     itl = float(result.itl_ms or 0.0)
     itl_band = intervals.get("itl_ms") or [itl, itl]
@@ -539,5 +564,5 @@ def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint
     ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
     upper_e2e = float(ttft_band[1]) + (output_len - 1) * float(itl_band[1])
     return PlanPoint(batch, round(itl, 4), (round(float(itl_band[0]), 4), round(float(itl_band[1]), 4)), *memory, 0.0,
-                     precision=result.dtype, rate_per_s=float(result.tokens_per_s or 0.0),
+                     precision=result.dtype, notes=notes, rate_per_s=float(result.tokens_per_s or 0.0),
                      rate_per_s_at_upper=batch * output_len / (upper_e2e / 1000) if upper_e2e > 0 else 0.0)
