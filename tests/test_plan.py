@@ -15,11 +15,11 @@ from tests.conftest import REPO
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
-PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "batches", "precision", "sort", "devices", "plan", "unmet", "message",
-             "warnings"}
+PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches", "precision", "sort", "devices", "plan",
+             "unmet", "message", "warnings"}
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
-              "usd_per_hour", "price_source", "usd_per_million"}
+              "ttft_ms", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million"}
 
 
 @pytest.fixture(scope="module")
@@ -471,6 +471,56 @@ def test_plan_warnings_are_said_once_and_attributed():
                                     "on t4: slow"]
     many = [(f"gpu{i}", ("x",)) for i in range(7)] + [("other", ())]
     assert plan_warnings(many) == ["gpu0, gpu1, gpu2, gpu3, gpu4 and 2 more: x"]
+
+
+LLM_8B = ("--llm", "llama-3.1-8b", "--itl-slo-ms", "100", "--input-len", "2048", "--output-len", "128", "--gpus",
+          "h100-sxm,l4", "--batches", "1,8,32")
+
+
+def test_an_llm_plan_shows_ttft_and_meets_a_ttft_slo(capsys):
+    """`plan --llm` ranked on ITL alone: a replica whose first token takes tens of seconds at the planned batch was
+    recommended without a word. Each entry carries lilou llm's TTFT at its batch (the prefill of `batch` prompts that
+    arrive together) and its interval; --ttft-slo-ms keeps only batches whose TTFT upper bound meets it."""
+    from lilou.llm import LLMPredictor
+
+    plain = plan_json(capsys, *LLM_8B)
+    assert plain["ttft_slo_ms"] is None
+    h100 = next(e for e in plain["plan"] if e["device"] == "h100-sxm")
+    assert h100["batch"] == 32
+    ttft = {b: LLMPredictor().predict("llama-3.1-8b", "h100-sxm", batch=b, input_len=2048, output_len=128)
+            for b in (1, 8, 32)}
+    assert h100["ttft_ms"] == pytest.approx(ttft[32].ttft_ms, abs=1e-3)
+    assert h100["ttft_interval_ms"] == pytest.approx(ttft[32].intervals["ttft_ms"], abs=1e-3)
+    # an SLO between batch 8's TTFT bound and batch 32's: the H100 is planned at batch 8
+    slo = (ttft[8].intervals["ttft_ms"][1] + ttft[32].intervals["ttft_ms"][1]) / 2
+    timely = plan_json(capsys, *LLM_8B, "--ttft-slo-ms", f"{slo:.3f}")
+    assert timely["ttft_slo_ms"] == pytest.approx(slo, abs=1e-3)
+    h100 = next(e for e in timely["plan"] if e["device"] == "h100-sxm")
+    assert h100["batch"] == 8 and h100["ttft_interval_ms"][1] <= slo
+    assert all(e["ttft_interval_ms"][1] <= slo for e in timely["plan"])
+    # below batch 1's bound on every device: an empty plan and the line that says so
+    first = min(LLMPredictor().predict("llama-3.1-8b", gpu, batch=1, input_len=2048, output_len=128
+                                       ).intervals["ttft_ms"][1] for gpu in ("h100-sxm", "l4"))
+    none = plan_json(capsys, *LLM_8B, "--ttft-slo-ms", "1")
+    assert none["plan"] == [] and {u["device"] for u in none["unmet"]} == {"h100-sxm", "l4"}
+    assert all(u["reason"].startswith("ttft: upper bound ") for u in none["unmet"])
+    assert none["message"] == (f"no device meets the TTFT SLO of 1 ms within the ITL SLO of 100 ms: the lowest 90 % "
+                               f"upper bound of TTFT there is {first:.1f} ms (h100-sxm, batch 1)")
+    code, out, err = run(capsys, "plan", *LLM_8B, "--ttft-slo-ms", f"{slo:.3f}")
+    assert code == 0 and "TTFT SLO of" in out and "TTFT ms" in out and "1 for the TTFT SLO" not in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "128", "--output-len", "16", "--ttft-slo-ms", "0"],
+     "--ttft-slo-ms must be a positive number of milliseconds, not 0.0"),
+    (["--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "128", "--output-len", "16", "--ttft-slo-ms", "inf"],
+     "--ttft-slo-ms must be a positive number of milliseconds, not inf"),
+    ([EXAMPLE, "--slo-ms", "30", "--ttft-slo-ms", "500"],
+     "--ttft-slo-ms applies with --llm (a decoder LLM planned over lilou llm); an ONNX model is planned with --slo-ms "
+     "T, its precision set by --precision"),
+])
+def test_a_bad_ttft_slo_is_refused(capsys, argv, message):
+    assert run(capsys, "plan", *argv, "--gpus", "a10g") == (2, "", f"lilou: error: {message}\n")
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -51,6 +51,9 @@ class PlanPoint:
     precision: str | None = None   # what the model computes in on this device (the prediction's path)
     gpu_work_ms: float | None = None  # the kernels' time alone (ONNX plans): below half the latency, the host's
     #                                   launches set it (plan_launch_note)
+    # LLM plans: time to first token of `batch` prompts arriving together (lilou llm's ttft_ms) and its 90 % interval
+    ttft_ms: float | None = None
+    ttft_interval_ms: tuple[float, float] | None = None
     # LLM plans: lilou llm's warnings for this device at this batch (gathered into the plan's by plan_warnings)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -95,6 +98,8 @@ class PlanEntry:
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
                 "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": round(self.device.memory_gib, 4),
                 "fits": self.point.fits, "extrapolated_share": self.point.extrapolated_share,
+                "ttft_ms": self.point.ttft_ms,
+                "ttft_interval_ms": None if self.point.ttft_interval_ms is None else list(self.point.ttft_interval_ms),
                 "usd_per_hour": None if self.usd_per_hour is None else usd(self.usd_per_hour),
                 "price_source": self.price_source,
                 "usd_per_million": None if cost is None else usd(cost)}
@@ -123,6 +128,7 @@ class CapacityPlan:
     tp: int = 1                   # LLM plans: tensor-parallel GPUs per replica
     backend: str | None = None    # ONNX plans: the runtime whose kernels were predicted (eager, tvm); LLM plans: None
     empty_because: str | None = None  # the message of a plan left empty before any latency (an LLM no device holds)
+    ttft_slo_ms: float | None = None  # LLM plans: the TTFT SLO, met by the TTFT's 90 % upper bound at the planned batch
 
     @property
     def message(self) -> str | None:
@@ -138,6 +144,12 @@ class CapacityPlan:
             return f"no device meets the {what} of {self.slo_ms:g} ms: nothing could be predicted"
         within = [(p.memory_gb, name) for name, points in self.curves.items() for p in points
                   if p.interval_ms[1] <= self.slo_ms]
+        fitting = [(ttft_upper(p), name, p.batch) for name, points in self.curves.items() for p in points
+                   if p.interval_ms[1] <= self.slo_ms and p.fits]
+        if self.ttft_slo_ms is not None and fitting:  # the ITL SLO is met, the first token comes too late
+            lowest = min(fitting)
+            return (f"no device meets the TTFT SLO of {self.ttft_slo_ms:g} ms within the {what} of {self.slo_ms:g} ms: "
+                    f"the lowest 90 % upper bound of TTFT there is {lowest[0]:.1f} ms ({lowest[1]}, batch {lowest[2]})")
         if within:  # the SLO is met, but not with the model in memory: the lowest bound would contradict it
             memory = {d.name: d.memory_gib for d in self.devices}
             largest = max({name for _, name in within}, key=lambda name: (memory[name], name))
@@ -157,8 +169,8 @@ class CapacityPlan:
         groups: dict[str, list[str]] = {}
         for item in self.unmet:
             why = item["reason"].split(":")[0]
-            label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO"}.get(
-                why, "not predicted")
+            label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO",
+                     "ttft": "for the TTFT SLO"}.get(why, "not predicted")
             groups.setdefault(label, []).append(item["device"])
         parts = [f"{len(names)} {label} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                  for label, names in groups.items()]
@@ -168,10 +180,18 @@ class CapacityPlan:
         """What ``lilou plan --format json`` prints."""
         precisions = sorted({p.precision for points in self.curves.values() for p in points if p.precision})
         return {"model": self.model, "kind": self.kind, "backend": self.backend, "tp": self.tp, "slo_ms": self.slo_ms,
+                "ttft_slo_ms": self.ttft_slo_ms,
                 "batches": list(self.batches),
                 "precision": precisions[0] if len(precisions) == 1 else precisions or None,
                 "sort": self.sort, "devices": len(self.devices), "plan": [e.to_json() for e in self.entries],
                 "unmet": list(self.unmet), "message": self.message, "warnings": list(self.warnings)}
+
+
+def ttft_upper(point: PlanPoint) -> float:
+    """The TTFT a plan holds to its SLO: the 90 % upper bound, or the estimate where no interval is calibrated."""
+    if point.ttft_interval_ms is not None:
+        return point.ttft_interval_ms[1]
+    return point.ttft_ms if point.ttft_ms is not None else 0.0
 
 
 def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
@@ -389,20 +409,24 @@ def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[
 
 
 def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],
-              prices: Mapping[str, float] | None, warnings: list[str], kind: str, tp: int = 1) -> CapacityPlan:
+              prices: Mapping[str, float] | None, warnings: list[str], kind: str, tp: int = 1,
+              ttft_slo: float | None = None) -> CapacityPlan:
     entries, unmet = [], []
     for device in devices:
         points = curves[device.name]
         meeting = [p for p in points if p.interval_ms[1] <= slo]
         fitting = [p for p in meeting if p.fits]
-        if not fitting:
+        timely = [p for p in fitting if ttft_slo is None or ttft_upper(p) <= ttft_slo]
+        if not timely:
             lowest = min(points, key=lambda p: p.interval_ms[1], default=None)
-            reason = ("memory: no batch within the SLO fits" if meeting else
+            first = min(fitting, key=ttft_upper, default=None)
+            reason = (f"ttft: upper bound {ttft_upper(first):.1f} ms at batch {first.batch}" if first is not None else
+                      "memory: no batch within the SLO fits" if meeting else
                       f"latency: upper bound {lowest.interval_ms[1]:.3f} ms at batch {lowest.batch}"
                       if lowest is not None else "not predicted")
             unmet.append({"device": device.name, "reason": reason})
             continue
-        best = max(fitting, key=lambda p: p.batch)
+        best = max(timely, key=lambda p: p.batch)
         price, source = device_price(device, prices or {})
         if price is not None and tp > 1:  # a replica is ``tp`` of the device
             price, source = price * tp, f"{source} x {tp} GPUs (TP)"
@@ -425,24 +449,29 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
                                    f"line nor, for a MIG slice, their GPU's): {', '.join(unpriced[:5])}"
                                    + (" ..." if len(unpriced) > 5 else "") + "; listed after the priced ones"]
     return CapacityPlan(model=model, slo_ms=slo, batches=batches, sort=sort, entries=entries, curves=curves,
-                        devices=devices, unmet=unmet, warnings=warnings, kind=kind, tp=tp)
+                        devices=devices, unmet=unmet, warnings=warnings, kind=kind, tp=tp, ttft_slo_ms=ttft_slo)
 
 
 def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int, output_len: int,
              gpus: Sequence[str] | None = None, batches: Sequence[int] | None = None,
              prices: Mapping[str, float] | None = None, dtype: str | None = None, engine: str = "vllm",
-             llm_predictor=None, tp: int = 1, kv_dtype: str | None = None) -> CapacityPlan:
+             llm_predictor=None, tp: int = 1, kv_dtype: str | None = None,
+             ttft_slo_ms: float | None = None) -> CapacityPlan:
     """The capacity plan of a decoder LLM (:mod:`lilou.llm`) for an inter-token-latency SLO: per device the
     largest batch whose ITL upper bound meets it and whose weights and KV cache fit; throughput is output
     tokens per second (prefill included), so the cost is dollars per million output tokens. For vLLM the
     batch is the number of requests the server keeps running, judged on its steady-state step (see
     :func:`_llm_point`). ``tp``: each replica is a tensor-parallel group of that many of the device (a 70B
-    model on 80 GB GPUs), priced as that many; ``kv_dtype`` as in ``lilou llm``."""
+    model on 80 GB GPUs), priced as that many; ``kv_dtype`` as in ``lilou llm``. ``ttft_slo_ms``: a batch is kept
+    only where the 90 % upper bound of its time to first token meets it too; that TTFT is ``lilou llm``'s at the
+    batch, the prefill of ``batch`` prompts that arrive together (a wave of users at the planned concurrency: the
+    worst case of a server that keeps them running)."""
     from lilou.api import rank_devices
     from lilou.llm import LLMPredictor
     from lilou.llm.predictor import SLICE_POWER
 
     slo = check_slo(itl_slo_ms, "--itl-slo-ms")
+    ttft_slo = None if ttft_slo_ms is None else check_slo(ttft_slo_ms, "--ttft-slo-ms")
     sizes = check_batches(batches)
     _check_llm_arguments(model, input_len, output_len, tp)
     prices = checked_prices(prices)
@@ -483,7 +512,8 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                                   f"{largest.name}: {refused[largest.name]}")
         # memory, as an ONNX model no device holds: an empty plan and one line (it was exit 2)
         empty_because = _fits_nowhere(model, largest, short[largest.name], tp, sizes[0])
-    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
+    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp,
+                     ttft_slo=ttft_slo)
     # lilou llm's notes of the devices planned, at their planned batch (of every device priced when none is): the
     # plan copied the first device's, a "PCIe 4.0" link note over a plan of NVLink boards
     noted = [(e.device.name, e.point.notes) for e in plan.entries] or \
@@ -552,17 +582,20 @@ def _llm_point(result, batch: int, input_len: int, output_len: int, notes: tuple
     static batch (its mean decode step; tokens/s over TTFT + the decode steps)."""
     intervals = result.intervals or {}
     memory = float(result.memory.total_gb), bool(result.memory.fits)
+    ttft = float(result.ttft_ms or 0.0)
+    ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
+    band = intervals.get("ttft_ms")  # None where no calibration gives intervals
+    first = {"ttft_ms": round(ttft, 4),
+             "ttft_interval_ms": None if band is None else (round(float(band[0]), 4), round(float(band[1]), 4))}
     if result.steady_itl_ms is not None:
         itl = float(result.steady_itl_ms)
         lo, hi = result.steady_interval_ms or [itl, itl]
         return PlanPoint(batch, round(itl, 4), (round(float(lo), 4), round(float(hi), 4)), *memory, 0.0,
-                         precision=result.dtype, notes=notes,
+                         precision=result.dtype, notes=notes, **first,
                          rate_per_s=batch * 1000.0 / itl, rate_per_s_at_upper=batch * 1000.0 / float(hi))
     itl = float(result.itl_ms or 0.0)
     itl_band = intervals.get("itl_ms") or [itl, itl]
-    ttft = float(result.ttft_ms or 0.0)
-    ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
     upper_e2e = float(ttft_band[1]) + (output_len - 1) * float(itl_band[1])
     return PlanPoint(batch, round(itl, 4), (round(float(itl_band[0]), 4), round(float(itl_band[1]), 4)), *memory, 0.0,
-                     precision=result.dtype, notes=notes, rate_per_s=float(result.tokens_per_s or 0.0),
+                     precision=result.dtype, notes=notes, **first, rate_per_s=float(result.tokens_per_s or 0.0),
                      rate_per_s_at_upper=batch * output_len / (upper_e2e / 1000) if upper_e2e > 0 else 0.0)

@@ -143,6 +143,11 @@ class PlanEntryBody(BaseModel):
     device_memory_gb: float
     fits: bool
     extrapolated_share: float
+    ttft_ms: float | None = Field(..., description=(
+        "LLM plans: time to first token at the planned batch (lilou llm's ttft_ms: the prefill of `batch` prompts "
+        "arriving together); null for an ONNX plan"))
+    ttft_interval_ms: list[float] | None = Field(..., description=(
+        "LLM plans: its 90 % interval [lo, hi] (null for an ONNX plan, or where no calibration gives one)"))
     usd_per_hour: float | None
     price_source: str | None
     usd_per_million: float | None
@@ -163,6 +168,8 @@ class PlanBody(BaseModel):
         "an ONNX plan's runtime whose kernels were predicted; null for an LLM plan"))
     tp: int
     slo_ms: float = Field(..., description="the SLO (an LLM plan's: the ITL SLO)")
+    ttft_slo_ms: float | None = Field(..., description=(
+        "an LLM plan's TTFT SLO (ttft_slo_ms given), met by each entry's ttft_interval_ms upper bound; else null"))
     batches: list[int]
     precision: str | list[str] | None = Field(..., description=(
         "what the model computes in: one name when every device priced runs it so, else the sorted list of the "

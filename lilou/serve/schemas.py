@@ -174,6 +174,9 @@ class PlanRequest(_GraphRequest):
         "(header device,usd_per_hour)"))
     llm: bool = Field(False, description="the model is a decoder LLM: plan over `lilou llm` (--llm)")
     itl_slo_ms: PositiveFloat | None = Field(None, description="inter-token latency objective, ms (llm)")
+    ttft_slo_ms: PositiveFloat | None = Field(None, description=(
+        "time-to-first-token objective, ms, optional (llm): met by the 90 % upper bound of lilou llm's TTFT at the "
+        "planned batch, the prefill of `batch` prompts arriving together"))
     input_len: PositiveInt | None = Field(None, description="prompt tokens per request (llm)")
     output_len: PositiveInt | None = Field(None, description="generated tokens per request (llm)")
     dtype: str | None = Field(None, max_length=20, description="LLM weight/compute dtype (llm)")
