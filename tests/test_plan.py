@@ -473,6 +473,34 @@ def test_plan_warnings_are_said_once_and_attributed():
     assert plan_warnings(many) == ["gpu0, gpu1, gpu2, gpu3, gpu4 and 2 more: x"]
 
 
+def test_an_llm_plan_compares_tp_degrees(capsys, tmp_path):
+    """`--tp` took one degree: which GPU and which TP is cheapest took a plan per degree and a comparison by hand.
+    --tp 2,4 plans each device at each degree; an entry is a device at one degree (gpus), priced as that many, and
+    each is the single-degree plan's entry."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nh100-sxm,3.0\nl40s,1.0\n")
+    args = ["--llm", "meta-llama/Llama-3.1-70B-Instruct", "--itl-slo-ms", "60", "--input-len", "1024", "--output-len",
+            "256", "--gpus", "h100-sxm,l40s", "--batches", "1,8", "--prices", str(prices)]
+    sweep = plan_json(capsys, *args, "--tp", "4,2")
+    assert sweep["tp"] == [2, 4] and set(sweep) == PLAN_KEYS
+    single = {t: plan_json(capsys, *args, "--tp", str(t)) for t in (2, 4)}
+    expected = sorted((e for t in (2, 4) for e in single[t]["plan"]),
+                      key=lambda e: (e["usd_per_million"] is None, e["usd_per_million"] or 0, -e["throughput_per_s"]))
+    assert sweep["plan"] == expected and {(e["device"], e["gpus"]) for e in expected} >= {("h100-sxm", 2),
+                                                                                            ("h100-sxm", 4)}
+    unmet = {(u["device"], u["tp"]): u["reason"] for u in sweep["unmet"]}
+    assert unmet == {(u["device"], t): u["reason"] for t in (2, 4) for u in single[t]["unmet"]}
+    link = [w for w in sweep["warnings"] if w.startswith("h100-sxm x2")]
+    assert link and link[0].startswith("h100-sxm x2: TP 2: two all-reduces per layer over NVLink 4 (")
+    code, out, err = run(capsys, "plan", *args, "--tp", "2,4")
+    assert code == 0 and f"{len(sweep['plan'])} of 4 configurations (each device in tensor-parallel groups of 2 or 4)" \
+        in " ".join(out.split())
+    for tp, message in (("2,x", "--tp: '2,x' is not an integer or a comma-separated list of integers"),
+                        ("2,0", "--tp must be a positive integer, not 0"),
+                        ("2,3", "--tp 3 does not divide the 64 attention heads of meta-llama/Llama-3.1-70B-Instruct")):
+        assert run(capsys, "plan", *args, "--tp", tp) == (2, "", f"lilou: error: {message}\n")
+
+
 LLM_8B = ("--llm", "llama-3.1-8b", "--itl-slo-ms", "100", "--input-len", "2048", "--output-len", "128", "--gpus",
           "h100-sxm,l4", "--batches", "1,8,32")
 

@@ -48,9 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     llm.add_argument("--output-len", type=int, default=None, metavar="O", help="generated tokens per request")
     llm.add_argument("--dtype", default=None, metavar="D", help="LLM weight/compute dtype (default: lilou llm's)")
     llm.add_argument("--kv-dtype", default=None, metavar="D", help="KV-cache dtype (default: lilou llm's)")
-    llm.add_argument("--tp", type=int, default=None, metavar="N",
+    llm.add_argument("--tp", default=None, metavar="N[,N...]",
                      help="tensor-parallel GPUs per replica (default 1): each device is planned as a group of N, "
-                          "priced as N")
+                          "priced as N; several (2,4,8) plan each device at each, compared by cost")
     llm.add_argument("--engine", default="vllm", choices=("vllm", "hf"), help="serving engine (default vllm)")
     add_format_option(parser)
     parser.set_defaults(handler=run, quick_exit=True)  # lilou.cli.entry: leave without teardown
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan_llm(args, gpus, batches, prices):
     from lilou.errors import LilouInputError
-    from lilou.plan.planner import plan_llm
+    from lilou.plan.planner import parse_tps, plan_llm
 
     missing = [flag for flag, value in (("--itl-slo-ms", args.itl_slo_ms), ("--input-len", args.input_len),
                                         ("--output-len", args.output_len)) if value is None]
@@ -129,7 +129,7 @@ def _plan_llm(args, gpus, batches, prices):
         raise LilouInputError(f"plan --llm needs {', '.join(missing)}")
     return plan_llm(args.model, args.itl_slo_ms, input_len=args.input_len, output_len=args.output_len, gpus=gpus,
                     batches=batches, prices=prices, dtype=args.dtype, engine=args.engine,
-                    tp=1 if args.tp is None else args.tp, kv_dtype=args.kv_dtype, ttft_slo_ms=args.ttft_slo_ms)
+                    tp=1 if args.tp is None else parse_tps(args.tp), kv_dtype=args.kv_dtype, ttft_slo_ms=args.ttft_slo_ms)
 
 
 def _print_table(plan) -> None:
@@ -148,7 +148,12 @@ def _print_table(plan) -> None:
                    "llm's at that batch, the prefill of `batch` prompts arriving together (estimate, 90 % upper bound)"
                    ) if llm else None
         groups = f" (in groups of {plan.tp}, tensor-parallel)" if plan.tp > 1 else ""
-        table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices{groups} meet the "
+        considered = f"{len(plan.devices)} devices"
+        if plan.tps:
+            degrees = ", ".join(str(t) for t in plan.tps[:-1]) + f" or {plan.tps[-1]}"
+            considered, groups = f"{len(plan.devices) * len(plan.tps)} configurations", \
+                f" (each device in tensor-parallel groups of {degrees})"
+        table = new_table(title=f"{plan.model}: {len(plan.entries)} of {considered}{groups} meet the "
                           f"{what}, {order}", caption=caption)
         rate = "tokens/s" if llm else "inf/s"
         # the bound's throughput first: the order and the cost follow it (the estimate's alone looked unsorted)

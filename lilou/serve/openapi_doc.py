@@ -155,6 +155,8 @@ class PlanEntryBody(BaseModel):
 
 class UnmetBody(BaseModel):
     device: str
+    tp: int | None = Field(None, description="in a plan over several tensor-parallel degrees: the degree left out "
+                                             "(absent otherwise)")
     reason: str
 
 
@@ -166,7 +168,8 @@ class PlanBody(BaseModel):
     kind: Literal["model", "llm"] = Field(..., description="model: an ONNX plan (slo_ms); llm: a decoder LLM's (ITL)")
     backend: Literal["eager", "tvm"] | None = Field(..., description=(
         "an ONNX plan's runtime whose kernels were predicted; null for an LLM plan"))
-    tp: int
+    tp: int | list[int] = Field(..., description="tensor-parallel GPUs per replica; the list of degrees of a plan "
+                                                 "given several (lilou plan --tp 2,4,8), each entry's in gpus")
     slo_ms: float = Field(..., description="the SLO (an LLM plan's: the ITL SLO)")
     ttft_slo_ms: float | None = Field(..., description=(
         "an LLM plan's TTFT SLO (ttft_slo_ms given), met by each entry's ttft_interval_ms upper bound; else null"))
