@@ -15,11 +15,11 @@ from tests.conftest import REPO
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
-PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "batches", "precision", "sort", "devices", "plan", "unmet", "message",
-             "warnings"}
+PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches", "precision", "sort", "devices", "plan",
+             "unmet", "message", "warnings"}
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
-              "usd_per_hour", "price_source", "usd_per_million"}
+              "ttft_ms", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million"}
 
 
 @pytest.fixture(scope="module")
@@ -439,6 +439,116 @@ def test_llm_plan_over_lilou_llm(capsys):
     code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40", "--input-len",
                        "512", "--output-len", "128", "--launch-gap-us", "10")
     assert code == 2 and "--launch-gap-us applies to ONNX models" in err and err.count("\n") == 1
+
+
+def test_an_llm_plan_says_each_devices_link(capsys):
+    """The plan copied the warnings of the first device priced: a plan of an H100 and an L40S at TP 2 said "NVLink 4"
+    or "PCIe 4.0" for both, whichever came first. Each device's link note is its own, named by the devices it is about;
+    a note every planned device has is said once, without names."""
+    plan = plan_json(capsys, "--llm", "llama-3.1-8b", "--itl-slo-ms", "200", "--input-len", "512", "--output-len", "64",
+                     "--tp", "2", "--gpus", "l40s,h100-sxm", "--batches", "1,8")
+    assert [e["device"] for e in plan["plan"]] == ["h100-sxm", "l40s"]
+    links = [w for w in plan["warnings"] if "all-reduces" in w]
+    assert [w.split(": TP 2: two all-reduces per layer over ")[0] for w in links] == ["h100-sxm", "l40s"]
+    assert "over NVLink 4 (" in links[0] and "over PCIe 4.0 x16 (" in links[1]
+    from lilou.llm import LLMPredictor
+
+    for entry in plan["plan"]:  # every warning of the planned batch is in the plan, but the dtype default's
+        result = LLMPredictor().predict("llama-3.1-8b", entry["device"], tp=2, batch=entry["batch"], input_len=512,
+                                        output_len=64)
+        for note in result.warnings:
+            if not note.startswith("no --dtype given"):
+                assert note in plan["warnings"] or any(w.endswith(f": {note}") and entry["device"] in w.split(": ")[0]
+                                                       for w in plan["warnings"])
+
+
+def test_plan_warnings_are_said_once_and_attributed():
+    from lilou.plan.planner import plan_warnings
+
+    noted = [("h100-sxm", ("shared", "NVLink")), ("h200", ("shared", "NVLink", "NVLink")), ("l40s", ("shared", "PCIe")),
+             ("l4", ("shared", "PCIe", "no FP8")), ("t4", ("shared", "PCIe", "on t4: slow"))]
+    assert plan_warnings(noted) == ["shared", "h100-sxm, h200: NVLink", "l40s, l4, t4: PCIe", "l4: no FP8",
+                                    "on t4: slow"]
+    many = [(f"gpu{i}", ("x",)) for i in range(7)] + [("other", ())]
+    assert plan_warnings(many) == ["gpu0, gpu1, gpu2, gpu3, gpu4 and 2 more: x"]
+
+
+def test_an_llm_plan_compares_tp_degrees(capsys, tmp_path):
+    """`--tp` took one degree: which GPU and which TP is cheapest took a plan per degree and a comparison by hand.
+    --tp 2,4 plans each device at each degree; an entry is a device at one degree (gpus), priced as that many, and
+    each is the single-degree plan's entry."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nh100-sxm,3.0\nl40s,1.0\n")
+    args = ["--llm", "meta-llama/Llama-3.1-70B-Instruct", "--itl-slo-ms", "60", "--input-len", "1024", "--output-len",
+            "256", "--gpus", "h100-sxm,l40s", "--batches", "1,8", "--prices", str(prices)]
+    sweep = plan_json(capsys, *args, "--tp", "4,2")
+    assert sweep["tp"] == [2, 4] and set(sweep) == PLAN_KEYS
+    single = {t: plan_json(capsys, *args, "--tp", str(t)) for t in (2, 4)}
+    expected = sorted((e for t in (2, 4) for e in single[t]["plan"]),
+                      key=lambda e: (e["usd_per_million"] is None, e["usd_per_million"] or 0, -e["throughput_per_s"]))
+    assert sweep["plan"] == expected and {(e["device"], e["gpus"]) for e in expected} >= {("h100-sxm", 2),
+                                                                                            ("h100-sxm", 4)}
+    unmet = {(u["device"], u["tp"]): u["reason"] for u in sweep["unmet"]}
+    assert unmet == {(u["device"], t): u["reason"] for t in (2, 4) for u in single[t]["unmet"]}
+    link = [w for w in sweep["warnings"] if w.startswith("h100-sxm x2")]
+    assert link and link[0].startswith("h100-sxm x2: TP 2: two all-reduces per layer over NVLink 4 (")
+    code, out, err = run(capsys, "plan", *args, "--tp", "2,4")
+    assert code == 0 and f"{len(sweep['plan'])} of 4 configurations (each device in tensor-parallel groups of 2 or 4)" \
+        in " ".join(out.split())
+    for tp, message in (("2,x", "--tp: '2,x' is not an integer or a comma-separated list of integers"),
+                        ("2,0", "--tp must be a positive integer, not 0"),
+                        ("2,3", "--tp 3 does not divide the 64 attention heads of meta-llama/Llama-3.1-70B-Instruct")):
+        assert run(capsys, "plan", *args, "--tp", tp) == (2, "", f"lilou: error: {message}\n")
+
+
+LLM_8B = ("--llm", "llama-3.1-8b", "--itl-slo-ms", "100", "--input-len", "2048", "--output-len", "128", "--gpus",
+          "h100-sxm,l4", "--batches", "1,8,32")
+
+
+def test_an_llm_plan_shows_ttft_and_meets_a_ttft_slo(capsys):
+    """`plan --llm` ranked on ITL alone: a replica whose first token takes tens of seconds at the planned batch was
+    recommended without a word. Each entry carries lilou llm's TTFT at its batch (the prefill of `batch` prompts that
+    arrive together) and its interval; --ttft-slo-ms keeps only batches whose TTFT upper bound meets it."""
+    from lilou.llm import LLMPredictor
+
+    plain = plan_json(capsys, *LLM_8B)
+    assert plain["ttft_slo_ms"] is None
+    h100 = next(e for e in plain["plan"] if e["device"] == "h100-sxm")
+    assert h100["batch"] == 32
+    ttft = {b: LLMPredictor().predict("llama-3.1-8b", "h100-sxm", batch=b, input_len=2048, output_len=128)
+            for b in (1, 8, 32)}
+    assert h100["ttft_ms"] == pytest.approx(ttft[32].ttft_ms, abs=1e-3)
+    assert h100["ttft_interval_ms"] == pytest.approx(ttft[32].intervals["ttft_ms"], abs=1e-3)
+    # an SLO between batch 8's TTFT bound and batch 32's: the H100 is planned at batch 8
+    slo = (ttft[8].intervals["ttft_ms"][1] + ttft[32].intervals["ttft_ms"][1]) / 2
+    timely = plan_json(capsys, *LLM_8B, "--ttft-slo-ms", f"{slo:.3f}")
+    assert timely["ttft_slo_ms"] == pytest.approx(slo, abs=1e-3)
+    h100 = next(e for e in timely["plan"] if e["device"] == "h100-sxm")
+    assert h100["batch"] == 8 and h100["ttft_interval_ms"][1] <= slo
+    assert all(e["ttft_interval_ms"][1] <= slo for e in timely["plan"])
+    # below batch 1's bound on every device: an empty plan and the line that says so
+    first = min(LLMPredictor().predict("llama-3.1-8b", gpu, batch=1, input_len=2048, output_len=128
+                                       ).intervals["ttft_ms"][1] for gpu in ("h100-sxm", "l4"))
+    none = plan_json(capsys, *LLM_8B, "--ttft-slo-ms", "1")
+    assert none["plan"] == [] and {u["device"] for u in none["unmet"]} == {"h100-sxm", "l4"}
+    assert all(u["reason"].startswith("ttft: upper bound ") for u in none["unmet"])
+    assert none["message"] == (f"no device meets the TTFT SLO of 1 ms within the ITL SLO of 100 ms: the lowest 90 % "
+                               f"upper bound of TTFT there is {first:.1f} ms (h100-sxm, batch 1)")
+    code, out, err = run(capsys, "plan", *LLM_8B, "--ttft-slo-ms", f"{slo:.3f}")
+    assert code == 0 and "TTFT SLO of" in out and "TTFT ms" in out and "1 for the TTFT SLO" not in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "128", "--output-len", "16", "--ttft-slo-ms", "0"],
+     "--ttft-slo-ms must be a positive number of milliseconds, not 0.0"),
+    (["--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "128", "--output-len", "16", "--ttft-slo-ms", "inf"],
+     "--ttft-slo-ms must be a positive number of milliseconds, not inf"),
+    ([EXAMPLE, "--slo-ms", "30", "--ttft-slo-ms", "500"],
+     "--ttft-slo-ms applies with --llm (a decoder LLM planned over lilou llm); an ONNX model is planned with --slo-ms "
+     "T, its precision set by --precision"),
+])
+def test_a_bad_ttft_slo_is_refused(capsys, argv, message):
+    assert run(capsys, "plan", *argv, "--gpus", "a10g") == (2, "", f"lilou: error: {message}\n")
 
 
 @pytest.mark.parametrize(("options", "message"), [

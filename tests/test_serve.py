@@ -263,6 +263,42 @@ def test_an_llm_plan_of_tensor_parallel_replicas_is_the_cli_object(client):
     assert response.status_code == 422 and response.json()["detail"].startswith("tp:")
 
 
+def test_an_llm_plan_with_a_ttft_slo_is_the_cli_object(client):
+    """ttft_slo_ms, as lilou plan --llm --ttft-slo-ms: entries carry ttft_ms and its interval, the plan its TTFT SLO;
+    a bad value is a 422, and the field is refused on an ONNX plan."""
+    body = {"model": "llama-3.1-8b", "llm": True, "itl_slo_ms": 100, "input_len": 2048, "output_len": 128,
+            "gpus": ["h100-sxm"], "batches": [1, 8, 32], "ttft_slo_ms": 2000}
+    response = client.post("/v1/plan", json=body)
+    assert response.status_code == 200, response.text
+    from lilou.plan import plan_llm
+
+    expected = plan_llm("llama-3.1-8b", 100, input_len=2048, output_len=128, gpus=["h100-sxm"], batches=[1, 8, 32],
+                        ttft_slo_ms=2000).to_json()
+    assert {**response.json(), "model": "llama-3.1-8b"} == expected and expected["ttft_slo_ms"] == 2000
+    (entry,) = expected["plan"]
+    assert entry["ttft_interval_ms"][1] <= 2000 and entry["ttft_ms"] > 0
+    response = client.post("/v1/plan", json={**body, "ttft_slo_ms": 0})
+    assert (response.status_code, response.json()) == (422, {"detail": "ttft_slo_ms: Input should be greater than 0"})
+    response = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "ttft_slo_ms": 100})
+    assert response.status_code == 422 and response.json()["detail"].startswith("ttft_slo_ms applies with llm: true")
+
+
+def test_an_llm_plan_over_several_tp_degrees_is_the_cli_object(client):
+    body = {"model": "meta-llama/Llama-3.1-70B-Instruct", "llm": True, "itl_slo_ms": 60, "input_len": 1024,
+            "output_len": 256, "gpus": ["h100-sxm"], "batches": [1, 8], "tp": [2, 4]}
+    response = client.post("/v1/plan", json=body)
+    assert response.status_code == 200, response.text
+    from lilou.plan import plan_llm
+
+    expected = plan_llm("meta-llama/Llama-3.1-70B-Instruct", 60, input_len=1024, output_len=256, gpus=["h100-sxm"],
+                        batches=[1, 8], tp=[2, 4]).to_json()
+    assert response.json() == expected and expected["tp"] == [2, 4]
+    assert sorted(e["gpus"] for e in expected["plan"]) == [2, 4]
+    for tp in ([2, 0], 0):
+        response = client.post("/v1/plan", json={**body, "tp": tp})
+        assert response.status_code == 422 and response.json()["detail"].startswith("tp"), response.json()
+
+
 def test_true_or_false_is_not_a_number(client):
     """JSON's true was read as 1 by pydantic's lax mode: a batch of 1, a price of 1 USD an hour; the CLI and the API
     refuse a boolean batch. `values` and `llm` take booleans."""

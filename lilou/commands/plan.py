@@ -40,13 +40,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     llm = parser.add_argument_group("decoder LLMs (lilou llm)")
     llm.add_argument("--llm", action="store_true", help="MODEL is a decoder LLM: plan over `lilou llm`")
     llm.add_argument("--itl-slo-ms", type=float, default=None, metavar="T", help="inter-token latency SLO (ms)")
+    llm.add_argument("--ttft-slo-ms", type=float, default=None, metavar="T",
+                     help="time-to-first-token SLO (ms), optional: a batch is kept only where the TTFT's 90 %% upper "
+                          "bound meets it too; TTFT is lilou llm's at that batch, the prefill of `batch` prompts "
+                          "arriving together")
     llm.add_argument("--input-len", type=int, default=None, metavar="I", help="prompt tokens per request")
     llm.add_argument("--output-len", type=int, default=None, metavar="O", help="generated tokens per request")
     llm.add_argument("--dtype", default=None, metavar="D", help="LLM weight/compute dtype (default: lilou llm's)")
     llm.add_argument("--kv-dtype", default=None, metavar="D", help="KV-cache dtype (default: lilou llm's)")
-    llm.add_argument("--tp", type=int, default=None, metavar="N",
+    llm.add_argument("--tp", default=None, metavar="N[,N...]",
                      help="tensor-parallel GPUs per replica (default 1): each device is planned as a group of N, "
-                          "priced as N")
+                          "priced as N; several (2,4,8) plan each device at each, compared by cost")
     llm.add_argument("--engine", default="vllm", choices=("vllm", "hf"), help="serving engine (default vllm)")
     add_format_option(parser)
     parser.set_defaults(handler=run, quick_exit=True)  # lilou.cli.entry: leave without teardown
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         from lilou.api import Predictor
         from lilou.plan.planner import plan_model
 
-        llm_only = [option for option, value in (("--itl-slo-ms", args.itl_slo_ms), ("--input-len", args.input_len),
+        llm_only = [option for option, value in (("--itl-slo-ms", args.itl_slo_ms),
+                                                  ("--ttft-slo-ms", args.ttft_slo_ms), ("--input-len", args.input_len),
                                                   ("--output-len", args.output_len), ("--dtype", args.dtype),
                                                   ("--kv-dtype", args.kv_dtype), ("--tp", args.tp))
                     if value is not None]
@@ -116,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan_llm(args, gpus, batches, prices):
     from lilou.errors import LilouInputError
-    from lilou.plan.planner import plan_llm
+    from lilou.plan.planner import parse_tps, plan_llm
 
     missing = [flag for flag, value in (("--itl-slo-ms", args.itl_slo_ms), ("--input-len", args.input_len),
                                         ("--output-len", args.output_len)) if value is None]
@@ -124,25 +129,36 @@ def _plan_llm(args, gpus, batches, prices):
         raise LilouInputError(f"plan --llm needs {', '.join(missing)}")
     return plan_llm(args.model, args.itl_slo_ms, input_len=args.input_len, output_len=args.output_len, gpus=gpus,
                     batches=batches, prices=prices, dtype=args.dtype, engine=args.engine,
-                    tp=1 if args.tp is None else args.tp, kv_dtype=args.kv_dtype)
+                    tp=1 if args.tp is None else parse_tps(args.tp), kv_dtype=args.kv_dtype, ttft_slo_ms=args.ttft_slo_ms)
 
 
 def _print_table(plan) -> None:
     out = console()
     llm = plan.kind == "llm"
     what = "ITL SLO" if llm else "SLO"
+    if llm and plan.ttft_slo_ms is not None:
+        what = f"ITL SLO of {plan.slo_ms:g} ms and the TTFT SLO of {plan.ttft_slo_ms:g} ms (90 % upper bounds)"
+    else:
+        what = f"{what} of {plan.slo_ms:g} ms (90 % upper bound)"
     order = "cheapest first ($ at the upper bound's throughput)" if plan.sort == "cost" else \
         "highest throughput at the upper bound first"
     if plan.entries:
         caption = ("ITL: with --engine vllm, the steady state of a server keeping `batch` requests running (lilou llm's "
-                   "steady_state, prompts chunked in); with --engine hf, the static batch's decode step") if llm else None
+                   "steady_state, prompts chunked in); with --engine hf, the static batch's decode step. TTFT: lilou "
+                   "llm's at that batch, the prefill of `batch` prompts arriving together (estimate, 90 % upper bound)"
+                   ) if llm else None
         groups = f" (in groups of {plan.tp}, tensor-parallel)" if plan.tp > 1 else ""
-        table = new_table(title=f"{plan.model}: {len(plan.entries)} of {len(plan.devices)} devices{groups} meet the {what} of "
-                          f"{plan.slo_ms:g} ms (90 % upper bound), {order}", caption=caption)
+        considered = f"{len(plan.devices)} devices"
+        if plan.tps:
+            degrees = ", ".join(str(t) for t in plan.tps[:-1]) + f" or {plan.tps[-1]}"
+            considered, groups = f"{len(plan.devices) * len(plan.tps)} configurations", \
+                f" (each device in tensor-parallel groups of {degrees})"
+        table = new_table(title=f"{plan.model}: {len(plan.entries)} of {considered}{groups} meet the "
+                          f"{what}, {order}", caption=caption)
         rate = "tokens/s" if llm else "inf/s"
         # the bound's throughput first: the order and the cost follow it (the estimate's alone looked unsorted)
         columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval",
-                   f"{rate} at bound", f"{rate} at estimate", "memory GiB"]
+                   *(["TTFT ms (bound)"] if llm else []), f"{rate} at bound", f"{rate} at estimate", "memory GiB"]
         if plan.sort == "cost":
             columns += ["$/h", "$/M tokens" if llm else "$/M inf"]
         for column in columns:
@@ -152,6 +168,7 @@ def _print_table(plan) -> None:
             resource = _resource(entry) if entry.gpus == 1 else f"{entry.gpus} x {_resource(entry)}"
             row = [str(i), entry.device.name, resource, str(point.batch), f"{point.latency_ms:.3f}",
                    f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
+                   *([_ttft(point)] if llm else []),
                    f"{entry.throughput_per_s_at_upper:,.1f}", f"{entry.throughput_per_s:,.1f}",
                    f"{point.memory_gb:.2f} / {round(entry.device.memory_gib, 2):g}"]
             if plan.sort == "cost":
@@ -166,6 +183,15 @@ def _print_table(plan) -> None:
         out.print(plan.message)
     for message in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def _ttft(point) -> str:
+    """An LLM plan's TTFT cell: the estimate and, in brackets, the 90 % upper bound its SLO is held to."""
+    from lilou.plan.planner import ttft_upper
+
+    if point.ttft_ms is None:
+        return "-"
+    return f"{point.ttft_ms:,.0f}" + ("" if point.ttft_interval_ms is None else f" ({ttft_upper(point):,.0f})")
 
 
 def _usd(value: float) -> str:

@@ -51,6 +51,11 @@ class PlanPoint:
     precision: str | None = None   # what the model computes in on this device (the prediction's path)
     gpu_work_ms: float | None = None  # the kernels' time alone (ONNX plans): below half the latency, the host's
     #                                   launches set it (plan_launch_note)
+    # LLM plans: time to first token of `batch` prompts arriving together (lilou llm's ttft_ms) and its 90 % interval
+    ttft_ms: float | None = None
+    ttft_interval_ms: tuple[float, float] | None = None
+    # LLM plans: lilou llm's warnings for this device at this batch (gathered into the plan's by plan_warnings)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass
@@ -62,6 +67,7 @@ class PlanEntry:
     usd_per_hour: float | None = None   # of the whole replica: ``gpus`` devices
     price_source: str | None = None
     gpus: int = 1                       # devices per replica (an LLM's tensor-parallel group)
+    curve: str | None = None            # its key in CapacityPlan.curves where not the device's name (a --tp sweep)
 
     @property
     def throughput_per_s(self) -> float:
@@ -93,6 +99,8 @@ class PlanEntry:
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
                 "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": round(self.device.memory_gib, 4),
                 "fits": self.point.fits, "extrapolated_share": self.point.extrapolated_share,
+                "ttft_ms": self.point.ttft_ms,
+                "ttft_interval_ms": None if self.point.ttft_interval_ms is None else list(self.point.ttft_interval_ms),
                 "usd_per_hour": None if self.usd_per_hour is None else usd(self.usd_per_hour),
                 "price_source": self.price_source,
                 "usd_per_million": None if cost is None else usd(cost)}
@@ -121,6 +129,12 @@ class CapacityPlan:
     tp: int = 1                   # LLM plans: tensor-parallel GPUs per replica
     backend: str | None = None    # ONNX plans: the runtime whose kernels were predicted (eager, tvm); LLM plans: None
     empty_because: str | None = None  # the message of a plan left empty before any latency (an LLM no device holds)
+    ttft_slo_ms: float | None = None  # LLM plans: the TTFT SLO, met by the TTFT's 90 % upper bound at the planned batch
+    tps: list[int] | None = None  # LLM plans over several --tp degrees (a sweep): them, and curves keyed "device xN"
+
+    def curve_devices(self) -> dict[str, Device]:
+        """The device behind each key of :attr:`curves`."""
+        return {curve_key(d, t, self.tps is not None): d for d in self.devices for t in (self.tps or [self.tp])}
 
     @property
     def message(self) -> str | None:
@@ -136,8 +150,14 @@ class CapacityPlan:
             return f"no device meets the {what} of {self.slo_ms:g} ms: nothing could be predicted"
         within = [(p.memory_gb, name) for name, points in self.curves.items() for p in points
                   if p.interval_ms[1] <= self.slo_ms]
+        fitting = [(ttft_upper(p), name, p.batch) for name, points in self.curves.items() for p in points
+                   if p.interval_ms[1] <= self.slo_ms and p.fits]
+        if self.ttft_slo_ms is not None and fitting:  # the ITL SLO is met, the first token comes too late
+            lowest = min(fitting)
+            return (f"no device meets the TTFT SLO of {self.ttft_slo_ms:g} ms within the {what} of {self.slo_ms:g} ms: "
+                    f"the lowest 90 % upper bound of TTFT there is {lowest[0]:.1f} ms ({lowest[1]}, batch {lowest[2]})")
         if within:  # the SLO is met, but not with the model in memory: the lowest bound would contradict it
-            memory = {d.name: d.memory_gib for d in self.devices}
+            memory = {name: d.memory_gib for name, d in self.curve_devices().items()}
             largest = max({name for _, name in within}, key=lambda name: (memory[name], name))
             context = " less 0.5 GiB of CUDA context" if self.kind == "model" else ""
             count = len({name for _, name in within})
@@ -155,21 +175,60 @@ class CapacityPlan:
         groups: dict[str, list[str]] = {}
         for item in self.unmet:
             why = item["reason"].split(":")[0]
-            label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO"}.get(
-                why, "not predicted")
-            groups.setdefault(label, []).append(item["device"])
+            label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO",
+                     "ttft": "for the TTFT SLO"}.get(why, "not predicted")
+            groups.setdefault(label, []).append(item["device"] if "tp" not in item else f"{item['device']} x{item['tp']}")
         parts = [f"{len(names)} {label} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                  for label, names in groups.items()]
+        if self.tps:
+            return (f"{len(self.unmet)} of {len(self.devices) * len(self.tps)} configurations (device x TP) left out: "
+                    f"{'; '.join(parts)}")
         return f"{len(self.unmet)} of {len(self.devices)} devices left out: {'; '.join(parts)}"
 
     def to_json(self) -> dict[str, Any]:
         """What ``lilou plan --format json`` prints."""
         precisions = sorted({p.precision for points in self.curves.values() for p in points if p.precision})
-        return {"model": self.model, "kind": self.kind, "backend": self.backend, "tp": self.tp, "slo_ms": self.slo_ms,
+        return {"model": self.model, "kind": self.kind, "backend": self.backend,
+                "tp": list(self.tps) if self.tps else self.tp, "slo_ms": self.slo_ms,
+                "ttft_slo_ms": self.ttft_slo_ms,
                 "batches": list(self.batches),
                 "precision": precisions[0] if len(precisions) == 1 else precisions or None,
                 "sort": self.sort, "devices": len(self.devices), "plan": [e.to_json() for e in self.entries],
                 "unmet": list(self.unmet), "message": self.message, "warnings": list(self.warnings)}
+
+
+def curve_key(device: Device, tp: int, sweep: bool) -> str:
+    """A device's key in a plan's curves: its name, or in a --tp sweep its name and the degree (``h100-sxm x4``)."""
+    return f"{device.name} x{tp}" if sweep else device.name
+
+
+def check_tps(tp: int | Iterable[int]) -> list[int]:
+    """``--tp``: one degree, or several (an LLM plan compares each device at each), sorted; each a positive integer."""
+    listed = list(tp) if isinstance(tp, Iterable) and not isinstance(tp, str | bytes) else [tp]
+    for value in listed:
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise LilouInputError(f"--tp must be a positive integer, not {value!r:.40}")
+    if not listed:
+        raise LilouInputError("--tp: list one or more tensor-parallel degrees, e.g. --tp 2,4,8")
+    return sorted(set(int(value) for value in listed))
+
+
+def parse_tps(text: str | None) -> int | list[int] | None:
+    """``"4"`` -> 4, ``"2,4,8"`` -> [2, 4, 8]; a bad list is a one-line input error."""
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise LilouInputError(f"--tp: {text!r} is not an integer or a comma-separated list of integers") from None
+    return values[0] if len(values) == 1 else values
+
+
+def ttft_upper(point: PlanPoint) -> float:
+    """The TTFT a plan holds to its SLO: the 90 % upper bound, or the estimate where no interval is calibrated."""
+    if point.ttft_interval_ms is not None:
+        return point.ttft_interval_ms[1]
+    return point.ttft_ms if point.ttft_ms is not None else 0.0
 
 
 def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
@@ -387,103 +446,127 @@ def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[
 
 
 def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],
-              prices: Mapping[str, float] | None, warnings: list[str], kind: str, tp: int = 1) -> CapacityPlan:
+              prices: Mapping[str, float] | None, warnings: list[str], kind: str, tp: int = 1,
+              ttft_slo: float | None = None, tps: list[int] | None = None) -> CapacityPlan:
     entries, unmet = [], []
-    for device in devices:
-        points = curves[device.name]
+    for device, degree in [(d, t) for d in devices for t in (tps or [tp])]:
+        key = curve_key(device, degree, tps is not None)
+        points = curves[key]
         meeting = [p for p in points if p.interval_ms[1] <= slo]
         fitting = [p for p in meeting if p.fits]
-        if not fitting:
+        timely = [p for p in fitting if ttft_slo is None or ttft_upper(p) <= ttft_slo]
+        if not timely:
             lowest = min(points, key=lambda p: p.interval_ms[1], default=None)
-            reason = ("memory: no batch within the SLO fits" if meeting else
+            first = min(fitting, key=ttft_upper, default=None)
+            reason = (f"ttft: upper bound {ttft_upper(first):.1f} ms at batch {first.batch}" if first is not None else
+                      "memory: no batch within the SLO fits" if meeting else
                       f"latency: upper bound {lowest.interval_ms[1]:.3f} ms at batch {lowest.batch}"
                       if lowest is not None else "not predicted")
-            unmet.append({"device": device.name, "reason": reason})
+            unmet.append({"device": device.name, **({"tp": degree} if tps else {}), "reason": reason})
             continue
-        best = max(fitting, key=lambda p: p.batch)
+        best = max(timely, key=lambda p: p.batch)
         price, source = device_price(device, prices or {})
-        if price is not None and tp > 1:  # a replica is ``tp`` of the device
-            price, source = price * tp, f"{source} x {tp} GPUs (TP)"
-        entries.append(PlanEntry(device, best, price, source, gpus=tp))
+        if price is not None and degree > 1:  # a replica is ``degree`` of the device
+            price, source = price * degree, f"{source} x {degree} GPUs (TP)"
+        entries.append(PlanEntry(device, best, price, source, gpus=degree, curve=key if tps else None))
     sort = "cost" if prices else "throughput"
     if prices:
         entries.sort(key=lambda e: (e.usd_per_million is None, e.usd_per_million or 0.0, -e.throughput_per_s,
-                                    e.device.name))
+                                    e.device.name, e.gpus))
     else:
-        entries.sort(key=lambda e: (-e.throughput_per_s_at_upper, e.device.name))
+        entries.sort(key=lambda e: (-e.throughput_per_s_at_upper, e.device.name, e.gpus))
     if prices:
         warnings = warnings + list(getattr(prices, "notes", []))
         unused = sorted(set(prices) - {d.name for d in devices} - {d.gpu for d in devices})
         if unused:
             warnings = warnings + [f"--prices names {len(unused)} device(s) not planned: {', '.join(unused[:5])}"
                                    + (" ..." if len(unused) > 5 else "")]
-        unpriced = [e.device.name for e in entries if e.usd_per_million is None]
+        unpriced = list(dict.fromkeys(e.device.name for e in entries if e.usd_per_million is None))
         if unpriced:
             warnings = warnings + [f"{len(unpriced)} device(s) of the plan have no price in --prices (neither their own "
                                    f"line nor, for a MIG slice, their GPU's): {', '.join(unpriced[:5])}"
                                    + (" ..." if len(unpriced) > 5 else "") + "; listed after the priced ones"]
     return CapacityPlan(model=model, slo_ms=slo, batches=batches, sort=sort, entries=entries, curves=curves,
-                        devices=devices, unmet=unmet, warnings=warnings, kind=kind, tp=tp)
+                        devices=devices, unmet=unmet, warnings=warnings, kind=kind, tp=tp, ttft_slo_ms=ttft_slo,
+                        tps=tps)
 
 
 def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int, output_len: int,
              gpus: Sequence[str] | None = None, batches: Sequence[int] | None = None,
              prices: Mapping[str, float] | None = None, dtype: str | None = None, engine: str = "vllm",
-             llm_predictor=None, tp: int = 1, kv_dtype: str | None = None) -> CapacityPlan:
+             llm_predictor=None, tp: int | Sequence[int] = 1, kv_dtype: str | None = None,
+             ttft_slo_ms: float | None = None) -> CapacityPlan:
     """The capacity plan of a decoder LLM (:mod:`lilou.llm`) for an inter-token-latency SLO: per device the
     largest batch whose ITL upper bound meets it and whose weights and KV cache fit; throughput is output
     tokens per second (prefill included), so the cost is dollars per million output tokens. For vLLM the
     batch is the number of requests the server keeps running, judged on its steady-state step (see
     :func:`_llm_point`). ``tp``: each replica is a tensor-parallel group of that many of the device (a 70B
-    model on 80 GB GPUs), priced as that many; ``kv_dtype`` as in ``lilou llm``."""
+    model on 80 GB GPUs), priced as that many; several (``[2, 4, 8]``) plan each device at each degree, one entry
+    per device and degree that meets the SLO, so that one plan compares GPU x TP by cost; ``kv_dtype`` as in
+    ``lilou llm``. ``ttft_slo_ms``: a batch is kept only where the 90 % upper bound of its time to first token
+    meets it too; that TTFT is ``lilou llm``'s at the batch, the prefill of ``batch`` prompts that arrive together
+    (a wave of users at the planned concurrency: the worst case of a server that keeps them running)."""
     from lilou.api import rank_devices
     from lilou.llm import LLMPredictor
     from lilou.llm.predictor import SLICE_POWER
 
     slo = check_slo(itl_slo_ms, "--itl-slo-ms")
+    ttft_slo = None if ttft_slo_ms is None else check_slo(ttft_slo_ms, "--ttft-slo-ms")
     sizes = check_batches(batches)
-    _check_llm_arguments(model, input_len, output_len, tp)
+    tps = check_tps(tp)
+    for degree in tps:
+        _check_llm_arguments(model, input_len, output_len, degree)
+    sweep = len(tps) > 1
     prices = checked_prices(prices)
     devices = rank_devices(gpus)
     llm = llm_predictor or LLMPredictor()
-    curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
+    curves: dict[str, list[PlanPoint]] = {curve_key(d, t, sweep): [] for d in devices for t in tps}
     warnings: list[str] = ambiguity_notes(gpus)
     refused: dict[str, str] = {}
     short: dict[str, Any] = {}  # device -> lilou llm's MemoryFit, where the model fits it at no batch
     with llm.predictor.reusing_kernel_rows():  # batches share most rows of their size ladders
-        for device in devices:
+        for device, degree in [(d, t) for d in devices for t in tps]:
+            key = curve_key(device, degree, sweep)
             for batch in sizes:
                 try:
-                    result = llm.predict(model, device.gpu, mig=device.mig, tp=tp, batch=batch, input_len=input_len,
+                    result = llm.predict(model, device.gpu, mig=device.mig, tp=degree, batch=batch, input_len=input_len,
                                          output_len=output_len, dtype=dtype, kv_dtype=kv_dtype, engine=engine)
                 except LilouInputError as error:
-                    if not curves[device.name]:  # a device refused at a larger batch keeps the batches it took
-                        refused.setdefault(device.name, str(error))
+                    if not curves[key]:  # a device refused at a larger batch keeps the batches it took
+                        refused.setdefault(key, str(error))
                     break
                 if result.itl_ms is None or result.ttft_ms is None:  # out of memory: so is every larger batch
-                    if not curves[device.name]:
-                        refused.setdefault(device.name, "not predicted: " + (result.warnings[-1] if result.warnings
-                                                                             else "no latency"))
-                        short.setdefault(device.name, result.memory)
+                    if not curves[key]:
+                        refused.setdefault(key, "not predicted: " + (result.warnings[-1] if result.warnings
+                                                                     else "no latency"))
+                        short.setdefault(key, result.memory)
                     break
-                curves[device.name].append(_llm_point(result, batch, input_len, output_len))
-                if not warnings:  # a slice's power share is the first device's, and a plan shows no power
-                    warnings = [w for w in result.warnings
-                                if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER)]
+                # a slice's power share and the dtype default are left out: a plan shows no power, and its precision
+                notes = tuple(w for w in result.warnings
+                              if not w.startswith("no --dtype given") and not w.startswith(SLICE_POWER))
+                curves[key].append(_llm_point(result, batch, input_len, output_len, notes))
     empty_because = None
-    if len(refused) == len(devices):
+    if len(refused) == len(curves):
         # Said of the device with the most memory among those the model does not fit, where any: the first device's
-        # reason (an M40's lack of FP16) was not why a prompt of 10^8 tokens fits no GPU.
-        largest = max([d for d in devices if d.name in short] or devices,
+        # reason (an M40's lack of FP16) was not why a prompt of 10^8 tokens fits no GPU. In a sweep, at its largest TP.
+        top = tps[-1]
+        largest = max([d for d in devices if curve_key(d, top, sweep) in short] or devices,
                       key=lambda d: (d.memory_gib, compute_capability(d)))  # "10.0" after "8.6"
-        if largest.name not in short:
+        chosen = curve_key(largest, top, sweep)
+        if chosen not in short:
             raise LilouInputError(f"{os.fspath(model)}: no device can serve it ({len(devices)} tried); the largest, "
-                                  f"{largest.name}: {refused[largest.name]}")
+                                  f"{largest.name}{f' at --tp {top}' if sweep else ''}: {refused[chosen]}")
         # memory, as an ONNX model no device holds: an empty plan and one line (it was exit 2)
-        empty_because = _fits_nowhere(model, largest, short[largest.name], tp, sizes[0])
-    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tp)
-    plan.unmet = [u if u["device"] not in refused else {"device": u["device"], "reason": refused[u["device"]]}
-                  for u in plan.unmet]
+        empty_because = _fits_nowhere(model, largest, short[chosen], top, sizes[0])
+    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tps[0],
+                     ttft_slo=ttft_slo, tps=tps if sweep else None)
+    # lilou llm's notes of the devices planned, at their planned batch (of every device priced when none is): the
+    # plan copied the first device's, a "PCIe 4.0" link note over a plan of NVLink boards
+    noted = [(e.curve or e.device.name, e.point.notes) for e in plan.entries] or \
+        [(name, points[0].notes) for name, points in curves.items() if points]
+    plan.warnings[len(warnings):len(warnings)] = plan_warnings(noted)
+    keys = [u["device"] if "tp" not in u else f"{u['device']} x{u['tp']}" for u in plan.unmet]
+    plan.unmet = [u if key not in refused else {**u, "reason": refused[key]} for u, key in zip(plan.unmet, keys)]
     plan.empty_because = empty_because
     return plan
 
@@ -521,23 +604,44 @@ def _fits_nowhere(model: str | os.PathLike[str], largest: Device, fit, tp: int, 
     return line
 
 
-def _llm_point(result, batch: int, input_len: int, output_len: int) -> PlanPoint:
+def plan_warnings(noted: Sequence[tuple[str, Sequence[str]]], named: int = 5) -> list[str]:
+    """The distinct warnings of the devices in ``noted`` ((device, its warnings), in plan order), each once: as is
+    where every device has it, else after the names of the devices it is about (the first ``named`` of them, in plan
+    order), unless it names its one device itself."""
+    holders: dict[str, list[str]] = {}
+    for name, notes in noted:
+        for note in dict.fromkeys(notes):
+            holders.setdefault(note, []).append(name)
+    lines = []
+    for note, names in holders.items():
+        if len(names) == len(noted) or (len(names) == 1 and re.search(rf"(?<![\w-]){re.escape(names[0])}(?![\w-])", note)):
+            lines.append(note)
+            continue
+        more = f" and {len(names) - named} more" if len(names) > named else ""
+        lines.append(f"{', '.join(names[:named])}{more}: {note}")
+    return lines
+
+
+def _llm_point(result, batch: int, input_len: int, output_len: int, notes: tuple[str, ...] = ()) -> PlanPoint:
     """One batch of an LLM plan. A vLLM server keeps ``batch`` requests running, so its point is the steady
     state (prompts chunked into the decode steps: ITL and output tokens/s of that step); HF eager serves one
     static batch (its mean decode step; tokens/s over TTFT + the decode steps)."""
     intervals = result.intervals or {}
     memory = float(result.memory.total_gb), bool(result.memory.fits)
+    ttft = float(result.ttft_ms or 0.0)
+    ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
+    band = intervals.get("ttft_ms")  # None where no calibration gives intervals
+    first = {"ttft_ms": round(ttft, 4),
+             "ttft_interval_ms": None if band is None else (round(float(band[0]), 4), round(float(band[1]), 4))}
     if result.steady_itl_ms is not None:
         itl = float(result.steady_itl_ms)
         lo, hi = result.steady_interval_ms or [itl, itl]
         return PlanPoint(batch, round(itl, 4), (round(float(lo), 4), round(float(hi), 4)), *memory, 0.0,
-                         precision=result.dtype,
+                         precision=result.dtype, notes=notes, **first,
                          rate_per_s=batch * 1000.0 / itl, rate_per_s_at_upper=batch * 1000.0 / float(hi))
     itl = float(result.itl_ms or 0.0)
     itl_band = intervals.get("itl_ms") or [itl, itl]
-    ttft = float(result.ttft_ms or 0.0)
-    ttft_band = intervals.get("ttft_ms") or [ttft, ttft]
     upper_e2e = float(ttft_band[1]) + (output_len - 1) * float(itl_band[1])
     return PlanPoint(batch, round(itl, 4), (round(float(itl_band[0]), 4), round(float(itl_band[1]), 4)), *memory, 0.0,
-                     precision=result.dtype, rate_per_s=float(result.tokens_per_s or 0.0),
+                     precision=result.dtype, notes=notes, **first, rate_per_s=float(result.tokens_per_s or 0.0),
                      rate_per_s_at_upper=batch * output_len / (upper_e2e / 1000) if upper_e2e > 0 else 0.0)

@@ -17,7 +17,7 @@ def plot_plan(plan: CapacityPlan, path: str | os.PathLike[str], max_devices: int
 
     plt = pyplot()
 
-    names = [e.device.name for e in plan.entries][:max_devices]
+    names = [e.curve or e.device.name for e in plan.entries][:max_devices]
     if not names:
         ranked = sorted((points[0].interval_ms[1], name) for name, points in plan.curves.items() if points)
         names = [name for _, name in ranked[:max_devices]]

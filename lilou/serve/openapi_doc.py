@@ -143,6 +143,11 @@ class PlanEntryBody(BaseModel):
     device_memory_gb: float
     fits: bool
     extrapolated_share: float
+    ttft_ms: float | None = Field(..., description=(
+        "LLM plans: time to first token at the planned batch (lilou llm's ttft_ms: the prefill of `batch` prompts "
+        "arriving together); null for an ONNX plan"))
+    ttft_interval_ms: list[float] | None = Field(..., description=(
+        "LLM plans: its 90 % interval [lo, hi] (null for an ONNX plan, or where no calibration gives one)"))
     usd_per_hour: float | None
     price_source: str | None
     usd_per_million: float | None
@@ -150,6 +155,8 @@ class PlanEntryBody(BaseModel):
 
 class UnmetBody(BaseModel):
     device: str
+    tp: int | None = Field(None, description="in a plan over several tensor-parallel degrees: the degree left out "
+                                             "(absent otherwise)")
     reason: str
 
 
@@ -161,8 +168,11 @@ class PlanBody(BaseModel):
     kind: Literal["model", "llm"] = Field(..., description="model: an ONNX plan (slo_ms); llm: a decoder LLM's (ITL)")
     backend: Literal["eager", "tvm"] | None = Field(..., description=(
         "an ONNX plan's runtime whose kernels were predicted; null for an LLM plan"))
-    tp: int
+    tp: int | list[int] = Field(..., description="tensor-parallel GPUs per replica; the list of degrees of a plan "
+                                                 "given several (lilou plan --tp 2,4,8), each entry's in gpus")
     slo_ms: float = Field(..., description="the SLO (an LLM plan's: the ITL SLO)")
+    ttft_slo_ms: float | None = Field(..., description=(
+        "an LLM plan's TTFT SLO (ttft_slo_ms given), met by each entry's ttft_interval_ms upper bound; else null"))
     batches: list[int]
     precision: str | list[str] | None = Field(..., description=(
         "what the model computes in: one name when every device priced runs it so, else the sorted list of the "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic_core import PydanticCustomError
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
@@ -174,17 +174,33 @@ class PlanRequest(_GraphRequest):
         "(header device,usd_per_hour)"))
     llm: bool = Field(False, description="the model is a decoder LLM: plan over `lilou llm` (--llm)")
     itl_slo_ms: PositiveFloat | None = Field(None, description="inter-token latency objective, ms (llm)")
+    ttft_slo_ms: PositiveFloat | None = Field(None, description=(
+        "time-to-first-token objective, ms, optional (llm): met by the 90 % upper bound of lilou llm's TTFT at the "
+        "planned batch, the prefill of `batch` prompts arriving together"))
     input_len: PositiveInt | None = Field(None, description="prompt tokens per request (llm)")
     output_len: PositiveInt | None = Field(None, description="generated tokens per request (llm)")
     dtype: str | None = Field(None, max_length=20, description="LLM weight/compute dtype (llm)")
     kv_dtype: str | None = Field(None, max_length=20, description="KV-cache dtype (llm)")
-    tp: PositiveInt = Field(1, le=64, description="tensor-parallel GPUs per replica, priced as that many (llm)")
+    tp: Annotated[int, Field(gt=0, le=64)] | list[Annotated[int, Field(gt=0, le=64)]] = Field(1, description=(
+        "tensor-parallel GPUs per replica, priced as that many (llm); a list such as [2, 4, 8] plans each device at "
+        "each degree (lilou plan --tp 2,4,8)"))
     engine: Literal["vllm", "hf"] = "vllm"
 
     @field_validator("gpus", "batches", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("tp", mode="before")
+    @classmethod
+    def _degrees(cls, value: Any) -> Any:
+        """One line for a degree out of range, one degree or a list's (the union's members each said theirs)."""
+        for degree in value if isinstance(value, list) else [value]:
+            if isinstance(degree, int) and not isinstance(degree, bool) and degree < 1:
+                raise PydanticCustomError("greater_than", "Input should be greater than 0")
+            if isinstance(degree, int) and not isinstance(degree, bool) and degree > 64:
+                raise PydanticCustomError("less_than_equal", "Input should be less than or equal to 64")
+        return value
 
     @field_validator("prices", mode="before")
     @classmethod

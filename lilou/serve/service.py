@@ -209,7 +209,7 @@ class Service:
                 plan = plan_llm(model, request.itl_slo_ms, input_len=request.input_len, output_len=request.output_len,
                                 gpus=request.gpus, batches=batches, prices=prices, dtype=request.dtype,
                                 engine=request.engine, llm_predictor=self.llm_predictor(), tp=request.tp,
-                                kv_dtype=request.kv_dtype)
+                                kv_dtype=request.kv_dtype, ttft_slo_ms=request.ttft_slo_ms)
             else:
                 check_plan_fields(request)
                 if request.slo_ms is None:
@@ -308,7 +308,7 @@ def plan_batches(request: PlanRequest) -> list[int] | None:
 
 #: Fields of one kind of plan that the other kind has no use for (``lilou plan`` refuses --itl-slo-ms ... without
 #: --llm); a field with a default counts when the request gives it.
-_LLM_ONLY = ("itl_slo_ms", "input_len", "output_len", "dtype", "kv_dtype", "tp", "engine")
+_LLM_ONLY = ("itl_slo_ms", "ttft_slo_ms", "input_len", "output_len", "dtype", "kv_dtype", "tp", "engine")
 _ONNX_ONLY = ("slo_ms", "shapes", "precision", "tf32", "backend")
 
 
