@@ -1180,3 +1180,32 @@ def test_a_prices_key_cannot_price_another_device(client):
     twice = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "batches": [1],
                                           "prices": {"a10g": 1.0, "A10G": 2.0}})
     assert (twice.status_code, twice.json()) == (400, {"detail": "prices: a10g is priced twice"})
+
+
+def test_a_second_plan_skips_the_batches_a_fixed_batch_file_refused(graph_work):
+    """Batches the file cannot take are remembered per bytes: a plan of a file that fixes its batch at 1 read the
+    graph again for batches 2 to 128 on every request (~24 s for TinyLlama), so a retry after a 503 never got
+    faster. The second plan reads nothing, and says the same."""
+    from lilou.serve.service import has_plan
+
+    if not has_plan():
+        pytest.skip("lilou.plan is not installed: /v1/plan is not offered")
+    from lilou.serve.schemas import PlanRequest, PredictRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    service = Service(Settings())
+    source = ModelSource(path=RESNET18, sha256="resnet18-fixed", name="r18.onnx")
+    request = PlanRequest(slo_ms=1000, gpus=["a10g", "t4"], batches=[1, 2, 4, 8])
+    try:
+        first = service.plan(request, RESNET18, source)
+        reads = graph_work["load"]
+        second = service.plan(request, RESNET18, source)
+        assert graph_work["load"] == reads, "the second plan read the graph again for the refused batches"
+        with pytest.raises(LilouInputError, match="fixed shapes") as refused:
+            service.predict(PredictRequest(gpu="a10g", batch=4), source)
+        assert graph_work["load"] == reads
+    finally:
+        service.shutdown()
+    assert first == second and first["batches"] == [1] and "<model" not in str(refused.value)
+    assert any("skipped" in warning for warning in first["warnings"])
