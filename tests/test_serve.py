@@ -1209,3 +1209,61 @@ def test_a_second_plan_skips_the_batches_a_fixed_batch_file_refused(graph_work):
         service.shutdown()
     assert first == second and first["batches"] == [1] and "<model" not in str(refused.value)
     assert any("skipped" in warning for warning in first["warnings"])
+
+
+MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+           "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
+           "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_an_uploaded_config_is_named_as_the_cli_names_the_file(client, predictor, tmp_path):
+    """An uploaded config.json was saved as model.json, so its errors and warnings said "model" ("model has mamba
+    layers") and its "model" was "config.json" whatever the folder. Now: the CLI's name for the client's file, its
+    stem, or for a config.json the folder the file name gives."""
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        pytest.skip("lilou.llm is not installed: /v1/llm is not offered")
+    from lilou.llm import LLMPredictor
+
+    llm = LLMPredictor(predictor)
+    mamba = tmp_path / "mamba-2.8b-config.json"
+    mamba.write_text(json.dumps({"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560,
+                                 "num_hidden_layers": 64, "vocab_size": 50280, "state_size": 16, "expand": 2}))
+    fields = {"gpu": "b200", "input_len": "40000", "output_len": "10"}
+    response = client.post("/v1/llm", files={"file": (mamba.name, mamba.read_bytes())}, data=fields)
+    with pytest.raises(LilouInputError) as cli:
+        llm.predict(mamba, "b200", input_len=40000, output_len=10)
+    assert response.status_code == 400 and response.json()["detail"] == str(cli.value)
+    assert response.json()["detail"].startswith("mamba-2.8b-config has mamba layers")
+
+    folder = tmp_path / "Mixtral-8x7B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MIXTRAL))
+    (tmp_path / "mixtral.json").write_text(json.dumps(MIXTRAL))
+    data = json.dumps(MIXTRAL).encode()
+    for filename, path, name in (("Mixtral-8x7B-v0.1/config.json", folder / "config.json", "Mixtral-8x7B-v0.1"),
+                                 ("mixtral.json", tmp_path / "mixtral.json", "mixtral"),
+                                 ("config.json", None, "config")):
+        response = client.post("/v1/llm", files={"file": (filename, data)}, data=fields)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["model"] == name
+        assert any(f"{name}'s 32768" in warning for warning in body["warnings"]), body["warnings"]
+        if path is not None:  # the CLI's object for the same file
+            assert body == json.loads(json.dumps(llm.predict(path, "b200", input_len=40000,
+                                                             output_len=10).to_json()))
+    tp = client.post("/v1/llm", files={"file": ("mixtral.json", data)}, data={**fields, "tp": "3"})
+    assert tp.status_code == 400 and tp.json()["detail"].endswith("attention heads of mixtral"), tp.text
+
+
+def test_an_onnx_file_sent_to_llm_is_told_where_it_goes(client):
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        pytest.skip("lilou.llm is not installed: /v1/llm is not offered")
+    response = client.post("/v1/llm", files=_upload(), data={"gpu": "h100-sxm", "input_len": "10", "output_len": "10"})
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("resnet18.onnx: not a JSON config"), response.text
+    assert "/v1/predict" in response.json()["detail"]
