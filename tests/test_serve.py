@@ -1267,3 +1267,23 @@ def test_an_onnx_file_sent_to_llm_is_told_where_it_goes(client):
     assert response.status_code == 400
     assert response.json()["detail"].startswith("resnet18.onnx: not a JSON config"), response.text
     assert "/v1/predict" in response.json()["detail"]
+
+
+def test_names_are_taken_in_any_case_as_the_cli_takes_them(client):
+    """lilou infer --precision FP16 works; "precision": "FP16" was a 422 (and tf32, backend, engine likewise)."""
+    lower = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "t4", "precision": "fp16",
+                                             "tf32": "off", "backend": "eager"})
+    upper = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "t4", "precision": "FP16",
+                                             "tf32": "Off", "backend": "EAGER"})
+    assert lower.status_code == upper.status_code == 200, upper.text
+    assert upper.json() == lower.json() and upper.json()["precision"] == "fp16"
+    form = client.post("/v1/rank", files=_upload(), data={"gpus": "a10g", "precision": "BF16", "tf32": "ON"})
+    assert form.status_code == 200, form.text
+    from lilou.serve.service import has_llm
+
+    if has_llm():
+        fields = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "input_len": 100, "output_len": 10}
+        llm = client.post("/v1/llm", json={**fields, "dtype": "FP8", "kv_dtype": "FP8", "engine": "VLLM"})
+        plain = client.post("/v1/llm", json={**fields, "dtype": "fp8", "kv_dtype": "fp8", "engine": "vllm"})
+        assert llm.status_code == 200, llm.text
+        assert llm.json() == plain.json() and llm.json()["dtype"] == "fp8"
