@@ -1287,3 +1287,48 @@ def test_names_are_taken_in_any_case_as_the_cli_takes_them(client):
         plain = client.post("/v1/llm", json={**fields, "dtype": "fp8", "kv_dtype": "fp8", "engine": "vllm"})
         assert llm.status_code == 200, llm.text
         assert llm.json() == plain.json() and llm.json()["dtype"] == "fp8"
+
+
+def test_head_answers_on_the_get_routes_and_a_trailing_slash_is_not_redirected(client):
+    """HEAD / and HEAD /v1/healthz were 405 (monitors probe with HEAD); "POST /v1/predict/" was a 307 to an absolute
+    http:// URL (the wrong scheme behind an HTTPS proxy, and a POST body dropped by many clients)."""
+    for path in ("/", "/v1/healthz", "/v1/gpus"):
+        head = client.head(path)
+        assert head.status_code == 200 and head.content == b"", (path, head.status_code)
+    assert "text/html" in client.head("/").headers["content-type"]
+    for method, path in (("POST", "/v1/predict/"), ("GET", "/v1/healthz/"), ("POST", "/v1/rank/")):
+        response = client.request(method, path, json={"model": "resnet18.onnx", "gpu": "t4"})
+        assert response.status_code == 404 and "location" not in response.headers, (method, path)
+
+
+def test_cors_is_off_by_default_and_opt_in_exposes_the_warnings_header(client, models_root, tmp_path):
+    """Without --cors-origin a preflight is refused (no Access-Control-* header anywhere); with it, a dashboard on
+    that origin may call the API and read Lilou-Warnings. --access-log logs one line per request."""
+    preflight = {"Origin": "http://dash.internal", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "content-type"}
+    refused = client.options("/v1/rank", headers=preflight)
+    assert refused.status_code == 405 and "access-control-allow-origin" not in refused.headers
+    with serve("--models-root", str(models_root), "--cors-origin", "http://dash.internal, http://other.internal",
+               "--access-log", tmpdir=tmp_path) as base:
+        allowed = httpx.options(f"{base}/v1/rank", headers=preflight)
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == "http://dash.internal"
+        assert "POST" in allowed.headers["access-control-allow-methods"]
+        ranked = httpx.post(f"{base}/v1/rank", json={"model": "resnet18.onnx", "gpus": "a10g,t4"},
+                            headers={"Origin": "http://dash.internal"}, timeout=120)
+        assert ranked.status_code == 200
+        assert ranked.headers["access-control-allow-origin"] == "http://dash.internal"
+        assert "lilou-warnings" in ranked.headers["access-control-expose-headers"].lower()
+        stranger = httpx.options(f"{base}/v1/rank", headers={**preflight, "Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in stranger.headers
+        port = base.rsplit(":", 1)[1]
+    log = (tmp_path / f"lilou-serve-{port}.log").read_text()
+    assert '"POST /v1/rank HTTP/1.1" 200' in log and '"GET /v1/healthz HTTP/1.1" 200' in log
+
+
+def test_a_cors_origin_that_is_not_an_origin_is_refused(capsys):
+    from lilou.cli import main
+
+    assert main(["serve", "--cors-origin", "dash.internal/path"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--cors-origin 'dash.internal/path'" in lines[0]

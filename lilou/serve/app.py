@@ -10,12 +10,14 @@ import asyncio
 import json
 import math
 import os
+import re
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
@@ -44,8 +46,9 @@ LISTS = ("gpus",)
 
 def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
                time_budget_s: float = 60.0, threads: int = 4, upload_timeout_s: float = 120.0,
-               cache_mb: float = 1024.0) -> FastAPI:
-    """The service; ``models_root`` is the only folder whose files JSON requests may name."""
+               cache_mb: float = 1024.0, cors_origins: list[str] | None = None) -> FastAPI:
+    """The service; ``models_root`` is the only folder whose files JSON requests may name. ``cors_origins``: the
+    origins whose pages may call the API from a browser (``*``: any); none by default."""
     if models_root is not None and not Path(models_root).is_dir():
         raise LilouInputError(f"--models-root {os.fspath(models_root)!r} is not a directory")
     for option, value, unit in (("--max-upload-mb", max_upload_mb, "MiB"), ("--time-budget-s", time_budget_s, "seconds"),
@@ -56,6 +59,7 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
         raise LilouInputError("--cache-size must be >= 0")
     if not 0 <= cache_mb < math.inf:
         raise LilouInputError(f"--cache-mb must be a finite number of MiB >= 0, not {cache_mb:g}")
+    origins = cors_allowed(cors_origins or [])
     settings = Settings(models_root=None if models_root is None else Path(models_root), max_upload_mb=max_upload_mb,
                         cache_size=cache_size, time_budget_s=time_budget_s, threads=threads,
                         upload_timeout_s=upload_timeout_s, cache_mb=cache_mb)
@@ -68,17 +72,33 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
         yield
         service.shutdown()
 
+    # redirect_slashes=False: "POST /v1/predict/" was a 307 to an absolute http:// URL (the wrong scheme behind an
+    # HTTPS proxy, and many clients drop a POST's body on a redirect); it is a 404 now.
     app = FastAPI(title="Lilou", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  redirect_slashes=False,
                   description="Predicted inference latency of ONNX models on NVIDIA GPUs and MIG slices, without "
                               "the GPU. Bodies are the CLI's `--format json` objects; errors are "
                               "`{\"detail\": \"<one line>\"}`.")
     app.state.service = service
     install_handlers(app)
+    if origins:  # the rank warnings travel in a header, which a browser hides from another origin's script unless exposed
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "HEAD", "POST"],
+                           allow_headers=["Content-Type"], expose_headers=[WARNINGS_HEADER], max_age=600)
     _routes(app, service, optional)
     static = resources.files("lilou.serve") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     app.openapi = lambda: openapi_doc.cached(app)  # type: ignore[method-assign]
     return app
+
+
+def cors_allowed(values: list[str]) -> list[str]:
+    """``--cors-origin`` values (each may be a comma-separated list) as origins: ``*``, or ``scheme://host[:port]``."""
+    origins = [item.strip().rstrip("/") for value in values for item in value.split(",") if item.strip()]
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s?#]+", origin):
+            raise LilouInputError(f"--cors-origin {origin!r}: give an origin such as https://dash.example.com "
+                                  "(scheme, host and port, no path) or *")
+    return origins
 
 
 def app_from_environment() -> FastAPI:
@@ -228,6 +248,20 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
             model, source = await _llm_model(service, fields, upload)
             return JSONResponse(await service.run(service.llm, fields, model, source, source=upload))
 
+    for route in [route for route in app.routes if "GET" in getattr(route, "methods", ()) and route.include_in_schema
+                  or getattr(route, "path", None) == "/"]:
+        app.add_api_route(route.path, _head(route.endpoint), methods=["HEAD"], include_in_schema=False)
+
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
         return Response(status_code=204)
+
+
+def _head(endpoint):
+    """HEAD for a GET route (monitors probe with HEAD; it was a 405): the GET's status and headers, no body."""
+    async def head() -> Response:
+        response = await endpoint()
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+        return Response(status_code=response.status_code, headers=headers)
+
+    return head
