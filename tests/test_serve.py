@@ -1332,3 +1332,16 @@ def test_a_cors_origin_that_is_not_an_origin_is_refused(capsys):
     assert main(["serve", "--cors-origin", "dash.internal/path"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "--cors-origin 'dash.internal/path'" in lines[0]
+
+
+def test_structured_json_media_types_are_json_and_a_body_without_a_type_is_told_what_to_send(client):
+    """application/vnd.api+json was a 415; a JSON body sent without Content-Type got "unsupported Content-Type ''"."""
+    body = json.dumps({"model": "resnet18.onnx", "gpu": "t4"}).encode()
+    plain = client.post("/v1/predict", content=body, headers={"content-type": "application/json"})
+    for kind in ("application/vnd.api+json", "application/merge-patch+json; charset=utf-8"):
+        structured = client.post("/v1/predict", content=body, headers={"content-type": kind})
+        assert structured.status_code == 200 and structured.json() == plain.json(), (kind, structured.text)
+    untyped = client.post("/v1/predict", content=body)
+    assert "content-type" not in untyped.request.headers
+    assert untyped.status_code == 415
+    assert "Content-Type: application/json" in untyped.json()["detail"], untyped.text

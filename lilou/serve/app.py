@@ -114,6 +114,8 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
     body = within(request.stream(), service.settings.upload_timeout_s)
     content_type = request.headers.get("content-type", "")
     kind = media_type(content_type)
+    if kind.startswith("application/") and kind.endswith("+json"):  # application/vnd.api+json ...: JSON too
+        kind = "application/json"
     fields: dict[str, Any] = dict(request.query_params)
     upload = None
     if kind in ("application/json", ""):  # options only: a small cap, not the upload's (json.loads takes ~6x)
@@ -132,8 +134,10 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
         parsed = await read_multipart(body, content_type, limit)
         fields.update(parsed.fields)
         upload = parsed.upload
-    elif kind == "" and not (await read_limited(body, limit, json_too_large)):
-        pass  # the fields are all in the query string
+    elif kind == "":
+        if await read_limited(body, limit, json_too_large):  # a body without its type (curl -d without -H)
+            raise unsupported(content_type)
+        # else the fields are all in the query string
     else:
         raise unsupported(content_type)
     try:

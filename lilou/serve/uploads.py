@@ -268,6 +268,10 @@ def media_type(content_type: str | None) -> str:
 
 
 def unsupported(content_type: str) -> UnsupportedMediaType:
+    if not content_type.strip():
+        return UnsupportedMediaType("the body has no Content-Type: send a JSON body with the header 'Content-Type: "
+                                    "application/json' (curl -H 'content-type: application/json' -d ...), or "
+                                    f"multipart/form-data with the ONNX file as part {FILE_FIELD!r}")
     return UnsupportedMediaType(f"unsupported Content-Type {content_type[:60]!r}: send application/json naming a "
                                 f"file under --models-root, or multipart/form-data with the ONNX file as part "
                                 f"{FILE_FIELD!r}")
