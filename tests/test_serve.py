@@ -1345,3 +1345,26 @@ def test_structured_json_media_types_are_json_and_a_body_without_a_type_is_told_
     assert "content-type" not in untyped.request.headers
     assert untyped.status_code == 415
     assert "Content-Type: application/json" in untyped.json()["detail"], untyped.text
+
+
+def test_the_openapi_schemas_declare_every_field_the_bodies_carry(client):
+    """fits, a kernel's interval_ms and extrapolated, a rank entry's extrapolated_share passed only through
+    additionalProperties, and /v1/gpus and /v1/llm/models declared an empty schema (report ua41a nit 5)."""
+    from lilou.serve import openapi_doc as docs
+
+    predicted = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g"}).json()
+    assert set(predicted) <= set(docs.PredictionBody.model_fields), set(predicted) - set(docs.PredictionBody.model_fields)
+    for kernel in predicted["kernels"]:
+        assert set(kernel) <= set(docs.KernelBody.model_fields), set(kernel) - set(docs.KernelBody.model_fields)
+    for entry in client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": "a10g,t4"}).json():
+        assert set(entry) <= set(docs.RankEntryBody.model_fields), set(entry) - set(docs.RankEntryBody.model_fields)
+    for gpu in client.get("/v1/gpus").json():
+        docs.GPUBody.model_validate(gpu, strict=True)
+    served = client.get("/openapi.json").json()
+    gpus_200 = served["paths"]["/v1/gpus"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert gpus_200["type"] == "array" and gpus_200["items"] == {"$ref": "#/components/schemas/GPUBody"}
+    if "/v1/llm/models" in served["paths"]:
+        models_200 = served["paths"]["/v1/llm/models"]["get"]["responses"]["200"]["content"]["application/json"]
+        assert models_200["schema"]["items"] == {"type": "string"}
+    docs_page = client.get("/docs")
+    assert docs_page.status_code == 404 and "/openapi.json" in docs_page.json()["detail"]

@@ -204,7 +204,7 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
         return JSONResponse({"status": "ok", **service.stats(), "endpoints": optional})
 
     @app.get("/v1/gpus", tags=["predict"], summary="the GPU database (`lilou gpus --format json`)",
-             responses={200: {"description": "GPU entries, MIG profiles included"}})
+             responses={200: {"model": list[docs.GPUBody], "description": "GPU entries, MIG profiles included"}})
     async def gpus() -> JSONResponse:
         from lilou.hardware import all_gpus
 
@@ -241,7 +241,8 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
             return JSONResponse(await service.run(service.plan, fields, model, source, source=upload))
 
     if optional["llm"]:
-        @app.get("/v1/llm/models", tags=["llm"], summary="built-in LLM names for /v1/llm (`lilou llm --list`)")
+        @app.get("/v1/llm/models", tags=["llm"], summary="built-in LLM names for /v1/llm (`lilou llm --list`)",
+                 responses={200: {"model": list[str], "description": "Hugging Face ids"}})
         async def llm_models() -> JSONResponse:
             return JSONResponse(await service.run(service.llm_models))
 
@@ -255,6 +256,11 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
     for route in [route for route in app.routes if "GET" in getattr(route, "methods", ()) and route.include_in_schema
                   or getattr(route, "path", None) == "/"]:
         app.add_api_route(route.path, _head(route.endpoint), methods=["HEAD"], include_in_schema=False)
+
+    @app.get("/docs", include_in_schema=False)
+    async def no_docs() -> JSONResponse:
+        return JSONResponse({"detail": "Not Found: this server has no /docs page; its API contract is /openapi.json "
+                                       "(and docs/service.md)"}, status_code=404)
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
