@@ -1216,3 +1216,191 @@ def test_a_prices_key_cannot_price_another_device(client):
     twice = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "batches": [1],
                                           "prices": {"a10g": 1.0, "A10G": 2.0}})
     assert (twice.status_code, twice.json()) == (400, {"detail": "prices: a10g is priced twice"})
+
+
+def test_a_second_plan_skips_the_batches_a_fixed_batch_file_refused(graph_work):
+    """Batches the file cannot take are remembered per bytes: a plan of a file that fixes its batch at 1 read the
+    graph again for batches 2 to 128 on every request (~24 s for TinyLlama), so a retry after a 503 never got
+    faster. The second plan reads nothing, and says the same."""
+    from lilou.serve.service import has_plan
+
+    if not has_plan():
+        pytest.skip("lilou.plan is not installed: /v1/plan is not offered")
+    from lilou.serve.schemas import PlanRequest, PredictRequest
+    from lilou.serve.service import Service, Settings
+    from lilou.serve.uploads import ModelSource
+
+    service = Service(Settings())
+    source = ModelSource(path=RESNET18, sha256="resnet18-fixed", name="r18.onnx")
+    request = PlanRequest(slo_ms=1000, gpus=["a10g", "t4"], batches=[1, 2, 4, 8])
+    try:
+        first = service.plan(request, RESNET18, source)
+        reads = graph_work["load"]
+        second = service.plan(request, RESNET18, source)
+        assert graph_work["load"] == reads, "the second plan read the graph again for the refused batches"
+        with pytest.raises(LilouInputError, match="fixed shapes") as refused:
+            service.predict(PredictRequest(gpu="a10g", batch=4), source)
+        assert graph_work["load"] == reads
+    finally:
+        service.shutdown()
+    assert first == second and first["batches"] == [1] and "<model" not in str(refused.value)
+    assert any("skipped" in warning for warning in first["warnings"])
+
+
+MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+           "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
+           "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_an_uploaded_config_is_named_as_the_cli_names_the_file(client, predictor, tmp_path):
+    """An uploaded config.json was saved as model.json, so its errors and warnings said "model" ("model has mamba
+    layers") and its "model" was "config.json" whatever the folder. Now: the CLI's name for the client's file, its
+    stem, or for a config.json the folder the file name gives."""
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        pytest.skip("lilou.llm is not installed: /v1/llm is not offered")
+    from lilou.llm import LLMPredictor
+
+    llm = LLMPredictor(predictor)
+    mamba = tmp_path / "mamba-2.8b-config.json"
+    mamba.write_text(json.dumps({"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560,
+                                 "num_hidden_layers": 64, "vocab_size": 50280, "state_size": 16, "expand": 2}))
+    fields = {"gpu": "b200", "input_len": "40000", "output_len": "10"}
+    response = client.post("/v1/llm", files={"file": (mamba.name, mamba.read_bytes())}, data=fields)
+    with pytest.raises(LilouInputError) as cli:
+        llm.predict(mamba, "b200", input_len=40000, output_len=10)
+    assert response.status_code == 400 and response.json()["detail"] == str(cli.value)
+    assert response.json()["detail"].startswith("mamba-2.8b-config has mamba layers")
+
+    folder = tmp_path / "Mixtral-8x7B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MIXTRAL))
+    (tmp_path / "mixtral.json").write_text(json.dumps(MIXTRAL))
+    data = json.dumps(MIXTRAL).encode()
+    for filename, path, name in (("Mixtral-8x7B-v0.1/config.json", folder / "config.json", "Mixtral-8x7B-v0.1"),
+                                 ("mixtral.json", tmp_path / "mixtral.json", "mixtral"),
+                                 ("config.json", None, "config")):
+        response = client.post("/v1/llm", files={"file": (filename, data)}, data=fields)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["model"] == name
+        assert any(f"{name}'s 32768" in warning for warning in body["warnings"]), body["warnings"]
+        if path is not None:  # the CLI's object for the same file
+            assert body == json.loads(json.dumps(llm.predict(path, "b200", input_len=40000,
+                                                             output_len=10).to_json()))
+    tp = client.post("/v1/llm", files={"file": ("mixtral.json", data)}, data={**fields, "tp": "3"})
+    assert tp.status_code == 400 and tp.json()["detail"].endswith("attention heads of mixtral"), tp.text
+
+
+def test_an_onnx_file_sent_to_llm_is_told_where_it_goes(client):
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        pytest.skip("lilou.llm is not installed: /v1/llm is not offered")
+    response = client.post("/v1/llm", files=_upload(), data={"gpu": "h100-sxm", "input_len": "10", "output_len": "10"})
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("resnet18.onnx: not a JSON config"), response.text
+    assert "/v1/predict" in response.json()["detail"]
+
+
+def test_names_are_taken_in_any_case_as_the_cli_takes_them(client):
+    """lilou infer --precision FP16 works; "precision": "FP16" was a 422 (and tf32, backend, engine likewise)."""
+    lower = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "t4", "precision": "fp16",
+                                             "tf32": "off", "backend": "eager"})
+    upper = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "t4", "precision": "FP16",
+                                             "tf32": "Off", "backend": "EAGER"})
+    assert lower.status_code == upper.status_code == 200, upper.text
+    assert upper.json() == lower.json() and upper.json()["precision"] == "fp16"
+    form = client.post("/v1/rank", files=_upload(), data={"gpus": "a10g", "precision": "BF16", "tf32": "ON"})
+    assert form.status_code == 200, form.text
+    from lilou.serve.service import has_llm
+
+    if has_llm():
+        fields = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "input_len": 100, "output_len": 10}
+        llm = client.post("/v1/llm", json={**fields, "dtype": "FP8", "kv_dtype": "FP8", "engine": "VLLM"})
+        plain = client.post("/v1/llm", json={**fields, "dtype": "fp8", "kv_dtype": "fp8", "engine": "vllm"})
+        assert llm.status_code == 200, llm.text
+        assert llm.json() == plain.json() and llm.json()["dtype"] == "fp8"
+
+
+def test_head_answers_on_the_get_routes_and_a_trailing_slash_is_not_redirected(client):
+    """HEAD / and HEAD /v1/healthz were 405 (monitors probe with HEAD); "POST /v1/predict/" was a 307 to an absolute
+    http:// URL (the wrong scheme behind an HTTPS proxy, and a POST body dropped by many clients)."""
+    for path in ("/", "/v1/healthz", "/v1/gpus"):
+        head = client.head(path)
+        assert head.status_code == 200 and head.content == b"", (path, head.status_code)
+    assert "text/html" in client.head("/").headers["content-type"]
+    for method, path in (("POST", "/v1/predict/"), ("GET", "/v1/healthz/"), ("POST", "/v1/rank/")):
+        response = client.request(method, path, json={"model": "resnet18.onnx", "gpu": "t4"})
+        assert response.status_code == 404 and "location" not in response.headers, (method, path)
+
+
+def test_cors_is_off_by_default_and_opt_in_exposes_the_warnings_header(client, models_root, tmp_path):
+    """Without --cors-origin a preflight is refused (no Access-Control-* header anywhere); with it, a dashboard on
+    that origin may call the API and read Lilou-Warnings. --access-log logs one line per request."""
+    preflight = {"Origin": "http://dash.internal", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "content-type"}
+    refused = client.options("/v1/rank", headers=preflight)
+    assert refused.status_code == 405 and "access-control-allow-origin" not in refused.headers
+    with serve("--models-root", str(models_root), "--cors-origin", "http://dash.internal, http://other.internal",
+               "--access-log", tmpdir=tmp_path) as base:
+        allowed = httpx.options(f"{base}/v1/rank", headers=preflight)
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == "http://dash.internal"
+        assert "POST" in allowed.headers["access-control-allow-methods"]
+        ranked = httpx.post(f"{base}/v1/rank", json={"model": "resnet18.onnx", "gpus": "a10g,t4"},
+                            headers={"Origin": "http://dash.internal"}, timeout=120)
+        assert ranked.status_code == 200
+        assert ranked.headers["access-control-allow-origin"] == "http://dash.internal"
+        assert "lilou-warnings" in ranked.headers["access-control-expose-headers"].lower()
+        stranger = httpx.options(f"{base}/v1/rank", headers={**preflight, "Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in stranger.headers
+        port = base.rsplit(":", 1)[1]
+    log = (tmp_path / f"lilou-serve-{port}.log").read_text()
+    assert '"POST /v1/rank HTTP/1.1" 200' in log and '"GET /v1/healthz HTTP/1.1" 200' in log
+
+
+def test_a_cors_origin_that_is_not_an_origin_is_refused(capsys):
+    from lilou.cli import main
+
+    assert main(["serve", "--cors-origin", "dash.internal/path"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--cors-origin 'dash.internal/path'" in lines[0]
+
+
+def test_structured_json_media_types_are_json_and_a_body_without_a_type_is_told_what_to_send(client):
+    """application/vnd.api+json was a 415; a JSON body sent without Content-Type got "unsupported Content-Type ''"."""
+    body = json.dumps({"model": "resnet18.onnx", "gpu": "t4"}).encode()
+    plain = client.post("/v1/predict", content=body, headers={"content-type": "application/json"})
+    for kind in ("application/vnd.api+json", "application/merge-patch+json; charset=utf-8"):
+        structured = client.post("/v1/predict", content=body, headers={"content-type": kind})
+        assert structured.status_code == 200 and structured.json() == plain.json(), (kind, structured.text)
+    untyped = client.post("/v1/predict", content=body)
+    assert "content-type" not in untyped.request.headers
+    assert untyped.status_code == 415
+    assert "Content-Type: application/json" in untyped.json()["detail"], untyped.text
+
+
+def test_the_openapi_schemas_declare_every_field_the_bodies_carry(client):
+    """fits, a kernel's interval_ms and extrapolated, a rank entry's extrapolated_share passed only through
+    additionalProperties, and /v1/gpus and /v1/llm/models declared an empty schema (report ua41a nit 5)."""
+    from lilou.serve import openapi_doc as docs
+
+    predicted = client.post("/v1/predict", json={"model": "resnet18.onnx", "gpu": "a10g"}).json()
+    assert set(predicted) <= set(docs.PredictionBody.model_fields), set(predicted) - set(docs.PredictionBody.model_fields)
+    for kernel in predicted["kernels"]:
+        assert set(kernel) <= set(docs.KernelBody.model_fields), set(kernel) - set(docs.KernelBody.model_fields)
+    for entry in client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": "a10g,t4"}).json():
+        assert set(entry) <= set(docs.RankEntryBody.model_fields), set(entry) - set(docs.RankEntryBody.model_fields)
+    for gpu in client.get("/v1/gpus").json():
+        docs.GPUBody.model_validate(gpu, strict=True)
+    served = client.get("/openapi.json").json()
+    gpus_200 = served["paths"]["/v1/gpus"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert gpus_200["type"] == "array" and gpus_200["items"] == {"$ref": "#/components/schemas/GPUBody"}
+    if "/v1/llm/models" in served["paths"]:
+        models_200 = served["paths"]["/v1/llm/models"]["get"]["responses"]["200"]["content"]["application/json"]
+        assert models_200["schema"]["items"] == {"type": "string"}
+    docs_page = client.get("/docs")
+    assert docs_page.status_code == 404 and "/openapi.json" in docs_page.json()["detail"]

@@ -80,7 +80,7 @@ def test_upload_rank_and_breakdown(browser, server, predictor):  # noqa: F811 - 
     rows = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
             for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")]
     assert [(row[1], None if row[2] == "–" else row[2]) for row in rows] == [(e.gpu, e.mig) for e in ranking]
-    assert rows[0][-2] == "1.00×"
+    assert rows[0][-3] == "1.00×"
     intervals = [entry.get("interval_ms") for entry in ranking.to_json()]
     header = browser.find_element(By.CSS_SELECTOR, "#ranking th.interval")
     assert header.is_displayed() == all(intervals)
@@ -298,3 +298,147 @@ def test_an_error_clears_the_results_it_does_not_belong_to(browser, server, pred
         assert llm_status.text.startswith(done), llm_status.text
     assert not browser.find_element(By.ID, "llm-result").is_displayed()
     assert browser.find_elements(By.CSS_SELECTOR, "#llm-result dd, #llm-warnings li") == []
+
+
+def _status_is_an_alert(browser, element: str) -> bool:
+    from selenium.webdriver.common.by import By
+
+    status = browser.find_element(By.ID, element)
+    return status.get_attribute("role") == "alert" and "error" in status.get_attribute("class").split()
+
+
+def test_errors_are_alerts_and_success_is_a_status(browser, server):  # noqa: F811 - the imported fixture
+    """An error was drawn in the same grey as "Done." in a role="status" region (report ua41a defect 9)."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/")
+    _, status = _rank_on_the_page(browser, RESNET18, {"batch": "8"})   # the file's batch is 1: a 400
+    assert status.startswith("Error: ") and _status_is_an_alert(browser, "rank-status")
+    assert browser.switch_to.active_element == browser.find_element(By.ID, "rank-status")
+    error_colour = browser.find_element(By.ID, "rank-status").value_of_css_property("color")
+    _, status = _rank_on_the_page(browser, RESNET18, {"batch": "1"})
+    assert status == "Done." and not _status_is_an_alert(browser, "rank-status")
+    assert browser.find_element(By.ID, "rank-status").get_attribute("role") == "status"
+    assert browser.find_element(By.ID, "rank-status").value_of_css_property("color") != error_colour
+
+
+def test_the_ranking_marks_the_devices_the_model_does_not_fit(browser, server, predictor, zoo_onnx):  # noqa: F811
+    """The table read only gpu, mig, latency and interval: a device whose memory the model overflows was ranked like
+    any other (report ua41a defect 7). A memory column now says "does not fit" where the API's fits is false."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    devices = ["a100-sxm4-40gb/1g.5gb", "t4", "h100-sxm"]
+    dynamic = zoo_onnx("resnet18", batch=1, dynamic_batch=True)
+    ranking = predictor.rank(dynamic, gpus=devices, batch=1024).to_json()   # 6.2 GiB: not in a 5 GB slice
+    assert any(not entry["fits"] for entry in ranking) and any(entry["fits"] for entry in ranking)
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#devices option")) > 100)
+    browser.find_element(By.ID, "file").send_keys(str(dynamic))
+    browser.find_element(By.ID, "all-devices").click()
+    select = Select(browser.find_element(By.ID, "devices"))
+    for value in devices:
+        select.select_by_value(value)
+    browser.find_element(By.ID, "batch").send_keys("1024")
+    status = browser.find_element(By.ID, "rank-status")
+    browser.find_element(By.ID, "rank-button").click()
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error:"))
+    assert status.text == "Done.", status.text
+    rows = browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")
+    assert len(rows) == len(ranking)
+    for row, entry in zip(rows, ranking):
+        memory = row.find_element(By.CSS_SELECTOR, "td.memory").text
+        assert memory.startswith(f"{entry['memory_gb']:.2f}")
+        assert ("does not fit" in memory) == (not entry["fits"]), (entry["gpu"], entry["mig"], memory)
+        assert ("no-fit" in (row.get_attribute("class") or "")) == (not entry["fits"])
+    misfits = sum(not entry["fits"] for entry in ranking)
+    assert f"does not fit in the memory of {misfits} of them" in browser.find_element(By.ID, "ranking-caption").text
+
+
+def test_a_narrow_screen_scrolls_the_table_not_the_page_and_keeps_the_chart_readable(browser, server):  # noqa: F811
+    """At 390 px the page was 648 px wide (the table pushed it) and the chart's 12 px labels were drawn at about
+    5 px (report ua41a defect 5)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    try:
+        browser.get(server + "/")
+        wait = WebDriverWait(browser, 90)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#devices option")) > 100)
+        browser.find_element(By.ID, "file").send_keys(str(RESNET18))
+        status = browser.find_element(By.ID, "rank-status")
+        browser.find_element(By.ID, "rank-button").click()   # every device
+        wait.until(lambda d: status.text == "Done." or status.text.startswith("Error:"))
+        assert status.text == "Done.", status.text
+        width = browser.execute_script("return window.innerWidth")
+        assert width == 390
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+        wrap = browser.execute_script("const w = document.querySelector('.table-wrap'); "
+                                      "return [w.scrollWidth, w.clientWidth, getComputedStyle(w).overflowX]")
+        assert wrap[2] == "auto" and wrap[1] <= width
+        # the chart is drawn at the width it gets: its SVG units are CSS pixels, so its labels keep their 12 px
+        scale = browser.execute_script("const s = document.querySelector('#chart svg'); "
+                                       "return s.getBoundingClientRect().width / s.viewBox.baseVal.width")
+        assert scale >= 0.95, scale
+        label = browser.execute_script("return document.querySelector('#chart svg text.label')"
+                                       ".getBoundingClientRect().height")
+        assert label >= 10, label
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_llm_form_names_what_its_figures_describe_and_clears_a_config(browser, server, tmp_path):  # noqa: F811
+    """A chosen config.json silently stood for any name typed after it, and the result never named its model, GPU
+    or dtypes (ua41a defect 6); a prediction that does not fit showed figure rows with empty values (defect 9); an
+    empty Tensor parallel box was sent as tp 0 (nit 2); the intervals had raw digits and GiB were labelled GB
+    (nit 3)."""
+    import re
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.test_serve import MIXTRAL
+
+    path = tmp_path / "mixtral.json"
+    path.write_text(json.dumps(MIXTRAL))
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    status = browser.find_element(By.ID, "llm-status")
+
+    def predict(fields: dict[str, str]) -> dict[str, str]:
+        for field, value in fields.items():
+            box = browser.find_element(By.ID, field)
+            box.clear()
+            if value:
+                box.send_keys(value)
+        browser.execute_script("arguments[0].textContent = ''", status)
+        browser.find_element(By.ID, "llm-button").click()
+        wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+        assert status.text == "Done.", status.text
+        terms = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#llm-result dt")]
+        return dict(zip(terms, [v.text for v in browser.find_elements(By.CSS_SELECTOR, "#llm-result dd")]))
+
+    browser.find_element(By.ID, "llm-config").send_keys(str(path))
+    assert not browser.find_element(By.ID, "llm-model").is_enabled()   # the config stands for it, visibly
+    shown = predict({"llm-gpu": "b200", "llm-tp": ""})                   # an empty TP box: the default, 1
+    title = browser.find_element(By.ID, "llm-result-title").text
+    assert title == "mixtral on b200, batch 1: weights bf16, KV cache bf16, vllm", title
+    assert re.fullmatch(r"[\d.]+ \(90 %: [\d.]+ – [\d.]+\)", shown["inter-token latency (ms)"])
+    for number in re.findall(r"[\d.]+", shown["inter-token latency (ms)"]):
+        assert len(number.replace(".", "").lstrip("0")) <= 4, shown["inter-token latency (ms)"]
+    assert shown["memory per GPU (GiB)"].endswith(", fits")
+
+    browser.find_element(By.ID, "llm-config-clear").click()
+    assert browser.find_element(By.ID, "llm-model").is_enabled()
+    shown = predict({"llm-model": "llama-3.1-8b", "llm-gpu": "a100-sxm4-80gb", "llm-tp": "1"})
+    assert browser.find_element(By.ID, "llm-result-title").text.startswith(
+        "meta-llama/Llama-3.1-8B-Instruct on a100-sxm4-80gb, batch 1: weights bf16")
+
+    shown = predict({"llm-model": "llama-3.1-8b", "llm-gpu": "t4"})      # 15 GiB of weights in 15 GiB: no fit
+    assert shown["result"].startswith("does not fit on t4")
+    assert "time to first token (ms)" not in shown and all(value for value in shown.values())
+    assert shown["memory per GPU (GiB)"].endswith(", does not fit")

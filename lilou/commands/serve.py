@@ -34,6 +34,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per-request time budget; past it the answer is 503 (default 60)")
     parser.add_argument("--upload-timeout-s", type=float, default=120.0, metavar="S",
                         help="time a request's body may take to arrive; past it the answer is 408 (default 120)")
+    parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                        help="let pages of ORIGIN (e.g. https://dash.example.com; * for any) call the API from a "
+                             "browser and read the Lilou-Warnings header (CORS); repeat it or give a comma list. "
+                             "Default: none (the service has no authentication, so only its own page may call it)")
+    parser.add_argument("--access-log", action="store_true",
+                        help="log one line per request (method, path, status) at level info (default: off)")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default info)")
     parser.set_defaults(handler=run)
@@ -53,12 +59,13 @@ def run(args: argparse.Namespace) -> int:
         warn(f"binding to {args.host}: the service is reachable from other machines; it has no authentication")
     options = {"models_root": None if args.models_root is None else os.path.abspath(args.models_root),
                "max_upload_mb": args.max_upload_mb, "cache_size": args.cache_size, "cache_mb": args.cache_mb,
-               "time_budget_s": args.time_budget_s, "threads": args.threads, "upload_timeout_s": args.upload_timeout_s}
+               "time_budget_s": args.time_budget_s, "threads": args.threads, "upload_timeout_s": args.upload_timeout_s,
+               "cors_origins": args.cors_origin}
     create_app(**options)  # bad options fail here, with one line and exit status 2, before uvicorn starts
     _check_bindable(args.host, args.port)
     os.environ[SETTINGS_ENV] = json.dumps(options)
     uvicorn.run("lilou.serve.app:app_from_environment", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, server_header=False, access_log=False)
+                workers=args.workers, log_level=args.log_level, server_header=False, access_log=args.access_log)
     return 0
 
 

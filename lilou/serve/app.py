@@ -10,12 +10,14 @@ import asyncio
 import json
 import math
 import os
+import re
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
@@ -44,8 +46,9 @@ LISTS = ("gpus",)
 
 def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
                time_budget_s: float = 60.0, threads: int = 4, upload_timeout_s: float = 120.0,
-               cache_mb: float = 1024.0) -> FastAPI:
-    """The service; ``models_root`` is the only folder whose files JSON requests may name."""
+               cache_mb: float = 1024.0, cors_origins: list[str] | None = None) -> FastAPI:
+    """The service; ``models_root`` is the only folder whose files JSON requests may name. ``cors_origins``: the
+    origins whose pages may call the API from a browser (``*``: any); none by default."""
     if models_root is not None and not Path(models_root).is_dir():
         raise LilouInputError(f"--models-root {os.fspath(models_root)!r} is not a directory")
     for option, value, unit in (("--max-upload-mb", max_upload_mb, "MiB"), ("--time-budget-s", time_budget_s, "seconds"),
@@ -56,6 +59,7 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
         raise LilouInputError("--cache-size must be >= 0")
     if not 0 <= cache_mb < math.inf:
         raise LilouInputError(f"--cache-mb must be a finite number of MiB >= 0, not {cache_mb:g}")
+    origins = cors_allowed(cors_origins or [])
     settings = Settings(models_root=None if models_root is None else Path(models_root), max_upload_mb=max_upload_mb,
                         cache_size=cache_size, time_budget_s=time_budget_s, threads=threads,
                         upload_timeout_s=upload_timeout_s, cache_mb=cache_mb)
@@ -68,17 +72,33 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
         yield
         service.shutdown()
 
+    # redirect_slashes=False: "POST /v1/predict/" was a 307 to an absolute http:// URL (the wrong scheme behind an
+    # HTTPS proxy, and many clients drop a POST's body on a redirect); it is a 404 now.
     app = FastAPI(title="Lilou", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  redirect_slashes=False,
                   description="Predicted inference latency of ONNX models on NVIDIA GPUs and MIG slices, without "
                               "the GPU. Bodies are the CLI's `--format json` objects; errors are "
                               "`{\"detail\": \"<one line>\"}`.")
     app.state.service = service
     install_handlers(app)
+    if origins:  # the rank warnings travel in a header, which a browser hides from another origin's script unless exposed
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "HEAD", "POST"],
+                           allow_headers=["Content-Type"], expose_headers=[WARNINGS_HEADER], max_age=600)
     _routes(app, service, optional)
     static = resources.files("lilou.serve") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     app.openapi = lambda: openapi_doc.cached(app)  # type: ignore[method-assign]
     return app
+
+
+def cors_allowed(values: list[str]) -> list[str]:
+    """``--cors-origin`` values (each may be a comma-separated list) as origins: ``*``, or ``scheme://host[:port]``."""
+    origins = [item.strip().rstrip("/") for value in values for item in value.split(",") if item.strip()]
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s?#]+", origin):
+            raise LilouInputError(f"--cors-origin {origin!r}: give an origin such as https://dash.example.com "
+                                  "(scheme, host and port, no path) or *")
+    return origins
 
 
 def app_from_environment() -> FastAPI:
@@ -94,6 +114,8 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
     body = within(request.stream(), service.settings.upload_timeout_s)
     content_type = request.headers.get("content-type", "")
     kind = media_type(content_type)
+    if kind.startswith("application/") and kind.endswith("+json"):  # application/vnd.api+json ...: JSON too
+        kind = "application/json"
     fields: dict[str, Any] = dict(request.query_params)
     upload = None
     if kind in ("application/json", ""):  # options only: a small cap, not the upload's (json.loads takes ~6x)
@@ -112,8 +134,10 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
         parsed = await read_multipart(body, content_type, limit)
         fields.update(parsed.fields)
         upload = parsed.upload
-    elif kind == "" and not (await read_limited(body, limit, json_too_large)):
-        pass  # the fields are all in the query string
+    elif kind == "":
+        if await read_limited(body, limit, json_too_large):  # a body without its type (curl -d without -H)
+            raise unsupported(content_type)
+        # else the fields are all in the query string
     else:
         raise unsupported(content_type)
     try:
@@ -180,7 +204,7 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
         return JSONResponse({"status": "ok", **service.stats(), "endpoints": optional})
 
     @app.get("/v1/gpus", tags=["predict"], summary="the GPU database (`lilou gpus --format json`)",
-             responses={200: {"description": "GPU entries, MIG profiles included"}})
+             responses={200: {"model": list[docs.GPUBody], "description": "GPU entries, MIG profiles included"}})
     async def gpus() -> JSONResponse:
         from lilou.hardware import all_gpus
 
@@ -217,7 +241,8 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
             return JSONResponse(await service.run(service.plan, fields, model, source, source=upload))
 
     if optional["llm"]:
-        @app.get("/v1/llm/models", tags=["llm"], summary="built-in LLM names for /v1/llm (`lilou llm --list`)")
+        @app.get("/v1/llm/models", tags=["llm"], summary="built-in LLM names for /v1/llm (`lilou llm --list`)",
+                 responses={200: {"model": list[str], "description": "Hugging Face ids"}})
         async def llm_models() -> JSONResponse:
             return JSONResponse(await service.run(service.llm_models))
 
@@ -228,6 +253,25 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
             model, source = await _llm_model(service, fields, upload)
             return JSONResponse(await service.run(service.llm, fields, model, source, source=upload))
 
+    for route in [route for route in app.routes if "GET" in getattr(route, "methods", ()) and route.include_in_schema
+                  or getattr(route, "path", None) == "/"]:
+        app.add_api_route(route.path, _head(route.endpoint), methods=["HEAD"], include_in_schema=False)
+
+    @app.get("/docs", include_in_schema=False)
+    async def no_docs() -> JSONResponse:
+        return JSONResponse({"detail": "Not Found: this server has no /docs page; its API contract is /openapi.json "
+                                       "(and docs/service.md)"}, status_code=404)
+
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
         return Response(status_code=204)
+
+
+def _head(endpoint):
+    """HEAD for a GET route (monitors probe with HEAD; it was a 405): the GET's status and headers, no body."""
+    async def head() -> Response:
+        response = await endpoint()
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+        return Response(status_code=response.status_code, headers=headers)
+
+    return head

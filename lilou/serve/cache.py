@@ -11,6 +11,11 @@ so a load must not put any request's name or path in its model or its bad-input 
 (:meth:`lilou.serve.service.Service.prepared` puts a placeholder that each request replaces by its own). Each
 waiter gets its own copy of a bad-input error; after any other error of a load (whose message is the loading
 request's own), a waiting request loads the model itself.
+
+A bad-input failure (:class:`LilouInputError`: the file cannot take this batch or these shapes) is the same for every
+later request of the key too, so it is remembered (at most :data:`MAX_FAILURES` keys, least recent dropped first):
+a plan of a file that fixes its batch tried batches 2 to 128 again on every request, ~24 s of shape inference each
+time for TinyLlama, so a plan retried after a 503 never got faster. Other errors are not remembered.
 """
 from __future__ import annotations
 
@@ -46,6 +51,8 @@ def model_key(sha256: str, batch: int | None, shapes: Mapping[str, Sequence[int]
 #: 0.6 MB file of 20,000 nodes holds 50 MB (70x its size; 0.7x for ResNet-18).
 BYTES_PER_NODE = 3 * 1024
 BYTES_PER_ENTRY = 16 * 1024
+#: Keys whose load failed on bad input, remembered (a message each, a few hundred bytes).
+MAX_FAILURES = 1024
 
 
 def estimated_bytes(model: PreparedModel) -> int:
@@ -72,9 +79,11 @@ class ModelCache:
         self.bytes = 0
         self._models: OrderedDict[ModelKey, PreparedModel] = OrderedDict()
         self._loading: dict[ModelKey, Future] = {}
+        self._failures: OrderedDict[ModelKey, LilouInputError] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.failure_hits = 0
 
     def get(self, key: ModelKey, load: Callable[[], PreparedModel]) -> PreparedModel:
         while True:
@@ -84,6 +93,11 @@ class ModelCache:
                     self._models.move_to_end(key)
                     self.hits += 1
                     return model
+                failure = self._failures.get(key)
+                if failure is not None:  # the load failed on bad input before: it would again
+                    self._failures.move_to_end(key)
+                    self.failure_hits += 1
+                    raise copy.copy(failure).with_traceback(None) from None
                 pending = self._loading.get(key)
                 owner = pending is None
                 if owner:
@@ -105,9 +119,13 @@ class ModelCache:
     def _load(self, key: ModelKey, load: Callable[[], PreparedModel], pending: Future) -> PreparedModel:
         try:
             model = load()
-        except BaseException as exc:  # errors are not cached
+        except BaseException as exc:  # only bad-input errors are remembered: the same for every request of the key
             with self._lock:
                 del self._loading[key]
+                if isinstance(exc, LilouInputError) and self.capacity:
+                    self._failures[key] = copy.copy(exc).with_traceback(None)
+                    while len(self._failures) > MAX_FAILURES:
+                        self._failures.popitem(last=False)
             pending.set_exception(exc)
             raise
         size = self._size_of(model) if self.capacity else 0

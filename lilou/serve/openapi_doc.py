@@ -34,6 +34,8 @@ class KernelBody(BaseModel):
     nodes: list[str]
     type: str
     latency_ms: float
+    interval_ms: list[float] | None = Field(None, description="90 % interval [lo, hi] of the kernel's latency")
+    extrapolated: bool | None = Field(None, description="the kernel lies outside the measured range of its model")
     flops: int
     bytes: int
 
@@ -52,6 +54,7 @@ class PredictionBody(BaseModel):
     latency_ms: float
     interval_ms: list[float] | None = Field(None, description="90 % interval [lo, hi], where the API gives one")
     extrapolated_share: float | None = Field(None, description="share of the time outside the measured range")
+    fits: bool | None = Field(None, description="weights and the activations live at the peak within the device's memory")
     kernels: list[KernelBody]
     warnings: list[str]
 
@@ -64,6 +67,7 @@ class RankEntryBody(BaseModel):
     mig: str | None
     latency_ms: float
     interval_ms: list[float] | None = Field(None, description="90 % interval [lo, hi], where the API gives one")
+    extrapolated_share: float | None = Field(None, description="share of the time outside the measured range")
     precision: str
     tf32: str
     gpu_work_ms: float | None = Field(None, description="the kernels' GPU time without waits for launches; "
@@ -71,6 +75,25 @@ class RankEntryBody(BaseModel):
     fits: bool | None = Field(None, description="weights and the activations live at the peak within the device's memory")
     memory_gb: float | None = Field(None, description="weights + activations at their peak in GiB, as stored on this device")
     backend: Literal["eager", "tvm"] = Field(..., description="the runtime whose kernels were predicted")
+
+
+class MigProfileBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(..., description="the profile, e.g. 1g.10gb (a slice is named GPU/PROFILE)")
+    memory_gb: float | None = None
+    sms: int | None = None
+
+
+class GPUBody(BaseModel):
+    """One entry of `lilou gpus --format json`."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(..., description="the name requests use (gpu, gpus)")
+    aliases: list[str] = Field(..., description="other names a request may use")
+    architecture: str
+    compute_capability: str
+    memory_gb: float
+    mig_profiles: list[MigProfileBody] = Field(..., description="MIG profiles (empty: no MIG)")
 
 
 class MemoryBody(BaseModel):
@@ -202,7 +225,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "no such file under --models-root"},
     408: {"model": ErrorBody, "description": "the request body did not arrive within --upload-timeout-s"},
     413: {"model": ErrorBody, "description": "request body over --max-upload-mb"},
-    415: {"model": ErrorBody, "description": "neither application/json nor multipart/form-data"},
+    415: {"model": ErrorBody, "description": "neither JSON (application/json, application/*+json) nor "
+                                             "multipart/form-data"},
     422: {"model": ErrorBody, "description": "a field is missing or invalid"},
     500: {"model": ErrorBody, "description": "internal error (one line; the traceback stays in the server log)"},
     503: {"model": ErrorBody, "description": "over the per-request time budget"},

@@ -86,8 +86,21 @@ def _holds_bool(value: Any) -> bool:
     return isinstance(value, list) and any(_holds_bool(item) for item in value)
 
 
+#: Fields whose names are taken in any case, as the CLI takes them (--precision FP16, --tf32 ON; lilou llm's
+#: --dtype FP8 and --engine VLLM): "precision": "FP16" was a 422 while /v1/llm took "dtype": "FP8".
+CASE_FREE_FIELDS = ("precision", "tf32", "backend", "engine", "dtype", "kv_dtype")
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lower_case_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(isinstance(data.get(name), str) for name in CASE_FREE_FIELDS):
+            data = {name: value.strip().lower() if name in CASE_FREE_FIELDS and isinstance(value, str) else value
+                    for name, value in data.items()}
+        return data
 
     @model_validator(mode="before")
     @classmethod

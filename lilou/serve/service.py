@@ -206,6 +206,7 @@ class Service:
                 if request.values:
                     raise InvalidField("values apply to ONNX models; lilou llm prices a decoder step by step itself")
                 check_plan_fields(request)
+                check_json_config(source)
                 plan = plan_llm(model, request.itl_slo_ms, input_len=request.input_len, output_len=request.output_len,
                                 gpus=request.gpus, batches=batches, prices=prices, dtype=request.dtype,
                                 engine=request.engine, llm_predictor=self.llm_predictor(), tp=request.tp,
@@ -276,12 +277,13 @@ class Service:
 
     def llm(self, request: LLMRequest, model: str | Path, source: ModelSource | None) -> dict[str, Any]:
         with named_errors(source, self.models_root.root):
+            check_json_config(source)
             prediction = self.llm_predictor().predict(
                 model, request.gpu, mig=request.mig, tp=request.tp, batch=request.batch, input_len=request.input_len,
                 output_len=request.output_len, dtype=request.dtype, kv_dtype=request.kv_dtype, engine=request.engine)
         result = prediction.to_json()
-        if source is not None and "model" in result:
-            result["model"] = source.name
+        if source is not None and source.temp_dir is None and "model" in result:
+            result["model"] = source.name  # a file under --models-root: its path there (an upload: the CLI's name)
         return result
 
     def llm_models(self) -> list[str]:
@@ -294,6 +296,20 @@ class Service:
         from lilou.llm.config import builtin_name
 
         return builtin_name(name)
+
+
+def check_json_config(source: ModelSource | None) -> None:
+    """An LLM's file must be a JSON config: an ONNX model (or other binary) gets a line that says where it goes, not
+    "not a readable JSON config (UnicodeDecodeError)"."""
+    if source is None:
+        return
+    with open(source.path, "rb") as file:
+        head = file.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head[:1] in (b"{", b"["):
+        return
+    raise LilouInputError(f"{source.path}: not a JSON config (its first bytes are not JSON): /v1/llm and plans with llm "
+                          "read a Hugging Face config.json; an ONNX model goes to /v1/predict, /v1/rank or /v1/plan "
+                          "without llm")
 
 
 def plan_batches(request: PlanRequest) -> list[int] | None:

@@ -153,9 +153,12 @@ class _MultipartSink:
                 raise InvalidField(f"more than one {FILE_FIELD!r} part; upload one ONNX file per request")
             filename = options.get(b"filename", b"").decode("utf-8", "replace")
             folder = Path(tempfile.mkdtemp(prefix="lilou-upload-", dir=self.temp_root))
-            suffix = ".json" if filename.lower().endswith(".json") else ".onnx"  # an LLM's config.json
-            self.upload = ModelSource(path=folder / f"model{suffix}", sha256="", name=display_name(filename),
-                                      temp_dir=folder)
+            if filename.lower().endswith(".json"):  # an LLM's config.json, saved where lilou llm names it as the
+                path = folder / config_name(filename) / "config.json"  # CLI names the client's file (config_name)
+                path.parent.mkdir()
+            else:
+                path = folder / "model.onnx"
+            self.upload = ModelSource(path=path, sha256="", name=display_name(filename), temp_dir=folder)
             self._file = open(self.upload.path, "wb")  # noqa: SIM115 - closed in on_part_end / close()
             self._hash = hashlib.sha256()
 
@@ -244,6 +247,20 @@ def display_name(filename: str) -> str:
     return _SAFE_NAME.sub("_", base)[:200].strip("._") or "upload.onnx"
 
 
+def config_name(filename: str) -> str:
+    """The name ``lilou llm`` gives an uploaded config.json, by the CLI's rule for a path: the file's stem
+    (``mamba-2.8b-config.json`` -> ``mamba-2.8b-config``), and for a file called ``config.json`` the folder the client's
+    file name gives (``Mixtral-8x7B-v0.1/config.json`` -> ``Mixtral-8x7B-v0.1``; browsers and curl send the base name
+    only, so a bare ``config.json`` is ``config``). Made safe as a single folder name."""
+    parts = [part for part in filename.replace("\\", "/").split("/") if part.strip()]
+    base = parts[-1].strip() if parts else ""
+    if base.lower() == "config.json":
+        stem = parts[-2].strip() if len(parts) > 1 else "config"
+    else:
+        stem = base[:-5] if base.lower().endswith(".json") else base
+    return _SAFE_NAME.sub("_", stem)[:200].strip("._") or "config"
+
+
 def media_type(content_type: str | None) -> str:
     if not content_type:
         return ""
@@ -251,6 +268,10 @@ def media_type(content_type: str | None) -> str:
 
 
 def unsupported(content_type: str) -> UnsupportedMediaType:
+    if not content_type.strip():
+        return UnsupportedMediaType("the body has no Content-Type: send a JSON body with the header 'Content-Type: "
+                                    "application/json' (curl -H 'content-type: application/json' -d ...), or "
+                                    f"multipart/form-data with the ONNX file as part {FILE_FIELD!r}")
     return UnsupportedMediaType(f"unsupported Content-Type {content_type[:60]!r}: send application/json naming a "
                                 f"file under --models-root, or multipart/form-data with the ONNX file as part "
                                 f"{FILE_FIELD!r}")

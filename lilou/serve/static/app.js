@@ -21,6 +21,18 @@ function svg(tag, attrs = {}, text) {
 }
 
 const ms = (x) => (x >= 100 ? x.toFixed(1) : x >= 1 ? x.toFixed(3) : x.toFixed(4));
+const sig4 = (x) => Number(x.toPrecision(4));   // the LLM figures and their intervals alike
+
+// A status line: progress and success as a polite status, an error as an alert (styled apart, focused), so that an
+// error does not read like "Done.".
+function setStatus(id, text, isError = false) {
+  const node = $(id);
+  node.textContent = text;
+  node.classList.toggle("error", isError);
+  node.setAttribute("role", isError ? "alert" : "status");
+  node.setAttribute("aria-live", isError ? "assertive" : "polite");
+  if (isError) node.focus({ preventScroll: false });
+}
 
 async function call(path, body) {
   const response = await fetch(path, { method: "POST", body });
@@ -136,7 +148,7 @@ function renderRanking(entries) {
   for (const th of table.querySelectorAll("th.interval")) th.hidden = !withIntervals;
   const fastest = entries.length ? entries[0].latency_ms : 0;
   entries.forEach((entry, i) => {
-    const row = el("tr");
+    const row = el("tr", null, entry.fits === false ? { class: "no-fit" } : {});
     row.append(el("td", i + 1), el("td", entry.gpu), el("td", entry.mig || "–"),
                el("td", ms(entry.latency_ms), { class: "num" }));
     if (withIntervals) {
@@ -144,6 +156,9 @@ function renderRanking(entries) {
       row.append(el("td", Array.isArray(iv) ? `${ms(iv[0])} – ${ms(iv[1])}` : "–", { class: "num" }));
     }
     row.append(el("td", fastest ? `${(entry.latency_ms / fastest).toFixed(2)}×` : "–", { class: "num" }));
+    // the memory the model needs there, and whether it fits (a device it does not fit on was ranked like any other)
+    const memory = typeof entry.memory_gb === "number" ? entry.memory_gb.toFixed(2) : "–";
+    row.append(el("td", entry.fits === false ? `${memory}, does not fit` : memory, { class: "num memory" }));
     const cell = el("td");
     const button = el("button", "breakdown", { type: "button",
       "aria-label": `kernel breakdown on ${entry.gpu}${entry.mig ? " MIG " + entry.mig : ""}` });
@@ -152,7 +167,9 @@ function renderRanking(entries) {
     row.append(cell);
     body.append(row);
   });
-  $("ranking-caption").textContent = `Predicted latency on ${entries.length} devices, fastest first`;
+  const misfits = entries.filter((e) => e.fits === false).length;
+  $("ranking-caption").textContent = `Predicted latency on ${entries.length} devices, fastest first` +
+    (misfits ? `; the model does not fit in the memory of ${misfits} of them (marked)` : "");
   table.hidden = false;
 }
 
@@ -163,8 +180,16 @@ function renderChart(prediction) {
   const bars = top.map((k) => ({ label: `${k.type} · ${k.nodes[0]}`, value: k.latency_ms,
                                  title: `${k.nodes.join(", ")}: ${ms(k.latency_ms)} ms` }));
   const max = Math.max(...bars.map((b) => b.value), 1e-9);
-  const rowH = 22, labelW = 300, barW = 420, width = labelW + barW + 90;
-  const chart = svg("svg", { width, height: bars.length * rowH + 10, viewBox: `0 0 ${width} ${bars.length * rowH + 10}`,
+  // On a narrow screen (a phone) each label goes above its bar and the chart is drawn at the width it gets, so its
+  // 12 px labels stay 12 px: the wide layout (810 units) was shrunk to 350 px, its labels to about 5 px.
+  $("breakdown").hidden = false;   // shown first: a hidden box has no width to measure
+  const room = $("chart").clientWidth || 810;
+  const narrow = room < 640;
+  const width = narrow ? Math.max(280, Math.floor(room)) : 810;
+  const rowH = narrow ? 40 : 22, labelW = narrow ? 0 : 300, barW = narrow ? width - 90 : 420;
+  const labelMax = narrow ? Math.floor(width / 7) : 48;
+  const height = bars.length * rowH + 10;
+  const chart = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`,
                              role: "img", class: "chart",
                              "aria-label": `${prediction.kernels.length} kernels, ${ms(prediction.latency_ms)} ms in all; ` +
                                            `the ${top.length} longest are drawn` });
@@ -172,11 +197,13 @@ function renderChart(prediction) {
     const y = 5 + i * rowH;
     const group = svg("g");
     group.append(svg("title", {}, bar.title));
-    const label = bar.label.length > 48 ? bar.label.slice(0, 47) + "…" : bar.label;
-    group.append(svg("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, label));
-    group.append(svg("rect", { x: labelW, y: y + 3, height: rowH - 6, width: Math.max(1, (bar.value / max) * barW),
+    const label = bar.label.length > labelMax ? bar.label.slice(0, labelMax - 1) + "…" : bar.label;
+    const barY = narrow ? y + 18 : y + 3, barH = narrow ? 16 : rowH - 6;
+    group.append(narrow ? svg("text", { x: 0, y: y + 13, class: "label" }, label)
+                        : svg("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, label));
+    group.append(svg("rect", { x: labelW, y: barY, height: barH, width: Math.max(1, (bar.value / max) * barW),
                                class: "bar" }));
-    group.append(svg("text", { x: labelW + (bar.value / max) * barW + 6, y: y + 15, class: "value" },
+    group.append(svg("text", { x: labelW + (bar.value / max) * barW + 6, y: barY + 12, class: "value" },
                      `${ms(bar.value)} ms`));
     chart.append(group);
   });
@@ -197,34 +224,34 @@ function renderChart(prediction) {
 async function breakdown(gpu, mig) {
   const inputs = rankedInputs;
   if (!inputs) return;
-  $("rank-status").textContent = `Predicting the kernels on ${gpu}${mig ? " MIG " + mig : ""}…`;
+  setStatus("rank-status", `Predicting the kernels on ${gpu}${mig ? " MIG " + mig : ""}…`);
   try {
     const { data } = await call("/v1/predict", modelForm(inputs, { gpu, mig }));
     if (inputs !== rankedInputs) return;   // another ranking replaced this one meanwhile
     renderChart(data);
     showWarnings([rankWarnings, data.warnings]);
-    $("rank-status").textContent = "Done.";
+    setStatus("rank-status", "Done.");
   } catch (error) {
     if (inputs !== rankedInputs) return;
     clearBreakdown();
     showWarnings([rankWarnings]);
-    $("rank-status").textContent = `Error: ${error.message}`;
+    setStatus("rank-status", `Error: ${error.message}`, true);
   }
 }
 
 async function rank(event) {
   event.preventDefault();
   if (!$("file").files.length) {
-    $("rank-status").textContent = "Choose an ONNX file first.";
+    setStatus("rank-status", "Choose an ONNX file first.", true);
     return;
   }
   const devices = chosenDevices();
   if (devices !== null && devices.length === 0) {
-    $("rank-status").textContent = "Pick at least one device, or tick “every GPU and MIG slice”.";
+    setStatus("rank-status", "Pick at least one device, or tick “every GPU and MIG slice”.", true);
     return;
   }
   $("rank-button").disabled = true;
-  $("rank-status").textContent = "Ranking…";
+  setStatus("rank-status", "Ranking…");
   try {
     const inputs = modelInputs();
     const { data, response } = await call("/v1/rank", modelForm(inputs, { gpus: devices ? devices.join(",") : null }));
@@ -236,7 +263,7 @@ async function rank(event) {
     if (data.length) await breakdown(data[0].gpu, data[0].mig);
   } catch (error) {
     clearRanking();
-    $("rank-status").textContent = `Error: ${error.message}`;
+    setStatus("rank-status", `Error: ${error.message}`, true);
   } finally {
     $("rank-button").disabled = false;
   }
@@ -250,7 +277,26 @@ const LLM_FIELDS = [["ttft_ms", "time to first token (ms)"], ["itl_ms", "inter-t
 function clearLLM() {
   $("llm-result").hidden = true;
   $("llm-result").replaceChildren();
+  $("llm-result-title").hidden = true;
+  $("llm-result-title").textContent = "";
   $("llm-warnings").replaceChildren();
+}
+
+// A number box left empty is a field left out (the server's default), not 0 ("tp: Input should be greater than 0").
+function numberField(id) {
+  const text = $(id).value.trim();
+  return text === "" ? null : Number(text);
+}
+
+const interval = (iv) => (Array.isArray(iv) ? ` (90 %: ${sig4(iv[0])} – ${sig4(iv[1])})` : "");
+
+// What the figures describe, as the server resolved it: a chosen config.json stood for the typed name, and nothing
+// on screen said so.
+function llmTitle(data) {
+  const device = data.mig ? `${data.gpu} MIG ${data.mig}` : data.gpu;
+  const tp = data.tp > 1 ? `, TP ${data.tp}` : "";
+  return `${data.model} on ${device}${tp}, batch ${data.batch}: weights ${data.dtype}, KV cache ${data.kv_dtype}, ` +
+         `${data.engine}`;
 }
 
 async function llm(event) {
@@ -258,24 +304,23 @@ async function llm(event) {
   const config = $("llm-config").files[0];
   if (!config && !$("llm-model").value.trim()) {  // the box is not `required`: a chosen config.json stands for it
     clearLLM();
-    $("llm-status").textContent = "Give a model name, or choose a config.json.";
+    setStatus("llm-status", "Give a model name, or choose a config.json.", true);
     return;
   }
   const body = {
     model: $("llm-model").value.trim(), gpu: $("llm-gpu").value.trim(), mig: $("llm-mig").value.trim() || null,
-    tp: Number($("llm-tp").value), batch: Number($("llm-batch").value),
-    input_len: Number($("llm-input").value), output_len: Number($("llm-output").value),
+    tp: numberField("llm-tp"), batch: numberField("llm-batch"),
+    input_len: numberField("llm-input"), output_len: numberField("llm-output"),
     dtype: $("llm-dtype").value || null, engine: $("llm-engine").value,
   };
-  $("llm-status").textContent = "Predicting…";
+  setStatus("llm-status", "Predicting…");
   try {
-    let request = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+    const fields = Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null && v !== undefined));
+    let request = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(fields) };
     if (config) {  // an uploaded config.json stands for the model name (multipart part "file")
       const form = new FormData();
       form.append("file", config);
-      for (const [key, value] of Object.entries(body)) {
-        if (key !== "model" && value !== null && value !== undefined) form.append(key, value);
-      }
+      for (const [key, value] of Object.entries(fields)) if (key !== "model") form.append(key, value);
       request = { method: "POST", body: form };
     }
     const response = await fetch("/v1/llm", request);
@@ -283,33 +328,54 @@ async function llm(event) {
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) throw new Error(data && data.detail ? data.detail : `HTTP ${response.status}`);
     clearLLM();
+    $("llm-result-title").textContent = llmTitle(data);
+    $("llm-result-title").hidden = false;
     const dl = $("llm-result");
+    const fits = !data.memory || data.memory.fits !== false;
+    if (!fits) {  // no latency is predicted: say so, not a list of figures with empty values
+      dl.append(el("dt", "result"), el("dd", `does not fit on ${data.gpu}${data.mig ? " MIG " + data.mig : ""}: ` +
+                                              "no latency is predicted (see the warnings)", { class: "no-fit" }));
+    }
     for (const [key, name] of LLM_FIELDS) {
-      if (!(key in data)) continue;
-      const value = typeof data[key] === "number" ? Number(data[key].toPrecision(4)) : data[key];
-      const iv = data.intervals && data.intervals[key];
-      dl.append(el("dt", name), el("dd", Array.isArray(iv) ? `${value} (90 %: ${iv[0]} – ${iv[1]})` : value));
+      if (!(key in data) || data[key] === null) continue;
+      const value = typeof data[key] === "number" ? sig4(data[key]) : data[key];
+      dl.append(el("dt", name), el("dd", `${value}${interval(data.intervals && data.intervals[key])}`));
     }
     const steady = data.steady_state;
     if (steady) {
-      const iv = steady.interval_ms;
       dl.append(el("dt", `ITL, server with ${data.batch} running (ms)`),
-                el("dd", `${Number(steady.itl_ms.toPrecision(4))}` + (Array.isArray(iv) ? ` (90 %: ${iv[0]} – ${iv[1]})` : "")),
+                el("dd", `${sig4(steady.itl_ms)}${interval(steady.interval_ms)}`),
                 el("dt", `tokens/s, server with ${data.batch} running`),
-                el("dd", `${Number(steady.tokens_per_s.toPrecision(4))}`));
+                el("dd", `${sig4(steady.tokens_per_s)}`));
     }
-    if (data.memory) {
-      dl.append(el("dt", "memory (GB)"),
-                el("dd", `${data.memory.total_gb} of ${data.memory.device_gb}` + (data.memory.fits ? ", fits" : ", does not fit")));
+    if (data.memory) {  // GiB, as the warnings say (device_gb 79.65 for an H100's 80 GB)
+      dl.append(el("dt", "memory per GPU (GiB)"),
+                el("dd", `${sig4(data.memory.total_gb)} of ${sig4(data.memory.device_gb)}` +
+                         (fits ? ", fits" : ", does not fit"), fits ? {} : { class: "no-fit" }));
     }
     dl.hidden = false;
     const ul = $("llm-warnings");
     ul.replaceChildren(...(data.warnings || []).map((w) => el("li", w)));
-    $("llm-status").textContent = "Done.";
+    setStatus("llm-status", "Done.");
   } catch (error) {
     clearLLM();
-    $("llm-status").textContent = `Error: ${error.message}`;
+    setStatus("llm-status", `Error: ${error.message}`, true);
   }
+}
+
+// A chosen config.json stands for the Model box: the box is disabled while one is chosen, and "Clear" gives it back
+// (the file input had no way to drop a file but reloading the page, and its figures answered a model typed after it).
+function configChosen() {
+  const chosen = $("llm-config").files.length > 0;
+  $("llm-model").disabled = chosen;
+  $("llm-config-clear").hidden = !chosen;
+  $("llm-model-hint").hidden = !chosen;
+}
+
+function clearConfig() {
+  $("llm-config").value = "";
+  configChosen();
+  $("llm-model").focus();
 }
 
 async function setUpLLM() {
@@ -323,6 +389,9 @@ async function setUpLLM() {
   for (const name of models) $("llm-models").append(el("option", null, { value: name }));
   if (models.length && !$("llm-model").value) $("llm-model").value = models[0];
   $("llm-form").addEventListener("submit", llm);
+  $("llm-config").addEventListener("change", configChosen);
+  $("llm-config-clear").addEventListener("click", clearConfig);
+  configChosen();
 }
 
 // ----------------------------------------------------------------- drag and drop
@@ -335,7 +404,7 @@ function setUpDrop() {
     zone.classList.remove("over");
     if (e.dataTransfer.files.length) {
       $("file").files = e.dataTransfer.files;
-      $("rank-status").textContent = `${e.dataTransfer.files[0].name} ready.`;
+      setStatus("rank-status", `${e.dataTransfer.files[0].name} ready.`);
     }
   });
 }
@@ -344,6 +413,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("all-devices").addEventListener("change", (e) => { $("devices").disabled = e.target.checked; });
   $("rank-form").addEventListener("submit", rank);
   setUpDrop();
-  loadDevices().catch((e) => { $("rank-status").textContent = `Cannot list GPUs: ${e.message}`; });
-  setUpLLM().catch((e) => { $("llm-status").textContent = `Cannot reach /v1/llm: ${e.message}`; });
+  loadDevices().catch((e) => setStatus("rank-status", `Cannot list GPUs: ${e.message}`, true));
+  setUpLLM().catch((e) => setStatus("llm-status", `Cannot reach /v1/llm: ${e.message}`, true));
 });
