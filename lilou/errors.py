@@ -8,9 +8,20 @@ stderr with exit status 2; anything else is an internal error (exit status 1).
 class LilouInputError(Exception):
     """The user's input (file, option, name) cannot be used; the message says why."""
 
+    #: Whether the same input fails the same way again (the service remembers such failures, lilou.serve.cache).
+    lasting = True
+
 
 class MissingDataError(LilouInputError):
     """A dataset the command needs is not on disk; the message says how to fetch it."""
+
+    lasting = False  # fetched later, the same request succeeds
+
+
+class OutOfTimeError(LilouInputError):
+    """Work on the input ran past its time limit: on a busy machine the same input may finish next time."""
+
+    lasting = False
 
 
 def interrupted_query(exc: BaseException) -> bool:

@@ -1404,3 +1404,25 @@ def test_the_openapi_schemas_declare_every_field_the_bodies_carry(client):
         assert models_200["schema"]["items"] == {"type": "string"}
     docs_page = client.get("/docs")
     assert docs_page.status_code == 404 and "/openapi.json" in docs_page.json()["detail"]
+
+
+def test_a_load_that_ran_out_of_time_or_data_is_tried_again_a_bad_file_is_not():
+    """The cache remembers a load's bad-input failure, so a retried plan skips what failed; but shape inference
+    past its time limit on a busy server, or a dataset fetched since, may succeed next time: those are not kept."""
+    from lilou.errors import MissingDataError, OutOfTimeError
+    from lilou.serve.cache import ModelCache
+
+    cache = ModelCache(4, size_of=len)
+    for error, tried_again in ((LilouInputError("fixed shapes"), False), (OutOfTimeError("60 s"), True),
+                               (MissingDataError("fetch it"), True)):
+        calls = []
+
+        def load(error=error, calls=calls):
+            calls.append(1)
+            raise error
+
+        key = (type(error).__name__,)
+        for _ in range(2):
+            with pytest.raises(type(error)):
+                cache.get(key, load)
+        assert len(calls) == (2 if tried_again else 1), type(error).__name__

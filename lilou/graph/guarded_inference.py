@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 import onnx
 from onnx import shape_inference
 
-from lilou.errors import LilouInputError
+from lilou.errors import LilouInputError, OutOfTimeError
 
 #: Memory the child may map beyond what the parent already has: a file under 1 MB must not take Lilou past 1 GB.
 MEMORY_BUDGET = 512 * 2**20
@@ -322,7 +322,7 @@ def child_failure(payload: bytes | None, status: int, budget: int) -> Exception:
     """The error for a child that gave no answer: out of time (``payload`` None) or memory (b"M", or killed), an
     abort inside ONNX, or an exit without one."""
     if payload is None:
-        return LilouInputError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
+        return OutOfTimeError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
                                "the file is malformed or far larger than a real model")
     memory = f"needs more than {budget // 2**20} MiB of memory"
     if payload == b"M" or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):

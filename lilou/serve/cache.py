@@ -119,10 +119,10 @@ class ModelCache:
     def _load(self, key: ModelKey, load: Callable[[], PreparedModel], pending: Future) -> PreparedModel:
         try:
             model = load()
-        except BaseException as exc:  # only bad-input errors are remembered: the same for every request of the key
-            with self._lock:
+        except BaseException as exc:  # only lasting bad-input errors are remembered: the same for every request of
+            with self._lock:              # the key (not a time limit a busy server ran past, nor data fetched later)
                 del self._loading[key]
-                if isinstance(exc, LilouInputError) and self.capacity:
+                if isinstance(exc, LilouInputError) and exc.lasting and self.capacity:
                     self._failures[key] = copy.copy(exc).with_traceback(None)
                     while len(self._failures) > MAX_FAILURES:
                         self._failures.popitem(last=False)
