@@ -238,3 +238,20 @@ def test_one_output_token_says_there_is_no_decode_step(llm):
                for w in result.warnings)
     two = llm.predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=4, input_len=1024, output_len=2)
     assert not [w for w in two.warnings if w.startswith("output length 1")]
+
+
+# ------------------------------------------------------------------------------------------------ N8
+
+
+def test_replicated_kv_projections_count_whole_on_every_gpu():
+    from lilou.llm.memory import GIB, memory_fit
+
+    # Qwen3-30B-A3B: 48 layers, hidden 2048, 4 KV heads of 128; at TP 8 each GPU holds one KV head's K and V
+    # projections (2 x 2048 x 128), not 4 / 8 of one
+    config = builtin_config("Qwen/Qwen3-30B-A3B-Instruct-2507")
+    fit = memory_fit(config, 80, dtype="bf16", kv_dtype="bf16", tp=8, engine="vllm", batch=1, input_len=128,
+                     output_len=16)
+    assert fit.weights_gb == pytest.approx((config.total_parameters * 2 / 8 + 48 * 2 * 2048 * 128 * 0.5 * 2) / GIB)
+    at_4 = memory_fit(config, 80, dtype="bf16", kv_dtype="bf16", tp=4, engine="vllm", batch=1, input_len=128,
+                      output_len=16)
+    assert at_4.weights_gb == pytest.approx(config.total_parameters * 2 / 4 / GIB)  # 4 KV heads over 4: sharded
