@@ -224,7 +224,7 @@ def test_model_notes_are_said_when_it_does_not_fit(llm, tmp_path):
     model = _config(tmp_path, "llama-3.1-70b", LLAMA31_70B)
     result = llm.predict(model, "h100-sxm", tp=8, batch=32, input_len=131072, output_len=256)
     assert not result.memory.fits and result.itl_ms is None
-    assert any(w.startswith("does not fit on") for w in result.warnings)
+    assert result.warnings[-1].startswith("does not fit on h100-sxm x 8 (TP)")  # last: the plan quotes it
     assert any(w.startswith("131328 tokens of context pass llama-3.1-70b's 131072") for w in result.warnings)
 
 

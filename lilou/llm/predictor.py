@@ -465,8 +465,8 @@ class LLMPredictor:
         link_factor = extrapolated[1] if extrapolated else 0.0
         if not fit.fits:
             # the model's own notes (a context past its limit ...) too: before, a context the model cannot serve was
-            # only said once the batch was cut to fit
-            notes.insert(0, f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
+            # only said once the batch was cut to fit; the fit line stays last (the plan quotes warnings[-1])
+            notes.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
                             f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
                             f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {round(fit.device_gb, 2):g}; "
                             f"at most {fitting} {'sequence fits' if fitting == 1 else 'sequences fit'} at these "
