@@ -318,7 +318,7 @@ def _check_tp(config: LLMConfig, tp: int, mig: str | None) -> None:
                               "they divide it, which vLLM needs to replicate them)")
 
 
-def _sharded_widths(config: LLMConfig, tp: int) -> list[tuple[str, int]]:
+def _sharded_widths(config: LLMConfig) -> list[tuple[str, int]]:
     """The widths tensor parallelism splits in the quantised linear layers, with what they are: each rank holds
     ``width / tp`` of them (a column-parallel output and the row-parallel input after it)."""
     widths = []
@@ -335,7 +335,7 @@ def _sharded_widths(config: LLMConfig, tp: int) -> list[tuple[str, int]]:
 
 def _blocks_misfit(config: LLMConfig, tp: int) -> tuple[str, int] | None:
     block = config.quantization_block
-    for what, width in _sharded_widths(config, tp):
+    for what, width in _sharded_widths(config):
         if width % tp or (width // tp) % block:
             return what, width
     return None
@@ -467,10 +467,10 @@ class LLMPredictor:
             # the model's own notes (a context past its limit ...) too: before, a context the model cannot serve was
             # only said once the batch was cut to fit; the fit line stays last (the plan quotes warnings[-1])
             notes.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
-                            f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
-                            f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {round(fit.device_gb, 2):g}; "
-                            f"at most {fitting} {'sequence fits' if fitting == 1 else 'sequences fit'} at these "
-                            "lengths; no latency is predicted")
+                         f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
+                         f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {round(fit.device_gb, 2):g}; "
+                         f"at most {fitting} {'sequence fits' if fitting == 1 else 'sequences fit'} at these "
+                         "lengths; no latency is predicted")
             warnings.extend(notes)
             return result
         prefill, decode, steady = self._phases(config, device, batch, input_len, output_len, **sizes)
