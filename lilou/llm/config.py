@@ -69,6 +69,10 @@ class LLMConfig:
     # default (MXFP4: one 8-bit scale per 32 weights); both apply only when priced at the checkpoint's own dtype.
     unquantised: tuple[str, ...] = ()
     quantization_group_bytes: float | None = None
+    # The checkpoint's quantization group or block along the widths tensor parallelism splits (AWQ/GPTQ group_size,
+    # FP8 weight_block_size, compressed-tensors group_size / block_structure; 0: none, or per channel): each rank's
+    # share of a quantised width must be a whole number of them for vLLM to load it (LLMPredictor refuses the TP).
+    quantization_block: int = 0
     max_context: int = 0       # max_position_embeddings: the longest context the model takes (0: not known)
     # Where max_context comes from, for the warning ("max_position_embeddings", "... x rope_scaling factor 4 (yarn)"),
     # and whether the positions are learned embeddings (GPT-2, OPT, GPT-BigCode): no context past them runs at all.
@@ -192,7 +196,7 @@ def _architecture(config: LLMConfig) -> tuple:
     """What a config's kernels and memory depend on: every field but its name and provenance."""
     return tuple(getattr(config, f.name) for f in fields(config)
                  if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note",
-                                   "notes", "context_source", "learned_positions"))
+                                   "notes", "context_source", "learned_positions", "quantization_block"))
 
 
 #: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
@@ -494,6 +498,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     quantization, quantization_note = checkpoint_format(config.get("quantization_config"))
     unquantised = _not_converted(config.get("quantization_config")) if quantization else ()
     group_bytes = 1 / 32 if quantization and config["quantization_config"].get("quant_method") == "mxfp4" else None
+    block = quantization_block(config.get("quantization_config")) if quantization else 0
     softcap = config.get("attn_logit_softcapping")
     max_context, context_source = _context_limit(config, ints.get("max_context", 0))
     return LLMConfig(
@@ -506,7 +511,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         shared_expert_intermediate=shared, sliding_window=window, sliding_layers=sliding,
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
         quantization=quantization, quantization_note=quantization_note, unquantised=unquantised,
-        quantization_group_bytes=group_bytes, max_context=max_context,
+        quantization_group_bytes=group_bytes, quantization_block=block, max_context=max_context,
         context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
@@ -560,6 +565,34 @@ def checkpoint_format(quantization: Any) -> tuple[str, str]:
         found = _compressed_tensors(quantization)
         return found if found else ("", "compressed-tensors of another scheme")
     return "", method or "an unnamed method"
+
+
+def quantization_block(quantization: Any) -> int:
+    """The group or block (in weights along a row or column) a ``quantization_config`` quantises in: AWQ / GPTQ
+    ``group_size``, FP8 ``weight_block_size`` ``[n, k]`` (their least common multiple: a rank's width is both a
+    column-parallel output and a row-parallel input), compressed-tensors' first group's ``group_size`` or
+    ``block_structure``; 0 for none, per channel (``group_size`` -1) or per tensor."""
+    if not isinstance(quantization, dict):
+        return 0
+
+    def whole(value: Any) -> int:
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 16 else 0
+
+    sizes: list[int] = []
+    block = quantization.get("weight_block_size")
+    if isinstance(block, (list, tuple)):
+        sizes += [whole(v) for v in block]
+    sizes.append(whole(quantization.get("group_size")))
+    groups = quantization.get("config_groups")
+    group = next(iter(groups.values()), None) if isinstance(groups, dict) and groups else None
+    weights = group.get("weights") if isinstance(group, dict) else None
+    if isinstance(weights, dict):
+        sizes.append(whole(weights.get("group_size")))
+        structure = weights.get("block_structure")
+        if isinstance(structure, (list, tuple)):
+            sizes += [whole(v) for v in structure]
+    sizes = [v for v in sizes if v > 1]
+    return math.lcm(*sizes) if sizes else 0
 
 
 def _not_converted(quantization: dict) -> tuple[str, ...]:

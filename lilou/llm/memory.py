@@ -63,19 +63,41 @@ def kv_heads_per_gpu(config: LLMConfig, tp: int) -> int:
     return max(1, config.kv_heads // tp)
 
 
+def replicated_attention_parameters(config: LLMConfig, tp: int) -> float:
+    """Attention weights each GPU of a TP group holds beyond its 1 / ``tp`` share, because vLLM replicates them: the
+    K and V projections of a KV head shared by ``tp / kv_heads`` GPUs (KV heads fewer than TP), and under multi-head
+    latent attention the ReplicatedLinear down-projections to the query and KV latents (``q_a_proj``,
+    ``kv_a_proj_with_mqa``). Before, every weight was divided by TP (DeepSeek-V3 FP8 at TP 8: about 0.8 GiB short)."""
+    if tp <= 1:
+        return 0.0
+    h = config.hidden
+    if config.mla:
+        whole = h * config.q_lora_rank + h * config.latent_width
+    elif config.kv_heads < tp:
+        whole = 2 * h * config.head_dim  # one KV head's K and V projections on every GPU
+    else:
+        return 0.0
+    share = whole / tp if config.mla else 2 * h * config.kv_width / tp
+    return config.layers * (whole - share)
+
+
 def weight_bytes(config: LLMConfig, dtype: str, tp: int) -> float:
-    """Every weight at ``dtype``; a quantised format (FP8, INT8, INT4, FP4) quantises the layers' linear weights
-    only, the embedding, LM head and norms staying in 16 bits, as their checkpoints keep them."""
+    """Every weight at ``dtype`` on one GPU of ``tp``: its 1 / ``tp`` share plus the weights vLLM replicates
+    (:func:`replicated_attention_parameters`); a quantised format (FP8, INT8, INT4, FP4) quantises the layers'
+    linear weights only, the embedding, LM head and norms staying in 16 bits, as their checkpoints keep them."""
+    replicated = replicated_attention_parameters(config, tp)
     if dtype not in QUANTISED:
-        return config.total_parameters * ITEMSIZE[dtype] / tp
+        return config.total_parameters * ITEMSIZE[dtype] / tp + replicated * ITEMSIZE[dtype]
     parts = config.parameters()
     own = dtype == config.quantization  # the checkpoint's own format: its 16-bit parts and its scales' bytes
-    linear = parts["attention"] * ("attention" not in config.unquantised or not own) + parts["mlp"]
+    attention_quantised = "attention" not in config.unquantised or not own
+    linear = parts["attention"] * attention_quantised + parts["mlp"]
     other = config.total_parameters - linear
     scales = config.quantization_group_bytes if own and config.quantization_group_bytes is not None else \
         GROUP_BYTES_PER_WEIGHT[dtype]
     per_weight = ITEMSIZE[dtype] + scales
-    return (linear * per_weight + other * ITEMSIZE[QUANTISED[dtype]]) / tp
+    attention_bytes = per_weight if attention_quantised else ITEMSIZE[QUANTISED[dtype]]
+    return (linear * per_weight + other * ITEMSIZE[QUANTISED[dtype]]) / tp + replicated * attention_bytes
 
 
 def kv_bytes_per_token(config: LLMConfig, kv_dtype: str, tp: int) -> float:

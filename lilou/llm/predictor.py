@@ -40,7 +40,7 @@ from lilou.latency.kernel_model.precision import PrecisionPath, kernel_unit, pre
 from lilou.llm.attention import AttentionCorrection
 from lilou.llm.attention import shipped_correction as shipped_attention
 from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
-from lilou.llm.interconnect import all_reduce_ms, link
+from lilou.llm.interconnect import all_reduce_ms, extrapolation, link
 from lilou.llm.memory import ITEMSIZE, QUANTISED, WEIGHT_ONLY, MemoryFit, max_batch_fitting, memory_fit
 from lilou.llm.power import PowerModel
 from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
@@ -147,6 +147,7 @@ class Phase:
     #: times): what an engine that launches every kernel from the host (HF eager) takes at any host time per kernel
     queue: tuple[np.ndarray, ...] = field(default=(), compare=False)  # arrays: == of two results raised
     gemm_share: float = 0.0     # the share of the step's GPU work in its GEMMs (attention aside)
+    reduce_ms: float = 0.0      # of ``ms``, the tensor-parallel all-reduces (0 at TP 1)
 
     @property
     def roofline_ms(self) -> float:
@@ -317,6 +318,52 @@ def _check_tp(config: LLMConfig, tp: int, mig: str | None) -> None:
                               "they divide it, which vLLM needs to replicate them)")
 
 
+def _sharded_widths(config: LLMConfig) -> list[tuple[str, int]]:
+    """The widths tensor parallelism splits in the quantised linear layers, with what they are: each rank holds
+    ``width / tp`` of them (a column-parallel output and the row-parallel input after it)."""
+    widths = []
+    if not config.mla:
+        widths.append(("attention width (heads x head_dim)", config.heads * config.head_dim))
+    if not config.moe or config.dense_layers:
+        widths.append(("intermediate_size", config.intermediate))
+    if config.moe:
+        widths.append(("expert width (moe_intermediate_size)", config.expert_width))
+    if config.shared_expert_intermediate:
+        widths.append(("shared expert width", config.shared_expert_intermediate))
+    return widths
+
+
+def _blocks_misfit(config: LLMConfig, tp: int) -> tuple[str, int] | None:
+    block = config.quantization_block
+    for what, width in _sharded_widths(config):
+        if width % tp or (width // tp) % block:
+            return what, width
+    return None
+
+
+def _check_blocks(config: LLMConfig, tp: int, dtype: str) -> None:
+    """A group- or block-quantised checkpoint loaded as it is (``dtype`` its own) splits over ``tp`` GPUs only where
+    every rank's share of each quantised width is whole groups: vLLM refuses it at load otherwise ("... is not
+    divisible by weight quantization block_n = 128", vllm-project/vllm#17569; "input_size_per_partition = 14784 is
+    not divisible by min_thread_k = 128", vllm#13640). Before, Qwen3-235B-A22B-FP8 at TP 8 (1536 / 8 = 192 wide
+    experts in 128-blocks) was predicted as if it loaded."""
+    block = config.quantization_block
+    if tp <= 1 or not block or dtype != config.quantization:
+        return
+    misfit = _blocks_misfit(config, tp)
+    if misfit is None:
+        return
+    what, width = misfit
+    working = [t for t in (1, 2, 4, 8) if t <= MAX_TP and not config.heads % t and not (config.kv_heads % t and
+                                                                                      t % config.kv_heads)
+               and _blocks_misfit(config, t) is None]
+    largest = max([t for t in working if t < tp] or [1])
+    expert = " or expert parallelism (vLLM --enable-expert-parallel, not modelled by Lilou)" if config.moe else ""
+    raise LilouInputError(f"--tp {tp}: {config.name}'s {config.quantization_note} checkpoint quantises in groups of "
+                          f"{block}, and its {what} {width} / {tp} = {width / tp:g} per GPU is not a whole number of "
+                          f"them, so vLLM cannot load it; use --tp {largest}{expert}")
+
+
 # --------------------------------------------------------------------------------------- predictor
 
 
@@ -369,6 +416,10 @@ class LLMPredictor:
             raise LilouInputError(f"{config.name}: multi-head latent attention is modelled as vLLM runs it; "
                                   "transformers expands the latent cache into whole keys and values, which --engine hf "
                                   "does not model (use --engine vllm)")
+        if engine == "hf" and tp > 1:
+            raise LilouInputError(f"--engine hf --tp {tp}: transformers has no tensor parallelism of its own; "
+                                  "device_map='auto' places whole layers on the GPUs one after another (one GPU busy "
+                                  "at a time), which Lilou does not model; use --engine vllm or --tp 1")
         warnings: list[str] = []
         from lilou.caveats import ambiguity_notes
 
@@ -386,6 +437,7 @@ class LLMPredictor:
             warnings.append(f"--dtype {dtype}: the checkpoint stores {config.quantization.upper()} weights "
                             f"({config.quantization_note}); priced as asked, as if requantised")
         _check_dtype(dtype, device, "--dtype")
+        _check_blocks(config, tp, dtype)
         warnings += slower_than_16_bit(dtype, [device])
         if engine == "vllm" and batch > VLLM_MAX_NUM_SEQS:
             warnings.append(f"batch {batch}: vLLM runs at most max_num_seqs sequences at once ({VLLM_MAX_NUM_SEQS} by "
@@ -408,12 +460,18 @@ class LLMPredictor:
                                engine=engine, memory=fit, max_batch_fitting=fitting, ttft_ms=None, itl_ms=None,
                                power_w=None, warnings=warnings,
                                intervals={"ttft_ms": None, "itl_ms": None, "power_w": None})
+        notes = self._notes(config, device, dtype, tp, engine, input_len + output_len, output_len)
+        extrapolated = extrapolation(device, tp)
+        link_factor = extrapolated[1] if extrapolated else 0.0
         if not fit.fits:
-            warnings.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
-                            f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
-                            f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {round(fit.device_gb, 2):g}; "
-                            f"at most {fitting} {'sequence fits' if fitting == 1 else 'sequences fit'} at these "
-                            "lengths; no latency is predicted")
+            # the model's own notes (a context past its limit ...) too: before, a context the model cannot serve was
+            # only said once the batch was cut to fit; the fit line stays last (the plan quotes warnings[-1])
+            notes.append(f"does not fit on {where}: {fit.total_gb:.1f} GiB needed per GPU (weights "
+                         f"{fit.weights_gb:.1f} + KV cache {fit.kv_cache_gb:.1f} + activations "
+                         f"{fit.activations_gb:.1f}) > {fit.budget_gb:.1f} GiB usable of {round(fit.device_gb, 2):g}; "
+                         f"at most {fitting} {'sequence fits' if fitting == 1 else 'sequences fit'} at these "
+                         "lengths; no latency is predicted")
+            warnings.extend(notes)
             return result
         prefill, decode, steady = self._phases(config, device, batch, input_len, output_len, **sizes)
         calibration = self.calibration
@@ -423,11 +481,11 @@ class LLMPredictor:
         if steady is not None:
             result.steady_itl_ms = calibration.itl_ms(engine, steady, batch)
             result.steady_interval_ms = self._interval("itl_ms", result.steady_itl_ms, engine,
-                                                       self._widening(dtype, steady.gemm_share))
+                                                       self._step_widening(dtype, steady, link_factor))
         u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
         result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
-        result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w)
-        warnings.extend(self._notes(config, device, dtype, tp, engine, input_len + output_len))
+        result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w, link_factor)
+        warnings.extend(notes)
         return result
 
     # ---------------------------------------------------------------------------------- internals
@@ -488,15 +546,16 @@ class LLMPredictor:
         launches = float(np.mean([sum(k.count for k in step) for step in kernels[1:1 + DECODE_POINTS]]))
         decode = self._phase([k for step in kernels[1:1 + DECODE_POINTS] for k in step], decode_ms, device, dtype,
                              weight=1 / DECODE_POINTS, gpu_ms=decode_gpu_ms, launches=launches, queue=queue,
-                             gemm_share=_gemm_share(decoding))
+                             gemm_share=_gemm_share(decoding), reduce_ms=reduce_decode)
         steady = None
         if chunk:
             step, step_work = priced[-1]
             reduce_mixed = 2 * config.layers * all_reduce_ms((batch + chunk) * config.hidden * itemsize, tp, device)
             mixed_ms = float(sum(k.count * w for k, w in zip(step, step_work))) * overhead.scale + reduce_mixed
             steady = self._phase(step, mixed_ms, device, dtype, launches=launches,
-                                 gemm_share=_gemm_share([priced[-1]]))
-        return self._phase(priced[0][0], prefill_ms, device, dtype, gemm_share=_gemm_share(priced[:1])), decode, steady
+                                 gemm_share=_gemm_share([priced[-1]]), reduce_ms=reduce_mixed)
+        return (self._phase(priced[0][0], prefill_ms, device, dtype, gemm_share=_gemm_share(priced[:1]),
+                            reduce_ms=reduce_prefill), decode, steady)
 
     def _work(self, kernels: list[StepKernel], device: Device, dtype: str, batch: int | None = None,
               attention: str | None = None) -> np.ndarray:
@@ -532,7 +591,7 @@ class LLMPredictor:
 
     def _phase(self, kernels: Sequence[StepKernel], ms: float, device: Device, dtype: str,
                weight: float = 1.0, gpu_ms: float | None = None, launches: float = 0.0,
-               queue: tuple[np.ndarray, ...] = (), gemm_share: float = 0.0) -> Phase:
+               queue: tuple[np.ndarray, ...] = (), gemm_share: float = 0.0, reduce_ms: float = 0.0) -> Phase:
         path = precision_path(dtype, device, None, "off")
         flops = nbytes = compute_ms = 0.0
         for k in kernels:
@@ -542,7 +601,7 @@ class LLMPredictor:
             compute_ms += weight * k.count * k.spec.flops / (peak * 1e9)
         return Phase(ms=ms, flops=flops, bytes=nbytes, memory_ms=nbytes / (device.memory_bandwidth_gbs * 1e6),
                      compute_ms=compute_ms, gpu_ms=ms if gpu_ms is None else gpu_ms, launches=launches, queue=queue,
-                     gemm_share=gemm_share)
+                     gemm_share=gemm_share, reduce_ms=reduce_ms)
 
     def _interval(self, quantity: str, value: float | None, engine: str, widening: float = 0.0
                   ) -> list[float] | None:
@@ -570,16 +629,26 @@ class LLMPredictor:
         own = calibration.pooled_band("gemm", dtype) or calibration.widest("gemm", dtype)
         return gemm_share * math.sqrt(max(0.0, own.hi ** 2 - served.hi ** 2))
 
-    def _intervals(self, result: LLMPrediction, max_power_w: float) -> dict[str, list[float] | None]:
-        widen = {"ttft_ms": self._widening(result.dtype, result.prefill.gemm_share),
-                 "itl_ms": self._widening(result.dtype, result.decode.gemm_share)}
+    @classmethod
+    def _step_widening(cls, dtype: str, phase: Phase, link_factor: float) -> float:
+        """A step's widening: its format's (:meth:`_widening`) and, in quadrature, its all-reduces' share of the step
+        times the log factor by which an unmeasured link may be off (:func:`lilou.llm.interconnect.extrapolation`):
+        a step that is 20 % all-reduce on a link that may be 2x off widens by 0.2 ln 2."""
+        share = phase.reduce_ms / phase.ms if phase.ms > 0 else 0.0
+        return math.hypot(cls._widening(dtype, phase.gemm_share), min(share, 1.0) * link_factor)
+
+    def _intervals(self, result: LLMPrediction, max_power_w: float, link_factor: float = 0.0
+                   ) -> dict[str, list[float] | None]:
+        widen = {"ttft_ms": self._step_widening(result.dtype, result.prefill, link_factor),
+                 "itl_ms": self._step_widening(result.dtype, result.decode, link_factor)}
         out = {key: self._interval(key, value, result.engine, widen.get(key, 0.0))
                for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w))}
         if out.get("power_w"):  # a board never draws more than its TDP (a slice: its share of it)
             out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]
         return out
 
-    def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int) -> list[str]:
+    def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int,
+               output_len: int = 2) -> list[str]:
         notes = list(config.notes)  # what the config holds that the steps leave out or approximate
         source = config.context_source or "max_position_embeddings"
         if config.max_context and context > config.max_context and config.learned_positions:
@@ -590,6 +659,10 @@ class LLMPredictor:
             notes.append(f"{context} tokens of context pass {config.name}'s {config.max_context} "
                          f"({source}): beyond what it was trained on, and vLLM refuses such a "
                          "max_model_len unless told to allow it; priced as asked")
+        elif not config.max_context:
+            notes.append(f"{config.name}'s context limit is not known to Lilou (no max_position_embeddings in its "
+                         f"config or Lilou's table): {context} tokens of context are priced as asked; check that the "
+                         "model takes them")
         if config.windowed_layers and context > config.sliding_window:
             notes.append(f"{config.windowed_layers} of {config.layers} layers attend over a sliding window of "
                          f"{config.sliding_window} tokens (the config's sliding_window): their attention and KV cache "
@@ -604,9 +677,12 @@ class LLMPredictor:
             notes.append(f"the kernel model has FP32 measurements only: {dtype.upper()} GEMMs and attention are "
                          "priced at FP32 CUDA-core rates (prefill and large batches several times too slow)")
         if tp > 1:
-            chosen = link(device)
+            chosen = link(device, tp)
             notes.append(f"TP {tp}: two all-reduces per layer over {chosen.name} ({chosen.gbs:g} GB/s per direction, "
                          "lilou/llm/interconnect.py; not in the GPU database)")
+            extrapolated = extrapolation(device, tp)
+            if extrapolated:
+                notes.append(extrapolated[0])
         if config.mla:
             notes.append(f"multi-head latent attention: the KV cache holds one latent of {config.latent_width} per "
                          "token and layer, whole on every GPU; a decode attends over the latents as vLLM's MLA kernels "
@@ -635,6 +711,11 @@ class LLMPredictor:
         if config.moe:
             notes.append("routed experts are priced as a grouped GEMM over the experts the step's tokens reach under "
                          "uniform routing")
+        if output_len == 1:
+            notes.append("output length 1: the request ends with its first token and has no decode step; the ITL "
+                         "shown is the step a second token would take, and E2E is the TTFT" + (
+                             "; the steady-state server prefills its whole batch's prompts every step"
+                             if engine == "vllm" else ""))
         if not self.calibration.intervals:
             notes.append("no calibration file: intervals are unavailable (run `make bench-llm`)")
         return notes
