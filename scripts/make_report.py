@@ -59,9 +59,10 @@ NOTES = {
         "the shipped overhead is used for all three. `model_*` = Lilou, `roofline_*` = the roofline baseline "
         "through the same pipeline."),
     "ablate_fusion": (
-        "Each variant is `experiment=fusion_gnn` (one GNN for both backends) with the overrides listed in the "
-        "JSON beside the CSV, trained on the training families only and scored per backend on the held-out "
-        "test families. `edge acc` = accuracy on runtime edges, `F1` = F1 of fused edges, `exact` = share of "
+        "Each variant is `experiment=fusion_gnn_heldout` (the shipped recipe, one GNN for both backends, trained on "
+        "the `train` split alone as `make bench-fusion` does) with the overrides listed in the JSON beside the CSV, "
+        "scored per backend on the held-out test families. `edge acc` = accuracy on runtime edges, `F1` = F1 of "
+        "fused edges, `exact` = share of "
         "graphs whose whole kernel grouping is right. Feature rows zero one node-feature group "
         "(`model.node_feature_mask`) or the edge column of one replay prior (`model.edge_feature_mask`) in "
         "training and at prediction. `TVM FuseOps replay alone` and `eager view replay alone` score each prior "
