@@ -282,6 +282,22 @@ def summary(folder: Path) -> tuple[list[Row], list[str]]:
     return rows, missing
 
 
+def provenance(folder: Path) -> dict[str, dict | None]:
+    """Per benchmark JSON present in ``folder`` (``e2e-*`` variants included): the ``provenance`` it recorded (git
+    commit and date of its run; :func:`lilou.research.ablation.git_provenance`), None for a file written before
+    benchmarks recorded it."""
+    out: dict[str, dict | None] = {}
+    paths = [folder / f"{bench}.json" for bench in BENCHES] + sorted(folder.glob("e2e-*.json"))
+    for path in paths:
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except ValueError:
+                data = None
+            out[path.stem] = data.get("provenance") if isinstance(data, dict) else None
+    return out
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
