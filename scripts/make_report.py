@@ -49,7 +49,11 @@ NOTES = {
         "held-out GPU; the A100 fold holds out the 40GB and 80GB PCIe cards together). Pooled MAPE over all "
         "held-out rows; per-family rows are in the CSV. The roofline baseline (fitted floor + per-family "
         "efficiency) is fitted on the same rows. `data.max_rows` subsamples the training rows of each fold "
-        "(see the command)."),
+        "(`--max-rows`, spelled out in the command; default 80,000 of roughly 190-200k), for every variant: the "
+        "`shipped config` row is the shipped recipe re-fitted on that subsample, not the shipped model that "
+        "`make bench-kernels` scores. `mean MAPE` = mean over the held-out GPUs of each GPU's pooled MAPE; "
+        "`mean median APE` = mean over the held-out GPUs of each GPU's median APE (a mean of medians, not a "
+        "median)."),
     "ablate_e2e": (
         "The `lilou eval` pipeline once per kernel grouping: `oracle` = eager groups from the dynamo exporter's "
         "metadata, `predicted` = what `lilou infer` uses (the fusion GNN checkpoint when shipped, else the rule "

@@ -154,3 +154,22 @@ def test_ablate_fusion_trains_every_variant_on_the_train_split_alone(tmp_path, m
     assert seen[0].output_checkpoint is None
     for _, _, extra in module.variants():  # no variant's overrides bring the test splits back
         assert list(module.variant_config(tmp_path, ["eager"], extra).data.train_splits) == ["train"]
+
+
+def test_ablate_kernels_records_the_training_row_subsample_in_its_command(tmp_path, monkeypatch):
+    """Review defect 11: results.md printed `python scripts/ablate_kernels.py` for a table whose "shipped" row trains on
+    80,000 rows per fold, a default nobody could see."""
+    module = _script("ablate_kernels")
+    recorded = []
+    monkeypatch.setattr(module, "run", lambda overrides, folds: [])
+    monkeypatch.setattr(module, "summary", lambda results, folds: [])
+    monkeypatch.setattr(module, "plot", lambda table, folds, path: None)
+    monkeypatch.setattr(module, "write_result", lambda *args, **kwargs: recorded.append(kwargs))
+    monkeypatch.setattr("sys.argv", ["scripts/ablate_kernels.py", "--folds", "p4"])
+    assert module.main(["--folds", "p4", "--out", str(tmp_path)]) == 0
+    assert recorded[0]["command"].endswith("--max-rows 80000")
+    assert "data.max_rows=80000" in recorded[0]["extra"]["overrides"]
+    monkeypatch.setattr("sys.argv", ["scripts/ablate_kernels.py", "--max-rows", "5000"])
+    assert module.main(["--max-rows", "5000", "--folds", "p4", "--out", str(tmp_path)]) == 0
+    assert recorded[1]["command"].count("--max-rows") == 1
+    assert module.VARIANTS[0][0].startswith("shipped config") and "subsampled" in module.VARIANTS[0][0]

@@ -171,8 +171,11 @@ def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
 def write_result(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], *, title: str,
                  table_rows: Sequence[dict[str, Any]] | None = None, table_columns: Sequence[str] | None = None,
                  seed: int | None, quick: bool, data: str, started: float, extra: dict[str, Any] | None = None,
-                 digits: int = 1, out_dir: Path = RESULTS) -> Path:
+                 digits: int = 1, out_dir: Path = RESULTS, command: str | None = None) -> Path:
     """Write ``<name>.csv`` (all ``rows``) and ``<name>.json`` (provenance and the summary table).
+
+    ``command`` is the command recorded (default: this process's command line); a script passes it with the
+    defaults it filled in spelled out, so that the report shows, e.g., the training-row subsample it ran with.
 
     ``table_rows``/``table_columns`` are the printed summary (the one the report shows);
     they default to the CSV rows and columns.
@@ -186,7 +189,7 @@ def write_result(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
             writer.writerow({c: _csv_value(row.get(c)) for c in columns})
     summary_rows = list(table_rows if table_rows is not None else rows)
     summary_columns = list(table_columns if table_columns is not None else columns)
-    meta = {"name": name, "title": title, "command": command_line(), "seed": seed, "quick": quick, "data": data,
+    meta = {"name": name, "title": title, "command": command or command_line(), "seed": seed, "quick": quick, "data": data,
             "wall_s": round(time.perf_counter() - started, 1), "python": platform.python_version(),
             "provenance": git_provenance(),
             "csv": result_path(csv_path), "png": result_path(out_dir / f"{name}.png"),
