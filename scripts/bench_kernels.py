@@ -45,6 +45,7 @@ from lilou.latency.evaluation.roofline import RooflineBaseline
 from lilou.latency.evaluation.table_folds import Fold, logo_table, loao_table, per_architecture, score
 from lilou.latency.kernel_model.table_sample import sample_table
 from lilou.latency.kernel_model.training import fit
+from lilou.research.ablation import write_provenance
 from lilou.research.fold_tables import markdown_folds, print_table, print_table_folds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,6 +218,7 @@ def main() -> None:
               "gemm_efficiency_by_duration": throttle, "table_folds": folds_result,
               "wall_s": time.perf_counter() - started}
     (OUT / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_provenance(OUT / "kernels.json")
     (OUT / "kernel_folds.md").write_text(markdown_folds(folds_result))
     with open(OUT / "kernels.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["fold", "predictor", "gpu", "family", "n", "mape",

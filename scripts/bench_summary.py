@@ -284,8 +284,8 @@ def summary(folder: Path) -> tuple[list[Row], list[str]]:
 
 def provenance(folder: Path) -> dict[str, dict | None]:
     """Per benchmark JSON present in ``folder`` (``e2e-*`` variants included): the ``provenance`` it recorded (git
-    commit and date of its run; :func:`lilou.research.ablation.git_provenance`), None for a file written before
-    benchmarks recorded it."""
+    commit and date of its run; :func:`lilou.research.ablation.git_provenance`), inside it or in its
+    ``<stem>.provenance.json`` side file, None for a file written before benchmarks recorded it."""
     out: dict[str, dict | None] = {}
     paths = [folder / f"{bench}.json" for bench in BENCHES] + sorted(folder.glob("e2e-*.json"))
     for path in paths:
@@ -294,7 +294,14 @@ def provenance(folder: Path) -> dict[str, dict | None]:
                 data = json.loads(path.read_text())
             except ValueError:
                 data = None
-            out[path.stem] = data.get("provenance") if isinstance(data, dict) else None
+            found = data.get("provenance") if isinstance(data, dict) else None
+            side = path.with_name(path.stem + ".provenance.json")  # lilou.research.ablation.write_provenance
+            if found is None and side.exists():
+                try:
+                    found = json.loads(side.read_text())
+                except ValueError:
+                    found = None
+            out[path.stem] = found
     return out
 
 

@@ -95,3 +95,22 @@ def test_plot_resources_caches_exports_under_out(tmp_path, monkeypatch):
     with pytest.raises(Stop):
         module.main(["--models", "resnet50", "--out", str(tmp_path / "out")])
     assert caches == [tmp_path / "out" / "models"]
+
+
+def test_every_benchmark_records_its_commit_and_the_summary_finds_it(tmp_path):
+    """fusion.json and graph.json are lists: their provenance goes in a side file, which the summary reads too."""
+    from lilou.research.ablation import write_provenance
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "fusion.json").write_text("[]")
+    side = write_provenance(bench / "fusion.json")
+    assert side.name == "fusion.provenance.json"
+    (bench / "graph.json").write_text("[]")  # an older run: nothing recorded
+    found = _script("bench_summary").provenance(bench)
+    assert found["fusion"]["commit"] and found["graph"] is None
+    assert set(found) == {"fusion", "graph"}
+    # Each benchmark script writes one (bench_llm and bench_kernel_table are maintained apart).
+    for name in ("bench_data", "bench_graph", "bench_kernels", "bench_fusion", "bench_speed", "bench_conv_geometry",
+                 "bench_serve"):
+        assert "write_provenance(" in (REPO / "scripts" / f"{name}.py").read_text(), name

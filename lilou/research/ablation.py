@@ -68,6 +68,19 @@ def git_provenance(repo: Path = REPO) -> dict[str, Any]:
     return out
 
 
+def provenance_path(result: Path) -> Path:
+    """The side file that holds ``result``'s provenance: ``<stem>.provenance.json`` beside it."""
+    return Path(result).with_name(Path(result).stem + ".provenance.json")
+
+
+def write_provenance(result: Path) -> Path:
+    """Write :func:`git_provenance` beside a benchmark's JSON ``result`` (kept apart so that results that are
+    lists, like fusion.json and graph.json, keep their format) and return the side file's path."""
+    path = provenance_path(result)
+    path.write_text(json.dumps(git_provenance(), indent=1) + "\n")
+    return path
+
+
 def describe_provenance(provenance: dict[str, Any] | None) -> str:
     """One line for a report: "commit abc1234 (2026-12-06), run 2026-12-07 04:10 UTC" or that it is unrecorded."""
     if not provenance or not provenance.get("commit"):
