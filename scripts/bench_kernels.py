@@ -4,7 +4,8 @@
    `experiment=kernel_latency`, the same as the shipped checkpoint), test on the
    fifth; the roofline baseline (fitted floor + efficiency) is fitted on the same four.
 2. Train on all five, test on `kernels/test` rows of GPUs that are new for that op
-   (A100 80GB PCIe for GEMM, elementwise, layer norm, softmax).
+   (A100 80GB PCIe for GEMM, elementwise, layer norm, softmax). Not an unseen chip: the A100 80GB PCIe is a
+   twin of the trained A100 40GB PCIe (same GA100, SMs and clocks), and conv trains on the 80GB card itself.
 3. Speed: predicting 10 000 kernels on one GPU, median of repeats.
 4. What limits it (diagnostics, never results): per held-out GPU and family, the MAPE
    left once a launch offset and a speed scale are fitted in hindsight on that GPU's own
