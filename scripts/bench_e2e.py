@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="fold checkpoints (default outputs/logo, or the variant's outputs/logo_<suffix>)")
     parser.add_argument("--models-dir", type=Path, default=None, help="exported models (default datasets/e2e_models)")
     args = parser.parse_args(argv)
+    provenance = git_provenance()  # the code at the start of the run
     options = fold_options(args.seed, args.power, args.experiment, args.ensemble)
     if args.cache_dir is not None:
         options["cache_dir"] = args.cache_dir
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                       gpus=args.gpus.split(",") if args.gpus else None, fusion=args.fusion, logo=args.logo, **options)
     print_tables(result)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps({**result.to_json(), "provenance": git_provenance()},
+    (args.out / f"{args.name}.json").write_text(json.dumps({**result.to_json(), "provenance": provenance},
                                                            indent=1) + "\n")
     with open(args.out / f"{args.name}.csv", "w", newline="") as handle:
         write_csv(result, handle)

@@ -170,8 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT, help="output folder (default outputs/bench)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    provenance = git_provenance()  # the code at the start of the run (a commit during it is not its code)
     if args.speed_only:
-        report_speed({"speed": speed(args.repeats)}, args.out / "plan_speed.json", started)
+        report_speed({"speed": speed(args.repeats), "provenance": provenance}, args.out / "plan_speed.json", started)
         return
     if args.recompute or not RESIDUALS_FILE.exists():
         kernel, e2e = recompute(args)
@@ -194,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"end to end: coverage {100 * e2e_summary['coverage']:.1f} % (mean over folds), pooled "
           f"{100 * e2e_summary['pooled_coverage']:.1f} %, median width {100 * e2e_summary['median_width']:.1f} %")
     result = {"residuals": source, "coverage_target": list(TARGET), "nominal": COVERAGE, "kernel_summary": summary,
-              "kernel_per_fold": per_fold, "e2e_per_fold": e2e_folds, "e2e_summary": e2e_summary}
+              "kernel_per_fold": per_fold, "e2e_per_fold": e2e_folds, "e2e_summary": e2e_summary,
+              "provenance": provenance}
     if args.speed:
         result["speed"] = speed(args.repeats)
     report_speed(result, args.out / "intervals.json", started)
@@ -208,7 +210,7 @@ def report_speed(result: dict, path: Path, started: float) -> None:
               f"{s['infer']['median_s']:.2f} s: {s['ratio']:.2f}x (target <= 3x; per pair "
               f"{min(s['ratios']):.2f}-{max(s['ratios']):.2f}x)")
     result["wall_s"] = time.perf_counter() - started
-    result["provenance"] = git_provenance()
+    result.setdefault("provenance", git_provenance())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
