@@ -185,6 +185,9 @@ def main() -> None:
         "deepbench_pooled_mape": pooled, "deepbench_pooled_long_mape": pooled_long,
         "transposed_folds": transposed_folds, "transposed_summary": transposed_summary,
         "wall_s": time.perf_counter() - started}, indent=2) + "\n")
+    from lilou.research.ablation import write_provenance
+
+    write_provenance(OUT / f"{name}.json")
 
 
 if __name__ == "__main__":

@@ -80,6 +80,9 @@ def main() -> None:
     result = {"build": build, "query": query, "data_dir": args.data_dir}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "data.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    from lilou.research.ablation import write_provenance
+
+    write_provenance(OUT / "data.json")
     report(result)
 
 

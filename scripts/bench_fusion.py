@@ -50,6 +50,7 @@ from lilou.fusion.dataset import HELD_OUT_SPLITS, TEST_EXPORTERS, TEST_OPS, spli
 from lilou.fusion.eager_replay import replay_eager_partition
 from lilou.fusion.gnn_predictor import FusionPredictor
 from lilou.fusion.rules import RuleTable, rule_partition
+from lilou.research.ablation import write_provenance
 from lilou.fusion.tvm_replay import replay_partition
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     # splits that were not built go beside it.
     scored = [r for r in rows if r["graphs"] != "missing"]
     (args.out / "fusion.json").write_text(json.dumps(scored, indent=1) + "\n")
+    write_provenance(args.out / "fusion.json")
     missing = sorted({f"{r['split']}/{r['backend']}" for r in rows if r["graphs"] == "missing"})
     (args.out / "fusion_misses.json").write_text(json.dumps({"misses": misses, "not_built": missing}, indent=1) + "\n")
     if scored:

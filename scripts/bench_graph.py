@@ -59,6 +59,9 @@ def main() -> None:
     out = REPO / "outputs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "graph.json").write_text(json.dumps(rows, indent=1) + "\n")
+    from lilou.research.ablation import write_provenance
+
+    write_provenance(out / "graph.json")
 
 
 if __name__ == "__main__":

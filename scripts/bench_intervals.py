@@ -12,7 +12,8 @@
    fresh process (median of ``--repeats``, the two interleaved, Lilou byte-compiled as ``make bench-speed``
    does), on ResNet-50 exported with a dynamic batch.
 
-Writes outputs/bench/intervals.json. The fold checkpoints are those of ``make bench-e2e`` (outputs/logo).
+Writes <--out>/intervals.json (default outputs/bench), with the git commit and date of the run.
+The fold checkpoints are those of ``make bench-e2e`` (outputs/logo).
 
     python scripts/bench_intervals.py [--table] [--e2e-json outputs/bench/e2e.json] [--repeats 3] [--no-speed]
     python scripts/bench_intervals.py --speed-only --repeats 5     # the plan speed alone (plan_speed.json)
@@ -30,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lilou.plan.calibration import Calibration
+from lilou.research.ablation import git_provenance
 from lilou.plan.conformal import COVERAGE
 from lilou.checkpoints import KERNEL_LATENCY_TENSOR, checkpoint_path
 from lilou.plan.fit import (E2E_MIN_LABELS, RESIDUALS_FILE, Residuals, band, e2e_residuals, extrapolated_bands,
@@ -154,7 +156,7 @@ def recompute(args) -> tuple[Residuals, Residuals]:
     return kernel, e2e_residuals(args.e2e_json)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="store_true", help="also score the kernel table's other dtypes")
     parser.add_argument("--recompute", action="store_true",
@@ -164,11 +166,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-speed", dest="speed", action="store_false")
     parser.add_argument("--speed-only", action="store_true",
-                        help="only the plan / infer speed, written to outputs/bench/plan_speed.json")
-    args = parser.parse_args()
+                        help="only the plan / infer speed, written to <--out>/plan_speed.json")
+    parser.add_argument("--out", type=Path, default=OUT, help="output folder (default outputs/bench)")
+    args = parser.parse_args(argv)
     started = time.perf_counter()
+    provenance = git_provenance()  # the code at the start of the run (a commit during it is not its code)
     if args.speed_only:
-        report_speed({"speed": speed(args.repeats)}, OUT / "plan_speed.json", started)
+        report_speed({"speed": speed(args.repeats), "provenance": provenance}, args.out / "plan_speed.json", started)
         return
     if args.recompute or not RESIDUALS_FILE.exists():
         kernel, e2e = recompute(args)
@@ -191,10 +195,11 @@ def main() -> None:
     print(f"end to end: coverage {100 * e2e_summary['coverage']:.1f} % (mean over folds), pooled "
           f"{100 * e2e_summary['pooled_coverage']:.1f} %, median width {100 * e2e_summary['median_width']:.1f} %")
     result = {"residuals": source, "coverage_target": list(TARGET), "nominal": COVERAGE, "kernel_summary": summary,
-              "kernel_per_fold": per_fold, "e2e_per_fold": e2e_folds, "e2e_summary": e2e_summary}
+              "kernel_per_fold": per_fold, "e2e_per_fold": e2e_folds, "e2e_summary": e2e_summary,
+              "provenance": provenance}
     if args.speed:
         result["speed"] = speed(args.repeats)
-    report_speed(result, OUT / "intervals.json", started)
+    report_speed(result, args.out / "intervals.json", started)
 
 
 def report_speed(result: dict, path: Path, started: float) -> None:
@@ -205,6 +210,7 @@ def report_speed(result: dict, path: Path, started: float) -> None:
               f"{s['infer']['median_s']:.2f} s: {s['ratio']:.2f}x (target <= 3x; per pair "
               f"{min(s['ratios']):.2f}-{max(s['ratios']):.2f}x)")
     result["wall_s"] = time.perf_counter() - started
+    result.setdefault("provenance", git_provenance())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")

@@ -4,7 +4,8 @@
    `experiment=kernel_latency`, the same as the shipped checkpoint), test on the
    fifth; the roofline baseline (fitted floor + efficiency) is fitted on the same four.
 2. Train on all five, test on `kernels/test` rows of GPUs that are new for that op
-   (A100 80GB PCIe for GEMM, elementwise, layer norm, softmax).
+   (A100 80GB PCIe for GEMM, elementwise, layer norm, softmax). Not an unseen chip: the A100 80GB PCIe is a
+   twin of the trained A100 40GB PCIe (same GA100, SMs and clocks), and conv trains on the 80GB card itself.
 3. Speed: predicting 10 000 kernels on one GPU, median of repeats.
 4. What limits it (diagnostics, never results): per held-out GPU and family, the MAPE
    left once a launch offset and a speed scale are fitted in hindsight on that GPU's own
@@ -45,6 +46,7 @@ from lilou.latency.evaluation.roofline import RooflineBaseline
 from lilou.latency.evaluation.table_folds import Fold, logo_table, loao_table, per_architecture, score
 from lilou.latency.kernel_model.table_sample import sample_table
 from lilou.latency.kernel_model.training import fit
+from lilou.research.ablation import write_provenance
 from lilou.research.fold_tables import markdown_folds, print_table, print_table_folds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,6 +219,7 @@ def main() -> None:
               "gemm_efficiency_by_duration": throttle, "table_folds": folds_result,
               "wall_s": time.perf_counter() - started}
     (OUT / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_provenance(OUT / "kernels.json")
     (OUT / "kernel_folds.md").write_text(markdown_folds(folds_result))
     with open(OUT / "kernels.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["fold", "predictor", "gpu", "family", "n", "mape",

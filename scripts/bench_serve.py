@@ -252,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                          "memory": "flat over 2,000 requests (growth after the first 200 small against peak)"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    from lilou.research.ablation import write_provenance
+
+    write_provenance(args.out)
     _print(result)
     print(f"wrote {args.out}")
     return 0

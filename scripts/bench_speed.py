@@ -142,6 +142,9 @@ def measure(repeats: int) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "speed.json").write_text(json.dumps({"cases": results, "floor_s": floor, "ratios": ratios,
                                                 "python": sys.version.split()[0]}, indent=2) + "\n")
+    from lilou.research.ablation import write_provenance
+
+    write_provenance(OUT / "speed.json")
 
 
 if __name__ == "__main__":

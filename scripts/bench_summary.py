@@ -125,19 +125,39 @@ def fusion_rows(data: list[dict]) -> list[Row]:
 
 
 def e2e_rows(data: dict) -> list[Row]:
+    """Issue 15's one end-to-end target (6 %) on the MAPE pooled over labels and on the mean of the per-GPU MAPEs
+    (each GPU once, as the kernel-level LOGO figures count them); issue 5's 12 % per GPU, with the GPUs where the
+    roofline baseline does better named; the ranking target only on workloads measured on >= 3 GPUs (n/a else)."""
     mode = data.get("mode", "?")
     overall = data["overall"]
-    out = [_row("e2e", f"MAPE overall ({mode}, {overall['n']} labels, fusion {data.get('fusion')})",
+    out = [_row("e2e", f"MAPE overall, pooled over labels ({mode}, {overall['n']} labels, fusion {data.get('fusion')})",
                 overall["model_mape"], overall["roofline_mape"], f"<= {E2E_MAPE_TARGET:g} %",
                 overall["model_mape"] <= E2E_MAPE_TARGET, "%")]
+    if overall.get("model_mean_gpu_mape") is not None:
+        out.append(_row("e2e", f"MAPE overall, mean of the {overall.get('gpus', len(data['per_gpu']))} per-GPU MAPEs",
+                        overall["model_mean_gpu_mape"], overall.get("roofline_mean_gpu_mape"), f"<= {E2E_MAPE_TARGET:g} %",
+                        overall["model_mean_gpu_mape"] <= E2E_MAPE_TARGET, "%"))
     for g in data["per_gpu"]:
-        out.append(_row("e2e", f"MAPE {g['gpu']} ({g['n']} labels)", g["model_mape"], g["roofline_mape"],
-                        f"<= {GPU_MAPE_TARGET:g} %", g["model_mape"] <= GPU_MAPE_TARGET, "%"))
+        beaten = g.get("roofline_mape") is not None and g["roofline_mape"] < g["model_mape"]
+        out.append(_row("e2e", f"MAPE {g['gpu']} ({g['n']} labels){'; the roofline baseline does better' if beaten else ''}",
+                        g["model_mape"], g["roofline_mape"], f"<= {GPU_MAPE_TARGET:g} %",
+                        g["model_mape"] <= GPU_MAPE_TARGET, "%"))
     for m in data.get("ranking_per_model", []):
         sp, kt = m.get("model_spearman"), m.get("model_kendall")
-        out.append(_row("e2e", f"Spearman {m['model']} (up to {m['max_gpus']} GPUs)", sp, m.get("roofline_spearman"),
-                        f">= {SPEARMAN_TARGET:g}", None if sp is None else sp >= SPEARMAN_TARGET))
-        out.append(_row("e2e", f"Kendall {m['model']}", kt, m.get("roofline_kendall")))
+        if m.get("workloads_3plus") is not None:  # the target on workloads with >= 3 GPUs alone
+            sp3 = m.get("model_spearman_3plus")
+            out.append(_row("e2e", f"Spearman {m['model']} ({m['workloads_3plus']} of {m['workloads']} workloads on >= 3 "
+                            f"GPUs, up to {m['max_gpus']})", sp3, m.get("roofline_spearman_3plus"),
+                            f">= {SPEARMAN_TARGET:g} (>= 3 GPUs)", None if sp3 is None else sp3 >= SPEARMAN_TARGET))
+            if sp3 is None:
+                out[-1]["status"] = "n/a"
+        else:
+            enough = m.get("max_gpus", 0) >= 3
+            out.append(_row("e2e", f"Spearman {m['model']} (up to {m['max_gpus']} GPUs)", sp, m.get("roofline_spearman"),
+                            f">= {SPEARMAN_TARGET:g} (>= 3 GPUs)", None if sp is None or not enough else sp >= SPEARMAN_TARGET))
+            if not enough:
+                out[-1]["status"] = "n/a"
+        out.append(_row("e2e", f"Kendall {m['model']} (all its workloads, 2 GPUs included)", kt, m.get("roofline_kendall")))
     for s in data.get("breakdown", []):
         if s["gpu"] == "all" and s["category"] != "other" and s["measured_share"] > 0:
             out.append(_row("e2e", f"breakdown {s['category']}: share {s['measured_share']:.0f} % measured, "
@@ -163,22 +183,58 @@ def plan_speed_rows(data: dict) -> list[Row]:
                  target=f"<= {PLAN_INFER_RATIO_TARGET:g}x", ok=ratio <= PLAN_INFER_RATIO_TARGET)]
 
 
+def fold_consistent(coverage: float, n: int, nominal: float = 0.9) -> bool:
+    """Whether one held-out fold's coverage (``n`` rows or labels) is consistent with the target: inside the band,
+    or, for a small fold whose share moves in coarse steps (2 of 3 labels is 66.7 %), inside the central 95 % of
+    Binomial(n, nominal) (rows taken as independent, which flatters large folds only, and those must be in the band)."""
+    if COVERAGE_LOW <= coverage <= COVERAGE_HIGH:
+        return True
+    from scipy.stats import binom
+
+    inside = round(coverage * n)
+    return binom.ppf(0.025, n, nominal) <= inside <= binom.ppf(0.975, n, nominal)
+
+
+def coverage_status(pooled: float | None, folds: list[tuple[float, int]]) -> tuple[bool | None, int]:
+    """Issue 19's status of one interval family: ok when the coverage pooled over every held-out row (or label) is
+    within 86-94 % *and* every held-out fold is consistent with it (:func:`fold_consistent`). A mean over folds
+    is not used: (100, 50, 100, 100, 100) % averages to 90 % while no held-out GPU is covered at 90 %. Returns the
+    status (None when the pooled figure or the folds were not recorded) and how many folds are consistent."""
+    consistent = sum(fold_consistent(c, n) for c, n in folds)
+    if pooled is None or not folds:
+        return None, consistent
+    return COVERAGE_LOW <= pooled <= COVERAGE_HIGH and consistent == len(folds), consistent
+
+
 def interval_rows(data: dict) -> list[Row]:
-    """Coverage of the 90 % intervals on held-out folds (scripts/bench_intervals.py), per family and dtype."""
-    target = f"{100 * COVERAGE_LOW:g}-{100 * COVERAGE_HIGH:g} %"
-
-    def ok(coverage: float) -> bool:
-        return COVERAGE_LOW <= coverage <= COVERAGE_HIGH
-
-    out = [_row("intervals", f"coverage {s['family']} {s['dtype']} ({s['groups']} held-out GPUs, {s['rows']} rows; "
-                f"median width {100 * s['median_width']:.0f} %)", 100 * s["coverage"], target=target,
-                ok=ok(s["coverage"]), unit="%") for s in data.get("kernel_summary", [])]
+    """Coverage of the 90 % intervals on held-out folds (scripts/bench_intervals.py), per family and dtype: the
+    value is the coverage pooled over every held-out row, the metric gives the mean over folds and how many folds
+    are consistent with the target; the status is :func:`coverage_status`."""
+    target = f"{100 * COVERAGE_LOW:g}-{100 * COVERAGE_HIGH:g} % (pooled; every fold)"
+    cells = data.get("kernel_per_fold", [])
+    out = []
+    for s in data.get("kernel_summary", []):
+        folds = [(c["coverage"], c["rows"]) for c in cells if (c["family"], c["dtype"]) == (s["family"], s["dtype"])]
+        pooled = s.get("pooled_coverage")
+        ok, consistent = coverage_status(pooled, folds)
+        out.append(_row("intervals", f"coverage {s['family']} {s['dtype']} ({s['groups']} held-out GPUs, {s['rows']} rows; "
+                        f"mean over folds {100 * s['coverage']:.1f} %, {consistent} of {len(folds)} folds consistent, "
+                        f"per fold {_percents(c for c, _ in folds)}; median width {100 * s['median_width']:.0f} %)",
+                        None if pooled is None else 100 * pooled, target=target, ok=ok, unit="%"))
     if "e2e_summary" in data:
         e2e = data["e2e_summary"]
-        out.append(_row("intervals", f"coverage end to end ({e2e['folds']} folds, {e2e['labels']} labels; "
-                        f"median width {100 * e2e['median_width']:.0f} %)", 100 * e2e["coverage"], target=target,
-                        ok=ok(e2e["coverage"]), unit="%"))
+        folds = [(f["coverage"], f["labels"]) for f in data.get("e2e_per_fold", [])]
+        pooled = e2e.get("pooled_coverage")
+        ok, consistent = coverage_status(pooled, folds)
+        out.append(_row("intervals", f"coverage end to end ({e2e['folds']} folds, {e2e['labels']} labels; mean over "
+                        f"folds {100 * e2e['coverage']:.1f} %, {consistent} of {len(folds)} folds consistent, per fold "
+                        f"{_percents(c for c, _ in folds)}; median width {100 * e2e['median_width']:.0f} %)",
+                        None if pooled is None else 100 * pooled, target=target, ok=ok, unit="%"))
     return out
+
+
+def _percents(values) -> str:
+    return "/".join(f"{100 * v:.0f}" for v in values) or "not recorded"
 
 
 def llm_rows(data: dict) -> list[Row]:
@@ -226,6 +282,29 @@ def summary(folder: Path) -> tuple[list[Row], list[str]]:
     return rows, missing
 
 
+def provenance(folder: Path) -> dict[str, dict | None]:
+    """Per benchmark JSON present in ``folder`` (``e2e-*`` variants included): the ``provenance`` it recorded (git
+    commit and date of its run; :func:`lilou.research.ablation.git_provenance`), inside it or in its
+    ``<stem>.provenance.json`` side file, None for a file written before benchmarks recorded it."""
+    out: dict[str, dict | None] = {}
+    paths = [folder / f"{bench}.json" for bench in BENCHES] + sorted(folder.glob("e2e-*.json"))
+    for path in paths:
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except ValueError:
+                data = None
+            found = data.get("provenance") if isinstance(data, dict) else None
+            side = path.with_name(path.stem + ".provenance.json")  # lilou.research.ablation.write_provenance
+            if found is None and side.exists():
+                try:
+                    found = json.loads(side.read_text())
+                except ValueError:
+                    found = None
+            out[path.stem] = found
+    return out
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -247,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     for column in ("bench", "metric", "value", "baseline", "unit", "target", "status"):
         table.add_column(column, justify="right" if column in ("value", "baseline") else "left")
     for r in rows:
-        status = {"ok": "[green]ok[/green]", "MISS": "[red]MISS[/red]"}.get(r["status"], "")
+        status = {"ok": "[green]ok[/green]", "MISS": "[red]MISS[/red]"}.get(r["status"], r["status"])
         table.add_row(r["bench"], r["metric"], _fmt(r["value"]), _fmt(r["baseline"]), r["unit"], r["target"], status)
     console = Console(width=160)
     console.print(table)

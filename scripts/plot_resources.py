@@ -2,7 +2,7 @@
 
 Uses the shipped checkpoints through :class:`lilou.Predictor` (eager backend): every
 MIG profile of each GPU plus the whole GPU, for a few zoo models exported weight-free
-into outputs/results/models (cached). A slice with no more SMs, bandwidth and L2 than
+into <--out>/models (cached; default outputs/results/models). A slice with no more SMs, bandwidth and L2 than
 another must not be predicted faster; the CSV marks each row's violations of that
 order (``monotone_violations``, 0 everywhere when the predictions are monotone).
 Writes outputs/results/plot_resources.{csv,png,json}.
@@ -103,9 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"only {QUICK_ONNX.relative_to(REPO)} (no export)")
     parser.add_argument("--models", default=",".join(MODELS), help="zoo models (of: " + ", ".join(MODELS) + ")")
     parser.add_argument("--onnx", type=Path, nargs="*", default=None, help="ONNX files instead of zoo models")
-    parser.add_argument("--cache", type=Path, default=RESULTS / "models", help="where zoo exports are cached")
+    parser.add_argument("--cache", type=Path, default=None, help="where zoo exports are cached (default <--out>/models)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.cache = args.cache or args.out / "models"  # --out alone keeps every file it writes out of the repository
     started = time.perf_counter()
     if args.onnx or args.quick:
         models = {p.stem: p for p in (args.onnx or [QUICK_ONNX])}

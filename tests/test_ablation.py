@@ -126,3 +126,50 @@ def test_metrics_name_the_sources_a_run_read():
         "kernel-measurement table, vidur (lilou.data.kernel_table), at most 10 rows per source, GPU, dtype and family")
     assert describe_data(KernelDataModule(ops=["conv"])) == (
         "NeuSight kernels/train (real measurements, FP32 PyTorch 2.1 eager), ops conv")
+
+
+def test_ablate_fusion_trains_every_variant_on_the_train_split_alone(tmp_path, monkeypatch):
+    """Review defect 1: the variants were composed from experiment=fusion_gnn (the shipped recipe, which trains on
+    train, test, test-op and test-exporter) and then scored on the test split they had been trained on."""
+    import lilou.fusion.benchmark as benchmark
+    import lilou.fusion.training as training
+
+    module = _script("ablate_fusion")
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fit(cfg):
+        seen.append(cfg)
+        raise Stop
+
+    monkeypatch.setattr(module, "test_graphs", lambda root, backends, limit: {b: [] for b in backends})
+    monkeypatch.setattr(benchmark, "tuned_rule_table", lambda root, backend: None)
+    monkeypatch.setattr(benchmark, "score", lambda graphs, predict: {"all": {}})
+    monkeypatch.setattr(training, "fit", fit)
+    with pytest.raises(Stop):
+        module.run(["seed=0", "trainer.max_epochs=1"], tmp_path, ["eager"], None, log=lambda *_: None)
+    assert len(seen) == 1 and list(seen[0].data.train_splits) == ["train"]
+    assert seen[0].output_checkpoint is None
+    for _, _, extra in module.variants():  # no variant's overrides bring the test splits back
+        assert list(module.variant_config(tmp_path, ["eager"], extra).data.train_splits) == ["train"]
+
+
+def test_ablate_kernels_records_the_training_row_subsample_in_its_command(tmp_path, monkeypatch):
+    """Review defect 11: results.md printed `python scripts/ablate_kernels.py` for a table whose "shipped" row trains on
+    80,000 rows per fold, a default nobody could see."""
+    module = _script("ablate_kernels")
+    recorded = []
+    monkeypatch.setattr(module, "run", lambda overrides, folds: [])
+    monkeypatch.setattr(module, "summary", lambda results, folds: [])
+    monkeypatch.setattr(module, "plot", lambda table, folds, path: None)
+    monkeypatch.setattr(module, "write_result", lambda *args, **kwargs: recorded.append(kwargs))
+    monkeypatch.setattr("sys.argv", ["scripts/ablate_kernels.py", "--folds", "p4"])
+    assert module.main(["--folds", "p4", "--out", str(tmp_path)]) == 0
+    assert recorded[0]["command"].endswith("--max-rows 80000")
+    assert "data.max_rows=80000" in recorded[0]["extra"]["overrides"]
+    monkeypatch.setattr("sys.argv", ["scripts/ablate_kernels.py", "--max-rows", "5000"])
+    assert module.main(["--max-rows", "5000", "--folds", "p4", "--out", str(tmp_path)]) == 0
+    assert recorded[1]["command"].count("--max-rows") == 1
+    assert module.VARIANTS[0][0].startswith("shipped config") and "subsampled" in module.VARIANTS[0][0]

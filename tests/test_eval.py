@@ -172,3 +172,29 @@ def test_logo_fold_excludes_the_held_out_gpu_and_is_cached(datasets_dir, tmp_pat
                        kernel_overrides=[*tiny, "seed=1"], cache_dir=tmp_path, log=logs.append)
     assert not changed.folds["p100-pcie-16gb"]["cached"]
     assert changed.folds["p100-pcie-16gb"]["key"] != fold["key"]
+
+
+def test_overall_gives_the_mean_of_per_gpu_mapes_beside_the_pooled_mape():
+    """Review defect 8: the pooled MAPE weighs GPUs by their label count; the mean of per-GPU MAPEs (every GPU once)
+    is what the kernel-level leave-one-GPU-out figures use, so both are reported."""
+    rows = [_row("a", "m", 100, 100, 100), _row("a", "n", 100, 100, 100), _row("a", "o", 100, 100, 100),
+            _row("b", "m", 100, 130, 110)]
+    overall = EvalResult(mode="leave-one-GPU-out", fusion="predicted", rows=rows, folds={}).overall()
+    assert overall["model_mape"] == pytest.approx(7.5)  # pooled: 30 / 4
+    assert overall["model_mean_gpu_mape"] == pytest.approx(15.0)  # (0 + 30) / 2
+    assert overall["roofline_mean_gpu_mape"] == pytest.approx(5.0)
+
+
+def test_ranking_per_model_scores_workloads_on_three_or_more_gpus_apart():
+    """Two GPUs are one pair: any right order scores 1.0, so such workloads are kept out of the *_3plus means."""
+    rows = [_row("a", "m", 100, 100, 100), _row("b", "m", 200, 200, 300),
+            _row("a", "n", 100, 100, 100, batch=1), _row("b", "n", 200, 300, 150, batch=1),
+            _row("c", "n", 300, 250, 200, batch=1), _row("a", "n", 100, 100, 100, batch=2),
+            _row("b", "n", 200, 200, 200, batch=2)]
+    per_model = {m["model"]: m for m in EvalResult(mode="leave-one-GPU-out", fusion="predicted", rows=rows,
+                                                   folds={}).ranking_per_model()}
+    assert per_model["m"]["model_spearman"] == 1.0 and per_model["m"]["model_spearman_3plus"] is None
+    assert per_model["m"]["workloads_3plus"] == 0
+    assert per_model["n"]["workloads_3plus"] == 1
+    assert per_model["n"]["model_spearman_3plus"] == pytest.approx(0.5)
+    assert per_model["n"]["model_spearman"] == pytest.approx(0.75)

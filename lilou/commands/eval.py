@@ -101,6 +101,8 @@ def print_tables(result, out=None) -> None:
     per_gpu.add_row("[bold]overall[/bold]", str(total["n"]), f"[bold]{total['model_mape']:.1f}[/bold]",
                     _fmt(total["model_median_ape"]), _fmt(total["model_max_ape"]), _fmt(total["roofline_mape"]),
                     _fmt(total["roofline_median_ape"]))
+    per_gpu.add_row("mean of the GPUs' MAPEs", str(total["gpus"]), _fmt(total["model_mean_gpu_mape"]), "", "",
+                    _fmt(total["roofline_mean_gpu_mape"]), "")
     out.print(per_gpu)
 
     ranking = result.ranking()

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -46,6 +47,48 @@ def refuse_owned_overrides(overrides: Sequence[str], owned: dict[str, str]) -> N
         if key in owned:
             raise LilouInputError(f"override {override}: give it as {owned[key]} (the script records that option's "
                                   "value; an override would win over it unrecorded)")
+
+
+def git_provenance(repo: Path = REPO) -> dict[str, Any]:
+    """Which code produced a result: the commit (``HEAD``), its date, whether the working tree had uncommitted
+    changes, and when the run ended (UTC). Every benchmark and ablation JSON carries it so that the report can name,
+    per section, the commit and date of the run that produced it. Unknown fields are None (no git, no repository)."""
+    from datetime import UTC, datetime
+
+    out: dict[str, Any] = {"commit": None, "commit_date": None, "dirty": None,
+                           "run_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        commit, date = subprocess.run(["git", "log", "-1", "--format=%h%n%cI"], cwd=repo, capture_output=True,
+                                      text=True, check=True, timeout=30).stdout.split()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return out
+    out.update(commit=commit, commit_date=date, dirty=bool(dirty))
+    return out
+
+
+def provenance_path(result: Path) -> Path:
+    """The side file that holds ``result``'s provenance: ``<stem>.provenance.json`` beside it."""
+    return Path(result).with_name(Path(result).stem + ".provenance.json")
+
+
+def write_provenance(result: Path) -> Path:
+    """Write :func:`git_provenance` beside a benchmark's JSON ``result`` (kept apart so that results that are
+    lists, like fusion.json and graph.json, keep their format) and return the side file's path."""
+    path = provenance_path(result)
+    path.write_text(json.dumps(git_provenance(), indent=1) + "\n")
+    return path
+
+
+def describe_provenance(provenance: dict[str, Any] | None) -> str:
+    """One line for a report: "commit abc1234 (2026-12-06), run 2026-12-07 04:10 UTC" or that it is unrecorded."""
+    if not provenance or not provenance.get("commit"):
+        return "commit and date of the run not recorded"
+    text = f"commit {provenance['commit']} ({str(provenance.get('commit_date') or '?')[:10]})"
+    if provenance.get("dirty"):
+        text += " with uncommitted changes"
+    return text + f", run {provenance.get('run_at') or 'at an unrecorded time'}"
 
 
 def result_path(path: Path) -> str:
@@ -141,8 +184,11 @@ def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
 def write_result(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], *, title: str,
                  table_rows: Sequence[dict[str, Any]] | None = None, table_columns: Sequence[str] | None = None,
                  seed: int | None, quick: bool, data: str, started: float, extra: dict[str, Any] | None = None,
-                 digits: int = 1, out_dir: Path = RESULTS) -> Path:
+                 digits: int = 1, out_dir: Path = RESULTS, command: str | None = None) -> Path:
     """Write ``<name>.csv`` (all ``rows``) and ``<name>.json`` (provenance and the summary table).
+
+    ``command`` is the command recorded (default: this process's command line); a script passes it with the
+    defaults it filled in spelled out, so that the report shows, e.g., the training-row subsample it ran with.
 
     ``table_rows``/``table_columns`` are the printed summary (the one the report shows);
     they default to the CSV rows and columns.
@@ -156,8 +202,9 @@ def write_result(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
             writer.writerow({c: _csv_value(row.get(c)) for c in columns})
     summary_rows = list(table_rows if table_rows is not None else rows)
     summary_columns = list(table_columns if table_columns is not None else columns)
-    meta = {"name": name, "title": title, "command": command_line(), "seed": seed, "quick": quick, "data": data,
+    meta = {"name": name, "title": title, "command": command or command_line(), "seed": seed, "quick": quick, "data": data,
             "wall_s": round(time.perf_counter() - started, 1), "python": platform.python_version(),
+            "provenance": git_provenance(),
             "csv": result_path(csv_path), "png": result_path(out_dir / f"{name}.png"),
             "table": {"columns": summary_columns, "digits": digits,
                       "rows": [{c: r.get(c) for c in summary_columns} for r in summary_rows]},

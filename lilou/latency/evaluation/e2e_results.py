@@ -14,6 +14,9 @@ from lilou.latency.evaluation.scores import ape, kendall, spearman
 
 #: What every label is predicted with: Lilou's model and the roofline baseline.
 PREDICTORS = ("model", "roofline")
+# A ranking of GPUs is scored only on workloads measured on this many GPUs or more: two GPUs give one pair, and any
+# correctly ordered pair has Spearman and Kendall 1.0.
+RANKING_MIN_GPUS = 3
 
 
 @dataclass
@@ -65,7 +68,15 @@ class EvalResult:
         return out
 
     def overall(self) -> dict[str, Any]:
-        return {"n": len(self.rows), "gpus": len({r.gpu for r in self.rows}), **self._errors(self.rows)}
+        """Errors pooled over every label (GPUs with more labels weigh more: the A100 has 14 of NeuSight's 37),
+        and ``<predictor>_mean_gpu_mape``, the mean of the per-GPU MAPEs (every GPU counts once, as in the
+        kernel-level leave-one-GPU-out figures)."""
+        out = {"n": len(self.rows), "gpus": len({r.gpu for r in self.rows}), **self._errors(self.rows)}
+        per_gpu = self.per_gpu()
+        for predictor in PREDICTORS:
+            out[f"{predictor}_mean_gpu_mape"] = round(float(np.mean([g[f"{predictor}_mape"] for g in per_gpu])), 2) \
+                if per_gpu else None
+        return out
 
     def ranking(self) -> list[dict[str, Any]]:
         """Per workload (model, seq, batch) measured on >= 2 GPUs: rank correlation of GPU latencies."""
@@ -86,7 +97,9 @@ class EvalResult:
         return out
 
     def ranking_per_model(self) -> list[dict[str, Any]]:
-        """Mean of each model's workload correlations (workloads on >= 2 GPUs)."""
+        """Mean of each model's workload correlations (workloads on >= 2 GPUs), and ``<predictor>_<stat>_3plus``,
+        the mean over its workloads on >= 3 GPUs alone (None when it has none): with two GPUs any correctly
+        ordered pair scores 1.0, so only those say something about a ranking."""
         workloads = self.ranking()
         out = []
         for model in sorted({w["model"] for w in workloads}):
@@ -97,6 +110,10 @@ class EvalResult:
                 for stat in ("spearman", "kendall"):
                     values = [w[f"{predictor}_{stat}"] for w in picked if w[f"{predictor}_{stat}"] is not None]
                     entry[f"{predictor}_{stat}"] = _round(float(np.mean(values)), 4) if values else None
+                    values = [w[f"{predictor}_{stat}"] for w in picked
+                              if w["n_gpus"] >= RANKING_MIN_GPUS and w[f"{predictor}_{stat}"] is not None]
+                    entry[f"{predictor}_{stat}_3plus"] = _round(float(np.mean(values)), 4) if values else None
+            entry["workloads_3plus"] = sum(w["n_gpus"] >= RANKING_MIN_GPUS for w in picked)
             out.append(entry)
         return out
 
