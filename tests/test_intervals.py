@@ -111,6 +111,25 @@ def test_lookup_falls_back_from_tier_to_pool_and_widens_when_extrapolated():
     assert calibration.kernel_band("memory", "fp32", "arch_seen") == Band(-0.2, 0.2)
 
 
+def test_an_extrapolated_band_is_at_least_the_widest_of_its_family_and_dtype():
+    """The shipped extrapolated pools come from two folds and are narrower than the in-range bands (softmax +-0.068
+    against the arch_seen +-0.599): the hull with the pool left an extrapolated FP32 softmax, elementwise or layer
+    norm kernel at its in-range band, and a convolution with no pool at it too. An extrapolated band is now at least
+    the widest band of its family and dtype over every tier, and the pool's where it is wider."""
+    narrow = dict(SMALL, extrapolated={"gemm": {"lo": -0.05, "hi": 0.05}})
+    calibration = Calibration(narrow)
+    assert calibration.kernel_band("gemm", "fp32", "trained", extrapolated=True) == Band(-0.5, 0.4)
+    assert calibration.kernel_band("gemm", "fp32", "trained", extrapolated=False) == Band(-0.1, 0.1)
+    shipped = Calibration.shipped()
+    for family in ("softmax", "elementwise", "layernorm", "gemm", "conv"):
+        widest = shipped.widest(family, "fp32")
+        for tier in ("trained", "arch_seen", "arch_unseen"):
+            band = shipped.kernel_band(family, "fp32", tier, extrapolated=True)
+            assert band.lo <= widest.lo and band.hi >= widest.hi
+    assert shipped.kernel_band("softmax", "fp32", "trained", extrapolated=True) == \
+        Band(shipped.data["kernel"]["softmax|fp32|arch_seen"]["lo"], shipped.data["kernel"]["softmax|fp32|arch_seen"]["hi"])
+
+
 def test_transposed_convolutions_have_their_own_band_or_the_convolutions_one():
     """A calibration with residuals of transposed convolutions gives them their band; an older file without any
     gives them the convolutions' band, not the elementwise fallback's."""
