@@ -47,8 +47,8 @@ from lilou.latency.composition.fallback import FallbackModel
 from lilou.latency.composition.overhead import E2E_OVERHEAD, LAUNCH_GAP_RANGE, OverheadModel, load_overhead, queue_shares
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_precision_options, kernel_path,
-                                                  kernel_precisions, precision_path, precision_warnings,
+from lilou.latency.kernel_model.precision import (PrecisionPath, band_precisions, check_precision, check_precision_options,
+                                                  kernel_path, kernel_precisions, precision_path, precision_warnings,
                                                   runs_tf32, runs_weight_only, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
@@ -496,7 +496,8 @@ class Predictor:
                                  requeued=lambda factor, gap: queue_shares(overhead.gpu_ms(work.work_ms * factor),
                                                                            overhead.gap_ms * gap),
                                  unmeasured=unmeasured_kernels(kernels, devices, paths),
-                                 kernel_dtypes=kernel_precisions(kernels.unique, paths),
+                                 kernel_dtypes=band_precisions(kernel_precisions(kernels.unique, paths), kernels.unique,
+                                                               devices),
                                  gpu_ms=overhead.gpu_ms(work.work_ms),
                                  gap_range=(1.0, 1.0) if self.launch_gap_given else LAUNCH_GAP_RANGE)
 

@@ -485,3 +485,24 @@ def test_the_launch_gaps_range_is_the_training_hosts_spread(datasets_dir):
     gap = Predictor().model.overhead.gap_ms
     assert len(spans) == 5
     assert pytest.approx((spans[:, 0].min() / gap, spans[:, 1].max() / gap), rel=1e-6) == LAUNCH_GAP_RANGE
+
+
+def test_kernels_priced_as_fp16_take_the_fp16_band(zoo_onnx):
+    """ResNet-50 in FP8 on an A100: its convolutions are priced as FP16 kernels (no FP8 tensor cores, no runtime runs
+    weight-only convolutions), and a warning says so, but their band was the format's: no FP8 convolution residual,
+    so the widest convolution band (INT8's, +-1.23 against FP16's +-0.83), and a second warning said "no held-out
+    measurements of conv fp8". The band follows the path priced; on an H100 (FP8 tensor cores) it stays FP8's."""
+    from lilou.api import Predictor
+    from lilou.latency.kernel_model.precision import band_precisions, kernel_precisions, precision_path
+
+    predictor = Predictor()
+    model = zoo_onnx("resnet50", batch=32)
+    a100 = predictor.predict(model, "a100-pcie-40gb", precision="fp8")
+    assert any("priced as FP16 kernels" in w and "does not cover the upcast's cost" in w for w in a100.warnings)
+    assert not any("no held-out measurements of conv fp8" in w for w in a100.warnings)
+    kernels = predictor._prepared(model, None, None).kernels
+    devices = [resolve_device("a100-pcie-40gb"), resolve_device("h100-sxm"), resolve_device("t4")]
+    paths = [precision_path("fp32", d, "fp8") for d in devices]
+    bands = band_precisions(kernel_precisions(kernels.unique, paths), kernels.unique, devices)
+    conv = np.array([spec.family == "conv" for spec in kernels.unique])
+    assert set(bands[conv, 0]) == {"fp16"} and set(bands[conv, 1]) == {"fp8"} and set(bands[conv, 2]) == {"fp16"}
