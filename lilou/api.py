@@ -35,7 +35,8 @@ import numpy as np
 
 from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning, extrapolated_warning, fallback_warning,
                            fused_attention_warning, grouped_conv_warning, launch_bound_note, launch_gap_interval_note,
-                           launch_wait_interval_note, memory_warning, power_note, transposed_conv_warning, unmeasured_kernels)
+                           launch_wait_interval_note, memory_warning, mig_interval_warning, power_note,
+                           transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, reading_checkpoints
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
@@ -291,7 +292,8 @@ class Predictor:
         after = (memory_warning(devices, [g.need for g in groups for _ in g.devices])
                  + extrapolated_warning(devices, np.concatenate([g.bounds.extrapolated_share for g in groups]),
                                         _joined([g.bounds.widened for g in groups]),
-                                        _joined([g.bounds.wait_share for g in groups])))
+                                        _joined([g.bounds.wait_share for g in groups]))
+                 + mig_interval_warning(devices))
         for group in groups:
             after += self._interval_warnings(group.bounds)
         return list(dict.fromkeys(before)), list(dict.fromkeys(after))
@@ -460,6 +462,7 @@ class Predictor:
                            + power_note(self.model.kernel_model, [device]) + memory_warning([device], [need])
                            + extrapolated_warning([device], bounds.extrapolated_share[j:j + 1],
                                                   _at(bounds.widened, j), _at(bounds.wait_share, j))
+                           + mig_interval_warning([device])
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
                            interval_ms=_rounded(bounds.interval(j)),

@@ -303,6 +303,17 @@ def launch_wait_interval_note(wait_share: float, gap_ms: float, gap_range: tuple
             "host (a recent CPU, CUDA graphs, TensorRT) is below it: give its gap with --launch-gap-us"]
 
 
+def mig_interval_warning(devices: Sequence[Device]) -> list[str]:
+    """Say so when a device is a MIG slice: no source measured one, so its interval takes the farthest tier's band
+    (:func:`lilou.plan.intervals.device_tier`) and nothing checked it."""
+    slices = [d.name for d in devices if d.mig is not None]
+    if not slices:
+        return []
+    return [f"{devices_text(slices, len(devices))}: no source measured a MIG slice; the 90 % interval takes the band of "
+            "an architecture with no measured GPU (the widest tier) and is not validated against any slice's "
+            "measurements (docs/intervals.md)"]
+
+
 def launch_gap_interval_note(gap_ms: float) -> str:
     """The note for a launch gap given by the caller (``--launch-gap-us``): the intervals hold it exact."""
     return (f"the launch gap given ({gap_ms * 1000:g} us per kernel) is held exact in the 90 % intervals: they do not "

@@ -102,8 +102,14 @@ def with_related_devices(devices: Sequence[Device]) -> list[Device]:
 
 def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozenset[str] | None = None) -> str:
     """``trained`` (this very GPU, whole, is in the kernel model's data), ``arch_seen`` or ``arch_unseen``
-    (``trained_archs``: the architecture classes of ``trained_on``, when the caller has them)."""
-    if device.mig is None and device.gpu in trained_on:
+    (``trained_archs``: the architecture classes of ``trained_on``, when the caller has them).
+
+    A MIG slice is ``arch_unseen`` (since session 41; it was its GPU's ``arch_seen``): no source measured a slice,
+    and a 1g slice (1/7 of the SMs, 1/8 of the bandwidth and L2) is a regime no whole board of its architecture
+    stands for; the farthest tier, whose folds hold out whole architectures, is the widest band that has residuals."""
+    if device.mig is not None:
+        return "arch_unseen"
+    if device.gpu in trained_on:
         return "trained"
     seen = trained_archs if trained_archs is not None else {architecture_class(g) for g in trained_on}
     return "arch_seen" if architecture_class(device.gpu) in seen else "arch_unseen"
