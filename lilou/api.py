@@ -295,7 +295,9 @@ class Predictor:
                                         _joined([g.bounds.wait_share for g in groups]))
                  + mig_interval_warning(devices))
         for group in groups:
-            after += self._interval_warnings(group.bounds)
+            after += self._interval_warnings(group.bounds, launch_waits=False)
+        after += self._launch_wait_notes(np.concatenate([g.bounds.wait_share for g in groups
+                                                         if g.bounds.wait_share is not None] or [np.zeros(0)]))
         return list(dict.fromkeys(before)), list(dict.fromkeys(after))
 
     def _in_precision_by_device(self, prepared: PreparedModel, devices: Sequence[Device], precision: str | None
@@ -504,13 +506,20 @@ class Predictor:
                                  gpu_ms=overhead.gpu_ms(work.work_ms),
                                  gap_range=(1.0, 1.0) if self.launch_gap_given else LAUNCH_GAP_RANGE)
 
-    def _interval_warnings(self, bounds: Intervals) -> list[str]:
+    def _launch_wait_notes(self, wait_shares: np.ndarray) -> list[str]:
+        """The note on the launch gap's range the intervals price, at the shipped gap only."""
+        if self.launch_gap_given:
+            return []
+        return launch_wait_interval_note(float(wait_shares.max(initial=0.0)), self.model.overhead.gap_ms,
+                                         LAUNCH_GAP_RANGE)
+
+    def _interval_warnings(self, bounds: Intervals, launch_waits: bool = True) -> list[str]:
+        """``launch_waits``: with the note on the launch gap's range (a ranking says it once over its groups)."""
         notes = list(self._interval_notes)
+        if launch_waits and bounds.wait_share is not None:
+            notes += self._launch_wait_notes(bounds.wait_share)
         if self.launch_gap_given:
             notes.append(launch_gap_interval_note(self.model.overhead.gap_ms))
-        elif bounds.wait_share is not None:
-            notes += launch_wait_interval_note(float(bounds.wait_share.max(initial=0.0)), self.model.overhead.gap_ms,
-                                               LAUNCH_GAP_RANGE)
         if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes):
             notes.append(self._tensor_interval_note)
         if bounds.uncalibrated:
