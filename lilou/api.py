@@ -45,7 +45,8 @@ from lilou.hardware import Device, resolve_device
 from lilou.latency.composition.breakdown import kernel_category
 from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.composition.fallback import FallbackModel
-from lilou.latency.composition.overhead import E2E_OVERHEAD, LAUNCH_GAP_RANGE, OverheadModel, load_overhead, queue_shares
+from lilou.latency.composition.overhead import (E2E_OVERHEAD, LAUNCH_GAP_RANGE, LAUNCH_GAP_RANGE_GIVEN, OverheadModel,
+                                               load_overhead, queue_shares)
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.precision import (PrecisionPath, band_precisions, check_precision, check_precision_options,
@@ -504,7 +505,7 @@ class Predictor:
                                  kernel_dtypes=band_precisions(kernel_precisions(kernels.unique, paths), kernels.unique,
                                                                devices),
                                  gpu_ms=overhead.gpu_ms(work.work_ms),
-                                 gap_range=(1.0, 1.0) if self.launch_gap_given else LAUNCH_GAP_RANGE)
+                                 gap_range=LAUNCH_GAP_RANGE_GIVEN if self.launch_gap_given else LAUNCH_GAP_RANGE)
 
     def _launch_wait_notes(self, wait_shares: np.ndarray) -> list[str]:
         """The note on the launch gap's range the intervals price, at the shipped gap only."""
@@ -519,7 +520,7 @@ class Predictor:
         if launch_waits and bounds.wait_share is not None:
             notes += self._launch_wait_notes(bounds.wait_share)
         if self.launch_gap_given:
-            notes.append(launch_gap_interval_note(self.model.overhead.gap_ms))
+            notes.append(launch_gap_interval_note(self.model.overhead.gap_ms, LAUNCH_GAP_RANGE_GIVEN))
         if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes):
             notes.append(self._tensor_interval_note)
         if bounds.uncalibrated:

@@ -314,11 +314,13 @@ def mig_interval_warning(devices: Sequence[Device]) -> list[str]:
             "measurements (docs/intervals.md)"]
 
 
-def launch_gap_interval_note(gap_ms: float) -> str:
-    """The note for a launch gap given by the caller (``--launch-gap-us``): the intervals hold it exact."""
-    return (f"the launch gap given ({gap_ms * 1000:g} us per kernel) is held exact in the 90 % intervals: they do not "
-            "carry the shipped gap's host-to-host range, and their bands were calibrated with the shipped gap "
-            "(NeuSight's 2023 hosts; docs/intervals.md)")
+def launch_gap_interval_note(gap_ms: float, gap_range: tuple[float, float]) -> str:
+    """The note for a launch gap given by the caller (``--launch-gap-us``): the intervals price it over one host's
+    call-to-call spread (:data:`lilou.latency.composition.overhead.LAUNCH_GAP_RANGE_GIVEN`), not the host-to-host one."""
+    lo, hi = (gap_ms * 1000 * f for f in gap_range)
+    return (f"the launch gap given ({gap_ms * 1000:g} us per kernel) is priced from {lo:.3g} to {hi:.3g} us in the 90 % "
+            "intervals (one host's call-to-call spread, the widest of NeuSight's five hosts), not over other hosts; their "
+            "bands were calibrated with the shipped gap (NeuSight's 2023 hosts; docs/intervals.md)")
 
 
 def devices_text(names: Sequence[str], total: int) -> str:

@@ -265,10 +265,10 @@ def test_launch_waits_carry_the_launch_gaps_range_and_never_fall_below_the_launc
     was the end-to-end band around the estimate, [4.35, 6.35] ms, narrower than a measured A100's, while a host 33 %
     slower gives 6.97 ms: the launch gap (NeuSight's hosts, one fitted constant) carried no uncertainty, and the lower
     bound fell below the model's own launch floor (174 x 30.2 us = 5.25 ms). The waits now take the gap's range
-    (the spread of the five hosts measured), so the bounds are the queue's at its ends; a gap given is held exact,
-    and a warning says so."""
+    (the spread of the five hosts measured), so the bounds are the queue's at its ends; a gap given takes one host's
+    call-to-call spread, and a warning says so."""
     from lilou.api import Predictor
-    from lilou.latency.composition.overhead import LAUNCH_GAP_RANGE
+    from lilou.latency.composition.overhead import LAUNCH_GAP_RANGE, LAUNCH_GAP_RANGE_GIVEN
 
     model = zoo_onnx("resnet50", batch=32)
     predictor = Predictor()
@@ -283,8 +283,10 @@ def test_launch_waits_carry_the_launch_gaps_range_and_never_fall_below_the_launc
     assert any("waiting for the host's kernel launches: its 90 % interval prices the launch gap from 25.4 to 57.6 us"
                in w for w in h100.warnings)
     given = Predictor(launch_gap_ms=0.040).predict(model, "h100-sxm", precision="fp16")
-    assert given.interval_ms[0] >= launches * 0.040 - 1e-3       # never below its own launch floor
-    assert any(w.startswith("the launch gap given (40 us per kernel) is held exact in the 90 % intervals")
+    low, high = LAUNCH_GAP_RANGE_GIVEN
+    assert given.interval_ms[0] >= launches * 0.040 * low - 1e-3       # never below its launch floor at the range's end
+    assert given.interval_ms[1] >= launches * 0.040 * high - 1e-3      # (a given gap held exact collapsed it: 6.96-6.96)
+    assert any(w.startswith("the launch gap given (40 us per kernel) is priced from 26.2 to 50.9 us in the 90 % intervals")
                for w in given.warnings)
     assert not any("prices the launch gap from" in w for w in given.warnings)
 
@@ -471,10 +473,12 @@ def test_the_extrapolated_warning_says_widened_only_where_the_interval_was(zoo_o
 
 def test_the_launch_gaps_range_is_the_training_hosts_spread(datasets_dir):
     """LAUNCH_GAP_RANGE is read from the rows the gap is: per training host, the 5th and 95th percentiles of the
-    floor-bound elementwise calls' times; their hull over the shipped gap."""
+    floor-bound elementwise calls' times; their hull over the shipped gap. LAUNCH_GAP_RANGE_GIVEN: the same
+    percentiles over each host's median, hulled."""
     from lilou.latency.composition.calibrate import OPS, table_costs
     from lilou.data.neusight import load_kernels
-    from lilou.latency.composition.overhead import FLOOR_BOUND_MS, LAUNCH_GAP_PERCENTILES, LAUNCH_GAP_RANGE
+    from lilou.latency.composition.overhead import (FLOOR_BOUND_MS, LAUNCH_GAP_PERCENTILES, LAUNCH_GAP_RANGE,
+                                                    LAUNCH_GAP_RANGE_GIVEN)
     from lilou.api import Predictor
 
     table = load_kernels("train", ops=[op for op, (family, _) in OPS.items() if family == "elementwise"],
@@ -487,6 +491,9 @@ def test_the_launch_gaps_range_is_the_training_hosts_spread(datasets_dir):
     gap = Predictor().model.overhead.gap_ms
     assert len(spans) == 5
     assert pytest.approx((spans[:, 0].min() / gap, spans[:, 1].max() / gap), rel=1e-6) == LAUNCH_GAP_RANGE
+    medians = np.array([np.median(table.latency_ms[floor_bound & (table.gpu == g)]) for g in np.unique(table.gpu)])
+    assert pytest.approx(((spans[:, 0] / medians).min(), (spans[:, 1] / medians).max()), rel=1e-6) == \
+        LAUNCH_GAP_RANGE_GIVEN
 
 
 def test_kernels_priced_as_fp16_take_the_fp16_band(zoo_onnx):
