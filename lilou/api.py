@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning, extrapolated_warning, fallback_warning,
-                           fused_attention_warning, grouped_conv_warning, launch_bound_note, memory_warning,
-                           power_note, transposed_conv_warning, unmeasured_kernels)
+                           fused_attention_warning, grouped_conv_warning, launch_bound_note, launch_gap_interval_note,
+                           launch_wait_interval_note, memory_warning, mig_interval_warning, power_note,
+                           transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, reading_checkpoints
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
@@ -44,11 +45,12 @@ from lilou.hardware import Device, resolve_device
 from lilou.latency.composition.breakdown import kernel_category
 from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.composition.fallback import FallbackModel
-from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, load_overhead
+from lilou.latency.composition.overhead import (E2E_OVERHEAD, LAUNCH_GAP_RANGE, LAUNCH_GAP_RANGE_GIVEN, OverheadModel,
+                                               load_overhead, queue_shares)
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.precision import (PrecisionPath, check_precision, check_precision_options, kernel_path,
-                                                  kernel_precisions, precision_path, precision_warnings,
+from lilou.latency.kernel_model.precision import (PrecisionPath, band_precisions, check_precision, check_precision_options,
+                                                  kernel_path, kernel_precisions, precision_path, precision_warnings,
                                                   runs_tf32, runs_weight_only, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
@@ -289,9 +291,14 @@ class Predictor:
                        + conv_form_warning(kernels, shares) + transposed_conv_warning(kernels, shares, group_devices)
                        + fused_attention_warning(kernels, shares))
         after = (memory_warning(devices, [g.need for g in groups for _ in g.devices])
-                 + extrapolated_warning(devices, np.concatenate([g.bounds.extrapolated_share for g in groups])))
+                 + extrapolated_warning(devices, np.concatenate([g.bounds.extrapolated_share for g in groups]),
+                                        _joined([g.bounds.widened for g in groups]),
+                                        _joined([g.bounds.wait_share for g in groups]))
+                 + mig_interval_warning(devices))
         for group in groups:
-            after += self._interval_warnings(group.bounds)
+            after += self._interval_warnings(group.bounds, launch_waits=False)
+        after += self._launch_wait_notes(np.concatenate([g.bounds.wait_share for g in groups
+                                                         if g.bounds.wait_share is not None] or [np.zeros(0)]))
         return list(dict.fromkeys(before)), list(dict.fromkeys(after))
 
     def _in_precision_by_device(self, prepared: PreparedModel, devices: Sequence[Device], precision: str | None
@@ -456,7 +463,9 @@ class Predictor:
                            + transposed_conv_warning(kernels, shares[:, [j]], [device])
                            + fused_attention_warning(kernels, shares[:, [j]])
                            + power_note(self.model.kernel_model, [device]) + memory_warning([device], [need])
-                           + extrapolated_warning([device], bounds.extrapolated_share[j:j + 1])
+                           + extrapolated_warning([device], bounds.extrapolated_share[j:j + 1],
+                                                  _at(bounds.widened, j), _at(bounds.wait_share, j))
+                           + mig_interval_warning([device])
                            + self._interval_warnings(bounds),
                            precision=paths[j].precision, tf32=paths[j].tf32,
                            interval_ms=_rounded(bounds.interval(j)),
@@ -487,14 +496,31 @@ class Predictor:
         calibration = Calibration.shipped()
         if calibration is None:
             return no_intervals(shares, dtypes)
+        overhead = self.model.overhead
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
                                  self.model.kernel_model.config.get("trained_on", []),
-                                 requeued=lambda factor: self.model.overhead.kernel_ms(work.work_ms * factor),
+                                 requeued=lambda factor, gap: queue_shares(overhead.gpu_ms(work.work_ms * factor),
+                                                                           overhead.gap_ms * gap),
                                  unmeasured=unmeasured_kernels(kernels, devices, paths),
-                                 kernel_dtypes=kernel_precisions(kernels.unique, paths))
+                                 kernel_dtypes=band_precisions(kernel_precisions(kernels.unique, paths), kernels.unique,
+                                                               devices),
+                                 gpu_ms=overhead.gpu_ms(work.work_ms),
+                                 gap_range=LAUNCH_GAP_RANGE_GIVEN if self.launch_gap_given else LAUNCH_GAP_RANGE)
 
-    def _interval_warnings(self, bounds: Intervals) -> list[str]:
+    def _launch_wait_notes(self, wait_shares: np.ndarray) -> list[str]:
+        """The note on the launch gap's range the intervals price, at the shipped gap only."""
+        if self.launch_gap_given:
+            return []
+        return launch_wait_interval_note(float(wait_shares.max(initial=0.0)), self.model.overhead.gap_ms,
+                                         LAUNCH_GAP_RANGE)
+
+    def _interval_warnings(self, bounds: Intervals, launch_waits: bool = True) -> list[str]:
+        """``launch_waits``: with the note on the launch gap's range (a ranking says it once over its groups)."""
         notes = list(self._interval_notes)
+        if launch_waits and bounds.wait_share is not None:
+            notes += self._launch_wait_notes(bounds.wait_share)
+        if self.launch_gap_given:
+            notes.append(launch_gap_interval_note(self.model.overhead.gap_ms, LAUNCH_GAP_RANGE_GIVEN))
         if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes):
             notes.append(self._tensor_interval_note)
         if bounds.uncalibrated:
@@ -514,6 +540,14 @@ class _PricedGroup:
     paths: list[PrecisionPath]
     bounds: Intervals
     need: tuple[int, int]       # memory_needed
+
+
+def _at(values: np.ndarray | None, j: int) -> np.ndarray | None:
+    return None if values is None else values[j:j + 1]
+
+
+def _joined(parts: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    return None if any(p is None for p in parts) else np.concatenate(parts)
 
 
 def _same_kernels(a: GraphKernels, b: GraphKernels) -> bool:

@@ -253,18 +253,74 @@ def ambiguity_notes(names: str | Iterable[object] | None) -> list[str]:
     return notes
 
 
-def extrapolated_warning(devices: Sequence[Device], shares: Sequence[float]) -> list[str]:
+def extrapolated_warning(devices: Sequence[Device], shares: Sequence[float], widened: Sequence[bool] | None = None,
+                         wait_shares: Sequence[float] | None = None) -> list[str]:
     """Say so when every kernel of the model is extrapolated on a device (``shares``: each device's share of the
     predicted time on extrapolated kernels, :mod:`lilou.plan.extrapolation`): no kernel of its kinds was measured in
     range on GPUs of its class (H100 and L4 rows are held back; an A10G's FP32 BERT-base kernels). Only the widened
-    interval said so."""
-    whole = [d.name for d, share in zip(devices, shares) if share >= 0.9995]
+    interval said so.
+
+    ``widened`` (:attr:`lilou.plan.intervals.Intervals.widened`): whether the flags widened each device's end-to-end
+    interval. It said "its 90 % interval is widened for it" on every device (session 41), also where the wider
+    bands went on GPU work that hides behind the host's launches (``wait_shares``: the share of the estimate
+    waiting for them) and the interval was the in-range one: one line per case."""
+    whole = [j for j, share in enumerate(shares) if share >= 0.9995]
     if not whole:
         return []
-    where = devices_text(whole, len(devices))
-    return [f"{where}: every kernel of this model is extrapolated (no measured kernel of its kinds lies in range on "
-            "GPUs of that class, dtype and family): the prediction rests on other GPUs' measurements, and its 90 % "
-            "interval is widened for it"]
+    head = ("every kernel of this model is extrapolated (no measured kernel of its kinds lies in range on GPUs of that "
+            "class, dtype and family): the prediction rests on other GPUs' measurements")
+    wider = [j for j in whole if widened is None or widened[j]]
+    same = [j for j in whole if j not in wider]
+    lines = []
+    if wider:
+        lines.append(f"{devices_text([devices[j].name for j in wider], len(devices))}: {head}, and its 90 % interval is "
+                     "widened for it")
+    if same:
+        waits = [float(wait_shares[j]) for j in same] if wait_shares is not None else [0.0]
+        span = (f"{min(waits) * 100:.0f} %" if max(waits) - min(waits) < 0.005
+                else f"{min(waits) * 100:.0f} to {max(waits) * 100:.0f} %")
+        lines.append(f"{devices_text([devices[j].name for j in same], len(devices))}: {head}; its kernels' 90 % intervals "
+                     "are widened for it, the model's is not: the wider bands go on the GPU work only, which the host's "
+                     f"kernel launches hide ({span} of the estimate is waiting for them; the interval carries the launch "
+                     "gap's range instead), or they are no wider than the in-range bands (docs/intervals.md)")
+    return lines
+
+
+#: The share of an estimate waiting for the host's launches from which the launch gap's range is named.
+LAUNCH_WAIT_NOTE_SHARE = 0.1
+
+
+def launch_wait_interval_note(wait_share: float, gap_ms: float, gap_range: tuple[float, float]) -> list[str]:
+    """Where the host's launch waits are a share of an estimate (``wait_share``, the largest over the devices): the
+    interval prices them over the launch gap's range (:data:`lilou.latency.composition.overhead.LAUNCH_GAP_RANGE`),
+    an observed range of five hosts, not a calibrated one."""
+    if wait_share < LAUNCH_WAIT_NOTE_SHARE:
+        return []
+    lo, hi = (gap_ms * 1000 * f for f in gap_range)
+    return [f"up to {wait_share * 100:.0f} % of the estimate is waiting for the host's kernel launches: its 90 % interval prices "
+            f"the launch gap from {lo:.1f} to {hi:.1f} us (the estimate's {gap_ms * 1000:.1f}), the spread of NeuSight's "
+            "five 2023 hosts, not a calibrated 90 % range (no measured whole model waits on its launches); a faster "
+            "host (a recent CPU, CUDA graphs, TensorRT) is below it: give its gap with --launch-gap-us"]
+
+
+def mig_interval_warning(devices: Sequence[Device]) -> list[str]:
+    """Say so when a device is a MIG slice: no source measured one, so its interval takes the farthest tier's band
+    (:func:`lilou.plan.intervals.device_tier`) and nothing checked it."""
+    slices = [d.name for d in devices if d.mig is not None]
+    if not slices:
+        return []
+    return [f"{devices_text(slices, len(devices))}: no source measured a MIG slice; the 90 % interval takes the band of "
+            "an architecture with no measured GPU (the widest tier) and is not validated against any slice's "
+            "measurements (docs/intervals.md)"]
+
+
+def launch_gap_interval_note(gap_ms: float, gap_range: tuple[float, float]) -> str:
+    """The note for a launch gap given by the caller (``--launch-gap-us``): the intervals price it over one host's
+    call-to-call spread (:data:`lilou.latency.composition.overhead.LAUNCH_GAP_RANGE_GIVEN`), not the host-to-host one."""
+    lo, hi = (gap_ms * 1000 * f for f in gap_range)
+    return (f"the launch gap given ({gap_ms * 1000:g} us per kernel) is priced from {lo:.3g} to {hi:.3g} us in the 90 % "
+            "intervals (one host's call-to-call spread, the widest of NeuSight's five hosts), not over other hosts; their "
+            "bands were calibrated with the shipped gap (NeuSight's 2023 hosts; docs/intervals.md)")
 
 
 def devices_text(names: Sequence[str], total: int) -> str:

@@ -111,6 +111,25 @@ def test_lookup_falls_back_from_tier_to_pool_and_widens_when_extrapolated():
     assert calibration.kernel_band("memory", "fp32", "arch_seen") == Band(-0.2, 0.2)
 
 
+def test_an_extrapolated_band_is_at_least_the_widest_of_its_family_and_dtype():
+    """The shipped extrapolated pools come from two folds and are narrower than the in-range bands (softmax +-0.068
+    against the arch_seen +-0.599): the hull with the pool left an extrapolated FP32 softmax, elementwise or layer
+    norm kernel at its in-range band, and a convolution with no pool at it too. An extrapolated band is now at least
+    the widest band of its family and dtype over every tier, and the pool's where it is wider."""
+    narrow = dict(SMALL, extrapolated={"gemm": {"lo": -0.05, "hi": 0.05}})
+    calibration = Calibration(narrow)
+    assert calibration.kernel_band("gemm", "fp32", "trained", extrapolated=True) == Band(-0.5, 0.4)
+    assert calibration.kernel_band("gemm", "fp32", "trained", extrapolated=False) == Band(-0.1, 0.1)
+    shipped = Calibration.shipped()
+    for family in ("softmax", "elementwise", "layernorm", "gemm", "conv"):
+        widest = shipped.widest(family, "fp32")
+        for tier in ("trained", "arch_seen", "arch_unseen"):
+            band = shipped.kernel_band(family, "fp32", tier, extrapolated=True)
+            assert band.lo <= widest.lo and band.hi >= widest.hi
+    assert shipped.kernel_band("softmax", "fp32", "trained", extrapolated=True) == \
+        Band(shipped.data["kernel"]["softmax|fp32|arch_seen"]["lo"], shipped.data["kernel"]["softmax|fp32|arch_seen"]["hi"])
+
+
 def test_transposed_convolutions_have_their_own_band_or_the_convolutions_one():
     """A calibration with residuals of transposed convolutions gives them their band; an older file without any
     gives them the convolutions' band, not the elementwise fallback's."""
@@ -179,7 +198,9 @@ def test_extrapolation_flags_against_measured_ranges():
 def test_tiers_of_devices():
     trained = ["a100-pcie-40gb", "a100-pcie-80gb", "p100-pcie-16gb", "p4", "t4", "v100-pcie-32gb"]
     assert device_tier(resolve_device("t4"), trained) == "trained"
-    assert device_tier(resolve_device("a100-80gb", "1g.10gb"), trained) == "arch_seen"  # a slice is not measured
+    # no source measured a slice: the farthest tier, also for a slice of a trained GPU (session 41; was arch_seen)
+    assert device_tier(resolve_device("a100-80gb", "1g.10gb"), trained) == "arch_unseen"
+    assert device_tier(resolve_device("a100-pcie-40gb", "1g.5gb"), trained) == "arch_unseen"
     assert device_tier(resolve_device("a100-sxm4-80gb"), trained) == "arch_seen"
     assert device_tier(resolve_device("l40s"), trained) == "arch_unseen"
     assert device_tier(resolve_device("h100-sxm"), trained) == "arch_unseen"
@@ -224,20 +245,70 @@ def test_a_launch_bound_device_is_bounded_by_its_launches_not_by_its_kernels_ban
     2.05). Each extrapolated kernel's band (about 5x wide) was put on its share, mostly the launch wait, giving
     [0.45, 10.03] ms on the A100, an upper bound above that of its 1g.10gb slice (9.77): a plan then chose the
     slice over the whole GPU. The bands are put on the GPU work and the queue run again, so the launches hold the
-    bound at the end-to-end band around the total, and a slice's bound is never below its whole GPU's."""
+    bound: since session 41 at the launch gap's range (it was the end-to-end band around the total), and a slice's
+    bound is never below its whole GPU's."""
     from lilou.api import Predictor
+    from lilou.latency.composition.overhead import LAUNCH_GAP_RANGE
 
-    e2e = Calibration.shipped().e2e
     gpus = ["a100-sxm4-80gb", "a100-sxm4-80gb/1g.10gb", "h100-sxm", "h100-sxm/1g.10gb"]
     entries = {e.device: e for e in Predictor().rank(EXAMPLE, gpus=gpus, precision="fp8")}
-    a100 = entries["a100-sxm4-80gb"]
-    assert a100.gpu_work_ms < 0.2 * a100.latency_ms
-    assert a100.interval_ms == pytest.approx((a100.latency_ms * math.exp(e2e.lo), a100.latency_ms * math.exp(e2e.hi)),
-                                             rel=1e-3)
     for whole in ("a100-sxm4-80gb", "h100-sxm"):
         entry = entries[whole]
-        assert entry.gpu_work_ms < 0.2 * entry.latency_ms and entry.interval_ms[1] < 1.5 * entry.latency_ms
+        assert entry.gpu_work_ms < 0.2 * entry.latency_ms
+        assert LAUNCH_GAP_RANGE[0] * 0.95 * entry.latency_ms <= entry.interval_ms[0]
+        assert entry.interval_ms[1] <= 1.05 * LAUNCH_GAP_RANGE[1] * entry.latency_ms
         assert entry.interval_ms[1] <= entries[f"{whole}/1g.10gb"].interval_ms[1]
+
+
+def test_launch_waits_carry_the_launch_gaps_range_and_never_fall_below_the_launch_floor(zoo_onnx):
+    """ResNet-50 in FP16 at batch 32 on an H100: 174 launches at 30.2 us, 5.26 ms, with GPU work of 2 ms. Its interval
+    was the end-to-end band around the estimate, [4.35, 6.35] ms, narrower than a measured A100's, while a host 33 %
+    slower gives 6.97 ms: the launch gap (NeuSight's hosts, one fitted constant) carried no uncertainty, and the lower
+    bound fell below the model's own launch floor (174 x 30.2 us = 5.25 ms). The waits now take the gap's range
+    (the spread of the five hosts measured), so the bounds are the queue's at its ends; a gap given takes one host's
+    call-to-call spread, and a warning says so."""
+    from lilou.api import Predictor
+    from lilou.latency.composition.overhead import LAUNCH_GAP_RANGE, LAUNCH_GAP_RANGE_GIVEN
+
+    model = zoo_onnx("resnet50", batch=32)
+    predictor = Predictor()
+    gap = predictor.model.overhead.gap_ms
+    h100 = predictor.predict(model, "h100-sxm", precision="fp16")
+    launches = len(h100.kernels)
+    assert launches == 174 and sum(k.host_wait_ms for k in h100.kernels) > 0.5 * h100.latency_ms
+    lo, hi = h100.interval_ms
+    assert lo >= launches * gap * LAUNCH_GAP_RANGE[0] - 1e-3    # the launch floor at the fastest host of the range
+    assert hi >= launches * gap * LAUNCH_GAP_RANGE[1] - 1e-3    # ... and at the slowest: 10.03 ms
+    assert hi / h100.latency_ms > 1.8
+    assert any("waiting for the host's kernel launches: its 90 % interval prices the launch gap from 25.4 to 57.6 us"
+               in w for w in h100.warnings)
+    given = Predictor(launch_gap_ms=0.040).predict(model, "h100-sxm", precision="fp16")
+    low, high = LAUNCH_GAP_RANGE_GIVEN
+    assert given.interval_ms[0] >= launches * 0.040 * low - 1e-3       # never below its launch floor at the range's end
+    assert given.interval_ms[1] >= launches * 0.040 * high - 1e-3      # (a given gap held exact collapsed it: 6.96-6.96)
+    assert any(w.startswith("the launch gap given (40 us per kernel) is priced from 26.2 to 50.9 us in the 90 % intervals")
+               for w in given.warnings)
+    assert not any("prices the launch gap from" in w for w in given.warnings)
+
+
+def test_a_kernels_interval_puts_its_band_on_its_gpu_work_not_on_its_launch_wait(zoo_onnx):
+    """DARTS at batch 64 on an M40 waits for the host's launches; a convolution of 0.054 ms, 0.030 of it waiting,
+    had the interval 0.054 x e^+-0.559, the wait scaled with the convolution's band (the kernels' upper bounds
+    added up to 6.22 ms against the model's 4.26). A kernel's interval is now its wait at the launch gap's range
+    plus its GPU work at its band, as end to end."""
+    from lilou.api import Predictor
+    from lilou.latency.composition.overhead import LAUNCH_GAP_RANGE
+
+    prediction = Predictor().predict(zoo_onnx("darts-0", batch=64), "m40-24gb")
+    waiting = [k for k in prediction.kernels if k.host_wait_ms >= 0.5 * k.latency_ms]
+    assert waiting
+    for k in prediction.kernels:
+        assert k.interval_ms[0] >= k.host_wait_ms * LAUNCH_GAP_RANGE[0] - 1e-5
+        assert k.interval_ms[1] >= k.host_wait_ms * LAUNCH_GAP_RANGE[1] - 1e-5
+    for k in waiting:  # the GPU work's band (>= e^0.559 wide either way for these extrapolated kernels) on the rest
+        work = k.latency_ms - k.host_wait_ms
+        assert k.interval_ms[0] <= k.host_wait_ms * LAUNCH_GAP_RANGE[0] + work * math.exp(-0.559) + 1e-5
+        assert k.interval_ms[0] > k.latency_ms * math.exp(-0.559)
 
 
 def test_bounds_keep_the_order_of_boards_and_slices_whatever_was_asked_for(zoo_onnx):
@@ -374,3 +445,90 @@ def test_a_device_on_which_every_kernel_is_extrapolated_says_so(zoo_onnx):
     assert measured.extrapolated_share < 1.0 and not any("every kernel of this model" in w for w in measured.warnings)
     ranked = predictor.rank(path, gpus=["h100-sxm", "a100-pcie-40gb"], precision="fp32", tf32="off")
     assert line in ranked.warnings
+
+
+def test_the_extrapolated_warning_says_widened_only_where_the_interval_was(zoo_onnx):
+    """ResNet-50 in FP32 at batch 8 on an H100-SXM: every kernel is extrapolated, and the GPU waits for the host
+    most of the time. The warning said "its 90 % interval is widened for it" on every such device, also where the
+    wider kernel bands went on GPU work hidden behind the launches and the interval was the in-range one
+    (ResNet-50 FP16 at batch 32 on an H100: [4.35, 6.35] ms, the narrowest band Lilou gives). It says what happened."""
+    from lilou.caveats import extrapolated_warning
+
+    devices = [resolve_device("h100-sxm"), resolve_device("m40-24gb")]
+    lines = extrapolated_warning(devices, [1.0, 1.0], widened=np.array([False, True]), wait_shares=np.array([0.62, 0.1]))
+    head = ("every kernel of this model is extrapolated (no measured kernel of its kinds lies in range on GPUs of that "
+            "class, dtype and family): the prediction rests on other GPUs' measurements")
+    assert lines == [f"m40-24gb: {head}, and its 90 % interval is widened for it",
+                     f"h100-sxm: {head}; its kernels' 90 % intervals are widened for it, the model's is not: the wider "
+                     "bands go on the GPU work only, which the host's kernel launches hide (62 % of the estimate is "
+                     "waiting for them; the interval carries the launch gap's range instead), or they are no wider than "
+                     "the in-range bands (docs/intervals.md)"]
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    prediction = predictor.predict(zoo_onnx("resnet50", batch=8), "h100-sxm", precision="fp16")
+    whole = [w for w in prediction.warnings if "every kernel of this model is extrapolated" in w]
+    assert prediction.extrapolated_share == 1.0 and len(whole) == 1
+
+
+def test_the_launch_gaps_range_is_the_training_hosts_spread(datasets_dir):
+    """LAUNCH_GAP_RANGE is read from the rows the gap is: per training host, the 5th and 95th percentiles of the
+    floor-bound elementwise calls' times; their hull over the shipped gap. LAUNCH_GAP_RANGE_GIVEN: the same
+    percentiles over each host's median, hulled."""
+    from lilou.latency.composition.calibrate import OPS, table_costs
+    from lilou.data.neusight import load_kernels
+    from lilou.latency.composition.overhead import (FLOOR_BOUND_MS, LAUNCH_GAP_PERCENTILES, LAUNCH_GAP_RANGE,
+                                                    LAUNCH_GAP_RANGE_GIVEN)
+    from lilou.api import Predictor
+
+    table = load_kernels("train", ops=[op for op, (family, _) in OPS.items() if family == "elementwise"],
+                         devices=Predictor().model.kernel_model.config["trained_on"], data_dir=datasets_dir)
+    bandwidth = np.array([resolve_device(g).memory_bandwidth_gbs for g in table.gpu])
+    costs = table_costs(table)
+    floor_bound = (costs[:, 1] + costs[:, 2]).astype(np.float64) / (bandwidth * 1e6) < FLOOR_BOUND_MS
+    spans = np.array([np.percentile(table.latency_ms[floor_bound & (table.gpu == g)], LAUNCH_GAP_PERCENTILES)
+                      for g in np.unique(table.gpu)])
+    gap = Predictor().model.overhead.gap_ms
+    assert len(spans) == 5
+    assert pytest.approx((spans[:, 0].min() / gap, spans[:, 1].max() / gap), rel=1e-6) == LAUNCH_GAP_RANGE
+    medians = np.array([np.median(table.latency_ms[floor_bound & (table.gpu == g)]) for g in np.unique(table.gpu)])
+    assert pytest.approx(((spans[:, 0] / medians).min(), (spans[:, 1] / medians).max()), rel=1e-6) == \
+        LAUNCH_GAP_RANGE_GIVEN
+
+
+def test_kernels_priced_as_fp16_take_the_fp16_band(zoo_onnx):
+    """ResNet-50 in FP8 on an A100: its convolutions are priced as FP16 kernels (no FP8 tensor cores, no runtime runs
+    weight-only convolutions), and a warning says so, but their band was the format's: no FP8 convolution residual,
+    so the widest convolution band (INT8's, +-1.23 against FP16's +-0.83), and a second warning said "no held-out
+    measurements of conv fp8". The band follows the path priced; on an H100 (FP8 tensor cores) it stays FP8's."""
+    from lilou.api import Predictor
+    from lilou.latency.kernel_model.precision import band_precisions, kernel_precisions, precision_path
+
+    predictor = Predictor()
+    model = zoo_onnx("resnet50", batch=32)
+    a100 = predictor.predict(model, "a100-pcie-40gb", precision="fp8")
+    assert any("priced as FP16 kernels" in w and "does not cover the upcast's cost" in w for w in a100.warnings)
+    assert not any("no held-out measurements of conv fp8" in w for w in a100.warnings)
+    kernels = predictor._prepared(model, None, None).kernels
+    devices = [resolve_device("a100-pcie-40gb"), resolve_device("h100-sxm"), resolve_device("t4")]
+    paths = [precision_path("fp32", d, "fp8") for d in devices]
+    bands = band_precisions(kernel_precisions(kernels.unique, paths), kernels.unique, devices)
+    conv = np.array([spec.family == "conv" for spec in kernels.unique])
+    assert set(bands[conv, 0]) == {"fp16"} and set(bands[conv, 1]) == {"fp8"} and set(bands[conv, 2]) == {"fp16"}
+
+
+def test_a_mig_slice_gets_the_farthest_tiers_band_and_a_warning(zoo_onnx):
+    """BERT-base at batch 64 on a 1g.5gb slice of the measured A100-PCIE-40GB: 753 ms with [600, 945] ms (+-25 %),
+    the band of whole Pascal boards held out from each other, and no warning, though no source measured a slice."""
+    from lilou.api import Predictor
+
+    model = zoo_onnx("bert-base", batch=64, seq=128)
+    predictor = Predictor()
+    sliced = predictor.predict(model, "a100-pcie-40gb", mig="1g.5gb")
+    line = ("a100-pcie-40gb/1g.5gb: no source measured a MIG slice; the 90 % interval takes the band of an architecture "
+            "with no measured GPU (the widest tier) and is not validated against any slice's measurements "
+            "(docs/intervals.md)")
+    assert line in sliced.warnings
+    whole = predictor.predict(model, "a100-pcie-40gb")
+    assert not any("MIG slice" in w for w in whole.warnings)
+    assert sliced.interval_ms[1] / sliced.latency_ms > whole.interval_ms[1] / whole.latency_ms

@@ -188,13 +188,15 @@ def test_an_ambiguous_gpu_name_in_gpus_is_said(capsys):
                      )["warnings"][0].startswith("GPU name") is False
 
 
-def test_a_batch_whose_bound_meets_the_slo_after_one_that_did_not_is_planned(capsys, resnet_dynamic):
-    """The upper bound narrows as kernels grow into the measured range: ResNet-18 on a GTX Titan X is bounded by
-    3.76 ms at batch 1 and 3.39 ms at batch 2. The plan dropped a device at its first miss of the bound, and said
-    no batch met a 3.5 ms SLO."""
-    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "3.5", "--gpus", "gtx-titan-x", "--batches", "1,2,4")
+def test_a_batch_whose_bound_meets_the_slo_after_one_that_did_not_is_planned(capsys, zoo_onnx):
+    """The upper bound narrows as kernels grow into the measured range: the MLP on an M40 is bounded by 1.61 ms at
+    batch 4 and 1.21 ms at batch 8. The plan dropped a device at its first miss of the bound, and said no batch met
+    the SLO. (Session 41: ResNet-18 on a GTX Titan X, the case before, no longer narrows: its launch waits carry the
+    launch gap's range, docs/intervals.md.)"""
+    model = str(zoo_onnx("mlp-0", batch=1, dynamic_batch=True))
+    plan = plan_json(capsys, model, "--slo-ms", "1.4", "--gpus", "m40-24gb", "--batches", "1,2,4,8")
     (entry,) = plan["plan"]
-    assert entry["batch"] == 2 and entry["interval_ms"][1] <= 3.5
+    assert entry["batch"] == 8 and entry["interval_ms"][1] <= 1.4
 
 
 def test_slo_no_device_meets_is_an_empty_plan_and_exit_0(capsys):

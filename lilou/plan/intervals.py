@@ -14,7 +14,9 @@ band comes from end-to-end residuals on held-out GPUs, and is widened two ways:
   quadrature.
 
 The bands go on each kernel's GPU work, and the launch queue is run again at the ends of the bands: the host's
-launch waits are not widened by the kernels' errors (:func:`_queued_bounds`).
+launch waits are not widened by the kernels' errors (:func:`_queued_bounds`). They carry the launch gap's own range
+instead (``gap_range``: :data:`lilou.latency.composition.overhead.LAUNCH_GAP_RANGE`, the spread of NeuSight's five
+hosts), per kernel as end to end.
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ class Intervals:
     extrapolated_share: np.ndarray  # 0..1 per device: share of the predicted time on extrapolated kernels
     uncalibrated: list[str]   # "family dtype" pairs with no held-out residuals (widest band used)
     dtypes: list[str]         # each device's precision
+    widened: np.ndarray | None = None      # bool per device: the extrapolation flags widened the end-to-end bounds
+    wait_share: np.ndarray | None = None   # 0..1 per device: share of the estimate waiting for the host's launches
 
     def interval(self, column: int) -> tuple[float, float]:
         return float(self.total_lo[column]), float(self.total_hi[column])
@@ -58,7 +62,9 @@ class Intervals:
         return Intervals(kernel_lo=self.kernel_lo[:, :count], kernel_hi=self.kernel_hi[:, :count],
                          extrapolated=self.extrapolated[:, :count], total_lo=self.total_lo[:count],
                          total_hi=self.total_hi[:count], extrapolated_share=self.extrapolated_share[:count],
-                         uncalibrated=self.uncalibrated, dtypes=self.dtypes[:count])
+                         uncalibrated=self.uncalibrated, dtypes=self.dtypes[:count],
+                         widened=None if self.widened is None else self.widened[:count],
+                         wait_share=None if self.wait_share is None else self.wait_share[:count])
 
     def ordered_by_dominance(self, devices: Sequence[Device]) -> Intervals:
         """End-to-end bounds that keep the order of ``devices`` a dominating device never runs slower on
@@ -96,8 +102,14 @@ def with_related_devices(devices: Sequence[Device]) -> list[Device]:
 
 def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozenset[str] | None = None) -> str:
     """``trained`` (this very GPU, whole, is in the kernel model's data), ``arch_seen`` or ``arch_unseen``
-    (``trained_archs``: the architecture classes of ``trained_on``, when the caller has them)."""
-    if device.mig is None and device.gpu in trained_on:
+    (``trained_archs``: the architecture classes of ``trained_on``, when the caller has them).
+
+    A MIG slice is ``arch_unseen`` (since session 41; it was its GPU's ``arch_seen``): no source measured a slice,
+    and a 1g slice (1/7 of the SMs, 1/8 of the bandwidth and L2) is a regime no whole board of its architecture
+    stands for; the farthest tier, whose folds hold out whole architectures, is the widest band that has residuals."""
+    if device.mig is not None:
+        return "arch_unseen"
+    if device.gpu in trained_on:
         return "trained"
     seen = trained_archs if trained_archs is not None else {architecture_class(g) for g in trained_on}
     return "arch_seen" if architecture_class(device.gpu) in seen else "arch_unseen"
@@ -105,8 +117,9 @@ def device_tier(device: Device, trained_on: Sequence[str], trained_archs: frozen
 
 def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device], dtypes: Sequence[str],
                       calibration: Calibration, trained_on: Sequence[str],
-                      requeued: Callable[[np.ndarray], np.ndarray], unmeasured: np.ndarray | None = None,
-                      kernel_dtypes: np.ndarray | None = None) -> Intervals:
+                      requeued: Callable[[np.ndarray, float], np.ndarray], unmeasured: np.ndarray | None = None,
+                      kernel_dtypes: np.ndarray | None = None, gpu_ms: np.ndarray | None = None,
+                      gap_range: tuple[float, float] = (1.0, 1.0)) -> Intervals:
     """Intervals of every kernel share ``shares`` [kernels, devices] (ms) on ``devices``; ``dtypes``: each
     device's precision (the prediction's path). ``unmeasured`` (bool [distinct kernels, devices]): kernels that
     run on a unit no source measured (FP32 GEMMs and convolutions in TF32), always extrapolated.
@@ -125,6 +138,8 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     n_unique, d = len(unique), len(devices)
     lo_log = np.zeros((n_unique, d))
     hi_log = np.zeros((n_unique, d))
+    lo_in_log = np.zeros((n_unique, d))  # the bands the kernels would have in range (what the flags widen)
+    hi_in_log = np.zeros((n_unique, d))
     ratio = np.ones((n_unique, d))
     flags = np.zeros((n_unique, d), dtype=bool)
     uncalibrated: set[str] = set()
@@ -156,11 +171,16 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
                 flag |= unmeasured[rows, j]
             flags[rows, j] = flag
             lo_log[rows, j], hi_log[rows, j] = np.where(flag, lo_out, lo_in), np.where(flag, hi_out, hi_in)
+            lo_in_log[rows, j], hi_in_log[rows, j] = lo_in, hi_in
             ratio[rows, j] = width_ratio
     rows = kernels.index
-    lo, hi = shares * np.exp(lo_log[rows]), shares * np.exp(hi_log[rows])
+    gpu = shares if gpu_ms is None else np.minimum(gpu_ms, shares)
+    wait = shares - gpu
+    gap_lo, gap_hi = gap_range
+    lo, hi = wait * gap_lo + gpu * np.exp(lo_log[rows]), wait * gap_hi + gpu * np.exp(hi_log[rows])
     extrapolated = flags[rows]
-    in_e2e = ~extrapolated & np.array([[dt in E2E_DTYPES for dt in dtypes]], dtype=bool)
+    e2e_dtype = np.array([[dt in E2E_DTYPES for dt in dtypes]], dtype=bool)
+    in_e2e = ~extrapolated & e2e_dtype
     total = shares.sum(axis=0)
     covered_ms = np.where(in_e2e, shares, 0.0).sum(axis=0)
     weight = np.where(in_e2e, shares, 0.0)
@@ -168,27 +188,37 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     e2e = calibration.e2e
     centre, half = (e2e.lo + e2e.hi) / 2, (e2e.hi - e2e.lo) / 2
     base_lo, base_hi = np.exp(centre - half * widen), np.exp(centre + half * widen)
-    total_lo, total_hi = _queued_bounds(requeued, in_e2e, base_lo, base_hi, lo_log[rows], hi_log[rows], total)
+    total_lo, total_hi = _queued_bounds(requeued, in_e2e, base_lo, base_hi, lo_log[rows], hi_log[rows], gap_range)
+    # the same bounds with no kernel flagged: whether the flags widened anything (the warning says so, or not)
+    in_lo, in_hi = _queued_bounds(requeued, e2e_dtype & np.ones_like(in_e2e), base_lo, base_hi, lo_in_log[rows],
+                                  hi_in_log[rows], gap_range)
+    widened = (total_hi > in_hi * (1 + 1e-9)) | (total_lo < in_lo * (1 - 1e-9))
     share = np.divide(np.where(extrapolated, shares, 0.0).sum(axis=0), total, out=np.zeros(d), where=total > 0)
+    wait_share = np.divide(wait.sum(axis=0), total, out=np.zeros(d), where=total > 0)
     return Intervals(kernel_lo=lo, kernel_hi=hi, extrapolated=extrapolated, total_lo=total_lo, total_hi=total_hi,
-                     extrapolated_share=share, uncalibrated=sorted(uncalibrated), dtypes=list(dtypes))
+                     extrapolated_share=share, uncalibrated=sorted(uncalibrated), dtypes=list(dtypes),
+                     widened=widened, wait_share=wait_share)
 
 
-def _queued_bounds(requeued: Callable[[np.ndarray], np.ndarray], in_e2e: np.ndarray, base_lo: np.ndarray,
+def _queued_bounds(requeued: Callable[[np.ndarray, float], np.ndarray], in_e2e: np.ndarray, base_lo: np.ndarray,
                    base_hi: np.ndarray, lo_log: np.ndarray, hi_log: np.ndarray,
-                   total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """End-to-end bounds with every kernel's GPU work at the end of its band (the end-to-end band for the kernels
-    the labels covered, its own for the others), run through the launch queue again, and at least the
-    end-to-end band around the total.
+                   gap_range: tuple[float, float] = (1.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+    """End-to-end bounds with every kernel's GPU work at the end of its band and the host's launch gap at the end of
+    its range, run through the launch queue again. A kernel the end-to-end labels covered takes the end-to-end band;
+    any other the hull of its own band and the end-to-end band (the end to end band is the narrowest a whole model
+    gets: it was a floor of the total, ``total * e^band``, before session 41).
 
     Where the GPU is busy the queue adds the works up: the bound is the sum of every kernel's share at the end of
     its band, as it was before session 38. Where the GPU waits for the host's launches it is not: a kernel that
     would take three times its predicted 5 us still waits for the 30 us launch behind it, and the bands put on its
     share (mostly that wait) made the bound of a launch-bound device several times its point estimate (BERT-base
-    FP8 on an A100: 6.3 ms, upper bound 21.8, above that of a 1g.20gb slice, 17.7)."""
-    lo = requeued(np.where(in_e2e, base_lo[None, :], np.exp(lo_log))).sum(axis=0)
-    hi = requeued(np.where(in_e2e, base_hi[None, :], np.exp(hi_log))).sum(axis=0)
-    return np.minimum(lo, total * base_lo), np.maximum(hi, total * base_hi)
+    FP8 on an A100: 6.3 ms, upper bound 21.8, above that of a 1g.20gb slice, 17.7). The waits take the launch gap's
+    range instead (session 41): the floor ``total * e^band`` held a launch-bound device at the end-to-end band, learned
+    on GPU-bound labels, whatever the host, and its lower bound fell below its own launch floor."""
+    gap_lo, gap_hi = gap_range
+    lo_factor = np.where(in_e2e, base_lo[None, :], np.minimum(np.exp(lo_log), base_lo[None, :]))
+    hi_factor = np.where(in_e2e, base_hi[None, :], np.maximum(np.exp(hi_log), base_hi[None, :]))
+    return requeued(lo_factor, gap_lo).sum(axis=0), requeued(hi_factor, gap_hi).sum(axis=0)
 
 
 def _family_bands(families: np.ndarray, dtype: str, tier: str, calibration: Calibration,
@@ -212,4 +242,4 @@ def no_intervals(shares: np.ndarray, dtypes: Sequence[str]) -> Intervals:
     total = shares.sum(axis=0)
     return Intervals(kernel_lo=shares.copy(), kernel_hi=shares.copy(), extrapolated=np.zeros(shares.shape, dtype=bool),
                      total_lo=total.copy(), total_hi=total.copy(), extrapolated_share=np.zeros(shares.shape[1]),
-                     uncalibrated=[], dtypes=list(dtypes))
+                     uncalibrated=[], dtypes=list(dtypes), widened=np.zeros(shares.shape[1], dtype=bool))

@@ -226,6 +226,26 @@ def kernel_precisions(specs: Sequence[KernelSpec], paths: Sequence[PrecisionPath
     return out
 
 
+def band_precisions(kernel_dtypes: np.ndarray, specs: Sequence[KernelSpec], devices: Sequence[Device]) -> np.ndarray:
+    """The precision whose interval band each GEMM and convolution takes ([kernels, devices], from
+    :func:`kernel_precisions`): the one it is priced as. FP8 and FP4 ones on a GPU without the format's tensor cores
+    (weight-only GEMMs, convolutions no runtime runs) and INT4 convolutions are priced as FP16 kernels on the FP16
+    tensor cores (:func:`kernel_unit`), so they take the FP16 band; before session 41 they took the format's, which
+    has no convolution residual, so the widest convolution band (INT8's), while a warning said FP16."""
+    out = np.array(kernel_dtypes, dtype=object, copy=True)
+    math = np.array([spec.family in MATH_FAMILIES for spec in specs], dtype=bool)
+    conv = np.array([spec.family == "conv" for spec in specs], dtype=bool)
+    for j, device in enumerate(devices):
+        if not device.peak_tflops.get("fp16_tensor"):
+            continue
+        column = out[:, j]
+        for precision in ("fp8", "fp4"):
+            if not device.peak_tflops.get(_TENSOR_UNITS[precision][0]):
+                column[math & (column == precision)] = "fp16"
+        column[conv & (column == "int4")] = "fp16"
+    return out
+
+
 def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
     """The unit whose peak bounds a kernel's math on ``device`` (a key of its ``peak_tflops``), or None for
     the FP32 CUDA cores. Only GEMMs and convolutions change unit; memory-bound kernels keep FP32.
@@ -334,7 +354,8 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                        "8.0 or newer")
                 warnings.append(f"{', '.join(sorted(upcast - marlin))}: no known runtime runs {name} there ({why}); "
                                 "they are priced as FP16 kernels with the format's smaller weights, a lower bound on "
-                                "what a runtime that upcasts them would take")
+                                "what a runtime that upcasts them would take; their 90 % interval is FP16 kernels' "
+                                "around that bound and does not cover the upcast's cost")
             if unmeasured:
                 measured = sorted({a for p in _NEIGHBOURS.get(precision, (precision,))
                                    for a in coverage.architectures(p, family)}, key=ARCHITECTURE_CLASSES.index)
