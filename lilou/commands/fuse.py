@@ -31,10 +31,11 @@ def run(args: argparse.Namespace) -> int:
     from lilou.fusion.predict import predict_partition
     from lilou.graph.dag import load_graph
 
-    check_backend(args.backend)
-    # the oracles label the file's own nodes: no batch norm folded into a convolution is put back for them
+    backend = check_backend(args.backend)
+    # the oracles label the file's own nodes: no batch norm folded into a convolution is put back for them (nor for
+    # TVM's prediction: TVM compiles the file as written)
     graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args), restore_folded=not args.oracle,
-                       values=input_values(args))
+                       values=input_values(args), backend=backend)
     if not graph.runtime_nodes():
         raise LilouInputError(f"{args.model} has no nodes to run: nothing to fuse")
     if args.oracle:
