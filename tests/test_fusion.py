@@ -382,3 +382,15 @@ def test_predicted_groups_of_views_alone_launch_nothing_as_the_oracle_says(tmp_p
     score = FusionScore()
     score.add_partitions(graph, truth, silence_view_groups(graph, launched))
     assert score.as_dict()["exact_kernels"] == 1.0 and score.as_dict()["kernel_count_ratio"] == 1.0
+
+
+def test_predict_partition_takes_the_backend_in_any_case():
+    """``predict_partition(graph, "EAGER")`` predicted with the raw name and failed on the GNN's backend index."""
+    from lilou.fusion.predict import predict_partition
+
+    graph = build_graph(load_onnx(EXAMPLE), name="resnet18")
+    for backend in ("eager", "tvm"):
+        expected = predict_partition(graph, backend)
+        for spelling in (backend.upper(), f" {backend.capitalize()} "):
+            partition = predict_partition(graph, spelling)
+            assert partition.backend == backend and partition.kernels == expected.kernels
