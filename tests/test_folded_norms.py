@@ -160,3 +160,19 @@ def test_folded_batch_norms_stay_folded_for_tvm(exports):
     assert [[graph.dag.nodes[n]["op"] for n in group] for group in predicted] == [["Conv", "Relu"], ["Conv"]]
     assert [k.ops for k in Predictor(backend="tvm").predict(folded, gpu="t4").kernels] == [("Conv", "Relu"), ("Conv",)]
     assert len(load_graph(folded).runtime_nodes()) == 5  # eager's graph keeps them restored
+
+
+def test_fuse_json_flags_the_restored_batch_norms(exports, capsys):
+    """The kernels name the restored batch norms, which the file does not hold; `synthetic_nodes` says so, and which
+    convolution each was folded into (the oracle's groups, of the file's own nodes, have none)."""
+    import json
+
+    from lilou.cli import main
+
+    folded = exports[False, True]
+    assert main(["fuse", str(folded), "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    convolutions = [n.name for n in onnx.load(folded).graph.node if n.op_type == "Conv"]
+    assert payload["synthetic_nodes"] == {f"{conv}__batch_norm": {"restored_from": conv} for conv in convolutions}
+    listed = {n for k in payload["kernels"] for n in k["nodes"]}
+    assert set(payload["synthetic_nodes"]) <= listed

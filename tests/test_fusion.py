@@ -394,3 +394,21 @@ def test_predict_partition_takes_the_backend_in_any_case():
         for spelling in (backend.upper(), f" {backend.capitalize()} "):
             partition = predict_partition(graph, spelling)
             assert partition.backend == backend and partition.kernels == expected.kernels
+
+
+def test_fuse_json_flags_the_names_lilou_made_up(tmp_path, capsys):
+    """An unnamed node is keyed ``<op>_<index>`` and a repeated name gets ``__<k>``: `synthetic_nodes` lists them."""
+    import json
+
+    import onnx
+
+    from lilou.cli import main
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Tanh", ["b"], ["c"], name="dup"), helper.make_node("Neg", ["c"], ["y"], name="dup")]
+    path = tmp_path / "unnamed.onnx"
+    onnx.save(make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8])]), path)
+    assert main(["fuse", str(path), "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["synthetic_nodes"] == {name: {"named_by_lilou": True} for name in ("Relu_0", "Sigmoid_1", "dup__1")}
+    assert {n for k in payload["kernels"] for n in k["nodes"]} == {"Relu_0", "Sigmoid_1", "dup", "dup__1"}

@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from lilou.fusion.backends import check_backend
     from lilou.fusion.predict import predict_partition
     from lilou.graph.dag import load_graph
+    from lilou.graph.loading import load_onnx
+    from lilou.graph.names import synthetic_nodes
 
     backend = check_backend(args.backend)
     # the oracles label the file's own nodes: no batch norm folded into a convolution is put back for them (nor for
@@ -51,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         payload = partition.to_json()
         if folded:
             payload["no_kernel"].append({"nodes": folded, "reason": "folded"})
-        print_json({**payload, "source": partition.source, "warnings": warnings})
+        print_json({**payload, "source": partition.source, "warnings": warnings,
+                    "synthetic_nodes": synthetic_nodes(load_onnx(args.model), graph)})
         for warning in warnings:
             warn(warning)
         return 0
