@@ -733,9 +733,9 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                         "that do not grow with the batch)")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
-        warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "
-                        "trip count, a Scan its body times its scan length, an If its larger branch; each runs as "
-                        "one fallback kernel")
+        warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop not written out per iteration "
+                        "costs its body times its trip count, a Scan its body times its scan length, an If its larger "
+                        "branch; each runs as one fallback kernel")
     training = sum(1 for _, d in dag.nodes(data=True) if not d["constant"]
                    and batchnorm_training(CostInput(d["op"], d["attributes"], d["inputs"], d["outputs"])))
     if training:
