@@ -281,3 +281,15 @@ def test_hand_written_attention_is_predicted_as_the_eager_oracle_groups_it(tmp_p
     ops = {tuple(graph.dag.nodes[n]["op"] for n in group) for group in oracle}
     assert {("Transpose", "Reshape"), ("Unsqueeze", "Equal"), ("Where",), ("ReduceMean",), ("Sub",)} <= ops
     assert predicted == oracle
+
+
+def test_two_calls_stay_apart_through_a_view_between_them():
+    """tanh, then a view (the Identity an unrolled Loop writes for its final value), then relu: two calls, two
+    kernels; the view joins its reader."""
+    from lilou.fusion.eager_replay import kept_whole
+
+    nodes = [helper.make_node("Tanh", ["x"], ["t"], name="tanh"),
+             helper.make_node("Identity", ["t"], ["i"], name="final"),
+             helper.make_node("Relu", ["i"], ["y"], name="relu")]
+    graph = build_graph(make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8])]))
+    assert kept_whole(graph, [("tanh", "final"), ("final", "relu")]) == [("final", "relu")]

@@ -521,7 +521,7 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
     runtime = _runtime_in_order(graph)
     views = eager_views(graph, runtime)
     fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, _flips_alone(graph, fused)), views)
-    fused = _library_calls_alone(graph, _distinct_calls_apart(graph, fused), views)
+    fused = _library_calls_alone(graph, _distinct_calls_apart(graph, fused, views), views)
     partition = partition_from_fused_edges(graph, _without_view_bridges(graph, fused, runtime, views), "eager",
                                            source=source, scores=scores)
     return _silenced(graph, partition, views)
@@ -542,7 +542,7 @@ def kept_whole(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
     """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`) or a
     cuBLAS/cuDNN call to anything but a view (:func:`_library_calls_alone`)."""
     views = eager_views(graph, _runtime_in_order(graph))
-    kept = _calls_kept_whole(graph, _distinct_calls_apart(graph, _flips_alone(graph, fused)), views)
+    kept = _calls_kept_whole(graph, _distinct_calls_apart(graph, _flips_alone(graph, fused), views), views)
     return _library_calls_alone(graph, kept, views)
 
 
@@ -642,16 +642,25 @@ def _aten_call_of(graph: ModelGraph) -> dict[str, int]:
     return {node: index for index, members in enumerate(aten_call_groups(graph)) for node in members}
 
 
-def _distinct_calls_apart(graph: ModelGraph, fused: list[Edge]) -> list[Edge]:
-    """The fused edges, less those between two ops of :data:`DISTINCT_CALL_PAIRS` that no known decomposition holds
-    together: eager runs ``mask == 0`` and ``masked_fill``, ``x.mean()`` and ``x - m``, as two kernels each (the GNN
-    joined them in HF BERT's attention mask, hand-written masked attention and a hand-written layer norm)."""
+def _distinct_calls_apart(graph: ModelGraph, fused: list[Edge], views: set[str]) -> list[Edge]:
+    """The fused edges, less those between two ops of :data:`DISTINCT_CALL_PAIRS`, directly or through views, that no
+    known decomposition holds together: eager runs ``mask == 0`` and ``masked_fill``, ``x.mean()`` and ``x - m``, as
+    two kernels each (the GNN joined them in HF BERT's attention mask, hand-written masked attention and a
+    hand-written layer norm)."""
     data = graph.dag.nodes
-    pairs = [(u, v) for u, v in fused if (data[u]["op"], data[v]["op"]) in DISTINCT_CALL_PAIRS]
-    if not pairs:
+    firsts = {first for first, _ in DISTINCT_CALL_PAIRS}
+    candidates = [(u, v) for u, v in fused if data[u]["op"] in firsts and u not in views]
+    if not candidates:
         return fused
-    unit = _aten_call_of(graph)
-    cut = {(u, v) for u, v in pairs if u not in unit or unit[u] != unit.get(v)}
+    readers = _fused_readers(fused)
+    unit: dict[str, int] | None = None
+    cut = set()
+    for u, v in candidates:
+        for target in _reached(v, readers, views.__contains__):
+            if (data[u]["op"], data[target]["op"]) in DISTINCT_CALL_PAIRS:
+                unit = _aten_call_of(graph) if unit is None else unit
+                if u not in unit or unit[u] != unit.get(target):
+                    cut.add((u, v))
     return [edge for edge in fused if edge not in cut] if cut else fused
 
 
