@@ -411,7 +411,7 @@ class Predictor:
                 raise LilouInputError("batch, shapes and values apply when a reading starts; pass them to read_graph "
                                       "instead")
             return model.graph(meanwhile=self.load_fusion_model)
-        with read_graph(model, batch=batch, shapes=shapes, values=values) as reading:
+        with read_graph(model, batch=batch, shapes=shapes, values=values, backend=self.backend) as reading:
             return reading.graph(meanwhile=self.load_fusion_model)
 
     def load_fusion_model(self) -> None:

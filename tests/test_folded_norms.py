@@ -142,3 +142,37 @@ def test_the_bias_a_fold_made_is_not_priced_on_the_convolution(tmp_path):
     assert kept == [2 * 32 * 9 * 8 * 64 * 56 * 56, (2 * 64 * 9 + 1) * 8 * 48 * 56 * 56]
     assert conv_flops(paths["dynamo"]) == kept
     assert conv_flops(paths["torchscript"]) == [kept[0], kept[1] - 8 * 48 * 56 * 56]
+
+
+def test_folded_batch_norms_stay_folded_for_tvm(exports):
+    """TVM compiles the file as written: no batch norm is put back for its kernels, which match its oracle's, and
+    `lilou infer --backend tvm` prices the file's three nodes (a restored norm split TVM's Conv + ReLU group)."""
+    pytest.importorskip("tvm")
+    from lilou.fusion.backends.tvm import tvm_partition
+    from lilou.fusion.predict import predict_partition
+
+    folded = exports[False, True]
+    graph = load_graph(folded, backend="tvm")
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Conv", "Relu", "Conv"]
+    assert not any("folded" in w for w in graph.warnings)
+    predicted = [tuple(g.nodes) for g in predict_partition(graph, "tvm").kernels]
+    assert predicted == [tuple(g.nodes) for g in tvm_partition(folded).kernels]
+    assert [[graph.dag.nodes[n]["op"] for n in group] for group in predicted] == [["Conv", "Relu"], ["Conv"]]
+    assert [k.ops for k in Predictor(backend="tvm").predict(folded, gpu="t4").kernels] == [("Conv", "Relu"), ("Conv",)]
+    assert len(load_graph(folded).runtime_nodes()) == 5  # eager's graph keeps them restored
+
+
+def test_fuse_json_flags_the_restored_batch_norms(exports, capsys):
+    """The kernels name the restored batch norms, which the file does not hold; `synthetic_nodes` says so, and which
+    convolution each was folded into (the oracle's groups, of the file's own nodes, have none)."""
+    import json
+
+    from lilou.cli import main
+
+    folded = exports[False, True]
+    assert main(["fuse", str(folded), "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    convolutions = [n.name for n in onnx.load(folded).graph.node if n.op_type == "Conv"]
+    assert payload["synthetic_nodes"] == {f"{conv}__batch_norm": {"restored_from": conv} for conv in convolutions}
+    listed = {n for k in payload["kernels"] for n in k["nodes"]}
+    assert set(payload["synthetic_nodes"]) <= listed

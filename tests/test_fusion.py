@@ -382,3 +382,33 @@ def test_predicted_groups_of_views_alone_launch_nothing_as_the_oracle_says(tmp_p
     score = FusionScore()
     score.add_partitions(graph, truth, silence_view_groups(graph, launched))
     assert score.as_dict()["exact_kernels"] == 1.0 and score.as_dict()["kernel_count_ratio"] == 1.0
+
+
+def test_predict_partition_takes_the_backend_in_any_case():
+    """``predict_partition(graph, "EAGER")`` predicted with the raw name and failed on the GNN's backend index."""
+    from lilou.fusion.predict import predict_partition
+
+    graph = build_graph(load_onnx(EXAMPLE), name="resnet18")
+    for backend in ("eager", "tvm"):
+        expected = predict_partition(graph, backend)
+        for spelling in (backend.upper(), f" {backend.capitalize()} "):
+            partition = predict_partition(graph, spelling)
+            assert partition.backend == backend and partition.kernels == expected.kernels
+
+
+def test_fuse_json_flags_the_names_lilou_made_up(tmp_path, capsys):
+    """An unnamed node is keyed ``<op>_<index>`` and a repeated name gets ``__<k>``: `synthetic_nodes` lists them."""
+    import json
+
+    import onnx
+
+    from lilou.cli import main
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Tanh", ["b"], ["c"], name="dup"), helper.make_node("Neg", ["c"], ["y"], name="dup")]
+    path = tmp_path / "unnamed.onnx"
+    onnx.save(make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8])]), path)
+    assert main(["fuse", str(path), "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["synthetic_nodes"] == {name: {"named_by_lilou": True} for name in ("Relu_0", "Sigmoid_1", "dup__1")}
+    assert {n for k in payload["kernels"] for n in k["nodes"]} == {"Relu_0", "Sigmoid_1", "dup", "dup__1"}

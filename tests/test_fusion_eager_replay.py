@@ -189,3 +189,107 @@ def test_a_torchscript_rnn_loop_runs_each_addmm_and_tanh_apart():
     groups = [group.nodes for group in predict_partition(graph, "eager").groups if group.launches]
     ops = [[graph.dag.nodes[n]["op"] for n in nodes] for nodes in groups]
     assert ops == [["Gemm"], ["Tanh"], ["Gemm"], ["Tanh"], ["Gemm"], ["Tanh"]]
+
+
+def matmul_tanh_chain(steps: int = 10):
+    """x[4, 8] -> Relu -> ``steps`` x (MatMul W[8, 8] -> Tanh) -> Relu: a Python loop (or an ONNX Loop, unrolled)."""
+    nodes = [helper.make_node("Relu", ["x"], ["t0"], name="pre")]
+    for i in range(steps):
+        nodes += [helper.make_node("MatMul", [f"t{i}", "w"], [f"m{i}"], name=f"mm{i}"),
+                  helper.make_node("Tanh", [f"m{i}"], [f"t{i + 1}"], name=f"tanh{i}")]
+    nodes.append(helper.make_node("Relu", [f"t{steps}"], ["z"], name="post"))
+    return build_graph(make_model(nodes, [tensor("x", [4, 8])], [tensor("z", [4, 8])], [weight("w", [8, 8])]))
+
+
+def test_no_eager_kernel_holds_a_matmul_and_another_call():
+    """A MatMul is one cuBLAS call: the ceiling on the GNN's joins cuts every edge into or out of one but its views'
+    and its own aten call's, and tanh -> relu are two calls. The GNN made the small chain 3 kernels (9 MatMuls and
+    10 Tanh in one); eager runs 22, one per node, as it does for the 64 x 512 chain."""
+    from lilou.fusion.eager_replay import kept_whole
+    from lilou.fusion.partition import runtime_edges
+    from lilou.fusion.predict import predict_partition
+
+    graph = matmul_tanh_chain()
+    assert kept_whole(graph, runtime_edges(graph)) == []
+    kernels = predict_partition(graph, "eager").kernels
+    assert [list(k.nodes) for k in kernels] == [[n] for n in graph.nodes_in_order()]
+
+
+def test_a_matmul_keeps_its_bias_and_views_only():
+    """linear as MatMul + bias Add stays one kernel, a view into the MatMul joins it, and a view after it joins the
+    reader's kernel, not the MatMul's."""
+    from lilou.fusion.eager_replay import kept_whole
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "flat"], ["f"], name="view_in"),
+        helper.make_node("MatMul", ["f", "w"], ["m"], name="mm"),
+        helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+        helper.make_node("Transpose", ["a"], ["t"], name="view_out", perm=[1, 0]),
+        helper.make_node("Sigmoid", ["t"], ["y"], name="sigmoid"),
+    ]
+    model = make_model(nodes, [tensor("x", [4, 2, 4])], [tensor("y", [8, 4])],
+                       [ints("flat", [4, 8]), weight("w", [8, 8]), weight("b", [8])])
+    graph = build_graph(model)
+    fused = [("relu", "view_in"), ("view_in", "mm"), ("mm", "bias"), ("bias", "view_out"), ("view_out", "sigmoid")]
+    assert kept_whole(graph, fused) == [("relu", "view_in"), ("view_in", "mm"), ("mm", "bias"),
+                                        ("view_out", "sigmoid")]
+    assert kept_whole(graph, [("relu", "view_in"), ("view_in", "mm"), ("mm", "view_out")]) == [
+        ("relu", "view_in"), ("view_in", "mm")]  # a view after a matmul: nothing of its call reads it
+
+
+class _MaskedAttention:
+    """Hand-written attention with a 0/1 mask, its output's ``transpose(1, 2).reshape(B, T, C)`` (a copy: no strides
+    allow it) projected, then a hand-written layer norm (``x.mean()`` and ``x - m`` two calls)."""
+
+    @staticmethod
+    def module():
+        import torch
+
+        class Attention(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.q, self.k, self.v, self.out = (torch.nn.Linear(32, 32) for _ in range(4))
+
+            def forward(self, x, mask):
+                b, t, c = x.shape
+                q, k, v = (proj(x).view(b, t, 4, 8).transpose(1, 2) for proj in (self.q, self.k, self.v))
+                scores = (q @ k.transpose(-2, -1)) / 8 ** 0.5
+                scores = scores.masked_fill(mask.unsqueeze(1) == 0, float("-inf"))
+                y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+                y = self.out(y)
+                centred = y - y.mean(-1, keepdim=True)
+                return centred / (centred.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+
+        return Attention().eval(), (torch.randn(2, 6, 32), torch.ones(2, 6, 6, dtype=torch.long))
+
+
+def test_hand_written_attention_is_predicted_as_the_eager_oracle_groups_it(tmp_path):
+    """The GNN merged the head-merge copy into the output projection, ``mask == 0`` into ``masked_fill`` and
+    ``x.mean()`` into ``x - m``: 3 kernels short of the oracle's on a dynamo export."""
+    import torch
+
+    from lilou.fusion.predict import predict_partition
+    from lilou.graph.dag import load_graph
+
+    module, example = _MaskedAttention.module()
+    path = tmp_path / "attention.onnx"
+    torch.onnx.export(module, example, path, dynamo=True)
+    graph = load_graph(path, restore_folded=False)
+    oracle = {tuple(g.nodes) for g in eager_partition(__import__("onnx").load(path), graph).kernels}
+    predicted = {tuple(g.nodes) for g in predict_partition(graph, "eager").kernels}
+    ops = {tuple(graph.dag.nodes[n]["op"] for n in group) for group in oracle}
+    assert {("Transpose", "Reshape"), ("Unsqueeze", "Equal"), ("Where",), ("ReduceMean",), ("Sub",)} <= ops
+    assert predicted == oracle
+
+
+def test_two_calls_stay_apart_through_a_view_between_them():
+    """tanh, then a view (the Identity an unrolled Loop writes for its final value), then relu: two calls, two
+    kernels; the view joins its reader."""
+    from lilou.fusion.eager_replay import kept_whole
+
+    nodes = [helper.make_node("Tanh", ["x"], ["t"], name="tanh"),
+             helper.make_node("Identity", ["t"], ["i"], name="final"),
+             helper.make_node("Relu", ["i"], ["y"], name="relu")]
+    graph = build_graph(make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8])]))
+    assert kept_whole(graph, [("tanh", "final"), ("final", "relu")]) == [("final", "relu")]

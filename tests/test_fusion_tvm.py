@@ -136,3 +136,17 @@ def test_bert_large(zoo_onnx):
     kernels = signatures(graph, partition)
     assert kernels["Softmax"] == 24 and kernels["MatMul+Add+Gelu"] == 24
     assert sum(kernels.values()) == 363 and stats.split_nodes == ["node_embedding"]
+
+
+@pytest.mark.parametrize("fixture,op", [("scripted-if.onnx", "If"), ("scripted-loop.onnx", "Loop")])
+def test_the_tvm_oracle_refuses_control_flow_in_one_line(fixture, op):
+    """`lilou fuse --backend tvm --oracle` on a scripted If or Loop: the documented refusal (exit 2), as for Scan;
+    Lilou's graph holds the branch taken or the body per iteration, whose names were an internal error."""
+    from pathlib import Path
+
+    from lilou.fusion.oracles import oracle_partition
+
+    path = Path(__file__).parent / "data" / "control_flow" / fixture
+    with pytest.raises(LilouInputError, match=f"TVM (oracle does not handle control flow \\({op}\\)|cannot import "
+                                              f"op\\(s\\): {op})"):
+        oracle_partition("tvm", path, load_graph(path, batch=2, restore_folded=False))

@@ -269,3 +269,47 @@ def test_a_bias_of_zeros_written_by_the_exporter_is_no_bias():
     biased = build_graph(make_model([real], [tensor("x", [1, 8, 10, 10])], [tensor("y", None)],
                                     [weight("w", [8, 1, 3, 3]), weight("b", [8])]))
     assert biased.dag.nodes["conv"]["flops"] == 2 * (8 * 10 * 10) * 9 + 8 * 10 * 10  # a real bias still counts
+
+
+def test_a_dot_product_counts_two_flops_per_element():
+    """1-D . 1-D MatMul: a scalar output (shape ()), 2 * K FLOPs as eager's ``dot``; it was 0."""
+    node = helper.make_node("MatMul", ["a", "b"], ["c"])
+    data = only_node(single_node_graph(node, [tensor("a", [1024]), tensor("b", [1024])], [tensor("c", None)]))
+    assert data["outputs"][0].shape == ()
+    assert (data["flops"], data["bytes_read"], data["bytes_written"]) == (2 * 1024, 8192, 4)
+
+
+def test_expand_and_tile_read_their_data_not_their_shape():
+    """The int64 target shape of an Expand (the repeats of a Tile) is metadata, as a Slice's starts and ends are."""
+    expand = helper.make_node("Expand", ["a", "shape"], ["c"])
+    data = only_node(single_node_graph(expand, [tensor("a", [3, 1, 4])], [tensor("c", None)],
+                                       [ints("shape", [2, 3, 5, 4])]))
+    assert (data["bytes_read"], data["bytes_written"]) == (4 * 12, 4 * 120)
+    tile = helper.make_node("Tile", ["a", "repeats"], ["c"])
+    data = only_node(single_node_graph(tile, [tensor("a", [3, 1, 4])], [tensor("c", None)], [ints("repeats", [2, 1, 1])]))
+    assert (data["bytes_read"], data["bytes_written"]) == (4 * 12, 4 * 24)
+
+
+@pytest.mark.parametrize("op,per_element", [("Sum", 3), ("Max", 3), ("Min", 3), ("Mean", 4)])
+def test_variadic_elementwise_ops_count_one_op_per_extra_input(op, per_element):
+    """Four inputs: three adds (maxima, minima) per output element, and a Mean's scale; it was 1 whatever n."""
+    node = helper.make_node(op, ["a", "b", "c", "d"], ["y"])
+    graph = single_node_graph(node, [tensor(name, [4, 100]) for name in "abcd"], [tensor("y", None)])
+    assert only_node(graph)["flops"] == per_element * 400
+
+
+def test_the_fusion_features_read_the_costs_they_were_trained_on():
+    """The cost fixes above leave the shipped fusion GNN's node features as they were (lilou.graph.features)."""
+    import math
+
+    from lilou.graph.features import node_scalars
+
+    dot = only_node(single_node_graph(helper.make_node("MatMul", ["a", "b"], ["c"]),
+                                      [tensor("a", [1024]), tensor("b", [1024])], [tensor("c", None)]))
+    expand = only_node(single_node_graph(helper.make_node("Expand", ["a", "shape"], ["c"]), [tensor("a", [3, 1, 4])],
+                                         [tensor("c", None)], [ints("shape", [2, 3, 5, 4])]))
+    total = only_node(single_node_graph(helper.make_node("Sum", ["a", "b", "c", "d"], ["y"]),
+                                        [tensor(name, [4, 100]) for name in "abcd"], [tensor("y", None)]))
+    assert node_scalars(dot)[:2] == [0.0, math.log1p(8192)]
+    assert node_scalars(expand)[:2] == [0.0, math.log1p(4 * 12 + 8 * 4)]
+    assert node_scalars(total)[:2] == [math.log1p(400), math.log1p(4 * 1600)]

@@ -30,11 +30,14 @@ def run(args: argparse.Namespace) -> int:
     from lilou.fusion.backends import check_backend
     from lilou.fusion.predict import predict_partition
     from lilou.graph.dag import load_graph
+    from lilou.graph.loading import load_onnx
+    from lilou.graph.names import synthetic_nodes
 
-    check_backend(args.backend)
-    # the oracles label the file's own nodes: no batch norm folded into a convolution is put back for them
+    backend = check_backend(args.backend)
+    # the oracles label the file's own nodes: no batch norm folded into a convolution is put back for them (nor for
+    # TVM's prediction: TVM compiles the file as written)
     graph = load_graph(args.model, batch=args.batch, shapes=shape_overrides(args), restore_folded=not args.oracle,
-                       values=input_values(args))
+                       values=input_values(args), backend=backend)
     if not graph.runtime_nodes():
         raise LilouInputError(f"{args.model} has no nodes to run: nothing to fuse")
     if args.oracle:
@@ -50,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         payload = partition.to_json()
         if folded:
             payload["no_kernel"].append({"nodes": folded, "reason": "folded"})
-        print_json({**payload, "source": partition.source, "warnings": warnings})
+        print_json({**payload, "source": partition.source, "warnings": warnings,
+                    "synthetic_nodes": synthetic_nodes(load_onnx(args.model), graph)})
         for warning in warnings:
             warn(warning)
         return 0

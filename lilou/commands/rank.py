@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     gpus = None if args.gpus is None else args.gpus.split(",")
     gap = launch_gap_ms(args)
     # The file is shaped in a child process from here on, while the predictor is imported and loaded.
-    with read_graph(args.model, batch=args.batch, shapes=shape_overrides(args), values=input_values(args)) as reading:
+    with read_graph(args.model, batch=args.batch, shapes=shape_overrides(args), values=input_values(args),
+                    backend=args.backend) as reading:
         from lilou.api import Predictor
 
         predictor = Predictor(backend=args.backend, launch_gap_ms=gap)

@@ -38,6 +38,7 @@ them inside the ``aten.lstm`` call (:func:`lilou.fusion.backends.eager.recurrent
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 
 import networkx as nx
@@ -520,7 +521,7 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
     runtime = _runtime_in_order(graph)
     views = eager_views(graph, runtime)
     fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, _flips_alone(graph, fused)), views)
-    fused = _library_calls_alone(graph, fused, views)
+    fused = _library_calls_alone(graph, _distinct_calls_apart(graph, fused, views), views)
     partition = partition_from_fused_edges(graph, _without_view_bridges(graph, fused, runtime, views), "eager",
                                            source=source, scores=scores)
     return _silenced(graph, partition, views)
@@ -541,7 +542,8 @@ def kept_whole(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
     """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`) or a
     cuBLAS/cuDNN call to anything but a view (:func:`_library_calls_alone`)."""
     views = eager_views(graph, _runtime_in_order(graph))
-    return _library_calls_alone(graph, _calls_kept_whole(graph, _flips_alone(graph, fused), views), views)
+    kept = _calls_kept_whole(graph, _distinct_calls_apart(graph, _flips_alone(graph, fused), views), views)
+    return _library_calls_alone(graph, kept, views)
 
 
 def _flips_alone(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
@@ -554,6 +556,15 @@ def _flips_alone(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
 
 #: Ops eager runs as one cuBLAS or cuDNN call whose epilogue is the node's own (a Gemm's bias, a convolution's).
 LIBRARY_CALL_OPS = frozenset({"Gemm", "Conv", "ConvTranspose"})
+#: Ops eager runs as one cuBLAS call that shares its kernel only within the aten call it belongs to (``linear``'s
+#: bias ``Add``, an attention's two matmuls, an inlined torchlib function), never with a neighbouring aten call.
+MATMUL_CALL_OPS = frozenset({"MatMul"})
+#: Producer -> consumer op pairs that are two aten calls, two kernels, in eager unless the replay knows them inside
+#: one decomposition (:func:`aten_call_groups`): ``masked_fill(mask == 0, ...)`` (Equal, Where), a hand-written
+#: ``x - x.mean()`` (ReduceMean, Sub: a layer norm's is one call), ``mask[index] & other`` (GatherND, And), and
+#: ``tanh`` and ``relu`` one after the other (each one ONNX node of its own call).
+DISTINCT_CALL_PAIRS = frozenset({("Equal", "Where"), ("ReduceMean", "Sub"), ("GatherND", "And"), ("Tanh", "Relu"),
+                                 ("Relu", "Tanh")})
 
 
 def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) -> list[Edge]:
@@ -562,22 +573,95 @@ def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) 
     epilogue the node's own (the bias), and each neighbour's kernel apart. In the eager oracle's labels no such edge
     is fused (859 graphs, names shown or hidden: only views into these ops share their kernel). The GNN joined the
     ``Gemm -> Tanh`` of a TorchScript RNN loop, and onnxruntime's mean pooling and activation around a FusedGemm
-    written back."""
+    written back.
+
+    A ``MatMul`` (:data:`MATMUL_CALL_OPS`) is held the same way, but for the nodes of the aten call it belongs to
+    (:func:`aten_call_groups`: ``linear``'s bias ``Add``, SDPA's math, an inlined function such as an unrolled
+    ``rnn_tanh``), and a view after it stays with it only when that view's fused readers are of its call: the GNN
+    made a chain of ten small ``MatMul -> Tanh`` one kernel (an ONNX Loop's unrolled body, a Python loop), merged the
+    copy of an attention output's ``transpose(1, 2).reshape(B, T, C)`` (a reshape no strides allow) into the
+    projection after it, and folded a ``transpose`` after a matmul into it. No eager kernel holds two library calls
+    but within one aten call."""
     data = graph.dag.nodes
     calls = {node for edge in fused for node in edge if data[node]["op"] in LIBRARY_CALL_OPS}
-    if not calls:
+    # The matmuls of a recurrent layer written out step by step (an ``nn.RNN`` the exporter decomposed, which read
+    # its ``weight_hh_l0``) are one cuDNN call with their adds and tanhs in eager: the oracle's recurrent groups.
+    matmuls = {node for edge in fused for node in edge
+               if data[node]["op"] in MATMUL_CALL_OPS and not _reads_a_recurrent_weight(graph, node)}
+    if not calls and not matmuls:
         return fused
+    unit = _aten_call_of(graph) if matmuls else {}
+    # a matmul's whole aten call (linear's bias Add, SDPA's softmax) is held as the matmul is
+    units = {unit[m] for m in matmuls if m in unit}
+    held = matmuls | {node for edge in fused for node in edge if unit.get(node, -1) in units}
     readers = _fused_readers(fused)
     transparent = views.__contains__
 
+    def one_call(u: str, v: str) -> bool:
+        return u in unit and unit[u] == unit.get(v)
+
     def joins_a_call(u: str, v: str) -> bool:
+        if u in held:
+            if one_call(u, v):
+                return False
+            reached = _reached(v, readers, transparent)
+            return not (transparent(v) and reached and all(one_call(u, r) for r in reached))
         if transparent(u):
             return False
+        if v in held:
+            return True
         # Into a call, only the edge itself: Swin's ``as_strided``, written as a Gather that no view rule knows,
         # shares the convolution's kernel through a squeeze and a reshape in the labels.
         return bool(_reached(v, readers, transparent)) if u in calls else v in calls
 
     return [(u, v) for u, v in fused if not joins_a_call(u, v)]
+
+
+#: A recurrent layer's weight as torch names it (``weight_hh_l1_reverse``), as the eager oracle reads it.
+_RECURRENT_WEIGHT = re.compile(r"weight_(?:ih|hh)_l(\d+)(_reverse)?$")
+
+
+def _reads_a_recurrent_weight(graph: ModelGraph, node: str) -> bool:
+    """Does ``node`` read a recurrent layer's weight, directly or through constant nodes (the eager oracle's anchor of
+    a decomposed recurrent layer, :func:`lilou.fusion.backends.eager.recurrent_groups`)?"""
+    dag = graph.dag
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if any(t is not None and _RECURRENT_WEIGHT.search(t.name) for t in dag.nodes[current]["inputs"]):
+            return True
+        stack.extend(p for p in dag.predecessors(current) if dag.nodes[p]["constant"])
+    return False
+
+
+def _aten_call_of(graph: ModelGraph) -> dict[str, int]:
+    """Node -> the index of the multi-node aten call the replay knows it in (:func:`aten_call_groups`)."""
+    return {node: index for index, members in enumerate(aten_call_groups(graph)) for node in members}
+
+
+def _distinct_calls_apart(graph: ModelGraph, fused: list[Edge], views: set[str]) -> list[Edge]:
+    """The fused edges, less those between two ops of :data:`DISTINCT_CALL_PAIRS`, directly or through views, that no
+    known decomposition holds together: eager runs ``mask == 0`` and ``masked_fill``, ``x.mean()`` and ``x - m``, as
+    two kernels each (the GNN joined them in HF BERT's attention mask, hand-written masked attention and a
+    hand-written layer norm)."""
+    data = graph.dag.nodes
+    firsts = {first for first, _ in DISTINCT_CALL_PAIRS}
+    candidates = [(u, v) for u, v in fused if data[u]["op"] in firsts and u not in views]
+    if not candidates:
+        return fused
+    readers = _fused_readers(fused)
+    unit: dict[str, int] | None = None
+    cut = set()
+    for u, v in candidates:
+        for target in _reached(v, readers, views.__contains__):
+            if (data[u]["op"], data[target]["op"]) in DISTINCT_CALL_PAIRS:
+                unit = _aten_call_of(graph) if unit is None else unit
+                if u not in unit or unit[u] != unit.get(target):
+                    cut.add((u, v))
+    return [edge for edge in fused if edge not in cut] if cut else fused
 
 
 def _fused_readers(fused: list[Edge]) -> dict[str, list[str]]:

@@ -48,8 +48,8 @@ def shipped_gnn(method: str = "auto") -> FusionPredictor | None:
 
 
 def predict_partition(graph: ModelGraph, backend: str = "eager", method: str = "auto") -> Partition:
-    """Kernel groups predicted from the ONNX graph alone (``method``: auto, gnn or rules)."""
-    check_backend(backend)
+    """Kernel groups predicted from the ONNX graph alone (``method``: auto, gnn or rules; ``backend`` in any case)."""
+    backend = check_backend(backend)
     known: Iterable[str] = OP_VOCABULARY
     predictor = shipped_gnn(method)
     if predictor is not None:

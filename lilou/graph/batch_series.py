@@ -44,8 +44,9 @@ class BatchSeries:
     (``ceil(N / 8)`` is 1 at batches 1 to 8) is caught over the whole range a derived graph can come from."""
 
     def __init__(self, path: str | os.PathLike[str], largest: int,
-                 values: Mapping[str, Sequence[Value]] | None = None) -> None:
+                 values: Mapping[str, Sequence[Value]] | None = None, backend: str = "eager") -> None:
         self.path = path
+        self.backend = backend  # whose kernels the graphs are read for (lilou.graph.dag.build_graph)
         self.values = values  # run-time inputs' values (--value), the same at every batch
         self.name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
         self.largest = largest
@@ -85,7 +86,7 @@ class BatchSeries:
         comes when that read is asked for; a read never asked for is stopped by :meth:`close`."""
         key = (batch, _pinned(shapes))
         if key not in self._ahead:
-            self._ahead[key] = read_graph(self.path, batch=batch, shapes=shapes, values=self.values)
+            self._ahead[key] = read_graph(self.path, batch=batch, shapes=shapes, values=self.values, backend=self.backend)
 
     def close(self) -> None:
         """Stop the prefetched reads no graph asked for."""
@@ -94,7 +95,7 @@ class BatchSeries:
 
     def _read(self, batch: int, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ShapedModel, ModelGraph]:
         reading = self._ahead.pop((batch, _pinned(shapes)), None) \
-            or read_graph(self.path, batch=batch, shapes=shapes, values=self.values)
+            or read_graph(self.path, batch=batch, shapes=shapes, values=self.values, backend=self.backend)
         with reading:
             shaped = reading.shaped()  # in a guarded child, beside any work an outer meanwhile set
         self.reads += 1

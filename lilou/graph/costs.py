@@ -148,8 +148,9 @@ def _conv_transpose_flops(node: CostInput) -> int:
 
 def _matmul_flops(node: CostInput) -> int:
     a, b = node.inputs[0], node.inputs[1]
-    if a is None or b is None or a.shape is None or b.shape is None or not node.outputs[0].shape:
+    if a is None or b is None or a.shape is None or b.shape is None or node.outputs[0].shape is None:
         return 0
+    # a 1-D . 1-D product (a dot) has the scalar shape (): 2 * K, as eager's ``dot``
     k = a.shape[-1] if len(a.shape) >= 1 else 1
     return 2 * math.prod(node.outputs[0].shape) * k
 
@@ -450,7 +451,14 @@ _FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
 SUPPORTED_OPS = frozenset(VIEW_OPS | SEQUENCE_OPS | MOVEMENT_OPS | set(ELEMENTWISE_FLOPS) | set(_FLOP_FORMULAS))
 
 
+#: Variadic elementwise ops: n inputs take n - 1 operations per output element (a Mean's n - 1 adds and its scale: n).
+_VARIADIC_OPS = {"Sum": 0, "Max": 0, "Min": 0, "Mean": 1}
+
+
 def node_flops(node: CostInput) -> int:
+    if node.op in _VARIADIC_OPS:
+        inputs = sum(1 for t in node.inputs if t is not None)
+        return max(inputs - 1 + _VARIADIC_OPS[node.op], 0) * _out_elements(node)
     if node.op in ELEMENTWISE_FLOPS:
         return ELEMENTWISE_FLOPS[node.op] * _out_elements(node)
     formula = _FLOP_FORMULAS.get(node.op)
@@ -468,6 +476,8 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
     inputs = [t for t in node.inputs if t is not None]
     if node.op == "CastLike":
         inputs = inputs[:1]  # the second input lends its type only
+    if node.op in ("Expand", "Tile") and node.inputs and node.inputs[0] is not None:
+        inputs = inputs[:1]  # the target shape, the repeats: metadata the kernel's launch reads, not memory
     if node.op in _RECURRENT_GATES:
         return _recurrent_reads(node)
     if node.op == "NegativeLogLikelihoodLoss" and len(inputs) > 1:

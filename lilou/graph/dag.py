@@ -122,25 +122,28 @@ class ModelGraph:
 
 def load_graph(path: str | os.PathLike[str], batch: int | None = None,
                shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True,
-               values: Mapping[str, Sequence[Value]] | None = None) -> ModelGraph:
+               values: Mapping[str, Sequence[Value]] | None = None, backend: str = "eager") -> ModelGraph:
     """Load an ONNX file, apply input-shape overrides and input values, infer shapes and annotate every node (the
-    shaping in a guarded child: :mod:`lilou.graph.reading`)."""
+    shaping in a guarded child: :mod:`lilou.graph.reading`). ``restore_folded`` and ``backend``: see
+    :func:`build_graph`."""
     from lilou.graph.reading import read_graph
 
-    with read_graph(path, batch=batch, shapes=shapes, values=values, restore_folded=restore_folded) as reading:
+    with read_graph(path, batch=batch, shapes=shapes, values=values, restore_folded=restore_folded,
+                    backend=backend) as reading:
         return reading.graph()
 
 
 def build_graph(model: onnx.ModelProto, name: str = "model", batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True,
-                values: Mapping[str, Sequence[Value]] | None = None) -> ModelGraph:
+                values: Mapping[str, Sequence[Value]] | None = None, backend: str = "eager") -> ModelGraph:
     """``restore_folded``: put back what an exporter or optimizer fused that eager runs as the module's own ops: batch
     norms folded into convolutions (:mod:`lilou.graph.folded_norms`), onnxscript's RMS-norm fusion
-    (:mod:`lilou.graph.exporter_fusions`), onnxruntime's contrib ops (:mod:`lilou.graph.contrib_ops`) and quantized
-    graphs (:mod:`lilou.graph.quantized`); the fusion
-    dataset keeps the file's own nodes, which its labels name."""
-    return annotate_graph(shape_model(model, batch=batch, shapes=shapes, restore_folded=restore_folded, values=values),
-                          name=name)
+    (:mod:`lilou.graph.exporter_fusions`), onnxruntime's contrib ops (:mod:`lilou.graph.contrib_ops`), eager's
+    log_softmax and nll_loss kernels of a SoftmaxCrossEntropyLoss, and quantized graphs (:mod:`lilou.graph.quantized`);
+    the fusion dataset keeps the file's own nodes, which its labels name. All but the quantized graphs describe eager
+    PyTorch: for any other ``backend`` (TVM compiles the file as written) only the quantized graphs are rewritten."""
+    return annotate_graph(shape_model(model, batch=batch, shapes=shapes, restore_folded=restore_folded, values=values,
+                                      backend=backend), name=name)
 
 
 @dataclass
@@ -159,9 +162,9 @@ class ShapedModel:
 
 def shape_model(model: onnx.ModelProto, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, restore_folded: bool = True,
-                values: Mapping[str, Sequence[Value]] | None = None) -> ShapedModel:
+                values: Mapping[str, Sequence[Value]] | None = None, backend: str = "eager") -> ShapedModel:
     """Check the file, set its input values and shapes (in place) and infer every tensor's shape
-    (``restore_folded``: see :func:`build_graph`; ``values``: :mod:`lilou.graph.input_values`). An ``If`` whose
+    (``restore_folded`` and ``backend``: see :func:`build_graph`; ``values``: :mod:`lilou.graph.input_values`). An ``If`` whose
     branch is known or chosen is first written as that branch (:mod:`lilou.graph.branches`), a ``Loop`` whose trip
     count is known as its body once per iteration (:mod:`lilou.graph.loops`)."""
     check_opset(model)
@@ -176,7 +179,7 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     apply_input_shapes(model, batch=batch, shapes=shapes)
     token = SIZES_GIVEN.set(batch is not None or bool(asked))
     try:
-        shaped = _shape_resolved(model, restore_folded, notes)
+        shaped = _shape_resolved(model, restore_folded, notes, backend)
     finally:
         SIZES_GIVEN.reset(token)
     resized = resized_inputs(fixed, runtime_inputs(model))
@@ -200,7 +203,8 @@ def _check_sizes_follow(shaped: ShapedModel, resized: list[ResizedInput]) -> Non
                               "with the batch and shapes you want, or price it at its own sizes")
 
 
-def _shape_resolved(model: onnx.ModelProto, restore_folded: bool, notes: list[str]) -> ShapedModel:
+def _shape_resolved(model: onnx.ModelProto, restore_folded: bool, notes: list[str],
+                    backend: str = "eager") -> ShapedModel:
     """:func:`shape_model` once the input shapes are set: control flow resolved, then every shape inferred."""
     check_structure(model)
     check_ranges(model.graph)
@@ -210,7 +214,7 @@ def _shape_resolved(model: onnx.ModelProto, restore_folded: bool, notes: list[st
             work.CopyFrom(candidate)
             check_structure(work)
             check_ranges(work.graph)
-            shaped = _shape_checked(work, restore_folded, [])
+            shaped = _shape_checked(work, restore_folded, [], backend)
             graph = annotate_graph(shaped)  # its shape checks: a branch that cannot run at these shapes says so
             return _total_size(graph), shaped
 
@@ -233,7 +237,7 @@ def _shape_resolved(model: onnx.ModelProto, restore_folded: bool, notes: list[st
         if len(notes) > before:  # control flow was written out: its nodes are checked as the file's own are
             check_structure(model)
             check_ranges(model.graph)
-    return _shape_checked(model, restore_folded, notes)
+    return _shape_checked(model, restore_folded, notes, backend)
 
 
 def _shape_value(model: onnx.ModelProto, name: str) -> float | None:
@@ -254,17 +258,21 @@ def _total_size(graph: ModelGraph) -> tuple[float, float]:
             float(sum(data["bytes_read"] + data["bytes_written"] for data in nodes)))
 
 
-def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str]) -> ShapedModel:
+def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str],
+                   backend: str = "eager") -> ShapedModel:
     """:func:`shape_model` after its checks: put back what was fused, then infer every shape."""
-    contrib = restore_contrib_ops(model) if restore_folded else {}  # first: a FusedConv's Conv may hold a folded norm
-    restored = restore_folded_batchnorms(model) if restore_folded else []
+    # What eager runs as the module's own ops; any other backend compiles the file as written (TVM: a folded batch
+    # norm stays in its convolution, onnxruntime's contrib ops are what its oracle reads).
+    as_eager = restore_folded and backend.lower() == "eager"
+    contrib = restore_contrib_ops(model) if as_eager else {}  # first: a FusedConv's Conv may hold a folded norm
+    restored = restore_folded_batchnorms(model) if as_eager else []
     if restored:
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
                      f"({_listed(restored)}) are restored as their own kernels, as eager PyTorch runs them "
                      "(export with optimize=False to keep them)")
-    if restore_folded:  # eager's log_softmax and nll_loss kernels, as ONNX defines the op (a file's own nodes kept else)
+    if as_eager:  # eager's log_softmax and nll_loss kernels, as ONNX defines the op (a file's own nodes kept else)
         split_cross_entropy(model)
-    unfused = restore_exporter_fusions(model) if restore_folded else []
+    unfused = restore_exporter_fusions(model) if as_eager else []
     if unfused:
         notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
                      f"({_listed(unfused)}; onnxscript's RmsNormFusion) are priced as those ops")
@@ -725,9 +733,9 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                         "that do not grow with the batch)")
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
-        warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop costs its body times a constant "
-                        "trip count, a Scan its body times its scan length, an If its larger branch; each runs as "
-                        "one fallback kernel")
+        warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop not written out per iteration "
+                        "costs its body times its trip count, a Scan its body times its scan length, an If its larger "
+                        "branch; each runs as one fallback kernel")
     training = sum(1 for _, d in dag.nodes(data=True) if not d["constant"]
                    and batchnorm_training(CostInput(d["op"], d["attributes"], d["inputs"], d["outputs"])))
     if training:

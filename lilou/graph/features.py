@@ -48,10 +48,31 @@ def node_scalars(data: dict) -> list[float]:
     outputs = [t for t in data["outputs"] if t is not None]
     elements = sum(t.elements or 0 for t in outputs)
     rank = max((len(t.shape) for t in outputs if t.shape is not None), default=0)
+    flops, bytes_read = feature_costs(data)
     return [
-        log1p(data["flops"]), log1p(data["bytes_read"]), log1p(data["bytes_written"]), log1p(elements),
+        log1p(flops), log1p(bytes_read), log1p(data["bytes_written"]), log1p(elements),
         float(rank), float(data["constant"]), float(data["op"] in VIEW_OPS),
     ]
+
+
+#: Variadic elementwise ops, which the features count at one op per output element (:func:`feature_costs`).
+_VARIADIC_OPS = frozenset({"Sum", "Max", "Min", "Mean"})
+
+
+def feature_costs(data: dict) -> tuple[int, int]:
+    """A node's FLOPs and bytes read as the shipped fusion GNN's features read them, which predate three cost fixes
+    in :mod:`lilou.graph.costs` (kept so its inputs do not shift under it; a retrained model's feature version may
+    drop them): a 1-D . 1-D MatMul was 0 FLOPs (now 2 K), a variadic Sum/Max/Min/Mean one op per output element
+    whatever its inputs (now n - 1, a Mean's scale n), and an Expand or Tile read its int64 shape (repeats) too
+    (now left out, as a Slice's starts are)."""
+    op, flops, bytes_read = data["op"], data["flops"], data["bytes_read"]
+    if op in _VARIADIC_OPS:
+        flops = sum(t.elements or 0 for t in data["outputs"] if t is not None)
+    elif op == "MatMul" and data["outputs"] and data["outputs"][0] is not None and data["outputs"][0].shape == ():
+        flops = 0
+    elif op in ("Expand", "Tile") and data["inputs"] and data["inputs"][0] is not None:
+        bytes_read += sum(t.nbytes or 0 for t in data["inputs"][1:] if t is not None)
+    return flops, bytes_read
 
 
 @dataclass

@@ -41,11 +41,12 @@ class GraphReading:
     :meth:`graph`, so a caller checks its own arguments (a GPU name) first, as it would before reading."""
 
     def __init__(self, path: str | os.PathLike[str], batch: int | None, shapes: Mapping[str, Sequence[int]] | None,
-                 values: Mapping[str, Sequence[Value]] | None, restore_folded: bool) -> None:
+                 values: Mapping[str, Sequence[Value]] | None, restore_folded: bool, backend: str = "eager") -> None:
         self.path = path
         self.batch = batch
         self.name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
-        self._options = {"batch": batch, "shapes": shapes, "restore_folded": restore_folded, "values": values}
+        self._options = {"batch": batch, "shapes": shapes, "restore_folded": restore_folded, "values": values,
+                         "backend": backend}
         self._model: onnx.ModelProto | None = None
         self._error: Exception | None = None
         self._child: guarded_inference.GuardedChild | None = None
@@ -114,9 +115,10 @@ class GraphReading:
 
 def read_graph(path: str | os.PathLike[str], batch: int | None = None,
                shapes: Mapping[str, Sequence[int]] | None = None,
-               values: Mapping[str, Sequence[Value]] | None = None, restore_folded: bool = True) -> GraphReading:
+               values: Mapping[str, Sequence[Value]] | None = None, restore_folded: bool = True,
+               backend: str = "eager") -> GraphReading:
     """Start reading ``path`` (arguments as :func:`lilou.graph.dag.load_graph`); see the module docstring."""
-    return GraphReading(path, batch, shapes, values, restore_folded)
+    return GraphReading(path, batch, shapes, values, restore_folded, backend)
 
 
 def _meanwhile(work: Callable[[], object] | None):

@@ -306,7 +306,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     values = check_input_values(values) or None
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
-    series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values)
+    series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values, backend=predictor.backend)
     load = prepare or series.graph
     pins = _pins_at_batch(model, shapes)
     curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}

@@ -144,7 +144,8 @@ class Service:
                 if series is not None and batch is not None:
                     graph = series.graph(batch, shapes or None)
                 else:
-                    graph = load_graph(source.path, batch=batch, shapes=shapes or None, values=values or None)
+                    graph = load_graph(source.path, batch=batch, shapes=shapes or None, values=values or None,
+                                       backend=backend)
                 prepared = predictor.prepare(dataclasses.replace(graph, name=MODEL_PLACEHOLDER))
             except LilouInputError as exc:  # shared with requests for the same bytes: this request's path goes
                 raise type(exc)(_placeholder_for(source, str(exc))) from None
@@ -232,7 +233,8 @@ class Service:
         from lilou.graph.batch_series import BatchSeries
         from lilou.plan.planner import check_batches
 
-        series = BatchSeries(source.path, largest=check_batches(batches)[-1], values=values or None)
+        series = BatchSeries(source.path, largest=check_batches(batches)[-1], values=values or None,
+                             backend=backend)
         return lambda batch, shapes: self.prepared(source, batch, shapes or {}, backend, series=series,
                                                    values=values)
 

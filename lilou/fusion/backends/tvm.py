@@ -137,10 +137,16 @@ def tvm_partition_with_stats(model: onnx.ModelProto | str | os.PathLike[str],
             model = onnx.inliner.inline_local_functions(model)
         if graph is None:
             graph = build_graph(model, name=model.graph.name or "model", restore_folded=False)
+    check_tvm_supported(model)
+    # Lilou writes an If as its branch and a Loop as its body per iteration (lilou.graph.branches, lilou.graph.loops):
+    # those nodes are not the file's, which TVM imports; refused as Scan is (docs/fusion.md).
+    control = sorted({node.op_type for node in model.graph.node if node.op_type in ("If", "Loop")})
+    if control:
+        raise LilouInputError(f"the TVM oracle does not handle control flow ({', '.join(control)}); "
+                              "drop --oracle for the fusion model's prediction")
     names = unique_node_names(model.graph)
     if set(names) != set(graph.dag.nodes):
         raise ValueError(f"graph {graph.name!r} does not describe this model: its node names differ")
-    check_tvm_supported(model)
 
     folded = _fold_constants(model, graph, names)
     with _native_stderr_silenced():  # TVM's C++ logs warnings (pow, take modes...) straight to fd 2
