@@ -13,6 +13,7 @@ import gc
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -96,6 +97,11 @@ def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[i
     """Run one command: (exit status, whether the process may :func:`leave` at once: ``quick_exit`` asked and the
     command allows it; its garbage collector is then off)."""
     quick = False
+    # The fusion GNN's feature-version warning (lilou.fusion.gnn_predictor.StaleFusionCheckpointWarning, matched by
+    # message so that no model module is imported here) is for the library and the scripts: the CLI's stderr holds
+    # one line per error (issue 17), and the shipped checkpoint's version is recorded in its config.json.
+    warnings.filterwarnings("ignore", message=r"fusion checkpoint .* (was trained on features of version|records no "
+                                              r"feature version)")
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(argv[0] if argv else None).parse_args(argv)

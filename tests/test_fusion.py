@@ -412,3 +412,88 @@ def test_fuse_json_flags_the_names_lilou_made_up(tmp_path, capsys):
     payload = json.loads(capsys.readouterr().out)
     assert payload["synthetic_nodes"] == {name: {"named_by_lilou": True} for name in ("Relu_0", "Sigmoid_1", "dup__1")}
     assert {n for k in payload["kernels"] for n in k["nodes"]} == {"Relu_0", "Sigmoid_1", "dup", "dup__1"}
+
+
+def test_training_writes_the_feature_version_and_a_repo_relative_data_path(tmp_path, monkeypatch):
+    """What `make train-fusion` writes says how to rebuild it: the command, the data folder relative to the checkout
+    (not this machine's absolute path), the feature and oracle versions and the commit; the loader reads the
+    feature version back from config.json."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    import lilou.fusion.training as training
+    from lilou.fusion.dataset import ORACLE_VERSIONS, build_fusion_dataset
+    from lilou.fusion.features import FEATURE_VERSION
+
+    checkout = tmp_path / "checkout"  # stands for the repository root
+    data = checkout / "datasets" / "fusion"
+    counts = build_fusion_dataset(data, ["eager"], limit=1, families=["mlp"])
+    assert counts["graphs"] == 1 and counts["failed"] == 0
+    monkeypatch.setattr(training, "REPO", checkout, raising=False)
+    monkeypatch.chdir(checkout)
+    overrides = ["experiment=fusion_gnn", "data.root=datasets/fusion", "data.backends=[eager]", "data.train_splits=[train]",
+                 "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "model.hidden=8", "model.layers=1",
+                 "~logger", "+score_rules=false", "output_checkpoint=out/fusion"]
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(tmp_path / "run")
+    HydraConfig.instance().set_config(cfg)
+    try:
+        training.train_fusion_model(cfg)
+    finally:
+        HydraConfig.instance().cfg = None
+    for folder in (checkout / "out" / "fusion", tmp_path / "run" / "checkpoint"):
+        for name in ("config.json", "metrics.json"):
+            written = json.loads((folder / name).read_text())
+            assert written["feature_version"] == FEATURE_VERSION, name
+            assert written["oracle_versions"] == ORACLE_VERSIONS, name
+            assert written["data"] == "datasets/fusion", name
+            assert written["command"].startswith("python -m lilou.train experiment=fusion_gnn "), name
+            assert str(tmp_path) not in json.dumps({k: v for k, v in written.items() if k != "config"}), name
+            assert "git_commit" in written, name
+
+
+def test_a_fusion_checkpoint_of_other_features_warns_when_loaded(tmp_path):
+    """A checkpoint whose recorded feature version is not the code's (or that records none) is loaded with a
+    warning that says so; one of the current version loads silently."""
+    import json
+    import warnings
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from lilou.fusion.features import FEATURE_VERSION
+    from lilou.fusion.gnn_predictor import FusionPredictor, StaleFusionCheckpointWarning
+
+    save_file({"node_in.0.weight": np.zeros((8, FUSION_NODE_FEATURES), np.float32),
+               "edge_in.0.weight": np.zeros((8, FUSION_EDGE_FEATURES), np.float32)}, tmp_path / "model.safetensors")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architecture": {"layers": 1}, "feature_version": "6"}))
+    with pytest.warns(StaleFusionCheckpointWarning, match=f"features of version 6, but this code computes version "
+                                                         f"{FEATURE_VERSION}"):
+        FusionPredictor.load(tmp_path)
+    config.write_text(json.dumps({"architecture": {"layers": 1}}))
+    with pytest.warns(StaleFusionCheckpointWarning, match="records no feature version"):
+        FusionPredictor.load(tmp_path)
+    config.write_text(json.dumps({"architecture": {"layers": 1}, "feature_version": FEATURE_VERSION}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FusionPredictor.load(tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="the shipped fusion GNN was trained on version-6 features (session 14) and "
+                                       "not retrained since; retrain it (`make fusion-data && make train-fusion`) and "
+                                       "drop this mark")
+def test_the_shipped_fusion_gnn_was_trained_on_the_features_this_code_computes():
+    import json
+
+    from lilou.checkpoints import FUSION_GNN, checkpoint_path
+    from lilou.fusion.gnn_predictor import feature_version_mismatch
+
+    config = json.loads((checkpoint_path(FUSION_GNN) / "config.json").read_text())
+    assert feature_version_mismatch(config) is None

@@ -37,7 +37,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch_geometric.data import Data
 
-from lilou.fusion.features import fusion_data
+from lilou.fusion.features import FEATURE_VERSION, fusion_data
 from lilou.fusion.oracles import oracle_partition
 from lilou.fusion.partition import Partition
 from lilou.graph.dag import build_graph
@@ -71,9 +71,6 @@ TEST_EXPORTERS = frozenset({"o18"})
 #: Held-out splits, in the order ``make bench-fusion`` reports them.
 HELD_OUT_SPLITS = ("test", "test-op", "test-exporter")
 CORPUS_PREFIX = "op-"
-FEATURE_VERSION = "8"  # 5: replay knows gelu forms and recurrent layers; LSTM/GRU/RNN costed; 6: exporter names;
-# 7: the replay counts a select as a view, joins SDPA calls, keeps call boundaries; shape-only values are constant;
-# 8: a reshape of strides no view can have copies, a same-type Cast is a view, TorchScript's activation forms
 #: Bumped when an oracle's labelling changes; labels on disk from another version are redone.
 #: eager 2: ``_unsafe_view``, ``operator.getitem`` and functional dropout's ``clone`` launch no kernel.
 #: eager 3: a recurrent layer (nn.LSTM/GRU/RNN) is one kernel per layer and direction.

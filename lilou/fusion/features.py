@@ -51,6 +51,13 @@ from lilou.graph.dag import ModelGraph
 from lilou.graph.features import NUM_EDGE_FEATURES, NUM_NODE_FEATURES, graph_arrays
 
 
+#: Bumped when the features of a graph change: cached features on disk from another version are recomputed
+#: (:mod:`lilou.fusion.dataset`), and a GNN checkpoint records the version it was trained on
+#: (:meth:`lilou.fusion.gnn_predictor.FusionPredictor.load` warns when it is not this one).
+FEATURE_VERSION = "8"  # 5: replay knows gelu forms and recurrent layers; LSTM/GRU/RNN costed; 6: exporter names;
+# 7: the replay counts a select as a view, joins SDPA calls, keeps call boundaries; shape-only values are constant;
+# 8: a reshape of strides no view can have copies, a same-type Cast is a view, TorchScript's activation forms
+
 # Coarse op kinds, close to the operator patterns compilers fuse by (TVM's elementwise /
 # injective / reduction / "anchor" whose output elementwise ops may join). They let the
 # model generalise to an op it saw rarely from what it knows of its kind.

@@ -22,6 +22,7 @@ import functools
 from dataclasses import replace
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from lilou.blas import blas_section
 from lilou.checkpoints import FUSION_GNN, checkpoint_path
 from lilou.errors import MissingDataError
 from lilou.fusion.features import (
+    FEATURE_VERSION,
     FUSION_EDGE_FEATURES,
     FUSION_NODE_FEATURES,
     PRIOR_COLUMNS,
@@ -48,6 +50,22 @@ from lilou.graph.dag import ModelGraph
 
 #: Backends whose replay prior is a floor on the predicted fusion (see the module docstring).
 PRIOR_FLOOR_BACKENDS: tuple[str, ...] = ("eager",)
+
+
+class StaleFusionCheckpointWarning(UserWarning):
+    """A fusion checkpoint trained on features of another version than this code computes (or of no recorded
+    version): its inputs are defined differently from those it learned from. The tests turn it into an error."""
+
+
+def feature_version_mismatch(config: dict[str, Any]) -> str | None:
+    """Why a checkpoint's recorded feature version (``config["feature_version"]``) is not this code's, or None."""
+    recorded = config.get("feature_version")
+    if recorded is None:
+        return (f"records no feature version (it was trained before checkpoints recorded one), so it cannot be "
+                f"checked against the version {FEATURE_VERSION} features this code computes")
+    if str(recorded) != FEATURE_VERSION:
+        return f"was trained on features of version {recorded}, but this code computes version {FEATURE_VERSION}"
+    return None
 
 
 class FusionPredictor:
@@ -88,6 +106,10 @@ class FusionPredictor:
             raise MissingDataError(
                 f"fusion checkpoint {folder} was trained on {node_in} node / {edge_in} edge features, but this "
                 f"version computes {FUSION_NODE_FEATURES} / {FUSION_EDGE_FEATURES}: retrain it with `make train-fusion`")
+        stale = feature_version_mismatch(config)
+        if stale:
+            warnings.warn(f"fusion checkpoint {folder} {stale}; its predictions may be off: retrain it "
+                          "(`make fusion-data && make train-fusion`)", StaleFusionCheckpointWarning, stacklevel=2)
         return cls(weights, config)
 
     @classmethod

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,52 @@ from omegaconf import DictConfig, OmegaConf
 
 from lilou.fusion.benchmark import iter_labelled, score, tuned_rule_table
 from lilou.fusion.datamodule import FusionDataModule
-from lilou.fusion.dataset import HELD_OUT_SPLITS, op_types_seen
+from lilou.fusion.dataset import HELD_OUT_SPLITS, ORACLE_VERSIONS, op_types_seen
+from lilou.fusion.features import FEATURE_VERSION
 from lilou.fusion.gnn_predictor import FusionPredictor
 from lilou.fusion.rules import rule_partition
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def repo_relative(path: str | Path) -> str:
+    """``path`` relative to the repository root when it lies inside it (what a checkout elsewhere can rebuild)."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(REPO).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with ``-dirty`` when tracked files differ from it; None outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("-dirty" if dirty else "")
+
+
+def train_command() -> str:
+    """The command line that ran this training, as Hydra received its overrides."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task)
+    except (ImportError, ValueError):  # not under Hydra's main (a test, a notebook)
+        overrides = sys.argv[1:]
+    return " ".join(["python -m lilou.train", *overrides])
+
+
+def provenance(data_root: str | Path) -> dict[str, Any]:
+    """What a fusion checkpoint records of how it was made: the command, the data (repo-relative), the feature
+    and oracle versions of that data, and the code's commit. Written to both config.json (read back by
+    :meth:`FusionPredictor.load`, which checks ``feature_version``) and metrics.json."""
+    return {"command": train_command(), "data": repo_relative(data_root), "feature_version": FEATURE_VERSION,
+            "oracle_versions": dict(ORACLE_VERSIONS), "git_commit": git_commit()}
 
 
 def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDataModule]:
@@ -35,7 +79,8 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDa
               "backends": list(datamodule.backends),
               "trained_on": sorted({s.family for s in datamodule.samples["train"]}),
               "ops_seen": op_types_seen(datamodule.samples["train"], datamodule.root),
-              "config": OmegaConf.to_container(cfg, resolve=False)}
+              "config": OmegaConf.to_container(cfg, resolve=False),
+              **provenance(datamodule.root)}
     predictor = FusionPredictor.from_torch(module.net, config)
     return predictor, datamodule
 
@@ -69,9 +114,9 @@ def train_fusion_model(cfg: DictConfig) -> float | None:
     held_out = {split: held_out_metrics(predictor, datamodule.root, backends, split=split, with_rules=False)
                 for split in HELD_OUT_SPLITS if split != "test"}
     metrics: dict[str, Any] = {
-        "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
+        **provenance(datamodule.root),
+        "data_note": "fusion graphs built by `make fusion-data`, labelled by the oracles",
         "seed": cfg.seed,
-        "data": f"fusion graphs under {datamodule.root} (make fusion-data), labelled by the oracles",
         "train_graphs": len(datamodule.samples["train"]),
         "train_splits": list(datamodule.train_splits),
         "val": val,
