@@ -17,11 +17,12 @@ What is fitted for serving (always inside the fold, without the held-out GPU or 
 The roofline ITL baseline has no constant. The kernel model itself is the Predictor's, not refitted per fold, and
 neither is the attention correction (its rows include the A100-SXM4-80GB and the B200).
 
-Outputs: ``outputs/bench/llm.json`` (every figure), ``lilou/llm/calibration.json`` (the constants fitted on
-every non-held-back row, and the conformal 90 % half-widths of log(predicted / measured) from the
-leave-one-GPU-out residuals) and ``lilou/llm/attention.json``.
+Outputs: ``outputs/bench/llm.json`` (every figure; ``--out`` elsewhere). A benchmark run writes nothing else.
+With ``--write-shipped`` (``make calibrate-llm``) it also refits the shipped package files
+``lilou/llm/calibration.json`` (the constants fitted on every non-held-back row, and the conformal 90 % half-widths
+of log(predicted / measured) from the leave-one-GPU-out residuals) and ``lilou/llm/attention.json``.
 
-    python scripts/bench_llm.py [--quick] [--no-attention]
+    python scripts/bench_llm.py [--quick] [--no-attention] [--out FILE] [--write-shipped]
 """
 from __future__ import annotations
 
@@ -627,6 +628,12 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
     return result, calibration, correction
 
 
+def shipped_files(write_shipped: bool) -> tuple[Path, ...]:
+    """The package files a run rewrites: none for a benchmark (``--out`` or not), the calibration and the
+    attention correction only when asked (``--write-shipped``, ``make calibrate-llm``)."""
+    return (CALIBRATION, ATTENTION) if write_shipped else ()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the CLI timing")
@@ -634,16 +641,21 @@ def main(argv=None) -> int:
                         help="ablation: price attention as the kernel model does (no correction); writes "
                              "outputs/bench/llm_no_attention.json and leaves the shipped files alone")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"where to write the figures (default: {OUT.relative_to(ROOT)})")
+                        help="where to write the figures (default: outputs/bench/llm.json)")
+    parser.add_argument("--write-shipped", action="store_true",
+                        help="also refit the shipped package files lilou/llm/calibration.json and attention.json "
+                             "(`make calibrate-llm`); a benchmark run never writes them otherwise")
     args = parser.parse_args(argv)
+    if args.write_shipped and args.no_attention:
+        parser.error("--write-shipped refits the shipped attention correction: not with --no-attention")
     from lilou.api import Predictor
 
     result, calibration, correction = run_bench(Predictor(backend="eager"), quick=args.quick,
                                                 attention=not args.no_attention)
     out = args.out or (OUT.with_name("llm_no_attention.json") if args.no_attention else OUT)
-    if not args.no_attention:
-        CALIBRATION.write_text(json.dumps(calibration.to_json(), indent=2) + "\n")
-        ATTENTION.write_text(json.dumps(correction.to_json(), indent=2) + "\n")
+    written = shipped_files(args.write_shipped)
+    for path, payload in zip(written, (calibration, correction)):
+        path.write_text(json.dumps(payload.to_json(), indent=2) + "\n")
     if not args.quick:
         result["cli_speed"] = cli_speed()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -669,7 +681,7 @@ def main(argv=None) -> int:
                                                    for q, v in by.items()))
     print(f"  tau {logo['kendall_tau_gpu_ranking']} GPU-bound {logo['kendall_tau_gpu_bound_groups']}")
     print(f"  held back {result['held_back_independent']['overall']}")
-    print(f"wrote {out}" + ("" if args.no_attention else f", {CALIBRATION.relative_to(ROOT)} and {ATTENTION.relative_to(ROOT)}"))
+    print(f"wrote {out}" + "".join(f", {path}" for path in written))
     return 0
 
 
