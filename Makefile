@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-data bench-kernel-table bench-conv-geometry bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean bench-intervals calibrate bench-serve bench-llm
+.PHONY: install lint test demo bench bench-data bench-kernel-table bench-conv-geometry bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean bench-intervals calibrate calibrate-llm bench-serve bench-llm
 
 install: $(STAMP)
 
@@ -87,9 +87,13 @@ bench-e2e: install
 	$(PY) scripts/bench_e2e.py
 
 # LLM serving (lilou llm) against ML.ENERGY / Argonne measurements: leave-one-GPU-out, leave-one-LLM-out, H100 held
-# back; writes outputs/bench/llm.json and regenerates lilou/llm/calibration.json (docs/llm.md).
+# back; writes outputs/bench/llm.json only (docs/llm.md).
 bench-llm: install
 	$(PY) scripts/bench_llm.py
+
+# The shipped LLM constants lilou/llm/calibration.json and attention.json, refitted by the same script (no CLI timing).
+calibrate-llm: install
+	$(PY) scripts/bench_llm.py --quick --write-shipped
 
 # Wall clock of `lilou infer` / `lilou rank` in a fresh process, median of repeats.
 bench-speed: install

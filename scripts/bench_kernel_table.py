@@ -3,7 +3,9 @@
 One sample of the table (at most --per-group rows per source x GPU x dtype x family, picked by a
 hash of the row) is split once per fold:
 - leave-one-architecture-out: Maxwell, Pascal, Volta, Turing, GA100, GA10x, Ada, Hopper and Blackwell;
-- leave-one-GPU-out: every GPU with >= 500 priced rows of some source x dtype x family.
+- leave-one-GPU-out: every GPU with >= 500 priced rows of some source x dtype x family, held out with its twins
+  (the table's GPUs on the same die, lilou/hardware/dies.yaml: A100 PCIe 40/80GB and SXM4, V100 PCIe/SXM2,
+  B200/GB200, B300/GB300, A40/RTX 3090, L40S/RTX 4090): one fold per die, each GPU scored by its die's fold.
 
 A fold model is trained on every other row (all sources, every timing method) and predicts the
 held-out rows with the launch floor of their own timing method. Two baselines are refitted per fold on
@@ -31,7 +33,7 @@ from lilou.latency.evaluation.neusight_baseline import NeuSightBaseline
 from lilou.latency.evaluation.roofline import RooflineBaseline
 from lilou.latency.kernel_model.dataset import dataset_from_sample
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
-from lilou.latency.evaluation.table_folds import MIN_GPU_ROWS, Scored, logo_table, loao_table, per_architecture
+from lilou.latency.evaluation.table_folds import MIN_GPU_ROWS, Scored, chip_folds, logo_table, loao_table, per_architecture
 from lilou.latency.kernel_model.table_sample import sample_table
 from lilou.latency.kernel_model.table_kernels import table_kernels
 from lilou.latency.kernel_model.training import fit
@@ -87,10 +89,10 @@ def main() -> None:
         for key in zip(rows["source"], rows["dtype"], rows["family"], rows["gpu"]):
             groups[key] = groups.get(key, 0) + 1
         gpus = sorted({key[3] for key, n in groups.items() if n >= MIN_GPU_ROWS})
-        for gpu in gpus:
-            mask = rows["gpu"] == gpu
-            logo[:, mask] = fold_predictions(dataset, mask, overrides, f"data.held_out_gpus=[{gpu}]")
-            print(f"fold {gpu} done ({time.perf_counter() - started:.0f} s)", flush=True)
+        for chip in chip_folds(gpus, rows["gpu"]):  # a GPU is held out with its twins (same die)
+            mask = np.isin(rows["gpu"], chip)
+            logo[:, mask] = fold_predictions(dataset, mask, overrides, f"data.held_out_gpus=[{','.join(chip)}]")
+            print(f"fold {'+'.join(chip)} done ({time.perf_counter() - started:.0f} s)", flush=True)
 
     def scored(predictions: np.ndarray) -> Scored:
         keep = ~np.isnan(predictions[0])

@@ -3,25 +3,33 @@
 Sources: ``$LILOU_DATA_DIR/llm_energy`` (ML.ENERGY v1/v2/v3, Argonne LLM-Inference-Bench; read by
 :mod:`lilou.data.llm_energy`, which says what each column measured) and the attention rows of AIConfigurator in
 the kernel table. Rows on H100 and L4 are held back: they never enter a fit and are scored separately, as the
-independent check, with the constants fitted on every other GPU.
+held-back check, with constants fitted on every other GPU except the H100's twins (below).
 
 First, the attention correction (lilou.llm.attention): fitted on AIConfigurator's vLLM attention kernels,
-leave-one-GPU-out over its GPUs for the report, then on all of them for ``lilou/llm/attention.json``.
+leave-one-GPU-out over its GPUs for the report (each held out with its twins), then on all of them for
+``lilou/llm/attention.json``.
 
 What is fitted for serving (always inside the fold, without the held-out GPU or LLM):
 - per engine (``vllm``, ``hf``, and ML.ENERGY v2's ``vllm-0.5.4-server``, whose host side differs): the TTFT scale
   (median ratio), the decode step's per-step and per-sequence host terms, and for HF eager its GPU-time scale and
   host time per launch (vLLM's GPU time is the kernel model's, unscaled);
 - the power model's three coefficients (lilou.llm.power, least squares on relative error);
-- the load-scaled TDP baseline's two coefficients.
-The roofline ITL baseline has no constant. The kernel model itself is the Predictor's, not refitted per fold, and
-neither is the attention correction (its rows include the A100-SXM4-80GB and the B200).
+- the load-scaled TDP baseline's two coefficients;
+- the attention correction, in each leave-one-GPU-out fold, on the AIConfigurator GPUs off the held-out GPU's die
+  (lilou/hardware/dies.yaml: the A100-SXM4-80GB is out of the A100-SXM4-40GB fold, B200 and GB200 out of the B200
+  fold, the H200 out of the GH200 fold); the leave-one-LLM-out folds use the one fitted on every GPU.
+The roofline ITL baseline has no constant. The kernel model itself is the Predictor's, not refitted per fold.
+A fold holds out a GPU with its twins (the serving GPUs on its die). The held-back H100 check is fitted without the
+H100's twins too: the GH200 (the GH100 die, a serving GPU) is out of its serving constants, the H200 out of its
+attention correction, and its interval half-widths come from the other dies' fold residuals; the copy baseline
+(the GH200's measurement of the same configuration as the H100 prediction) is scored beside it.
 
-Outputs: ``outputs/bench/llm.json`` (every figure), ``lilou/llm/calibration.json`` (the constants fitted on
-every non-held-back row, and the conformal 90 % half-widths of log(predicted / measured) from the
-leave-one-GPU-out residuals) and ``lilou/llm/attention.json``.
+Outputs: ``outputs/bench/llm.json`` (every figure; ``--out`` elsewhere). A benchmark run writes nothing else.
+With ``--write-shipped`` (``make calibrate-llm``) it also refits the shipped package files
+``lilou/llm/calibration.json`` (the constants fitted on every non-held-back row, and the conformal 90 % half-widths
+of log(predicted / measured) from the leave-one-GPU-out residuals) and ``lilou/llm/attention.json``.
 
-    python scripts/bench_llm.py [--quick] [--no-attention]
+    python scripts/bench_llm.py [--quick] [--no-attention] [--out FILE] [--write-shipped]
 """
 from __future__ import annotations
 
@@ -394,13 +402,16 @@ def kendall(scored: list[tuple[Row, dict, dict]], quantity: str = "itl_ms", min_
             "baseline_mean_tau": round(float(np.mean(base_clean)), 3) if base_clean else None}
 
 
-def leave_one_out(rows: list[Row], key) -> tuple[dict, list[tuple[Row, dict, dict]], list[tuple[Row, dict, dict]]]:
-    """Per-fold scores, every scored row, and the scored rows whose engine version the fold trained on."""
+def leave_one_out(rows: list[Row], key, reprice=None) -> tuple[dict, list[tuple[Row, dict, dict]],
+                                                                 list[tuple[Row, dict, dict]]]:
+    """Per-fold scores, every scored row, and the scored rows whose engine version the fold trained on.
+    ``reprice(held, rows)``: the rows as the fold prices them (its own attention correction), same order."""
     folds = sorted({key(r) for r in rows})
     per_fold, scored_all, seen_all = {}, [], []
     for held in folds:
-        train = [r for r in rows if key(r) != held]
-        test = [r for r in rows if key(r) == held]
+        fold_rows = reprice(held, rows) if reprice else rows
+        train = [r for r in fold_rows if key(r) != held]
+        test = [r for r in fold_rows if key(r) == held]
         consts = fit(train)
         scored = [(r, predictions(r, consts), baselines(r, consts)) for r in test]
         scored_all.extend(scored)
@@ -450,12 +461,77 @@ def _half_for(half: dict[str, float | None], row: Row) -> float | None:
     return half.get(_engine(row), half.get("all"))
 
 
+def coverage_out_of_fold(scored: list[tuple[Row, dict, dict]], fold_of) -> dict:
+    """Coverage of the 90 % intervals on each fold's rows with half-widths fitted on the other folds' residuals
+    only (``fold_of(row)``), pooled over the folds: an out-of-sample check of :func:`conformal`, whose half-widths
+    cover about 90 % of the residuals they were fitted on by construction."""
+    folds = sorted({fold_of(r) for r, _, _ in scored})
+    counts: dict[str, list[bool]] = defaultdict(list)
+    per_fold = {}
+    for held in folds:
+        test = [x for x in scored if fold_of(x[0]) == held]
+        half = conformal([x for x in scored if fold_of(x[0]) != held])
+        per_fold[held] = coverage(test, half)
+        for q, by_engine in half.items():
+            counts[q] += [abs(math.log(p[q] / labels(r)[q])) <= _half_for(by_engine, r) for r, p, _ in test
+                          if q in p and _half_for(by_engine, r) is not None]
+    return {"pooled": {q: {"n": len(v), "coverage": round(float(np.mean(v)), 3) if v else None}
+                       for q, v in counts.items()}, "per_fold": per_fold}
+
+
 def coverage(scored, half: dict) -> dict:
     out = {}
     for q, by_engine in half.items():
         inside = [abs(math.log(p[q] / labels(r)[q])) <= _half_for(by_engine, r) for r, p, _ in scored
                   if q in p and _half_for(by_engine, r) is not None]
         out[q] = {"n": len(inside), "coverage": round(float(np.mean(inside)), 3) if inside else None}
+    return out
+
+
+def held_back_split(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    """(rows the held-back check may fit on, held-back rows): the fit leaves out every GPU on a held-back GPU's die
+    (the GH200 beside the H100), not only the held-back names."""
+    from lilou.hardware.dies import die_of
+
+    held = [r for r in rows if r.run.held_back]
+    dies = {die_of(r.run.gpu) for r in held}
+    return [r for r in rows if not r.run.held_back and die_of(r.run.gpu) not in dies], held
+
+
+def copy_baseline(runs, held_scored: list[tuple[Row, dict, dict]]) -> dict:
+    """The twin's measurement as the prediction: each held-back run's label predicted by the same configuration
+    (source, model, engine, TP, batch, lengths, dtype) measured on a GPU of the same die (the GH200 for the H100),
+    beside Lilou's held-back prediction of the same runs. A model of a held-back GPU should beat this copy."""
+    from lilou.hardware.dies import die_of
+
+    def config_key(run):
+        return (run.source, run.task, run.model, run.engine, run.tp, round(run.batch, 3), run.input_len,
+                round(run.output_len, 3), run.dtype, run.config)
+
+    twin_runs: dict[tuple, dict[str, object]] = defaultdict(dict)
+    for run in runs:
+        if not run.held_back:
+            twin_runs[config_key(run)].setdefault(run.gpu, run)
+    predicted = {id(r.run): p for r, p, _ in held_scored}
+    out = {}
+    for q in QUANTITIES:
+        copy, copy_predicted, lilou, twins_used = [], [], [], Counter()
+        for run in runs:
+            label = getattr(run, q)
+            if not run.held_back or not label:
+                continue
+            twin = next((t for g, t in sorted(twin_runs[config_key(run)].items())
+                         if die_of(g) == die_of(run.gpu) and getattr(t, q)), None)
+            if twin is None:
+                continue
+            copy.append((getattr(twin, q), label))
+            twins_used[f"{twin.gpu} for {run.gpu}"] += 1
+            if q in predicted.get(id(run), {}):
+                copy_predicted.append(copy[-1])
+                lilou.append((predicted[id(run)][q], label))
+        if copy:
+            out[q] = {"copy_all_pairs": ape_stats(copy), "copy_runs_lilou_predicts": ape_stats(copy_predicted),
+                      "lilou_same_runs": ape_stats(lilou), "pairs": dict(twins_used)}
     return out
 
 
@@ -516,9 +592,12 @@ def _ape(pred, measured) -> dict:
             "median_measured_over_predicted": round(float(np.median(measured / np.asarray(pred))), 3)}
 
 
-def attention_fit(predictor) -> tuple[dict, object]:
-    """Fit the attention correction (lilou.llm.attention) leave-one-GPU-out over the AIConfigurator GPUs, report
-    each held-out GPU before (kernel price) and after, and fit the shipped correction on every GPU."""
+def attention_fit(predictor) -> tuple[dict, object, object]:
+    """Fit the attention correction (lilou.llm.attention) leave-one-GPU-out over the AIConfigurator GPUs (each
+    held out with its twins, the GPUs on its die), report each held-out GPU before (kernel price) and after, and fit
+    the shipped correction on every GPU. Also returns ``without(dies)``: the correction fitted on the GPUs of every
+    other die, for the serving folds (cached per set of dies)."""
+    from lilou.hardware.dies import die_of
     from lilou.llm.attention import AttentionCorrection, fit_phase
 
     data = attention_rows(predictor)
@@ -528,7 +607,7 @@ def attention_fit(predictor) -> tuple[dict, object]:
         mine = {g: data[(g, phase)] for g in gpus if (g, phase) in data}
         per_gpu = {}
         for held in mine:
-            train = [mine[g] for g in mine if g != held]
+            train = [mine[g] for g in mine if die_of(g) != die_of(held)]
             correction = fit_phase(*(np.concatenate([t[i] for t in train]) for i in range(3)))
             work, feats, measured = mine[held]
             after = [correction.apply(w, f) for w, f in zip(work, feats)]
@@ -541,7 +620,20 @@ def attention_fit(predictor) -> tuple[dict, object]:
                          "median_ape_after": round(float(np.median([v["after"]["median_ape"]
                                                                     for v in per_gpu.values()])), 2),
                          "shipped": fitted[phase].to_json()}
-    return report, AttentionCorrection(**fitted)
+    cache: dict[frozenset, object] = {}
+
+    def without(dies) -> AttentionCorrection:
+        """The correction fitted without the AIConfigurator GPUs on ``dies``."""
+        key = frozenset(dies)
+        if key not in cache:
+            phases = {}
+            for phase in ("prefill", "decode"):
+                train = [data[(g, phase)] for g in gpus if (g, phase) in data and die_of(g) not in key]
+                phases[phase] = fit_phase(*(np.concatenate([t[i] for t in train]) for i in range(3)))
+            cache[key] = AttentionCorrection(**phases)
+        return cache[key]
+
+    return report, AttentionCorrection(**fitted), without
 
 
 # --------------------------------------------------------------------------------------- speed
@@ -575,18 +667,54 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
     from lilou.llm.attention import AttentionCorrection
     from lilou.llm.predictor import DEFAULT_CALIBRATION, Calibration, LLMPredictor
 
+    from lilou.hardware.dies import chip_groups, die_of
+
     started = time.perf_counter()
-    attention_report, correction = attention_fit(predictor) if attention else ({}, AttentionCorrection())
+    if attention:
+        attention_report, correction, correction_without = attention_fit(predictor)
+    else:
+        attention_report, correction, correction_without = {}, AttentionCorrection(), lambda dies: AttentionCorrection()
     runs = serving_runs()
     llm = LLMPredictor(predictor, calibration=DEFAULT_CALIBRATION, attention=correction)
     rows, skipped = predict_rows(runs, llm)
     primary = [r for r in rows if not r.run.held_back]
     held = [r for r in rows if r.run.held_back]
-    logo, logo_scored, logo_seen = leave_one_out(primary, key=lambda r: r.run.gpu)
+    # A serving fold holds out a GPU with its twins (same die); its rows are priced with the attention correction
+    # fitted without the AIConfigurator GPUs on that die (the A100-SXM4-80GB for the A100-SXM4-40GB fold, the B200
+    # and GB200 for the B200 fold, the H200 for the GH200 fold).
+    fold_of = {g: "+".join(group) for group in chip_groups(r.run.gpu for r in primary) for g in group}
+    gpu_fold = lambda r: fold_of[r.run.gpu]  # noqa: E731
+    repriced: dict[frozenset, list[Row]] = {}
+
+    def priced_without(dies) -> list[Row]:
+        """Every predicted row (primary and held back), priced with the attention correction fitted without the
+        AIConfigurator GPUs on ``dies``."""
+        key = frozenset(dies)
+        if not attention or not key:
+            return rows
+        if key not in repriced:
+            again, _ = predict_rows(runs, LLMPredictor(predictor, calibration=DEFAULT_CALIBRATION,
+                                                       attention=correction_without(key)))
+            assert [r.run for r in again] == [r.run for r in rows]
+            repriced[key] = again
+        return repriced[key]
+
+    def fold_rows(held_fold: str, _rows) -> list[Row]:
+        dies = {die_of(g) for g in held_fold.split("+")}
+        return [r for r in priced_without(dies) if not r.run.held_back]
+
+    logo, logo_scored, logo_seen = leave_one_out(primary, key=gpu_fold, reprice=fold_rows)
     lolo, lolo_scored, _ = leave_one_out(primary, key=lambda r: r.model)
     half = conformal(logo_scored)
     consts = fit(primary)
-    held_scored = [(r, predictions(r, consts), baselines(r, consts)) for r in held]
+    # The held-back check: the H100's twins (GH200, the same GH100 die; H200 among the attention rows) are held
+    # out of every fit it uses, so it is a GPU none of whose chips was fitted on.
+    held_dies = {die_of(r.run.gpu) for r in held}
+    check_fit, check_held = held_back_split(priced_without(held_dies))
+    check_consts = fit(check_fit)
+    held_scored = [(r, predictions(r, check_consts), baselines(r, check_consts)) for r in check_held]
+    check_logo = [x for x in logo_scored if die_of(x[0].run.gpu) not in held_dies]
+    check_half = conformal(check_logo)
     calibration = Calibration(itl_scale={e: v[0] for e, v in consts["itl"].items()},
                               itl_step_ms={e: v[1] for e, v in consts["itl"].items()},
                               itl_per_seq_ms={e: v[2] for e, v in consts["itl"].items()},
@@ -611,13 +739,22 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
                                              for s in sorted({r.run.source for r in primary})}},
         "leave_one_llm_out": {"overall": score(lolo_scored), "folds": len(lolo)},
         "held_back_independent": {
-            "note": "H100 rows, never fitted on: constants fitted on every other GPU (the shipped calibration)",
+            "note": ("H100 rows, never fitted on: serving constants fitted on every other GPU except the H100's twins "
+                     f"({', '.join(sorted({r.run.gpu for r in primary if die_of(r.run.gpu) in held_dies})) or 'none'}"
+                     " held out of this fit, so it differs from the shipped calibration), attention correction "
+                     "fitted without the AIConfigurator GPUs on the H100's die, interval half-widths from the "
+                     "leave-one-GPU-out residuals of the other dies' folds"),
+            "fitted_on_gpus": sorted({r.run.gpu for r in check_fit}),
             "overall": score(held_scored),
             "per_source": {s: score([x for x in held_scored if x[0].run.source == s])
                            for s in sorted({r.run.source for r in held})},
             "kendall_tau_with_h100": kendall(logo_scored + held_scored),
-            "interval_coverage": coverage(held_scored, half)},
-        "interval_coverage_logo": coverage(logo_scored, half),
+            "interval_coverage": coverage(held_scored, check_half),
+            "copy_baseline": copy_baseline(runs, held_scored)},
+        "interval_coverage_logo_out_of_fold": coverage_out_of_fold(logo_scored, gpu_fold),
+        "interval_coverage_logo_in_sample": {
+            "note": "the half-widths' own residuals: about 90 % by construction, not a validation",
+            **coverage(logo_scored, half)},
         "calibration": calibration.to_json(),
         "constants_per_gpu_fold": {g: {"itl": fit([r for r in primary if r.run.gpu != g])["itl"]}
                                    for g in sorted({r.run.gpu for r in primary})},
@@ -627,6 +764,12 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
     return result, calibration, correction
 
 
+def shipped_files(write_shipped: bool) -> tuple[Path, ...]:
+    """The package files a run rewrites: none for a benchmark (``--out`` or not), the calibration and the
+    attention correction only when asked (``--write-shipped``, ``make calibrate-llm``)."""
+    return (CALIBRATION, ATTENTION) if write_shipped else ()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the CLI timing")
@@ -634,16 +777,21 @@ def main(argv=None) -> int:
                         help="ablation: price attention as the kernel model does (no correction); writes "
                              "outputs/bench/llm_no_attention.json and leaves the shipped files alone")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"where to write the figures (default: {OUT.relative_to(ROOT)})")
+                        help="where to write the figures (default: outputs/bench/llm.json)")
+    parser.add_argument("--write-shipped", action="store_true",
+                        help="also refit the shipped package files lilou/llm/calibration.json and attention.json "
+                             "(`make calibrate-llm`); a benchmark run never writes them otherwise")
     args = parser.parse_args(argv)
+    if args.write_shipped and args.no_attention:
+        parser.error("--write-shipped refits the shipped attention correction: not with --no-attention")
     from lilou.api import Predictor
 
     result, calibration, correction = run_bench(Predictor(backend="eager"), quick=args.quick,
                                                 attention=not args.no_attention)
     out = args.out or (OUT.with_name("llm_no_attention.json") if args.no_attention else OUT)
-    if not args.no_attention:
-        CALIBRATION.write_text(json.dumps(calibration.to_json(), indent=2) + "\n")
-        ATTENTION.write_text(json.dumps(correction.to_json(), indent=2) + "\n")
+    written = shipped_files(args.write_shipped)
+    for path, payload in zip(written, (calibration, correction)):
+        path.write_text(json.dumps(payload.to_json(), indent=2) + "\n")
     if not args.quick:
         result["cli_speed"] = cli_speed()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -668,8 +816,14 @@ def main(argv=None) -> int:
         print(f"  source {source:20s} " + ", ".join(f"{q} {v['lilou'].get('median_ape')}/{v['baseline'].get('median_ape')}"
                                                    for q, v in by.items()))
     print(f"  tau {logo['kendall_tau_gpu_ranking']} GPU-bound {logo['kendall_tau_gpu_bound_groups']}")
-    print(f"  held back {result['held_back_independent']['overall']}")
-    print(f"wrote {out}" + ("" if args.no_attention else f", {CALIBRATION.relative_to(ROOT)} and {ATTENTION.relative_to(ROOT)}"))
+    check = result["held_back_independent"]
+    print(f"  held back (fitted on {', '.join(check['fitted_on_gpus'])}) {check['overall']}")
+    for q, v in check["copy_baseline"].items():
+        print(f"  held back {q}: twin's measurement as the prediction {v['copy_runs_lilou_predicts']}, lilou "
+              f"{v['lilou_same_runs']} ({v['pairs']}); every pair {v['copy_all_pairs']}")
+    print(f"  interval coverage, held back {check['interval_coverage']}")
+    print(f"  interval coverage, leave-one-GPU-out out of fold {result['interval_coverage_logo_out_of_fold']['pooled']}")
+    print(f"wrote {out}" + "".join(f", {path}" for path in written))
     return 0
 
 

@@ -262,3 +262,34 @@ def test_winograd_roofline_is_the_same_in_torch_and_numpy(tmp_path) -> None:
     numpy_model = KernelModel.load(tmp_path / "model")
     assert numpy_model.winograd
     assert numpy_model.predict(kernels, devices).work_ms == pytest.approx(faster.work_ms, rel=1e-5)
+
+
+def test_the_kernel_table_gpu_folds_hold_out_each_chip_with_its_twins() -> None:
+    """One fold per die (lilou/hardware/dies.yaml): a GPU is never scored by a fold that trained on its twin."""
+    from lilou.latency.evaluation.table_folds import chip_folds
+
+    present = ["a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-80gb", "a40", "b200", "b300", "gb200", "gb300",
+               "gtx-1080-ti", "gtx-titan-x", "h200", "l40s", "m40-24gb", "p100-pcie-16gb", "p4", "rtx-3090", "rtx-4090",
+               "rtx-pro-6000-blackwell-server", "t4", "titan-x-pascal", "titan-xp", "v100-pcie-32gb", "v100-sxm2-16gb"]
+    scored = ["a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-80gb", "a40", "b200", "b300", "gb200", "gb300", "h200",
+              "l40s", "p100-pcie-16gb", "p4", "rtx-pro-6000-blackwell-server", "t4", "v100-pcie-32gb"]
+    assert chip_folds(scored, present) == [
+        ("a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-80gb"), ("a40", "rtx-3090"), ("b200", "gb200"),
+        ("b300", "gb300"), ("h200",), ("l40s", "rtx-4090"), ("p100-pcie-16gb",), ("p4",),
+        ("rtx-pro-6000-blackwell-server",), ("t4",), ("v100-pcie-32gb", "v100-sxm2-16gb")]
+    # a die none of whose GPUs is scored gets no fold; its GPUs stay in every fold's training rows
+    assert chip_folds(["t4"], ["t4", "gtx-titan-x", "m40-24gb"]) == [("t4",)]
+
+
+def test_twins_are_one_data_file_of_database_names() -> None:
+    from lilou.hardware.database import all_gpus
+    from lilou.hardware.dies import dies, twins
+    from lilou.latency.kernel_model.folds import KERNEL_FOLDS
+
+    names = {g.name for g in all_gpus()}
+    assert {g for boards in dies().values() for g in boards} <= names
+    assert twins("h100-sxm") == ("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h200-nvl", "gh200")
+    assert twins("b200") == ("b200", "gb200") and twins("b300") == ("b300", "gb300") and twins("t4") == ("t4",)
+    # the NeuSight folds are the same twins, among the GPUs of the FP32 model's data
+    assert KERNEL_FOLDS == {"a100": ("a100-pcie-40gb", "a100-pcie-80gb"), "p100": ("p100-pcie-16gb",), "p4": ("p4",),
+                            "t4": ("t4",), "v100": ("v100-pcie-32gb", "v100-sxm2-16gb")}

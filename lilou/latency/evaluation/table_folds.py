@@ -23,6 +23,16 @@ from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
 from lilou.latency.kernel_model.table_kernels import TableKernels, table_kernels
 
 MIN_GPU_ROWS = 500
+
+
+def chip_folds(scored_gpus: Sequence[str], present_gpus: Sequence[str]) -> list[tuple[str, ...]]:
+    """Leave-one-chip-out folds: for each die with a GPU in ``scored_gpus`` (those with enough rows to score), the
+    GPUs of ``present_gpus`` on that die (``lilou/hardware/dies.yaml``), all held out together, so that no fold
+    trains on a twin of the GPU it scores (the A100 40GB PCIe beside the 80GB, the B200 beside the GB200)."""
+    from lilou.hardware.dies import chip_groups, die_of
+
+    scored_dies = {die_of(g) for g in scored_gpus}
+    return [group for group in chip_groups([*present_gpus, *scored_gpus]) if die_of(group[0]) in scored_dies]
 @dataclass(frozen=True)
 class Scored:
     """Held-out predictions of the priced rows of a sample."""

@@ -1,0 +1,152 @@
+"""scripts/bench_llm.py: what a run writes, and its fold bookkeeping (no data, no checkpoints)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench_llm():
+    spec = importlib.util.spec_from_file_location("_test_bench_llm", REPO / "scripts" / "bench_llm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+class _Payload:
+    def to_json(self):
+        return {"fitted": True}
+
+
+def _fake_run(monkeypatch, bench_llm, tmp_path):
+    """main() with the benchmark itself stubbed and the shipped files pointed into tmp_path."""
+    import lilou.api
+
+    result = {"leave_one_gpu_out": {"overall": {}, "overall_engine_seen": {}, "per_gpu": {}, "per_source": {},
+                                    "kendall_tau_gpu_ranking": {}, "kendall_tau_gpu_bound_groups": {}},
+              "held_back_independent": {"overall": {}, "fitted_on_gpus": [], "copy_baseline": {},
+                                        "interval_coverage": {}},
+              "interval_coverage_logo_out_of_fold": {"pooled": {}}}
+    monkeypatch.setattr(bench_llm, "run_bench", lambda *a, **k: (result, _Payload(), _Payload()))
+    monkeypatch.setattr(lilou.api, "Predictor", lambda **k: None)
+    calibration, attention = tmp_path / "calibration.json", tmp_path / "attention.json"
+    monkeypatch.setattr(bench_llm, "CALIBRATION", calibration)
+    monkeypatch.setattr(bench_llm, "ATTENTION", attention)
+    return calibration, attention
+
+
+@pytest.mark.parametrize("extra", [[], ["--out", "figures.json"]])
+def test_a_benchmark_run_leaves_the_shipped_files_alone(bench_llm, monkeypatch, tmp_path, extra) -> None:
+    calibration, attention = _fake_run(monkeypatch, bench_llm, tmp_path)
+    out = tmp_path / "llm.json"
+    monkeypatch.setattr(bench_llm, "OUT", out)
+    extra = [str(tmp_path / e) if e.endswith(".json") else e for e in extra]
+    assert bench_llm.main(["--quick", *extra]) == 0
+    assert not calibration.exists() and not attention.exists()
+    assert (Path(extra[1]) if extra else out).exists()
+
+
+def test_write_shipped_refits_the_package_files(bench_llm, monkeypatch, tmp_path) -> None:
+    calibration, attention = _fake_run(monkeypatch, bench_llm, tmp_path)
+    assert bench_llm.main(["--quick", "--out", str(tmp_path / "llm.json"), "--write-shipped"]) == 0
+    assert json.loads(calibration.read_text()) == json.loads(attention.read_text()) == {"fitted": True}
+
+
+def _run(gpu, itl=None, e2e=None, held_back=None, **fields):
+    from types import SimpleNamespace
+
+    base = dict(source="llm_inference_bench", task="t", model="m", engine="vllm", tp=1, batch=8.0, input_len=128,
+                output_len=128.0, dtype="bf16", config="", itl_ms=itl, ttft_ms=None, e2e_ms=e2e, power_w=None,
+                itl_kind="derived-static" if itl else None, steady=False,
+                held_back=gpu.startswith("h100") if held_back is None else held_back)
+    return SimpleNamespace(gpu=gpu, **{**base, **fields})
+
+
+def _row(run):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(run=run, model=run.model)
+
+
+def test_the_held_back_check_fits_on_no_twin_of_the_held_back_gpu(bench_llm) -> None:
+    rows = [_row(_run(g, itl=1.0)) for g in ("a40", "gh200", "b200", "h100-sxm")]
+    fit_rows, held = bench_llm.held_back_split(rows)
+    assert [r.run.gpu for r in fit_rows] == ["a40", "b200"] and [r.run.gpu for r in held] == ["h100-sxm"]
+
+
+def test_the_copy_baseline_predicts_the_h100_by_its_twin(bench_llm) -> None:
+    h100 = _run("h100-sxm", e2e=100.0)
+    runs = [h100, _run("gh200", e2e=95.0), _run("a100-sxm4-40gb", e2e=200.0),
+            _run("h100-sxm", e2e=50.0, batch=16.0), _run("gh200", e2e=60.0, batch=16.0, model="other")]
+    out = bench_llm.copy_baseline(runs, [(_row(h100), {"e2e_ms": 90.0}, {})])
+    assert out["e2e_ms"]["copy_all_pairs"] == {"n": 1, "median_ape": 5.0, "mean_ape": 5.0}
+    assert out["e2e_ms"]["lilou_same_runs"]["median_ape"] == 10.0
+    assert out["e2e_ms"]["pairs"] == {"gh200 for h100-sxm": 1}
+
+
+def test_leave_one_gpu_out_coverage_is_out_of_fold(bench_llm) -> None:
+    """Half-widths from the other folds' residuals: a fold whose errors are 10x every other fold's is not covered,
+    though the pooled in-sample quantile (fitted on its residuals too) covers most of it."""
+    import math
+
+    scored = []
+    for gpu, error in (("a40", 1.05), ("b200", 1.06), ("v100-sxm2-32gb", 1.04), ("gh200", 1.5)):
+        for i in range(30):
+            r = _row(_run(gpu, itl=10.0))
+            scored.append((r, {"itl_ms": 10.0 * error ** (1 + i / 30)}, {}))
+    out = bench_llm.coverage_out_of_fold(scored, lambda r: r.run.gpu)
+    assert out["per_fold"]["gh200"]["itl_ms"]["coverage"] == 0.0
+    assert out["pooled"]["itl_ms"]["n"] == 120
+    in_sample = bench_llm.coverage(scored, bench_llm.conformal(scored))["itl_ms"]["coverage"]
+    assert in_sample >= 0.9 > out["pooled"]["itl_ms"]["coverage"]
+    assert not math.isnan(out["pooled"]["itl_ms"]["coverage"])
+
+
+def test_serving_folds_price_their_rows_with_their_own_attention_correction(bench_llm, monkeypatch) -> None:
+    """The attention correction of a fold is fitted without the AIConfigurator GPUs on the held-out GPU's die."""
+    import numpy as np
+
+    import lilou.llm.attention as attention
+
+    gpus = ["a100-sxm4-80gb", "b200", "gb200", "h200", "l40s"]
+    data = {(g, phase): (np.full(3, i + 1, dtype=float), np.zeros((3, 1)), np.ones(3))
+            for i, g in enumerate(gpus) for phase in ("prefill", "decode")}
+    monkeypatch.setattr(bench_llm, "attention_rows", lambda predictor: data)
+
+    class Fitted:
+        def __init__(self, work):
+            self.gpus = sorted(gpus[int(i) - 1] for i in set(work))
+
+        def apply(self, work, features):
+            return work
+
+        def to_json(self):
+            return self.gpus
+
+    monkeypatch.setattr(attention, "fit_phase", lambda work, f, measured: Fitted(work))
+    report, shipped, without = bench_llm.attention_fit(None)
+    assert shipped.decode.gpus == gpus
+    assert without({"GB100"}).decode.gpus == ["a100-sxm4-80gb", "h200", "l40s"]
+    assert without({"GA100"}).prefill.gpus == ["b200", "gb200", "h200", "l40s"]
+
+    # leave_one_out hands each fold the rows its reprice gives
+    rows = [_row(_run(g, itl=1.0, e2e=None)) for g in ("a40", "b200")]
+    seen = []
+    monkeypatch.setattr(bench_llm, "fit", lambda train: {})
+    monkeypatch.setattr(bench_llm, "predictions", lambda r, consts: {})
+    monkeypatch.setattr(bench_llm, "baselines", lambda r, consts: {})
+
+    def reprice(held, rows):
+        seen.append(held)
+        return rows
+
+    bench_llm.leave_one_out(rows, key=lambda r: r.run.gpu, reprice=reprice)
+    assert seen == ["a40", "b200"]
