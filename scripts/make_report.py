@@ -84,7 +84,7 @@ LIMITS = """\
   NeuSight's rows alone (6 GPUs; its leave-one-GPU-out figures are the `kernels` rows above); GEMMs and
   convolutions in every other precision, and every FP32 convolution, by the model trained on the whole kernel
   table (`kernel_table` rows: leave-one-GPU-out per source, dtype and family, and leave-one-architecture-out).
-  Rows measured on H100 and L4 GPUs are held back from both for an independent evaluation.
+  Rows measured on H100 and L4 GPUs are held back from both for evaluation (the H200 and GH200, on the same die, train them).
 * **What limits the FP32 model** is measured by `make bench-kernels`: with two constants of the held-out
   machine fitted in hindsight (its launch offset and speed scale), elementwise, softmax and layer norm reach
   8-9 % leave-one-GPU-out, while GEMM and conv stay at 20-26 % (kernel choices differ by architecture, and the
