@@ -68,13 +68,15 @@ def _half_width(interval, value):
 def test_the_measured_tp_gpus_are_those_of_the_serving_rows(datasets_dir):
     from lilou.data.llm_energy import serving_runs
 
-    assert {r.gpu for r in serving_runs(datasets_dir) if r.tp > 1} == MEASURED_TP
+    fitted = {r.gpu for r in serving_runs(datasets_dir) if r.tp > 1 and not r.held_back}
+    held_back = {r.gpu for r in serving_runs(datasets_dir) if r.tp > 1 and r.held_back}
+    assert fitted == MEASURED_TP == {"a100-sxm4-40gb", "b200"} and held_back == {"h100-sxm"}
 
 
 def test_tp_over_pcie_is_said_extrapolated_and_widens_the_intervals(llm):
     l40s = llm.predict(LLAMA3_70B, "l40s", tp=8, batch=32, input_len=4096, output_len=256)
     said = [w for w in l40s.warnings if "extrapolated" in w]
-    assert len(said) == 1 and "TP 8 on l40s: no serving row was measured at TP > 1" in said[0]
+    assert len(said) == 1 and "TP 8 on l40s: no serving row at TP > 1 on this GPU enters the fits" in said[0]
     assert "PCIe 4.0 x16" in said[0] and "GeForce" not in said[0]
     half = llm.calibration.interval_half_width("itl_ms", "vllm")
     share = l40s.decode.reduce_ms / l40s.decode.ms
@@ -84,10 +86,13 @@ def test_tp_over_pcie_is_said_extrapolated_and_widens_the_intervals(llm):
     ttft_half = llm.calibration.interval_half_width("ttft_ms", "vllm")
     assert _half_width(l40s.intervals["ttft_ms"], l40s.ttft_ms) > ttft_half + 1e-3
     assert _half_width(l40s.steady_interval_ms, l40s.steady_itl_ms) > half + 1e-3
-    # a measured NVLink group: no such note, the calibrated band as it is
+    # an NVSwitch group between the measured generations: said (its rows are held back), the calibrated band as it is
     h100 = llm.predict(LLAMA3_70B, "h100-sxm", tp=8, batch=32, input_len=4096, output_len=256)
-    assert not [w for w in h100.warnings if "no serving row was measured at TP" in w]
+    (note,) = [w for w in h100.warnings if "enters the fits" in w]
+    assert "its rows are held back for evaluation" in note and "NVLink 4 constants" in note
     assert _half_width(h100.intervals["itl_ms"], h100.itl_ms) == pytest.approx(half, rel=1e-6)
+    b200 = llm.predict(LLAMA3_70B, "b200", tp=8, batch=32, input_len=4096, output_len=256)
+    assert not [w for w in b200.warnings if "enters the fits" in w]
 
 
 def test_geforce_boards_are_named_as_having_no_peer_to_peer(llm):
@@ -104,10 +109,12 @@ def test_geforce_boards_are_named_as_having_no_peer_to_peer(llm):
 
 def test_which_links_are_extrapolated():
     assert extrapolation(resolve_device("l40s"), 1) is None
-    assert extrapolation(resolve_device("h100-sxm"), 8) is None
-    # the H200 is on the H100 SXM's NVLink 4: said, not widened
-    note, factor = extrapolation(resolve_device("h200"), 4)
-    assert factor == 0.0 and "no serving row was measured at TP > 1 on this GPU" in note
+    assert extrapolation(resolve_device("b200"), 8) is None and extrapolation(resolve_device("a100-sxm4-40gb"), 8) is None
+    # the H100's TP rows are held back; its NVLink 4 (and the H200's) lies between the fitted NVLink 3 and 5
+    for gpu in ("h100-sxm", "h200"):
+        note, factor = extrapolation(resolve_device(gpu), 4)
+        assert factor == 0.0 and "no serving row at TP > 1 on this GPU enters the fits" in note
+        assert ("held back" in note) == (gpu == "h100-sxm")
     assert extrapolation(resolve_device("a100-pcie-80gb"), 2)[1] == UNMEASURED_LOG_FACTOR
     assert extrapolation(resolve_device("v100-sxm2-32gb"), 2)[1] == UNMEASURED_LOG_FACTOR  # NVLink 2: no rows
     assert extrapolation(resolve_device("rtx-5090"), 2)[1] == NO_P2P_LOG_FACTOR

@@ -18,9 +18,11 @@ The fixed cost per all-reduce (launch + synchronisation) is an assumption, not a
 NVLink and 25 us over PCIe, typical of NCCL / vLLM custom all-reduce on small messages.
 
 What is measured: the serving rows at TP > 1 (``lilou.data.llm_energy.serving_runs()``) are all vLLM on NVLink
-machines, the A100-SXM4-40GB, H100 SXM and B200 at TP 2, 4 and 8 (:data:`MEASURED_TP`); the calibrated intervals
-carry their residuals. Every other link's all-reduce is the constants above, unchecked: :func:`extrapolation`
-says so, and widens the intervals by the all-reduce's share of the step (see there).
+machines, the A100-SXM4-40GB, H100 SXM and B200 at TP 2, 4 and 8. The H100's are held back for evaluation, so the
+fits and the calibrated intervals carry the residuals of the A100's and B200's alone (:data:`MEASURED_TP`), over
+NVLink 3 and 5. Every other link's all-reduce is the constants above, unchecked by a fit: :func:`extrapolation`
+says so, and widens the intervals by the all-reduce's share of the step where the link is not an NVSwitch
+generation between measured ones (see there).
 """
 from __future__ import annotations
 
@@ -51,8 +53,12 @@ _NVLINK = {
 _PCIE = {3: Link("PCIe 3.0 x16", 15.75, 25.0), 4: Link("PCIe 4.0 x16", 31.5, 25.0),
          5: Link("PCIe 5.0 x16", 63.0, 25.0)}
 
-#: GPUs with serving rows at TP > 1 (llm_energy: vLLM at TP 2, 4 and 8; checked by tests/test_llm_tp.py).
-MEASURED_TP = frozenset({"a100-sxm4-40gb", "h100-sxm", "b200"})
+#: GPUs whose serving rows at TP > 1 enter the fits (llm_energy: vLLM at TP 2, 4 and 8, the held-back H100's left
+#: out; checked by tests/test_llm_tp.py).
+MEASURED_TP = frozenset({"a100-sxm4-40gb", "b200"})
+#: NVSwitch NVLink generations: the 4th lies between the measured 3rd (A100) and 5th (B200), so its constants are
+#: priced alike, said but not widened.
+SWITCHED_NVLINK = frozenset({"NVLink 3", "NVLink 4", "NVLink 5"})
 #: GeForce boards of the GPU database: NVIDIA's stock driver does not enable peer-to-peer between them over PCIe
 #: (NVIDIA states the RTX 4090 has no P2P support), so NCCL stages each all-reduce through host memory.
 GEFORCE = frozenset({"gtx-titan-x", "gtx-1080-ti", "titan-x-pascal", "titan-xp", "rtx-2080-ti", "titan-rtx",
@@ -85,17 +91,20 @@ def link(device: Device, tp: int = 2) -> Link:
 def extrapolation(device: Device, tp: int) -> tuple[str, float] | None:
     """Whether the all-reduce price of ``tp`` of ``device``'s GPUs rests on no measurement: a note and the log factor
     by which its time may be off (the interval widens by the all-reduce's share of the step times it). None at TP 1
-    and on the GPUs of :data:`MEASURED_TP`, whose residuals the calibrated intervals already hold. A GPU on the
-    same NVLink generation and switch as a measured one (A100-SXM4-80GB, H200, GH200, B300, GB200, GB300) is said but
-    not widened: its link constants are the measured GPU's."""
+    and on the GPUs of :data:`MEASURED_TP`, whose residuals the calibrated intervals already hold. A GPU on an
+    NVSwitch NVLink generation (:data:`SWITCHED_NVLINK`: the A100-SXM4-80GB, the H100 SXM, H200 and GH200 between the
+    measured generations, B300, GB200, GB300) is said but not widened."""
+    from lilou.data.kernel_schema import is_held_back
+
     if tp <= 1 or device.gpu in MEASURED_TP:
         return None
     chosen = link(device, tp)
-    measured = {_NVLINK[gpu].name for gpu in MEASURED_TP}
-    base = (f"TP {tp} on {device.gpu}: no serving row was measured at TP > 1 on this GPU (only the "
-            f"{', '.join(sorted(MEASURED_TP))}, over NVLink)")
-    if chosen.name in measured:
-        return (f"{base}; its all-reduce is priced with the link constants of the measured {chosen.name} GPUs", 0.0)
+    fitted = ", ".join(f"{gpu} ({_NVLINK[gpu].name})" for gpu in sorted(MEASURED_TP))
+    base = (f"TP {tp} on {device.gpu}: no serving row at TP > 1 on this GPU enters the fits "
+            f"({'its rows are held back for evaluation; ' if is_held_back(device.gpu) else ''}fitted: {fitted})")
+    if chosen.name in SWITCHED_NVLINK:
+        return (f"{base}; its all-reduce is priced with {chosen.name} constants, as the measured NVSwitch GPUs' are",
+                0.0)
     if device.gpu in GEFORCE:
         return (f"{base}: the all-reduce over {chosen.name} is extrapolated from assumed link constants; {device.gpu} "
                 "is a GeForce board, on which NVIDIA's stock driver does not enable peer-to-peer, so NCCL copies "
