@@ -587,7 +587,7 @@ def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) 
     # The matmuls of a recurrent layer written out step by step (an ``nn.RNN`` the exporter decomposed, which read
     # its ``weight_hh_l0``) are one cuDNN call with their adds and tanhs in eager: the oracle's recurrent groups.
     matmuls = {node for edge in fused for node in edge
-               if data[node]["op"] in MATMUL_CALL_OPS and not _reads_a_recurrent_weight(graph, node)}
+               if data[node]["op"] in MATMUL_CALL_OPS and recurrent_weight_layer(graph, node) is None}
     if not calls and not matmuls:
         return fused
     unit = _aten_call_of(graph) if matmuls else {}
@@ -621,9 +621,10 @@ def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) 
 _RECURRENT_WEIGHT = re.compile(r"weight_(?:ih|hh)_l(\d+)(_reverse)?$")
 
 
-def _reads_a_recurrent_weight(graph: ModelGraph, node: str) -> bool:
-    """Does ``node`` read a recurrent layer's weight, directly or through constant nodes (the eager oracle's anchor of
-    a decomposed recurrent layer, :func:`lilou.fusion.backends.eager.recurrent_groups`)?"""
+def recurrent_weight_layer(graph: ModelGraph, node: str) -> str | None:
+    """``l<k>`` or ``l<k>_reverse`` when ``node`` reads a recurrent layer's weight, directly or through constant
+    nodes: the eager oracle's anchor of a decomposed recurrent layer
+    (:func:`lilou.fusion.backends.eager.recurrent_groups`), and the matmuls this replay leaves to the GNN."""
     dag = graph.dag
     stack, seen = [node], set()
     while stack:
@@ -631,10 +632,12 @@ def _reads_a_recurrent_weight(graph: ModelGraph, node: str) -> bool:
         if current in seen:
             continue
         seen.add(current)
-        if any(t is not None and _RECURRENT_WEIGHT.search(t.name) for t in dag.nodes[current]["inputs"]):
-            return True
+        for tensor in dag.nodes[current]["inputs"]:
+            match = None if tensor is None else _RECURRENT_WEIGHT.search(tensor.name)
+            if match:
+                return f"l{match[1]}{match[2] or ''}"
         stack.extend(p for p in dag.predecessors(current) if dag.nodes[p]["constant"])
-    return False
+    return None
 
 
 def _aten_call_of(graph: ModelGraph) -> dict[str, int]:

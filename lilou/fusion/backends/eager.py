@@ -33,7 +33,6 @@ export``); :func:`eager_partition` says so when it is missing.
 from __future__ import annotations
 
 import functools
-import re
 from collections import OrderedDict
 
 import onnx
@@ -41,6 +40,7 @@ import torch
 
 from lilou.errors import LilouInputError
 from lilou.fusion.eager_layout import strided_tensors
+from lilou.fusion.eager_replay import recurrent_weight_layer
 from lilou.fusion.partition import Partition, partition_from_groups
 from lilou.graph.dag import ModelGraph
 from lilou.graph.names import unique_node_names
@@ -56,8 +56,6 @@ NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 RECURRENT_MODULES = frozenset({"torch.nn.modules.rnn.LSTM", "torch.nn.modules.rnn.GRU", "torch.nn.modules.rnn.RNN"})
 #: ONNX ops that compute a whole recurrent layer.
 RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
-#: Recurrent weight names (``weight_ih_l0``, ``weight_hh_l1_reverse``): which layer and direction a MatMul computes.
-_RECURRENT_WEIGHT = re.compile(r"weight_(?:ih|hh)_l(\d+)(_reverse)?$")
 
 
 def aten_calls(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
@@ -115,7 +113,7 @@ def recurrent_groups(graph: ModelGraph, modules: dict[str, str]) -> dict[str, st
         if data["op"] in RECURRENT_OPS:
             keys[node] = f"{modules[node]}/{node}"
         elif data["op"] in ("MatMul", "Gemm"):
-            layer = _recurrent_weight_layer(graph, node)
+            layer = recurrent_weight_layer(graph, node)  # which layer and direction it computes
             if layer is not None:
                 keys[node] = f"{modules[node]}/{layer}"
     for node in runtime:  # producers first (file order is topological)
@@ -128,25 +126,6 @@ def recurrent_groups(graph: ModelGraph, modules: dict[str, str]) -> dict[str, st
             readers = [s for s in dag.successors(node) if s in keys and modules.get(s) == modules[node]]
             keys[node] = keys[min(readers, key=lambda s: dag.nodes[s]["order"])] if readers else modules[node]
     return keys
-
-
-def _recurrent_weight_layer(graph: ModelGraph, node: str) -> str | None:
-    """``l<k>`` or ``l<k>_reverse`` when the node reads a recurrent weight, through constant nodes."""
-    dag = graph.dag
-    stack, seen = [node], set()
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for tensor in dag.nodes[current]["inputs"]:
-            if tensor is None:
-                continue
-            match = _RECURRENT_WEIGHT.search(tensor.name)
-            if match:
-                return f"l{match[1]}{match[2] or ''}"
-        stack.extend(p for p in dag.predecessors(current) if dag.nodes[p]["constant"])
-    return None
 
 
 def _is_dropout_clone(fx_node: str, class_hierarchy: str) -> bool:
