@@ -189,10 +189,13 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     centre, half = (e2e.lo + e2e.hi) / 2, (e2e.hi - e2e.lo) / 2
     base_lo, base_hi = np.exp(centre - half * widen), np.exp(centre + half * widen)
     total_lo, total_hi = _queued_bounds(requeued, in_e2e, base_lo, base_hi, lo_log[rows], hi_log[rows], gap_range)
-    # the same bounds with no kernel flagged: whether the flags widened anything (the warning says so, or not)
-    in_lo, in_hi = _queued_bounds(requeued, e2e_dtype & np.ones_like(in_e2e), base_lo, base_hi, lo_in_log[rows],
-                                  hi_in_log[rows], gap_range)
-    widened = (total_hi > in_hi * (1 + 1e-9)) | (total_lo < in_lo * (1 - 1e-9))
+    # the same bounds with no kernel flagged: whether the flags widened anything (the warning says so, or not); with
+    # none flagged they are the bounds themselves, and the queue is not run again
+    widened = np.zeros(d, dtype=bool)
+    if extrapolated.any():
+        in_lo, in_hi = _queued_bounds(requeued, e2e_dtype & np.ones_like(in_e2e), base_lo, base_hi, lo_in_log[rows],
+                                      hi_in_log[rows], gap_range)
+        widened = (total_hi > in_hi * (1 + 1e-9)) | (total_lo < in_lo * (1 - 1e-9))
     share = np.divide(np.where(extrapolated, shares, 0.0).sum(axis=0), total, out=np.zeros(d), where=total > 0)
     wait_share = np.divide(wait.sum(axis=0), total, out=np.zeros(d), where=total > 0)
     return Intervals(kernel_lo=lo, kernel_hi=hi, extrapolated=extrapolated, total_lo=total_lo, total_hi=total_hi,
