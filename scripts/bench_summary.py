@@ -210,27 +210,27 @@ def interval_rows(data: dict) -> list[Row]:
     """Coverage of the 90 % intervals on held-out folds (scripts/bench_intervals.py), per family and dtype: the
     value is the coverage pooled over every held-out row, the metric gives the mean over folds and how many folds
     are consistent with the target; the status is :func:`coverage_status`."""
-    target = f"{100 * COVERAGE_LOW:g}-{100 * COVERAGE_HIGH:g} % (pooled; every fold)"
     cells = data.get("kernel_per_fold", [])
     out = []
     for s in data.get("kernel_summary", []):
         folds = [(c["coverage"], c["rows"]) for c in cells if (c["family"], c["dtype"]) == (s["family"], s["dtype"])]
-        pooled = s.get("pooled_coverage")
-        ok, consistent = coverage_status(pooled, folds)
-        out.append(_row("intervals", f"coverage {s['family']} {s['dtype']} ({s['groups']} held-out GPUs, {s['rows']} rows; "
-                        f"mean over folds {100 * s['coverage']:.1f} %, {consistent} of {len(folds)} folds consistent, "
-                        f"per fold {_percents(c for c, _ in folds)}; median width {100 * s['median_width']:.0f} %)",
-                        None if pooled is None else 100 * pooled, target=target, ok=ok, unit="%"))
+        out.append(_coverage_row(f"{s['family']} {s['dtype']} ({s['groups']} held-out GPUs, {s['rows']} rows", s, folds))
     if "e2e_summary" in data:
         e2e = data["e2e_summary"]
         folds = [(f["coverage"], f["labels"]) for f in data.get("e2e_per_fold", [])]
-        pooled = e2e.get("pooled_coverage")
-        ok, consistent = coverage_status(pooled, folds)
-        out.append(_row("intervals", f"coverage end to end ({e2e['folds']} folds, {e2e['labels']} labels; mean over "
-                        f"folds {100 * e2e['coverage']:.1f} %, {consistent} of {len(folds)} folds consistent, per fold "
-                        f"{_percents(c for c, _ in folds)}; median width {100 * e2e['median_width']:.0f} %)",
-                        None if pooled is None else 100 * pooled, target=target, ok=ok, unit="%"))
+        out.append(_coverage_row(f"end to end ({e2e['folds']} folds, {e2e['labels']} labels", e2e, folds))
     return out
+
+
+def _coverage_row(what: str, summary: dict, folds: list[tuple[float, int]]) -> Row:
+    """One family's (or end to end's) coverage row: ``what`` opens the metric's parenthesis, ``summary`` holds the
+    fold mean, the pooled coverage and the median width."""
+    pooled = summary.get("pooled_coverage")
+    ok, consistent = coverage_status(pooled, folds)
+    return _row("intervals", f"coverage {what}; mean over folds {100 * summary['coverage']:.1f} %, {consistent} of "
+                f"{len(folds)} folds consistent, per fold {_percents(c for c, _ in folds)}; median width "
+                f"{100 * summary['median_width']:.0f} %)", None if pooled is None else 100 * pooled,
+                target=f"{100 * COVERAGE_LOW:g}-{100 * COVERAGE_HIGH:g} % (pooled; every fold)", ok=ok, unit="%")
 
 
 def _percents(values) -> str:
