@@ -1,8 +1,11 @@
 """Shared fixtures: the real data mirror and zoo models exported once per test session."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 # The CLI runs numpy's BLAS on one thread (lilou/cli.py); so do the tests, whose in-process predictions are compared
 # with the CLI's and the service's byte for byte (a threaded BLAS sums in another order: a last-digit difference
@@ -12,6 +15,17 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str, register: bool = False) -> ModuleType:
+    """``scripts/<name>.py`` as a module (the scripts are not a package), under a test-only name. ``register``: in
+    ``sys.modules`` too, for a script whose dataclasses look their module up there (the caller removes it)."""
+    spec = importlib.util.spec_from_file_location(f"_test_script_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def shared_datasets_dir() -> Path | None:

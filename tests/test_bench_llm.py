@@ -1,25 +1,20 @@
 """scripts/bench_llm.py: what a run writes, and its fold bookkeeping (no data, no checkpoints)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import json
 import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench_llm():
-    spec = importlib.util.spec_from_file_location("_test_bench_llm", REPO / "scripts" / "bench_llm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_script("bench_llm", register=True)
     yield module
-    sys.modules.pop(spec.name, None)
+    sys.modules.pop(module.__name__, None)
 
 
 class _Payload:

@@ -1,20 +1,14 @@
 """The benchmark summary holds each figure against the target of the issue that set it."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import load_script
 
 
 def _summary():
-    spec = importlib.util.spec_from_file_location("_test_bench_summary", REPO / "scripts" / "bench_summary.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_summary")
 
 
 def _status(rows: list[dict], start: str) -> tuple[object, str, str]:

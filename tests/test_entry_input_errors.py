@@ -2,7 +2,6 @@
 does, not Hydra's 25-line traceback with exit status 1."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 
 from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.datamodule import KernelDataModule
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,9 +61,7 @@ def test_the_data_module_refuses_settings_that_leave_a_split_empty(kwargs, messa
 
 
 def test_ablate_kernels_refuses_an_unknown_fold_in_one_line(capsys):
-    spec = importlib.util.spec_from_file_location("ablate_kernels", REPO / "scripts" / "ablate_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("ablate_kernels")
     with pytest.raises(SystemExit) as exited:
         module.main(["--folds", "t4x"])
     assert exited.value.code == 2
