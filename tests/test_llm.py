@@ -942,3 +942,33 @@ def test_the_python_api_is_documented():
     assert all(word in doc for word in ("milliseconds", "watts", "GiB", "bf16, fp16, fp8, fp4, int8, int4, fp32",
                                         "vllm (None: vllm) or hf", "LilouInputError"))
     assert "milliseconds" in LLMPrediction.__doc__ and "None where the model does not fit" in LLMPrediction.__doc__
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(engine="hf", kv_dtype="fp8", gpu="a100-sxm4-80gb"),
+     r"^--kv-dtype fp8 --engine hf: transformers' DynamicCache stores keys and values in the model's dtype and has no "
+     r"FP8 cache"),
+    (dict(kv_dtype="fp32", gpu="h100-sxm"),
+     r"^--kv-dtype fp32 with --dtype bf16: vLLM's kv_cache_dtype is auto \(the model's own dtype\) or fp8"),
+])
+def test_a_kv_cache_the_engine_cannot_store_is_refused(llm, kwargs, message):
+    """Audit ua42c finding 6: an FP8 cache under transformers (DynamicCache has no FP8 storage) and an FP32 cache of a
+    BF16 model under vLLM (kv_cache_dtype is auto or an FP8 variant) were priced without a word."""
+    with pytest.raises(LilouInputError, match=message):
+        llm.predict(LLAMA, batch=8, input_len=4096, output_len=256, **kwargs)
+
+
+def test_vllm_spellings_of_an_fp8_cache_and_its_warning(llm):
+    """fp8_e4m3 and fp8_e5m2 (vLLM's kv_cache_dtype values) are fp8; an FP8 cache says that its attention rests on the
+    BF16-cache correction and that no serving row measured one; an FP32 model's own FP32 cache is vLLM's auto."""
+    runs = {kv: llm.predict(LLAMA, "h100-sxm", batch=8, input_len=4096, output_len=256, kv_dtype=kv)
+            for kv in ("fp8", "fp8_e4m3", "FP8_E5M2")}
+    assert {r.kv_dtype for r in runs.values()} == {"fp8"}
+    assert runs["fp8_e4m3"].to_json() == runs["fp8"].to_json() == runs["FP8_E5M2"].to_json()
+    said = [w for w in runs["fp8"].warnings if w.startswith("FP8 KV cache:")]
+    assert said == ["FP8 KV cache: its attention is priced with the correction fitted on vLLM's BF16-cache kernels "
+                    "(reading the cache's 8-bit bytes), and no serving row measured an FP8 cache"]
+    bf16 = llm.predict(LLAMA, "h100-sxm", batch=8, input_len=4096, output_len=256)
+    assert not any(w.startswith("FP8 KV cache") for w in bf16.warnings)
+    assert llm.predict(LLAMA, "h100-sxm", batch=1, input_len=64, output_len=16, dtype="fp32",
+                       kv_dtype="fp32").kv_dtype == "fp32"

@@ -26,8 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="weights and math: bf16, fp16, fp8, fp4 (NVFP4) or int8 (W8A8), int4 (AWQ/GPTQ weight-only, FP16 "
                              "math) or fp32 (default: the config's quantization_config, else bf16 where the GPU has "
                              "it, else fp16)")
-    parser.add_argument("--kv-dtype", default=None, metavar="D", help="KV-cache dtype (default: the --dtype; "
-                                                                      "bf16 for fp8/fp4/int8 weights, fp16 for int4)")
+    parser.add_argument("--kv-dtype", default=None, metavar="D",
+                        help="KV-cache dtype: bf16, fp16, fp8 (vLLM's fp8_e4m3, fp8_e5m2 too; not under --engine hf) or "
+                             "fp32 (vllm: with --dtype fp32 only) (default: the --dtype; bf16 for fp8/fp4/int8 weights, "
+                             "fp16 for int4)")
     parser.add_argument("--engine", default="vllm", metavar="E", help="vllm (CUDA-graph decode, default) or hf "
                                                                       "(transformers eager)")
     add_format_option(parser)

@@ -50,6 +50,9 @@ DTYPES = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
 #: Formats the serving rows measured (llm_energy: FP16, BF16, a few FP8); the others' intervals widen (_widening).
 SERVED_DTYPES = frozenset({"fp16", "bf16", "fp8"})
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+#: vLLM's own spellings of an FP8 cache (its ``kv_cache_dtype``), taken as fp8: the cache's bytes and the attention's
+#: price do not tell E4M3 from E5M2.
+KV_ALIASES = {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 #: KV lengths at which decode steps are priced (midpoints of equal parts of the output).
 DECODE_POINTS = 4
 #: The largest tensor-parallel group modelled: one node's GPUs.
@@ -305,6 +308,19 @@ def _check_dtype(dtype: str, device: Device, what: str) -> None:
         raise LilouInputError(f"{device.gpu} has no native FP16 arithmetic; use {what} fp32")
 
 
+def _check_kv_engine(kv_dtype: str, dtype: str, engine: str) -> None:
+    """A KV-cache type the engine cannot store. transformers' DynamicCache keeps keys and values in the model's own
+    dtype (its quantised caches, quanto and HQQ, are int2/int4/int8 and dequantise every step): no FP8 cache. vLLM's
+    ``kv_cache_dtype`` is ``auto`` (the model's dtype) or an FP8 variant (fp8, fp8_e4m3, fp8_e5m2; docs.vllm.ai
+    engine arguments, features/quantization/quantized_kvcache): an FP32 cache only as an FP32 model's own."""
+    if engine == "hf" and kv_dtype == "fp8":
+        raise LilouInputError("--kv-dtype fp8 --engine hf: transformers' DynamicCache stores keys and values in the "
+                              "model's dtype and has no FP8 cache; use --engine vllm or leave --kv-dtype out")
+    if engine == "vllm" and kv_dtype == "fp32" and dtype != "fp32":
+        raise LilouInputError(f"--kv-dtype fp32 with --dtype {dtype}: vLLM's kv_cache_dtype is auto (the model's own "
+                              "dtype) or fp8 (fp8_e4m3, fp8_e5m2); use --kv-dtype fp8 or leave it out")
+
+
 def _check_tp(config: LLMConfig, tp: int, mig: str | None) -> None:
     if tp > MAX_TP:
         raise LilouInputError(f"--tp {tp}: tensor parallelism is modelled within one node of at most {MAX_TP} GPUs")
@@ -394,8 +410,8 @@ class LLMPredictor:
         requests of ``input_len`` prompt tokens generating ``output_len`` tokens each (positive integers).
         ``dtype``: the weights' and compute's format, one of bf16, fp16, fp8, fp4, int8, int4, fp32 (None: the
         checkpoint's quantization, else the widest half precision the GPU runs); ``kv_dtype``: the KV cache's,
-        one of bf16, fp16, fp8, fp32 (None: the activations' 16-bit type); ``engine``: vllm (None: vllm) or hf
-        (transformers eager).
+        one of bf16, fp16, fp8 (or vLLM's fp8_e4m3, fp8_e5m2), fp32 (None: the activations' 16-bit type; FP8 not
+        under hf, FP32 under vllm only with an FP32 model); ``engine``: vllm (None: vllm) or hf (transformers eager).
 
         Returns an :class:`LLMPrediction`: ``ttft_ms`` and ``itl_ms`` in milliseconds, ``power_w`` in watts per
         GPU, ``memory`` in GiB per GPU, with warnings; a configuration that does not fit has None latency and power.
@@ -406,6 +422,8 @@ class LLMPredictor:
                                                                       ("output length", output_len)))
         tp = _positive("tp", tp)
         engine = _choice("engine", engine, ENGINES) or ENGINES[0]  # None: the default engine, vLLM
+        if kv_dtype is not None:
+            kv_dtype = KV_ALIASES.get(str(kv_dtype).strip().lower(), kv_dtype)
         dtype, kv_dtype = _choice("dtype", dtype, DTYPES), _choice("KV-cache dtype", kv_dtype, KV_DTYPES)
         device = resolve_device(gpu, mig)
         config = load_config(model)
@@ -451,6 +469,10 @@ class LLMPredictor:
                                   f"{device.compute_capability}")
         elif kv_dtype != "fp8":
             _check_dtype(kv_dtype, device, "--kv-dtype")
+        _check_kv_engine(kv_dtype, dtype, engine)
+        if kv_dtype == "fp8":
+            warnings.append("FP8 KV cache: its attention is priced with the correction fitted on vLLM's BF16-cache "
+                            "kernels (reading the cache's 8-bit bytes), and no serving row measured an FP8 cache")
         sizes = dict(dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine)
         fit = memory_fit(config, device.memory_gib, batch=batch, input_len=input_len, output_len=output_len, **sizes)
         fitting = max_batch_fitting(config, device.memory_gib, input_len=input_len, output_len=output_len, **sizes)
