@@ -5,6 +5,7 @@ Expectations are hand-computed from the published architectures (Llama-3.1-8B: 3
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -120,12 +121,21 @@ def test_tp_must_divide_the_heads():
         llm.predict(LLAMA, "a100-sxm4-80gb", mig="3g.40gb", tp=2, batch=1, input_len=16, output_len=16)
 
 
-@pytest.mark.parametrize("gpu", ["v100-sxm2-32gb", "a100-sxm4-80gb"])
-def test_fp8_is_refused_before_ada_and_hopper(gpu):
+def test_fp8_is_refused_before_turing_and_under_hf_before_ada():
+    """FP8 tensor cores need 8.9; vLLM's weight-only FP8 (FP8-Marlin) runs from 7.5 (test below); a V100 runs
+    neither, and transformers dequantises an FP8 checkpoint to BF16 below 8.9 (its FP8 quantizer)."""
     from lilou.llm import LLMPredictor
 
-    with pytest.raises(LilouInputError, match="FP8 needs compute capability 8.9"):
-        LLMPredictor(predictor=object()).predict(LLAMA, gpu, batch=1, input_len=16, output_len=16, dtype="fp8")
+    with pytest.raises(LilouInputError, match=r"^v100-sxm2-32gb \(compute capability 7.0\) has no FP8 tensor cores "
+                                              r"\(FP8 needs compute capability 8.9 or newer.*nor runs vLLM's "
+                                              r"weight-only FP8 \(W8A16, FP8-Marlin: 7.5 or newer\); use --dtype fp16$"):
+        LLMPredictor(predictor=object()).predict(LLAMA, "v100-sxm2-32gb", batch=1, input_len=16, output_len=16,
+                                                 dtype="fp8")
+    with pytest.raises(LilouInputError, match=r"^--dtype fp8 --engine hf: a100-sxm4-80gb \(compute capability 8.0\) "
+                                              r"has no FP8 tensor cores, and transformers' FP8 quantizer then "
+                                              r"dequantises the checkpoint to BF16; use --dtype bf16"):
+        LLMPredictor(predictor=object()).predict(LLAMA, "a100-sxm4-80gb", batch=1, input_len=16, output_len=16,
+                                                 dtype="fp8", engine="hf")
 
 
 @pytest.mark.parametrize("value", [0, -3])
@@ -972,3 +982,50 @@ def test_vllm_spellings_of_an_fp8_cache_and_its_warning(llm):
     assert not any(w.startswith("FP8 KV cache") for w in bf16.warnings)
     assert llm.predict(LLAMA, "h100-sxm", batch=1, input_len=64, output_len=16, dtype="fp32",
                        kv_dtype="fp32").kv_dtype == "fp32"
+
+
+def test_fp8_before_ada_is_weight_only_w8a16_as_vllm_serves_it(llm, tmp_path):
+    """Audit ua42c finding 1: an FP8 checkpoint on an A100 was refused ("use bf16", which does not fit Llama-3.1-70B);
+    vLLM serves it weight-only (W8A16, FP8-Marlin) from compute capability 7.5. Priced as the INT4 weight-only path:
+    GEMMs read 8-bit weights with no cast of the activations, on the 16-bit tensor cores; weights as FP8's; a warning
+    names W8A16 and the intervals widen by the weight-only GEMM band; dense and MoE (vLLM's fused Marlin MoE)."""
+    from lilou.llm.steps import StepShape, step_kernels
+
+    config = builtin_config(LLAMA)
+    shape = StepShape(1, 1, 1024, causal=False)
+    w8a8 = {k.name: k for k in step_kernels(config, shape, dtype="fp8", kv_dtype="bf16", tp=1, engine="vllm")}
+    w8a16 = {k.name: k for k in step_kernels(config, shape, dtype="fp8", kv_dtype="bf16", tp=1, engine="vllm",
+                                             weight_only=True)}
+    assert w8a8["qkv_proj"].spec.ops == ("Cast", "MatMul") and w8a16["qkv_proj"].spec.ops == ("MatMul",)
+    assert w8a16["qkv_proj"].fixed_bytes == w8a8["qkv_proj"].fixed_bytes == 4096 * 6144
+    big = llm.predict("meta-llama/Llama-3.1-70B-Instruct", "a100-sxm4-80gb", batch=8, input_len=1024, output_len=256,
+                      dtype="fp8")
+    assert big.dtype == "fp8" and big.kv_dtype == "bf16" and big.memory.fits and big.itl_ms > 0
+    assert big.memory.weights_gb == pytest.approx(67.67, abs=0.01)
+    assert not llm.predict("meta-llama/Llama-3.1-70B-Instruct", "a100-sxm4-80gb", batch=8, input_len=1024,
+                           output_len=256, dtype="bf16").memory.fits
+    assert big.warnings[0] == (
+        "FP8 on a100-sxm4-80gb (compute capability 8.0, no FP8 tensor cores): vLLM serves it weight-only, W8A16 with "
+        "its FP8-Marlin kernels: weights FP8, compute BF16 (GEMMs on the 16-bit tensor cores reading 8-bit weights, "
+        "dequantised in the kernel, priced as the INT4 weight-only path is; the embedding and LM head in BF16). No "
+        "serving or kernel row measured W8A16: the TTFT and ITL intervals are widened by the weight-only (INT4) GEMM "
+        "band")
+    runs = {d: llm.predict(LLAMA, "a100-sxm4-80gb", batch=8, input_len=1024, output_len=256, dtype=d)
+            for d in ("bf16", "fp8", "int4")}
+    assert runs["int4"].itl_ms < runs["fp8"].itl_ms < 0.8 * runs["bf16"].itl_ms
+    assert runs["fp8"].ttft_ms == pytest.approx(runs["bf16"].ttft_ms, rel=0.05)  # the same 16-bit math
+    width = {d: math.log(r.intervals["itl_ms"][1] / r.itl_ms) for d, r in runs.items()}
+    assert width["fp8"] > width["bf16"] + 0.2
+    # a T4 (7.5, no BF16) computes in FP16; an L4 (8.9) keeps W8A8 on its FP8 tensor cores, without the note
+    t4 = llm.predict(LLAMA, "t4", batch=1, input_len=256, output_len=64, dtype="fp8")
+    assert t4.kv_dtype == "fp16" and "weights FP8, compute FP16" in t4.warnings[0]
+    assert not any("W8A16" in w for w in llm.predict(LLAMA, "l4", batch=1, input_len=256, output_len=64,
+                                                      dtype="fp8").warnings)
+    # an FP8 checkpoint is its own default --dtype on an A100 now, MoE included
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": {"quant_method": "fp8",
+                                                                               "activation_scheme": "dynamic"}}))
+    assert llm.predict(str(path), "a100-sxm4-80gb", batch=1, input_len=64, output_len=16).dtype == "fp8"
+    moe = llm.predict("mistralai/Mixtral-8x7B-Instruct-v0.1", "a100-sxm4-80gb", batch=8, input_len=1024,
+                      output_len=256, dtype="fp8")
+    assert moe.memory.fits and "fused Marlin MoE kernel with FP8 weights" in moe.warnings[0]

@@ -285,12 +285,27 @@ def attention_dtype(dtype: str, device: Device) -> str:
     return "bf16" if _runs_bf16(device) else "fp16"
 
 
+#: vLLM serves an FP8 checkpoint on a GPU without FP8 tensor cores from this compute capability on, weight-only
+#: (W8A16) with its FP8-Marlin kernels (docs.vllm.ai features/quantization/fp8: "FP8 models will run on compute
+#: capability >= 7.5 (Turing) as weight-only W8A16, utilizing FP8 Marlin"; vllm-project/vllm#5975).
+FP8_WEIGHT_ONLY_CAPABILITY = 7.5
+
+
+def fp8_weight_only(dtype: str, device: Device) -> bool:
+    """``dtype`` is FP8 on a GPU that has no FP8 tensor cores but runs vLLM's weight-only FP8 (W8A16, FP8-Marlin):
+    8-bit weights dequantised inside 16-bit tensor-core GEMMs, as the INT4 weight-only path is priced."""
+    peaks = device.peak_tflops
+    return (dtype == "fp8" and not peaks.get("fp8_tensor") and bool(peaks.get("fp16_tensor"))
+            and float(device.compute_capability) >= FP8_WEIGHT_ONLY_CAPABILITY)
+
+
 def _check_dtype(dtype: str, device: Device, what: str) -> None:
     peaks = device.peak_tflops
-    if dtype == "fp8" and not peaks.get("fp8_tensor"):
+    if dtype == "fp8" and not peaks.get("fp8_tensor") and not fp8_weight_only(dtype, device):
         instead = "bf16 or fp16" if _runs_bf16(device) else "fp16"
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no FP8 tensor "
-                              f"cores (FP8 needs compute capability 8.9 or newer: Ada, Hopper, Blackwell); use "
+                              f"cores (FP8 needs compute capability 8.9 or newer: Ada, Hopper, Blackwell), nor runs "
+                              f"vLLM's weight-only FP8 (W8A16, FP8-Marlin: {FP8_WEIGHT_ONLY_CAPABILITY} or newer); use "
                               f"{what} {instead}")
     if dtype == "bf16" and not _runs_bf16(device):
         raise LilouInputError(f"{device.gpu} (compute capability {device.compute_capability}) has no BF16 "
@@ -455,6 +470,14 @@ class LLMPredictor:
             warnings.append(f"--dtype {dtype}: the checkpoint stores {config.quantization.upper()} weights "
                             f"({config.quantization_note}); priced as asked, as if requantised")
         _check_dtype(dtype, device, "--dtype")
+        weight_only = fp8_weight_only(dtype, device)
+        if weight_only and engine == "hf":
+            raise LilouInputError(f"--dtype fp8 --engine hf: {device.gpu} (compute capability "
+                                  f"{device.compute_capability}) has no FP8 tensor cores, and transformers' FP8 "
+                                  "quantizer then dequantises the checkpoint to BF16; use --dtype "
+                                  f"{'bf16' if _runs_bf16(device) else 'fp16'} or --engine vllm (weight-only FP8)")
+        if weight_only:
+            warnings.append(self._weight_only_note(config, device))
         _check_blocks(config, tp, dtype)
         warnings += slower_than_16_bit(dtype, [device])
         if engine == "vllm" and batch > VLLM_MAX_NUM_SEQS:
@@ -503,10 +526,12 @@ class LLMPredictor:
         if steady is not None:
             result.steady_itl_ms = calibration.itl_ms(engine, steady, batch)
             result.steady_interval_ms = self._interval("itl_ms", result.steady_itl_ms, engine,
-                                                       self._step_widening(dtype, steady, link_factor))
+                                                       self._step_widening(_band_dtype(dtype, device), steady,
+                                                                           link_factor))
         u_mem, u_compute = utilisation([(prefill, 1, result.ttft_ms), (decode, output_len - 1, result.itl_ms)])
         result.power_w = device.sm_fraction * calibration.power.power_w(device.board_power_w, u_mem, u_compute)
-        result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w, link_factor)
+        result.intervals = self._intervals(result, device.sm_fraction * device.board_power_w, link_factor,
+                                           _band_dtype(dtype, device))
         warnings.extend(notes)
         return result
 
@@ -527,8 +552,9 @@ class LLMPredictor:
         if chunk:
             steps.append(StepShape(batch, 1, input_len + 1 + span // 2, causal=False, prefill_tokens=chunk,
                                    prefill_len=input_len))
-        kernels = [remembered_step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine)
-                   for s in steps]
+        weight_only = fp8_weight_only(dtype, device)  # W8A16: no cast of the activations before each GEMM
+        kernels = [remembered_step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine,
+                                           weight_only=weight_only) for s in steps]
         flat = [k for step in kernels for k in step]
         attention = attention_dtype(dtype, device)
         work = self._work(flat, device, dtype, batch, attention)
@@ -659,15 +685,28 @@ class LLMPredictor:
         share = phase.reduce_ms / phase.ms if phase.ms > 0 else 0.0
         return math.hypot(cls._widening(dtype, phase.gemm_share), min(share, 1.0) * link_factor)
 
-    def _intervals(self, result: LLMPrediction, max_power_w: float, link_factor: float = 0.0
-                   ) -> dict[str, list[float] | None]:
-        widen = {"ttft_ms": self._step_widening(result.dtype, result.prefill, link_factor),
-                 "itl_ms": self._step_widening(result.dtype, result.decode, link_factor)}
+    def _intervals(self, result: LLMPrediction, max_power_w: float, link_factor: float = 0.0,
+                   band_dtype: str | None = None) -> dict[str, list[float] | None]:
+        band_dtype = band_dtype or result.dtype
+        widen = {"ttft_ms": self._step_widening(band_dtype, result.prefill, link_factor),
+                 "itl_ms": self._step_widening(band_dtype, result.decode, link_factor)}
         out = {key: self._interval(key, value, result.engine, widen.get(key, 0.0))
                for key, value in (("ttft_ms", result.ttft_ms), ("itl_ms", result.itl_ms), ("power_w", result.power_w))}
         if out.get("power_w"):  # a board never draws more than its TDP (a slice: its share of it)
             out["power_w"] = [min(out["power_w"][0], max_power_w), min(out["power_w"][1], max_power_w)]
         return out
+
+    @staticmethod
+    def _weight_only_note(config: LLMConfig, device: Device) -> str:
+        """What an FP8 model on a GPU without FP8 tensor cores is priced as (:func:`fp8_weight_only`)."""
+        compute = attention_dtype("fp8", device).upper()
+        moe = (" The routed experts run vLLM's fused Marlin MoE kernel with FP8 weights (vLLM 0.9 and later, "
+               "vllm-project/vllm#18026; older releases refuse FP8 MoE there)." if config.moe else "")
+        return (f"FP8 on {device.gpu} (compute capability {device.compute_capability}, no FP8 tensor cores): vLLM serves "
+                f"it weight-only, W8A16 with its FP8-Marlin kernels: weights FP8, compute {compute} (GEMMs on the "
+                "16-bit tensor cores reading 8-bit weights, dequantised in the kernel, priced as the INT4 weight-only "
+                f"path is; the embedding and LM head in BF16).{moe} No serving or kernel row measured W8A16: the TTFT "
+                "and ITL intervals are widened by the weight-only (INT4) GEMM band")
 
     def _notes(self, config: LLMConfig, device: Device, dtype: str, tp: int, engine: str, context: int,
                output_len: int = 2) -> list[str]:
@@ -741,6 +780,12 @@ class LLMPredictor:
         if not self.calibration.intervals:
             notes.append("no calibration file: intervals are unavailable (run `make bench-llm`)")
         return notes
+
+
+def _band_dtype(dtype: str, device: Device) -> str:
+    """The format whose GEMM band widens the intervals: a weight-only FP8 model's is the weight-only (INT4) GEMMs'
+    (the kernel table's only weight-only rows, AIConfigurator's int4_wo), not the W8A8 FP8 serving rows'."""
+    return "int4" if fp8_weight_only(dtype, device) else dtype
 
 
 def _gemm_share(priced: Sequence[tuple[Sequence[StepKernel], np.ndarray]]) -> float:

@@ -75,8 +75,11 @@ class StepShape:
 class _Builder:
     """Tensors of a step: activations in ``dtype`` (BF16 for an FP8 model), weights in ``weight_dtype``."""
 
-    def __init__(self, dtype: str, kv_dtype: str) -> None:
+    def __init__(self, dtype: str, kv_dtype: str, weight_only: bool = False) -> None:
         self.weight_dtype, self.kv_dtype = dtype, kv_dtype
+        # weight-only (W8A16 FP8-Marlin on a GPU without FP8 tensor cores): the GEMMs read the 8-bit weights and
+        # the 16-bit activations as they are, no cast, as the INT4 (AWQ/GPTQ) kernels do
+        self.weight_only = weight_only or dtype in WEIGHT_ONLY
         self.attention_weight_dtype = dtype  # the attention projections' weights (16-bit where the checkpoint keeps them)
         # a quantised model's activations stay 16-bit (lilou.llm.memory.QUANTISED), and so do its LM head's weights
         self.dtype = QUANTISED.get(dtype, dtype)
@@ -98,7 +101,7 @@ def _gemm(b: _Builder, m: int, k: int, n: int, experts: int = 1, weight_dtype: s
     x, w = b.t(x_shape), b.t((experts, k, n) if experts > 1 else (k, n), weight_dtype)
     y = b.t((experts, m, n) if experts > 1 else (m, n))
     nodes = []
-    if weight_dtype != b.dtype and weight_dtype not in WEIGHT_ONLY:  # W8A8, W4A4: activations cast to the weights
+    if weight_dtype != b.dtype and not b.weight_only:  # W8A8, W4A4: activations cast to the weights' type
         quantised = b.t(x_shape, weight_dtype)
         nodes.append(CostInput("Cast", {}, [x], [quantised]))
         x = quantised
@@ -179,16 +182,18 @@ def _expected_experts(experts: int, top_k: int, tokens: int) -> float:
 
 @functools.lru_cache(maxsize=256)
 def remembered_step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: str, tp: int,
-                            engine: str) -> tuple[StepKernel, ...]:
+                            engine: str, weight_only: bool = False) -> tuple[StepKernel, ...]:
     """:func:`step_kernels`, remembered (a step's kernels do not depend on the GPU: a plan asks for the same steps
     on every device, 115 times). Immutable, so callers share it."""
-    return tuple(step_kernels(config, shape, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine))
+    return tuple(step_kernels(config, shape, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine,
+                              weight_only=weight_only))
 
 
 def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: str, tp: int,
-                 engine: str) -> list[StepKernel]:
-    """The kernels of one step (see the module docstring), per GPU of the tensor-parallel group."""
-    b = _Builder(dtype, kv_dtype)
+                 engine: str, weight_only: bool = False) -> list[StepKernel]:
+    """The kernels of one step (see the module docstring), per GPU of the tensor-parallel group. ``weight_only``: an
+    8-bit ``dtype`` served weight-only (W8A16: FP8 on a GPU without FP8 tensor cores), its GEMMs without a cast."""
+    b = _Builder(dtype, kv_dtype, weight_only)
     if dtype == config.quantization and "attention" in config.unquantised:
         b.attention_weight_dtype = b.dtype  # gpt-oss: attention kept in 16 bits (modules_to_not_convert)
     h, d = config.hidden, config.head_dim
