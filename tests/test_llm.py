@@ -1029,3 +1029,42 @@ def test_fp8_before_ada_is_weight_only_w8a16_as_vllm_serves_it(llm, tmp_path):
     moe = llm.predict("mistralai/Mixtral-8x7B-Instruct-v0.1", "a100-sxm4-80gb", batch=8, input_len=1024,
                       output_len=256, dtype="fp8")
     assert moe.memory.fits and "fused Marlin MoE kernel with FP8 weights" in moe.warnings[0]
+
+
+def test_hf_moe_layer_is_transformers_expert_dispatch_not_one_grouped_gemm(llm):
+    """Audit ua42c finding 3: `--engine hf` priced a MoE layer as vLLM's router, one grouped GEMM each way and an
+    activation (5 launches). transformers 5.25 runs grouped_mm_experts_forward (its default experts implementation):
+    router, softmax, top-k and renormalisation, sort, gathers, offsets, two grouped GEMMs over the experts hit, the
+    gate, the routing weights, the inverse permutation and the sum back (22 launches); below compute capability 8.0
+    each grouped GEMM is one GEMM per expert hit (_grouped_mm_fallback). vLLM's steps are unchanged."""
+    from lilou.llm.steps import StepShape, step_kernels
+
+    config = builtin_config("Qwen/Qwen3-30B-A3B-Instruct-2507")  # 48 MoE layers, 8 of 128 experts of 768
+    shape = StepShape(1, 1, 600, causal=False)
+    moe = lambda kernels: [(k.name, k.count) for k in kernels if k.name.startswith(("router", "experts"))]  # noqa: E731
+    vllm = step_kernels(config, shape, dtype="bf16", kv_dtype="bf16", tp=1, engine="vllm")
+    assert moe(vllm) == [(n, 48) for n in ("router", "router_topk", "experts_up", "experts_act", "experts_down")]
+    hf = step_kernels(config, shape, dtype="bf16", kv_dtype="bf16", tp=1, engine="hf")
+    assert moe(hf) == [(n, 48) for n in (
+        "router", "router_topk", "router_topk_select", "router_renorm_sum", "router_renorm_div", "router_cast",
+        "experts_sort", "experts_perm_div", "experts_gather", "experts_weight_gather", "experts_histc",
+        "experts_cumsum", "experts_up", "experts_act", "experts_gate_mul", "experts_down", "experts_weight_mul",
+        "experts_arange", "experts_inverse_scatter", "experts_unpermute", "experts_sum", "experts_cast")]
+    grouped = {k.name: k for k in hf}
+    assert grouped["experts_up"].spec.gemm == (8, 1, 1536, 2048)  # the 8 experts hit, 1 token each
+    looped = {k.name: k for k in step_kernels(config, shape, dtype="bf16", kv_dtype="bf16", tp=1, engine="hf",
+                                              moe_loop=True)}
+    assert (looped["experts_up"].count, looped["experts_up"].spec.gemm) == (48 * 8, (1, 1, 1536, 2048))
+    assert (looped["experts_down"].count, looped["experts_down"].spec.gemm) == (48 * 8, (1, 1, 2048, 768))
+    assert looped["experts_up_zeros"].count == looped["experts_down_zeros"].count == 48
+    run = llm.predict(config.name, "a100-sxm4-80gb", batch=1, input_len=512, output_len=128, engine="hf")
+    dense = llm.predict("Qwen/Qwen3-8B", "a100-sxm4-80gb", batch=1, input_len=512, output_len=128, engine="hf")
+    assert run.itl_ms > 1.5 * dense.itl_ms  # 40.8 against 33.8 ms before: the dispatch's launches are host time
+    said = [w for w in run.warnings if w.startswith("transformers' MoE block")]
+    assert said == ["transformers' MoE block is priced from its code (transformers 5.25's grouped_mm_experts_forward, "
+                    "the default experts implementation), not measured: the router, top-k, sort, gathers, two grouped "
+                    "GEMMs over the experts hit, scatter back, each a launch of its own; transformers 4.x (or "
+                    "experts_implementation='eager') loops in Python over the experts hit, about 9 launches each, which "
+                    "is slower than priced"]
+    assert not any(w.startswith("transformers' MoE") for w in llm.predict(
+        config.name, "a100-sxm4-80gb", batch=1, input_len=512, output_len=128).warnings)

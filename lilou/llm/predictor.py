@@ -43,7 +43,7 @@ from lilou.llm.config import MODELLED_KINDS, LLMConfig, load_config
 from lilou.llm.interconnect import all_reduce_ms, extrapolation, link
 from lilou.llm.memory import ITEMSIZE, QUANTISED, WEIGHT_ONLY, MemoryFit, max_batch_fitting, memory_fit
 from lilou.llm.power import PowerModel
-from lilou.llm.steps import StepKernel, StepShape, remembered_step_kernels
+from lilou.llm.steps import HF_EXPERTS_SOURCE, StepKernel, StepShape, remembered_step_kernels
 
 ENGINES = ("vllm", "hf")
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
@@ -553,8 +553,9 @@ class LLMPredictor:
             steps.append(StepShape(batch, 1, input_len + 1 + span // 2, causal=False, prefill_tokens=chunk,
                                    prefill_len=input_len))
         weight_only = fp8_weight_only(dtype, device)  # W8A16: no cast of the activations before each GEMM
+        moe_loop = _hf_expert_loop(config, device, engine)
         kernels = [remembered_step_kernels(config, s, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine,
-                                           weight_only=weight_only) for s in steps]
+                                           weight_only=weight_only, moe_loop=moe_loop) for s in steps]
         flat = [k for step in kernels for k in step]
         attention = attention_dtype(dtype, device)
         work = self._work(flat, device, dtype, batch, attention)
@@ -772,6 +773,16 @@ class LLMPredictor:
         if config.moe:
             notes.append("routed experts are priced as a grouped GEMM over the experts the step's tokens reach under "
                          "uniform routing")
+        if config.moe and engine == "hf":
+            per_expert = _hf_expert_loop(config, device, engine)
+            notes.append(f"transformers' MoE block is priced from its code ({HF_EXPERTS_SOURCE}, the default experts "
+                         "implementation), not measured: the router, top-k, sort, gathers, "
+                         + ("one GEMM per expert hit for each projection (grouped_mm needs compute capability 8.0; "
+                            f"{device.gpu} has {device.compute_capability}), " if per_expert else
+                            "two grouped GEMMs over the experts hit, ")
+                         + "scatter back, each a launch of its own; transformers 4.x (or experts_implementation="
+                         "'eager') loops in Python over the experts hit, about 9 launches each, which is slower than "
+                         "priced")
         if output_len == 1:
             notes.append("output length 1: the request ends with its first token and has no decode step; the ITL "
                          "shown is the step a second token would take, and E2E is the TTFT" + (
@@ -780,6 +791,12 @@ class LLMPredictor:
         if not self.calibration.intervals:
             notes.append("no calibration file: intervals are unavailable (run `make bench-llm`)")
         return notes
+
+
+def _hf_expert_loop(config: LLMConfig, device: Device, engine: str) -> bool:
+    """transformers' experts run one GEMM per expert hit (its ``_grouped_mm_fallback``): ``torch.nn.functional.
+    grouped_mm`` needs compute capability 8.0 (``transformers.integrations.moe._can_use_grouped_mm``)."""
+    return engine == "hf" and bool(config.moe) and float(device.compute_capability) < 8.0
 
 
 def _band_dtype(dtype: str, device: Device) -> str:

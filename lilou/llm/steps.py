@@ -13,7 +13,8 @@ over one row per sequence, and sampling. The engine decides the launches:
 
 - ``vllm``: fused add + RMSNorm, one rotary kernel, ``reshape_and_cache``, merged gate+up GEMM, SiLU-and-mul;
 - ``hf`` (transformers eager): RMSNorm as its separate elementwise kernels, rotate-half RoPE, ``torch.cat`` of
-  the whole KV cache each step (DynamicCache), separate gate and up GEMMs and activation kernels.
+  the whole KV cache each step (DynamicCache), separate gate and up GEMMs and activation kernels, a MoE layer's
+  experts as transformers 5.25 dispatches them (:func:`_hf_experts`).
 
 Attention has no family in the kernel model, so it is priced as what a flash-attention kernel computes: the two
 batched GEMMs (Q.K^T and P.V) and the softmax between them in one kernel, reading Q, K and V once and writing
@@ -182,17 +183,19 @@ def _expected_experts(experts: int, top_k: int, tokens: int) -> float:
 
 @functools.lru_cache(maxsize=256)
 def remembered_step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: str, tp: int,
-                            engine: str, weight_only: bool = False) -> tuple[StepKernel, ...]:
+                            engine: str, weight_only: bool = False, moe_loop: bool = False) -> tuple[StepKernel, ...]:
     """:func:`step_kernels`, remembered (a step's kernels do not depend on the GPU: a plan asks for the same steps
     on every device, 115 times). Immutable, so callers share it."""
     return tuple(step_kernels(config, shape, dtype=dtype, kv_dtype=kv_dtype, tp=tp, engine=engine,
-                              weight_only=weight_only))
+                              weight_only=weight_only, moe_loop=moe_loop))
 
 
 def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: str, tp: int,
-                 engine: str, weight_only: bool = False) -> list[StepKernel]:
+                 engine: str, weight_only: bool = False, moe_loop: bool = False) -> list[StepKernel]:
     """The kernels of one step (see the module docstring), per GPU of the tensor-parallel group. ``weight_only``: an
-    8-bit ``dtype`` served weight-only (W8A16: FP8 on a GPU without FP8 tensor cores), its GEMMs without a cast."""
+    8-bit ``dtype`` served weight-only (W8A16: FP8 on a GPU without FP8 tensor cores), its GEMMs without a cast.
+    ``moe_loop`` (``hf``): transformers' grouped GEMM of the experts falls back to one GEMM per expert hit (a GPU
+    below compute capability 8.0, :func:`_hf_experts`)."""
     b = _Builder(dtype, kv_dtype, weight_only)
     if dtype == config.quantization and "attention" in config.unquantised:
         b.attention_weight_dtype = b.dtype  # gpt-oss: attention kept in 16 bits (modules_to_not_convert)
@@ -247,11 +250,15 @@ def step_kernels(config: LLMConfig, shape: StepShape, *, dtype: str, kv_dtype: s
         rows = max(1, math.ceil(tokens * config.experts_per_token / active))
         width = config.expert_width // tp
         mats = 2 if config.gated_mlp else 1
-        nodes, fixed = _gemm(b, rows, h, mats * width, experts=active)
-        add("experts_up", nodes, fixed=fixed, count=moe)
-        add("experts_act", _elementwise(b, "Mul", tokens * config.experts_per_token, width), count=moe)
-        nodes, fixed = _gemm(b, rows, width, h, experts=active)
-        add("experts_down", nodes, fixed=fixed, count=moe)
+        if hf:
+            _hf_experts(b, add, tokens, h, config.experts, config.experts_per_token, active, rows, width, mats,
+                        moe, moe_loop)
+        else:
+            nodes, fixed = _gemm(b, rows, h, mats * width, experts=active)
+            add("experts_up", nodes, fixed=fixed, count=moe)
+            add("experts_act", _elementwise(b, "Mul", tokens * config.experts_per_token, width), count=moe)
+            nodes, fixed = _gemm(b, rows, width, h, experts=active)
+            add("experts_down", nodes, fixed=fixed, count=moe)
         if config.shared_expert_intermediate:
             _mlp(b, add, tokens, h, config.shared_expert_intermediate // tp, config.gated_mlp, hf, "shared", moe)
         if config.layers > moe:  # the dense first layers (first_k_dense_replace)
@@ -365,6 +372,67 @@ def _latent_attention(b: _Builder, add, config: LLMConfig, shape: StepShape, hea
         add("out_absorb", nodes, fixed=fixed)
     if shape.prefill_tokens:  # a steady-state step's prompt chunk
         expanded("_prefill", shape.prefill_tokens, shape.prefill_tokens, shape.prefill_len)
+
+
+#: transformers' expert implementation that ``hf`` prices: ``transformers.integrations.moe.grouped_mm_experts_forward``,
+#: the default ``experts_implementation`` ("grouped_mm") of the ``@use_experts_implementation`` experts of Mixtral,
+#: Qwen2-MoE, Qwen3-MoE ... in transformers 5.x (read in 5.25: ``modeling_utils.get_correct_experts_implementation``).
+HF_EXPERTS_SOURCE = "transformers 5.25's grouped_mm_experts_forward"
+
+
+def _hf_experts(b: _Builder, add, tokens: int, h: int, experts: int, top_k: int, active: int, rows: int, width: int,
+                mats: int, moe: int, loop: bool) -> None:
+    """The routed experts of one MoE layer as transformers 5.25 runs them eagerly (:data:`HF_EXPERTS_SOURCE`), after
+    the router's GEMM and softmax: the router's ``topk`` and renormalisation (``MixtralTopKRouter`` /
+    ``Qwen3MoeTopKRouter``: sum, divide, cast), then over the ``S = tokens x top_k`` token-expert pairs: ``torch.sort``
+    of the expert ids, ``perm // top_k``, the gathers of the hidden states and routing weights, ``torch.histc`` and
+    ``cumsum`` (the offsets), the gate/up grouped GEMM over the experts hit (``rows`` each), the activation and the
+    gate multiply (``_default_apply_gate``), the down grouped GEMM, the routing-weight multiply, the inverse
+    permutation (``arange``, scatter), its gather, the sum over top-k and the cast back: 18 launches besides the
+    router. ``torch.nn.functional.grouped_mm`` needs compute capability 8.0 (``_can_use_grouped_mm``); below it
+    (``loop``) each grouped GEMM is ``_grouped_mm_fallback``: a zeroed output and one ``torch.mm`` per expert hit,
+    each at ``rows`` tokens. transformers 4.x (and ``experts_implementation="eager"``) loops in Python over the experts
+    hit with about nine launches each (``torch.where``, gather, gate, up, act, mul, down, weight, ``index_add_``);
+    that is not what is priced."""
+    pairs = tokens * top_k
+
+    def small(name: str, op: str, n: int, cols: int = 1, inputs: int = 1, dtype: str = "fp32") -> None:
+        add(name, [CostInput(op, {}, [b.t((n, cols), dtype) for _ in range(inputs)], [b.t((n, cols), dtype)])],
+            count=moe)
+
+    small("router_topk_select", "TopK", tokens, experts)
+    small("router_renorm_sum", "ReduceSum", tokens, top_k)
+    small("router_renorm_div", "Div", tokens, top_k, 2)
+    small("router_cast", "Cast", tokens, top_k)
+    small("experts_sort", "Sort", pairs)
+    small("experts_perm_div", "Div", pairs, 1, 2)
+    add("experts_gather", [CostInput("Gather", {}, [b.t((tokens, h)), b.t((pairs,), "fp32")], [b.t((pairs, h))])],
+        count=moe)
+    small("experts_weight_gather", "Gather", pairs, 1, 2)
+    small("experts_histc", "Histogram", pairs)
+    small("experts_cumsum", "CumSum", experts)
+
+    def grouped(name: str, m: int, k: int, n: int) -> None:
+        if loop:  # _grouped_mm_fallback: torch.zeros, then one torch.mm per expert hit
+            add(f"{name}_zeros", _elementwise(b, "Mul", pairs, n, 1), count=moe)
+            nodes, fixed = _gemm(b, m, k, n)
+            add(name, nodes, fixed=fixed, count=moe * active)
+        else:
+            nodes, fixed = _gemm(b, m, k, n, experts=active)
+            add(name, nodes, fixed=fixed, count=moe)
+
+    grouped("experts_up", rows, h, mats * width)
+    add("experts_act", _elementwise(b, "Sigmoid", pairs, width, 1), count=moe)
+    add("experts_gate_mul", _elementwise(b, "Mul", pairs, width), count=moe)
+    grouped("experts_down", rows, width, h)
+    add("experts_weight_mul", _elementwise(b, "Mul", pairs, h), count=moe)
+    small("experts_arange", "Range", pairs)
+    small("experts_inverse_scatter", "ScatterElements", pairs, 1, 2)
+    add("experts_unpermute", [CostInput("Gather", {}, [b.t((pairs, h)), b.t((pairs,), "fp32")], [b.t((pairs, h))])],
+        count=moe)
+    add("experts_sum", [CostInput("ReduceSum", {"axes": [1]}, [b.t((tokens, top_k, h))], [b.t((tokens, h))])],
+        count=moe)
+    add("experts_cast", _elementwise(b, "Cast", tokens, h, 1), count=moe)
 
 
 def _mlp(b: _Builder, add, tokens: int, h: int, width: int, gated: bool, hf: bool, name: str,
