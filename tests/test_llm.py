@@ -226,6 +226,18 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
     ({"tie_word_embeddings": "false"}, r"tie_word_embeddings is 'false', not true or false"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 1000},
      r"dense_layers \(first_k_dense_replace\) is 1000, not fewer than the 32 layers"),
+    # a missing top-k read "0 experts per token of 8 routed experts"
+    ({"num_local_experts": 8}, r"the config lacks experts_per_token \(num_experts_per_tok / .*\), the experts each "
+                               r"token is routed to of its 8 routed experts$"),
+    # Qwen-MoE's and DeepSeek's layer patterns were not read at all
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 0},
+     r"decoder_sparse_step is 0, not a positive whole number"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": 1.5},
+     r"moe_layer_freq is 1.5, not a positive whole number"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "mlp_only_layers": "0,1"},
+     r"mlp_only_layers is '0,1', not a list of layer indices"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 64},
+     r"decoder_sparse_step 64 leave none of the 32 layers with experts"),
     ({"sliding_window": 4096, "layer_types": "sliding_attention"}, r"layer_types is 'sliding_attention', not a list"),
     ({"sliding_window": 4096, "layer_types": ["sliding_attention"] * 40}, r"one attention kind per layer \(32 layers\)"),
     # a Llama 4 layer count no model has: its chunked layers' list of 2^62 entries ran out of memory
@@ -942,3 +954,66 @@ def test_the_python_api_is_documented():
     assert all(word in doc for word in ("milliseconds", "watts", "GiB", "bf16, fp16, fp8, fp4, int8, int4, fp32",
                                         "vllm (None: vllm) or hf", "LilouInputError"))
     assert "milliseconds" in LLMPrediction.__doc__ and "None where the model does not fit" in LLMPrediction.__doc__
+
+
+QWEN15_MOE_CONFIG = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+                     "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_attention_heads": 16,
+                     "num_key_value_heads": 16, "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4,
+                     "vocab_size": 151936, "max_position_embeddings": 8192, "decoder_sparse_step": 1,
+                     "mlp_only_layers": [], "tie_word_embeddings": False}
+DEEPSEEK_V2_LITE_CONFIG = {"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+                           "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+                           "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                           "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 27,
+                           "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                           "v_head_dim": 128, "vocab_size": 102400, "max_position_embeddings": 163840,
+                           "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize(("base", "change", "dense", "parameters"), [
+    # transformers 5.25's count on the meta device, less its biases (Lilou leaves biases out): Qwen1.5-MoE-A2.7B
+    # 14,315,784,192 - 147,456 (its shared_expert_gate is counted since, 49,152)
+    (QWEN15_MOE_CONFIG, {}, 0, 14_315_636_736),
+    # Qwen2MoeDecoderLayer: layer i routes only when i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+    (QWEN15_MOE_CONFIG, {"decoder_sparse_step": 2}, 12, 8_085_596_160),  # 8,085,743,616 - 147,456
+    (QWEN15_MOE_CONFIG, {"mlp_only_layers": list(range(12))}, 12, 8_085_596_160),
+    (QWEN15_MOE_CONFIG, {"decoder_sparse_step": 2, "mlp_only_layers": [0, 1, 3, 99]}, 14, None),  # 1 and 3 route
+    (dict(QWEN15_MOE_CONFIG, model_type="qwen3_moe", shared_expert_intermediate_size=0), {"decoder_sparse_step": 3},
+     16, None),
+    # DeepSeek-V2-Lite: 15,706,484,224 in transformers, less its 27 kv_a_layernorm (13,824), not counted by Lilou
+    (DEEPSEEK_V2_LITE_CONFIG, {}, 1, 15_706_470_400),
+    # moe_layer_freq 2 (vLLM's and DeepSeek's DeepseekV2DecoderLayer: i >= first_k_dense_replace and
+    # i % moe_layer_freq == 0): layers 2, 4 ... 26 route, 14 dense, as transformers' count with first_k 14
+    # (9,156,554,240 - 13,824)
+    (DEEPSEEK_V2_LITE_CONFIG, {"moe_layer_freq": 2}, 14, 9_156_540_416),
+])
+def test_moe_layer_patterns_are_read_as_the_engines_build_them(llm, tmp_path, base, change, dense, parameters):
+    """decoder_sparse_step, mlp_only_layers (Qwen2/3-MoE) and moe_layer_freq (DeepSeek) were ignored: every layer
+    after first_k_dense_replace was priced with experts (14.32 B parameters at any sparse step)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, **change}))
+    config = load_config(path)
+    assert (config.dense_layers, config.moe_layers) == (dense, config.layers - dense)
+    if parameters is not None:
+        assert config.total_parameters == parameters
+    dense_mlp = config.mlp_matrices * config.hidden * config.intermediate
+    every = load_config(_write(tmp_path / "every", base))
+    per_moe_layer = (every.parameters()["mlp"] - every.dense_layers * dense_mlp) // every.moe_layers
+    assert config.parameters()["mlp"] == config.moe_layers * per_moe_layer + dense * dense_mlp
+    memory = llm.predict(str(path), "h100-sxm", batch=1, input_len=128, output_len=16).memory
+    assert memory.weights_gb == pytest.approx(config.total_parameters * 2 / GIB, rel=1e-3)
+
+
+def _write(folder: Path, config: dict) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder / "config.json"
+
+
+def test_phimoe_uses_layernorm(tmp_path):
+    """transformers' PhimoeDecoderLayer normalises with nn.LayerNorm (input, post-attention and final norms);
+    Phi-3.5-MoE and Phi-tiny-MoE were priced with RMSNorm."""
+    assert builtin_config("microsoft/Phi-tiny-MoE-instruct").norm == "layernorm"
+    path = _write(tmp_path / "phimoe", {**LLAMA_3_8B_CONFIG, "model_type": "phimoe", "num_local_experts": 16,
+                                        "num_experts_per_tok": 2})
+    assert load_config(path).norm == "layernorm"

@@ -23,7 +23,7 @@ from lilou.errors import LilouInputError
 UNGATED_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron",
                            "gpt_bigcode", "mpt"})
 LAYERNORM_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2",
-                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx"})
+                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx", "phimoe"})
 #: Layer kinds the step composition models; the others resolve by name but are refused at predict time.
 MODELLED_KINDS = frozenset({"transformer"})
 
@@ -138,6 +138,8 @@ class LLMConfig:
         if self.moe:
             routed = self.experts * self.mlp_matrices * h * self.expert_width + h * self.experts
             routed += self.mlp_matrices * h * self.shared_expert_intermediate
+            if self.shared_expert_intermediate and self.model_type == "qwen2_moe":
+                routed += h  # Qwen2-MoE's shared_expert_gate (hidden -> 1)
             mlp = self.moe_layers * routed + (self.layers - self.moe_layers) * dense
         else:
             mlp = self.layers * dense
@@ -494,6 +496,8 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if ints.get("experts") and ints.get("dense_layers", 0) >= ints["layers"]:
         raise LilouInputError(f"{name}: {_named('dense_layers')} is {ints['dense_layers']}, not fewer than the "
                               f"{ints['layers']} layers of a mixture of experts (it made the whole model dense)")
+    if ints.get("experts"):
+        ints["dense_layers"] = _dense_layers(config, ints["layers"], ints.get("dense_layers", 0), name)
     window, sliding = sliding_window_layers(config, ints["layers"], model_type, name)
     quantization, quantization_note = checkpoint_format(config.get("quantization_config"))
     unquantised = _not_converted(config.get("quantization_config")) if quantization else ()
@@ -516,6 +520,42 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
+
+
+def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: str) -> int:
+    """How many layers of a mixture of experts keep a dense MLP (``intermediate_size`` wide); their order does not
+    change the cost. They were only DeepSeek's ``first_k_dense_replace`` first layers; now also:
+
+    - Qwen2-MoE / Qwen3-MoE (transformers' ``Qwen2MoeDecoderLayer``, vLLM alike): layer ``i`` routes to experts only
+      when ``i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0``;
+    - DeepSeek-V2/V3's ``moe_layer_freq`` (DeepSeek's own modelling code and vLLM's ``DeepseekV2DecoderLayer``;
+      transformers' class leaves it out): layer ``i`` routes only when ``i >= first_k_dense_replace and
+      i % moe_layer_freq == 0``.
+
+    Released checkpoints set step 1, no MLP-only layers and frequency 1 (every layer routes); a custom config with
+    ``decoder_sparse_step: 2`` was priced with experts in every layer (14.3 B parameters for 8.1 B)."""
+    def positive(field: str) -> int:
+        value = config.get(field, 1)
+        if value is None:
+            return 1
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
+            raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a positive whole number")
+        return int(value)
+
+    step, frequency = positive("decoder_sparse_step"), positive("moe_layer_freq")
+    only = config.get("mlp_only_layers")
+    if only is None:
+        only = []
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise LilouInputError(f"{name}: mlp_only_layers is {only!r:.40}, not a list of layer indices")
+    dense = set(only)  # layers is at most SIZE_LIMITS["layers"] here
+    sparse = sum(1 for i in range(first_dense, layers) if i not in dense and (i + 1) % step == 0 and i % frequency == 0)
+    if sparse <= 0:
+        fields = [f"{key} {config[key]!r:.40}" for key in ("decoder_sparse_step", "mlp_only_layers", "moe_layer_freq",
+                                                          "first_k_dense_replace") if config.get(key)]
+        raise LilouInputError(f"{name}: {', '.join(fields)} leave none of the {layers} layers with experts (it made "
+                              "the whole model dense)")
+    return layers - sparse
 
 
 #: Model types whose positions are learned embeddings of max_position_embeddings / n_positions rows.
@@ -741,6 +781,9 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
         raise LilouInputError(f"{name}: {ints['heads']} attention heads do not split into groups of {kv_heads} KV "
                               "heads (grouped-query attention needs heads divisible by KV heads)")
     experts, top_k = ints.get("experts", 0), ints.get("experts_per_token", 0)
+    if experts and "experts_per_token" not in ints:  # it read "0 experts per token of 8 routed experts"
+        raise LilouInputError(f"{name}: the config lacks {_named('experts_per_token')}, the experts each token is "
+                              f"routed to of its {experts} routed experts")
     if experts and not 0 < top_k <= experts:
         raise LilouInputError(f"{name}: {top_k} experts per token of {experts} routed experts; a mixture of "
                               "experts routes each token to between 1 and all of them")
