@@ -160,6 +160,34 @@ def test_a_base_name_finds_its_fine_tune_of_the_same_architecture():
         builtin_config("mistral-7b")  # a version suffix is not a fine-tune: named, not guessed
 
 
+@pytest.mark.parametrize(("name", "expected"), [
+    # each exited 2 with the right model first among the suggestions
+    ("llama-3-8b", "meta-llama/Meta-Llama-3-8B"),
+    ("Llama-3-8B", "meta-llama/Meta-Llama-3-8B"),
+    ("meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B"),  # the most used Hugging Face id
+    ("llama-3-8b-instruct", "meta-llama/Meta-Llama-3-8B"),
+    ("Meta-Llama-3-70B-Instruct", "meta-llama/Meta-Llama-3-70B"),
+    ("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"),  # the base release, of one architecture with its Instruct
+    ("Mixtral-8x7B-Instruct", "mistralai/Mixtral-8x7B-v0.1"),
+    # what resolved before still does, to the same entry
+    ("llama-3.1-8b", LLAMA),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct"),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+])
+def test_common_spellings_of_one_architecture_resolve(name, expected):
+    """The organisation, a Meta- prefix and -Instruct / -chat / -it / -hf / -v0.1 suffixes are what common spellings
+    of one model differ by; they resolve where every built-in so spelled has one architecture."""
+    assert builtin_config(name).name == expected
+
+
+@pytest.mark.parametrize("name", ["mistral-7b", "Mistral-7B-Instruct", "mistralai/Mistral-7B", "llama-3"])
+def test_a_common_spelling_of_two_architectures_is_not_guessed(name):
+    """Mistral-7B-v0.1 (a 4096-token window, 32,000 tokens) and -Instruct-v0.3 (no window, 32,768) are two
+    architectures: the spelling they share is refused with the suggestions, never resolved to one of them."""
+    with pytest.raises(LilouInputError, match=rf"unknown LLM '{re.escape(name)}'; did you mean "):
+        builtin_config(name)
+
+
 def test_hugging_face_configs_of_several_families(tmp_path):
     from transformers import FalconConfig, MistralConfig, MixtralConfig, OPTConfig
 

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
@@ -191,7 +192,32 @@ def _index() -> dict[str, str]:
     for key, names in bases.items():
         if len({_architecture(_table()[n]) for n in names}) == 1:
             index.setdefault(key, sorted(names)[0])
+    # Common spellings: "llama-3-8b", "Meta-Llama-3-8B-Instruct" and "mixtral-8x7b" find Meta-Llama-3-8B and
+    # Mixtral-8x7B-v0.1 (:func:`_common_key`), where every built-in so spelled has one architecture ("mistral-7b" is
+    # v0.1 with its window or v0.3 without: not guessed, the suggestions say both).
+    common: dict[str, list[str]] = {}
+    for name in _table():
+        common.setdefault(_common_key(name), []).append(name)
+    for key, names in common.items():
+        if key and len({_architecture(_table()[n]) for n in names}) == 1:  # the shortest: the base, not a tune
+            index.setdefault(key, min(names, key=lambda n: (len(n.rsplit("/", 1)[-1]), n)))
     return index
+
+
+#: A version suffix of a release (``-v0.1``, ``-v2``).
+_VERSION = re.compile(r"v\d+(\.\d+)*")
+
+
+def _common_key(name: str) -> str:
+    """``name`` without what common spellings of one model differ by: the organisation, a ``Meta-`` prefix, and the
+    fine-tune (``-Instruct``, ``-chat``, ``-it``, ``-hf``) and version (``-v0.1``) suffixes, in any order and case
+    (``meta-llama/Meta-Llama-3-8B-Instruct`` and ``llama-3-8b`` both ``llama38b``)."""
+    words = name.rsplit("/", 1)[-1].split("-")
+    if len(words) > 1 and words[0].lower() == "meta":
+        words = words[1:]
+    while len(words) > 1 and (words[-1].lower() in _TUNE_SUFFIXES or _VERSION.fullmatch(words[-1].lower())):
+        words = words[:-1]
+    return _key("-".join(words))
 
 
 def _architecture(config: LLMConfig) -> tuple:
@@ -220,8 +246,10 @@ def builtin_models() -> list[str]:
 
 
 def builtin_name(name: str) -> str | None:
-    """The built-in id ``name`` spells (any case, organisation optional, a base name for its fine-tune), or None."""
-    return _index().get(_key(name))
+    """The built-in id ``name`` spells (any case, organisation optional, a base name for its fine-tune, a common
+    spelling of one architecture: :func:`_common_key`), or None."""
+    index = _index()
+    return index.get(_key(name)) or index.get(_common_key(name))
 
 
 def builtin_config(name: str) -> LLMConfig:
