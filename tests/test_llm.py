@@ -813,8 +813,8 @@ def test_nvfp4_on_blackwell_only(llm):
     ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
         "weights": {"num_bits": 4, "type": "int", "group_size": 128}, "input_activations": None}}},
      "int4", "compressed-tensors INT4 weight-only"),
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "", "bitsandbytes"),
-    ({"quant_method": "gptq", "bits": 8}, "", "gptq"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "", "bitsandbytes 4-bit (fp4)"),
+    ({"quant_method": "gptq", "bits": 8}, "", "gptq 8-bit"),
 ])
 def test_a_quantized_checkpoint_sets_the_default_dtype(llm, tmp_path, quantization, dtype, said):
     """A checkpoint's quantization_config (AWQ, GPTQ, FP8, ModelOpt, compressed-tensors) is its default --dtype; a
@@ -831,7 +831,48 @@ def test_a_quantized_checkpoint_sets_the_default_dtype(llm, tmp_path, quantizati
         assert other.warnings[0] == (f"--dtype bf16: the checkpoint stores {dtype.upper()} weights ({said}); priced "
                                      "as asked, as if requantised")
     else:
-        assert first.endswith(f"; the checkpoint's quantization_config ({said}) is not a format Lilou prices")
+        assert first == "no --dtype given: BF16 (the widest half precision b200 runs)"
+        assert result.warnings[1].startswith(f"the checkpoint's quantization_config ({said}) is not a format Lilou "
+                                             "prices: its weights are priced at 16 bits (BF16)")
+
+
+@pytest.mark.parametrize(("quantization", "said", "factor"), [
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "gptq 8-bit", "2.0x"),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bitsandbytes 8-bit (LLM.int8)", "2.0x"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "bitsandbytes 4-bit (nf4)",
+     "3.6x"),
+])
+def test_a_format_lilou_does_not_price_has_its_own_warning_with_the_memory_it_overstates(llm, tmp_path, quantization,
+                                                                                          said, factor):
+    """8-bit GPTQ and bitsandbytes were priced in BF16 with a clause at the end of the "no --dtype" line: the weights'
+    memory about 2x (8-bit) or 3.5x (NF4) the checkpoint's, unsaid."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": quantization}))
+    for dtype in (None, "bf16"):  # an explicit 16-bit --dtype is told too
+        result = llm.predict(str(path), "a100-sxm4-80gb", batch=8, input_len=1024, output_len=256, dtype=dtype)
+        (line,) = [w for w in result.warnings if "quantization_config" in w]
+        assert line.startswith(f"the checkpoint's quantization_config ({said}) is not a format Lilou prices: its "
+                               f"weights are priced at 16 bits (BF16), so the weights' memory is overstated about "
+                               f"{factor} (the checkpoint stores about ")
+        assert line.endswith("bits a weight) and max_batch_fitting understated; the GEMMs read 16-bit weights")
+
+
+def test_an_int4_checkpoint_s_group_size_is_said_and_its_scales_counted(llm, tmp_path):
+    """AWQ with group_size 64 was said to be "groups of 128" and its scales counted at 128."""
+    weights = {}
+    for group in (128, 64):
+        path = tmp_path / f"g{group}.json"
+        path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": {
+            "quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm"}}))
+        result = llm.predict(str(path), "a100-sxm4-80gb", batch=8, input_len=1024, output_len=256)
+        (line,) = [w for w in result.warnings if w.startswith("INT4 weight-only")]
+        weights[group] = result.memory.weights_gb
+        said = "groups of 128" if group == 128 else "group size 64: its scales counted at 64, its GEMMs priced as at 128"
+        assert line.startswith(f"INT4 weight-only (AWQ/GPTQ, {said}): ")
+    config = load_config(tmp_path / "g64.json")
+    linear = config.parameters()["attention"] + config.parameters()["mlp"]
+    # an FP16 scale and a 4-bit zero point per group: 2.5 bytes per 64 weights rather than per 128
+    assert weights[64] - weights[128] == pytest.approx(linear * (2.5 / 64 - 2.5 / 128) / GIB, rel=1e-6)
 
 
 def test_a_context_past_the_models_positions_is_said(llm):

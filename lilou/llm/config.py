@@ -70,6 +70,11 @@ class LLMConfig:
     # default (MXFP4: one 8-bit scale per 32 weights); both apply only when priced at the checkpoint's own dtype.
     unquantised: tuple[str, ...] = ()
     quantization_group_bytes: float | None = None
+    # A format Lilou does not price (8-bit GPTQ, bitsandbytes): the bits per weight its checkpoint stores, scales
+    # included (0: not known), for the warning that its 16-bit weights overstate the memory.
+    unpriced_bits: float = 0.0
+    # An INT4 checkpoint's group size where it is not 128 (AWQ/GPTQ group_size 64): its scales are counted at it.
+    quantization_group: int = 0
     # The checkpoint's quantization group or block along the widths tensor parallelism splits (AWQ/GPTQ group_size,
     # FP8 weight_block_size, compressed-tensors group_size / block_structure; 0: none, or per channel): each rank's
     # share of a quantised width must be a whole number of them for vLLM to load it (LLMPredictor refuses the TP).
@@ -224,7 +229,8 @@ def _architecture(config: LLMConfig) -> tuple:
     """What a config's kernels and memory depend on: every field but its name and provenance."""
     return tuple(getattr(config, f.name) for f in fields(config)
                  if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note",
-                                   "notes", "context_source", "learned_positions", "quantization_block"))
+                                   "notes", "context_source", "learned_positions", "quantization_block",
+                                   "unpriced_bits", "quantization_group"))
 
 
 #: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
@@ -531,6 +537,10 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     unquantised = _not_converted(config.get("quantization_config")) if quantization else ()
     group_bytes = 1 / 32 if quantization and config["quantization_config"].get("quant_method") == "mxfp4" else None
     block = quantization_block(config.get("quantization_config")) if quantization else 0
+    group = 0
+    if quantization == "int4" and group_bytes is None and block and block != INT4_GROUP:
+        # AWQ/GPTQ's FP16 scale and 4-bit zero point per group, at the checkpoint's group (64: twice 128's bytes)
+        group, group_bytes = block, (2 + 0.5) / block
     softcap = config.get("attn_logit_softcapping")
     max_context, context_source = _context_limit(config, ints.get("max_context", 0))
     return LLMConfig(
@@ -544,6 +554,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
         quantization=quantization, quantization_note=quantization_note, unquantised=unquantised,
         quantization_group_bytes=group_bytes, quantization_block=block, max_context=max_context,
+        unpriced_bits=0.0 if quantization else unpriced_bits(config.get("quantization_config")), quantization_group=group,
         context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
@@ -632,7 +643,36 @@ def checkpoint_format(quantization: Any) -> tuple[str, str]:
     if method == "compressed-tensors":
         found = _compressed_tensors(quantization)
         return found if found else ("", "compressed-tensors of another scheme")
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and isinstance(bits, int) and not isinstance(bits, bool):
+        return "", f"{method} {bits}-bit"
+    if method == "bitsandbytes":
+        if quantization.get("load_in_8bit") is True:
+            return "", "bitsandbytes 8-bit (LLM.int8)"
+        if quantization.get("load_in_4bit") is True:
+            kind = str(quantization.get("bnb_4bit_quant_type") or "fp4").lower()[:10]
+            return "", f"bitsandbytes 4-bit ({kind})"
     return "", method or "an unnamed method"
+
+
+#: The group size Lilou's INT4 (AWQ/GPTQ) weights are priced at by default (lilou.llm.memory.GROUP_BYTES_PER_WEIGHT).
+INT4_GROUP = 128
+
+
+def unpriced_bits(quantization: Any) -> float:
+    """Bits per weight, scales included, of a quantised format Lilou does not price (0: none, or not known): GPTQ /
+    AWQ at other than 4 bits (an FP16 scale and a zero point per group of 128), bitsandbytes LLM.int8 (8 bits; a
+    scale per row) and 4-bit NF4/FP4 (an FP32 absmax per 64 weights: 4.5 bits; 4.127 with double quantisation)."""
+    if not isinstance(quantization, dict) or checkpoint_format(quantization)[0]:
+        return 0.0
+    method = str(quantization.get("quant_method", "")).lower()
+    bits = quantization.get("bits")
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and isinstance(bits, int) and 1 < bits <= 8:
+        return bits + (16 + bits) / INT4_GROUP
+    if method == "bitsandbytes" and quantization.get("load_in_8bit") is True:
+        return 8.0
+    if method == "bitsandbytes" and quantization.get("load_in_4bit") is True:
+        return 4.127 if quantization.get("bnb_4bit_use_double_quant") is True else 4.5
+    return 0.0
 
 
 def quantization_block(quantization: Any) -> int:
