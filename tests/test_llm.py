@@ -262,6 +262,8 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
      r"decoder_sparse_step is 0, not a positive whole number"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": 1.5},
      r"moe_layer_freq is 1.5, not a positive whole number"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": float("inf")},
+     r"moe_layer_freq is inf, not a positive whole number"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "mlp_only_layers": "0,1"},
      r"mlp_only_layers is '0,1', not a list of layer indices"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 64},
