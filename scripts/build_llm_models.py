@@ -31,7 +31,7 @@ WATTGPU = "maufadel/wattgpu@4e010359c167ac8c65b55aabd1aafbf765ae5d91 model_featu
 #: Architectures whose MLP is not gated (one up projection + activation + down).
 UNGATED = {"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron"}
 #: Architectures with LayerNorm (mean and variance) instead of RMSNorm.
-LAYERNORM = {"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron", "olmo"}
+LAYERNORM = {"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron", "olmo", "phimoe"}
 #: Non-transformer or hybrid layers Lilou does not model (kept so the names resolve, refused at predict).
 KIND = {"falcon_mamba": "mamba", "nemotron_h": "hybrid", "rwkv": "rwkv"}
 

@@ -48,9 +48,10 @@ def test_shorten_marks_the_cut_in_the_stream_encoding(monkeypatch):
     assert (ellipsis(), shorten("abcdefgh", 6)) == ("…", "abcde…")
 
 
-def test_piped_table_cuts_names_visibly_and_never_wraps_warnings(capsys):
+def test_piped_table_cuts_names_visibly_and_never_wraps_warnings(capsys, monkeypatch):
     """Piped, a node name was cut at 40 characters without a mark, and warnings were wrapped at 160 columns in
     mid-sentence (a `grep '^warning:'` got half a message)."""
+    monkeypatch.delenv("COLUMNS", raising=False)  # 160 wide unless COLUMNS says otherwise
     argv = ["infer", str(EXAMPLE), "--gpu", "a10g", "--top", "100"]
     assert main([*argv, "--format", "json"]) == 0
     prediction = json.loads(capsys.readouterr().out)

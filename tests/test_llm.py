@@ -170,6 +170,34 @@ def test_a_base_name_finds_its_fine_tune_of_the_same_architecture():
         builtin_config("mistral-7b")  # a version suffix is not a fine-tune: named, not guessed
 
 
+@pytest.mark.parametrize(("name", "expected"), [
+    # each exited 2 with the right model first among the suggestions
+    ("llama-3-8b", "meta-llama/Meta-Llama-3-8B"),
+    ("Llama-3-8B", "meta-llama/Meta-Llama-3-8B"),
+    ("meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B"),  # the most used Hugging Face id
+    ("llama-3-8b-instruct", "meta-llama/Meta-Llama-3-8B"),
+    ("Meta-Llama-3-70B-Instruct", "meta-llama/Meta-Llama-3-70B"),
+    ("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"),  # the base release, of one architecture with its Instruct
+    ("Mixtral-8x7B-Instruct", "mistralai/Mixtral-8x7B-v0.1"),
+    # what resolved before still does, to the same entry
+    ("llama-3.1-8b", LLAMA),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct"),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+])
+def test_common_spellings_of_one_architecture_resolve(name, expected):
+    """The organisation, a Meta- prefix and -Instruct / -chat / -it / -hf / -v0.1 suffixes are what common spellings
+    of one model differ by; they resolve where every built-in so spelled has one architecture."""
+    assert builtin_config(name).name == expected
+
+
+@pytest.mark.parametrize("name", ["mistral-7b", "Mistral-7B-Instruct", "mistralai/Mistral-7B", "llama-3"])
+def test_a_common_spelling_of_two_architectures_is_not_guessed(name):
+    """Mistral-7B-v0.1 (a 4096-token window, 32,000 tokens) and -Instruct-v0.3 (no window, 32,768) are two
+    architectures: the spelling they share is refused with the suggestions, never resolved to one of them."""
+    with pytest.raises(LilouInputError, match=rf"unknown LLM '{re.escape(name)}'; did you mean "):
+        builtin_config(name)
+
+
 def test_hugging_face_configs_of_several_families(tmp_path):
     from transformers import FalconConfig, MistralConfig, MixtralConfig, OPTConfig
 
@@ -236,6 +264,20 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
     ({"tie_word_embeddings": "false"}, r"tie_word_embeddings is 'false', not true or false"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 1000},
      r"dense_layers \(first_k_dense_replace\) is 1000, not fewer than the 32 layers"),
+    # a missing top-k read "0 experts per token of 8 routed experts"
+    ({"num_local_experts": 8}, r"the config lacks experts_per_token \(num_experts_per_tok / .*\), the experts each "
+                               r"token is routed to of its 8 routed experts$"),
+    # Qwen-MoE's and DeepSeek's layer patterns were not read at all
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 0},
+     r"decoder_sparse_step is 0, not a positive whole number"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": 1.5},
+     r"moe_layer_freq is 1.5, not a positive whole number"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": float("inf")},
+     r"moe_layer_freq is inf, not a positive whole number"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "mlp_only_layers": "0,1"},
+     r"mlp_only_layers is '0,1', not a list of layer indices"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 64},
+     r"decoder_sparse_step 64 leave none of the 32 layers with experts"),
     ({"sliding_window": 4096, "layer_types": "sliding_attention"}, r"layer_types is 'sliding_attention', not a list"),
     ({"sliding_window": 4096, "layer_types": ["sliding_attention"] * 40}, r"one attention kind per layer \(32 layers\)"),
     # a Llama 4 layer count no model has: its chunked layers' list of 2^62 entries ran out of memory
@@ -783,8 +825,8 @@ def test_nvfp4_on_blackwell_only(llm):
     ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
         "weights": {"num_bits": 4, "type": "int", "group_size": 128}, "input_activations": None}}},
      "int4", "compressed-tensors INT4 weight-only"),
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "", "bitsandbytes"),
-    ({"quant_method": "gptq", "bits": 8}, "", "gptq"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "", "bitsandbytes 4-bit (fp4)"),
+    ({"quant_method": "gptq", "bits": 8}, "", "gptq 8-bit"),
 ])
 def test_a_quantized_checkpoint_sets_the_default_dtype(llm, tmp_path, quantization, dtype, said):
     """A checkpoint's quantization_config (AWQ, GPTQ, FP8, ModelOpt, compressed-tensors) is its default --dtype; a
@@ -801,7 +843,48 @@ def test_a_quantized_checkpoint_sets_the_default_dtype(llm, tmp_path, quantizati
         assert other.warnings[0] == (f"--dtype bf16: the checkpoint stores {dtype.upper()} weights ({said}); priced "
                                      "as asked, as if requantised")
     else:
-        assert first.endswith(f"; the checkpoint's quantization_config ({said}) is not a format Lilou prices")
+        assert first == "no --dtype given: BF16 (the widest half precision b200 runs)"
+        assert result.warnings[1].startswith(f"the checkpoint's quantization_config ({said}) is not a format Lilou "
+                                             "prices: its weights are priced at 16 bits (BF16)")
+
+
+@pytest.mark.parametrize(("quantization", "said", "factor"), [
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "gptq 8-bit", "2.0x"),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bitsandbytes 8-bit (LLM.int8)", "2.0x"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "bitsandbytes 4-bit (nf4)",
+     "3.6x"),
+])
+def test_a_format_lilou_does_not_price_has_its_own_warning_with_the_memory_it_overstates(llm, tmp_path, quantization,
+                                                                                          said, factor):
+    """8-bit GPTQ and bitsandbytes were priced in BF16 with a clause at the end of the "no --dtype" line: the weights'
+    memory about 2x (8-bit) or 3.5x (NF4) the checkpoint's, unsaid."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": quantization}))
+    for dtype in (None, "bf16"):  # an explicit 16-bit --dtype is told too
+        result = llm.predict(str(path), "a100-sxm4-80gb", batch=8, input_len=1024, output_len=256, dtype=dtype)
+        (line,) = [w for w in result.warnings if "quantization_config" in w]
+        assert line.startswith(f"the checkpoint's quantization_config ({said}) is not a format Lilou prices: its "
+                               f"weights are priced at 16 bits (BF16), so the weights' memory is overstated about "
+                               f"{factor} (the checkpoint stores about ")
+        assert line.endswith("bits a weight) and max_batch_fitting understated; the GEMMs read 16-bit weights")
+
+
+def test_an_int4_checkpoint_s_group_size_is_said_and_its_scales_counted(llm, tmp_path):
+    """AWQ with group_size 64 was said to be "groups of 128" and its scales counted at 128."""
+    weights = {}
+    for group in (128, 64):
+        path = tmp_path / f"g{group}.json"
+        path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": {
+            "quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm"}}))
+        result = llm.predict(str(path), "a100-sxm4-80gb", batch=8, input_len=1024, output_len=256)
+        (line,) = [w for w in result.warnings if w.startswith("INT4 weight-only")]
+        weights[group] = result.memory.weights_gb
+        said = "groups of 128" if group == 128 else "group size 64: its scales counted at 64, its GEMMs priced as at 128"
+        assert line.startswith(f"INT4 weight-only (AWQ/GPTQ, {said}): ")
+    config = load_config(tmp_path / "g64.json")
+    linear = config.parameters()["attention"] + config.parameters()["mlp"]
+    # an FP16 scale and a 4-bit zero point per group: 2.5 bytes per 64 weights rather than per 128
+    assert weights[64] - weights[128] == pytest.approx(linear * (2.5 / 64 - 2.5 / 128) / GIB, rel=1e-6)
 
 
 def test_a_context_past_the_models_positions_is_said(llm):
@@ -1068,3 +1151,66 @@ def test_hf_moe_layer_is_transformers_expert_dispatch_not_one_grouped_gemm(llm):
                     "is slower than priced"]
     assert not any(w.startswith("transformers' MoE") for w in llm.predict(
         config.name, "a100-sxm4-80gb", batch=1, input_len=512, output_len=128).warnings)
+
+
+QWEN15_MOE_CONFIG = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+                     "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_attention_heads": 16,
+                     "num_key_value_heads": 16, "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4,
+                     "vocab_size": 151936, "max_position_embeddings": 8192, "decoder_sparse_step": 1,
+                     "mlp_only_layers": [], "tie_word_embeddings": False}
+DEEPSEEK_V2_LITE_CONFIG = {"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+                           "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+                           "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                           "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 27,
+                           "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                           "v_head_dim": 128, "vocab_size": 102400, "max_position_embeddings": 163840,
+                           "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize(("base", "change", "dense", "parameters"), [
+    # transformers 5.25's count on the meta device, less its biases (Lilou leaves biases out): Qwen1.5-MoE-A2.7B
+    # 14,315,784,192 - 147,456 (its shared_expert_gate is counted since, 49,152)
+    (QWEN15_MOE_CONFIG, {}, 0, 14_315_636_736),
+    # Qwen2MoeDecoderLayer: layer i routes only when i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+    (QWEN15_MOE_CONFIG, {"decoder_sparse_step": 2}, 12, 8_085_596_160),  # 8,085,743,616 - 147,456
+    (QWEN15_MOE_CONFIG, {"mlp_only_layers": list(range(12))}, 12, 8_085_596_160),
+    (QWEN15_MOE_CONFIG, {"decoder_sparse_step": 2, "mlp_only_layers": [0, 1, 3, 99]}, 14, None),  # 1 and 3 route
+    (dict(QWEN15_MOE_CONFIG, model_type="qwen3_moe", shared_expert_intermediate_size=0), {"decoder_sparse_step": 3},
+     16, None),
+    # DeepSeek-V2-Lite: 15,706,484,224 in transformers, less its 27 kv_a_layernorm (13,824), not counted by Lilou
+    (DEEPSEEK_V2_LITE_CONFIG, {}, 1, 15_706_470_400),
+    # moe_layer_freq 2 (vLLM's and DeepSeek's DeepseekV2DecoderLayer: i >= first_k_dense_replace and
+    # i % moe_layer_freq == 0): layers 2, 4 ... 26 route, 14 dense, as transformers' count with first_k 14
+    # (9,156,554,240 - 13,824)
+    (DEEPSEEK_V2_LITE_CONFIG, {"moe_layer_freq": 2}, 14, 9_156_540_416),
+])
+def test_moe_layer_patterns_are_read_as_the_engines_build_them(llm, tmp_path, base, change, dense, parameters):
+    """decoder_sparse_step, mlp_only_layers (Qwen2/3-MoE) and moe_layer_freq (DeepSeek) were ignored: every layer
+    after first_k_dense_replace was priced with experts (14.32 B parameters at any sparse step)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, **change}))
+    config = load_config(path)
+    assert (config.dense_layers, config.moe_layers) == (dense, config.layers - dense)
+    if parameters is not None:
+        assert config.total_parameters == parameters
+    dense_mlp = config.mlp_matrices * config.hidden * config.intermediate
+    every = load_config(_write(tmp_path / "every", base))
+    per_moe_layer = (every.parameters()["mlp"] - every.dense_layers * dense_mlp) // every.moe_layers
+    assert config.parameters()["mlp"] == config.moe_layers * per_moe_layer + dense * dense_mlp
+    memory = llm.predict(str(path), "h100-sxm", batch=1, input_len=128, output_len=16).memory
+    assert memory.weights_gb == pytest.approx(config.total_parameters * 2 / GIB, rel=1e-3)
+
+
+def _write(folder: Path, config: dict) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder / "config.json"
+
+
+def test_phimoe_uses_layernorm(tmp_path):
+    """transformers' PhimoeDecoderLayer normalises with nn.LayerNorm (input, post-attention and final norms);
+    Phi-3.5-MoE and Phi-tiny-MoE were priced with RMSNorm."""
+    assert builtin_config("microsoft/Phi-tiny-MoE-instruct").norm == "layernorm"
+    path = _write(tmp_path / "phimoe", {**LLAMA_3_8B_CONFIG, "model_type": "phimoe", "num_local_experts": 16,
+                                        "num_experts_per_tok": 2})
+    assert load_config(path).norm == "layernorm"

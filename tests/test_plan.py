@@ -19,7 +19,7 @@ PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches
              "unmet", "message", "warnings"}
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
-              "ttft_ms", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million"}
+              "ttft_ms", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind"}
 
 
 @pytest.fixture(scope="module")
@@ -436,13 +436,14 @@ def test_llm_plan_over_lilou_llm(capsys):
     assert entry["latency_ms"] == pytest.approx(expected.steady_itl_ms, abs=1e-3)
     assert entry["latency_ms"] > expected.itl_ms
     assert entry["interval_ms"] == pytest.approx(expected.steady_interval_ms, abs=1e-3)
+    assert entry["itl_kind"] == "steady_state"  # not lilou llm's itl_ms, and the entry says so
     # the JSON rounds throughput to 3 decimals (lilou.plan.planner)
     assert entry["throughput_per_s"] == pytest.approx(8 * 1000 / expected.steady_itl_ms, abs=5e-4)
     hf = plan_json(capsys, "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "400", "--input-len", "512",
                    "--output-len", "128", "--gpus", "h100-sxm", "--batches", "8", "--engine", "hf")["plan"][0]
     static = LLMPredictor().predict("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", batch=8, input_len=512,
                                     output_len=128, engine="hf")
-    assert hf["latency_ms"] == pytest.approx(static.itl_ms, abs=1e-3)
+    assert hf["latency_ms"] == pytest.approx(static.itl_ms, abs=1e-3) and hf["itl_kind"] == "static_batch"
     assert hf["throughput_per_s"] == pytest.approx(static.tokens_per_s, abs=5e-4)
     assert [u["device"] for u in plan["unmet"]] == ["t4"] and "does not fit on t4" in plan["unmet"][0]["reason"]
     code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40")
@@ -690,3 +691,47 @@ def test_a_saved_plan_and_ranking_say_which_runtime_was_predicted(capsys, zoo_on
     llm = plan_json(capsys, "--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "128", "--output-len", "16",
                     "--gpus", "a10g", "--batches", "1")
     assert llm["backend"] is None
+
+
+LONG_DEVICES = "h100-sxm,h100-sxm/7g.80gb,a100-sxm4-80gb/3g.40gb,a100-sxm4-80gb/4g.40gb,rtx-pro-6000-blackwell-server"
+
+
+def _llm_plan_table(capsys, tmp_path, monkeypatch, columns: str | None) -> list[str]:
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nh100-sxm,6.98\na100-sxm4-80gb,3.67\n")
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = run(capsys, "plan", "--llm", "meta-llama-3-8b", "--itl-slo-ms", "40", "--input-len", "1024",
+                         "--output-len", "256", "--gpus", LONG_DEVICES, "--batches", "8,32", "--prices", str(prices))
+    assert code == 0, err
+    return [line for line in out.splitlines() if line.startswith(("┏", "┃", "│", "└"))]
+
+
+def test_a_piped_llm_plan_never_cuts_a_device_or_its_resource(capsys, tmp_path, monkeypatch):
+    """Piped, the table was laid out 160 wide with every column shrunk alike: `h100-sxm/7g.8…`, `nvidia.com/m…` (the
+    two A100 slices could not be told apart), and COLUMNS was ignored."""
+    lines = _llm_plan_table(capsys, tmp_path, monkeypatch, None)
+    text = "\n".join(lines)
+    assert "…" not in text and max(len(line) for line in lines) <= 160
+    for name in LONG_DEVICES.split(","):
+        resource = "nvidia.com/gpu" if "/" not in name else f"nvidia.com/mig-{name.split('/')[1]}"
+        assert any(f"│ {name} " in line and f"│ {resource} " in line for line in lines), name
+    wide = _llm_plan_table(capsys, tmp_path, monkeypatch, "260")  # COLUMNS is honoured
+    assert 160 < max(len(line) for line in wide) <= 260 and any("tokens/s at estimate" in line for line in wide)
+    narrow = _llm_plan_table(capsys, tmp_path, monkeypatch, "100")  # too narrow: folded, never cut
+    assert max(len(line) for line in narrow) <= 100 and "…" not in "\n".join(narrow)
+
+
+def test_a_whole_gpu_comes_before_its_full_slice_at_the_same_cost(capsys, tmp_path):
+    """h100-sxm/7g.80gb (priced 6.98 x 7/7 = 6.9799999999999995) tied with h100-sxm and was ranked first."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nh100-sxm,6.98\nh200,10.60\n")
+    argv = ["--llm", "meta-llama-3-8b", "--itl-slo-ms", "40", "--input-len", "1024", "--output-len", "256",
+            "--gpus", "h100-sxm/7g.80gb,h100-sxm,h200/7g.141gb,h200", "--batches", "32,64"]
+    priced = plan_json(capsys, *argv, "--prices", str(prices))["plan"]
+    assert [e["device"] for e in priced] == ["h100-sxm", "h100-sxm/7g.80gb", "h200", "h200/7g.141gb"]
+    assert priced[0]["usd_per_million"] == priced[1]["usd_per_million"]
+    unpriced = plan_json(capsys, *argv)["plan"]
+    assert [e["device"] for e in unpriced] == ["h200", "h200/7g.141gb", "h100-sxm", "h100-sxm/7g.80gb"]

@@ -188,3 +188,13 @@ def test_a_device_list_ends_in_dots_only_when_names_are_left_out():
     assert devices_text(["h200/1g.18gb", "h200"], 2) == "2 of 2 devices (h200/1g.18gb, h200)"
     assert devices_text(["a", "b", "c", "d"], 9) == "4 of 9 devices (a, b, c, ...)"
     assert devices_text(["t4"], 3) == "t4"
+
+
+def test_a_piped_ranking_never_cuts_a_gpu_name(capsys, monkeypatch):
+    """Rich shrank every column of a table too wide for 160 columns, the GPU's name included."""
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run(capsys, "rank", EXAMPLE, "--gpus", "rtx-pro-6000-blackwell-server,a100-sxm4-80gb/3g.40gb")
+    assert code == 0 and "…" not in out
+    lines = [line for line in out.splitlines() if line.startswith("│")]
+    assert any("│ rtx-pro-6000-blackwell-server │" in line for line in lines)
+    assert max(len(line) for line in lines) <= 100

@@ -43,7 +43,20 @@ def console() -> Console:
                 options.setdefault("soft_wrap", True)
             super().print(*objects, **options)
 
-    return _PipedConsole(file=_LenientStream(sys.stdout), width=None if tty else 160)
+    return _PipedConsole(file=_LenientStream(sys.stdout), width=None if tty else piped_width())
+
+
+#: Width of a piped or redirected table when ``COLUMNS`` does not set one.
+PIPED_WIDTH = 160
+
+
+def piped_width() -> int:
+    """The width tables are laid out at when stdout is not a terminal: ``COLUMNS`` where it is a positive whole
+    number (it was ignored: ``COLUMNS=260 lilou plan ... | cat`` cut the device names at 160), else 160."""
+    import os
+
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else PIPED_WIDTH
 
 
 class _LenientStream:
@@ -94,6 +107,49 @@ def new_table(*columns: str, **options: Any) -> Table:
     from rich.table import Table
 
     return Table(*columns, **options)
+
+
+def add_columns(table: Table, columns: list[str], rows: list[list[str]], width: int, *,
+                identifying: tuple[str, ...] = (), left: tuple[str, ...] = ()) -> None:
+    """Add ``columns`` to ``table`` (the caller adds ``rows``) laid out ``width`` characters wide, so that nothing is
+    cut: rich shrank every column alike and cut each cell with ``…`` (``h100-sxm/7g.8…`` was any H100 slice).
+
+    - The ``identifying`` columns (a device, its Kubernetes resource) are never wrapped nor shrunk: each is as wide
+      as its longest cell.
+    - The others are at least as wide as their longest figure, a cell of two figures (``1,494 (2,462)``) at worst on
+      two lines; the room left goes first to whole cells, then to whole headers.
+    - Where that does not fit in ``width``, the other columns fold their cells onto more lines (never cut), and the
+      identifying ones too when they leave under 5 characters to each other column."""
+    def two_lines(text: str) -> int:
+        cuts = [i for i, char in enumerate(text) if char == " "]
+        return min([max(len(text[:i].rstrip()), len(text[i:].lstrip())) for i in cuts], default=len(text))
+
+    n = len(columns)
+    cells = [[row[i] for row in rows] for i in range(n)]
+    whole = [max((len(text) for text in cells[i]), default=1) for i in range(n)]
+    natural = [max(whole[i], len(column)) for i, column in enumerate(columns)]
+    low = [natural[i] if column in identifying else
+           max(max((two_lines(text) for text in cells[i]), default=1), *(len(word) for word in column.split()))
+           for i, column in enumerate(columns)]
+    room = width - 3 * n - 1  # a border and a space either side of each column
+    fits = sum(low) <= room
+    kept = fits or room - sum(natural[i] for i, c in enumerate(columns) if c in identifying) \
+        >= 5 * sum(c not in identifying for c in columns)
+    widths = list(low)
+    if fits and room < sum(natural):
+        budget = room - sum(low)
+        for target in (whole, natural):
+            for i in sorted(range(n), key=lambda i: target[i] - widths[i]):
+                grow = min(max(target[i] - widths[i], 0), budget)
+                widths[i], budget = widths[i] + grow, budget - grow
+    for i, column in enumerate(columns):
+        justify = "left" if column in left or column in identifying else "right"
+        if column in identifying and kept:
+            table.add_column(column, justify=justify, no_wrap=True, min_width=natural[i])
+        elif not fits:
+            table.add_column(column, justify=justify, overflow="fold")
+        else:
+            table.add_column(column, justify=justify, width=widths[i] if room < sum(natural) else None)
 
 
 def add_shape_options(parser) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
-                                    add_value_option, check_plot_path, console, input_values, launch_gap_ms, new_table,
-                                    print_json, shape_overrides, warn)
+from lilou.commands._common import (add_backend_option, add_columns, add_format_option, add_launch_gap_option,
+                                    add_precision_options, add_value_option, check_plot_path, console, input_values,
+                                    launch_gap_ms, new_table, print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -161,8 +161,7 @@ def _print_table(plan) -> None:
                    *(["TTFT ms (bound)"] if llm else []), f"{rate} at bound", f"{rate} at estimate", "memory GiB"]
         if plan.sort == "cost":
             columns += ["$/h", "$/M tokens" if llm else "$/M inf"]
-        for column in columns:
-            table.add_column(column, justify="left" if column in ("device", "k8s resource") else "right")
+        rows = []
         for i, entry in enumerate(plan.entries, 1):
             point = entry.point
             resource = _resource(entry) if entry.gpus == 1 else f"{entry.gpus} x {_resource(entry)}"
@@ -175,6 +174,9 @@ def _print_table(plan) -> None:
                 cost = entry.usd_per_million
                 row += ["-" if entry.usd_per_hour is None else _usd(entry.usd_per_hour),
                         "-" if cost is None else _usd(cost)]
+            rows.append(row)
+        add_columns(table, columns, rows, out.width, identifying=("device", "k8s resource"))
+        for row in rows:
             table.add_row(*row)
         out.print(table)
         if plan.left_out:

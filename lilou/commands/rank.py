@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from lilou.commands._common import (add_backend_option, add_format_option, add_launch_gap_option, add_precision_options,
-                                    add_shape_options, console, input_values, launch_gap_ms, new_table, print_json,
-                                    shape_overrides, warn)
+from lilou.commands._common import (add_backend_option, add_columns, add_format_option, add_launch_gap_option,
+                                    add_precision_options, add_shape_options, console, input_values, launch_gap_ms,
+                                    new_table, print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,14 +44,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = console()
     table = new_table(title=f"{ranking.model} ({ranking.backend}): {len(ranking)} devices, fastest first")
-    for column in ("#", "gpu", "mig", "ms", "90 % interval", "GPU work ms", "extrapolated", "vs fastest"):
-        table.add_column(column, justify="left" if column in ("gpu", "mig") else "right")
+    columns = ["#", "gpu", "mig", "ms", "90 % interval", "GPU work ms", "extrapolated", "vs fastest"]
     fastest = ranking[0].latency_ms
-    for i, entry in enumerate(ranking, 1):
-        table.add_row(str(i), entry.gpu, entry.mig or "-", f"{entry.latency_ms:.3f}",
-                      f"{entry.interval_ms[0]:.3f}-{entry.interval_ms[1]:.3f}", f"{entry.gpu_work_ms:.3f}",
-                      f"{100 * entry.extrapolated_share:.0f} %",
-                      f"{entry.latency_ms / fastest:.2f}x" if fastest else "-")
+    rows = [[str(i), entry.gpu, entry.mig or "-", f"{entry.latency_ms:.3f}",
+             f"{entry.interval_ms[0]:.3f}-{entry.interval_ms[1]:.3f}", f"{entry.gpu_work_ms:.3f}",
+             f"{100 * entry.extrapolated_share:.0f} %", f"{entry.latency_ms / fastest:.2f}x" if fastest else "-"]
+            for i, entry in enumerate(ranking, 1)]
+    add_columns(table, columns, rows, out.width, identifying=("gpu", "mig"))  # a GPU's name is never cut
+    for row in rows:
+        table.add_row(*row)
     out.print(table)
     for message in ranking.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")

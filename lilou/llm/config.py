@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
@@ -23,7 +24,7 @@ from lilou.errors import LilouInputError
 UNGATED_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron",
                            "gpt_bigcode", "mpt"})
 LAYERNORM_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2",
-                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx"})
+                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx", "phimoe"})
 #: Layer kinds the step composition models; the others resolve by name but are refused at predict time.
 MODELLED_KINDS = frozenset({"transformer"})
 
@@ -69,6 +70,11 @@ class LLMConfig:
     # default (MXFP4: one 8-bit scale per 32 weights); both apply only when priced at the checkpoint's own dtype.
     unquantised: tuple[str, ...] = ()
     quantization_group_bytes: float | None = None
+    # A format Lilou does not price (8-bit GPTQ, bitsandbytes): the bits per weight its checkpoint stores, scales
+    # included (0: not known), for the warning that its 16-bit weights overstate the memory.
+    unpriced_bits: float = 0.0
+    # An INT4 checkpoint's group size where it is not 128 (AWQ/GPTQ group_size 64): its scales are counted at it.
+    quantization_group: int = 0
     # The checkpoint's quantization group or block along the widths tensor parallelism splits (AWQ/GPTQ group_size,
     # FP8 weight_block_size, compressed-tensors group_size / block_structure; 0: none, or per channel): each rank's
     # share of a quantised width must be a whole number of them for vLLM to load it (LLMPredictor refuses the TP).
@@ -138,6 +144,8 @@ class LLMConfig:
         if self.moe:
             routed = self.experts * self.mlp_matrices * h * self.expert_width + h * self.experts
             routed += self.mlp_matrices * h * self.shared_expert_intermediate
+            if self.shared_expert_intermediate and self.model_type == "qwen2_moe":
+                routed += h  # Qwen2-MoE's shared_expert_gate (hidden -> 1)
             mlp = self.moe_layers * routed + (self.layers - self.moe_layers) * dense
         else:
             mlp = self.layers * dense
@@ -189,14 +197,40 @@ def _index() -> dict[str, str]:
     for key, names in bases.items():
         if len({_architecture(_table()[n]) for n in names}) == 1:
             index.setdefault(key, sorted(names)[0])
+    # Common spellings: "llama-3-8b", "Meta-Llama-3-8B-Instruct" and "mixtral-8x7b" find Meta-Llama-3-8B and
+    # Mixtral-8x7B-v0.1 (:func:`_common_key`), where every built-in so spelled has one architecture ("mistral-7b" is
+    # v0.1 with its window or v0.3 without: not guessed, the suggestions say both).
+    common: dict[str, list[str]] = {}
+    for name in _table():
+        common.setdefault(_common_key(name), []).append(name)
+    for key, names in common.items():
+        if key and len({_architecture(_table()[n]) for n in names}) == 1:  # the shortest: the base, not a tune
+            index.setdefault(key, min(names, key=lambda n: (len(n.rsplit("/", 1)[-1]), n)))
     return index
+
+
+#: A version suffix of a release (``-v0.1``, ``-v2``).
+_VERSION = re.compile(r"v\d+(\.\d+)*")
+
+
+def _common_key(name: str) -> str:
+    """``name`` without what common spellings of one model differ by: the organisation, a ``Meta-`` prefix, and the
+    fine-tune (``-Instruct``, ``-chat``, ``-it``, ``-hf``) and version (``-v0.1``) suffixes, in any order and case
+    (``meta-llama/Meta-Llama-3-8B-Instruct`` and ``llama-3-8b`` both ``llama38b``)."""
+    words = name.rsplit("/", 1)[-1].split("-")
+    if len(words) > 1 and words[0].lower() == "meta":
+        words = words[1:]
+    while len(words) > 1 and (words[-1].lower() in _TUNE_SUFFIXES or _VERSION.fullmatch(words[-1].lower())):
+        words = words[:-1]
+    return _key("-".join(words))
 
 
 def _architecture(config: LLMConfig) -> tuple:
     """What a config's kernels and memory depend on: every field but its name and provenance."""
     return tuple(getattr(config, f.name) for f in fields(config)
                  if f.name not in ("name", "source", "params_b", "max_context", "quantization", "quantization_note",
-                                   "notes", "context_source", "learned_positions", "quantization_block"))
+                                   "notes", "context_source", "learned_positions", "quantization_block",
+                                   "unpriced_bits", "quantization_group"))
 
 
 #: Dash-separated name suffixes of fine-tunes that keep the base model's architecture.
@@ -218,8 +252,10 @@ def builtin_models() -> list[str]:
 
 
 def builtin_name(name: str) -> str | None:
-    """The built-in id ``name`` spells (any case, organisation optional, a base name for its fine-tune), or None."""
-    return _index().get(_key(name))
+    """The built-in id ``name`` spells (any case, organisation optional, a base name for its fine-tune, a common
+    spelling of one architecture: :func:`_common_key`), or None."""
+    index = _index()
+    return index.get(_key(name)) or index.get(_common_key(name))
 
 
 def builtin_config(name: str) -> LLMConfig:
@@ -494,11 +530,17 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     if ints.get("experts") and ints.get("dense_layers", 0) >= ints["layers"]:
         raise LilouInputError(f"{name}: {_named('dense_layers')} is {ints['dense_layers']}, not fewer than the "
                               f"{ints['layers']} layers of a mixture of experts (it made the whole model dense)")
+    if ints.get("experts"):
+        ints["dense_layers"] = _dense_layers(config, ints["layers"], ints.get("dense_layers", 0), name)
     window, sliding = sliding_window_layers(config, ints["layers"], model_type, name)
     quantization, quantization_note = checkpoint_format(config.get("quantization_config"))
     unquantised = _not_converted(config.get("quantization_config")) if quantization else ()
     group_bytes = 1 / 32 if quantization and config["quantization_config"].get("quant_method") == "mxfp4" else None
     block = quantization_block(config.get("quantization_config")) if quantization else 0
+    group = 0
+    if quantization == "int4" and group_bytes is None and block and block != INT4_GROUP:
+        # AWQ/GPTQ's FP16 scale and 4-bit zero point per group, at the checkpoint's group (64: twice 128's bytes)
+        group, group_bytes = block, (2 + 0.5) / block
     softcap = config.get("attn_logit_softcapping")
     max_context, context_source = _context_limit(config, ints.get("max_context", 0))
     return LLMConfig(
@@ -512,10 +554,48 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
         quantization=quantization, quantization_note=quantization_note, unquantised=unquantised,
         quantization_group_bytes=group_bytes, quantization_block=block, max_context=max_context,
+        unpriced_bits=0.0 if quantization else unpriced_bits(config.get("quantization_config")), quantization_group=group,
         context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
         and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
+
+
+def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: str) -> int:
+    """How many layers of a mixture of experts keep a dense MLP (``intermediate_size`` wide); their order does not
+    change the cost. They were only DeepSeek's ``first_k_dense_replace`` first layers; now also:
+
+    - Qwen2-MoE / Qwen3-MoE (transformers' ``Qwen2MoeDecoderLayer``, vLLM alike): layer ``i`` routes to experts only
+      when ``i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0``;
+    - DeepSeek-V2/V3's ``moe_layer_freq`` (DeepSeek's own modelling code and vLLM's ``DeepseekV2DecoderLayer``;
+      transformers' class leaves it out): layer ``i`` routes only when ``i >= first_k_dense_replace and
+      i % moe_layer_freq == 0``.
+
+    Released checkpoints set step 1, no MLP-only layers and frequency 1 (every layer routes); a custom config with
+    ``decoder_sparse_step: 2`` was priced with experts in every layer (14.3 B parameters for 8.1 B)."""
+    def positive(field: str) -> int:
+        value = config.get(field, 1)
+        if value is None:
+            return 1
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value != int(value) or value <= 0:
+            raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a positive whole number")
+        return int(value)
+
+    step, frequency = positive("decoder_sparse_step"), positive("moe_layer_freq")
+    only = config.get("mlp_only_layers")
+    if only is None:
+        only = []
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise LilouInputError(f"{name}: mlp_only_layers is {only!r:.40}, not a list of layer indices")
+    dense = set(only)  # layers is at most SIZE_LIMITS["layers"] here
+    sparse = sum(1 for i in range(first_dense, layers) if i not in dense and (i + 1) % step == 0 and i % frequency == 0)
+    if sparse <= 0:
+        fields = [f"{key} {config[key]!r:.40}" for key in ("decoder_sparse_step", "mlp_only_layers", "moe_layer_freq",
+                                                          "first_k_dense_replace") if config.get(key)]
+        raise LilouInputError(f"{name}: {', '.join(fields)} leave none of the {layers} layers with experts (it made "
+                              "the whole model dense)")
+    return layers - sparse
 
 
 #: Model types whose positions are learned embeddings of max_position_embeddings / n_positions rows.
@@ -564,7 +644,36 @@ def checkpoint_format(quantization: Any) -> tuple[str, str]:
     if method == "compressed-tensors":
         found = _compressed_tensors(quantization)
         return found if found else ("", "compressed-tensors of another scheme")
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and isinstance(bits, int) and not isinstance(bits, bool):
+        return "", f"{method} {bits}-bit"
+    if method == "bitsandbytes":
+        if quantization.get("load_in_8bit") is True:
+            return "", "bitsandbytes 8-bit (LLM.int8)"
+        if quantization.get("load_in_4bit") is True:
+            kind = str(quantization.get("bnb_4bit_quant_type") or "fp4").lower()[:10]
+            return "", f"bitsandbytes 4-bit ({kind})"
     return "", method or "an unnamed method"
+
+
+#: The group size Lilou's INT4 (AWQ/GPTQ) weights are priced at by default (lilou.llm.memory.GROUP_BYTES_PER_WEIGHT).
+INT4_GROUP = 128
+
+
+def unpriced_bits(quantization: Any) -> float:
+    """Bits per weight, scales included, of a quantised format Lilou does not price (0: none, or not known): GPTQ /
+    AWQ at other than 4 bits (an FP16 scale and a zero point per group of 128), bitsandbytes LLM.int8 (8 bits; a
+    scale per row) and 4-bit NF4/FP4 (an FP32 absmax per 64 weights: 4.5 bits; 4.127 with double quantisation)."""
+    if not isinstance(quantization, dict) or checkpoint_format(quantization)[0]:
+        return 0.0
+    method = str(quantization.get("quant_method", "")).lower()
+    bits = quantization.get("bits")
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and isinstance(bits, int) and 1 < bits <= 8:
+        return bits + (16 + bits) / INT4_GROUP
+    if method == "bitsandbytes" and quantization.get("load_in_8bit") is True:
+        return 8.0
+    if method == "bitsandbytes" and quantization.get("load_in_4bit") is True:
+        return 4.127 if quantization.get("bnb_4bit_use_double_quant") is True else 4.5
+    return 0.0
 
 
 def quantization_block(quantization: Any) -> int:
@@ -741,6 +850,9 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
         raise LilouInputError(f"{name}: {ints['heads']} attention heads do not split into groups of {kv_heads} KV "
                               "heads (grouped-query attention needs heads divisible by KV heads)")
     experts, top_k = ints.get("experts", 0), ints.get("experts_per_token", 0)
+    if experts and "experts_per_token" not in ints:  # it read "0 experts per token of 8 routed experts"
+        raise LilouInputError(f"{name}: the config lacks {_named('experts_per_token')}, the experts each token is "
+                              f"routed to of its {experts} routed experts")
     if experts and not 0 < top_k <= experts:
         raise LilouInputError(f"{name}: {top_k} experts per token of {experts} routed experts; a mixture of "
                               "experts routes each token to between 1 and all of them")

@@ -463,9 +463,16 @@ class LLMPredictor:
                             "its quantization_config)")
         elif dtype is None:
             dtype = "bf16" if _runs_bf16(device) else "fp16"
-            stored = (f"; the checkpoint's quantization_config ({config.quantization_note}) is not a format Lilou "
-                      "prices" if config.quantization_note else "")
-            warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs){stored}")
+            warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs)")
+        if config.quantization_note and not config.quantization and dtype in ("bf16", "fp16", "fp32"):
+            # it was a clause at the end of the --dtype line ("... is not a format Lilou prices"), easy to miss
+            bits = round(8 * ITEMSIZE[dtype])
+            overstated = (f", so the weights' memory is overstated about {bits / config.unpriced_bits:.1f}x (the "
+                          f"checkpoint stores about {config.unpriced_bits:.3g} bits a weight) and max_batch_fitting "
+                          "understated" if config.unpriced_bits else "")
+            warnings.append(f"the checkpoint's quantization_config ({config.quantization_note}) is not a format Lilou "
+                            f"prices: its weights are priced at {bits} bits ({dtype.upper()}){overstated}; the GEMMs "
+                            f"read {bits}-bit weights")
         elif config.quantization and dtype != config.quantization:
             warnings.append(f"--dtype {dtype}: the checkpoint stores {config.quantization.upper()} weights "
                             f"({config.quantization_note}); priced as asked, as if requantised")
@@ -767,7 +774,12 @@ class LLMPredictor:
             notes.append("INT8 W8A8 (SmoothQuant-style): each GEMM quantises its 16-bit activations and runs on the "
                          "INT8 tensor cores")
         if dtype in WEIGHT_ONLY:
-            notes.append("INT4 weight-only (AWQ/GPTQ, groups of 128): the layers' linear weights at 4 bits with their "
+            own = dtype == config.quantization
+            groups = ("an 8-bit scale per 32 weights (MXFP4)" if own and config.quantization_group_bytes and
+                      not config.quantization_group else
+                      f"group size {config.quantization_group}: its scales counted at {config.quantization_group}, "
+                      "its GEMMs priced as at 128" if own and config.quantization_group else "groups of 128")
+            notes.append(f"INT4 weight-only (AWQ/GPTQ, {groups}): the layers' linear weights at 4 bits with their "
                          "group scales, the embedding and LM head in FP16; GEMMs on the 16-bit tensor cores reading "
                          "4-bit weights (such GEMMs are measured on the A100 only, by AIConfigurator)")
         if config.moe:

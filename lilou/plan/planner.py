@@ -57,6 +57,9 @@ class PlanPoint:
     ttft_interval_ms: tuple[float, float] | None = None
     # LLM plans: lilou llm's warnings for this device at this batch (gathered into the plan's by plan_warnings)
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # LLM plans: which inter-token latency latency_ms is: "steady_state" (vLLM: lilou llm's steady_state.itl_ms, a
+    # server keeping `batch` requests running) or "static_batch" (HF eager: lilou llm's itl_ms); None for ONNX plans
+    itl_kind: str | None = None
 
 
 @dataclass
@@ -95,7 +98,8 @@ class PlanEntry:
         return {"device": self.device.name, "gpu": self.device.gpu, "mig": self.device.mig,
                 "resource": resource_name(self.device), "gpus": self.gpus, "batch": self.point.batch,
                 "precision": self.point.precision,
-                "latency_ms": self.point.latency_ms, "interval_ms": list(self.point.interval_ms),
+                "latency_ms": self.point.latency_ms, "itl_kind": self.point.itl_kind,
+                "interval_ms": list(self.point.interval_ms),
                 "throughput_per_s": round(self.throughput_per_s, 3),
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
                 "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": round(self.device.memory_gib, 4),
@@ -462,6 +466,19 @@ def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[
     return lambda batch: {name: at(name, dims, batch) for name, dims in shapes.items()}
 
 
+def _tie(value: float) -> float:
+    """``value`` to 9 significant digits: a sort key under which a slice priced at its GPU's price x 7/7
+    (6.9799999999999995 for 6.98) ties with the GPU."""
+    return float(f"{value:.9g}")
+
+
+def _whole_first(entry: PlanEntry) -> tuple:
+    """Ties (the same cost and throughput) go to the least fragmented resource: a whole GPU before its full-size
+    MIG slice (h100-sxm/7g.80gb was ranked above h100-sxm), a larger slice (more memory) before a smaller one,
+    then by name."""
+    return entry.device.mig is not None, -entry.device.memory_gib, entry.device.name, entry.gpus
+
+
 def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],
               prices: Mapping[str, float] | None, warnings: list[str], kind: str, tp: int = 1,
               ttft_slo: float | None = None, tps: list[int] | None = None) -> CapacityPlan:
@@ -488,10 +505,10 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
         entries.append(PlanEntry(device, best, price, source, gpus=degree, curve=key if tps else None))
     sort = "cost" if prices else "throughput"
     if prices:
-        entries.sort(key=lambda e: (e.usd_per_million is None, e.usd_per_million or 0.0, -e.throughput_per_s,
-                                    e.device.name, e.gpus))
+        entries.sort(key=lambda e: (e.usd_per_million is None, _tie(e.usd_per_million or 0.0), -_tie(e.throughput_per_s),
+                                    *_whole_first(e)))
     else:
-        entries.sort(key=lambda e: (-e.throughput_per_s_at_upper, e.device.name, e.gpus))
+        entries.sort(key=lambda e: (-_tie(e.throughput_per_s_at_upper), *_whole_first(e)))
     if prices:
         warnings = warnings + list(getattr(prices, "notes", []))
         unused = sorted(set(prices) - {d.name for d in devices} - {d.gpu for d in devices})
@@ -654,11 +671,12 @@ def _llm_point(result, batch: int, input_len: int, output_len: int, notes: tuple
         itl = float(result.steady_itl_ms)
         lo, hi = result.steady_interval_ms or [itl, itl]
         return PlanPoint(batch, round(itl, 4), (round(float(lo), 4), round(float(hi), 4)), *memory, 0.0,
-                         precision=result.dtype, notes=notes, **first,
+                         precision=result.dtype, notes=notes, **first, itl_kind="steady_state",
                          rate_per_s=batch * 1000.0 / itl, rate_per_s_at_upper=batch * 1000.0 / float(hi))
     itl = float(result.itl_ms or 0.0)
     itl_band = intervals.get("itl_ms") or [itl, itl]
     upper_e2e = float(ttft_band[1]) + (output_len - 1) * float(itl_band[1])
     return PlanPoint(batch, round(itl, 4), (round(float(itl_band[0]), 4), round(float(itl_band[1]), 4)), *memory, 0.0,
-                     precision=result.dtype, notes=notes, **first, rate_per_s=float(result.tokens_per_s or 0.0),
+                     precision=result.dtype, notes=notes, **first, itl_kind="static_batch",
+                     rate_per_s=float(result.tokens_per_s or 0.0),
                      rate_per_s_at_upper=batch * output_len / (upper_e2e / 1000) if upper_e2e > 0 else 0.0)

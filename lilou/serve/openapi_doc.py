@@ -158,7 +158,12 @@ class PlanEntryBody(BaseModel):
     gpus: int = Field(..., description="devices per replica (an LLM's tensor-parallel group)")
     batch: int
     precision: str | None
-    latency_ms: float
+    latency_ms: float = Field(..., description=(
+        "the ONNX plan's latency, or the LLM plan's inter-token latency, of the kind itl_kind says"))
+    itl_kind: Literal["steady_state", "static_batch"] | None = Field(..., description=(
+        "LLM plans: which ITL latency_ms is: steady_state (engine vllm: lilou llm's steady_state.itl_ms, a server "
+        "keeping `batch` requests running, prompts chunked in; above lilou llm's itl_ms) or static_batch (engine hf: "
+        "lilou llm's itl_ms, the mean decode step of one static batch); null for an ONNX plan"))
     interval_ms: list[float]
     throughput_per_s: float
     throughput_per_s_at_upper: float
