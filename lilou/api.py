@@ -466,7 +466,7 @@ class Predictor:
                            + extrapolated_warning([device], bounds.extrapolated_share[j:j + 1],
                                                   _at(bounds.widened, j), _at(bounds.wait_share, j))
                            + mig_interval_warning([device])
-                           + self._interval_warnings(bounds),
+                           + self._interval_warnings(bounds, column=j),
                            precision=paths[j].precision, tf32=paths[j].tf32,
                            interval_ms=_rounded(bounds.interval(j)),
                            extrapolated_share=round(float(bounds.extrapolated_share[j]), 4),
@@ -514,17 +514,23 @@ class Predictor:
         return launch_wait_interval_note(float(wait_shares.max(initial=0.0)), self.model.overhead.gap_ms,
                                          LAUNCH_GAP_RANGE)
 
-    def _interval_warnings(self, bounds: Intervals, launch_waits: bool = True) -> list[str]:
-        """``launch_waits``: with the note on the launch gap's range (a ranking says it once over its groups)."""
+    def _interval_warnings(self, bounds: Intervals, launch_waits: bool = True, column: int | None = None
+                           ) -> list[str]:
+        """The notes on ``bounds``' intervals, over all its devices or (``column``) one device's alone: a
+        prediction made beside others was told the largest launch wait of the group, and the other devices' FP8
+        kernels had no held-out measurements (session 42). ``launch_waits``: with the note on the launch gap's range
+        (a ranking says it once over its groups)."""
+        columns = slice(None) if column is None else slice(column, column + 1)
         notes = list(self._interval_notes)
         if launch_waits and bounds.wait_share is not None:
-            notes += self._launch_wait_notes(bounds.wait_share)
+            notes += self._launch_wait_notes(bounds.wait_share[columns])
         if self.launch_gap_given:
             notes.append(launch_gap_interval_note(self.model.overhead.gap_ms, LAUNCH_GAP_RANGE_GIVEN))
-        if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes):
+        if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes[columns]):
             notes.append(self._tensor_interval_note)
-        if bounds.uncalibrated:
-            notes.append(f"no held-out measurements of {', '.join(bounds.uncalibrated)} kernels: their 90 % "
+        uncalibrated = bounds.uncalibrated if column is None else bounds.uncalibrated_of(column)
+        if uncalibrated:
+            notes.append(f"no held-out measurements of {', '.join(uncalibrated)} kernels: their 90 % "
                          "interval is the widest of their family (docs/intervals.md)")
         return notes
 
