@@ -209,6 +209,7 @@ class LLMPrediction:
 
     @property
     def tokens_per_s(self) -> float | None:
+        """Output tokens/s of the static batch over the whole request, prefill included: batch x O / e2e."""
         e2e = self.e2e_ms
         return None if not e2e else self.batch * self.output_len / (e2e / 1000)
 
@@ -229,7 +230,9 @@ class LLMPrediction:
                 "input_len": self.input_len, "output_len": self.output_len, "dtype": self.dtype,
                 "precision": self.dtype, "kv_dtype": self.kv_dtype, "engine": self.engine,
                 "ttft_ms": r(self.ttft_ms), "itl_ms": r(self.itl_ms), "e2e_ms": r(self.e2e_ms),
-                "tokens_per_s": r(self.tokens_per_s, 2), "power_w": r(self.power_w, 1),
+                # power_w has its interval's digits: at 1 decimal a MIG slice's 155.5556 W (the slice's share of the
+                # TDP, its bound too) read 155.6, above both (session 42)
+                "tokens_per_s": r(self.tokens_per_s, 2), "power_w": r(self.power_w),
                 "energy_per_token_j": r(self.energy_per_token_j, 5), "memory": self.memory.to_json(),
                 "max_batch_fitting": self.max_batch_fitting, "warnings": list(self.warnings),
                 "intervals": {k: (None if v is None else [r(v[0]), r(v[1])]) for k, v in self.intervals.items()},

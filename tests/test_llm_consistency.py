@@ -1,0 +1,40 @@
+"""Session 42's audit of ``lilou llm``: a rounded point above its own rounded interval, and a steady-state step
+priced below the static decode step it contains."""
+from __future__ import annotations
+
+import pytest
+
+from lilou.llm import LLMPredictor
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLMPredictor:
+    return LLMPredictor()
+
+
+def test_power_is_rounded_as_its_interval_and_stays_under_the_slice_s_cap(llm):
+    """On an A100-SXM4-80GB's 3g.40gb slice (42 of 108 SMs: 400 W x 42 / 108 = 155.5556 W) the power model
+    saturates: the JSON said 155.6 W (1 decimal) with the interval [86.531, 155.5556] (4 decimals)."""
+    data = llm.predict(LLAMA, "a100-sxm4-80gb", mig="3g.40gb", batch=128, input_len=512, output_len=128).to_json()
+    cap = round(400 * 42 / 108, 4)
+    lo, hi = data["intervals"]["power_w"]
+    assert lo <= data["power_w"] <= hi <= cap
+    assert data["power_w"] == cap  # at the cap here: the case that rounded up past it
+    for key in ("ttft_ms", "itl_ms"):
+        lo, hi = data["intervals"][key]
+        assert lo <= data[key] <= hi
+    lo, hi = data["steady_state"]["interval_ms"]
+    assert lo <= data["steady_state"]["itl_ms"] <= hi
+
+
+def test_the_two_token_rates_are_as_documented(llm):
+    """docs/llm.md: ``tokens_per_s`` is batch x output_len x 1000 / e2e (prefill included), not batch x 1000 / ITL;
+    ``steady_state.tokens_per_s`` is batch x 1000 / the steady ITL (Llama-3.1-8B, A100-80GB, batch 4, 512 + 128)."""
+    result = llm.predict(LLAMA, "a100-sxm4-80gb", batch=4, input_len=512, output_len=128)
+    data = result.to_json()
+    assert data["tokens_per_s"] == round(4 * 128 * 1000 / result.e2e_ms, 2)
+    assert data["tokens_per_s"] < 4000 / result.itl_ms
+    assert data["steady_state"]["tokens_per_s"] == round(4 * 1000 / result.steady_itl_ms, 2)
+
