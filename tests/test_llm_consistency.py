@@ -51,3 +51,15 @@ def test_the_two_token_rates_are_as_documented(llm):
     assert data["tokens_per_s"] < 4000 / result.itl_ms
     assert data["steady_state"]["tokens_per_s"] == round(4 * 1000 / result.steady_itl_ms, 2)
 
+
+def test_twin_boards_of_one_memory_fit_alike(llm):
+    """The L40 and L40S carry the same 48 GB of GDDR6 with ECC; the L40's nominal size was read as 48 GiB where
+    the L40S's printout (46068 MiB) was used, and the L40 fitted 98 Llama-3.1-8B sequences at 2048 + 256 tokens
+    where the L40S, which dominates it, fitted 88."""
+    from lilou.hardware import resolve_device
+
+    l40, l40s = resolve_device("l40"), resolve_device("l40s")
+    assert l40.memory_gib == l40s.memory_gib == 46068 / 1024
+    fits = [llm.predict(LLAMA, gpu, batch=32, input_len=2048, output_len=256).max_batch_fitting
+            for gpu in ("l40", "l40s")]
+    assert fits[0] == fits[1] == 88
