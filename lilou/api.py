@@ -451,12 +451,13 @@ class Predictor:
         reading = _GraphPrecision.of(graph, precision, tf32, self.backend)
         leading = _leading_dim(graph)  # a pass over the nodes (a time-major recurrent input's batch is its second axis)
         work, shares, paths, bounds = self._priced(kernels, devices, leading, reading)
-        waits = np.maximum(shares - self.model.gpu_ms(work), 0.0)
+        gpu = self.model.gpu_ms(work)  # the scaled work the launch queue ran
+        waits = np.maximum(shares - gpu, 0.0)
         batch = batch if batch is not None else leading
         need = memory_needed(graph)  # once, not once per device
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
-                           kernels=_estimates(kernels, work, shares, waits, j, bounds),
+                           kernels=_estimates(kernels, work, gpu, shares, waits, j, bounds),
                            warnings=warnings + reading.notes([paths[j]], [device], self.coverage)
                            + fallback_warning(kernels, shares[:, [j]]) + grouped_conv_warning(kernels, shares[:, [j]])
                            + conv_form_warning(kernels, shares[:, [j]])
@@ -466,7 +467,7 @@ class Predictor:
                            + extrapolated_warning([device], bounds.extrapolated_share[j:j + 1],
                                                   _at(bounds.widened, j), _at(bounds.wait_share, j))
                            + mig_interval_warning([device])
-                           + self._interval_warnings(bounds),
+                           + self._interval_warnings(bounds, column=j),
                            precision=paths[j].precision, tf32=paths[j].tf32,
                            interval_ms=_rounded(bounds.interval(j)),
                            extrapolated_share=round(float(bounds.extrapolated_share[j]), 4),
@@ -514,17 +515,23 @@ class Predictor:
         return launch_wait_interval_note(float(wait_shares.max(initial=0.0)), self.model.overhead.gap_ms,
                                          LAUNCH_GAP_RANGE)
 
-    def _interval_warnings(self, bounds: Intervals, launch_waits: bool = True) -> list[str]:
-        """``launch_waits``: with the note on the launch gap's range (a ranking says it once over its groups)."""
+    def _interval_warnings(self, bounds: Intervals, launch_waits: bool = True, column: int | None = None
+                           ) -> list[str]:
+        """The notes on ``bounds``' intervals, over all its devices or (``column``) one device's alone: a
+        prediction made beside others was told the largest launch wait of the group, and the other devices' FP8
+        kernels had no held-out measurements (session 42). ``launch_waits``: with the note on the launch gap's range
+        (a ranking says it once over its groups)."""
+        columns = slice(None) if column is None else slice(column, column + 1)
         notes = list(self._interval_notes)
         if launch_waits and bounds.wait_share is not None:
-            notes += self._launch_wait_notes(bounds.wait_share)
+            notes += self._launch_wait_notes(bounds.wait_share[columns])
         if self.launch_gap_given:
             notes.append(launch_gap_interval_note(self.model.overhead.gap_ms, LAUNCH_GAP_RANGE_GIVEN))
-        if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes):
+        if self._tensor_interval_note and any(dtype != "fp32" for dtype in bounds.dtypes[columns]):
             notes.append(self._tensor_interval_note)
-        if bounds.uncalibrated:
-            notes.append(f"no held-out measurements of {', '.join(bounds.uncalibrated)} kernels: their 90 % "
+        uncalibrated = bounds.uncalibrated if column is None else bounds.uncalibrated_of(column)
+        if uncalibrated:
+            notes.append(f"no held-out measurements of {', '.join(uncalibrated)} kernels: their 90 % "
                          "interval is the widest of their family (docs/intervals.md)")
         return notes
 
@@ -623,11 +630,15 @@ def tvm_import_blockers(graph: ModelGraph) -> list[str]:
     return []
 
 
-def _estimates(kernels: GraphKernels, work: KernelWork, shares: np.ndarray, waits: np.ndarray,
+def _estimates(kernels: GraphKernels, work: KernelWork, gpu: np.ndarray, shares: np.ndarray, waits: np.ndarray,
                column: int, bounds: Intervals) -> list[KernelEstimate]:
+    """``gpu``: each kernel's GPU time in the running model, the work the launch queue ran (``work`` times the fitted
+    end-to-end scale): ``work_ms`` was the work before the scale until session 42, 8 % above the kernel's whole
+    share of a GPU-bound model (the scale is 0.922), and its sum not rank's ``gpu_work_ms``."""
     return [KernelEstimate(nodes=tuple(nodes), ops=spec.ops, type=str(work.kernel_type[i, column]),
-                           latency_ms=round(float(shares[i, column]), 6), work_ms=float(work.work_ms[i, column]),
+                           latency_ms=round(float(shares[i, column]), 6), work_ms=float(gpu[i, column]),
                            host_wait_ms=round(float(waits[i, column]), 6),
+                           alone_ms=float(work.work_ms[i, column]),
                            flops=int(spec.flops), bytes=int(spec.bytes),
                            compute_bound=bool(work.compute_bound[i, column]), fallback=bool(work.fallback[i]),
                            category=kernel_category(spec, bool(work.fallback[i])),

@@ -48,7 +48,9 @@ class KernelEstimate:
     ops: tuple[str, ...]
     type: str             # kernel type from the kernel-type head, or "memory_fallback"
     latency_ms: float     # share of the end-to-end latency (kernels sum to the total)
-    work_ms: float        # GPU time of the kernel alone, as the per-kernel model predicts it
+    work_ms: float        # GPU time of the kernel in the running model: latency_ms = host_wait_ms + work_ms (the
+    #                       kernel model's alone_ms times the end-to-end scale, docs/end_to_end.md; rank's gpu_work_ms
+    #                       is their sum). Before session 42 it was alone_ms.
     host_wait_ms: float   # part of latency_ms the GPU idles before it, waiting for the host to launch it
     flops: int
     bytes: int
@@ -57,6 +59,8 @@ class KernelEstimate:
     category: str         # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.composition.breakdown)
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (lilou.plan.intervals)
     extrapolated: bool = False  # features outside the measured range for its GPU class and dtype (or fallback)
+    alone_ms: float = 0.0  # the per-kernel model's time for the kernel timed alone (as the kernel rows were
+    #                        measured), before the end-to-end scale; the CSV's work_ms column
 
     @property
     def bound(self) -> str:

@@ -65,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: latency_ms = launch_wait_ms + gpu_ms (the kernel's GPU time in the running model: work_ms times the back-to-back
-#: scale `make fit-e2e` fitted; docs/end_to_end.md); work_ms is the kernel model's time for the kernel timed alone.
+#: latency_ms = launch_wait_ms + gpu_ms (the kernel's GPU time in the running model, KernelEstimate.work_ms: work_ms
+#: times the back-to-back scale `make fit-e2e` fitted; docs/end_to_end.md); work_ms is the kernel model's time for
+#: the kernel timed alone (KernelEstimate.alone_ms).
 CSV_COLUMNS = ("index", "ops", "nodes", "type", "category", "bound", "fallback", "latency_ms", "launch_wait_ms",
                "gpu_ms", "work_ms", "flops", "bytes")
 
@@ -77,7 +78,7 @@ def _write_csv(prediction) -> None:
     for i, k in enumerate(prediction.kernels):
         writer.writerow([i, "+".join(k.ops), " ".join(k.nodes), k.type, k.category, k.bound, int(k.fallback),
                          f"{k.latency_ms:.6f}", f"{k.host_wait_ms:.6f}", f"{k.latency_ms - k.host_wait_ms:.6f}",
-                         f"{k.work_ms:.6f}", k.flops, k.bytes])
+                         f"{k.alone_ms:.6f}", k.flops, k.bytes])
 
 
 def _print_table(prediction, top: int) -> None:

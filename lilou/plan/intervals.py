@@ -49,22 +49,32 @@ class Intervals:
     total_lo: np.ndarray      # ms per device
     total_hi: np.ndarray
     extrapolated_share: np.ndarray  # 0..1 per device: share of the predicted time on extrapolated kernels
-    uncalibrated: list[str]   # "family dtype" pairs with no held-out residuals (widest band used)
+    uncalibrated: list[str]   # "family dtype" pairs with no held-out residuals (widest band used), every device
     dtypes: list[str]         # each device's precision
     widened: np.ndarray | None = None      # bool per device: the extrapolation flags widened the end-to-end bounds
     wait_share: np.ndarray | None = None   # 0..1 per device: share of the estimate waiting for the host's launches
+    uncalibrated_by_device: list[list[str]] | None = None  # ``uncalibrated`` of each device's own kernels
+
+    def uncalibrated_of(self, column: int) -> list[str]:
+        """The "family dtype" pairs of device ``column``'s own kernels with no held-out residuals (all of
+        ``uncalibrated`` where they were not kept per device): a prediction priced beside an FP8 GPU was told its
+        "fp8" kernels had none (session 42)."""
+        return self.uncalibrated if self.uncalibrated_by_device is None else self.uncalibrated_by_device[column]
 
     def interval(self, column: int) -> tuple[float, float]:
         return float(self.total_lo[column]), float(self.total_hi[column])
 
     def first(self, count: int) -> Intervals:
-        """The intervals of the first ``count`` devices."""
+        """The intervals of the first ``count`` devices (``uncalibrated``: theirs, not the related devices')."""
+        by_device = None if self.uncalibrated_by_device is None else self.uncalibrated_by_device[:count]
         return Intervals(kernel_lo=self.kernel_lo[:, :count], kernel_hi=self.kernel_hi[:, :count],
                          extrapolated=self.extrapolated[:, :count], total_lo=self.total_lo[:count],
                          total_hi=self.total_hi[:count], extrapolated_share=self.extrapolated_share[:count],
-                         uncalibrated=self.uncalibrated, dtypes=self.dtypes[:count],
+                         uncalibrated=self.uncalibrated if by_device is None else sorted({p for ps in by_device for p in ps}),
+                         dtypes=self.dtypes[:count],
                          widened=None if self.widened is None else self.widened[:count],
-                         wait_share=None if self.wait_share is None else self.wait_share[:count])
+                         wait_share=None if self.wait_share is None else self.wait_share[:count],
+                         uncalibrated_by_device=by_device)
 
     def ordered_by_dominance(self, devices: Sequence[Device]) -> Intervals:
         """End-to-end bounds that keep the order of ``devices`` a dominating device never runs slower on
@@ -142,7 +152,8 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     hi_in_log = np.zeros((n_unique, d))
     ratio = np.ones((n_unique, d))
     flags = np.zeros((n_unique, d), dtype=bool)
-    uncalibrated: set[str] = set()
+    key_uncalibrated: dict[tuple[str, str, str], set[str]] = {}  # (architecture, dtype, tier) -> its pairs
+    own_uncalibrated: list[set[str]] = [set() for _ in devices]  # each device's, of the families it runs in a dtype
     shape_features = range_features(batch, 1.0)
     blocks = thread_blocks(batch)
     outside_memo: dict[tuple, np.ndarray] = {}  # MIG slices and boards of one architecture share SM counts
@@ -160,8 +171,10 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
             rows = column == dtype
             key = (architecture, dtype, tier)
             if key not in bands:
-                bands[key] = _family_bands(band_families, dtype, tier, calibration, uncalibrated)
+                key_uncalibrated[key] = set()
+                bands[key] = _family_bands(band_families, dtype, tier, calibration, key_uncalibrated[key])
             lo_in, hi_in, lo_out, hi_out, width_ratio = (band[rows] for band in bands[key])
+            own_uncalibrated[j] |= {f"{family} {dtype}" for family in set(band_families[rows])} & key_uncalibrated[key]
             memo_key = (architecture, dtype, float(device.sms), rows.tobytes())
             if memo_key not in outside_memo:
                 outside_memo[memo_key] = outside(features[rows], families[rows], architecture, dtype,
@@ -199,8 +212,8 @@ def compute_intervals(kernels: GraphKernels, shares: np.ndarray, devices: Sequen
     share = np.divide(np.where(extrapolated, shares, 0.0).sum(axis=0), total, out=np.zeros(d), where=total > 0)
     wait_share = np.divide(wait.sum(axis=0), total, out=np.zeros(d), where=total > 0)
     return Intervals(kernel_lo=lo, kernel_hi=hi, extrapolated=extrapolated, total_lo=total_lo, total_hi=total_hi,
-                     extrapolated_share=share, uncalibrated=sorted(uncalibrated), dtypes=list(dtypes),
-                     widened=widened, wait_share=wait_share)
+                     extrapolated_share=share, uncalibrated=sorted(set().union(*own_uncalibrated)), dtypes=list(dtypes),
+                     widened=widened, wait_share=wait_share, uncalibrated_by_device=[sorted(o) for o in own_uncalibrated])
 
 
 def _queued_bounds(requeued: Callable[[np.ndarray, float], np.ndarray], in_e2e: np.ndarray, base_lo: np.ndarray,
