@@ -57,6 +57,9 @@ class KernelEstimate:
     category: str         # gemm | conv | softmax | layernorm | elementwise | other (lilou.latency.composition.breakdown)
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (lilou.plan.intervals)
     extrapolated: bool = False  # features outside the measured range for its GPU class and dtype (or fallback)
+    # the part of its nodes' eager aten call it runs where the call launches more than one kernel ("bias add",
+    # "group norm moments" ...: lilou.latency.composition.eager_calls); "" for a group's own kernel
+    role: str = ""
 
     @property
     def bound(self) -> str:
