@@ -644,7 +644,7 @@ def _estimates(kernels: GraphKernels, work: KernelWork, gpu: np.ndarray, shares:
                            category=kernel_category(spec, bool(work.fallback[i])),
                            interval_ms=(round(float(bounds.kernel_lo[i, column]), 6),
                                         round(float(bounds.kernel_hi[i, column]), 6)),
-                           extrapolated=bool(bounds.extrapolated[i, column]))
+                           extrapolated=bool(bounds.extrapolated[i, column]), role=spec.role)
             for i, (nodes, spec) in enumerate(zip(kernels.nodes, kernels.specs))]
 
 

@@ -61,6 +61,9 @@ class KernelEstimate:
     extrapolated: bool = False  # features outside the measured range for its GPU class and dtype (or fallback)
     alone_ms: float = 0.0  # the per-kernel model's time for the kernel timed alone (as the kernel rows were
     #                        measured), before the end-to-end scale; the CSV's work_ms column
+    # the part of its nodes' eager aten call it runs where the call launches more than one kernel ("bias add",
+    # "group norm moments" ...: lilou.latency.composition.eager_calls); "" for a group's own kernel
+    role: str = ""
 
     @property
     def bound(self) -> str:

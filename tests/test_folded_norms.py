@@ -50,10 +50,11 @@ def test_folded_batch_norms_are_restored_with_their_channels(exports, training):
 @pytest.mark.parametrize("training", [False, True])
 def test_restored_export_is_predicted_like_the_unoptimised_one(exports, training):
     """The same kernels and bytes as the export that kept its batch norms (but the zero bias of 64 floats that the
-    unoptimised export gives the first, bias-free convolution); training mode reads the input twice."""
+    unoptimised export gives the first, bias-free convolution); training mode reads the input twice. The second
+    convolution has a bias of its own (``3.bias``), which eager adds after cuDNN's convolution, before the norm."""
     predictor = Predictor()
     kept, restored = (predictor.predict(exports[training, optimize], gpu="t4") for optimize in (False, True))
-    ops = [("Conv",), ("BatchNormalization",), ("Relu",), ("Conv",), ("BatchNormalization",)]
+    ops = [("Conv",), ("BatchNormalization",), ("Relu",), ("Conv",), ("Add",), ("BatchNormalization",)]
     assert [k.ops for k in kept.kernels] == ops and [k.ops for k in restored.kernels] == ops
     assert [k.bytes for k in restored.kernels] == [kept.kernels[0].bytes - 64 * 4] + [k.bytes for k in kept.kernels[1:]]
     assert restored.latency_ms == pytest.approx(kept.latency_ms, rel=1e-3)
@@ -101,8 +102,11 @@ def test_batch_norms_torchscript_folded_are_restored_and_plain_convolutions_are_
     torch.onnx.export(module, example, unfolded, dynamo=True, optimize=False)
     kept = Predictor().predict(unfolded, gpu="t4")
     restored = Predictor().predict(folded, gpu="t4")
-    assert [k.ops for k in restored.kernels] == [k.ops for k in kept.kernels]
-    assert restored.latency_ms == pytest.approx(kept.latency_ms, rel=1e-3)
+    # TorchScript's fold hides that the second convolution had a bias of its own (``3.bias``, added apart in eager):
+    # its folded bias is read as the norm's shift alone, as for the usual bias-free convolution before a norm
+    (add,) = [k for k in kept.kernels if k.role == "bias add"]
+    assert [k.ops for k in restored.kernels] == [k.ops for k in kept.kernels if k is not add]
+    assert restored.latency_ms == pytest.approx(kept.latency_ms - add.latency_ms, rel=1e-2)
 
     plain = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3), torch.nn.ReLU(), torch.nn.Conv2d(64, 8, 1)).eval()
     torch.onnx.export(plain, example, tmp_path / "plain-ts.onnx", dynamo=False)

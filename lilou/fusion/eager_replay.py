@@ -554,7 +554,8 @@ def _flips_alone(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
     return [(u, v) for u, v in fused if not (data[u].get("reverses") or data[v].get("reverses"))]
 
 
-#: Ops eager runs as one cuBLAS or cuDNN call whose epilogue is the node's own (a Gemm's bias, a convolution's).
+#: Ops eager runs as one cuBLAS or cuDNN call of their own: a Gemm's bias is its epilogue; a convolution's bias is
+#: a second kernel of the same aten call, added when the groups are described (lilou/latency/composition/eager_calls.py).
 LIBRARY_CALL_OPS = frozenset({"Gemm", "Conv", "ConvTranspose"})
 #: Ops eager runs as one cuBLAS call that shares its kernel only within the aten call it belongs to (``linear``'s
 #: bias ``Add``, an attention's two matmuls, an inlined torchlib function), never with a neighbouring aten call.

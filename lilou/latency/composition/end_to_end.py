@@ -25,6 +25,7 @@ import numpy as np
 
 from lilou.graph.costs import CostInput, input_reads
 from lilou.hardware import Device
+from lilou.latency.composition.eager_calls import eager_launches
 from lilou.latency.composition.fallback import FALLBACK_TYPE, FallbackModel, uses_fallback
 from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
 from lilou.latency.kernel_model.inference import KernelModel
@@ -62,15 +63,23 @@ class GraphKernels:
 
 def describe_kernels(graph: ModelGraph, partition: Partition) -> GraphKernels:
     """Describe the partition's launching kernels; kernels with ops lacking a cost formula or
-    outputs of unknown shape (incomplete features) are sent to the fallback."""
+    outputs of unknown shape (incomplete features) are sent to the fallback. For the eager backend a group whose
+    aten call launches more than one kernel (a biased cuDNN convolution, a group norm) is described as each of them,
+    in launch order, all listing the group's nodes (:mod:`lilou.latency.composition.eager_calls`)."""
     unsupported = frozenset(graph.unsupported_ops)
     dag = graph.dag
     activations = {t.name for t in graph.inputs}
     activations.update(t.name for n in graph.runtime_nodes() for t in dag.nodes[n]["outputs"])
-    nodes = [group.nodes for group in partition.kernels]
-    specs = [describe_graph_kernel(graph, group) for group in nodes]
-    keys = [(spec, _incomplete(graph, group), _fixed_bytes(graph, group, activations))
-            for spec, group in zip(specs, nodes)]
+    nodes, specs, keys = [], [], []
+    for group in (group.nodes for group in partition.kernels):
+        spec, incomplete = describe_graph_kernel(graph, group), _incomplete(graph, group)
+        launches = [(spec, _fixed_bytes(graph, group, activations))]
+        if partition.backend == "eager":  # a biased cuDNN convolution, a group norm: more than one launch
+            launches = eager_launches(graph, group, *launches[0])
+        for launch, fixed in launches:
+            nodes.append(group)
+            specs.append(launch)
+            keys.append((launch, incomplete, fixed))
     position: dict[tuple[KernelSpec, bool, int], int] = {}
     index = np.fromiter((position.setdefault(key, len(position)) for key in keys), dtype=np.int64, count=len(keys))
     unique = [spec for spec, _, _ in position]

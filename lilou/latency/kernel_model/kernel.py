@@ -85,6 +85,9 @@ class KernelSpec:
     # A MatMul of a matrix and a 1-D vector (``A @ v``, ``v @ A``): eager's ``mv``, cuBLAS's GEMV, a memory pass no
     # source measured (lilou.latency.composition.fallback prices it so).
     matvec: bool = False
+    # The part of an eager aten call this kernel runs, where the call launches more than the one kernel its group
+    # describes ("bias add", "group norm moments" ...: lilou.latency.composition.eager_calls); "" for the group's own.
+    role: str = ""
 
     @property
     def bytes(self) -> int:

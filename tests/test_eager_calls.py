@@ -1,0 +1,133 @@
+"""Eager aten calls that launch more kernels than their group describes (lilou/latency/composition/eager_calls.py):
+a convolution with a bias that cuDNN runs adds it in a second kernel (``output.add_(reshape_bias(...))`` in
+aten/src/ATen/native/Convolution.cpp), and ``native_group_norm`` on CUDA launches its row moments, its fused
+per-channel parameters and its element-wise pass (aten/src/ATen/native/cuda/group_norm_kernel.cu). Only the eager
+backend's kernels change; the kernel groups (``lilou fuse``) do not."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from onnx import helper
+
+from lilou.fusion.partition import Partition
+from lilou.fusion.predict import predict_partition
+from lilou.graph import build_graph
+from lilou.graph.costs import TensorInfo
+from lilou.graph.dag import load_graph
+from lilou.latency.composition.eager_calls import (BIAS_ADD, GROUP_NORM_APPLY, GROUP_NORM_MOMENTS,
+                                                   GROUP_NORM_PARAMETERS, runs_in_cudnn)
+from lilou.latency.composition.end_to_end import describe_kernels
+from tests.onnx_builders import ints, make_model, tensor, weight
+
+REPO = Path(__file__).resolve().parents[1]
+UNET = REPO / "tests" / "data" / "diffusion" / "unet.onnx"
+
+
+@pytest.fixture(scope="module")
+def unet():
+    graph = load_graph(UNET)
+    return graph, predict_partition(graph, "eager")
+
+
+def test_a_unet_launches_its_bias_adds_and_group_norm_passes(unet) -> None:
+    """diffusers' UNet (TorchScript export): 33 convolutions, each with a bias of its own, and 21 group norms. Its
+    269 kernel groups are 344 eager kernels: a bias add after each convolution, three kernels per group norm."""
+    graph, partition = unet
+    kernels = describe_kernels(graph, partition)
+    assert len(partition.kernels) == 269
+    assert Counter(spec.role for spec in kernels.specs) == {"": 248, BIAS_ADD: 33, GROUP_NORM_MOMENTS: 21,
+                                                             GROUP_NORM_PARAMETERS: 21, GROUP_NORM_APPLY: 21}
+    dag = graph.dag
+    for i, spec in enumerate(kernels.specs):
+        if spec.role == BIAS_ADD:  # right after its convolution, listing its node: reads the output and the bias
+            assert kernels.nodes[i] == kernels.nodes[i - 1] and kernels.specs[i - 1].family == "conv"
+            conv = next(dag.nodes[n] for n in kernels.nodes[i] if dag.nodes[n]["op"] in ("Conv", "ConvTranspose"))
+            out, bias = conv["outputs"][0], conv["inputs"][2]
+            assert (spec.family, spec.bytes_read, spec.bytes_written) == ("elementwise", out.nbytes + bias.nbytes,
+                                                                          out.nbytes)
+        if spec.role == GROUP_NORM_MOMENTS:  # X read once, a mean and a 1/std per row of N x groups written
+            following = [s.role for s in kernels.specs[i + 1:i + 3]]
+            assert following == [GROUP_NORM_PARAMETERS, GROUP_NORM_APPLY]
+            assert kernels.nodes[i] == kernels.nodes[i + 1] == kernels.nodes[i + 2]
+            assert spec.family == "layernorm" and spec.bytes_written == 2 * spec.rows * 4
+            assert spec.bytes_read == spec.rows * spec.cols * 4
+
+
+def test_other_backends_keep_one_kernel_per_group(unet) -> None:
+    graph, partition = unet
+    tvm = describe_kernels(graph, Partition(backend="tvm", groups=partition.groups))
+    assert len(tvm) == 269 and not any(spec.role for spec in tvm.specs)
+
+
+def test_the_dynamo_exporters_zero_bias_is_no_bias() -> None:
+    """examples/resnet18.onnx (dynamo, unoptimised): every convolution reads ``Expand(CastLike(0), ...)``, the bias
+    torchlib builds for a convolution without one; its batch norms are their own nodes. No bias add."""
+    graph = load_graph(REPO / "examples" / "resnet18.onnx")
+    partition = predict_partition(graph, "eager")
+    kernels = describe_kernels(graph, partition)
+    assert len(kernels) == len(partition.kernels) == 68
+    assert not any(spec.role for spec in kernels.specs)
+
+
+def _info(name, shape, dtype="float32"):
+    return TensorInfo(name, tuple(shape), dtype, 2 if dtype == "float16" else 4)
+
+
+def test_depthwise_convolutions_outside_cudnn_take_their_bias_inside() -> None:
+    """``_select_conv_backend``: a depthwise FP32 convolution runs in ``_conv_depthwise2d`` (bias inside); an FP16 one
+    goes to cuDNN (then the add) where ``check_cudnn_depthwise_workload_with_filter`` says so."""
+    x, w = _info("x", (1, 64, 56, 56)), _info("w", (64, 1, 3, 3))
+    assert not runs_in_cudnn("Conv", {"group": 64}, x, w)
+    assert runs_in_cudnn("Conv", {"group": 1}, x, _info("w", (64, 64, 3, 3)))
+    assert runs_in_cudnn("Conv", {"group": 2}, x, _info("w", (64, 32, 3, 3)))  # grouped, not depthwise
+    half_x, half_w = _info("x", (1, 64, 56, 56), "float16"), _info("w", (64, 1, 3, 3), "float16")
+    assert runs_in_cudnn("Conv", {"group": 64}, half_x, half_w)  # 3x3, stride 1, width >= 7
+    assert not runs_in_cudnn("Conv", {"group": 64, "strides": [3, 3]}, half_x, half_w)
+    assert not runs_in_cudnn("Conv", {"group": 16}, _info("x", (1, 16, 56, 56), "float16"),
+                             _info("w", (16, 1, 3, 3), "float16"))  # under 32 channels
+    assert runs_in_cudnn("ConvTranspose", {"group": 64}, x, w)  # a transposed one is never depthwise
+
+
+def _group_norm_model(affine: bool, spatial: tuple[int, ...]):
+    """``nn.GroupNorm(2, 8)`` as TorchScript writes it, on (2, 8, *spatial)."""
+    shape = [2, 8, *spatial]
+    nodes = [helper.make_node("Reshape", ["x", "groups"], ["g"], name="to_groups"),
+             helper.make_node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], name="normalise"),
+             helper.make_node("Reshape", ["n", "back"], ["r" if affine else "y"], name="from_groups")]
+    if affine:
+        nodes += [helper.make_node("Mul", ["r", "w"], ["m"], name="scale"),
+                  helper.make_node("Add", ["m", "b"], ["y"], name="shift")]
+    channels = [8] + [1] * len(spatial)
+    return make_model(nodes, [tensor("x", shape)], [tensor("y", shape)],
+                      [ints("groups", [2, 2, -1]), ints("back", shape), weight("ones", [2]), weight("zeros", [2]),
+                       weight("w", channels), weight("b", channels)])
+
+
+@pytest.mark.parametrize(("affine", "spatial", "roles"), [
+    (True, (4, 4), [GROUP_NORM_MOMENTS, GROUP_NORM_PARAMETERS, GROUP_NORM_APPLY]),
+    (False, (4, 4), [GROUP_NORM_MOMENTS, GROUP_NORM_APPLY]),  # no weight, no bias: the apply reads the moments
+    (True, (1,), [GROUP_NORM_MOMENTS, GROUP_NORM_APPLY]),  # one element per channel: GroupNorm1dForward
+])
+def test_a_group_norm_is_its_moments_and_an_elementwise_pass(affine, spatial, roles) -> None:
+    graph = build_graph(_group_norm_model(affine, spatial))
+    partition = predict_partition(graph, "eager")
+    assert len(partition.kernels) == 1
+    kernels = describe_kernels(graph, partition)
+    assert [spec.role for spec in kernels.specs] == roles
+    elements = 16 * max(spatial[0] * spatial[-1], 1)
+    moments, apply = kernels.specs[0], kernels.specs[-1]
+    assert (moments.rows, moments.cols, moments.bytes_read, moments.bytes_written) == (4, elements // 4,
+                                                                                       4 * elements, 4 * 4 * 2)
+    assert apply.family == "elementwise" and apply.bytes_written == 4 * elements
+
+
+def test_int8_convolutions_keep_their_bias_in_the_epilogue() -> None:
+    """``--precision int8`` prices the runtimes that run INT8 convolutions (TensorRT, onnxruntime), which add the bias
+    in the convolution's epilogue: no bias add; the group norms stay eager's."""
+    from lilou.api import Predictor
+
+    result = Predictor().predict(UNET, gpu="a10g", precision="int8")
+    roles = Counter(kernel.role for kernel in result.kernels)
+    assert roles[BIAS_ADD] == 0 and roles[GROUP_NORM_MOMENTS] == 21
