@@ -437,6 +437,10 @@ class Predictor:
         if unsupported:
             warnings.append(f"unsupported op(s) {', '.join(unsupported)}: their kernels are predicted with the "
                             "memory-bound fallback")
+        if self.backend == "eager":
+            from lilou.graph.weight_only import eager_recomputed_warning
+
+            warnings += eager_recomputed_warning(graph)
         if self.backend != "eager":
             warnings.append(f"the per-kernel model and the launch overhead were fitted on PyTorch eager "
                             f"measurements; {self.backend} kernels are predicted with them as they are")
