@@ -437,6 +437,10 @@ class Predictor:
         if unsupported:
             warnings.append(f"unsupported op(s) {', '.join(unsupported)}: their kernels are predicted with the "
                             "memory-bound fallback")
+        if self.backend == "eager":
+            from lilou.graph.weight_only import eager_recomputed_warning
+
+            warnings += eager_recomputed_warning(graph)
         if self.backend != "eager":
             warnings.append(f"the per-kernel model and the launch overhead were fitted on PyTorch eager "
                             f"measurements; {self.backend} kernels are predicted with them as they are")
@@ -483,8 +487,9 @@ class Predictor:
         work = self.model.kernel_work(kernels, every, batch, reading.path)
         shares = self.model.compose(work)
         paths = [reading.path(d) for d in every]
-        bounds = self._intervals(kernels, work, shares, every, paths).ordered_by_dominance(every)
         count = len(devices)
+        check_sane_latency(kernels, shares[:, :count], devices)
+        bounds = self._intervals(kernels, work, shares, every, paths).ordered_by_dominance(every)
         return work.first(count), shares[:, :count], paths[:count], bounds.first(count)
 
     def _intervals(self, kernels: GraphKernels, work: KernelWork, shares: np.ndarray, devices: Sequence[Device],
@@ -547,6 +552,31 @@ class _PricedGroup:
     paths: list[PrecisionPath]
     bounds: Intervals
     need: tuple[int, int]       # memory_needed
+
+
+#: A predicted forward pass above this (11.6 days) is refused, not printed: no inference runs that long, and such a
+#: total comes from a count that is not one (a Loop's "no bound" trip count, INT64_MAX, priced a greedy decoder at
+#: 7.2e15 ms before Lilou read it as no bound).
+MAX_LATENCY_MS = 1e9
+
+
+def check_sane_latency(kernels: GraphKernels, shares: np.ndarray, devices: Sequence[Device]) -> None:
+    """Refuse (one line, exit status 2) a prediction whose total on some device is above :data:`MAX_LATENCY_MS` or not
+    finite, naming the kernel that makes most of it."""
+    if shares.size == 0:
+        return
+    totals = shares.sum(axis=0)
+    bad = [j for j, total in enumerate(totals) if not math.isfinite(total) or total > MAX_LATENCY_MS]
+    if not bad:
+        return
+    j = bad[0]
+    column = np.nan_to_num(shares[:, j], nan=np.inf)
+    worst = int(np.argmax(column))
+    first = kernels.nodes[worst][0] if kernels.nodes[worst] else f"#{worst}"
+    raise LilouInputError(f"the prediction on {devices[j].name} is {totals[j]:.3g} ms, more than the "
+                          f"{MAX_LATENCY_MS:.0e} ms (11.6 days) no forward pass takes, most of it kernel {worst} (first "
+                          f"node {first!r}, {'+'.join(kernels.specs[worst].ops)}): the file states a size or count "
+                          "that is not what runs (a Loop's trip count, a shape); check it and --batch/--shape/--value")
 
 
 def _at(values: np.ndarray | None, j: int) -> np.ndarray | None:

@@ -272,6 +272,69 @@ def test_a_loop_that_may_stop_early_or_is_too_long_stays_one_kernel(case):
     assert any(w.startswith("control flow (Loop) is approximated") for w in graph.warnings)
 
 
+INT64_MAX, INT32_MAX = 2**63 - 1, 2**31 - 1
+
+
+@pytest.mark.parametrize(("trips", "condition", "bound"), [
+    (INT64_MAX, "mean", "no bound"),   # TorchScript's while loop: Loop(M=INT64_MAX, cond), cond from the body
+    (INT32_MAX, "pass", "no bound"),   # the other exporters' sentinel, even with a condition that never stops it
+    (4, "mean", "at most 4"),          # a for loop with a break
+])
+def test_a_loop_its_condition_decides_is_costed_as_one_iteration(trips, condition, bound):
+    """A ``while`` loop scripted by TorchScript is ``Loop(M=INT64_MAX, cond)``: INT64_MAX is ONNX's "no bound", and
+    the body was priced times it (7.2e15 ms for a greedy decoder with an early stop, with no error). A loop whose
+    condition can stop it, or whose count is the sentinel, is one iteration of its body, neither written out nor
+    multiplied, and a warning says its iterations are unknown."""
+    graph = build_graph(_counted_loop(trips, body_condition=condition))
+    (node,) = graph.runtime_nodes()
+    data = graph.dag.nodes[node]
+    one = build_graph(_counted_loop(1, body_condition=condition))  # one iteration, written out
+    assert data["op"] == "Loop"
+    assert data["flops"] == sum(one.dag.nodes[n]["flops"] for n in one.runtime_nodes()) \
+        == {"mean": 16 + 17 + 1, "pass": 16}[condition]  # Tanh over 2x8, its mean (16 adds, a divide), Greater
+    assert f"Loop 'loop' stops on a condition known only at run time ({bound}): its iterations are unknown, so it " \
+        "is costed as one iteration of its body; Lilou cannot be given the count of such a loop (--value NAME=N " \
+        "sets a count the file takes as an input, not a condition): multiply by the iterations you expect, or " \
+        "export it as a for loop without break" in graph.warnings
+    assert not any("is costed as its body times its trip count" in w or w.startswith("Loop 'loop' runs") for w in graph.warnings)
+
+
+def test_a_sentinel_count_given_with_value_is_not_written_out(tmp_path):
+    """``--value n=9223372036854775807`` for a loop over a count input is the sentinel too: not unrolled (nor
+    pinned as a count), one iteration."""
+    model = _counted_loop(1)
+    model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == "trips"))
+    model.graph.input.append(tensor("trips", [], TensorProto.INT64))
+    path = tmp_path / "count.onnx"
+    onnx.save(model, path)
+    graph = load_graph(path, values={"trips": [INT64_MAX]})
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Loop"]
+    assert graph.dag.nodes[graph.runtime_nodes()[0]]["flops"] == 16
+    assert graph.totals()["flops"] == 16
+
+
+def test_an_absurd_total_is_refused_in_one_line(capsys, tmp_path):
+    """No forward pass takes 11.6 days: a total above 1e9 ms is refused (exit status 2) naming the kernel, not
+    printed as a latency. A Loop of 2e9 4096^3 GEMMs (a real count, not the sentinel) is 7.2e9 ms on an A10G."""
+    from lilou.api import Predictor
+    from lilou.errors import LilouInputError
+
+    body = helper.make_graph([helper.make_node("MatMul", ["h_in", "h_in"], ["h_out"], name="gemm")], "body",
+                             [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL),
+                              tensor("h_in", [4096, 4096])],
+                             [tensor("cond_in", [], TensorProto.BOOL), tensor("h_out", [4096, 4096])])
+    loop = helper.make_node("Loop", ["trips", "", "x"], ["h"], name="loop", body=body)
+    path = tmp_path / "huge.onnx"
+    onnx.save(make_model([loop], [tensor("x", [4096, 4096])], [tensor("h", None)],
+                         [numpy_helper.from_array(np.array(2_000_000_000, dtype=np.int64), "trips")], opset=17), path)
+    with pytest.raises(LilouInputError, match=r"^the prediction on a10g is 7\.\d+e\+09 ms, more than the 1e\+09 ms "
+                       r"\(11\.6 days\) no forward pass takes, most of it kernel 0 \(first node 'loop', Loop\)"):
+        Predictor().predict(path, gpu="a10g")
+    status, out, err = run_cli(capsys, "infer", str(path), "--gpu", "a10g")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("lilou: error: the prediction on a10g is ")
+
+
 def test_an_if_with_a_misnamed_branch_is_a_one_line_error():
     """Fuzz seed 3010: a byte mutant renamed then_branch to tjen_branch, and the inlining looked it up (an internal
     StopIteration); the If is left as the file has it, and ONNX's inference names what is wrong."""

@@ -119,6 +119,40 @@ def test_resize_linear_and_nearest():
         assert data["flops"] == expected
 
 
+@pytest.mark.parametrize(("mode", "opset"), [("bilinear", 16), ("nearest", 16), ("bicubic", 16), ("linear", 20)])
+def test_grid_sample_weighs_its_points(mode, opset):
+    """GridSample had no cost formula: 0 FLOPs, with a warning, and its whole input read. Per output location
+    (2 x 8 x 8 = 128) its coordinate: per axis 4 FLOPs to unnormalise and 1 to round (nearest), 3 for the floor and
+    fractions plus a multiply a point's weight (linear), about 20 for the cubic coefficients; per output element
+    (3 channels: 384) a multiply-add per point weighed. Bytes: the grid, the points gathered (at most the input)
+    and the output."""
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, align_corners=0)
+    graph = build_graph(make_model([node], [tensor("x", [2, 3, 32, 32]), tensor("grid", [2, 8, 8, 2])],
+                                   [tensor("y", None)], opset=opset))
+    data = only_node(graph)
+    assert data["outputs"][0].shape == (2, 3, 8, 8)
+    locations, elements = 2 * 8 * 8, 2 * 3 * 8 * 8
+    flops, points = {"nearest": (5 * 2 * locations, 1),
+                     "bilinear": ((7 * 2 + 4) * locations + 2 * 4 * elements, 4),
+                     "linear": ((7 * 2 + 4) * locations + 2 * 4 * elements, 4),
+                     "bicubic": (25 * 2 * locations + 2 * 16 * elements, 16)}[mode]
+    assert data["flops"] == flops
+    assert flops == {"nearest": 1280, "bilinear": 5376, "linear": 5376, "bicubic": 18688}[mode]
+    assert data["bytes_read"] == 4 * (2 * 8 * 8 * 2) + 4 * min(2 * 3 * 32 * 32, points * elements)
+    assert data["bytes_written"] == 4 * elements
+    assert not any("GridSample" in w for w in graph.warnings)
+
+
+def test_grid_sample_upsampling_reads_its_input_once():
+    """A grid that samples more points than the input holds reads each input element once (the cache serves the
+    neighbours): 4 x 64 x 64 bilinear outputs of a 1 x 4 x 16 x 16 input gather 4 points each, capped at 1,024."""
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"])
+    data = only_node(build_graph(make_model([node], [tensor("x", [1, 4, 16, 16]), tensor("grid", [1, 64, 64, 2])],
+                                            [tensor("y", None)], opset=16)))
+    assert data["bytes_read"] == 4 * (64 * 64 * 2) + 4 * (4 * 16 * 16)
+    assert data["flops"] == 18 * 64 * 64 + 8 * 4 * 64 * 64
+
+
 def test_data_movement_and_views():
     concat = helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
     data = only_node(single_node_graph(concat, [tensor("a", [2, 3]), tensor("b", [2, 5])], [tensor("c", None)]))

@@ -186,3 +186,42 @@ def test_pricing_only_the_rungs_that_can_win_changes_no_price(monkeypatch: pytes
     assert np.allclose(pruned, every, rtol=1e-6, atol=0.0)
     assert np.array_equal(pruned_types, every_types)
     assert pruned_rows < every_rows / 2
+
+
+def test_each_family_has_its_own_types() -> None:
+    """Every kernel family names the types it can be, and each type a family names is a type of the head."""
+    from lilou.latency.kernel_model.kernel import FAMILIES
+    from lilou.latency.kernel_model.kernel_types import FAMILY_TYPES, KERNEL_TYPES, family_type_mask
+
+    assert set(FAMILY_TYPES) == set(FAMILIES)
+    mask = family_type_mask(FAMILIES)
+    for row, family in enumerate(FAMILIES):
+        assert [KERNEL_TYPES[i] for i in np.flatnonzero(mask[row])] == \
+            [t for t in KERNEL_TYPES if t in FAMILY_TYPES[family]]
+    assert family_type_mask(["not a family"]).all()
+
+
+@pytest.mark.parametrize("shape", [(4, 256, 48), (1, 3136, 48)])
+def test_a_layer_norm_is_typed_layernorm(tmp_path, shape) -> None:
+    """The type head's argmax over every type named MobileViT's layer norms over 48 channels (4 x 256 tokens at
+    batch 1) and Swin-T's first stage's (3136 tokens) ``softmax_warp`` on an A10G, while their category said
+    layernorm: the argmax runs over the family's types. The type is display only: the latency is the same."""
+    import onnx
+    from onnx import helper
+
+    from lilou.api import Predictor
+    from lilou.latency.kernel_model.kernel_types import FAMILY_TYPES, KERNEL_TYPES
+    from tests.onnx_builders import make_model, tensor, weight
+
+    channels = shape[-1]
+    norm = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], name="norm", axis=-1, epsilon=1e-5)
+    path = tmp_path / "norm.onnx"
+    onnx.save(make_model([norm], [tensor("x", list(shape))], [tensor("y", list(shape))],
+                         [weight("scale", [channels]), weight("bias", [channels])], opset=17), path)
+    (kernel,) = Predictor().predict(path, gpu="a10g").kernels
+    assert (kernel.type, kernel.category, kernel.ops) == ("layernorm", "layernorm", ("LayerNormalization",))
+    with pytest.MonkeyPatch.context() as patch:  # every type allowed: the head's own argmax, as before
+        patch.setitem(FAMILY_TYPES, "layernorm", KERNEL_TYPES)
+        patch.setattr(inference, "_FAMILY_TYPE_MASK", inference.family_type_mask(inference.FAMILIES))
+        (unmasked,) = Predictor().predict(path, gpu="a10g").kernels
+    assert unmasked.type == "softmax_warp" and unmasked.latency_ms == kernel.latency_ms

@@ -237,6 +237,67 @@ def _resize_flops(node: CostInput) -> int:
     return 2 * points * _out_elements(node)  # one multiply-add per contributing point
 
 
+#: GridSample's modes (opset 16 names, opset 20 names) -> (points per spatial axis each output element weighs,
+#: FLOPs per output location and spatial axis for its coordinate). PyTorch's grid_sampler_2d/3d kernels
+#: (aten/src/ATen/native/cuda/GridSampler.cu), which onnxruntime's CUDA GridSample follows, run one thread per
+#: output location: it reads the location's grid coordinate, unnormalises it per axis (add 1, scale by the size,
+#: subtract, halve: 4 FLOPs) and clips or reflects it for the padding mode, then for each channel gathers its points
+#: of the input and writes one value. Nearest rounds the coordinate (+1 per axis) and copies one point; linear takes
+#: the floor and the two fractions (+3 per axis) and each of its 2^axes points' weight as the product of its
+#: fractions (axes - 1 multiplies a point); cubic evaluates four cubic-convolution coefficients per axis (about 20
+#: FLOPs) over 4^axes points, separably. Each point then costs a multiply-add per channel (2 FLOPs), as Resize's
+#: points do (:func:`_resize_flops`); nearest's copy costs none.
+_GRID_SAMPLE_MODES = {"nearest": (1, 5), "bilinear": (2, 7), "linear": (2, 7), "bicubic": (4, 25), "cubic": (4, 25)}
+
+
+def _grid_sample_mode(node: CostInput) -> tuple[int, int]:
+    mode = node.attributes.get("mode", "bilinear")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    return _GRID_SAMPLE_MODES.get(mode, _GRID_SAMPLE_MODES["bilinear"])
+
+
+def _grid_sample_geometry(node: CostInput) -> tuple[int, int, int] | None:
+    """(spatial axes, output locations N x spatial out, output elements) of a GridSample with known shapes."""
+    out = node.outputs[0] if node.outputs else None
+    if out is None or out.shape is None or len(out.shape) < 3:
+        return None
+    axes = len(out.shape) - 2
+    return axes, math.prod(out.shape) // max(out.shape[1], 1), _elements(out)
+
+
+def _grid_sample_flops(node: CostInput) -> int:
+    """Per output location its coordinate (per spatial axis, :data:`_GRID_SAMPLE_MODES`), per output element a
+    multiply-add per input point it weighs (none for nearest): bilinear 2-D, 8 FLOPs an element and 18 a location
+    (C = 3 is 14 an element, the ~10-14 of a hand count)."""
+    geometry = _grid_sample_geometry(node)
+    if geometry is None:
+        return 0
+    axes, locations, elements = geometry
+    side, per_axis = _grid_sample_mode(node)
+    points = side ** axes
+    weights = points * (axes - 1) if side == 2 else 0  # linear: each point's weight, a product of fractions
+    return (per_axis * axes + weights) * locations + (2 * points * elements if side > 1 else 0)
+
+
+def _grid_sample_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
+    """The grid whole, and of the input the points gathered (2^axes per output element for linear, 4^axes cubic,
+    one nearest, each as wide as the input's element) up to the input's size: a grid that upsamples reads the
+    same points for neighbouring outputs from the cache, one that samples a few points of a large input reads only
+    those (the whole input was counted, which made a 64x64 crop of a 4K frame a pass over the frame)."""
+    data, grid = (list(node.inputs) + [None, None])[:2]
+    geometry = _grid_sample_geometry(node)
+    reads = [(grid, grid.nbytes or 0)] if grid is not None else []
+    if data is None:
+        return reads
+    if geometry is None or data.nbytes is None or not data.elements:
+        return [(data, data.nbytes or 0)] + reads
+    axes, _, elements = geometry
+    side, _ = _grid_sample_mode(node)
+    gathered = -(-elements * side ** axes * data.nbytes // data.elements)
+    return [(data, min(data.nbytes, gathered))] + reads
+
+
 def _cumsum_flops(node: CostInput) -> int:
     return _elements(node.inputs[0])
 
@@ -434,6 +495,7 @@ _FLOP_FORMULAS: dict[str, Callable[[CostInput], int]] = {
     "ReduceL2": _reduce_flops, "ReduceSumSquare": _reduce_flops, "ReduceLogSumExp": _reduce_flops,
     "ArgMax": _reduce_flops, "ArgMin": _reduce_flops,
     "Resize": _resize_flops,
+    "GridSample": _grid_sample_flops,
     "Upsample": _resize_flops,
     "CumSum": _cumsum_flops,
     "CumProd": _cumsum_flops,
@@ -494,6 +556,8 @@ def input_reads(node: CostInput) -> list[tuple[TensorInfo, int]]:
         positions = node.inputs[3].elements or 0
         return [(t, _rows_read(t, positions) if t is node.inputs[1] or t is node.inputs[2] else t.nbytes or 0)
                 for t in inputs]
+    if node.op == "GridSample" and inputs:
+        return _grid_sample_reads(node)
     if batchnorm_training(node) and inputs:
         # One pass over X for the batch statistics, a second to normalise it: X is read twice.
         return [(inputs[0], 2 * (inputs[0].nbytes or 0))] + [(t, t.nbytes or 0) for t in inputs[1:]]

@@ -28,8 +28,8 @@ from lilou.graph.costs import (CONTROL_FLOW_OPS, SEQUENCE_OPS, SUPPORTED_OPS, Co
                                batchnorm_training, node_cost)
 from lilou.graph.branches import resolve_branches
 from lilou.graph.input_values import Value, bind_input_values, bound_value_names
-from lilou.graph.loops import MAX_UNROLLED_NODES, resolve_loops
-from lilou.graph.constants import constant_tensors, scalar_integers
+from lilou.graph.loops import MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_runs_every_trip, resolve_loops
+from lilou.graph.constants import constant_tensors, scalar_integers, scalar_truths
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
 from lilou.graph.contrib_ops import restore_contrib_ops
 from lilou.graph.quantized import folded_nodes, quantized_tensors, restore_quantized_ops, runtime_types
@@ -459,22 +459,25 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 
 def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], constants: Mapping[str, int],
-                   notes: list[str], opset: int = 0) -> NodeCost:
+                   notes: list[str], opset: int = 0, truths: Mapping[str, bool] | None = None) -> NodeCost:
     """Sum of the costs of a subgraph's nodes (control flow inside costed the same way)."""
     tensors = {**outer, **_graph_tensor_table(graph)}
     constants = {**constants, **scalar_integers(graph)}
+    truths = {**(truths or {}), **scalar_truths(graph)}
     flops = read = written = 0
     for node in graph.node:
-        cost = _node_cost(node, tensors, constants, notes, opset=opset)
+        cost = _node_cost(node, tensors, constants, notes, opset=opset, truths=truths)
         flops, read, written = flops + cost.flops, read + cost.bytes_read, written + cost.bytes_written
     return NodeCost(flops=flops, bytes_read=read, bytes_written=written)
 
 
 def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constants: Mapping[str, int],
                notes: list[str], attributes: Mapping[str, Any] | None = None,
-               io: tuple[list[TensorInfo | None], list[TensorInfo]] | None = None, opset: int = 0) -> NodeCost:
+               io: tuple[list[TensorInfo | None], list[TensorInfo]] | None = None, opset: int = 0,
+               truths: Mapping[str, bool] | None = None) -> NodeCost:
     """FLOPs and bytes of one node (``attributes``: its :func:`_attributes`, ``io``: its :func:`_node_io`, when the
-    caller has them; ``opset``: the model's, which decides what a ``Scan``'s inputs are)."""
+    caller has them; ``opset``: the model's, which decides what a ``Scan``'s inputs are; ``truths``: the one-element
+    constants of the graphs around it as truth values, which say whether a ``Loop``'s condition can stop it)."""
     inputs, outputs = _node_io(node, tensors) if io is None else io
     attributes = _attributes(node) if attributes is None else attributes
     cost = node_cost(CostInput(op=node.op_type, attributes=attributes, inputs=inputs, outputs=outputs))
@@ -483,14 +486,24 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
     graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     label = node.name or node.op_type
     if node.op_type == "If" and "then_branch" in graphs and "else_branch" in graphs:
-        branches = [_subgraph_cost(graphs[b], tensors, constants, notes, opset) for b in ("then_branch", "else_branch")]
+        branches = [_subgraph_cost(graphs[b], tensors, constants, notes, opset, truths)
+                    for b in ("then_branch", "else_branch")]
         larger = max(branches, key=lambda c: (c.flops, c.bytes_read + c.bytes_written))
         notes.append(f"If {label!r} is costed as its larger branch (the condition is known only at run time)")
         return larger
     if node.op_type == "Loop" and "body" in graphs:
-        body = _subgraph_cost(graphs["body"], tensors, constants, notes, opset)
+        body = _subgraph_cost(graphs["body"], tensors, constants, notes, opset, truths)
         trip = constants.get(node.input[0]) if node.input and node.input[0] else None
-        if trip is None or trip < 0:
+        unbounded = trip is not None and trip >= UNBOUNDED_TRIPS
+        if not loop_runs_every_trip(node, truths or {}) or unbounded:
+            # a while loop (TorchScript's Loop(M=INT64_MAX, cond)) or a for loop with a break: the condition decides
+            bound = ("no bound" if trip is None or trip < 0 or unbounded else f"at most {trip}")
+            notes.append(f"Loop {label!r} stops on a condition known only at run time ({bound}): its iterations are "
+                         "unknown, so it is costed as one iteration of its body; Lilou cannot be given the count of "
+                         "such a loop (--value NAME=N sets a count the file takes as an input, not a condition): "
+                         "multiply by the iterations you expect, or export it as a for loop without break")
+            trip = 1
+        elif trip is None or trip < 0:
             notes.append(f"Loop {label!r} has no constant trip count: costed as one iteration of its body (a count "
                          "the file takes as an input can be given with --value NAME=N)")
             trip = 1
@@ -499,7 +512,7 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
                         bytes_written=body.bytes_written * trip)
     if node.op_type == "Scan" and "body" in graphs:
-        body = _subgraph_cost(graphs["body"], tensors, constants, notes, opset)
+        body = _subgraph_cost(graphs["body"], tensors, constants, notes, opset, truths)
         trip = _scan_length(node, inputs, opset)
         if trip is None:
             notes.append(f"Scan {label!r} has no scan length known from its input shapes: costed as one iteration "
@@ -545,7 +558,9 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
     dag = nx.DiGraph()
     producer: dict[str, str] = {}
     names = unique_node_names(graph)
-    constants = scalar_integers(graph) if any(n.op_type in CONTROL_FLOW_OPS for n in graph.node) else {}
+    control = any(n.op_type in CONTROL_FLOW_OPS for n in graph.node)
+    constants = scalar_integers(graph) if control else {}
+    truths = scalar_truths(graph) if control else {}
     opset = _default_opset(model)
     notes = [] if notes is None else notes
     zeros = _zero_tensors(graph)
@@ -557,7 +572,7 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
         # a bias of zeros is no bias: eager PyTorch's bias-free convolution never adds one (the dynamo exporter
         # writes Expand(CastLike(0), ...) for it, which added an element-wise pass: +5.6 % on a depthwise conv)
         priced = (io[0][:2], io[1]) if node.op_type in _BIASED and node.input[2:3] and node.input[2] in zeros else io
-        cost = _node_cost(node, tensors, constants, notes, attributes, priced, opset)
+        cost = _node_cost(node, tensors, constants, notes, attributes, priced, opset, truths)
         dag.add_node(name, op=node.op_type, domain=node.domain, attributes=attributes,
                      inputs=io[0], outputs=io[1], flops=cost.flops, bytes_read=cost.bytes_read,
                      bytes_written=cost.bytes_written, constant=False, order=order, supported=supported,
@@ -734,8 +749,8 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
     control = sorted({d["op"] for _, d in dag.nodes(data=True) if d["op"] in CONTROL_FLOW_OPS})
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop not written out per iteration "
-                        "costs its body times its trip count, a Scan its body times its scan length, an If its larger "
-                        "branch; each runs as one fallback kernel")
+                        "costs its body times its trip count (one iteration where a run-time condition decides), a Scan "
+                        "its body times its scan length, an If its larger branch; each runs as one fallback kernel")
     training = sum(1 for _, d in dag.nodes(data=True) if not d["constant"]
                    and batchnorm_training(CostInput(d["op"], d["attributes"], d["inputs"], d["outputs"])))
     if training:

@@ -12,7 +12,7 @@ evaluates it as it does an ``If``'s condition).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import onnx
 from onnx import TensorProto, helper
@@ -42,11 +42,24 @@ def _body(node: onnx.NodeProto) -> onnx.GraphProto | None:
     return next((a.g for a in node.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
 
 
+#: The smallest trip count that is ONNX's "no bound" rather than a count: TorchScript writes every ``while`` loop
+#: (and a ``for`` with a ``break``) as ``Loop(M=INT64_MAX, cond)``, other exporters INT32_MAX; the condition decides
+#: how many times such a loop runs. Never a count to multiply a body by (it priced one such loop at 7.2e15 ms).
+UNBOUNDED_TRIPS = 2**31 - 1
+
+
 def runs_every_trip(model: onnx.ModelProto, index: int) -> bool:
     """Whether the loop at ``index`` runs exactly its trip count: no condition or a constant true one, passed on
     unchanged by the body (or written there as a constant true)."""
-    node, constants = model.graph.node[index], scalar_truths(model.graph)
+    return loop_runs_every_trip(model.graph.node[index], scalar_truths(model.graph))
+
+
+def loop_runs_every_trip(node: onnx.NodeProto, constants: Mapping[str, bool]) -> bool:
+    """:func:`runs_every_trip` for a ``Loop`` node of any graph, ``constants`` the truth values its graph (and the
+    graphs around it) states (:func:`lilou.graph.constants.scalar_truths`)."""
     body = _body(node)
+    if body is None:
+        return False
     condition = node.input[1] if len(node.input) > 1 else ""
     if condition and constants.get(condition) is not True:
         return False
@@ -177,7 +190,7 @@ def resolve_loops(model: onnx.ModelProto, notes: list[str], evaluate: Callable[[
                 evaluations += 1
                 trips, source = evaluate(model, count), "decided by the bound shapes"
             label, size = node.name or str(index), len(_body(node).node)
-            if trips is None:
+            if trips is None or int(trips) >= UNBOUNDED_TRIPS:  # "no bound": never written out nor pinned
                 continue
             if not unroll_loop(model, index, int(trips), budget):
                 if count not in constants:  # the count the shapes decided, kept for the loop's cost

@@ -22,7 +22,11 @@ from lilou.blas import blas_section
 from lilou.latency.kernel_model.checkpoint import read_kernel_checkpoint
 from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, floor_index, floor_units_of, kernel_features,
                                                  low_power_exponent, roofline_inputs, roofline_ms)
-from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
+from lilou.latency.kernel_model.kernel import FAMILIES
+from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES, family_type_mask
+
+#: Which types each family's kernels can be, rows in :data:`FAMILIES` order (the features' family index).
+_FAMILY_TYPE_MASK = family_type_mask(FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -308,7 +312,10 @@ class KernelModel:
         return work, np.broadcast_to(compute >= memory, work.shape).copy()
 
     def predict_types(self, kernels: KernelBatch, devices: DeviceColumns) -> np.ndarray:
-        """The kernel-type head's class name per row (object array of str)."""
+        """The kernel-type head's class name per row (object array of str), among the types of the row's family
+        (:data:`~lilou.latency.kernel_model.kernel_types.FAMILY_TYPES`): the head's argmax over every type called
+        layer norms ``softmax_warp``. Display only: the price does not read the type."""
         type_features, rows = _distinct_rows(kernel_features(kernels, devices, self.type_feature_groups))
-        logits = np.mean([m.type_logits(type_features) for m in self._members], axis=0)
-        return np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(axis=1)[rows]]
+        logits = np.mean([m.type_logits(type_features) for m in self._members], axis=0)[rows]
+        allowed = _FAMILY_TYPE_MASK[np.asarray(kernels.family, dtype=np.int64)]
+        return np.asarray(KERNEL_TYPES, dtype=object)[np.where(allowed, logits, -np.inf).argmax(axis=1)]

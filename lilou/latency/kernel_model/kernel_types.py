@@ -55,6 +55,31 @@ KERNEL_TYPES: tuple[str, ...] = (
 )
 _INDEX = {name: i for i, name in enumerate(KERNEL_TYPES)}
 
+#: The types a kernel of each family can be (:data:`lilou.latency.kernel_model.kernel.FAMILIES`): the type head
+#: predicts over every type, and its argmax named 34 of about 355 layer and group norms ``softmax_warp`` or
+#: ``softmax_block`` (``type=softmax_warp, category=layernorm``). The data holds one type of layer norm, two of
+#: softmax (warp for H <= 1024), the GEMM and convolution algorithms; a reduction's ``reduce_kernel`` names no rule
+#: (``other``); a copy or gather (the memory family) is an elementwise kernel or ``other``.
+FAMILY_TYPES: dict[str, tuple[str, ...]] = {
+    "gemm": ("gemm_sgemm", "gemm_splitk"),
+    "conv": ("conv_implicit_gemm", "conv_explicit_gemm", "conv_winograd", "conv_winograd_nonfused", "conv_fft"),
+    "elementwise": ("elementwise_vectorized", "elementwise_generic"),
+    "layernorm": ("layernorm",),
+    "softmax": ("softmax_warp", "softmax_block"),
+    "reduction": ("other",),
+    "memory": ("elementwise_vectorized", "elementwise_generic", "other"),
+}
+
+
+def family_type_mask(families: Sequence[str]) -> np.ndarray:
+    """bool [family, type]: whether a kernel of each of ``families`` can be of each of :data:`KERNEL_TYPES` (a
+    family not in :data:`FAMILY_TYPES` can be any)."""
+    mask = np.ones((len(families), len(KERNEL_TYPES)), dtype=bool)
+    for row, family in enumerate(families):
+        if family in FAMILY_TYPES:
+            mask[row] = [kind in FAMILY_TYPES[family] for kind in KERNEL_TYPES]
+    return mask
+
 # Ordered: the first pattern found in the name decides (conv before the generic sgemm,
 # layer norm and softmax before elementwise).
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.IGNORECASE), t) for p, t in (

@@ -20,7 +20,8 @@ from safetensors.torch import load_file, save_file
 from lilou.latency.kernel_model.checkpoint import read_kernel_checkpoint
 from lilou.latency.kernel_model.features import (DeviceColumns, KernelBatch, floor_units_of, kernel_features, roofline_inputs,
                                                  roofline_ms)
-from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
+from lilou.latency.kernel_model.kernel import FAMILIES
+from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES, family_type_mask
 from lilou.latency.kernel_model.model import KernelLatencyEnsemble, KernelLatencyNet
 
 
@@ -83,6 +84,7 @@ class KernelLatencyPredictor:
         unit = torch.from_numpy(floor_units_of(devices, len(kernels))) if self.net.floor_units > 1 else None
         log_floor, log_work, logits = self.net.parts(features, type_features, family, roofline, timing_index, unit)
         floor, work = log_floor.exp().double().numpy(), log_work.exp().double().numpy()
-        types = np.asarray(KERNEL_TYPES, dtype=object)[logits.argmax(dim=1).numpy()]
+        allowed = family_type_mask(FAMILIES)[kernels.family]  # the family's types only, as inference.predict_types
+        types = np.asarray(KERNEL_TYPES, dtype=object)[np.where(allowed, logits.numpy(), -np.inf).argmax(axis=1)]
         return KernelPrediction(latency_ms=floor + work, work_ms=work, floor_ms=floor, kernel_type=types,
                                 compute_bound=compute >= memory)
