@@ -15,6 +15,7 @@ from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from lilou.errors import LilouInputError
+from lilou.latency.kernel_model.checkpoint import FP32_KIND, TENSOR_KIND
 from lilou.latency.kernel_model.datamodule import KernelDataModule
 from lilou.latency.kernel_model.metrics import error_table
 from lilou.latency.kernel_model.model import KernelLatencyEnsemble
@@ -64,6 +65,8 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
               "ensemble": len(nets),
               "winograd_roofline": datamodule.winograd_roofline,
               "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
+              # which slot it fills: the unit-aware model (precision features) prices every unit but FP32
+              "kind": TENSOR_KIND if "precision" in datamodule.feature_groups else FP32_KIND,
               "config": OmegaConf.to_container(cfg, resolve=False)}
     predictor = KernelLatencyPredictor(net, datamodule.feature_groups, datamodule.type_feature_groups, config)
     return predictor, datamodule
@@ -121,6 +124,4 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
         predictor.save(to_absolute_path(cfg.output_checkpoint), metrics)
     print(json.dumps({k: v for k, v in metrics.items() if k != "held_out"}, indent=2))
     return metrics.get("val_mape")
-
-
 
