@@ -122,6 +122,21 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     predictor.save(output_dir / "checkpoint", metrics)
     if cfg.get("output_checkpoint"):
         predictor.save(to_absolute_path(cfg.output_checkpoint), metrics)
+    write_table_coverage(cfg, predictor, datamodule, output_dir / "checkpoint")
     print(json.dumps({k: v for k, v in metrics.items() if k != "held_out"}, indent=2))
     return metrics.get("val_mape")
 
+
+def write_table_coverage(cfg: DictConfig, predictor: KernelLatencyPredictor, datamodule: KernelDataModule,
+                         run_checkpoint: Path) -> None:
+    """``coverage.json`` beside a tensor-core model's weights (run folder and ``output_checkpoint``), as
+    ``scripts/kernel_coverage.py`` writes it but counting only the GPUs it trained on: inference needs it, and a
+    freshly trained checkpoint stopped `lilou infer` with "input/output failed" for want of it."""
+    from lilou.latency.kernel_model.coverage import table_coverage, write_coverage
+    from lilou.latency.kernel_model.table_datamodule import KernelTableDataModule
+
+    if predictor.config.get("kind") != TENSOR_KIND or not isinstance(datamodule, KernelTableDataModule):
+        return
+    coverage, _ = table_coverage(datamodule.sources, datamodule.data_dir, gpus=predictor.config["trained_on"])
+    for folder in (run_checkpoint, *([to_absolute_path(cfg.output_checkpoint)] if cfg.get("output_checkpoint") else [])):
+        write_coverage(folder, coverage)
