@@ -37,7 +37,7 @@ from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning
                            fused_attention_warning, grouped_conv_warning, launch_bound_note, launch_gap_interval_note,
                            launch_wait_interval_note, memory_warning, mig_interval_warning, power_note,
                            transposed_conv_warning, unmeasured_kernels)
-from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, reading_checkpoints
+from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_notes, checkpoint_path, reading_checkpoints
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
 from lilou.graph.memory import fits_memory, memory_needed
@@ -133,6 +133,8 @@ class Predictor:
             self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
                                        OverheadModel(**params["overhead"]), tensor_model=tensor_model)
             self._interval_notes, self._tensor_interval_note = calibration_notes(kernel_folder, has_tensor)
+        # A folder LILOU_CHECKPOINTS lacks is the shipped one: said with every prediction, not silently swapped.
+        self._interval_notes = [*checkpoint_notes(), *self._interval_notes]
         self.launch_gap_given = False
         if gap is not None:
             self._use_launch_gap(gap)
