@@ -122,18 +122,22 @@ fusion-data: install
 	$(PY) scripts/build_fusion_data.py --out datasets/fusion $(FUSION_DATA_ARGS)
 
 # The shipped fusion GNN and tuned rule tables: checkpoints/fusion_gnn, checkpoints/fusion_rules
-# (config conf/experiment/fusion_gnn.yaml).
+# (config conf/experiment/fusion_gnn.yaml). Replacing a shipped folder is explicit: `python -m lilou.train
+# experiment=fusion_gnn` alone writes only its run folder.
 train-fusion: install
-	$(PY) -m lilou.train experiment=fusion_gnn
+	$(PY) -m lilou.train experiment=fusion_gnn output_checkpoint=checkpoints/fusion_gnn
 	$(PY) scripts/tune_fusion_rules.py --data datasets/fusion --out checkpoints/fusion_rules
 
 # The shipped per-kernel models: checkpoints/kernel_latency (FP32, NeuSight; conf/experiment/kernel_latency.yaml)
 # and checkpoints/kernel_latency_tensor (every other unit, the whole kernel table; kernel_latency_tensor.yaml,
-# about 3 min on 2 cores) with its measured coverage (coverage.json); the fitted parameters beside them: recurrent
-# layers (recurrent.json) and the backward-data / forward ratios of transposed convolutions (transposed_conv.json).
+# about 3 min on 2 cores) with its measured coverage (coverage.json). Replacing the shipped folders is explicit
+# (output_checkpoint=...): the experiments alone write only their run folders. Then the fitted parameters, written
+# into the package (not beside the checkpoints; --out writes elsewhere): recurrent layers
+# (lilou/latency/kernel_model/recurrent.json) and the backward-data / forward ratios of transposed convolutions
+# (lilou/latency/kernel_model/transposed_conv.json).
 train-kernels: install
-	$(PY) -m lilou.train experiment=kernel_latency
-	$(PY) -m lilou.train experiment=kernel_latency_tensor
+	$(PY) -m lilou.train experiment=kernel_latency output_checkpoint=checkpoints/kernel_latency
+	$(PY) -m lilou.train experiment=kernel_latency_tensor output_checkpoint=checkpoints/kernel_latency_tensor
 	$(PY) scripts/kernel_coverage.py --out checkpoints/kernel_latency_tensor
 	$(PY) scripts/fit_recurrent.py
 	$(PY) scripts/fit_transposed_conv.py

@@ -37,7 +37,7 @@ from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning
                            fused_attention_warning, grouped_conv_warning, launch_bound_note, launch_gap_interval_note,
                            launch_wait_interval_note, memory_warning, mig_interval_warning, power_note,
                            transposed_conv_warning, unmeasured_kernels)
-from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, reading_checkpoints
+from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_notes, checkpoint_path, reading_checkpoints
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
 from lilou.graph.memory import fits_memory, memory_needed
@@ -47,6 +47,7 @@ from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, Ke
 from lilou.latency.composition.fallback import FallbackModel
 from lilou.latency.composition.overhead import (E2E_OVERHEAD, LAUNCH_GAP_RANGE, LAUNCH_GAP_RANGE_GIVEN, OverheadModel,
                                                load_overhead, queue_shares)
+from lilou.latency.kernel_model.checkpoint import TENSOR_KIND
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.precision import (PrecisionPath, band_precisions, check_precision, check_precision_options,
@@ -126,11 +127,14 @@ class Predictor:
         with reading_checkpoints(kernel_folder, overhead_folder, *([tensor_folder] if has_tensor else [])):
             kernel_model = KernelModel.load(kernel_folder)
             params = load_overhead(overhead_folder)
+            # The kind first: an FP32 model in the tensor-core folder is named as such, not as a missing coverage.json.
+            tensor_model = KernelModel.load(tensor_folder, TENSOR_KIND) if has_tensor else None
             self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
             self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
-                                       OverheadModel(**params["overhead"]),
-                                       tensor_model=KernelModel.load(tensor_folder) if has_tensor else None)
+                                       OverheadModel(**params["overhead"]), tensor_model=tensor_model)
             self._interval_notes, self._tensor_interval_note = calibration_notes(kernel_folder, has_tensor)
+        # A folder LILOU_CHECKPOINTS lacks is the shipped one: said with every prediction, not silently swapped.
+        self._interval_notes = [*checkpoint_notes(), *self._interval_notes]
         self.launch_gap_given = False
         if gap is not None:
             self._use_launch_gap(gap)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path
+from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, shipped_checkpoint_path
 from lilou.graph.memory import CUDA_CONTEXT_GIB, fits_memory, usable_gib
 from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
@@ -61,11 +61,13 @@ def unmeasured_kernels(kernels: GraphKernels, devices: Sequence[Device], paths: 
 def shipped_partner_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: bool) -> list[str]:
     """A warning when a kernel checkpoint other than the shipped one (``Predictor(kernel_checkpoint=...)``) left out
     GPUs that the shipped tensor-core model trained on: it replaces only the FP32 model, so a leave-T4-out checkpoint
-    still priced the T4's tensor-core kernels (and TF32 convolutions) with a model trained on the T4, unsaid."""
+    still priced the T4's tensor-core kernels (and TF32 convolutions) with a model trained on the T4, unsaid.
+    Compared with the repository's shipped folder: under ``LILOU_CHECKPOINTS`` ``checkpoint_path`` is the user's own,
+    and ``infer --gpu t4`` said nothing where ``Predictor(kernel_checkpoint=...)`` warned."""
     import json
 
     folder = Path(kernel_checkpoint)
-    shipped = checkpoint_path(KERNEL_LATENCY, required=False)
+    shipped = shipped_checkpoint_path(KERNEL_LATENCY)
     if not has_tensor or not folder.exists() or (shipped.exists() and folder.resolve() == shipped.resolve()):
         return []
     try:
@@ -77,8 +79,10 @@ def shipped_partner_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor:
     left_out = sorted(g for g in theirs - mine if g in _neusight_gpus(shipped))
     if not mine or not left_out:
         return []
+    whose = "the shipped ones" if tensor.resolve() == shipped_checkpoint_path(KERNEL_LATENCY_TENSOR).resolve() \
+        else f"the ones in {tensor.parent}"
     return [f"kernel_checkpoint replaces only the FP32 kernel model: the tensor-core model (tensor-core and TF32 "
-            f"kernels) and the end-to-end overhead are the shipped ones, trained on {', '.join(left_out)}, which your "
+            f"kernels) and the end-to-end overhead are {whose}, trained on {', '.join(left_out)}, which your "
             "checkpoint left out"]
 
 

@@ -2,7 +2,10 @@
 
 Checkpoints are folders under ``checkpoints/`` at the repository root, each with
 its weights, ``config.json`` and ``metrics.json``. ``LILOU_CHECKPOINTS`` points
-elsewhere (e.g. at a freshly trained set).
+elsewhere (e.g. at a freshly trained set): a root holding any of the folders below. A folder it lacks is the
+shipped one, and every prediction says so (:func:`checkpoint_notes`): a root with only a new ``kernel_latency``
+priced tensor-core kernels with the FP32 model and fused by rules instead of the GNN, unsaid. A folder that is there
+but lacks a file (a half-copied one) is an error naming the file.
 """
 from __future__ import annotations
 
@@ -19,23 +22,57 @@ KERNEL_LATENCY = "kernel_latency"
 KERNEL_LATENCY_TENSOR = "kernel_latency_tensor"
 FUSION_GNN = "fusion_gnn"
 FUSION_RULES = "fusion_rules"
+#: The end-to-end fallback and overhead constants (``lilou.latency.composition.overhead.E2E_OVERHEAD``).
+E2E_OVERHEAD = "e2e_overhead"
+#: The repository's own checkpoints, whatever ``LILOU_CHECKPOINTS`` says.
+SHIPPED_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
+#: The target that makes each checkpoint (one message for all sent the e2e constants to `make train-kernels`).
+REMEDY = {KERNEL_LATENCY: "`make train-kernels`", KERNEL_LATENCY_TENSOR: "`make train-kernels`",
+          FUSION_GNN: "`make fusion-data && make train-fusion`", FUSION_RULES: "`make train-fusion`",
+          E2E_OVERHEAD: "`make fit-e2e`"}
 
 
 def checkpoints_root() -> Path:
     override = os.environ.get("LILOU_CHECKPOINTS")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "checkpoints"
+    return SHIPPED_ROOT
+
+
+def shipped_checkpoint_path(name: str) -> Path:
+    """The repository's folder of checkpoint ``name``, whatever ``LILOU_CHECKPOINTS`` says."""
+    return SHIPPED_ROOT / name
+
+
+def _substituted(name: str) -> bool:
+    """Whether ``LILOU_CHECKPOINTS`` lacks folder ``name`` and the shipped one stands in for it."""
+    root = checkpoints_root()
+    return not (root / name).exists() and (SHIPPED_ROOT / name).exists() and root.resolve() != SHIPPED_ROOT.resolve()
 
 
 def checkpoint_path(name: str, required: bool = True) -> Path:
-    """Folder of a shipped checkpoint; with ``required`` a clear error when it is missing."""
+    """Folder of checkpoint ``name`` under :func:`checkpoints_root`; the shipped one where ``LILOU_CHECKPOINTS``
+    lacks it (:func:`checkpoint_notes` says so); with ``required`` a clear error when neither has it."""
+    if _substituted(name):
+        return SHIPPED_ROOT / name
     path = checkpoints_root() / name
     if required and not path.exists():
         raise MissingDataError(f"checkpoint {name!r} not found at {path}; train it with "
-                               "`make train-kernels` (or `make train-fusion`) "
+                               f"{REMEDY.get(name, '`make train-kernels`')} "
                                "or set LILOU_CHECKPOINTS to a folder that has it")
     return path
+
+
+def checkpoint_notes(names: tuple[str, ...] = (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, FUSION_GNN, FUSION_RULES,
+                                              E2E_OVERHEAD)) -> list[str]:
+    """One warning naming the folders of ``names`` that ``LILOU_CHECKPOINTS`` lacks, the shipped ones used instead
+    (none without ``LILOU_CHECKPOINTS``)."""
+    missing = [name for name in names if _substituted(name)]
+    if not missing:
+        return []
+    return [f"LILOU_CHECKPOINTS={checkpoints_root()} has no {', '.join(missing)}: the shipped "
+            f"{', '.join(f'checkpoints/{name}' for name in missing)} "
+            f"{'is used in its place' if len(missing) == 1 else 'are used in their place'}"]
 
 
 @contextlib.contextmanager

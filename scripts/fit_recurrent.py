@@ -3,10 +3,11 @@
 Prints the leave-one-GPU-out MAPE per cell beside a plain roofline (the same formula with no floor and
 efficiency 1), then fits on every GPU and writes lilou/latency/kernel_model/recurrent.json.
 
-    python scripts/fit_recurrent.py
+    python scripts/fit_recurrent.py [--out FILE]   (default: the shipped lilou/latency/kernel_model/ file)
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -40,7 +41,11 @@ def arrays(selected: list[dict]):
     return shapes, np.array(peaks), np.array(bandwidths), np.array([r["latency_ms"] for r in selected], dtype=float)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help=f"file to write (default: the shipped lilou/latency/kernel_model/{OUT.name})")
+    args = parser.parse_args(argv)
     data = rows()
     gpus = sorted({r["gpu"] for r in data})
     report: dict[str, dict] = {}
@@ -65,13 +70,13 @@ def main() -> None:
                         "logo_mape": round(float(np.mean(errors)), 1), "logo_worst_gpu_mape": round(max(errors), 1),
                         "roofline_logo_mape": round(float(np.mean(roofline_errors)), 1)}
         print(cell, report[cell], "fit on all:", fitted[cell])
-    OUT.write_text(json.dumps({
+    args.out.write_text(json.dumps({
         "source": "DeepBench forward RNN rows of the kernel table (lilou data list: deepbench), H100/L4 held back",
-        "command": "python scripts/fit_recurrent.py",
+        "command": "python scripts/fit_recurrent.py" + (f" --out {args.out}" if args.out != OUT else ""),
         "step_floor_ms": {c: f[0] for c, f in fitted.items()},
         "efficiency": {c: f[1] for c, f in fitted.items()},
         "leave_one_gpu_out": report}, indent=1) + "\n")
-    print(f"wrote {OUT}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

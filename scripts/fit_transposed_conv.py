@@ -8,10 +8,11 @@ ratio 1 that pricing a transposed convolution as a forward one assumes. Then it 
 lilou/latency/kernel_model/transposed_conv.json. How the convolution *models* price these rows (fold models that
 never saw the architecture) is ``make bench-conv-geometry``.
 
-    python scripts/fit_transposed_conv.py
+    python scripts/fit_transposed_conv.py [--out FILE]   (default: the shipped lilou/latency/kernel_model/ file)
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -55,7 +56,11 @@ def leave_one_architecture_out(paired: list[dict]) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help=f"file to write (default: the shipped lilou/latency/kernel_model/{OUT.name})")
+    args = parser.parse_args(argv)
     paired = pairs("fp32")
     folds = leave_one_architecture_out(paired)
     print_table("Measured forward x ratio fitted without the architecture, against measured backward-data (FP32)",
@@ -68,7 +73,7 @@ def main() -> None:
     result = {
         "source": "DeepBench FP32 convolutions timed forward and backward-data on the same shapes and GPUs "
                   "(kernel table, lilou data list: deepbench; host-timer loops, cuDNN 6-7)",
-        "command": "python scripts/fit_transposed_conv.py",
+        "command": "python scripts/fit_transposed_conv.py" + (f" --out {args.out}" if args.out != OUT else ""),
         "ratio": {cls: round(entry["ratio"], 4) for cls, entry in fitted.items()},
         "architectures": sorted({architecture_class(p["gpu"]) for p in paired}),
         "per_gpu": {cls: {gpu: round(r, 4) for gpu, r in entry["gpus"].items()} for cls, entry in fitted.items()},
@@ -76,8 +81,8 @@ def main() -> None:
         "leave_one_architecture_out": [{k: round(v, 2) if isinstance(v, float) else v for k, v in f.items()}
                                        for f in folds],
     }
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"ratios {result['ratio']} -> {OUT}")
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"ratios {result['ratio']} -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         partition = predict_partition(graph, args.backend)
     warnings = [*graph.warnings, *partition.warnings]
+    if not args.oracle:  # a fusion folder LILOU_CHECKPOINTS lacks is the shipped one: said, not silently swapped
+        from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_notes
+
+        warnings += checkpoint_notes((FUSION_GNN, FUSION_RULES))
     folded = list(graph.dag.graph.get("folded", ()))  # a quantized file's Q/DQ nodes, folded into the ops beside them
     if args.format == "json":
         # the contract's backend and kernels, with where the groups come from and what the table warns of

@@ -40,10 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
+from lilou.checkpoints import E2E_OVERHEAD  # noqa: F401 - re-exported: the checkpoint folder name
 from lilou.errors import LilouInputError
 
-#: Checkpoint folder name (under ``checkpoints/``).
-E2E_OVERHEAD = "e2e_overhead"
 #: Elementwise calls whose bytes / bandwidth is below this (ms) are floor-bound.
 FLOOR_BOUND_MS = 1e-3
 

@@ -5,13 +5,15 @@ convolution off the FP32 CUDA cores, but it can only stand behind the combinatio
 measured neighbours for. ``coverage.json`` beside its weights counts, for each precision, math
 family (``gemm``: GEMM and batched GEMM rows; ``conv``) and architecture class
 (:data:`lilou.hardware.database.ARCHITECTURE_CLASSES`), the table rows and GPUs behind it.
-``make train-kernels`` regenerates it (``scripts/kernel_coverage.py``) from the same table the
-model was trained on, H100 and L4 rows held back.
+Training the model (``python -m lilou.train experiment=kernel_latency_tensor``) writes it beside the weights, counting
+the GPUs it trained on; ``scripts/kernel_coverage.py --out DIR`` writes it for a folder from the whole table (H100 and
+L4 rows held back), as ``make train-kernels`` did.
 """
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,15 @@ class MeasuredCoverage:
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> MeasuredCoverage:
-        data = json.loads((Path(folder) / COVERAGE_FILE).read_text())
+        """A missing file is one line naming the script that writes it (it was "input/output failed", exit 1, for a
+        tensor-core model trained before training wrote it)."""
+        from lilou.errors import MissingDataError
+
+        path = Path(folder) / COVERAGE_FILE
+        if not path.is_file():
+            raise MissingDataError(f"{path} missing: the tensor-core kernel model's measured coverage; write it with "
+                                   f"`python scripts/kernel_coverage.py --out {folder}`")
+        data = json.loads(path.read_text())
         rows, gpus = {}, {}
         for entry in data["entries"]:
             key = (entry["dtype"], entry["family"], entry["architecture"])
@@ -47,6 +57,28 @@ class MeasuredCoverage:
 
         found = {arch for (p, f, arch), n in self.rows.items() if p == precision and f == family and n}
         return [a for a in ARCHITECTURE_CLASSES if a in found]
+
+
+def table_coverage(sources: Iterable[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
+                   gpus: Iterable[str] | None = None) -> tuple[dict[str, Any], int]:
+    """``coverage.json`` content from the kernel table (``sources``, every one by default) and the number of
+    dtype x family x GPU groups behind it; ``gpus``: only these (the ones a model trained on)."""
+    from lilou.data.kernel_table import kernel_table
+    from lilou.hardware.database import architecture_class
+
+    counts = kernel_table(sources, data_dir).query(
+        "t", "SELECT dtype, family, gpu, count(*) FROM t WHERE family IN ('gemm', 'bmm', 'conv') "
+             "AND mode = 'forward' GROUP BY ALL ORDER BY ALL").fetchall()
+    keep = None if gpus is None else set(gpus)
+    rows = [(dtype, family, architecture_class(gpu), gpu, n) for dtype, family, gpu, n in counts
+            if keep is None or gpu in keep]
+    return coverage_entries(rows), len(rows)
+
+
+def write_coverage(folder: str | os.PathLike[str], coverage: dict[str, Any]) -> Path:
+    out = Path(folder) / COVERAGE_FILE
+    out.write_text(json.dumps(coverage, indent=1) + "\n")
+    return out
 
 
 def coverage_entries(rows: list[tuple[str, str, str, str, int]]) -> dict[str, Any]:

@@ -278,10 +278,11 @@ class KernelModel:
                 member._memo.reset(token)
 
     @classmethod
-    def load(cls, folder: str | os.PathLike[str]) -> KernelModel:
+    def load(cls, folder: str | os.PathLike[str], kind: str | None = None) -> KernelModel:
+        """``kind``: the model this must be (:func:`~lilou.latency.kernel_model.checkpoint.read_kernel_checkpoint`)."""
         from safetensors.numpy import load_file
 
-        config, weights = read_kernel_checkpoint(folder)
+        config, weights = read_kernel_checkpoint(folder, kind)
         state = load_file(weights)
         return cls(state, config)
 

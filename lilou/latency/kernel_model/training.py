@@ -15,6 +15,7 @@ from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from lilou.errors import LilouInputError
+from lilou.latency.kernel_model.checkpoint import FP32_KIND, TENSOR_KIND
 from lilou.latency.kernel_model.datamodule import KernelDataModule
 from lilou.latency.kernel_model.metrics import error_table
 from lilou.latency.kernel_model.model import KernelLatencyEnsemble
@@ -64,6 +65,8 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
               "ensemble": len(nets),
               "winograd_roofline": datamodule.winograd_roofline,
               "trained_on": sorted({str(g) for g in datamodule.train_gpus}),
+              # which slot it fills: the unit-aware model (precision features) prices every unit but FP32
+              "kind": TENSOR_KIND if "precision" in datamodule.feature_groups else FP32_KIND,
               "config": OmegaConf.to_container(cfg, resolve=False)}
     predictor = KernelLatencyPredictor(net, datamodule.feature_groups, datamodule.type_feature_groups, config)
     return predictor, datamodule
@@ -119,8 +122,21 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     predictor.save(output_dir / "checkpoint", metrics)
     if cfg.get("output_checkpoint"):
         predictor.save(to_absolute_path(cfg.output_checkpoint), metrics)
+    write_table_coverage(cfg, predictor, datamodule, output_dir / "checkpoint")
     print(json.dumps({k: v for k, v in metrics.items() if k != "held_out"}, indent=2))
     return metrics.get("val_mape")
 
 
+def write_table_coverage(cfg: DictConfig, predictor: KernelLatencyPredictor, datamodule: KernelDataModule,
+                         run_checkpoint: Path) -> None:
+    """``coverage.json`` beside a tensor-core model's weights (run folder and ``output_checkpoint``), as
+    ``scripts/kernel_coverage.py`` writes it but counting only the GPUs it trained on: inference needs it, and a
+    freshly trained checkpoint stopped `lilou infer` with "input/output failed" for want of it."""
+    from lilou.latency.kernel_model.coverage import table_coverage, write_coverage
+    from lilou.latency.kernel_model.table_datamodule import KernelTableDataModule
 
+    if predictor.config.get("kind") != TENSOR_KIND or not isinstance(datamodule, KernelTableDataModule):
+        return
+    coverage, _ = table_coverage(datamodule.sources, datamodule.data_dir, gpus=predictor.config["trained_on"])
+    for folder in (run_checkpoint, *([to_absolute_path(cfg.output_checkpoint)] if cfg.get("output_checkpoint") else [])):
+        write_coverage(folder, coverage)
