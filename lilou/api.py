@@ -125,7 +125,7 @@ class Predictor:
         has_tensor = tensor_folder.exists()
         with reading_checkpoints(kernel_folder, overhead_folder, *([tensor_folder] if has_tensor else [])):
             kernel_model = KernelModel.load(kernel_folder)
-            params = load_overhead(overhead_folder)
+            params = load_overhead(overhead_folder, kernel_folder)  # warns if fitted on other weights
             self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
             self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
                                        OverheadModel(**params["overhead"]),
