@@ -56,7 +56,7 @@ def fusion_in_sample(config: dict[str, Any], root: Path, split: str) -> list[str
 
 
 def evaluate_fusion(cfg: DictConfig) -> dict[str, Any]:
-    from lilou.fusion.dataset import check_split
+    from lilou.fusion.dataset import SPLITS, check_split, exporter_of, split_of
     from lilou.fusion.gnn_predictor import FusionPredictor
     from lilou.fusion.training import held_out_metrics
 
@@ -66,6 +66,10 @@ def evaluate_fusion(cfg: DictConfig) -> dict[str, Any]:
         raise MissingDataError(f"no labelled fusion graphs under {datamodule.root} (data.root is relative to the "
                                "folder you run from: the repository root, or give an absolute path); build them with "
                                "`make fusion-data`")
+    present = {split_of(path.parent.name, exporter_of(path)) for path in Path(datamodule.root).glob("*/*.onnx")}
+    if split != "all" and split not in present:  # a partial dataset: empty metrics, exit 0
+        raise MissingDataError(f"no fusion graphs of split {split} under {datamodule.root} (it holds "
+                               f"{', '.join(s for s in SPLITS if s in present)}); build them with `make fusion-data`")
     checkpoint = _checkpoint(cfg)
     predictor = FusionPredictor.load(checkpoint)
     # The shipped GNN learns from every split but val: its test scores were reported as held-out, 100 %, unmarked.

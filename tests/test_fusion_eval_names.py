@@ -83,3 +83,15 @@ def test_fusion_data_refuses_unknown_split_and_backend_names(tmp_path, setting, 
 
     with pytest.raises(LilouInputError, match="^" + message):
         FusionDataModule(root=str(fake_fusion_root(tmp_path)), **setting).setup()
+
+
+def test_fusion_eval_refuses_a_split_the_dataset_does_not_hold(tmp_path):
+    """A partial dataset (no validation family) scored split=val as nothing: empty metrics, exit 0."""
+    from lilou.errors import MissingDataError
+    from lilou.eval import evaluate_fusion
+    from lilou.research.ablation import compose
+
+    root = fake_fusion_root(tmp_path, families=("gptneo", "bert"))
+    with pytest.raises(MissingDataError, match=rf"^no fusion graphs of split val under {root} \(it holds train, "
+                                               r"test\); build them with `make fusion-data`$"):
+        evaluate_fusion(compose(["experiment=fusion_gnn", f"data.root={root}", "split=val"], config_name="eval"))
