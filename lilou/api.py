@@ -126,7 +126,7 @@ class Predictor:
         has_tensor = tensor_folder.exists()
         with reading_checkpoints(kernel_folder, overhead_folder, *([tensor_folder] if has_tensor else [])):
             kernel_model = KernelModel.load(kernel_folder)
-            params = load_overhead(overhead_folder)
+            params = load_overhead(overhead_folder, kernel_folder)  # warns if fitted on other weights
             # The kind first: an FP32 model in the tensor-core folder is named as such, not as a missing coverage.json.
             tensor_model = KernelModel.load(tensor_folder, TENSOR_KIND) if has_tensor else None
             self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None

@@ -38,17 +38,58 @@ def _checkpoint(cfg: DictConfig) -> Path:
     return checkpoint_path(cfg.task)
 
 
+def fusion_in_sample(config: dict[str, Any], root: Path, split: str) -> list[str]:
+    """The families of ``split`` under ``root`` that a fusion checkpoint (its ``config``) trained on: those in its
+    ``trained_on`` when the split is one of the ``data.train_splits`` it recorded (or it recorded none). A corpus
+    family (``op-<op>``) spans splits by exporter setting, so a split it did not train on is not in-sample
+    although the family name is in ``trained_on``."""
+    from lilou.fusion.dataset import exporter_of, split_of
+
+    trained_on = set(config.get("trained_on") or [])
+    splits = ((config.get("config") or {}).get("data") or {}).get("train_splits")
+    families = set()
+    for path in root.glob("*/*.onnx"):
+        of = split_of(path.parent.name, exporter_of(path))
+        if (split == "all" or of == split) and (splits is None or of in splits):
+            families.add(path.parent.name)
+    return sorted(families & trained_on)
+
+
 def evaluate_fusion(cfg: DictConfig) -> dict[str, Any]:
+    from lilou.fusion.dataset import SPLITS, check_split, exporter_of, split_of
     from lilou.fusion.gnn_predictor import FusionPredictor
     from lilou.fusion.training import held_out_metrics
 
+    split = check_split(str(cfg.split))  # a misspelt split scored no graph: empty metrics, exit 0
     datamodule = instantiate(cfg.data)
     if not any(Path(datamodule.root).glob("*/*.onnx")):  # scoring nothing gave empty metrics and exit 0
         raise MissingDataError(f"no labelled fusion graphs under {datamodule.root} (data.root is relative to the "
                                "folder you run from: the repository root, or give an absolute path); build them with "
                                "`make fusion-data`")
-    predictor = FusionPredictor.load(_checkpoint(cfg))
-    return held_out_metrics(predictor, datamodule.root, list(datamodule.backends), split=cfg.split)
+    present = {split_of(path.parent.name, exporter_of(path)) for path in Path(datamodule.root).glob("*/*.onnx")}
+    if split != "all" and split not in present:  # a partial dataset: empty metrics, exit 0
+        raise MissingDataError(f"no fusion graphs of split {split} under {datamodule.root} (it holds "
+                               f"{', '.join(s for s in SPLITS if s in present)}); build them with `make fusion-data`")
+    checkpoint = _checkpoint(cfg)
+    predictor = FusionPredictor.load(checkpoint)
+    # The shipped GNN learns from every split but val: its test scores were reported as held-out, 100 %, unmarked.
+    seen = fusion_in_sample(predictor.config, Path(datamodule.root), split)
+    if seen and not cfg.get("in_sample"):
+        shown = ", ".join(seen[:6]) + (f" and {len(seen) - 6} more" if len(seen) > 6 else "")
+        raise LilouInputError(
+            f"checkpoint {checkpoint} was trained on families of split {split} ({shown}): its scores there are "
+            "in-sample, not held-out; score split=val, or a checkpoint trained with that split held out (python -m "
+            "lilou.train experiment=fusion_gnn_heldout, then checkpoint=<run>/checkpoint), or set in_sample=true to "
+            "score them in-sample on purpose")
+    metrics = held_out_metrics(predictor, datamodule.root, list(datamodule.backends), split=split)
+    if seen:
+        print(f"lilou.eval: warning: IN-SAMPLE: the checkpoint trained on {len(seen)} famil"
+              f"{'y' if len(seen) == 1 else 'ies'} of split {split}; these scores are not held-out figures",
+              file=sys.stderr)
+        for entry in metrics.values():
+            entry["in_sample"] = True
+            entry["in_sample_families"] = sorted(set(entry.get("families", [])) & set(seen))
+    return {"split": split, "in_sample_families": seen, **metrics}
 
 
 def evaluate_kernels(cfg: DictConfig) -> dict[str, Any]:

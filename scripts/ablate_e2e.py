@@ -8,7 +8,9 @@ Leave-one-GPU-out by default (fold checkpoints cached in outputs/logo, shared wi
 ``lilou eval``); ``--quick`` scores the shipped checkpoints in-sample instead.
 Writes outputs/results/ablate_e2e.{csv,png,json}.
 
-    python scripts/ablate_e2e.py [--quick] [--models a,b] [--gpus a,b] [--seed S]
+    python scripts/ablate_e2e.py [--quick] [--models a,b] [--gpus a,b] [--seed S] [--out DIR]
+
+``--out`` (default outputs/results) is created and checked before any fold is fitted.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lilou.errors import exit_on_input_error  # noqa: E402
 from lilou.research.ablation import (RESULTS, data_dir, pyplot, quiet_lightning, save_figure,  # noqa: E402
                                      write_result)
+from lilou.runs import writable_folder  # noqa: E402
 
 NAME = "ablate_e2e"
 MODES = ("oracle", "predicted", "none")
@@ -85,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models.split(",") if args.models else None
     gpus = args.gpus.split(",") if args.gpus else None
     logo = not args.quick
+    writable_folder(args.out, "--out")  # a bad --out was found after every fold had run, as a traceback
     rows, per_gpu, info = run(models, gpus, logo, args.seed)
     mode = "leave-one-GPU-out" if logo else "in-sample, shipped checkpoints"
-    args.out.mkdir(parents=True, exist_ok=True)
     plot(per_gpu, args.out / f"{NAME}.png", mode)
     csv_rows = [{"fusion": r["fusion"], "gpu": "all", "n": r["labels"], **r} for r in rows] + per_gpu
     write_result(NAME, csv_rows, ["fusion", "gpu", "n", "kernel groups", "mean kernels", "model_mape",

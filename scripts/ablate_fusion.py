@@ -10,7 +10,10 @@ The rule baseline is tuned on the training families only; each backend's replay 
 view semantics) is scored alone as a second baseline. Prints edge accuracy, fused-edge F1 and exact-partition rate and
 writes outputs/results/ablate_fusion.{csv,png,json}.
 
-    python scripts/ablate_fusion.py [--quick] [--epochs N] [--seed S] [--data datasets/fusion] [overrides ...]
+    python scripts/ablate_fusion.py [--quick] [--epochs N] [--seed S] [--data datasets/fusion]
+                                    [--backends eager,tvm] [--test-graphs N] [--out DIR] [overrides ...]
+
+``--out`` (default outputs/results) is created and checked before any training.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lilou.errors import exit_on_input_error  # noqa: E402
 from lilou.research.ablation import (REPO, RESULTS, cached_fusion_samples, compose, data_dir,  # noqa: E402
                                      pyplot, quiet_lightning, refuse_owned_overrides, save_figure, write_result)
+from lilou.runs import writable_folder  # noqa: E402
 
 NAME = "ablate_fusion"
 METRICS = ("edge_accuracy", "f1", "exact_partition")
@@ -218,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                  *(["+trainer.limit_train_batches=0.5", "+trainer.limit_val_batches=0.5"] if args.quick else []),
                  *args.overrides]
     limit = args.test_graphs or (24 if args.quick else None)
+    writable_folder(args.out, "--out")  # a bad --out was found after every variant had trained, as a traceback
     results = run(overrides, args.data.resolve(), backends, limit)
     table = summary(results, backends)
-    args.out.mkdir(parents=True, exist_ok=True)
     plot(table, backends, args.out / f"{NAME}.png")
     graphs = list(args.data.glob("*/*.onnx"))
     zoo = [p for p in graphs if not p.parent.name.startswith("op-")]  # op-<op>/: the decomposition corpus

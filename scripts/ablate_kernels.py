@@ -10,7 +10,10 @@ Every variant, the "shipped config" row included, trains on a random subsample o
 (``--max-rows``, default 80,000 of roughly 190-200k): that row is the shipped recipe re-fitted on fewer rows, not
 the shipped model that ``make bench-kernels`` scores. The recorded command spells the subsample out.
 
-    python scripts/ablate_kernels.py [--quick] [--max-rows N] [--seed S] [hydra overrides ...]
+    python scripts/ablate_kernels.py [--quick] [--max-rows N] [--seed S] [--folds t4,p100] [--out DIR]
+                                     [hydra overrides ...]
+
+``--out`` (default outputs/results) is created and checked before any training.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from lilou.errors import LilouInputError, exit_on_input_error  # noqa: E402
 from lilou.latency.kernel_model.folds import KERNEL_FOLDS  # noqa: E402
 from lilou.research.ablation import (RESULTS, cached_kernel_rows, command_line, compose, pyplot,  # noqa: E402
                                      quiet_lightning, refuse_owned_overrides, save_figure, write_result)
+from lilou.runs import writable_folder  # noqa: E402
 
 NAME = "ablate_kernels"
 # Leave-one-GPU-out folds, shared with lilou eval and the kernel ablation.
@@ -141,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         raise LilouInputError(f"--folds {args.folds}: unknown fold(s) {', '.join(unknown) or '(none given)'}; "
                               f"known: {', '.join(FOLDS)}")
     folds = {f: FOLDS[f] for f in names}
+    writable_folder(args.out, "--out")  # a bad --out was found after every variant had trained, as a traceback
     results = run(overrides, folds)
     table = summary(results, list(folds))
-    args.out.mkdir(parents=True, exist_ok=True)
     plot(table, list(folds), args.out / f"{NAME}.png")
     write_result(NAME, results, ["variant", "ablation", "fold", "family", "n", "mape", "median_ape"],
                  title="Per-kernel latency: leave-one-GPU-out MAPE (%) per held-out GPU",

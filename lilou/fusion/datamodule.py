@@ -8,8 +8,9 @@ import lightning as L
 from hydra.utils import to_absolute_path
 from torch_geometric.loader import DataLoader
 
-from lilou.errors import MissingDataError
-from lilou.fusion.dataset import FusionSample, load_split, to_training_items
+from lilou.errors import LilouInputError, MissingDataError
+from lilou.fusion.backends import BACKENDS, check_backend
+from lilou.fusion.dataset import SPLITS, FusionSample, check_split, load_split, to_training_items
 
 
 class FusionDataModule(L.LightningDataModule):
@@ -28,6 +29,21 @@ class FusionDataModule(L.LightningDataModule):
         self.exporters = tuple(exporters) if exporters else None
         self.train_splits = tuple(train_splits)
         self.samples: dict[str, list[FusionSample]] = {}
+        self.check_names()
+
+    def check_names(self) -> None:
+        """Refuse an unknown split or backend name up front: one selected no graph, silently (``[train,bogus]``
+        dropped ``bogus``) or blamed on missing data ("build them with make fusion-data")."""
+        try:
+            self.backends = tuple(check_backend(b) for b in self.backends)
+        except LilouInputError as exc:
+            raise LilouInputError(f"data.backends: {exc}") from None
+        if not self.backends:
+            raise LilouInputError(f"data.backends is empty; choose from: {', '.join(BACKENDS)}")
+        for split in self.train_splits:
+            check_split(split, "data.train_splits")
+        if not self.train_splits:
+            raise LilouInputError(f"data.train_splits is empty; choose from: {', '.join(SPLITS)}")
 
     def _load(self, split: str) -> list[FusionSample]:
         samples = load_split(self.root, split, self.backends)
@@ -38,6 +54,7 @@ class FusionDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.samples:
             return
+        self.check_names()  # again: the attributes may have been set after construction
         for split in ("val", "test"):
             self.samples[split] = self._load(split)
         self.samples["train"] = [sample for split in self.train_splits for sample in self._load(split)]

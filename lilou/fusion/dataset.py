@@ -70,6 +70,18 @@ VAL_OPS = frozenset({"selu", "log-softmax"})
 TEST_EXPORTERS = frozenset({"o18"})
 #: Held-out splits, in the order ``make bench-fusion`` reports them.
 HELD_OUT_SPLITS = ("test", "test-op", "test-exporter")
+#: Every split :func:`split_of` gives, and ``all`` (every labelled graph) that :func:`load_split` also takes.
+SPLITS = ("train", "val", *HELD_OUT_SPLITS)
+
+
+def check_split(split: str, setting: str = "split") -> str:
+    """``split`` when it is one of :data:`SPLITS` or ``all``; else the one-line error naming it and the known ones
+    (a misspelt split selected no graph: empty metrics, or "build them with make fusion-data")."""
+    if split not in (*SPLITS, "all"):
+        from lilou.errors import LilouInputError
+
+        raise LilouInputError(f"{setting}: unknown split {split!r}; known: {', '.join(SPLITS)}, all")
+    return split
 CORPUS_PREFIX = "op-"
 #: Bumped when an oracle's labelling changes; labels on disk from another version are redone.
 #: eager 2: ``_unsafe_view``, ``operator.getitem`` and functional dropout's ``clone`` launch no kernel.

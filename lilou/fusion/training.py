@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,48 +18,16 @@ from lilou.fusion.dataset import HELD_OUT_SPLITS, ORACLE_VERSIONS, op_types_seen
 from lilou.fusion.features import FEATURE_VERSION
 from lilou.fusion.gnn_predictor import FusionPredictor
 from lilou.fusion.rules import rule_partition
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def repo_relative(path: str | Path) -> str:
-    """``path`` relative to the repository root when it lies inside it (what a checkout elsewhere can rebuild)."""
-    path = Path(path).resolve()
-    try:
-        return path.relative_to(REPO).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def git_commit() -> str | None:
-    """The checkout's commit, with ``-dirty`` when tracked files differ from it; None outside a git checkout."""
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return commit + ("-dirty" if dirty else "")
-
-
-def train_command() -> str:
-    """The command line that ran this training, as Hydra received its overrides."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = list(HydraConfig.get().overrides.task)
-    except (ImportError, ValueError):  # not under Hydra's main (a test, a notebook)
-        overrides = sys.argv[1:]
-    return " ".join(["python -m lilou.train", *overrides])
+from lilou.runs import REPO, repo_relative, run_provenance, writable_folder
 
 
 def provenance(data_root: str | Path) -> dict[str, Any]:
-    """What a fusion checkpoint records of how it was made: the command, the data (repo-relative), the feature
-    and oracle versions of that data, and the code's commit. Written to both config.json (read back by
-    :meth:`FusionPredictor.load`, which checks ``feature_version``) and metrics.json."""
-    return {"command": train_command(), "data": repo_relative(data_root), "feature_version": FEATURE_VERSION,
-            "oracle_versions": dict(ORACLE_VERSIONS), "git_commit": git_commit()}
+    """What a fusion checkpoint records of how it was made: :func:`lilou.runs.run_provenance` (the command, the
+    commit, the data folder and the date), the data (repo-relative) and the feature and oracle versions of that
+    data. Written to both config.json (read back by :meth:`FusionPredictor.load`, which checks ``feature_version``)
+    and metrics.json."""
+    return {**run_provenance(data_root, REPO), "data": repo_relative(data_root, REPO),
+            "feature_version": FEATURE_VERSION, "oracle_versions": dict(ORACLE_VERSIONS)}
 
 
 def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDataModule]:
@@ -80,7 +46,7 @@ def fit(cfg: DictConfig, logger: Any = False) -> tuple[FusionPredictor, FusionDa
               "trained_on": sorted({s.family for s in datamodule.samples["train"]}),
               "ops_seen": op_types_seen(datamodule.samples["train"], datamodule.root),
               "config": OmegaConf.to_container(cfg, resolve=False),
-              **provenance(datamodule.root)}
+              **{k: v for k, v in provenance(datamodule.root).items() if k != "date"}}  # the date: metrics.json
     predictor = FusionPredictor.from_torch(module.net, config)
     return predictor, datamodule
 
@@ -103,6 +69,8 @@ def train_fusion_model(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     output_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.get("output_checkpoint"):  # a bad path was found only after training, as a traceback
+        writable_folder(to_absolute_path(cfg.output_checkpoint), "output_checkpoint")
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     predictor, datamodule = fit(cfg, logger=logger)
     if rank_zero_only.rank != 0:  # under DDP only the first process evaluates and writes

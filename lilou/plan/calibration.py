@@ -13,7 +13,6 @@ holds, for a 90 % coverage:
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lilou.errors import MissingDataError
+from lilou.runs import weights_fingerprint
 
 CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration.json"
 #: Where a tier looks when its own pool is missing, widest last.
@@ -153,4 +153,4 @@ def _load(path: str) -> Calibration:
 def checkpoint_fingerprint(folder: str) -> str:
     """sha256 (16 hex) of a kernel checkpoint's weights, as :mod:`lilou.plan.fit` records it. The weights
     alone: config.json also records where the training code lived, which a refactor may move."""
-    return hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:16]
+    return weights_fingerprint(folder)

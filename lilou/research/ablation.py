@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lilou.quiet import quiet_lightning  # noqa: F401 - re-exported for the ablation scripts
+from lilou.runs import data_dir_used
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -204,7 +205,7 @@ def write_result(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
     summary_columns = list(table_columns if table_columns is not None else columns)
     meta = {"name": name, "title": title, "command": command or command_line(), "seed": seed, "quick": quick, "data": data,
             "wall_s": round(time.perf_counter() - started, 1), "python": platform.python_version(),
-            "provenance": git_provenance(),
+            "provenance": git_provenance(), "data_dir": data_dir_used(),  # LILOU_DATA_DIR, resolved
             "csv": result_path(csv_path), "png": result_path(out_dir / f"{name}.png"),
             "table": {"columns": summary_columns, "digits": digits,
                       "rows": [{c: r.get(c) for c in summary_columns} for r in summary_rows]},

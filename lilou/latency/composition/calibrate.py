@@ -38,6 +38,7 @@ from lilou.latency.composition.end_to_end import EndToEndModel, describe_kernels
 from lilou.latency.composition.fallback import FIT_MIN_MEMORY_MS, FallbackModel, fallback_mape, fit_fallback
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.composition.overhead import E2E_OVERHEAD, OverheadModel, dispatch_gap_ms, fit_overhead, mape
+from lilou.runs import data_dir_used, git_commit, weights_fingerprint, writable_folder
 
 REPO = Path(__file__).resolve().parents[3]
 COMMAND = "python -m lilou.latency.composition.calibrate"
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="checkpoint folder to write (default: checkpoints/e2e_overhead)")
     args = parser.parse_args(argv)
     started = time.time()
+    output = writable_folder(args.output or checkpoint_path(E2E_OVERHEAD, required=False), "--output")  # before the fit
     kernel_folder = checkpoint_path(KERNEL_LATENCY)
     kernel_model = KernelModel.load(kernel_folder)
     trained_on = list(kernel_model.config["trained_on"])
@@ -129,17 +131,19 @@ def main(argv: list[str] | None = None) -> int:
         all_held_out[rows] = [fold.total_ms(w) for w, r in zip(work, rows) if r]
         held_out[gpu] = {"scale": round(fold.scale, 4), "mape": round(mape(all_held_out[rows], observed[rows]), 2)}
 
-    output = args.output or checkpoint_path(E2E_OVERHEAD, required=False)
     output.mkdir(parents=True, exist_ok=True)
     params = {"overhead": overhead.to_dict(), "fallback": fallback.to_dict()}
     config = {
         "command": COMMAND, "make_target": "fit-e2e", "backend": "eager",
-        "kernel_checkpoint": KERNEL_LATENCY, "kernel_groups": sorted(sources), "trained_on": gpus,
+        # The weights the constants were fitted against: loading them beside another kernel model warns.
+        "kernel_checkpoint": KERNEL_LATENCY, "kernel_fingerprint": weights_fingerprint(kernel_folder),
+        "kernel_groups": sorted(sources), "trained_on": gpus,
         "labels": "neusight e2e/<GPU>/<model>-inf-<seq>-<batch>.json (eager, not -fusion)",
         "fallback_rows": "neusight kernels/train elementwise ops on the training GPUs, DRAM time >= min_memory_ms",
         "gap_rows": "the same ops, median latency of rows with DRAM time < 1 us, median over GPUs",
         "models": sorted(f"{model}-{seq}" for model, seq in paths),
         "onnx_export": "lilou zoo export NAME --seq SEQ --dynamic-batch --strip-weights",
+        "git_commit": git_commit(), "data_dir": data_dir_used(),
     }
     metrics = {
         "date": date.today().isoformat(),
@@ -164,4 +168,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from lilou.errors import exit_on_input_error
+
+    sys.exit(exit_on_input_error("python -m lilou.latency.composition.calibrate")(main)())

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -188,12 +189,44 @@ def mape(predicted: Sequence[float], labels: Sequence[float]) -> float:
     return float(100 * np.mean(np.abs(predicted - labels) / labels))
 
 
-def load_overhead(folder: str | os.PathLike[str]) -> dict:
-    """The fitted parameters of ``checkpoints/e2e_overhead`` (``model.json``)."""
+class StaleOverheadWarning(UserWarning):
+    """The end-to-end constants were fitted on another kernel model than the one loaded beside them."""
+
+
+def load_overhead(folder: str | os.PathLike[str], kernel_folder: str | os.PathLike[str] | None = None) -> dict:
+    """The fitted parameters of ``checkpoints/e2e_overhead`` (``model.json``).
+
+    ``kernel_folder``: the kernel checkpoint they will be used with; when the fit recorded the fingerprint of the
+    kernel model it was fitted on (config.json ``kernel_fingerprint``) and this one's differs, a
+    :class:`StaleOverheadWarning` says so (a retrained kernel model used the old constants silently)."""
     if Path(folder).exists() and not Path(folder).is_dir():
         raise LilouInputError(f"no end-to-end overhead checkpoint in {folder}: it is a file, not a checkpoint's folder")
     path = Path(folder) / "model.json"
     try:
-        return json.loads(path.read_text())
+        params = json.loads(path.read_text())
     except FileNotFoundError:
         raise LilouInputError(f"no end-to-end overhead checkpoint at {path}; fit one with `make fit-e2e`") from None
+    if kernel_folder is not None:
+        stale = stale_kernel_note(folder, kernel_folder)
+        if stale:
+            warnings.warn(stale, StaleOverheadWarning, stacklevel=2)
+    return params
+
+
+def stale_kernel_note(folder: str | os.PathLike[str], kernel_folder: str | os.PathLike[str]) -> str | None:
+    """Why the constants in ``folder`` do not belong to the kernel model in ``kernel_folder``, or None: they do, or
+    the fit recorded no fingerprint (fits before it did), or a file is missing (the loaders say so)."""
+    from lilou.runs import weights_fingerprint
+
+    try:
+        recorded = json.loads((Path(folder) / "config.json").read_text()).get("kernel_fingerprint")
+        if not recorded:
+            return None
+        loaded = weights_fingerprint(kernel_folder)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if loaded == recorded:
+        return None
+    return (f"end-to-end constants {folder} were fitted on a kernel model of fingerprint {recorded}, not on the one "
+            f"loaded ({kernel_folder}, {loaded}): refit them on it (make fit-e2e, or python -m lilou.train "
+            "experiment=e2e_calibration) before trusting end-to-end figures")

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import platform
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from lilou.latency.kernel_model.datamodule import KernelDataModule
 from lilou.latency.kernel_model.metrics import error_table
 from lilou.latency.kernel_model.model import KernelLatencyEnsemble
 from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
+from lilou.runs import run_provenance, writable_folder
 
 
 def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[KernelLatencyPredictor, KernelDataModule]:
@@ -46,6 +46,11 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
     if dataset is not None:
         datamodule.preloaded = dataset
     datamodule.setup()
+    val_rows, fraction = getattr(datamodule, "val_rows", None), float(getattr(datamodule, "val_fraction", 0) or 0)
+    if fraction > 0 and val_rows is not None and len(val_rows) == 0:  # shipped a checkpoint with no val_mape, silently
+        raise LilouInputError(f"data.val_fraction={fraction:g} of {len(datamodule.train.log_latency)} training rows is no "
+                              "validation row, so the checkpoint would have no val_mape: give more rows "
+                              "(data.max_rows), or data.val_fraction=0 to train without validation on purpose")
     nets = []
     for member in range(int(cfg.get("ensemble", 1))):
         if member:  # the first member continues the seeded stream, as a single model always did
@@ -100,15 +105,21 @@ def train_kernel_model(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     output_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.get("output_checkpoint"):  # a bad path was found only after training, as a traceback
+        writable_folder(to_absolute_path(cfg.output_checkpoint), "output_checkpoint")
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     predictor, datamodule = fit(cfg, logger=logger)
     if rank_zero_only.rank != 0:  # under DDP only the first process evaluates and writes
         return None
+    # The job's own command (a sweep's job: its values, not the sweep's line), the commit, the data folder
+    # (resolved: config.json keeps ${oc.env:LILOU_DATA_DIR,null}) and, in metrics.json only, the date (two runs
+    # of one seed still write the same config.json).
+    run = run_provenance(cfg.data.get("data_dir"))
+    predictor.config.update({k: run[k] for k in ("command", "git_commit", "data_dir")})
     metrics: dict[str, Any] = {
-        "command": " ".join(["python -m lilou.train", *sys.argv[1:]]),
+        **run,
         "seed": cfg.seed,
         "data": describe_data(datamodule),
-        "data_dir": cfg.data.get("data_dir"),  # resolved: config.json keeps ${oc.env:LILOU_DATA_DIR,null}
         "train_rows": int(len(datamodule.train.log_latency)),
         "trained_on": predictor.config["trained_on"],
         "held_out": held_out_metrics(predictor, datamodule),
