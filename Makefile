@@ -26,14 +26,14 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q
 
-# Predictions on the shipped example: a whole A10G, then a 1g.10gb MIG slice of an A100-80GB
+# Predictions on the shipped example: a whole A10G, then a 1g.10gb MIG slice of an A100-SXM4-80GB
 # with the breakdown plot (outputs/ is git-ignored).
 demo: install
 	$(LILOU) graph examples/resnet18.onnx
 	$(LILOU) gpus
 	$(LILOU) infer examples/resnet18.onnx --gpu a10g
 	mkdir -p outputs/demo
-	$(LILOU) infer examples/resnet18.onnx --gpu a100-80gb --mig 1g.10gb --plot outputs/demo/resnet18-a100-80gb-1g.10gb.png
+	$(LILOU) infer examples/resnet18.onnx --gpu a100-sxm4-80gb --mig 1g.10gb --plot outputs/demo/resnet18-a100-sxm4-80gb-1g.10gb.png
 
 # Hostile-input fuzzer: random ONNX graphs and mutants of real files through `lilou graph|fuse|infer`;
 # fails on any traceback, hang (> 30 s) or memory failure (> 1 GiB RSS). Failing cases: outputs/fuzz/.

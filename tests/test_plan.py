@@ -653,6 +653,19 @@ def test_an_llm_plan_no_device_holds_is_empty_and_suggests_tp(capsys):
     assert slice_only["message"].endswith("the largest, h100-sxm/1g.10gb, can use (8.8 GiB of 9.75)")
 
 
+def test_an_llm_plan_whose_dtype_every_device_refuses_is_exit_2(capsys):
+    """Not memory: every listed device refuses the options (no BF16 below compute capability 8.0), so the plan is a
+    bad input, exit 2 and one line (docs/intervals.md); where one device takes them the others are unmet, with why."""
+    argv = ("plan", "llama-3.1-8b", "--llm", "--itl-slo-ms", "30", "--input-len", "1024", "--output-len", "256",
+            "--dtype", "bf16", "--format", "json")
+    code, out, err = run(capsys, *argv, "--gpus", "p4,t4")
+    assert code == 2 and out == "" and err.startswith("lilou: error: llama-3.1-8b: no device can serve it (2 tried); "
+                                                      "the largest, t4: t4 (compute capability 7.5) has no BF16")
+    code, out, err = run(capsys, *argv, "--gpus", "p4,t4,l4")
+    unmet = {u["device"]: u["reason"] for u in json.loads(out)["unmet"]}
+    assert code == 0 and "no BF16 arithmetic" in unmet["p4"] and "no BF16 arithmetic" in unmet["t4"]
+
+
 @pytest.mark.parametrize(("option", "message"), [
     (["--input-len", "0"], "--input-len must be a positive integer, not 0"),
     (["--output-len", "0"], "--output-len must be a positive integer, not 0"),
