@@ -1,7 +1,8 @@
 """Where the shipped trained models live.
 
 Checkpoints are folders under ``checkpoints/`` at the repository root, each with
-its weights, ``config.json`` and ``metrics.json``. ``LILOU_CHECKPOINTS`` points
+its weights, ``config.json`` and ``metrics.json``; an installed wheel carries the same folders as the package
+``lilou._shipped_checkpoints`` (setup.py maps it to ``checkpoints/``). ``LILOU_CHECKPOINTS`` points
 elsewhere (e.g. at a freshly trained set): a root holding any of the folders below. A folder it lacks is the
 shipped one, and every prediction says so (:func:`checkpoint_notes`): a root with only a new ``kernel_latency``
 priced tensor-core kernels with the FP32 model and fused by rules instead of the GNN, unsaid. A folder that is there
@@ -24,12 +25,35 @@ FUSION_GNN = "fusion_gnn"
 FUSION_RULES = "fusion_rules"
 #: The end-to-end fallback and overhead constants (``lilou.latency.composition.overhead.E2E_OVERHEAD``).
 E2E_OVERHEAD = "e2e_overhead"
-#: The repository's own checkpoints, whatever ``LILOU_CHECKPOINTS`` says.
-SHIPPED_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+def _shipped_root() -> Path:
+    """A checkout's (or editable install's) ``checkpoints/`` beside the package; else the installed package's copy."""
+    package = Path(__file__).resolve().parent
+    checkout = package.parent / "checkpoints"
+    if in_checkout() and checkout.is_dir():
+        return checkout
+    return package / "_shipped_checkpoints"
+
+
+def in_checkout() -> bool:
+    """Whether the package runs from a source checkout (its Makefile beside it) rather than an installed wheel."""
+    return (Path(__file__).resolve().parent.parent / "Makefile").is_file()
+
+
+#: The shipped checkpoints (the repository's, or the wheel's copy of them), whatever ``LILOU_CHECKPOINTS`` says.
+SHIPPED_ROOT = _shipped_root()
 #: The target that makes each checkpoint (one message for all sent the e2e constants to `make train-kernels`).
 REMEDY = {KERNEL_LATENCY: "`make train-kernels`", KERNEL_LATENCY_TENSOR: "`make train-kernels`",
           FUSION_GNN: "`make fusion-data && make train-fusion`", FUSION_RULES: "`make train-fusion`",
           E2E_OVERHEAD: "`make fit-e2e`"}
+
+
+def _remedy(name: str) -> str:
+    """How to get checkpoint ``name`` back: the make target in a checkout, a reinstall for an installed wheel."""
+    if in_checkout():
+        return f"train it with {REMEDY.get(name, '`make train-kernels`')}"
+    return "reinstall lilou (its wheel ships the checkpoints)"
 
 
 def checkpoints_root() -> Path:
@@ -57,8 +81,7 @@ def checkpoint_path(name: str, required: bool = True) -> Path:
         return SHIPPED_ROOT / name
     path = checkpoints_root() / name
     if required and not path.exists():
-        raise MissingDataError(f"checkpoint {name!r} not found at {path}; train it with "
-                               f"{REMEDY.get(name, '`make train-kernels`')} "
+        raise MissingDataError(f"checkpoint {name!r} not found at {path}; {_remedy(name)} "
                                "or set LILOU_CHECKPOINTS to a folder that has it")
     return path
 
@@ -89,8 +112,9 @@ def reading_checkpoints(*folders: str | os.PathLike[str]) -> Iterator[None]:
         if corrupt is None:
             raise
         path, why = corrupt
-        raise LilouInputError(f"checkpoint file {path} cannot be read ({why}): restore it from the repository's "
-                              "checkpoints/ or set LILOU_CHECKPOINTS to a folder with intact checkpoints") from None
+        restore = "restore it from the repository's checkpoints/" if in_checkout() else "reinstall lilou"
+        raise LilouInputError(f"checkpoint file {path} cannot be read ({why}): {restore} or set "
+                              "LILOU_CHECKPOINTS to a folder with intact checkpoints") from None
 
 
 def _first_corrupt_file(folders) -> tuple[Path, str] | None:

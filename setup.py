@@ -1,0 +1,13 @@
+"""Package discovery lives here because pyproject.toml cannot add a mapped package to `packages.find` (whose
+default, namespaces and "lilou*", this repeats). The trained checkpoints stay at the repository's `checkpoints/`
+(tests, docs, scripts and the Makefile name that path) and travel in the wheel as the package
+`lilou._shipped_checkpoints`; lilou.checkpoints.SHIPPED_ROOT finds either."""
+from setuptools import find_namespace_packages, setup
+
+SHIPPED = "lilou._shipped_checkpoints"
+# each checkpoint folder is a (data-only) package too, or setuptools warns that it "would be ignored"
+setup(
+    packages=[*find_namespace_packages(include=["lilou*"]), SHIPPED,
+              *(f"{SHIPPED}.{name}" for name in find_namespace_packages(where="checkpoints"))],
+    package_dir={SHIPPED: "checkpoints"},
+)

@@ -1,0 +1,98 @@
+"""Lilou as an installed package, not a checkout (audit ua42f): the wheel carries the trained checkpoints and
+predicts from outside the repository as the checkout does; messages name what an installed user can do."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from lilou.errors import MissingDataError
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "examples" / "resnet18.onnx"
+
+
+def _tracked(*paths: str) -> list[str]:
+    done = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", *paths], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    return [line for line in done.stdout.splitlines() if (REPO / line).exists()]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """A wheel built from a copy of the repository's files (as from `git archive`: no untracked build output)."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "src"
+    for name in _tracked():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
+                           "-q", "-w", str(root / "dist")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (path,) = (root / "dist").glob("lilou-*.whl")
+    return path
+
+
+def test_the_wheel_carries_every_checkpoint_file(wheel):
+    """They were in neither the wheel nor the sdist: every prediction failed from an installed package."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = [name.replace("checkpoints/", "lilou/_shipped_checkpoints/", 1) for name in _tracked("checkpoints")]
+    assert len(shipped) >= 15
+    assert [name for name in shipped if name not in names] == []
+
+
+def test_an_installed_wheel_predicts_as_the_checkout_does(wheel, tmp_path):
+    """`lilou infer` from another folder, no LILOU_CHECKPOINTS: the checkout's prediction, byte for byte; and `fuse`
+    uses the GNN (it fell back to the rule baseline, unsaid)."""
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target",
+                           str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(EXAMPLE, work / "resnet18.onnx")
+    env = {key: value for key, value in os.environ.items() if key != "LILOU_CHECKPOINTS"}
+
+    def lilou(pythonpath, *args):
+        run = subprocess.run([sys.executable, "-m", "lilou.cli", *args], cwd=work, capture_output=True, text=True,
+                             env={**env, "PYTHONPATH": str(pythonpath)}, timeout=300)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    probe = subprocess.run([sys.executable, "-c", "import lilou.checkpoints as c; print(c.__file__, c.SHIPPED_ROOT)"],
+                           cwd=work, capture_output=True, text=True, env={**env, "PYTHONPATH": str(site)}, check=True)
+    assert probe.stdout.split() == [str(site / "lilou" / "checkpoints.py"), str(site / "lilou" / "_shipped_checkpoints")]
+    infer = ("infer", "resnet18.onnx", "--gpu", "a10g", "--format", "json")
+    assert lilou(site, *infer) == lilou(REPO, *infer)
+    fused = json.loads(lilou(site, "fuse", "resnet18.onnx", "--format", "json"))
+    assert fused["source"] == json.loads(lilou(REPO, "fuse", "resnet18.onnx", "--format", "json"))["source"]
+    assert "gnn" in fused["source"].lower()
+
+
+def test_a_checkout_uses_its_own_checkpoints_folder():
+    from lilou.checkpoints import SHIPPED_ROOT, in_checkout
+
+    assert in_checkout()
+    assert SHIPPED_ROOT == REPO / "checkpoints"
+
+
+def test_an_installed_package_names_a_reinstall_not_a_make_target(tmp_path, monkeypatch):
+    """`make train-kernels` is no use without the repository."""
+    import lilou.checkpoints as checkpoints
+
+    monkeypatch.setattr(checkpoints, "in_checkout", lambda: False)
+    monkeypatch.setattr(checkpoints, "SHIPPED_ROOT", tmp_path / "shipped")
+    monkeypatch.setenv("LILOU_CHECKPOINTS", str(tmp_path / "root"))
+    with pytest.raises(MissingDataError, match=re.escape("checkpoint 'kernel_latency' not found at "
+                                                         f"{tmp_path}/root/kernel_latency; reinstall lilou (its wheel "
+                                                         "ships the checkpoints) or set LILOU_CHECKPOINTS")) as error:
+        checkpoints.checkpoint_path("kernel_latency")
+    assert "make" not in str(error.value)
