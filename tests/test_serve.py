@@ -1426,3 +1426,18 @@ def test_a_load_that_ran_out_of_time_or_data_is_tried_again_a_bad_file_is_not():
             with pytest.raises(type(error)):
                 cache.get(key, load)
         assert len(calls) == (2 if tried_again else 1), type(error).__name__
+
+
+def test_missing_checkpoints_are_one_line_and_exit_2_before_uvicorn_starts(tmp_path, monkeypatch, capsys):
+    """They were loaded in the ASGI lifespan only: a 20-line uvicorn traceback and exit status 3 (audit ua42f)."""
+    import uvicorn
+
+    import lilou.checkpoints as checkpoints
+    from lilou.cli import main
+
+    monkeypatch.setattr(checkpoints, "SHIPPED_ROOT", tmp_path / "shipped")
+    monkeypatch.setenv("LILOU_CHECKPOINTS", str(tmp_path / "root"))
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: pytest.fail("uvicorn started"))
+    assert main(["serve", "--port", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lilou: error: checkpoint 'kernel_latency' not found at ")

@@ -62,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
                "time_budget_s": args.time_budget_s, "threads": args.threads, "upload_timeout_s": args.upload_timeout_s,
                "cors_origins": args.cors_origin}
     create_app(**options)  # bad options fail here, with one line and exit status 2, before uvicorn starts
+    # and so do missing or unreadable checkpoints: each server process loads them in its ASGI lifespan, where the
+    # error was uvicorn's traceback and exit status 3
+    from lilou.api import Predictor
+
+    Predictor()
     _check_bindable(args.host, args.port)
     os.environ[SETTINGS_ENV] = json.dumps(options)
     uvicorn.run("lilou.serve.app:app_from_environment", factory=True, host=args.host, port=args.port,
