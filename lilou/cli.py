@@ -102,8 +102,8 @@ def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[i
     # one line per error (issue 17), and the shipped checkpoint's version is recorded in its config.json.
     warnings.filterwarnings("ignore", message=r"fusion checkpoint .* (was trained on features of version|records no "
                                               r"feature version)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(argv[0] if argv else None).parse_args(argv)
         quick = quick_exit and getattr(args, "quick_exit", False)
         if quick:
@@ -120,6 +120,14 @@ def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[i
     except BrokenPipeError:
         _silence_stdout()
         return 0, quick
+    except ImportError as exc:
+        extra = _extra_for(exc, argv[0] if argv else "")
+        if extra is None:
+            return _internal_error(exc), quick
+        print(f"lilou: error: {argv[0]} needs {exc.name.partition('.')[0]}, which lilou's base install leaves out: "
+              f"pip install 'lilou[{extra}]'", file=sys.stderr)
+        _debug_traceback()
+        return 2, quick
     except OSError as exc:  # e.g. stdout on a full device (> /dev/full), or a file that cannot be written
         _silence_stdout()
         where = f": {exc.filename}" if exc.filename else ""
@@ -131,10 +139,34 @@ def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[i
         if interrupted_query(exc):  # DuckDB's KeyboardInterrupt
             print("lilou: interrupted", file=sys.stderr)
             return 130, quick
-        print(f"lilou: internal error: {type(exc).__name__}: {_one_line(exc)} (set LILOU_DEBUG=1 for the traceback)",
-              file=sys.stderr)
-        _debug_traceback()
-        return 1, quick
+        return _internal_error(exc), quick
+
+
+def _internal_error(exc: BaseException) -> int:
+    print(f"lilou: internal error: {type(exc).__name__}: {_one_line(exc)} (set LILOU_DEBUG=1 for the traceback)",
+          file=sys.stderr)
+    _debug_traceback()
+    return 1
+
+
+#: Modules that only an extra of pyproject.toml brings (the base install predicts without them): the extra of each.
+#: torch is in `train` and `zoo`; which one a command needs is :data:`COMMAND_EXTRAS`' say.
+OPTIONAL_MODULES = {"torch": "train", "torch_geometric": "train", "lightning": "train", "lightning_fabric": "train",
+                    "pytorch_lightning": "train", "hydra": "train", "omegaconf": "train", "tensorboard": "train",
+                    "transformers": "zoo", "onnxscript": "zoo", "tvm": "tvm"}
+#: Commands whose torch (transformers ...) is the model zoo's, or both extras'.
+COMMAND_EXTRAS = {"zoo": "zoo", "profile": "zoo", "eval": "train,zoo"}
+
+
+def _extra_for(exc: ImportError, command: str) -> str | None:
+    """The extra that brings the missing module (``lilou zoo export`` without torch: ``zoo``); None for a module the
+    base install has, or one that is there but fails to import (an internal error)."""
+    module = (exc.name or "").partition(".")[0]
+    if not isinstance(exc, ModuleNotFoundError) or module not in OPTIONAL_MODULES:
+        return None
+    if module == "tvm":
+        return "tvm"
+    return COMMAND_EXTRAS.get(command, OPTIONAL_MODULES[module])
 
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS}

@@ -96,3 +96,73 @@ def test_an_installed_package_names_a_reinstall_not_a_make_target(tmp_path, monk
                                                          "ships the checkpoints) or set LILOU_CHECKPOINTS")) as error:
         checkpoints.checkpoint_path("kernel_latency")
     assert "make" not in str(error.value)
+
+
+# ------------------------------------------------------------------ the base install: no extra's module is imported
+#: The modules of the extras (pyproject.toml: train, zoo, tvm), which a base install lacks.
+EXTRA_MODULES = ("torch", "torch_geometric", "lightning", "lightning_fabric", "pytorch_lightning", "hydra", "omegaconf",
+                 "tensorboard", "transformers", "onnxscript", "tvm")
+BLOCKER = f"""
+import sys
+from importlib.abc import MetaPathFinder
+
+class Blocked(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {EXTRA_MODULES!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
+        return None
+
+sys.meta_path.insert(0, Blocked())
+from lilou.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _without_extras(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCKER, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args", [
+    ("infer", str(EXAMPLE), "--gpu", "a10g", "--format", "json"),
+    ("infer", str(EXAMPLE), "--gpu", "a10g", "--backend", "tvm", "--format", "json"),
+    ("rank", str(EXAMPLE), "--gpus", "t4,a10g", "--format", "json"),
+    ("plan", str(EXAMPLE), "--slo-ms", "50", "--gpus", "t4,a10g", "--format", "json"),
+    ("llm", "llama-3.1-8b", "--gpu", "l4", "--input-len", "512", "--output-len", "128", "--format", "json"),
+    ("gpus",), ("graph", str(EXAMPLE)),
+    ("fuse", str(EXAMPLE), "--format", "json"),
+], ids=lambda args: "-".join(args[:1] + tuple(a for a in args[1:] if a in ("tvm",))))
+def test_prediction_commands_need_no_extra(args):
+    """torch, lightning, hydra, transformers and TVM are extras now: every prediction command runs without them
+    (was: test_intervals.test_plan_and_infer_do_not_import_torch, which only checked sys.modules)."""
+    done = _without_extras(*args)
+    assert done.returncode == 0, done.stderr
+    if args[0] == "fuse":
+        assert json.loads(done.stdout)["source"] == "gnn"  # not the rule baseline
+
+
+@pytest.mark.parametrize(("args", "extra"), [
+    (("zoo", "export", "resnet18", "-o", "{tmp}/r.onnx", "--strip-weights"), "zoo"),
+    (("zoo", "list"), "zoo"),
+])
+def test_a_command_that_needs_an_extra_names_it_in_one_line(args, extra, tmp_path):
+    """It was `lilou: internal error: ModuleNotFoundError ...` with exit status 1."""
+    done = _without_extras(*(arg.format(tmp=tmp_path) for arg in args))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"lilou: error: {args[0]} needs torch, which lilou's base install leaves out: "
+                           f"pip install 'lilou[{extra}]'\n")
+
+
+def test_the_extra_of_each_missing_module():
+    from lilou.cli import _extra_for
+
+    def missing(name):
+        return ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    assert _extra_for(missing("torch.nn"), "zoo") == "zoo"
+    assert _extra_for(missing("torch"), "eval") == "train,zoo"
+    assert _extra_for(missing("lightning"), "eval") == "train,zoo"
+    assert _extra_for(missing("hydra"), "train") == "train"
+    assert _extra_for(missing("transformers"), "infer") == "zoo"
+    assert _extra_for(missing("tvm"), "eval") == "tvm"
+    assert _extra_for(missing("numpy"), "infer") is None  # a base dependency missing: an internal error
+    assert _extra_for(ImportError("cannot import name 'x' from 'torch'", name="torch"), "zoo") is None

@@ -225,7 +225,8 @@ def _check_torch(device: str) -> None:
     try:
         import torch
     except ImportError:
-        raise LilouInputError("lilou profile needs PyTorch (pip install torch); prediction does not") from None
+        raise LilouInputError("lilou profile needs PyTorch (pip install 'lilou[zoo]', or a torch "
+                              "build for this machine's CUDA); prediction does not") from None
     if device == "cpu":
         return
     if not torch.cuda.is_available():
