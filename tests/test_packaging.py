@@ -166,3 +166,12 @@ def test_the_extra_of_each_missing_module():
     assert _extra_for(missing("tvm"), "eval") == "tvm"
     assert _extra_for(missing("numpy"), "infer") is None  # a base dependency missing: an internal error
     assert _extra_for(ImportError("cannot import name 'x' from 'torch'", name="torch"), "zoo") is None
+
+
+def test_python_dash_m_lilou_is_the_command():
+    """It failed: No module named lilou.__main__."""
+    done = subprocess.run([sys.executable, "-m", "lilou", "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("lilou ")
+    done = subprocess.run([sys.executable, "-m", "lilou", "gpus", "--bogus"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("lilou: error: ")
