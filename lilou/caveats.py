@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, shipped_checkpoint_path
+from lilou.checkpoints import (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, in_checkout, make_remedy,
+                               shipped_checkpoint_path)
 from lilou.graph.memory import CUDA_CONTEXT_GIB, fits_memory, usable_gib
 from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
@@ -105,12 +106,12 @@ def calibration_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: boo
     calibration = Calibration.shipped()
     if calibration is None:
         return [*partners, f"no interval calibration file ({CALIBRATION_FILE}): every interval is the estimate itself; "
-                "regenerate it with `make calibrate`"], None
+                f"{'regenerate it with `make calibrate`' if in_checkout() else 'reinstall lilou'}"], None
     notes = partners
     if checkpoint_fingerprint(os.fspath(kernel_checkpoint)) != calibration.fingerprint:
         notes.append(f"the 90 % intervals were calibrated for another kernel model "
                      f"({calibration.data['kernel_model']['checkpoint']}, {calibration.fingerprint}); regenerate "
-                     "them for this one with `make calibrate`")
+                     f"them for this one with {make_remedy('`make calibrate`')}")
     tensor = None
     shipped = calibration.data.get("tensor_model")
     if has_tensor and shipped is None:
@@ -118,7 +119,7 @@ def calibration_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: boo
                   "tensor-core model's that priced them (docs/intervals.md)")
     elif has_tensor and checkpoint_fingerprint(os.fspath(checkpoint_path(KERNEL_LATENCY_TENSOR))) != shipped["fingerprint"]:
         tensor = ("the 90 % intervals of non-FP32 GEMMs and convolutions were calibrated for another tensor-core "
-                  f"model ({shipped['fingerprint']}); regenerate them with `make calibrate`")
+                  f"model ({shipped['fingerprint']}); regenerate them with {make_remedy('`make calibrate`')}")
     return notes, tensor
 
 

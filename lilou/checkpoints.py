@@ -49,6 +49,12 @@ REMEDY = {KERNEL_LATENCY: "`make train-kernels`", KERNEL_LATENCY_TENSOR: "`make 
           E2E_OVERHEAD: "`make fit-e2e`"}
 
 
+def make_remedy(command: str) -> str:
+    """A remedy that runs `make` (``command``, e.g. "`make train-fusion`"): as it is in a source checkout; an installed
+    package has no Makefile, so there it names the checkout it needs."""
+    return command if in_checkout() else f"{command} in a lilou source checkout"
+
+
 def _remedy(name: str) -> str:
     """How to get checkpoint ``name`` back: the make target in a checkout, a reinstall for an installed wheel."""
     if in_checkout():

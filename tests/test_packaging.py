@@ -175,3 +175,15 @@ def test_python_dash_m_lilou_is_the_command():
     assert done.stdout.startswith("lilou ")
     done = subprocess.run([sys.executable, "-m", "lilou", "gpus", "--bogus"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("lilou: error: ")
+
+
+def test_make_targets_in_messages_name_the_checkout_they_need_when_installed(tmp_path, monkeypatch):
+    """An installed package has no Makefile: `make calibrate` alone is no use there (audit ua42f, finding 5)."""
+    import lilou.checkpoints as checkpoints
+    from lilou.plan import calibration
+
+    assert checkpoints.make_remedy("`make calibrate`") == "`make calibrate`"  # a checkout
+    monkeypatch.setattr(checkpoints, "in_checkout", lambda: False)
+    assert checkpoints.make_remedy("`make calibrate`") == "`make calibrate` in a lilou source checkout"
+    with pytest.raises(MissingDataError, match="interval calibration .* not found; reinstall lilou$"):
+        calibration._load(str(tmp_path / "calibration.json"))

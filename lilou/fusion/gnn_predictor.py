@@ -30,7 +30,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from lilou.blas import blas_section
-from lilou.checkpoints import FUSION_GNN, checkpoint_path
+from lilou.checkpoints import FUSION_GNN, checkpoint_path, make_remedy
 from lilou.errors import MissingDataError
 from lilou.fusion.features import (
     FEATURE_VERSION,
@@ -100,16 +100,18 @@ class FusionPredictor:
             weights = load_file(folder / "model.safetensors")
         except FileNotFoundError as exc:
             raise MissingDataError(f"no fusion checkpoint in {folder} ({exc.filename} missing); "
-                                   "train one with `make train-fusion`") from None
+                                   f"train one with {make_remedy('`make train-fusion`')}") from None
         node_in, edge_in = weights["node_in.0.weight"].shape[1], weights["edge_in.0.weight"].shape[1]
         if (node_in, edge_in) != (FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES):
             raise MissingDataError(
                 f"fusion checkpoint {folder} was trained on {node_in} node / {edge_in} edge features, but this "
-                f"version computes {FUSION_NODE_FEATURES} / {FUSION_EDGE_FEATURES}: retrain it with `make train-fusion`")
+                f"version computes {FUSION_NODE_FEATURES} / {FUSION_EDGE_FEATURES}: retrain it with "
+                f"{make_remedy('`make train-fusion`')}")
         stale = feature_version_mismatch(config)
         if stale:
             warnings.warn(f"fusion checkpoint {folder} {stale}; its predictions may be off: retrain it "
-                          "(`make fusion-data && make train-fusion`)", StaleFusionCheckpointWarning, stacklevel=2)
+                          f"({make_remedy('`make fusion-data && make train-fusion`')})", StaleFusionCheckpointWarning,
+                          stacklevel=2)
         return cls(weights, config)
 
     @classmethod

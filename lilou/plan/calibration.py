@@ -145,7 +145,10 @@ class Calibration:
 def _load(path: str) -> Calibration:
     file = Path(path)
     if not file.exists():
-        raise MissingDataError(f"interval calibration {file} not found; regenerate it with `make calibrate`")
+        from lilou.checkpoints import in_checkout
+
+        remedy = "regenerate it with `make calibrate`" if in_checkout() else "reinstall lilou"
+        raise MissingDataError(f"interval calibration {file} not found; {remedy}")
     return Calibration(json.loads(file.read_text()))
 
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lilou.checkpoints import make_remedy
 from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.kernel_types import KERNEL_TYPES
 
@@ -51,7 +52,7 @@ def read_kernel_checkpoint(folder: str | os.PathLike[str], kind: str | None = No
         looks = " (it looks like the fusion rule tables, checkpoints/fusion_rules)" \
             if (folder / "eager.json").exists() or (folder / "tvm.json").exists() else ""
         raise LilouInputError(f"no kernel-latency checkpoint in {folder} ({exc.filename} missing){looks}; "
-                              "train one with `make train-kernels`") from None
+                              f"train one with {make_remedy('`make train-kernels`')}") from None
     if not isinstance(config, dict):
         raise LilouInputError(f"{folder} is not a kernel-latency checkpoint: its config.json is not a JSON object")
     missing = [key for key in REQUIRED_KEYS if key not in config]
