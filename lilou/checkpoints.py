@@ -30,10 +30,12 @@ E2E_OVERHEAD = "e2e_overhead"
 def _shipped_root() -> Path:
     """A checkout's (or editable install's) ``checkpoints/`` beside the package; else the installed package's copy."""
     package = Path(__file__).resolve().parent
-    checkout = package.parent / "checkpoints"
+    checkout, installed = package.parent / "checkpoints", package / "_shipped_checkpoints"
     if in_checkout() and checkout.is_dir():
         return checkout
-    return package / "_shipped_checkpoints"
+    if not installed.is_dir() and (package.parent / "pyproject.toml").is_file() and checkout.is_dir():
+        return checkout  # an unpacked sdist (no Makefile), run or installed in place (`pip install -e`)
+    return installed
 
 
 def in_checkout() -> bool:

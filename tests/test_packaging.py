@@ -25,19 +25,24 @@ def _tracked(*paths: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    """A wheel built from a copy of the repository's files (as from `git archive`: no untracked build output)."""
+def source(tmp_path_factory):
+    """A copy of the repository's files (as from `git archive`: no untracked build output)."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "src"
+    source = tmp_path_factory.mktemp("source")
     for name in _tracked():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, source / name)
+    return source
+
+
+@pytest.fixture(scope="module")
+def wheel(source, tmp_path_factory):
+    dist = tmp_path_factory.mktemp("dist")
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
-                           "-q", "-w", str(root / "dist")], capture_output=True, text=True, timeout=300)
+                           "-q", "-w", str(dist)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    (path,) = (root / "dist").glob("lilou-*.whl")
+    (path,) = dist.glob("lilou-*.whl")
     return path
 
 
@@ -187,3 +192,23 @@ def test_make_targets_in_messages_name_the_checkout_they_need_when_installed(tmp
     assert checkpoints.make_remedy("`make calibrate`") == "`make calibrate` in a lilou source checkout"
     with pytest.raises(MissingDataError, match="interval calibration .* not found; reinstall lilou$"):
         calibration._load(str(tmp_path / "calibration.json"))
+
+
+def test_the_sdist_has_the_checkpoints_and_the_license_but_no_tests(source, wheel, tmp_path):
+    """Its tests could not run (no tests/data, no scripts/); no LICENSE anywhere though the project is Apache-2.0."""
+    done = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                           "print(b.build_sdist(sys.argv[1]))", str(tmp_path)], cwd=source, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "deprecated" not in done.stderr  # project.license as a TOML table
+    import tarfile
+
+    with tarfile.open(tmp_path / done.stdout.split()[-1]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    assert "LICENSE" in names and "setup.py" in names
+    assert {name for name in _tracked("checkpoints")} <= names
+    assert not any(name.startswith("tests") for name in names)
+    with zipfile.ZipFile(wheel) as archive:
+        assert "lilou-0.1.0.dist-info/licenses/LICENSE" in archive.namelist()
+        assert "License-Expression: Apache-2.0" in archive.read("lilou-0.1.0.dist-info/METADATA").decode()
+    assert (REPO / "LICENSE").read_text().split()[:4] == ["Apache", "License", "Version", "2.0,"]
