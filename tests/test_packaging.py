@@ -212,3 +212,33 @@ def test_the_sdist_has_the_checkpoints_and_the_license_but_no_tests(source, whee
         assert "lilou-0.1.0.dist-info/licenses/LICENSE" in archive.namelist()
         assert "License-Expression: Apache-2.0" in archive.read("lilou-0.1.0.dist-info/METADATA").decode()
     assert (REPO / "LICENSE").read_text().split()[:4] == ["Apache", "License", "Version", "2.0,"]
+
+
+def test_an_installed_eval_writes_to_the_cache_folder_not_site_packages(tmp_path):
+    """`lilou eval --no-logo` wrote datasets/e2e_models and outputs/logo inside site-packages (read-only: it failed)."""
+    probe = ("import lilou.checkpoints as c; c.in_checkout = lambda: False\n"
+             "import inspect\n"
+             "from lilou.latency.evaluation import e2e_eval, e2e_workloads, fold_parts\n"
+             "defaults = inspect.signature(e2e_eval.evaluate).parameters\n"
+             "print(defaults['models_dir'].default, defaults['cache_dir'].default)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LILOU_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(tmp_path / "e2e_models"), str(tmp_path / "logo")]
+
+
+def test_a_checkout_eval_keeps_its_folders():
+    from lilou.latency.evaluation.e2e_workloads import MODELS_DIR
+    from lilou.latency.evaluation.fold_parts import LOGO_DIR
+
+    assert (MODELS_DIR, LOGO_DIR) == (REPO / "datasets" / "e2e_models", REPO / "outputs" / "logo")
+
+
+def test_leave_one_gpu_out_eval_without_conf_is_one_line(monkeypatch, tmp_path):
+    """It was two lines of hydra's (Primary config directory not found ...) and exit status 1."""
+    from lilou.errors import LilouInputError
+    from lilou.latency.evaluation import fold_parts
+
+    monkeypatch.setattr(fold_parts, "REPO", tmp_path)
+    with pytest.raises(LilouInputError, match=r"source checkout \(its conf/\).*use --no-logo$"):
+        fold_parts.kernel_config(["t4"])

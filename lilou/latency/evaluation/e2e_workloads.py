@@ -9,13 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lilou.checkpoints import in_checkout
+from lilou.data.kernel_table import cache_dir
 from lilou.errors import LilouInputError
 from lilou.hardware import resolve_device
 from lilou.quiet import Log, log_to_stderr
 
 REPO = Path(__file__).resolve().parents[3]
-#: Weight-free exports of the labelled models (shared with ``make fit-e2e``).
-MODELS_DIR = REPO / "datasets" / "e2e_models"
+#: Weight-free exports of the labelled models (shared with ``make fit-e2e``); an installed package's go to the cache
+#: folder ($LILOU_CACHE_DIR), not site-packages.
+MODELS_DIR = REPO / "datasets" / "e2e_models" if in_checkout() else cache_dir() / "e2e_models"
 FUSION_MODES = ("predicted", "oracle", "none")
 
 

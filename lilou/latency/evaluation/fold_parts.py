@@ -13,13 +13,15 @@ from typing import Any
 
 import numpy as np
 
+from lilou.checkpoints import in_checkout
+from lilou.data.kernel_table import cache_dir
 from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.folds import KERNEL_FOLDS
 from lilou.quiet import Log, log_to_stderr, quiet_lightning
 
 REPO = Path(__file__).resolve().parents[3]
-#: Fold checkpoints (git-ignored).
-LOGO_DIR = REPO / "outputs" / "logo"
+#: Fold checkpoints (git-ignored); an installed package's go to the cache folder ($LILOU_CACHE_DIR), not site-packages.
+LOGO_DIR = REPO / "outputs" / "logo" if in_checkout() else cache_dir() / "logo"
 #: Held-out GPU of the end-to-end labels -> (fold name, kernel-row GPUs held out with it).
 FOLDS: dict[str, tuple[str, tuple[str, ...]]] = {gpus[0]: (fold, gpus) for fold, gpus in KERNEL_FOLDS.items()}
 
@@ -39,6 +41,9 @@ class FoldParts:
 
 
 def kernel_config(held_out: Sequence[str], overrides: Sequence[str] = (), data_dir=None):
+    if not (REPO / "conf").is_dir():
+        raise LilouInputError("the leave-one-GPU-out evaluation trains fold models from the experiment configs of a "
+                              "lilou source checkout (its conf/), which an installed package lacks; use --no-logo")
     from hydra import compose, initialize_config_dir
 
     extra = [f"data.held_out_gpus=[{','.join(held_out)}]", "trainer.enable_progress_bar=false",
