@@ -12,7 +12,7 @@ export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 install: $(STAMP)
 
 # torch first, pinned: the local CPU wheel. An unpinned torch would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
