@@ -48,12 +48,23 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise LilouInputError(f"{command}: {message}" if command else message)
 
 
+#: What ``lilou --help`` says of the environment variables Lilou reads (they were named only in README and errors).
+ENVIRONMENT = """environment:
+  LILOU_DATA_DIR     the local mirror of the measurements (lilou data, eval, training; --data-dir first);
+                     default the checkout's datasets/, else ~/.cache/lilou/datasets
+  LILOU_CHECKPOINTS  a folder of your own checkpoints, laid out like the shipped ones; a folder it lacks is the
+                     shipped one, and each prediction says so
+  LILOU_CACHE_DIR    the kernel table's cache and, outside a checkout, lilou eval's exports (~/.cache/lilou)
+  LILOU_DEBUG=1      print the traceback of an internal error"""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `lilou` parser; with ``command`` (the first argument, when it names a sub-command) only that
     sub-command's parser is built under it (``lilou COMMAND ...`` parses the same; ``lilou --help`` lists all)."""
     from lilou import __version__
 
-    parser = _ArgumentParser(prog="lilou", description=__doc__.splitlines()[0])
+    parser = _ArgumentParser(prog="lilou", description=__doc__.splitlines()[0], epilog=ENVIRONMENT,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"lilou {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
     sub.required = True

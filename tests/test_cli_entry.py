@@ -92,6 +92,24 @@ def test_version(capsys):
     assert capsys.readouterr() == (f"lilou {__version__}\n", "")
 
 
+def test_help_names_the_environment_variables_lilou_reads(capsys):
+    """LILOU_DATA_DIR, LILOU_CHECKPOINTS, LILOU_CACHE_DIR and LILOU_DEBUG were named only in README and errors."""
+    import re
+    from pathlib import Path
+
+    import lilou
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    source = "\n".join(p.read_text() for p in Path(lilou.__file__).parent.rglob("*.py"))
+    read = set(re.findall(r"LILOU_[A-Z_]+", source)) - {"LILOU_SERVE_SETTINGS"}  # serve's own, parent to workers
+    assert read == {"LILOU_DATA_DIR", "LILOU_CHECKPOINTS", "LILOU_CACHE_DIR", "LILOU_DEBUG"}
+    environment = out.split("environment:\n", 1)[1]
+    assert all(f"  {name}" in environment for name in read)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--bogus"], "unrecognized arguments: --bogus"),  # was: the following arguments are required: COMMAND
     ([], "the following arguments are required: COMMAND"),
