@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +27,17 @@ def load_script(name: str, register: bool = False) -> ModuleType:
         sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def checkpoint_root_replacing(tmp_path: Path, name: str, replace: Path | None = None) -> Path:
+    """A ``LILOU_CHECKPOINTS`` root: a copy of the shipped folders, ``name`` replaced by ``replace`` (a folder) or
+    left out."""
+    root = tmp_path / "root"
+    shutil.copytree(REPO / "checkpoints", root)
+    shutil.rmtree(root / name)
+    if replace is not None:
+        shutil.copytree(replace, root / name)
+    return root
 
 
 def shared_datasets_dir() -> Path | None:

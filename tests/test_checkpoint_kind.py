@@ -3,25 +3,14 @@ kernel model was `KeyError: 'kernel_types'`, and the FP32 model in the tensor-co
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from lilou.cli import main
 from lilou.errors import LilouInputError
-from tests.conftest import REPO
+from tests.conftest import REPO, checkpoint_root_replacing
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
-
-
-def _root_without(tmp_path, name, replace=None):
-    """A LILOU_CHECKPOINTS root: a copy of the shipped folders, ``name`` replaced by ``replace`` (a folder) or left out."""
-    root = tmp_path / "root"
-    shutil.copytree(REPO / "checkpoints", root)
-    shutil.rmtree(root / name)
-    if replace is not None:
-        shutil.copytree(replace, root / name)
-    return root
 
 
 def test_a_fusion_checkpoint_given_as_a_kernel_checkpoint_is_named(tmp_path, monkeypatch, capsys):
@@ -31,7 +20,7 @@ def test_a_fusion_checkpoint_given_as_a_kernel_checkpoint_is_named(tmp_path, mon
     with pytest.raises(LilouInputError, match=rf"^{fusion} is not a kernel-latency checkpoint: its config.json has no "
                                               r"kernel_types, .*; it looks like a fusion GNN checkpoint"):
         Predictor(kernel_checkpoint=fusion)
-    root = _root_without(tmp_path, "kernel_latency", fusion)
+    root = checkpoint_root_replacing(tmp_path, "kernel_latency", fusion)
     monkeypatch.setenv("LILOU_CHECKPOINTS", str(root))
     assert main(["infer", EXAMPLE, "--gpu", "t4", "--format", "json"]) == 2
     err = capsys.readouterr().err
@@ -45,7 +34,7 @@ def test_the_fp32_model_in_the_tensor_core_folder_is_refused(tmp_path, monkeypat
     assert checkpoint_kind(json.loads((REPO / "checkpoints/kernel_latency/config.json").read_text())) == "kernel_latency"
     assert checkpoint_kind(json.loads((REPO / "checkpoints/kernel_latency_tensor/config.json").read_text())) == \
         "kernel_latency_tensor"
-    root = _root_without(tmp_path, "kernel_latency_tensor", REPO / "checkpoints" / "kernel_latency")
+    root = checkpoint_root_replacing(tmp_path, "kernel_latency_tensor", REPO / "checkpoints" / "kernel_latency")
     monkeypatch.setenv("LILOU_CHECKPOINTS", str(root))
     assert main(["infer", EXAMPLE, "--gpu", "t4", "--format", "json"]) == 2
     assert capsys.readouterr().err == (

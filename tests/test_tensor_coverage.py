@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 from lilou.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, checkpoint_root_replacing
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 
 
-def _root_without(tmp_path, name, replace=None):
-    """A LILOU_CHECKPOINTS root: a copy of the shipped folders, ``name`` replaced by ``replace`` (a folder) or left out."""
-    root = tmp_path / "root"
-    shutil.copytree(REPO / "checkpoints", root)
-    shutil.rmtree(root / name)
-    if replace is not None:
-        shutil.copytree(replace, root / name)
-    return root
-
-
 def test_a_missing_coverage_file_is_one_line_naming_the_script_that_writes_it(tmp_path, monkeypatch, capsys):
-    root = _root_without(tmp_path, "kernel_latency_tensor", REPO / "checkpoints" / "kernel_latency_tensor")
+    root = checkpoint_root_replacing(tmp_path, "kernel_latency_tensor", REPO / "checkpoints" / "kernel_latency_tensor")
     (root / "kernel_latency_tensor" / "coverage.json").unlink()
     monkeypatch.setenv("LILOU_CHECKPOINTS", str(root))
     assert main(["infer", EXAMPLE, "--gpu", "t4", "--format", "json"]) == 2
