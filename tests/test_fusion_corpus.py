@@ -23,9 +23,10 @@ from lilou.fusion.eager_replay import replay_eager_partition
 from lilou.fusion.partition import fused_edge_labels, partition_from_fused_edges
 from lilou.graph.dag import build_graph
 from lilou.graph.loading import load_onnx
-from lilou.zoo import decomp
+from lilou.zoo import decomp, decomp_nets
 from lilou.zoo.export import export_onnx
-from lilou.zoo.registry import build, get_entry, list_models
+from lilou.zoo.catalogue import get_entry, list_models
+from lilou.zoo.registry import build
 
 
 def kernel_ops(graph, partition) -> list[list[str]]:
@@ -47,6 +48,12 @@ def export(tmp_path_factory):
         return done[key]
 
     return run
+
+
+def test_every_corpus_op_has_its_module_maker():
+    """The corpus as data (lilou.zoo.decomp, no torch) and its modules (decomp_nets) are two tables: one key set."""
+    assert list(decomp_nets.MAKERS) == list(decomp.OPS)
+    assert len(decomp.OPS) == 36 and len(decomp.corpus_names()) == 86
 
 
 def test_corpus_entries_are_zoo_models():
@@ -179,7 +186,7 @@ def test_replay_leaves_a_hand_written_gelu_split(tmp_path):
 
     from lilou.zoo.registry import BuiltModel
 
-    module = decomp.Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0))))
+    module = decomp_nets.Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0))))
     path = export_onnx(BuiltModel("hand-gelu", module, (torch.zeros(2, 6, 16),), ("x",), "output"),
                        tmp_path / "hand-gelu.onnx", opset=18)
     graph = build_graph(load_onnx(path), name="hand-gelu")

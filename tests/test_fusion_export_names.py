@@ -22,7 +22,7 @@ from lilou.fusion.evaluation import node_groups
 from lilou.fusion.partition import fused_edge_labels
 from lilou.graph.dag import build_graph
 from lilou.graph.loading import load_onnx
-from lilou.zoo import decomp
+from lilou.zoo import decomp_nets
 from lilou.zoo.export import export_onnx
 from lilou.zoo.registry import BuiltModel
 from tests.onnx_builders import make_model, tensor
@@ -101,7 +101,7 @@ def test_internal_values_of_an_unoptimised_elu_and_linear(export):  # noqa: F811
 @pytest.mark.slow
 def test_a_hand_written_gelu_names_every_aten_call(tmp_path):
     """Five aten calls, each result named after its FX node: no edge is flagged, as eager runs five kernels."""
-    model, graph = exported(tmp_path, "hand-gelu", decomp.Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0)))))
+    model, graph = exported(tmp_path, "hand-gelu", decomp_nets.Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0)))))
     assert oracle_fused(model, graph) == set() and edges_inside_one_call(graph) == set()
 
 
@@ -129,8 +129,8 @@ def test_hand_written_activations_keep_their_aten_calls(tmp_path):
     FX node: the replay's op patterns (silu's Sigmoid -> Mul, the erf chain) no longer join them, and eager's
     kernel counts (2 and 5) are the oracle's. ``F.silu`` keeps its one kernel: its Sigmoid writes a ``val_<k>``.
     TorchScript names say nothing, and the patterns still join there."""
-    cases = {"hand-swish": (decomp.Lambda(lambda x: x * torch.sigmoid(x)), 2),
-             "hand-gelu": (decomp.Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0)))), 5),
+    cases = {"hand-swish": (decomp_nets.Lambda(lambda x: x * torch.sigmoid(x)), 2),
+             "hand-gelu": (decomp_nets.Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0)))), 5),
              "silu": (nn.SiLU(), 1)}
     for name, (module, kernels) in cases.items():
         model, graph = exported(tmp_path, name, module)

@@ -8,7 +8,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -109,12 +111,15 @@ def test_an_installed_package_names_a_reinstall_not_a_make_target(tmp_path, monk
 EXTRA_MODULES = ("torch", "torch_geometric", "lightning", "lightning_fabric", "pytorch_lightning", "hydra", "omegaconf",
                  "tensorboard", "transformers", "onnxscript", "tvm")
 BLOCKER = f"""
+import os
 import sys
 from importlib.abc import MetaPathFinder
 
 class Blocked(MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in {EXTRA_MODULES!r}:
+            with open(os.environ["LILOU_TEST_BLOCKED"], "a") as log:  # a caught ImportError is still a try
+                log.write(name + "\\n")
             raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
         return None
 
@@ -124,8 +129,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _without_extras(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BLOCKER, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+def _without_extras(*args: str, cwd=REPO) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The command's run with the extras' modules blocked, and the modules it tried to import all the same."""
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "blocked"
+        done = subprocess.run([sys.executable, "-c", BLOCKER, *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "LILOU_TEST_BLOCKED": str(log)})
+        tried = log.read_text().split() if log.exists() else []
+    return done, tried
 
 
 @pytest.mark.parametrize("args", [
@@ -140,22 +151,82 @@ def _without_extras(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
 def test_prediction_commands_need_no_extra(args):
     """torch, lightning, hydra, transformers and TVM are extras now: every prediction command runs without them
     (was: test_intervals.test_plan_and_infer_do_not_import_torch, which only checked sys.modules)."""
-    done = _without_extras(*args)
+    done, tried = _without_extras(*args)
     assert done.returncode == 0, done.stderr
+    assert tried == []
     if args[0] == "fuse":
         assert json.loads(done.stdout)["source"] == "gnn"  # not the rule baseline
 
 
 @pytest.mark.parametrize(("args", "extra"), [
     (("zoo", "export", "resnet18", "-o", "{tmp}/r.onnx", "--strip-weights"), "zoo"),
-    (("zoo", "list"), "zoo"),
 ])
 def test_a_command_that_needs_an_extra_names_it_in_one_line(args, extra, tmp_path):
     """It was `lilou: internal error: ModuleNotFoundError ...` with exit status 1."""
-    done = _without_extras(*(arg.format(tmp=tmp_path) for arg in args))
-    assert done.returncode == 2, done.stderr
+    done, tried = _without_extras(*(arg.format(tmp=tmp_path) for arg in args))
+    assert tried and done.returncode == 2, done.stderr
     assert done.stderr == (f"lilou: error: {args[0]} needs torch, which lilou's base install leaves out: "
                            f"pip install 'lilou[{extra}]'\n")
+
+
+def test_the_zoo_catalogue_needs_no_torch():
+    """`lilou zoo list` printed the install hint: listing imported torch (only building a model needs it)."""
+    done, tried = _without_extras("zoo", "list", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert tried == []
+    entries = {entry["name"]: entry for entry in json.loads(done.stdout)}
+    assert len(entries) == 130
+    assert [entry["family"] for entry in entries.values()].count("decomp") == 86
+    assert entries["resnet18"] == {"name": "resnet18", "family": "resnet", "kind": "vision", "batch": 1, "seq": None,
+                                   "image_size": 224,
+                                   "description": "ResNet-18 (ResNetForImageClassification, basic blocks)"}
+    assert (entries["gpt3_27"]["batch"], entries["gpt3_27"]["seq"]) == (2, 2048)
+    assert entries["randdag-0"]["image_size"] == 64 and entries["nas201-0"]["image_size"] == 32
+    assert entries["lin-cross-entropy"]["batch"] == 12
+
+
+@pytest.mark.parametrize("args", [("zoo", "export", "resnet1", "-o", "{tmp}/r.onnx"),
+                                  ("profile", "model", "resnet1", "--device", "cpu", "--out", "{tmp}/p")])
+def test_an_unknown_zoo_name_is_named_before_torch_is_missed(args, tmp_path):
+    """Without torch, a typo was answered with `pip install 'lilou[zoo]'`; installing it would not have helped."""
+    done, tried = _without_extras(*(arg.format(tmp=tmp_path) for arg in args))
+    assert (done.returncode, tried) == (2, [])
+    assert done.stderr == "lilou: error: unknown zoo model 'resnet1'; did you mean resnet18, resnet50, regnety-400mf?\n"
+
+
+def _help_of_every_command() -> list[tuple[str, ...]]:
+    from lilou.commands import COMMANDS
+
+    actions = {"zoo": ("list", "export"), "data": ("list", "fetch", "verify", "add"), "profile": ("ops", "model", "check")}
+    return [("--help",), *((name, "--help") for name in COMMANDS),
+            *((name, action, "--help") for name, names in actions.items() for action in names)]
+
+
+@pytest.mark.parametrize("args", [*_help_of_every_command(), ("gpus", "--format", "json"), ("profile", "check")],
+                         ids=lambda args: "-".join(arg.lstrip("-") for arg in args if arg != "json"))
+def test_commands_that_do_not_need_an_extra_by_nature_never_import_one(args, tmp_path):
+    """Help, listings and `profile check` of a label beside its ONNX model import none of torch, lightning,
+    transformers, hydra or TVM, not even in a `try` (the blocker logs every attempt)."""
+    if args == ("profile", "check"):
+        label = tmp_path / "t4-resnet18"
+        label.mkdir()
+        shutil.copy(EXAMPLE, label / "model.onnx")
+        (label / "label.json").write_text(json.dumps({
+            "format": 1, "model": "resnet18", "batch": 1, "seq": None, "image_size": 224, "dtype": "fp32",
+            "tf32": "off", "latency_ms": 3.0, "timing": "cuda-events-eager", "device": {"name": "Tesla T4", "kind": "cuda"},
+            "note": "test fixture: import hygiene, not a measurement"}))
+        args = (*args, str(label), "--format", "json")
+    done, tried = _without_extras(*args)
+    assert (done.returncode, tried) == (0, []), done.stderr
+    if "--help" in args:
+        assert done.stdout.startswith("usage: lilou")
+    elif args[0] == "profile":
+        (row,) = json.loads(done.stdout)
+        infer, _ = _without_extras("infer", str(label / "model.onnx"), "--gpu", "Tesla T4", "--tf32", "off",
+                                   "--format", "json")
+        assert row["predicted_ms"] == json.loads(infer.stdout)["latency_ms"] and row["measured_ms"] == 3.0
+    else:
+        assert "a10g" in {gpu["name"] for gpu in json.loads(done.stdout)}
 
 
 def test_the_extra_of_each_missing_module():

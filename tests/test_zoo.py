@@ -143,7 +143,7 @@ def test_switch_static_dispatch_matches_transformers() -> None:
     from transformers import SwitchTransformersConfig
     from transformers.models.switch_transformers.modeling_switch_transformers import SwitchTransformersSparseMLP
 
-    from lilou.zoo.hf import CapacitySparseMLP
+    from lilou.zoo.hf_nets import CapacitySparseMLP
 
     torch.manual_seed(0)
     config = SwitchTransformersConfig(d_model=16, d_ff=32, num_experts=4, expert_capacity=3)

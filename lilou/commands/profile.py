@@ -129,7 +129,7 @@ def run_model(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise LilouInputError(f"--out {out}: exists and is not a folder")
-    from lilou.zoo.registry import get_entry
+    from lilou.zoo.catalogue import get_entry
 
     get_entry(args.name)  # an unknown name fails before anything runs
     _check_torch(args.device)

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from lilou.zoo import list_models
+    from lilou.zoo.catalogue import list_models
 
     entries = list_models()
     if args.format == "json":
@@ -50,10 +50,11 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from lilou.zoo import export_onnx, get_entry
-    from lilou.zoo.export import check_destination
+    from lilou.zoo.catalogue import get_entry
 
-    get_entry(args.name)  # unknown names fail here, before any heavy import work
+    get_entry(args.name)  # unknown names fail here, before torch is imported (or found missing)
+    from lilou.zoo.export import check_destination, export_onnx
+
     check_destination(args.output)  # and an unwritable destination, before minutes of export work
     path = export_onnx(
         args.name,

@@ -2,17 +2,26 @@
 
 >>> from lilou.zoo import list_models, build, export_onnx
 >>> export_onnx("resnet50", "resnet50.onnx", batch=8, strip_weights=True)
-"""
-from lilou.zoo.export import export_onnx, strip_weights
-from lilou.zoo.registry import BuiltModel, ZooEntry, build, get_entry, list_models, parameter_count
 
-__all__ = [
-    "BuiltModel",
-    "ZooEntry",
-    "build",
-    "export_onnx",
-    "get_entry",
-    "list_models",
-    "parameter_count",
-    "strip_weights",
-]
+The catalogue (``list_models``, ``get_entry``) needs no torch; building and exporting
+import it (the ``zoo`` extra) on first use of those names.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from lilou.zoo.catalogue import ZooEntry, get_entry, list_models
+
+#: name -> the module that holds it; imported when the name is first used (they import torch).
+_NEEDS_TORCH = {"BuiltModel": "lilou.zoo.registry", "build": "lilou.zoo.registry",
+                "parameter_count": "lilou.zoo.registry", "export_onnx": "lilou.zoo.export",
+                "strip_weights": "lilou.zoo.export"}
+
+__all__ = ["ZooEntry", "get_entry", "list_models", *_NEEDS_TORCH]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEEDS_TORCH:
+        return getattr(importlib.import_module(_NEEDS_TORCH[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
