@@ -38,6 +38,7 @@ from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning
                            launch_wait_interval_note, memory_warning, mig_interval_warning, power_note,
                            transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_notes, checkpoint_path, reading_checkpoints
+from lilou.docs import doc
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
 from lilou.graph.memory import fits_memory, memory_needed
@@ -541,7 +542,7 @@ class Predictor:
         uncalibrated = bounds.uncalibrated if column is None else bounds.uncalibrated_of(column)
         if uncalibrated:
             notes.append(f"no held-out measurements of {', '.join(uncalibrated)} kernels: their 90 % "
-                         "interval is the widest of their family (docs/intervals.md)")
+                         f"interval is the widest of their family ({doc('intervals.md')})")
         return notes
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from lilou.checkpoints import (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_path, in_checkout, make_remedy,
                                shipped_checkpoint_path)
+from lilou.docs import doc
 from lilou.graph.memory import CUDA_CONTEXT_GIB, fits_memory, usable_gib
 from lilou.hardware import Device
 from lilou.hardware.database import architecture_class
@@ -116,7 +117,7 @@ def calibration_notes(kernel_checkpoint: str | os.PathLike[str], has_tensor: boo
     shipped = calibration.data.get("tensor_model")
     if has_tensor and shipped is None:
         tensor = ("the 90 % intervals of non-FP32 kernels come from the FP32 model's held-out residuals, not the "
-                  "tensor-core model's that priced them (docs/intervals.md)")
+                  f"tensor-core model's that priced them ({doc('intervals.md')})")
     elif has_tensor and checkpoint_fingerprint(os.fspath(checkpoint_path(KERNEL_LATENCY_TENSOR))) != shipped["fingerprint"]:
         tensor = ("the 90 % intervals of non-FP32 GEMMs and convolutions were calibrated for another tensor-core "
                   f"model ({shipped['fingerprint']}); regenerate them with {make_remedy('`make calibrate`')}")
@@ -232,11 +233,11 @@ def power_note(kernel_model: KernelModel, devices: Sequence[Device]) -> list[str
         (gpu, (power, low, high)), = slowed.items()
         return [f"{gpu} is a {power:g} W board: compute-bound kernels are predicted {low:.2f}x (kernels of "
                 f"{span[0]} at peak) to {high:.2f}x ({span[1]}) slower than its spec-sheet peak, for its power "
-                "limit (learned from the P4 and T4 kernel rows; docs/kernel_model.md)"]
+                f"limit (learned from the P4 and T4 kernel rows; {doc('kernel_model.md')})"]
     if slowed:
         boards = ", ".join(f"{gpu} ({power:g} W) {low:.2f}-{high:.2f}x" for gpu, (power, low, high) in slowed.items())
         return [f"compute-bound kernels are predicted slower than spec-sheet peak on low-power boards, for their "
-                f"power limit (kernels of {span[0]} to {span[1]} at peak): {boards} (docs/kernel_model.md)"]
+                f"power limit (kernels of {span[0]} to {span[1]} at peak): {boards} ({doc('kernel_model.md')})"]
     return []
 
 
@@ -287,7 +288,7 @@ def extrapolated_warning(devices: Sequence[Device], shares: Sequence[float], wid
         lines.append(f"{devices_text([devices[j].name for j in same], len(devices))}: {head}; its kernels' 90 % intervals "
                      "are widened for it, the model's is not: the wider bands go on the GPU work only, which the host's "
                      f"kernel launches hide ({span} of the estimate is waiting for them; the interval carries the launch "
-                     "gap's range instead), or they are no wider than the in-range bands (docs/intervals.md)")
+                     f"gap's range instead), or they are no wider than the in-range bands ({doc('intervals.md')})")
     return lines
 
 
@@ -316,7 +317,7 @@ def mig_interval_warning(devices: Sequence[Device]) -> list[str]:
         return []
     return [f"{devices_text(slices, len(devices))}: no source measured a MIG slice; the 90 % interval takes the band of "
             "an architecture with no measured GPU (the widest tier) and is not validated against any slice's "
-            "measurements (docs/intervals.md)"]
+            f"measurements ({doc('intervals.md')})"]
 
 
 def launch_gap_interval_note(gap_ms: float, gap_range: tuple[float, float]) -> str:
@@ -325,7 +326,7 @@ def launch_gap_interval_note(gap_ms: float, gap_range: tuple[float, float]) -> s
     lo, hi = (gap_ms * 1000 * f for f in gap_range)
     return (f"the launch gap given ({gap_ms * 1000:g} us per kernel) is priced from {lo:.3g} to {hi:.3g} us in the 90 % "
             "intervals (one host's call-to-call spread, the widest of NeuSight's five hosts), not over other hosts; their "
-            "bands were calibrated with the shipped gap (NeuSight's 2023 hosts; docs/intervals.md)")
+            f"bands were calibrated with the shipped gap (NeuSight's 2023 hosts; {doc('intervals.md')})")
 
 
 def devices_text(names: Sequence[str], total: int) -> str:

@@ -85,6 +85,48 @@ def test_an_installed_wheel_predicts_as_the_checkout_does(wheel, tmp_path):
     assert "gnn" in fused["source"].lower()
 
 
+#: A `docs/<name>.md` that the package's text names (not a URL's /docs/ path).
+DOC_PATH = re.compile(r"(?<![\w/.-])docs/([\w.-]+\.md)")
+
+
+def test_every_document_the_package_cites_is_in_docs():
+    """Messages (through lilou.docs.doc), help, comments and the web page name docs that exist: a renamed document
+    fails here, not in a user's hands."""
+    cited: dict[str, set[str]] = {}
+    for name in _tracked("lilou"):
+        if name.endswith((".py", ".html", ".json", ".yaml")):
+            text = (REPO / name).read_text(encoding="utf-8")
+            for doc in {*DOC_PATH.findall(text), *re.findall(r"\bdoc\(['\"]([\w.-]+)['\"]\)", text)}:
+                cited.setdefault(doc, set()).add(name)
+    assert {doc: names for doc, names in cited.items() if not (REPO / "docs" / doc).is_file()} == {}
+    assert {"intervals.md", "kernel_model.md", "service.md", "llm.md", "fusion.md"} <= set(cited)
+
+
+def test_an_installed_wheel_names_the_documents_it_carries(wheel, tmp_path):
+    """Warnings and help said `docs/intervals.md`, a folder the wheel did not have: it carries docs/*.md as
+    lilou/_docs now and an installed package's messages give that copy's path."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert [doc for doc in _tracked("docs") if doc.endswith(".md") and doc.count("/") == 1
+            and doc.replace("docs/", "lilou/_docs/", 1) not in names] == []
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target",
+                           str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    installed = site / "lilou" / "_docs" / "intervals.md"
+    assert installed.read_bytes() == (REPO / "docs" / "intervals.md").read_bytes()
+
+    def mig_warnings(pythonpath):
+        run = subprocess.run([sys.executable, "-m", "lilou.cli", "infer", str(EXAMPLE), "--gpu", "a100-40gb", "--mig",
+                              "1g.5gb", "--format", "json"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(pythonpath)})
+        assert run.returncode == 0, run.stderr
+        return [line for line in json.loads(run.stdout)["warnings"] if "no source measured a MIG slice" in line]
+
+    (checkout,) = mig_warnings(REPO)
+    assert checkout.endswith("measurements (docs/intervals.md)")
+    assert mig_warnings(site) == [checkout.replace("docs/intervals.md", str(installed))]
+
+
 def test_a_checkout_uses_its_own_checkpoints_folder():
     from lilou.checkpoints import SHIPPED_ROOT, in_checkout
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from lilou.commands._common import add_format_option, console, print_json, warn
+from lilou.docs import doc
 from lilou.errors import LilouInputError
 
 
@@ -13,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Predicted serving of a decoder LLM (a built-in name or a Hugging Face config.json) on one GPU, "
                     "MIG slice or tensor-parallel group: TTFT, ITL, throughput, mean power, energy per token and "
                     "whether weights + KV cache + workspace fit. Each prefill and decode step is composed from the "
-                    "kernel model's per-kernel predictions (docs/llm.md).")
+                    f"kernel model's per-kernel predictions ({doc('llm.md')}).")
     parser.add_argument("model", nargs="?", help="built-in model name (see --list) or path of a config.json")
     parser.add_argument("--list", action="store_true", help="list the built-in model names and exit")
     parser.add_argument("--gpu", help="GPU name (any alias, see `lilou gpus`)")

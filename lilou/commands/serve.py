@@ -7,6 +7,7 @@ import json
 import os
 
 from lilou.commands._common import warn
+from lilou.docs import doc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve", help="HTTP prediction service (/v1/predict, /v1/rank, ...) and a web page at /",
         description="Serve predictions over HTTP (FastAPI + uvicorn): POST /v1/predict, /v1/rank, /v1/plan, "
                     "/v1/llm with an ONNX upload or a file under --models-root; GET /v1/gpus, /v1/healthz; "
-                    "the page at /. Binds to loopback unless --host says otherwise. See docs/service.md.")
+                    f"the page at /. Binds to loopback unless --host says otherwise. See {doc('service.md')}.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",

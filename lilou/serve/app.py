@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
 
+from lilou.docs import doc
 from lilou.errors import LilouInputError
 from lilou.serve import openapi_doc
 from lilou.serve.errors import InvalidField, ModelNotFound, install_handlers, validation_message
@@ -260,7 +261,7 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
     @app.get("/docs", include_in_schema=False)
     async def no_docs() -> JSONResponse:
         return JSONResponse({"detail": "Not Found: this server has no /docs page; its API contract is /openapi.json "
-                                       "(and docs/service.md)"}, status_code=404)
+                                       f"(and {doc('service.md')})"}, status_code=404)
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:

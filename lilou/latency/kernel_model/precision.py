@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lilou.docs import doc
 from lilou.errors import LilouInputError
 from lilou.graph.precision import PRECISIONS
 from lilou.hardware import Device
@@ -152,7 +153,7 @@ def precision_warnings(paths: list[PrecisionPath], has_conv: bool, has_matmul: b
             names = ", ".join(p.upper() for p in unmeasured)
             warnings.append(f"the model computes in {names}, but the shipped kernel model has FP32 measurements only: "
                             f"its {names} kernels are predicted at FP32 rates on CUDA cores (on tensor-core GPUs, "
-                            "several times too slow; docs/kernel_model.md)")
+                            f"several times too slow; {doc('kernel_model.md')})")
     else:
         families = [f for f, present in (("gemm", has_matmul), ("conv", has_conv)) if present]
         warnings += _coverage_warnings(paths, devices, families, coverage, retyped)
