@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from onnx import helper
 
@@ -17,12 +18,17 @@ from lilou.graph import build_graph
 from lilou.graph.costs import TensorInfo
 from lilou.graph.dag import load_graph
 from lilou.latency.composition.eager_calls import (BIAS_ADD, GROUP_NORM_APPLY, GROUP_NORM_MOMENTS,
-                                                   GROUP_NORM_PARAMETERS, runs_in_cudnn)
+                                                   GROUP_NORM_PARAMETERS, NONZERO_COORDINATES, NONZERO_COUNT,
+                                                   NONZERO_COUNT_TO_HOST, NONZERO_SELECT, NONZERO_SELECT_INIT,
+                                                   runs_in_cudnn)
 from lilou.latency.composition.end_to_end import describe_kernels
+from lilou.latency.composition.overhead import queue_shares
 from tests.onnx_builders import ints, make_model, tensor, weight
 
 REPO = Path(__file__).resolve().parents[1]
 UNET = REPO / "tests" / "data" / "diffusion" / "unet.onnx"
+#: Exports of three eager calls (scripts/make_eager_call_fixtures.py), by TorchScript and by the dynamo exporter.
+CALLS = REPO / "tests" / "data" / "eager_calls"
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +137,62 @@ def test_int8_convolutions_keep_their_bias_in_the_epilogue() -> None:
     result = Predictor().predict(UNET, gpu="a10g", precision="int8")
     roles = Counter(kernel.role for kernel in result.kernels)
     assert roles[BIAS_ADD] == 0 and roles[GROUP_NORM_MOMENTS] == 21
+
+
+@pytest.mark.parametrize("exporter", ["ts", "dynamo"])
+def test_nonzero_counts_copies_the_count_to_the_host_and_selects(exporter) -> None:
+    """``torch.nonzero(x > 0)`` of (8, 512): cub's count (one tile: 4096 elements), the count copied to the host (the
+    host waits there), cub's select (init and sweep), the coordinates of a 2-D input. Sized at 4096 non-zeros."""
+    graph = load_graph(CALLS / f"nonzero-{exporter}.onnx")
+    kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+    roles = [spec.role for spec in kernels.specs if spec.role]
+    assert roles == [NONZERO_COUNT, NONZERO_COUNT_TO_HOST, NONZERO_SELECT_INIT, NONZERO_SELECT, NONZERO_COORDINATES]
+    first = [spec.role for spec in kernels.specs].index(NONZERO_COUNT)
+    count, to_host, _, select, coordinates = kernels.specs[first:first + 5]
+    assert (count.bytes_read, count.bytes_written) == (8 * 512, 4)  # a bool mask
+    assert (to_host.bytes_read, to_host.bytes_written) == (4, 4)
+    assert (select.bytes_read, select.bytes_written) == (8 * 512, 4096 * 8)
+    assert (coordinates.bytes_read, coordinates.bytes_written) == (4096 * 8, 2 * 4096 * 8)
+    assert kernels.host_waits.tolist() == [i == first + 1 for i in range(len(kernels))]
+    tvm = describe_kernels(graph, Partition(backend="tvm", groups=predict_partition(graph, "eager").groups))
+    assert not any(spec.role for spec in tvm.specs) and not tvm.host_waits.any()
+
+
+def test_a_larger_count_takes_two_cub_passes() -> None:
+    """Over one tile (4096 elements), ``DeviceReduce::Sum`` reduces each tile, then the tiles' counts."""
+    model = make_model([helper.make_node("NonZero", ["x"], ["i"], name="nonzero")], [tensor("x", [4097])],
+                       [tensor("i", [1, None], 7)])
+    graph = build_graph(model)
+    kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+    assert [spec.role for spec in kernels.specs] == [NONZERO_COUNT, NONZERO_COUNT, NONZERO_COUNT_TO_HOST,
+                                                     NONZERO_SELECT_INIT, NONZERO_SELECT]  # 1-D: no coordinates
+    assert [(s.bytes_read, s.bytes_written) for s in kernels.specs[:2]] == [(4097 * 4, 2 * 4), (2 * 4, 4)]
+
+
+def test_a_nonzero_after_a_long_kernel_drains_the_queue_and_says_so() -> None:
+    """A 64-channel 3x3 convolution on 256 x 256 lets the host run ahead; nonzero's copy to the host waits for it, so
+    the kernel after the copy waits a launch gap instead of queueing behind the convolution."""
+    from lilou.api import Predictor
+
+    shape = [1, 64, 256, 256]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Greater", ["c", "zero"], ["mask"], name="positive"),
+             helper.make_node("NonZero", ["mask"], ["i"], name="nonzero"),
+             helper.make_node("ReduceSum", ["i"], ["y"], name="count", keepdims=0)]
+    model = make_model(nodes, [tensor("x", shape)], [tensor("y", [], 7)],
+                       [weight("w", [64, 64, 3, 3]), weight("zero", [])])
+    predictor = Predictor()
+    result = predictor.predict(build_graph(model), gpu="a10g")
+    assert sum(w.startswith("1 NonZero node(s) have a data-dependent output size") for w in result.warnings) == 1
+    assert [k.role for k in result.kernels] == ["", "", NONZERO_COUNT, NONZERO_COUNT, NONZERO_COUNT_TO_HOST,
+                                                NONZERO_SELECT_INIT, NONZERO_SELECT, NONZERO_COORDINATES, ""]
+    gap = predictor.model.overhead.gap_ms
+    gpu = np.array([k.work_ms for k in result.kernels])
+    waits = np.arange(len(gpu)) == 4
+    assert result.latency_ms == pytest.approx(queue_shares(gpu, gap, waits).sum(), abs=1e-3)
+    # the host issued the count's kernels and the copy while the convolution ran; after the copy, the select's init
+    # waits a whole gap (it would have queued behind the count), and the queue is that much longer
+    assert gpu[0] > 3 * gap
+    assert result.kernels[5].host_wait_ms == pytest.approx(gap, abs=1e-4)
+    assert queue_shares(gpu, gap).sum() < result.latency_ms - 0.6 * gap
+    assert not any("data-dependent" in w for w in predictor.predict(UNET, gpu="a10g").warnings)

@@ -21,6 +21,13 @@ call that launches it and says which part of the call it runs (:attr:`KernelSpec
   ``ComputeFusedParamsCUDAKernel`` (per-(n, c) scale and shift, N x C values in FP32), then one TensorIterator
   kernel (read X, write Y): three kernels, X read twice. Without weight and bias, or with one element per channel
   (``GroupNorm1dForward``), the apply kernel reads the moments itself: two kernels.
+* ``torch.nonzero`` (``nonzero_cuda_out_impl``, aten/src/ATen/native/cuda/Nonzero.cu): ``cub::DeviceReduce::Sum``
+  counts the non-zero elements (one single-tile kernel up to one tile, 4096 elements of cub's SM 6.0+ reduce policy,
+  a pass over the tiles then a single-tile pass above), ``at::cuda::memcpy_and_sync`` copies the count to the host
+  and waits for the stream, ``cub::DeviceSelect::Flagged`` writes the flat indices (an init and a sweep kernel) and,
+  for an input of more than one dimension, ``write_indices`` turns them into coordinates. The host waits for the GPU
+  at the copy (:data:`HOST_WAIT_ROLES`): the launch queue drains there (:func:`lilou.latency.composition.overhead.
+  queue_shares`). The output size depends on the data: the kernels are sized as if every element were non-zero.
 """
 from __future__ import annotations
 
@@ -40,11 +47,20 @@ BIAS_ADD = "bias add"
 GROUP_NORM_MOMENTS = "group norm moments"
 GROUP_NORM_PARAMETERS = "group norm parameters"
 GROUP_NORM_APPLY = "group norm apply"
+NONZERO_COUNT = "nonzero count"
+NONZERO_COUNT_TO_HOST = "nonzero count to host"
+NONZERO_SELECT_INIT = "nonzero select init"
+NONZERO_SELECT = "nonzero select"
+NONZERO_COORDINATES = "nonzero coordinates"
+#: Roles after which the host waits for the GPU (a device-to-host copy and a stream synchronisation).
+HOST_WAIT_ROLES = frozenset({NONZERO_COUNT_TO_HOST})
 
 #: Tensor types ``at::_convolution`` hands to cuDNN (then adds the bias apart).
 _CUDNN_FLOAT_TYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 #: Bytes of the accumulation type of ``ComputeFusedParamsCUDAKernel``'s outputs (FP32 for FP16/BF16/FP32 inputs).
 _ACC_BYTES = 4
+#: Elements one single-tile ``DeviceReduceSingleTileKernel`` reduces (cub's SM 6.0+ reduce policy: 256 threads x 16).
+_CUB_REDUCE_TILE = 4096
 
 
 def eager_launches(graph: ModelGraph, group: Sequence[str], spec: KernelSpec,
@@ -55,11 +71,17 @@ def eager_launches(graph: ModelGraph, group: Sequence[str], spec: KernelSpec,
     norm = _group_norm(graph, group)
     if norm is not None:
         return _group_norm_kernels(spec, *norm)
-    convs = [n for n in group if graph.dag.nodes[n]["op"] in ("Conv", "ConvTranspose")]
+    ops = {n: graph.dag.nodes[n]["op"] for n in group}
+    convs = [n for n, op in ops.items() if op in ("Conv", "ConvTranspose")]
     if len(convs) == 1 and spec.family == "conv":
         add = _bias_add(graph, convs[0])
         if add is not None:
             return [(spec, fixed_bytes), add]
+    nonzero = [n for n, op in ops.items() if op == "NonZero"]
+    calls = _nonzero_kernels(graph, nonzero[0], spec) if len(nonzero) == 1 else None
+    if calls is not None:
+        rest = any(op not in _NONZERO_COMPANIONS for op in ops.values())  # a group the fusion model joined to more
+        return calls + ([(spec, fixed_bytes)] if rest else [])
     return [(spec, fixed_bytes)]
 
 
@@ -199,3 +221,34 @@ def _group_norm_kernels(spec: KernelSpec, x: TensorInfo, groups: int, affine: bo
     kernels.append((apply, 0 if affine and spatial > 1 else 2 * c * itemsize * affine))
     return kernels
 
+
+#: Ops a NonZero's group may hold beside it and still be the ``nonzero`` call alone (views of its output).
+_NONZERO_COMPANIONS = frozenset({"NonZero", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity"})
+_INDEX_BYTES = 8  # int64 indices
+
+
+def _nonzero_kernels(graph: ModelGraph, name: str, spec: KernelSpec) -> list[tuple[KernelSpec, int]] | None:
+    """The kernels of ``nonzero_cuda_out_impl`` and its copy of the count to the host, sized as if every element of
+    the input were non-zero (the output's size depends on the data); None for an input of unknown shape."""
+    x = graph.dag.nodes[name]["inputs"][0]
+    if x is None or x.shape is None:
+        return None
+    elements, dims = x.elements or 0, max(len(x.shape), 1)
+    indices = elements * _INDEX_BYTES
+
+    def kernel(role: str, family: str, read: int, written: int, out: int, rows: int = 0, cols: int = 0) -> KernelSpec:
+        return replace(spec, family=family, role=role, ops=("NonZero",), flops=elements if read else 0, bytes_read=read,
+                       bytes_written=written, out_elements=out, rows=rows, cols=cols, gemm=None, conv=None)
+
+    count = kernel(NONZERO_COUNT, "reduction", x.nbytes or 0, 4, 1, 1, elements)
+    kernels = [count]
+    if elements > _CUB_REDUCE_TILE:  # a partial count per tile, then DeviceReduceSingleTileKernel over them
+        tiles = -(-elements // _CUB_REDUCE_TILE)
+        kernels = [replace(count, bytes_written=4 * tiles, out_elements=tiles),
+                   kernel(NONZERO_COUNT, "reduction", 4 * tiles, 4, 1, 1, tiles)]
+    kernels += [kernel(NONZERO_COUNT_TO_HOST, "elementwise", 4, 4, 1),
+                kernel(NONZERO_SELECT_INIT, "elementwise", 0, 0, 0),
+                kernel(NONZERO_SELECT, "reduction", x.nbytes or 0, indices, elements, 1, elements)]
+    if len(x.shape) > 1:
+        kernels.append(kernel(NONZERO_COORDINATES, "elementwise", indices, dims * indices, dims * elements))
+    return [(k, 0) for k in kernels]
