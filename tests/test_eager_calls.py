@@ -18,7 +18,9 @@ from lilou.graph import build_graph
 from lilou.graph.costs import TensorInfo
 from lilou.graph.dag import load_graph
 from lilou.latency.composition.eager_calls import (BIAS_ADD, GROUP_NORM_APPLY, GROUP_NORM_MOMENTS,
-                                                   GROUP_NORM_PARAMETERS, NONZERO_COORDINATES, NONZERO_COUNT,
+                                                   GROUP_NORM_PARAMETERS, INSTANCE_NORM_APPLY, INSTANCE_NORM_INVSTD,
+                                                   INSTANCE_NORM_REPEAT, INSTANCE_NORM_STATISTICS,
+                                                   NONZERO_COORDINATES, NONZERO_COUNT,
                                                    NONZERO_COUNT_TO_HOST, NONZERO_SELECT, NONZERO_SELECT_INIT,
                                                    runs_in_cudnn)
 from lilou.latency.composition.end_to_end import describe_kernels
@@ -196,3 +198,41 @@ def test_a_nonzero_after_a_long_kernel_drains_the_queue_and_says_so() -> None:
     assert result.kernels[5].host_wait_ms == pytest.approx(gap, abs=1e-4)
     assert queue_shares(gpu, gap).sum() < result.latency_ms - 0.6 * gap
     assert not any("data-dependent" in w for w in predictor.predict(UNET, gpu="a10g").warnings)
+
+
+@pytest.mark.parametrize("exporter", ["ts", "dynamo"])
+def test_an_instance_norm_repeats_its_weights_and_runs_a_training_batch_norm(exporter) -> None:
+    """The style block's affine ``InstanceNorm2d(8)`` on (1, 8, 64, 64) FP32: ``weight.repeat(1)`` and
+    ``bias.repeat(1)``, then cuDNN's training batch norm (the group's own kernel). Its ``InstanceNorm2d(16)`` without
+    weights, on (1, 16, 32, 32): the native batch norm's statistics, 1/std and element-wise pass."""
+    graph = load_graph(CALLS / f"style-{exporter}.onnx")
+    partition = predict_partition(graph, "eager")
+    kernels = describe_kernels(graph, partition)
+    dag = graph.dag
+    norms = [i for i, nodes in enumerate(kernels.nodes)
+             if any(dag.nodes[n]["op"] == "InstanceNormalization" for n in nodes)]
+    assert [kernels.specs[i].role for i in norms] == [INSTANCE_NORM_REPEAT, INSTANCE_NORM_REPEAT, "",
+                                                       INSTANCE_NORM_STATISTICS, INSTANCE_NORM_INVSTD,
+                                                       INSTANCE_NORM_APPLY]
+    repeat, _, cudnn, statistics, invstd, apply = (kernels.specs[i] for i in norms)
+    assert (repeat.family, repeat.bytes_read, repeat.bytes_written) == ("elementwise", 8 * 4, 8 * 4)
+    assert (cudnn.family, cudnn.bytes_written) == ("layernorm", 8 * 64 * 64 * 4)
+    x = 16 * 32 * 32 * 4
+    assert (statistics.family, statistics.rows, statistics.cols) == ("layernorm", 16, 32 * 32)
+    assert (statistics.bytes_read, statistics.bytes_written) == (x, 2 * 16 * 4)
+    assert (invstd.bytes_read, invstd.bytes_written) == (16 * 4, 16 * 4)
+    assert (apply.family, apply.bytes_read, apply.bytes_written) == ("elementwise", x + 2 * 16 * 4, x)
+    assert len(kernels) == len(partition.kernels) + 2 + 2 + 2  # two bias adds, two repeats, two more native passes
+    tvm = describe_kernels(graph, Partition(backend="tvm", groups=partition.groups))
+    assert len(tvm) == len(partition.kernels) and not any(spec.role for spec in tvm.specs)
+
+
+def test_an_fp16_affine_instance_norm_runs_the_native_batch_norm() -> None:
+    """``_select_batch_norm_backend`` keeps an FP16 input with FP16 weights off cuDNN: the affine norm's repeats, then
+    the native statistics, 1/std and element-wise pass."""
+    from lilou.api import Predictor
+
+    result = Predictor().predict(CALLS / "style-ts.onnx", gpu="a10g", precision="fp16")
+    roles = [kernel.role for kernel in result.kernels if kernel.role.startswith("instance norm")]
+    native = [INSTANCE_NORM_STATISTICS, INSTANCE_NORM_INVSTD, INSTANCE_NORM_APPLY]
+    assert roles == [INSTANCE_NORM_REPEAT, INSTANCE_NORM_REPEAT, *native, *native]

@@ -21,6 +21,16 @@ call that launches it and says which part of the call it runs (:attr:`KernelSpec
   ``ComputeFusedParamsCUDAKernel`` (per-(n, c) scale and shift, N x C values in FP32), then one TensorIterator
   kernel (read X, write Y): three kernels, X read twice. Without weight and bias, or with one element per channel
   (``GroupNorm1dForward``), the apply kernel reads the moments itself: two kernels.
+* An instance norm (``aten.instance_norm``, aten/src/ATen/native/Normalization.cpp): ``weight.repeat(b)`` and
+  ``bias.repeat(b)`` (a copy kernel each, where the norm is affine), then ``at::batch_norm`` in training mode on the
+  input viewed as (1, N x C, ...). ``_select_batch_norm_backend`` hands that to cuDNN only with a weight and a bias
+  that are not BF16 and an input that is not FP16/BF16 beside them (ONNX gives scale and input one type: FP32 or
+  FP64 affine norms): one ``cudnnBatchNormalizationForwardTraining`` call, the group's own kernel (what cuDNN
+  launches inside is not in PyTorch's source). Otherwise ``batch_norm_cuda_out`` (aten/src/ATen/native/cuda/
+  Normalization.cu) launches ``batch_norm_mean_var`` (the statistics of the N x C rows), ``batch_norm_calc_invstd``
+  (1/std of N x C values) and ``batch_norm_elementwise`` (read X, write Y): three kernels. An exporter writes the
+  scale and bias of a norm without weights as constants (TorchScript) or computed ones (dynamo), and a module's
+  weight and bias as initializers: an initializer scale is an affine norm.
 * ``torch.nonzero`` (``nonzero_cuda_out_impl``, aten/src/ATen/native/cuda/Nonzero.cu): ``cub::DeviceReduce::Sum``
   counts the non-zero elements (one single-tile kernel up to one tile, 4096 elements of cub's SM 6.0+ reduce policy,
   a pass over the tiles then a single-tile pass above), ``at::cuda::memcpy_and_sync`` copies the count to the host
@@ -47,6 +57,10 @@ BIAS_ADD = "bias add"
 GROUP_NORM_MOMENTS = "group norm moments"
 GROUP_NORM_PARAMETERS = "group norm parameters"
 GROUP_NORM_APPLY = "group norm apply"
+INSTANCE_NORM_REPEAT = "instance norm weight repeat"
+INSTANCE_NORM_STATISTICS = "instance norm statistics"
+INSTANCE_NORM_INVSTD = "instance norm invstd"
+INSTANCE_NORM_APPLY = "instance norm apply"
 NONZERO_COUNT = "nonzero count"
 NONZERO_COUNT_TO_HOST = "nonzero count to host"
 NONZERO_SELECT_INIT = "nonzero select init"
@@ -59,6 +73,8 @@ HOST_WAIT_ROLES = frozenset({NONZERO_COUNT_TO_HOST})
 _CUDNN_FLOAT_TYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 #: Bytes of the accumulation type of ``ComputeFusedParamsCUDAKernel``'s outputs (FP32 for FP16/BF16/FP32 inputs).
 _ACC_BYTES = 4
+#: Input types whose affine batch norm ``_select_batch_norm_backend`` hands to cuDNN (scale of the same type).
+_CUDNN_NORM_TYPES = frozenset({"float32", "float64"})
 #: Elements one single-tile ``DeviceReduceSingleTileKernel`` reduces (cub's SM 6.0+ reduce policy: 256 threads x 16).
 _CUB_REDUCE_TILE = 4096
 
@@ -77,6 +93,9 @@ def eager_launches(graph: ModelGraph, group: Sequence[str], spec: KernelSpec,
         add = _bias_add(graph, convs[0])
         if add is not None:
             return [(spec, fixed_bytes), add]
+    instance = [n for n, op in ops.items() if op == "InstanceNormalization"]
+    if len(instance) == 1 and not any(ops.get(p) == "Reshape" for p in graph.dag.predecessors(instance[0])):
+        return _instance_norm_kernels(graph, instance[0], spec, fixed_bytes)
     nonzero = [n for n, op in ops.items() if op == "NonZero"]
     calls = _nonzero_kernels(graph, nonzero[0], spec) if len(nonzero) == 1 else None
     if calls is not None:
@@ -220,6 +239,37 @@ def _group_norm_kernels(spec: KernelSpec, x: TensorInfo, groups: int, affine: bo
                     rows=0, cols=0)
     kernels.append((apply, 0 if affine and spatial > 1 else 2 * c * itemsize * affine))
     return kernels
+
+
+def _instance_norm_kernels(graph: ModelGraph, name: str, spec: KernelSpec, fixed_bytes: int
+                           ) -> list[tuple[KernelSpec, int]]:
+    """The kernels of ``aten.instance_norm`` for the group described as ``spec``: the repeats of an affine norm's
+    weight and bias, then cuDNN's batch norm (the group's own kernel) or the native one's three."""
+    node = graph.dag.nodes[name]
+    x = node["inputs"][0]
+    if x is None or x.shape is None or len(x.shape) < 3 or not x.elements:
+        return [(spec, fixed_bytes)]
+    n, c = x.shape[0], x.shape[1]
+    rows, elements, itemsize = n * c, x.elements, x.itemsize
+    # a module's weight and bias are initializers; a norm without them reads constants the exporter wrote
+    affine = all(t is not None and graph.writer(name, t.name) is None for t in node["inputs"][1:3])
+    kernels: list[tuple[KernelSpec, int]] = []
+    if affine:
+        repeat = replace(spec, family="elementwise", role=INSTANCE_NORM_REPEAT, ops=("Tile",), flops=0,
+                         bytes_read=c * itemsize, bytes_written=rows * itemsize, out_elements=rows, rows=0, cols=0)
+        kernels += [(repeat, c * itemsize), (repeat, c * itemsize)]
+        if x.dtype in _CUDNN_NORM_TYPES:
+            return kernels + [(replace(spec, bytes_read=spec.bytes_read + 2 * (rows - c) * itemsize), 0)]
+    statistics = replace(spec, family="layernorm", role=INSTANCE_NORM_STATISTICS, flops=4 * elements,
+                         bytes_read=x.nbytes or 0, bytes_written=2 * rows * _ACC_BYTES, out_elements=2 * rows,
+                         rows=rows, cols=elements // rows)
+    invstd = replace(spec, family="elementwise", role=INSTANCE_NORM_INVSTD, ops=("Add", "Sqrt", "Reciprocal"),
+                     flops=3 * rows, bytes_read=rows * _ACC_BYTES, bytes_written=rows * _ACC_BYTES, out_elements=rows,
+                     rows=0, cols=0)
+    weights = 2 * rows * itemsize if affine else 0
+    apply = replace(spec, family="elementwise", role=INSTANCE_NORM_APPLY, flops=(4 if affine else 2) * elements,
+                    bytes_read=(x.nbytes or 0) + 2 * rows * _ACC_BYTES + weights, rows=0, cols=0)
+    return kernels + [(statistics, 0), (invstd, 0), (apply, 0)]
 
 
 #: Ops a NonZero's group may hold beside it and still be the ``nonzero`` call alone (views of its output).
