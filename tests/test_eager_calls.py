@@ -17,7 +17,7 @@ from lilou.fusion.predict import predict_partition
 from lilou.graph import build_graph
 from lilou.graph.costs import TensorInfo
 from lilou.graph.dag import load_graph
-from lilou.latency.composition.eager_calls import (BIAS_ADD, GROUP_NORM_APPLY, GROUP_NORM_MOMENTS,
+from lilou.latency.composition.eager_calls import (BIAS_ADD, CONTIGUOUS_COPY, GROUP_NORM_APPLY, GROUP_NORM_MOMENTS,
                                                    GROUP_NORM_PARAMETERS, INSTANCE_NORM_APPLY, INSTANCE_NORM_INVSTD,
                                                    INSTANCE_NORM_REPEAT, INSTANCE_NORM_STATISTICS,
                                                    NONZERO_COORDINATES, NONZERO_COUNT,
@@ -40,13 +40,16 @@ def unet():
 
 
 def test_a_unet_launches_its_bias_adds_and_group_norm_passes(unet) -> None:
-    """diffusers' UNet (TorchScript export): 33 convolutions, each with a bias of its own, and 21 group norms. Its
-    269 kernel groups are 344 eager kernels: a bias add after each convolution, three kernels per group norm."""
+    """diffusers' UNet (TorchScript export): 33 convolutions, each with a bias of its own, 21 group norms and 4
+    transformer blocks, each reading ``permute(0, 2, 3, 1).reshape(b, h * w, c)`` (a view, not contiguous) into its
+    first layer norm. Its 269 kernel groups are 348 eager kernels: a bias add after each convolution, three kernels
+    per group norm, a copy before each of those 4 layer norms."""
     graph, partition = unet
     kernels = describe_kernels(graph, partition)
     assert len(partition.kernels) == 269
     assert Counter(spec.role for spec in kernels.specs) == {"": 248, BIAS_ADD: 33, GROUP_NORM_MOMENTS: 21,
-                                                             GROUP_NORM_PARAMETERS: 21, GROUP_NORM_APPLY: 21}
+                                                             GROUP_NORM_PARAMETERS: 21, GROUP_NORM_APPLY: 21,
+                                                             CONTIGUOUS_COPY: 4}
     dag = graph.dag
     for i, spec in enumerate(kernels.specs):
         if spec.role == BIAS_ADD:  # right after its convolution, listing its node: reads the output and the bias
@@ -61,6 +64,11 @@ def test_a_unet_launches_its_bias_adds_and_group_norm_passes(unet) -> None:
             assert kernels.nodes[i] == kernels.nodes[i + 1] == kernels.nodes[i + 2]
             assert spec.family == "layernorm" and spec.bytes_written == 2 * spec.rows * 4
             assert spec.bytes_read == spec.rows * spec.cols * 4
+        if spec.role == CONTIGUOUS_COPY:  # right before its layer norm: reads and writes the norm's input
+            norm = next(dag.nodes[n] for n in kernels.nodes[i] if dag.nodes[n]["op"] == "LayerNormalization")
+            assert kernels.nodes[i] == kernels.nodes[i + 1] and kernels.specs[i + 1].family == "layernorm"
+            assert spec.bytes_read == spec.bytes_written == norm["inputs"][0].nbytes
+            assert norm["inputs"][0].shape in ((2, 256, 64), (2, 64, 128))
 
 
 def test_other_backends_keep_one_kernel_per_group(unet) -> None:
@@ -236,3 +244,29 @@ def test_an_fp16_affine_instance_norm_runs_the_native_batch_norm() -> None:
     roles = [kernel.role for kernel in result.kernels if kernel.role.startswith("instance norm")]
     native = [INSTANCE_NORM_STATISTICS, INSTANCE_NORM_INVSTD, INSTANCE_NORM_APPLY]
     assert roles == [INSTANCE_NORM_REPEAT, INSTANCE_NORM_REPEAT, *native, *native]
+
+
+@pytest.mark.parametrize("exporter", ["ts", "dynamo"])
+def test_a_layer_norm_of_a_permuted_view_copies_it_first(exporter) -> None:
+    """ConvNeXt's block: ``permute(0, 2, 3, 1)`` of a (1, 16, 14, 14) activation into ``nn.LayerNorm(16)``.
+    ``layer_norm_cuda`` takes ``input.expect_contiguous()``: a copy of the 14 x 14 x 16 values before the norm."""
+    graph = load_graph(CALLS / f"convnext-{exporter}.onnx")
+    partition = predict_partition(graph, "eager")
+    kernels = describe_kernels(graph, partition)
+    roles = [spec.role for spec in kernels.specs]
+    assert roles.count(CONTIGUOUS_COPY) == 1 and len(kernels) == len(partition.kernels) + 1
+    i = roles.index(CONTIGUOUS_COPY)
+    copy, norm = kernels.specs[i], kernels.specs[i + 1]
+    assert (copy.bytes_read, copy.bytes_written, norm.family) == (14 * 14 * 16 * 4, 14 * 14 * 16 * 4, "layernorm")
+    assert kernels.nodes[i] == kernels.nodes[i + 1]
+    tvm = describe_kernels(graph, Partition(backend="tvm", groups=partition.groups))
+    assert not any(spec.role for spec in tvm.specs)
+
+
+@pytest.mark.parametrize("name", ["ort/bert.onnx", "ort/gpt2.onnx"])
+def test_layer_norms_of_contiguous_tensors_copy_nothing(name) -> None:
+    """BERT's and GPT-2's layer norms read embeddings or a residual sum of contiguous tensors: no copy."""
+    graph = load_graph(REPO / "tests" / "data" / name)
+    kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+    assert any(spec.family == "layernorm" for spec in kernels.specs)
+    assert CONTIGUOUS_COPY not in {spec.role for spec in kernels.specs}

@@ -38,6 +38,10 @@ call that launches it and says which part of the call it runs (:attr:`KernelSpec
   for an input of more than one dimension, ``write_indices`` turns them into coordinates. The host waits for the GPU
   at the copy (:data:`HOST_WAIT_ROLES`): the launch queue drains there (:func:`lilou.latency.composition.overhead.
   queue_shares`). The output size depends on the data: the kernels are sized as if every element were non-zero.
+* A layer norm of a view that is not contiguous (ConvNeXt's ``x.permute(0, 2, 3, 1)`` before its ``nn.LayerNorm``):
+  ``layer_norm_cuda`` (aten/src/ATen/native/cuda/layer_norm_kernel.cu) takes ``input.expect_contiguous()``, a copy
+  kernel before the norm. The view launches nothing of its own (:mod:`lilou.fusion.eager_replay` joins it to the
+  norm's group), so the copy is added here (:func:`lilou.fusion.eager_layout.strided_tensors` follows the strides).
 """
 from __future__ import annotations
 
@@ -66,6 +70,7 @@ NONZERO_COUNT_TO_HOST = "nonzero count to host"
 NONZERO_SELECT_INIT = "nonzero select init"
 NONZERO_SELECT = "nonzero select"
 NONZERO_COORDINATES = "nonzero coordinates"
+CONTIGUOUS_COPY = "contiguous copy"
 #: Roles after which the host waits for the GPU (a device-to-host copy and a stream synchronisation).
 HOST_WAIT_ROLES = frozenset({NONZERO_COUNT_TO_HOST})
 
@@ -101,6 +106,11 @@ def eager_launches(graph: ModelGraph, group: Sequence[str], spec: KernelSpec,
     if calls is not None:
         rest = any(op not in _NONZERO_COMPANIONS for op in ops.values())  # a group the fusion model joined to more
         return calls + ([(spec, fixed_bytes)] if rest else [])
+    norms = [n for n, op in ops.items() if op == "LayerNormalization"]
+    if len(norms) == 1:
+        copy = _contiguous_copy(graph, norms[0])
+        if copy is not None:
+            return [copy, (spec, fixed_bytes)]
     return [(spec, fixed_bytes)]
 
 
@@ -302,3 +312,19 @@ def _nonzero_kernels(graph: ModelGraph, name: str, spec: KernelSpec) -> list[tup
     if len(x.shape) > 1:
         kernels.append(kernel(NONZERO_COORDINATES, "elementwise", indices, dims * indices, dims * elements))
     return [(k, 0) for k in kernels]
+
+
+def _contiguous_copy(graph: ModelGraph, name: str) -> tuple[KernelSpec, int] | None:
+    """The copy ``layer_norm_cuda``'s ``input.expect_contiguous()`` makes of a view that is not contiguous, or None."""
+    from lilou.fusion.eager_layout import is_contiguous, strided_tensors
+
+    x = graph.dag.nodes[name]["inputs"][0]
+    if x is None or x.shape is None:
+        return None
+    strided = graph.derived("eager strided views", lambda: strided_tensors(graph, graph.runtime_nodes())[0])
+    strides = strided.get(x.name)
+    if strides is None or is_contiguous(x.shape, strides):
+        return None
+    copied = TensorInfo(f"{x.name} contiguous", x.shape, x.dtype, x.itemsize)
+    copy = CostInput(op="Transpose", attributes={}, inputs=[x], outputs=[copied])
+    return replace(describe_kernel([copy]), role=CONTIGUOUS_COPY), 0
