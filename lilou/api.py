@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning, extrapolated_warning, fallback_warning,
-                           fused_attention_warning, grouped_conv_warning, launch_bound_note, launch_gap_interval_note,
-                           launch_wait_interval_note, memory_warning, mig_interval_warning, power_note,
-                           transposed_conv_warning, unmeasured_kernels)
+                           fused_attention_warning, grouped_conv_warning, host_wait_warning, launch_bound_note,
+                           launch_gap_interval_note, launch_wait_interval_note, memory_warning, mig_interval_warning,
+                           power_note, transposed_conv_warning, unmeasured_kernels)
 from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_notes, checkpoint_path, reading_checkpoints
 from lilou.docs import doc
 from lilou.errors import LilouInputError
@@ -445,7 +445,7 @@ class Predictor:
         if self.backend == "eager":
             from lilou.graph.weight_only import eager_recomputed_warning
 
-            warnings += eager_recomputed_warning(graph)
+            warnings += eager_recomputed_warning(graph) + host_wait_warning(kernels)
         if self.backend != "eager":
             warnings.append(f"the per-kernel model and the launch overhead were fitted on PyTorch eager "
                             f"measurements; {self.backend} kernels are predicted with them as they are")
@@ -511,7 +511,7 @@ class Predictor:
         return compute_intervals(kernels, shares, devices, dtypes, calibration,
                                  self.model.kernel_model.config.get("trained_on", []),
                                  requeued=lambda factor, gap: queue_shares(overhead.gpu_ms(work.work_ms * factor),
-                                                                           overhead.gap_ms * gap),
+                                                                           overhead.gap_ms * gap, work.host_waits),
                                  unmeasured=unmeasured_kernels(kernels, devices, paths),
                                  kernel_dtypes=band_precisions(kernel_precisions(kernels.unique, paths), kernels.unique,
                                                                devices),

@@ -134,6 +134,17 @@ def fallback_warning(kernels: GraphKernels, shares: np.ndarray) -> list[str]:
             f"(no measurements of these op kinds): {_share_text(mask, shares)} of the predicted time"]
 
 
+def host_wait_warning(kernels: GraphKernels) -> list[str]:
+    """The synchronising ``nonzero`` calls of an eager prediction: a data-dependent output size, and a host that waits
+    for the GPU (:mod:`lilou.latency.composition.eager_calls`)."""
+    waits = int(kernels.host_waits.sum())
+    if not waits:
+        return []
+    return [f"{waits} NonZero node(s) have a data-dependent output size: eager PyTorch's nonzero copies its count to "
+            "the host and waits for the GPU there (the launch queue drains, the host cannot run ahead), and Lilou "
+            "sizes its output as if every element were non-zero; fewer non-zeros make it and what reads it faster"]
+
+
 def _share_text(mask: np.ndarray, shares: np.ndarray) -> str:
     """The share of the predicted time on the kernels of ``mask``: one figure, or its range over devices."""
     share = 100 * shares[mask].sum(axis=0) / shares.sum(axis=0)

@@ -48,6 +48,18 @@ def test_queue_shares_add_up_to_the_step_by_step_queue():
     assert both[:, 1].sum() == pytest.approx(0.03 + 10 * gpu.sum())  # GPU-bound from the first kernel on
 
 
+def test_a_host_wait_drains_the_queue():
+    """The host waits for the GPU after kernel 1 (nonzero's count copied to the host): the host had run ahead of the
+    3 ms kernel, and issues kernel 2 only a gap after that kernel ends, at 6 ms instead of 3."""
+    gpu = np.array([0.5, 3.0, 0.5, 0.5])
+    waits = np.array([False, True, False, False])
+    np.testing.assert_allclose(queue_shares(gpu, 1.0), [1.5, 3.5, 0.5, 0.5])  # end 6: the host ran ahead
+    np.testing.assert_allclose(queue_shares(gpu, 1.0, waits), [1.5, 3.5, 1.5, 1.0])  # end 7.5
+    both = queue_shares(np.stack([gpu, 2 * gpu], axis=1), 1.0, waits)
+    np.testing.assert_allclose(both[:, 1], queue_shares(2 * gpu, 1.0, waits))
+    np.testing.assert_allclose(queue_shares(gpu, 1.0, np.array([False, False, False, True])), [1.5, 3.5, 0.5, 0.5])
+
+
 def test_best_scale_equals_the_queue_total(example_work):
     work = [example_work.work_ms[:, j] for j in range(3)]
     gap = SHIPPED["gap_ms"]

@@ -21,6 +21,27 @@ call that launches it and says which part of the call it runs (:attr:`KernelSpec
   ``ComputeFusedParamsCUDAKernel`` (per-(n, c) scale and shift, N x C values in FP32), then one TensorIterator
   kernel (read X, write Y): three kernels, X read twice. Without weight and bias, or with one element per channel
   (``GroupNorm1dForward``), the apply kernel reads the moments itself: two kernels.
+* An instance norm (``aten.instance_norm``, aten/src/ATen/native/Normalization.cpp): ``weight.repeat(b)`` and
+  ``bias.repeat(b)`` (a copy kernel each, where the norm is affine), then ``at::batch_norm`` in training mode on the
+  input viewed as (1, N x C, ...). ``_select_batch_norm_backend`` hands that to cuDNN only with a weight and a bias
+  that are not BF16 and an input that is not FP16/BF16 beside them (ONNX gives scale and input one type: FP32 or
+  FP64 affine norms): one ``cudnnBatchNormalizationForwardTraining`` call, the group's own kernel (what cuDNN
+  launches inside is not in PyTorch's source). Otherwise ``batch_norm_cuda_out`` (aten/src/ATen/native/cuda/
+  Normalization.cu) launches ``batch_norm_mean_var`` (the statistics of the N x C rows), ``batch_norm_calc_invstd``
+  (1/std of N x C values) and ``batch_norm_elementwise`` (read X, write Y): three kernels. An exporter writes the
+  scale and bias of a norm without weights as constants (TorchScript) or computed ones (dynamo), and a module's
+  weight and bias as initializers: an initializer scale is an affine norm.
+* ``torch.nonzero`` (``nonzero_cuda_out_impl``, aten/src/ATen/native/cuda/Nonzero.cu): ``cub::DeviceReduce::Sum``
+  counts the non-zero elements (one single-tile kernel up to one tile, 4096 elements of cub's SM 6.0+ reduce policy,
+  a pass over the tiles then a single-tile pass above), ``at::cuda::memcpy_and_sync`` copies the count to the host
+  and waits for the stream, ``cub::DeviceSelect::Flagged`` writes the flat indices (an init and a sweep kernel) and,
+  for an input of more than one dimension, ``write_indices`` turns them into coordinates. The host waits for the GPU
+  at the copy (:data:`HOST_WAIT_ROLES`): the launch queue drains there (:func:`lilou.latency.composition.overhead.
+  queue_shares`). The output size depends on the data: the kernels are sized as if every element were non-zero.
+* A layer norm of a view that is not contiguous (ConvNeXt's ``x.permute(0, 2, 3, 1)`` before its ``nn.LayerNorm``):
+  ``layer_norm_cuda`` (aten/src/ATen/native/cuda/layer_norm_kernel.cu) takes ``input.expect_contiguous()``, a copy
+  kernel before the norm. The view launches nothing of its own (:mod:`lilou.fusion.eager_replay` joins it to the
+  norm's group), so the copy is added here (:func:`lilou.fusion.eager_layout.strided_tensors` follows the strides).
 """
 from __future__ import annotations
 
@@ -40,11 +61,27 @@ BIAS_ADD = "bias add"
 GROUP_NORM_MOMENTS = "group norm moments"
 GROUP_NORM_PARAMETERS = "group norm parameters"
 GROUP_NORM_APPLY = "group norm apply"
+INSTANCE_NORM_REPEAT = "instance norm weight repeat"
+INSTANCE_NORM_STATISTICS = "instance norm statistics"
+INSTANCE_NORM_INVSTD = "instance norm invstd"
+INSTANCE_NORM_APPLY = "instance norm apply"
+NONZERO_COUNT = "nonzero count"
+NONZERO_COUNT_TO_HOST = "nonzero count to host"
+NONZERO_SELECT_INIT = "nonzero select init"
+NONZERO_SELECT = "nonzero select"
+NONZERO_COORDINATES = "nonzero coordinates"
+CONTIGUOUS_COPY = "contiguous copy"
+#: Roles after which the host waits for the GPU (a device-to-host copy and a stream synchronisation).
+HOST_WAIT_ROLES = frozenset({NONZERO_COUNT_TO_HOST})
 
 #: Tensor types ``at::_convolution`` hands to cuDNN (then adds the bias apart).
 _CUDNN_FLOAT_TYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 #: Bytes of the accumulation type of ``ComputeFusedParamsCUDAKernel``'s outputs (FP32 for FP16/BF16/FP32 inputs).
 _ACC_BYTES = 4
+#: Input types whose affine batch norm ``_select_batch_norm_backend`` hands to cuDNN (scale of the same type).
+_CUDNN_NORM_TYPES = frozenset({"float32", "float64"})
+#: Elements one single-tile ``DeviceReduceSingleTileKernel`` reduces (cub's SM 6.0+ reduce policy: 256 threads x 16).
+_CUB_REDUCE_TILE = 4096
 
 
 def eager_launches(graph: ModelGraph, group: Sequence[str], spec: KernelSpec,
@@ -55,11 +92,25 @@ def eager_launches(graph: ModelGraph, group: Sequence[str], spec: KernelSpec,
     norm = _group_norm(graph, group)
     if norm is not None:
         return _group_norm_kernels(spec, *norm)
-    convs = [n for n in group if graph.dag.nodes[n]["op"] in ("Conv", "ConvTranspose")]
+    ops = {n: graph.dag.nodes[n]["op"] for n in group}
+    convs = [n for n, op in ops.items() if op in ("Conv", "ConvTranspose")]
     if len(convs) == 1 and spec.family == "conv":
         add = _bias_add(graph, convs[0])
         if add is not None:
             return [(spec, fixed_bytes), add]
+    instance = [n for n, op in ops.items() if op == "InstanceNormalization"]
+    if len(instance) == 1 and not any(ops.get(p) == "Reshape" for p in graph.dag.predecessors(instance[0])):
+        return _instance_norm_kernels(graph, instance[0], spec, fixed_bytes)
+    nonzero = [n for n, op in ops.items() if op == "NonZero"]
+    calls = _nonzero_kernels(graph, nonzero[0], spec) if len(nonzero) == 1 else None
+    if calls is not None:
+        rest = any(op not in _NONZERO_COMPANIONS for op in ops.values())  # a group the fusion model joined to more
+        return calls + ([(spec, fixed_bytes)] if rest else [])
+    norms = [n for n, op in ops.items() if op == "LayerNormalization"]
+    if len(norms) == 1:
+        copy = _contiguous_copy(graph, norms[0])
+        if copy is not None:
+            return [copy, (spec, fixed_bytes)]
     return [(spec, fixed_bytes)]
 
 
@@ -199,3 +250,81 @@ def _group_norm_kernels(spec: KernelSpec, x: TensorInfo, groups: int, affine: bo
     kernels.append((apply, 0 if affine and spatial > 1 else 2 * c * itemsize * affine))
     return kernels
 
+
+def _instance_norm_kernels(graph: ModelGraph, name: str, spec: KernelSpec, fixed_bytes: int
+                           ) -> list[tuple[KernelSpec, int]]:
+    """The kernels of ``aten.instance_norm`` for the group described as ``spec``: the repeats of an affine norm's
+    weight and bias, then cuDNN's batch norm (the group's own kernel) or the native one's three."""
+    node = graph.dag.nodes[name]
+    x = node["inputs"][0]
+    if x is None or x.shape is None or len(x.shape) < 3 or not x.elements:
+        return [(spec, fixed_bytes)]
+    n, c = x.shape[0], x.shape[1]
+    rows, elements, itemsize = n * c, x.elements, x.itemsize
+    # a module's weight and bias are initializers; a norm without them reads constants the exporter wrote
+    affine = all(t is not None and graph.writer(name, t.name) is None for t in node["inputs"][1:3])
+    kernels: list[tuple[KernelSpec, int]] = []
+    if affine:
+        repeat = replace(spec, family="elementwise", role=INSTANCE_NORM_REPEAT, ops=("Tile",), flops=0,
+                         bytes_read=c * itemsize, bytes_written=rows * itemsize, out_elements=rows, rows=0, cols=0)
+        kernels += [(repeat, c * itemsize), (repeat, c * itemsize)]
+        if x.dtype in _CUDNN_NORM_TYPES:
+            return kernels + [(replace(spec, bytes_read=spec.bytes_read + 2 * (rows - c) * itemsize), 0)]
+    statistics = replace(spec, family="layernorm", role=INSTANCE_NORM_STATISTICS, flops=4 * elements,
+                         bytes_read=x.nbytes or 0, bytes_written=2 * rows * _ACC_BYTES, out_elements=2 * rows,
+                         rows=rows, cols=elements // rows)
+    invstd = replace(spec, family="elementwise", role=INSTANCE_NORM_INVSTD, ops=("Add", "Sqrt", "Reciprocal"),
+                     flops=3 * rows, bytes_read=rows * _ACC_BYTES, bytes_written=rows * _ACC_BYTES, out_elements=rows,
+                     rows=0, cols=0)
+    weights = 2 * rows * itemsize if affine else 0
+    apply = replace(spec, family="elementwise", role=INSTANCE_NORM_APPLY, flops=(4 if affine else 2) * elements,
+                    bytes_read=(x.nbytes or 0) + 2 * rows * _ACC_BYTES + weights, rows=0, cols=0)
+    return kernels + [(statistics, 0), (invstd, 0), (apply, 0)]
+
+
+#: Ops a NonZero's group may hold beside it and still be the ``nonzero`` call alone (views of its output).
+_NONZERO_COMPANIONS = frozenset({"NonZero", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity"})
+_INDEX_BYTES = 8  # int64 indices
+
+
+def _nonzero_kernels(graph: ModelGraph, name: str, spec: KernelSpec) -> list[tuple[KernelSpec, int]] | None:
+    """The kernels of ``nonzero_cuda_out_impl`` and its copy of the count to the host, sized as if every element of
+    the input were non-zero (the output's size depends on the data); None for an input of unknown shape."""
+    x = graph.dag.nodes[name]["inputs"][0]
+    if x is None or x.shape is None:
+        return None
+    elements, dims = x.elements or 0, max(len(x.shape), 1)
+    indices = elements * _INDEX_BYTES
+
+    def kernel(role: str, family: str, read: int, written: int, out: int, rows: int = 0, cols: int = 0) -> KernelSpec:
+        return replace(spec, family=family, role=role, ops=("NonZero",), flops=elements if read else 0, bytes_read=read,
+                       bytes_written=written, out_elements=out, rows=rows, cols=cols, gemm=None, conv=None)
+
+    count = kernel(NONZERO_COUNT, "reduction", x.nbytes or 0, 4, 1, 1, elements)
+    kernels = [count]
+    if elements > _CUB_REDUCE_TILE:  # a partial count per tile, then DeviceReduceSingleTileKernel over them
+        tiles = -(-elements // _CUB_REDUCE_TILE)
+        kernels = [replace(count, bytes_written=4 * tiles, out_elements=tiles),
+                   kernel(NONZERO_COUNT, "reduction", 4 * tiles, 4, 1, 1, tiles)]
+    kernels += [kernel(NONZERO_COUNT_TO_HOST, "elementwise", 4, 4, 1),
+                kernel(NONZERO_SELECT_INIT, "elementwise", 0, 0, 0),
+                kernel(NONZERO_SELECT, "reduction", x.nbytes or 0, indices, elements, 1, elements)]
+    if len(x.shape) > 1:
+        kernels.append(kernel(NONZERO_COORDINATES, "elementwise", indices, dims * indices, dims * elements))
+    return [(k, 0) for k in kernels]
+
+
+def _contiguous_copy(graph: ModelGraph, name: str) -> tuple[KernelSpec, int] | None:
+    """The copy ``layer_norm_cuda``'s ``input.expect_contiguous()`` makes of a view that is not contiguous, or None."""
+    from lilou.fusion.eager_layout import is_contiguous, strided_tensors
+
+    x = graph.dag.nodes[name]["inputs"][0]
+    if x is None or x.shape is None:
+        return None
+    strided = graph.derived("eager strided views", lambda: strided_tensors(graph, graph.runtime_nodes())[0])
+    strides = strided.get(x.name)
+    if strides is None or is_contiguous(x.shape, strides):
+        return None
+    copied = TensorInfo(f"{x.name} contiguous", x.shape, x.dtype, x.itemsize)
+    copy = CostInput(op="Transpose", attributes={}, inputs=[x], outputs=[copied])
+    return replace(describe_kernel([copy]), role=CONTIGUOUS_COPY), 0

@@ -25,7 +25,7 @@ import numpy as np
 
 from lilou.graph.costs import CostInput, input_reads
 from lilou.hardware import Device
-from lilou.latency.composition.eager_calls import eager_launches
+from lilou.latency.composition.eager_calls import HOST_WAIT_ROLES, eager_launches
 from lilou.latency.composition.fallback import FALLBACK_TYPE, FallbackModel, uses_fallback
 from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
 from lilou.latency.kernel_model.inference import KernelModel
@@ -59,6 +59,11 @@ class GraphKernels:
     def fallback(self) -> np.ndarray:
         """bool per kernel: the memory-bound fallback applies."""
         return self.unique_fallback[self.index]
+
+    @property
+    def host_waits(self) -> np.ndarray:
+        """bool per kernel: the host waits for the GPU after it (a synchronising copy, ``torch.nonzero``'s count)."""
+        return np.fromiter((spec.role in HOST_WAIT_ROLES for spec in self.specs), dtype=bool, count=len(self.specs))
 
 
 def describe_kernels(graph: ModelGraph, partition: Partition) -> GraphKernels:
@@ -117,11 +122,13 @@ class KernelWork:
     kernel_type: np.ndarray    # str
     compute_bound: np.ndarray  # bool
     fallback: np.ndarray       # bool per kernel (rows)
+    host_waits: np.ndarray | None = None  # bool per kernel (rows): the host waits for the GPU after it
 
     def first(self, count: int) -> KernelWork:
         """The work on the first ``count`` devices."""
         return KernelWork(work_ms=self.work_ms[:, :count], kernel_type=self.kernel_type[:, :count],
-                          compute_bound=self.compute_bound[:, :count], fallback=self.fallback)
+                          compute_bound=self.compute_bound[:, :count], fallback=self.fallback,
+                          host_waits=self.host_waits)
 
 
 class EndToEndModel:
@@ -171,7 +178,8 @@ class EndToEndModel:
         keep = [column[d.name] for d in wanted]
         rows = kernels.index
         return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows],
-                          compute_bound=bound[:, keep][rows], fallback=kernels.fallback.copy())
+                          compute_bound=bound[:, keep][rows], fallback=kernels.fallback.copy(),
+                          host_waits=kernels.host_waits)
 
     def _strict_work(self, kernels: KernelBatch, columns: DeviceColumns) -> np.ndarray:
         """GPU work of each row at the FP32 CUDA-core rates of ``columns``: convolutions by the tensor-core model
@@ -281,7 +289,7 @@ class EndToEndModel:
 
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
-        return self.overhead.kernel_ms(work.work_ms)
+        return self.overhead.kernel_ms(work.work_ms, work.host_waits)
 
 
 def fp64_floor_ms(specs: Sequence[KernelSpec], devices: Sequence[Device]) -> np.ndarray:

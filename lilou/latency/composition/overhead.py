@@ -72,10 +72,11 @@ class OverheadModel:
     scale: float
     gap_ms: float
 
-    def kernel_ms(self, work_ms: np.ndarray) -> np.ndarray:
+    def kernel_ms(self, work_ms: np.ndarray, host_waits: np.ndarray | None = None) -> np.ndarray:
         """Each kernel's share of the end-to-end time (the shape of ``work_ms``: [kernels] in execution
-        order, or [kernels, devices]); the shares sum to the total."""
-        return queue_shares(self.gpu_ms(work_ms), self.gap_ms)
+        order, or [kernels, devices]); the shares sum to the total. ``host_waits``: bool per kernel, the host
+        waits for the GPU after it (:func:`queue_shares`)."""
+        return queue_shares(self.gpu_ms(work_ms), self.gap_ms, host_waits)
 
     def gpu_ms(self, work_ms: np.ndarray) -> np.ndarray:
         """Each kernel's time on the GPU in a running model: its work, scaled."""
@@ -88,12 +89,20 @@ class OverheadModel:
         return asdict(self)
 
 
-def queue_shares(gpu_ms: np.ndarray, issue_ms: float) -> np.ndarray:
+def queue_shares(gpu_ms: np.ndarray, issue_ms: float, host_waits: np.ndarray | None = None) -> np.ndarray:
     """Each kernel's GPU time plus the GPU's wait for the host before it (see the module docstring).
 
     ``end_i = max over k <= i of ((k + 1) * issue_ms + sum(gpu_ms[k..i]))``, computed with prefix sums
     along axis 0; the shares are the increments of ``end``.
+
+    ``host_waits``: bool per kernel, the host waits for the GPU to finish it before issuing the next one (a
+    device-to-host copy that synchronises: ``torch.nonzero``'s count, :mod:`lilou.latency.composition.eager_calls`).
+    The queue drains there: the host issues the next kernel ``issue_ms`` after that end, so the kernels after it
+    form a queue of their own, started at that end.
     """
+    if host_waits is not None and np.any(host_waits):
+        cuts = np.flatnonzero(np.asarray(host_waits, dtype=bool)[:-1]) + 1
+        return np.concatenate([queue_shares(part, issue_ms) for part in np.split(np.asarray(gpu_ms), cuts)], axis=0)
     gpu = np.asarray(gpu_ms, dtype=np.float64)
     issued = (np.arange(1, len(gpu) + 1, dtype=np.float64) * issue_ms).reshape((-1,) + (1,) * (gpu.ndim - 1))
     done = np.cumsum(gpu, axis=0)
