@@ -4,9 +4,11 @@
 ``Shape -> Gather -> Greater -> Cast -> If`` and ``for _ in range(x.size(0))`` as a ``Loop`` whose trip count is
 ``Shape -> Gather``: known once the batch is bound, not from the file alone (a loop over ``range(3)`` it unrolls
 itself). Older exports of detection, audio and recurrent models hold such control flow; the tests need real ones:
-``scripted-if.onnx``, ``scripted-loop.onnx`` and ``scripted-loop-3.onnx`` (the same loop over a constant range)::
+``scripted-if.onnx``, ``scripted-loop.onnx``, ``scripted-loop-3.onnx`` (the same loop over a constant range) and
+``scripted-while.onnx`` (a ``while`` loop its data stops: ``Loop(M=INT64_MAX, cond)``, its iterations unknown to
+any file)::
 
-    python scripts/make_control_flow_fixture.py
+    python scripts/make_control_flow_fixture.py [--only scripted-while]
 """
 from __future__ import annotations
 
@@ -45,14 +47,32 @@ class RowLoop(torch.nn.Module):
         return h
 
 
+class WhileLoop(torch.nn.Module):
+    """A linear layer and tanh applied until the state's mean magnitude falls under a threshold: a decoding loop
+    with an early stop, whose iterations only the data decides (here one, as the export runs it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        while bool(h.abs().mean() > 0.1):
+            h = self.cell(h).tanh() * 0.05  # under the threshold after one step: the export runs the module
+        return h
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--only", default=None, help="write this fixture alone (e.g. scripted-while)")
     args = parser.parse_args()
     torch.manual_seed(0)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, module in (("scripted-if", BatchDependent()), ("scripted-loop", RowLoop()),
-                         ("scripted-loop-3", RowLoop(trips=3))):
+                         ("scripted-loop-3", RowLoop(trips=3)), ("scripted-while", WhileLoop())):
+        if args.only and name != args.only:
+            continue
         path = args.out / f"{name}.onnx"
         torch.onnx.export(torch.jit.script(module), (torch.randn(4, 16),), path, dynamo=False, opset_version=17,
                           input_names=["x"], dynamic_axes={"x": {0: "batch"}})

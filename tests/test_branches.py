@@ -223,7 +223,8 @@ def test_a_long_loop_the_shapes_decide_is_not_one_iteration():
     past = MAX_UNROLLED_NODES + 1
     graph = load_graph(LOOP, batch=past)
     assert graph.totals()["nodes"] == 1
-    assert f"Loop '/Loop' is costed as its body times its trip count ({past}), as one kernel" in graph.warnings
+    assert f"Loop '/Loop' is costed as its body times its trip count ({past}), as one kernel, without the launches " \
+        "eager makes for each iteration" in graph.warnings
     assert any(w.startswith(f"Loop '/Loop' runs {past} times (decided by the bound shapes): more body nodes than")
                for w in graph.warnings)
     assert not any("no constant trip count" in w for w in graph.warnings)
@@ -260,16 +261,19 @@ def test_a_counted_loop_is_unrolled_and_its_scan_output_stacked():
     assert any("Loop 'loop' runs 4 times (set in the file)" in w for w in graph.warnings)
 
 
-@pytest.mark.parametrize("case", ["data-dependent condition", "false at the start", "too long"])
-def test_a_loop_that_may_stop_early_or_is_too_long_stays_one_kernel(case):
+def test_a_counted_loop_too_long_to_write_out_stays_one_kernel():
     from lilou.graph.loops import MAX_UNROLLED_NODES
 
-    model = {"data-dependent condition": lambda: _counted_loop(4, body_condition="mean"),
-             "false at the start": lambda: _counted_loop(4, condition=False),
-             "too long": lambda: _counted_loop(MAX_UNROLLED_NODES)}[case]()  # two body nodes: twice the budget
-    graph = build_graph(model)
+    graph = build_graph(_counted_loop(MAX_UNROLLED_NODES))  # two body nodes: twice the budget
     assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Loop"]
     assert any(w.startswith("control flow (Loop) is approximated") for w in graph.warnings)
+
+
+def test_a_loop_whose_condition_is_false_at_the_start_never_runs():
+    graph = build_graph(_counted_loop(4, condition=False))
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Identity"]  # h = x
+    assert graph.totals()["flops"] == 0
+    assert "Loop 'loop' never runs: its condition is false before the first iteration" in graph.warnings
 
 
 INT64_MAX, INT32_MAX = 2**63 - 1, 2**31 - 1
@@ -280,37 +284,88 @@ INT64_MAX, INT32_MAX = 2**63 - 1, 2**31 - 1
     (INT32_MAX, "pass", "no bound"),   # the other exporters' sentinel, even with a condition that never stops it
     (4, "mean", "at most 4"),          # a for loop with a break
 ])
-def test_a_loop_its_condition_decides_is_costed_as_one_iteration(trips, condition, bound):
+def test_a_loop_its_condition_decides_is_one_iteration_written_out(trips, condition, bound):
     """A ``while`` loop scripted by TorchScript is ``Loop(M=INT64_MAX, cond)``: INT64_MAX is ONNX's "no bound", and
     the body was priced times it (7.2e15 ms for a greedy decoder with an early stop, with no error). A loop whose
-    condition can stop it, or whose count is the sentinel, is one iteration of its body, neither written out nor
-    multiplied, and a warning says its iterations are unknown."""
+    condition can stop it, or whose count is the sentinel, is one iteration of its body, written out as a counted
+    loop of one iteration is (so its nodes have the shapes of the values the loop starts from), and a warning says
+    its iterations are unknown and how to state them."""
     graph = build_graph(_counted_loop(trips, body_condition=condition))
-    (node,) = graph.runtime_nodes()
-    data = graph.dag.nodes[node]
-    one = build_graph(_counted_loop(1, body_condition=condition))  # one iteration, written out
-    assert data["op"] == "Loop"
-    assert data["flops"] == sum(one.dag.nodes[n]["flops"] for n in one.runtime_nodes()) \
+    one = build_graph(_counted_loop(1, body_condition="pass"))  # one iteration of a loop that runs every trip
+    ops = [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
+    assert ops == {"mean": ["Tanh", "ReduceMean", "Greater", "Identity"], "pass": ["Tanh", "Identity"]}[condition]
+    assert graph.totals()["flops"] == one.totals()["flops"] + {"mean": 17 + 1, "pass": 0}[condition] \
         == {"mean": 16 + 17 + 1, "pass": 16}[condition]  # Tanh over 2x8, its mean (16 adds, a divide), Greater
     assert f"Loop 'loop' stops on a condition known only at run time ({bound}): its iterations are unknown, so it " \
-        "is costed as one iteration of its body; Lilou cannot be given the count of such a loop (--value NAME=N " \
-        "sets a count the file takes as an input, not a condition): multiply by the iterations you expect, or " \
-        "export it as a for loop without break" in graph.warnings
+        "is costed as one iteration of its body, written out; state them with --value loop=N (values={'loop': N} " \
+        "in the API)" in graph.warnings
     assert not any("is costed as its body times its trip count" in w or w.startswith("Loop 'loop' runs") for w in graph.warnings)
 
 
-def test_a_sentinel_count_given_with_value_is_not_written_out(tmp_path):
-    """``--value n=9223372036854775807`` for a loop over a count input is the sentinel too: not unrolled (nor
-    pinned as a count), one iteration."""
+def test_a_sentinel_count_given_with_value_is_one_iteration(tmp_path):
+    """``--value n=9223372036854775807`` for a loop over a count input is the sentinel too: one iteration, never
+    the count."""
     model = _counted_loop(1)
     model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == "trips"))
     model.graph.input.append(tensor("trips", [], TensorProto.INT64))
     path = tmp_path / "count.onnx"
     onnx.save(model, path)
     graph = load_graph(path, values={"trips": [INT64_MAX]})
-    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Loop"]
-    assert graph.dag.nodes[graph.runtime_nodes()[0]]["flops"] == 16
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Tanh", "Identity"]
     assert graph.totals()["flops"] == 16
+    assert any(w.startswith("Loop 'loop' stops on a condition known only at run time (no bound)") for w in graph.warnings)
+
+
+WHILE = "tests/data/control_flow/scripted-while.onnx"
+
+
+def test_a_scripted_while_loop_is_one_iteration_priced_with_its_shapes():
+    """tests/data/control_flow/scripted-while.onnx: ``while h.abs().mean() > 0.1: h = tanh(cell(h)) * 0.05``, as
+    TorchScript writes it: ``Loop(M=INT64_MAX, cond)`` whose carried state has no shape in the body. Kept as one
+    node its iteration was priced at 2 FLOPs (nothing in the body had a shape); written out, the 8x16 @ 16x16 GEMM
+    and its bias (4,096 + 128), tanh, the scaling and the condition (abs, mean, compare) are priced, after the
+    condition the loop checks before it starts."""
+    graph = load_graph(WHILE, batch=8)
+    ops = [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()]
+    assert sorted(ops) == sorted(["Abs", "ReduceMean", "Greater", "Gemm", "Tanh", "Mul", "Abs", "ReduceMean",
+                                  "Greater", "Identity"])
+    (gemm,) = [n for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] == "Gemm"]
+    assert graph.dag.nodes[gemm]["flops"] == 2 * 8 * 16 * 16 + 8 * 16
+    assert [t.shape for t in graph.outputs] == [(8, 16)]
+    assert "Loop '/Loop' stops on a condition known only at run time (no bound): its iterations are unknown, so it " \
+        "is costed as one iteration of its body, written out; state them with --value /Loop=N (values={'/Loop': N} " \
+        "in the API)" in graph.warnings
+
+
+def test_the_iterations_of_a_while_loop_can_be_stated():
+    """``--value /Loop=12`` (``values={"/Loop": 12}``): the loop runs 12 iterations, each written out with the
+    nodes that compute its condition; the check before the loop stays. FLOPs: 12 iterations of the one above, plus
+    the first check."""
+    one, twelve = load_graph(WHILE, batch=8), load_graph(WHILE, batch=8, values={"/Loop": 12})
+    ops = [twelve.dag.nodes[n]["op"] for n in twelve.runtime_nodes()]
+    assert {op: ops.count(op) for op in set(ops)} == {"Gemm": 12, "Tanh": 12, "Mul": 12, "Abs": 13,
+                                                     "ReduceMean": 13, "Greater": 13, "Identity": 1}
+    check = sum(one.dag.nodes[n]["flops"] for n in one.runtime_nodes() if "iteration" not in n)
+    assert twelve.totals()["flops"] == check + 12 * (one.totals()["flops"] - check)
+    assert "Loop '/Loop' is stated to run 12 iterations (--value): the condition that stops it is still computed " \
+        "in each one" in twelve.warnings
+    assert "Loop '/Loop' runs 12 times (set by --value): its body is priced once per iteration, as eager launches " \
+        "it" in twelve.warnings
+    assert not any("iterations are unknown" in w for w in twelve.warnings)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("/Loop=-1", "--value /Loop=-1: '/Loop' is a Loop; give the number of iterations it runs, a whole number from 0"),
+    ("/Loop=2.5", "--value /Loop=2.5: '/Loop' is a Loop; give the number of iterations it runs, a whole number from 0"),
+    ("/Loop=true", "--value /Loop=true: '/Loop' is a Loop; give the number of iterations it runs, a whole number "
+                   "from 0"),
+    ("/Loop=3,4", "--value /Loop=3,4: '/Loop' is a Loop; give the number of iterations it runs, a whole number from 0"),
+    ("/Loop=2147483647", "--value /Loop=2147483647: more iterations than any loop runs (at most 2,147,483,646)"),
+    ("/Lop=3", "--value names /Lop, neither an input of the model (x) nor one of its Loops (/Loop)"),
+])
+def test_a_stated_count_that_is_not_one_is_refused_in_one_line(capsys, value, message):
+    status, _, err = run_cli(capsys, "infer", WHILE, "--gpu", "a10g", "--batch", "8", "--value", value)
+    assert (status, err) == (2, f"lilou: error: {message}\n")
 
 
 def test_an_absurd_total_is_refused_in_one_line(capsys, tmp_path):
@@ -393,10 +448,10 @@ def test_a_scripted_model_with_many_conditions_is_decided_to_the_end():
 
 
 def test_a_loop_or_scan_left_as_one_kernel_is_priced_with_its_body(tmp_path):
-    """A Scan of 16 steps over a 64x64 GEMM, and a Loop whose trip count is a run-time input, stay one fallback
-    kernel each; that kernel carries the body's FLOPs and bytes the graph counted (16 and 1 iterations). Its own op
-    formula saw none: the Scan was a 0-FLOP memory pass over its outer tensors, and the Loop's body was dropped,
-    while the warnings said the body was priced."""
+    """A Scan of 16 steps over a 64x64 GEMM stays one fallback kernel; that kernel carries the body's FLOPs and
+    bytes the graph counted. Its own op formula saw none: the Scan was a 0-FLOP memory pass over its outer tensors,
+    while the warnings said the body was priced. A Loop whose trip count is a run-time input is one iteration,
+    written out (its GEMM priced as a GEMM), or the count ``--value`` gives."""
     from lilou.api import Predictor
 
     body = helper.make_graph([helper.make_node("MatMul", ["row", "w"], ["out"], name="gemm")], "body",
@@ -415,13 +470,16 @@ def test_a_loop_or_scan_left_as_one_kernel_is_priced_with_its_body(tmp_path):
     onnx.save(make_model([loop], [tensor("x", [64, 64]), tensor("n", [], TensorProto.INT64)], [tensor("h", None)],
                          [numpy_helper.from_array(np.array(True), "go")], opset=17), loop_path)
     predictor = Predictor()
-    for path, iterations in ((scan_path, 16), (loop_path, 1)):
-        graph = load_graph(path)
-        (node,) = [n for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] in ("Scan", "Loop")]
-        assert graph.dag.nodes[node]["flops"] == iterations * 2 * 64 * 64 * 64
-        (kernel,) = predictor.predict(path, gpu="a10g").kernels
-        assert kernel.type == "memory_fallback" and kernel.flops == iterations * 2 * 64 * 64 * 64
-        assert kernel.bytes == graph.dag.nodes[node]["bytes_read"] + graph.dag.nodes[node]["bytes_written"]
+    graph = load_graph(scan_path)
+    (node,) = [n for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] == "Scan"]
+    assert graph.dag.nodes[node]["flops"] == 16 * 2 * 64 * 64 * 64
+    (kernel,) = predictor.predict(scan_path, gpu="a10g").kernels
+    assert kernel.type == "memory_fallback" and kernel.flops == 16 * 2 * 64 * 64 * 64
+    assert kernel.bytes == graph.dag.nodes[node]["bytes_read"] + graph.dag.nodes[node]["bytes_written"]
+    unknown = predictor.predict(loop_path, gpu="a10g")  # a count fed at run time: one iteration, written out
+    assert [k.type for k in unknown.kernels if k.flops] == ["gemm_sgemm"] and unknown.kernels[0].flops == 2 * 64 * 64 * 64
+    assert "Loop 'loop' has no constant trip count: costed as one iteration of its body, written out (a count the " \
+        "file takes as an input can be given with --value NAME=N)" in unknown.warnings
     given = predictor.predict(loop_path, gpu="a10g", values={"n": [3]})
     assert sum(k.flops for k in given.kernels) == 3 * 2 * 64 * 64 * 64
     assert "Loop 'loop' runs 3 times (set by --value): its body is priced once per iteration, as eager launches " \

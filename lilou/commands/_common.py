@@ -167,7 +167,8 @@ def add_value_option(parser) -> None:
     parser.add_argument("--value", action="append", default=[], metavar="INPUT=V",
                         help="the value a run-time input has, e.g. use_cache_branch=false (a merged decoder's prompt "
                              "pass) or sr=16000: an If on it is priced as the branch that runs (repeatable; "
-                             "INPUT=V1,V2,... for a short 1-D input)")
+                             "INPUT=V1,V2,... for a short 1-D input); or the iterations of a Loop its data stops, "
+                             "by the Loop node's name: /Loop=12")
 
 
 def shape_overrides(args) -> dict[str, tuple[int, ...]]:

@@ -42,6 +42,7 @@ from lilou.graph.names import unique_node_names
 from lilou.graph.shape_completion import values_of
 from lilou.graph.transposes import cancel_inverse_transposes
 from lilou.graph.tensorrt_qdq import standard_fp8_qdq
+from lilou.graph.stated_loops import assume_one_iteration, split_loop_values, state_loop_iterations, stating_iterations
 from lilou.graph.shapes import SIZES_GIVEN, apply_input_shapes, checked_shapes, infer_shapes, runtime_inputs
 from lilou.graph.validation import (check_initializers, check_opset, check_ranges, check_reshapes, check_sizes,
                                     check_splits, check_structure, check_windows)
@@ -170,7 +171,8 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     check_opset(model)
     check_initializers(model)
     shapes = asked = checked_shapes(shapes)  # the Python API's, checked as --shape is
-    bound = bind_input_values(model, values, shapes)
+    loop_counts, values = split_loop_values(model, values)
+    bound = bind_input_values(model, values, shapes) + state_loop_iterations(model, loop_counts)
     if bound:
         shapes = {name: dims for name, dims in (shapes or {}).items() if name not in values}
     shapes, notes = implied_dimensions(model, shapes)
@@ -228,8 +230,10 @@ def _shape_resolved(model: onnx.ModelProto, restore_folded: bool, notes: list[st
 
         before = len(notes)
         written = resolve_loops(model, notes, count)
+        written += assume_one_iteration(model, notes, MAX_UNROLLED_NODES - written)
         model, chosen = resolve_branches(model, notes, size, truth)
-        if resolve_loops(model, notes, count, MAX_UNROLLED_NODES - written):  # a loop a branch held
+        held = resolve_loops(model, notes, count, MAX_UNROLLED_NODES - written)  # a loop a branch held
+        if held + assume_one_iteration(model, notes, MAX_UNROLLED_NODES - written - held):
             chosen = None
         if chosen is not None:
             chosen.notes[:0] = notes
@@ -466,7 +470,7 @@ def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], cons
     truths = {**(truths or {}), **scalar_truths(graph)}
     flops = read = written = 0
     for node in graph.node:
-        cost = _node_cost(node, tensors, constants, notes, opset=opset, truths=truths)
+        cost = _node_cost(node, tensors, constants, notes, opset=opset, truths=truths, top_level=False)
         flops, read, written = flops + cost.flops, read + cost.bytes_read, written + cost.bytes_written
     return NodeCost(flops=flops, bytes_read=read, bytes_written=written)
 
@@ -474,10 +478,11 @@ def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], cons
 def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constants: Mapping[str, int],
                notes: list[str], attributes: Mapping[str, Any] | None = None,
                io: tuple[list[TensorInfo | None], list[TensorInfo]] | None = None, opset: int = 0,
-               truths: Mapping[str, bool] | None = None) -> NodeCost:
+               truths: Mapping[str, bool] | None = None, top_level: bool = True) -> NodeCost:
     """FLOPs and bytes of one node (``attributes``: its :func:`_attributes`, ``io``: its :func:`_node_io`, when the
     caller has them; ``opset``: the model's, which decides what a ``Scan``'s inputs are; ``truths``: the one-element
-    constants of the graphs around it as truth values, which say whether a ``Loop``'s condition can stop it)."""
+    constants of the graphs around it as truth values, which say whether a ``Loop``'s condition can stop it;
+    ``top_level``: the node is the model's own, not inside a subgraph, so ``--value`` can name it)."""
     inputs, outputs = _node_io(node, tensors) if io is None else io
     attributes = _attributes(node) if attributes is None else attributes
     cost = node_cost(CostInput(op=node.op_type, attributes=attributes, inputs=inputs, outputs=outputs))
@@ -499,16 +504,15 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
             # a while loop (TorchScript's Loop(M=INT64_MAX, cond)) or a for loop with a break: the condition decides
             bound = ("no bound" if trip is None or trip < 0 or unbounded else f"at most {trip}")
             notes.append(f"Loop {label!r} stops on a condition known only at run time ({bound}): its iterations are "
-                         "unknown, so it is costed as one iteration of its body; Lilou cannot be given the count of "
-                         "such a loop (--value NAME=N sets a count the file takes as an input, not a condition): "
-                         "multiply by the iterations you expect, or export it as a for loop without break")
+                         f"unknown, so it is costed as one iteration of its body; {stating_iterations(node, top_level)}")
             trip = 1
         elif trip is None or trip < 0:
             notes.append(f"Loop {label!r} has no constant trip count: costed as one iteration of its body (a count "
                          "the file takes as an input can be given with --value NAME=N)")
             trip = 1
         else:
-            notes.append(f"Loop {label!r} is costed as its body times its trip count ({trip}), as one kernel")
+            notes.append(f"Loop {label!r} is costed as its body times its trip count ({trip}), as one kernel, "
+                         "without the launches eager makes for each iteration")
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
                         bytes_written=body.bytes_written * trip)
     if node.op_type == "Scan" and "body" in graphs:
