@@ -362,6 +362,8 @@ def test_the_iterations_of_a_while_loop_can_be_stated():
     ("/Loop=3,4", "--value /Loop=3,4: '/Loop' is a Loop; give the number of iterations it runs, a whole number from 0"),
     ("/Loop=2147483647", "--value /Loop=2147483647: more iterations than any loop runs (at most 2,147,483,646)"),
     ("/Lop=3", "--value names /Lop, neither an input of the model (x) nor one of its Loops (/Loop)"),
+    ("/Loop=3000", "--value /Loop=3000: 3,000 iterations of its 8 nodes are more than Lilou writes out (20,000 nodes "
+                   "per model); price at most 2,500 iterations and scale the loop's share"),
 ])
 def test_a_stated_count_that_is_not_one_is_refused_in_one_line(capsys, value, message):
     status, _, err = run_cli(capsys, "infer", WHILE, "--gpu", "a10g", "--batch", "8", "--value", value)

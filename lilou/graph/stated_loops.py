@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import BOUND_VALUE_DOC, Value, check_input_values
-from lilou.graph.loops import MAX_LOOPS, UNBOUNDED_TRIPS, loop_points, runs_every_trip, unroll_loop
+from lilou.graph.loops import MAX_LOOPS, MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_points, runs_every_trip, unroll_loop
 from lilou.graph.constants import scalar_integers, scalar_truths
 from lilou.graph.names import protobuf_text
 from lilou.graph.shapes import runtime_inputs
@@ -51,6 +51,11 @@ def state_loop_iterations(model: onnx.ModelProto, counts: Mapping[str, Sequence[
         trips = _count(name, items)
         index = next(i for i in loop_points(model) if model.graph.node[i].name == name)
         node = model.graph.node[index]
+        size = len(next(a.g for a in node.attribute if a.name == "body").node)
+        if trips * size > MAX_UNROLLED_NODES:  # one node priced from a body without shapes: no answer to stand behind
+            raise LilouInputError(f"--value {name}={trips}: {trips:,} iterations of its {size} nodes are more than "
+                                  f"Lilou writes out ({MAX_UNROLLED_NODES:,} nodes per model); price at most "
+                                  f"{MAX_UNROLLED_NODES // max(1, size):,} iterations and scale the loop's share")
         count = f"{name}/lilou_stated_iterations"
         tensor = numpy_helper.from_array(np.array(trips, dtype=np.int64), count)
         tensor.doc_string = BOUND_VALUE_DOC  # "set by --value" in the loop's note
