@@ -201,7 +201,11 @@ class PlanBody(BaseModel):
     slo_ms: float = Field(..., description="the SLO (an LLM plan's: the ITL SLO)")
     ttft_slo_ms: float | None = Field(..., description=(
         "an LLM plan's TTFT SLO (ttft_slo_ms given), met by each entry's ttft_interval_ms upper bound; else null"))
-    batches: list[int]
+    batches: list[int] = Field(..., description=(
+        "the batch sizes tried (batch_search listed), or the ladder the search started from (exact)"))
+    batch_search: Literal["listed", "exact"] = Field(..., description=(
+        "listed: each entry's batch is the largest of `batches` within the SLO; exact (an LLM plan given no batches): "
+        "the largest batch that meets the SLO(s) and fits, searched from that ladder up to what memory holds"))
     precision: str | list[str] | None = Field(..., description=(
         "what the model computes in: one name when every device priced runs it so, else the sorted list of the "
         "names (an LLM in BF16 where the GPU has it, FP16 elsewhere); null when nothing was priced. lilou plan "
