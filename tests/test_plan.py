@@ -489,7 +489,8 @@ def test_an_llm_plan_without_batches_finds_each_devices_largest_batch(capsys, tt
 
 def test_an_llm_plan_without_batches_stops_at_what_memory_holds(capsys):
     """An SLO every batch meets: the batch is lilou llm's max_batch_fitting (30 sequences of 1024 + 256 tokens on an
-    L4), not the ladder's 16 (32 does not fit); the table's caption says how the batch was found."""
+    L4), not the ladder's 16 (32 does not fit); the table's caption says how the batch was found and the line under
+    it counts a device the model does not fit as left out for memory (it read "1 not predicted")."""
     from lilou.llm import LLMPredictor
 
     argv = ["--llm", "llama-3.1-8b", "--itl-slo-ms", "5000", "--input-len", "1024", "--output-len", "256", "--gpus",
@@ -500,6 +501,7 @@ def test_an_llm_plan_without_batches_stops_at_what_memory_holds(capsys):
     code, out, _ = run(capsys, "plan", *argv)
     text = " ".join(out.split())
     assert code == 0 and "batch: the largest that meets the SLO(s) and fits, searched batch by batch;" in text
+    assert "1 of 2 devices left out: 1 for memory (t4)" in text
 
 
 def test_an_llm_plan_says_each_devices_link(capsys):

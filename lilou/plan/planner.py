@@ -183,7 +183,8 @@ class CapacityPlan:
             return None
         groups: dict[str, list[str]] = {}
         for item in self.unmet:
-            why = item["reason"].split(":")[0]
+            # an LLM that does not fit the device at batch 1 was counted "not predicted", as a device lilou llm refuses
+            why = "memory" if item["reason"].startswith("not predicted: does not fit") else item["reason"].split(":")[0]
             label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO",
                      "ttft": "for the TTFT SLO"}.get(why, "not predicted")
             groups.setdefault(label, []).append(item["device"] if "tp" not in item else f"{item['device']} x{item['tp']}")
