@@ -15,11 +15,11 @@ from tests.conftest import REPO
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
-PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches", "batch_search", "precision",
+PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches", "batch_search", "unit", "precision",
              "sort", "devices", "plan", "unmet", "message", "warnings"}
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
-              "ttft_ms", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind"}
+              "ttft_ms", "ttft_kind", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind"}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,8 @@ def test_plan_without_prices_is_sorted_by_throughput(capsys, resnet_dynamic):
     assert plan["precision"] == "fp32" and all(e["precision"] == "fp32" for e in plan["plan"])
     entries = plan["plan"]
     assert entries and all(set(e) == ENTRY_KEYS for e in entries)
-    assert plan["batch_search"] == "listed"
+    assert plan["unit"] == "inference" and plan["batch_search"] == "listed"
+    assert all(e["ttft_kind"] is None and e["itl_kind"] is None for e in entries)
     rates = [e["throughput_per_s_at_upper"] for e in entries]
     assert rates == sorted(rates, reverse=True)
     for e in entries:
@@ -438,7 +439,8 @@ def test_llm_plan_over_lilou_llm(capsys):
     assert entry["latency_ms"] > expected.itl_ms
     assert entry["interval_ms"] == pytest.approx(expected.steady_interval_ms, abs=1e-3)
     assert entry["itl_kind"] == "steady_state"  # not lilou llm's itl_ms, and the entry says so
-    assert plan["batch_search"] == "listed"  # the batches listed, not searched
+    # the TTFT of `batch` prompts arriving together; throughput and cost count output tokens; the batches listed
+    assert entry["ttft_kind"] == "burst" and plan["unit"] == "output_token" and plan["batch_search"] == "listed"
     # the JSON rounds throughput to 3 decimals (lilou.plan.planner)
     assert entry["throughput_per_s"] == pytest.approx(8 * 1000 / expected.steady_itl_ms, abs=5e-4)
     hf = plan_json(capsys, "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "400", "--input-len", "512",

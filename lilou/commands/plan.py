@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     llm.add_argument("--ttft-slo-ms", type=float, default=None, metavar="T",
                      help="time-to-first-token SLO (ms), optional: a batch is kept only where the TTFT's 90 %% upper "
                           "bound meets it too; TTFT is lilou llm's at that batch, the prefill of `batch` prompts "
-                          "arriving together")
+                          "arriving together: the first token of the last of a burst of `batch` requests, the worst "
+                          "case at that concurrency (JSON: ttft_kind \"burst\")")
     llm.add_argument("--input-len", type=int, default=None, metavar="I", help="prompt tokens per request")
     llm.add_argument("--output-len", type=int, default=None, metavar="O", help="generated tokens per request")
     llm.add_argument("--dtype", default=None, metavar="D", help="LLM weight/compute dtype (default: lilou llm's)")
@@ -149,8 +150,8 @@ def _print_table(plan) -> None:
                     if plan.batch_search == "exact" else "")
         caption = (f"{searched}ITL: with --engine vllm, the steady state of a server keeping `batch` requests running "
                    "(lilou llm's steady_state, prompts chunked in); with --engine hf, the static batch's decode step. "
-                   "TTFT: lilou llm's at that batch, the prefill of `batch` prompts arriving together (estimate, 90 % "
-                   "upper bound)") if llm else None
+                   "TTFT: lilou llm's at that batch, the prefill of `batch` prompts arriving together, when the last "
+                   "of the burst gets its first token (estimate, 90 % upper bound)") if llm else None
         groups = f" (in groups of {plan.tp}, tensor-parallel)" if plan.tp > 1 else ""
         considered = f"{len(plan.devices)} devices"
         if plan.tps:

@@ -33,6 +33,11 @@ from lilou.plan.prices import checked_prices, device_price
 if TYPE_CHECKING:
     from lilou.api import PreparedModel
 
+#: Which TTFT an LLM plan shows and holds to --ttft-slo-ms: lilou llm's ttft_ms, the prefill of `batch` prompts that
+#: arrive together (a burst at the planned concurrency), when the last of them gets its first token; a request
+#: arriving into a running server has its prompt chunked into the steps and waits less.
+TTFT_KIND = "burst"
+
 #: Batch sizes tried when none are given.
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -105,7 +110,7 @@ class PlanEntry:
                 "throughput_per_s_at_upper": round(self.throughput_per_s_at_upper, 3),
                 "memory_gb": round(self.point.memory_gb, 4), "device_memory_gb": round(self.device.memory_gib, 4),
                 "fits": self.point.fits, "extrapolated_share": self.point.extrapolated_share,
-                "ttft_ms": self.point.ttft_ms,
+                "ttft_ms": self.point.ttft_ms, "ttft_kind": None if self.point.ttft_ms is None else TTFT_KIND,
                 "ttft_interval_ms": None if self.point.ttft_interval_ms is None else list(self.point.ttft_interval_ms),
                 "usd_per_hour": None if self.usd_per_hour is None else usd(self.usd_per_hour),
                 "price_source": self.price_source,
@@ -202,6 +207,7 @@ class CapacityPlan:
                 "tp": list(self.tps) if self.tps else self.tp, "slo_ms": self.slo_ms,
                 "ttft_slo_ms": self.ttft_slo_ms,
                 "batches": list(self.batches), "batch_search": self.batch_search,
+                "unit": "output_token" if self.kind == "llm" else "inference",
                 "precision": precisions[0] if len(precisions) == 1 else precisions or None,
                 "sort": self.sort, "devices": len(self.devices), "plan": [e.to_json() for e in self.entries],
                 "unmet": list(self.unmet), "message": self.message, "warnings": list(self.warnings)}
@@ -544,10 +550,10 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     per device and degree that meets the SLO, so that one plan compares GPU x TP by cost; ``kv_dtype`` as in
     ``lilou llm``. ``ttft_slo_ms``: a batch is kept only where the 90 % upper bound of its time to first token
     meets it too; that TTFT is ``lilou llm``'s at the batch, the prefill of ``batch`` prompts that arrive together
-    (a wave of users at the planned concurrency: the worst case of a server that keeps them running).
-    ``batches`` None: each device's batch is the largest that meets the SLO(s) and fits, searched exactly
-    (:meth:`_LLMCurve.search`; ``batch_search`` "exact"), not the largest of a ladder; given, the largest of them
-    ("listed")."""
+    (a wave of users at the planned concurrency: the worst case of a server that keeps them running; ``ttft_kind``
+    "burst" in the JSON). ``batches`` None: each device's batch is the largest that meets the SLO(s) and fits,
+    searched exactly (:meth:`_LLMCurve.search`; ``batch_search`` "exact"), not the largest of a ladder; given, the
+    largest of them ("listed")."""
     from lilou.api import rank_devices
     from lilou.llm import LLMPredictor
     from lilou.llm.predictor import SLICE_POWER
