@@ -474,7 +474,7 @@ def test_an_llm_plan_without_batches_finds_each_devices_largest_batch(capsys, tt
     argv = ["--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "1024", "--output-len", "256", "--gpus",
             "h100-sxm,l40s,gb300", *(["--ttft-slo-ms", f"{ttft_slo:g}"] if ttft_slo else [])]
     plan = plan_json(capsys, *argv)
-    assert plan["batch_search"] == "exact" and plan["batches"] == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert plan["batch_search"] == "exact" and plan["batches"] == [1, 4, 16, 64, 256]
     ladder = {e["device"]: e for e in plan_json(capsys, *argv, "--batches", "1,2,4,8,16,32,64,128")["plan"]}
     assert [e["device"] for e in plan["plan"]] == ["gb300", "h100-sxm", "l40s"] and len(ladder) == 3
     llm = LLMPredictor()

@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default: every GPU and MIG profile)")
     parser.add_argument("--batches", default=None, metavar="1,2,4,...",
                         help="batch sizes to try (default 1,2,4,8,16,32,64,128); with --llm and no --batches, each "
-                             "device's largest batch that meets the SLO(s) and fits is searched exactly, from that "
-                             "ladder up to what its memory holds")
+                             "device's largest batch that meets the SLO(s) and fits is searched exactly, from the "
+                             "ladder 1,4,16,64,256 up to what its memory holds")
     parser.add_argument("--prices", default=None, metavar="FILE.csv",
                         help="CSV with a header line device,usd_per_hour; MIG slices without a line cost their "
                              "GPU's price times their share of its compute slices")

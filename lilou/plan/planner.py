@@ -40,6 +40,10 @@ TTFT_KIND = "burst"
 
 #: Batch sizes tried when none are given.
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+#: The ladder an LLM plan's exact search starts from (_LLMCurve.search): a batch between its rungs is found by
+#: interpolation, and each batch predicted costs about as much as a rung (its size ladder is its own), so rungs x4 apart
+#: give the same plans as x2 with a fifth fewer predictions (Llama-3.1-8B, 115 devices: 477 against 607).
+SEARCH_LADDER: tuple[int, ...] = (1, 4, 16, 64, 256)
 
 
 @dataclass(frozen=True)
@@ -560,7 +564,7 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
 
     slo = check_slo(itl_slo_ms, "--itl-slo-ms")
     ttft_slo = None if ttft_slo_ms is None else check_slo(ttft_slo_ms, "--ttft-slo-ms")
-    sizes = check_batches(batches)
+    sizes = check_batches(batches) if batches is not None else list(SEARCH_LADDER)
     tps = check_tps(tp)
     for degree in tps:
         _check_llm_arguments(model, input_len, output_len, degree)
