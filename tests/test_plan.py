@@ -15,11 +15,11 @@ from tests.conftest import REPO
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
-PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches", "precision", "sort", "devices", "plan",
-             "unmet", "message", "warnings"}
+PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches", "batch_search", "unit", "precision",
+             "sort", "devices", "plan", "unmet", "message", "warnings"}
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
-              "ttft_ms", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind"}
+              "ttft_ms", "ttft_kind", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind"}
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,8 @@ def test_plan_without_prices_is_sorted_by_throughput(capsys, resnet_dynamic):
     assert plan["precision"] == "fp32" and all(e["precision"] == "fp32" for e in plan["plan"])
     entries = plan["plan"]
     assert entries and all(set(e) == ENTRY_KEYS for e in entries)
+    assert plan["unit"] == "inference" and plan["batch_search"] == "listed"
+    assert all(e["ttft_kind"] is None and e["itl_kind"] is None for e in entries)
     rates = [e["throughput_per_s_at_upper"] for e in entries]
     assert rates == sorted(rates, reverse=True)
     for e in entries:
@@ -437,6 +439,8 @@ def test_llm_plan_over_lilou_llm(capsys):
     assert entry["latency_ms"] > expected.itl_ms
     assert entry["interval_ms"] == pytest.approx(expected.steady_interval_ms, abs=1e-3)
     assert entry["itl_kind"] == "steady_state"  # not lilou llm's itl_ms, and the entry says so
+    # the TTFT of `batch` prompts arriving together; throughput and cost count output tokens; the batches listed
+    assert entry["ttft_kind"] == "burst" and plan["unit"] == "output_token" and plan["batch_search"] == "listed"
     # the JSON rounds throughput to 3 decimals (lilou.plan.planner)
     assert entry["throughput_per_s"] == pytest.approx(8 * 1000 / expected.steady_itl_ms, abs=5e-4)
     hf = plan_json(capsys, "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "400", "--input-len", "512",
@@ -451,6 +455,55 @@ def test_llm_plan_over_lilou_llm(capsys):
     code, _, err = run(capsys, "plan", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--itl-slo-ms", "40", "--input-len",
                        "512", "--output-len", "128", "--launch-gap-us", "10")
     assert code == 2 and "--launch-gap-us applies to ONNX models" in err and err.count("\n") == 1
+
+
+def _meets(result, itl_slo: float, ttft_slo: float | None = None) -> bool:
+    """lilou llm's prediction meets the plan's SLOs (90 % upper bounds) and fits."""
+    return result.steady_itl_ms is not None and result.steady_interval_ms[1] <= itl_slo and (
+        ttft_slo is None or result.intervals["ttft_ms"][1] <= ttft_slo)
+
+
+@pytest.mark.parametrize("ttft_slo", [None, 1500.0])
+def test_an_llm_plan_without_batches_finds_each_devices_largest_batch(capsys, ttft_slo):
+    """The batch was the largest of the ladder 1, 2, 4 ... 128 within the SLO: an H100 planned at 64 concurrent
+    sequences of Llama-3.1-8B where about 100 meet 40 ms, its tokens/s and $ per million tokens understated by a
+    third, and nothing above 128 (a GB300's ~200). Without --batches each device's batch is the largest that meets
+    the SLO(s) and fits: lilou llm at that batch meets them, at the next one does not (or does not fit)."""
+    from lilou.llm import LLMPredictor
+
+    argv = ["--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "1024", "--output-len", "256", "--gpus",
+            "h100-sxm,l40s,gb300", *(["--ttft-slo-ms", f"{ttft_slo:g}"] if ttft_slo else [])]
+    plan = plan_json(capsys, *argv)
+    assert plan["batch_search"] == "exact" and plan["batches"] == [1, 4, 16, 64, 256]
+    ladder = {e["device"]: e for e in plan_json(capsys, *argv, "--batches", "1,2,4,8,16,32,64,128")["plan"]}
+    assert [e["device"] for e in plan["plan"]] == ["gb300", "h100-sxm", "l40s"] and len(ladder) == 3
+    llm = LLMPredictor()
+    for entry in plan["plan"]:
+        batch, device = entry["batch"], entry["device"]
+        at, above = (llm.predict("llama-3.1-8b", device, batch=b, input_len=1024, output_len=256)
+                     for b in (batch, batch + 1))
+        assert _meets(at, 40, ttft_slo) and not _meets(above, 40, ttft_slo), device
+        assert entry["latency_ms"] == pytest.approx(at.steady_itl_ms, abs=1e-3)
+        assert batch > ladder[device]["batch"] and entry["throughput_per_s"] > ladder[device]["throughput_per_s"]
+    if ttft_slo is None:
+        assert plan["plan"][0]["batch"] > 128  # past the ladder's top
+
+
+def test_an_llm_plan_without_batches_stops_at_what_memory_holds(capsys):
+    """An SLO every batch meets: the batch is lilou llm's max_batch_fitting (30 sequences of 1024 + 256 tokens on an
+    L4), not the ladder's 16 (32 does not fit); the table's caption says how the batch was found and the line under
+    it counts a device the model does not fit as left out for memory (it read "1 not predicted")."""
+    from lilou.llm import LLMPredictor
+
+    argv = ["--llm", "llama-3.1-8b", "--itl-slo-ms", "5000", "--input-len", "1024", "--output-len", "256", "--gpus",
+            "l4,t4"]
+    (entry,) = plan_json(capsys, *argv)["plan"]
+    fitting = LLMPredictor().predict("llama-3.1-8b", "l4", batch=1, input_len=1024, output_len=256).max_batch_fitting
+    assert (entry["device"], entry["batch"], fitting) == ("l4", 30, 30)
+    code, out, _ = run(capsys, "plan", *argv)
+    text = " ".join(out.split())
+    assert code == 0 and "batch: the largest that meets the SLO(s) and fits, searched batch by batch;" in text
+    assert "1 of 2 devices left out: 1 for memory (t4)" in text
 
 
 def test_an_llm_plan_says_each_devices_link(capsys):

@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="GPUs (whole) and MIG slices as GPU/PROFILE, e.g. a10g,t4,a100-80gb/1g.10gb "
                              "(default: every GPU and MIG profile)")
     parser.add_argument("--batches", default=None, metavar="1,2,4,...",
-                        help="batch sizes to try (default 1,2,4,8,16,32,64,128)")
+                        help="batch sizes to try (default 1,2,4,8,16,32,64,128); with --llm and no --batches, each "
+                             "device's largest batch that meets the SLO(s) and fits is searched exactly, from the "
+                             "ladder 1,4,16,64,256 up to what its memory holds")
     parser.add_argument("--prices", default=None, metavar="FILE.csv",
                         help="CSV with a header line device,usd_per_hour; MIG slices without a line cost their "
                              "GPU's price times their share of its compute slices")
@@ -43,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     llm.add_argument("--ttft-slo-ms", type=float, default=None, metavar="T",
                      help="time-to-first-token SLO (ms), optional: a batch is kept only where the TTFT's 90 %% upper "
                           "bound meets it too; TTFT is lilou llm's at that batch, the prefill of `batch` prompts "
-                          "arriving together")
+                          "arriving together: the first token of the last of a burst of `batch` requests, the worst "
+                          "case at that concurrency (JSON: ttft_kind \"burst\")")
     llm.add_argument("--input-len", type=int, default=None, metavar="I", help="prompt tokens per request")
     llm.add_argument("--output-len", type=int, default=None, metavar="O", help="generated tokens per request")
     llm.add_argument("--dtype", default=None, metavar="D", help="LLM weight/compute dtype (default: lilou llm's)")
@@ -143,10 +146,12 @@ def _print_table(plan) -> None:
     order = "cheapest first ($ at the upper bound's throughput)" if plan.sort == "cost" else \
         "highest throughput at the upper bound first"
     if plan.entries:
-        caption = ("ITL: with --engine vllm, the steady state of a server keeping `batch` requests running (lilou llm's "
-                   "steady_state, prompts chunked in); with --engine hf, the static batch's decode step. TTFT: lilou "
-                   "llm's at that batch, the prefill of `batch` prompts arriving together (estimate, 90 % upper bound)"
-                   ) if llm else None
+        searched = ("batch: the largest that meets the SLO(s) and fits, searched batch by batch; "
+                    if plan.batch_search == "exact" else "")
+        caption = (f"{searched}ITL: with --engine vllm, the steady state of a server keeping `batch` requests running "
+                   "(lilou llm's steady_state, prompts chunked in); with --engine hf, the static batch's decode step. "
+                   "TTFT: lilou llm's at that batch, the prefill of `batch` prompts arriving together, when the last "
+                   "of the burst gets its first token (estimate, 90 % upper bound)") if llm else None
         groups = f" (in groups of {plan.tp}, tensor-parallel)" if plan.tp > 1 else ""
         considered = f"{len(plan.devices)} devices"
         if plan.tps:

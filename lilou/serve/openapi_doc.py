@@ -174,6 +174,9 @@ class PlanEntryBody(BaseModel):
     ttft_ms: float | None = Field(..., description=(
         "LLM plans: time to first token at the planned batch (lilou llm's ttft_ms: the prefill of `batch` prompts "
         "arriving together); null for an ONNX plan"))
+    ttft_kind: Literal["burst"] | None = Field(..., description=(
+        "LLM plans: which TTFT ttft_ms is and ttft_slo_ms judges: burst, the first token of the last of `batch` "
+        "prompts arriving together (the worst case at that concurrency); null for an ONNX plan"))
     ttft_interval_ms: list[float] | None = Field(..., description=(
         "LLM plans: its 90 % interval [lo, hi] (null for an ONNX plan, or where no calibration gives one)"))
     usd_per_hour: float | None
@@ -201,7 +204,14 @@ class PlanBody(BaseModel):
     slo_ms: float = Field(..., description="the SLO (an LLM plan's: the ITL SLO)")
     ttft_slo_ms: float | None = Field(..., description=(
         "an LLM plan's TTFT SLO (ttft_slo_ms given), met by each entry's ttft_interval_ms upper bound; else null"))
-    batches: list[int]
+    batches: list[int] = Field(..., description=(
+        "the batch sizes tried (batch_search listed), or the ladder the search started from (exact)"))
+    batch_search: Literal["listed", "exact"] = Field(..., description=(
+        "listed: each entry's batch is the largest of `batches` within the SLO; exact (an LLM plan given no batches): "
+        "the largest batch that meets the SLO(s) and fits, searched from that ladder up to what memory holds"))
+    unit: Literal["inference", "output_token"] = Field(..., description=(
+        "what throughput_per_s counts per second and usd_per_million prices a million of: inferences (an ONNX "
+        "plan) or output tokens (an LLM plan)"))
     precision: str | list[str] | None = Field(..., description=(
         "what the model computes in: one name when every device priced runs it so, else the sorted list of the "
         "names (an LLM in BF16 where the GPU has it, FP16 elsewhere); null when nothing was priced. lilou plan "
