@@ -281,7 +281,7 @@ INT64_MAX, INT32_MAX = 2**63 - 1, 2**31 - 1
 
 @pytest.mark.parametrize(("trips", "condition", "bound"), [
     (INT64_MAX, "mean", "no bound"),   # TorchScript's while loop: Loop(M=INT64_MAX, cond), cond from the body
-    (INT32_MAX, "pass", "no bound"),   # the other exporters' sentinel, even with a condition that never stops it
+    (INT32_MAX, "pass", "no bound"),   # the other exporters' sentinel, with a condition that never stops it
     (4, "mean", "at most 4"),          # a for loop with a break
 ])
 def test_a_loop_its_condition_decides_is_one_iteration_written_out(trips, condition, bound):
@@ -296,9 +296,11 @@ def test_a_loop_its_condition_decides_is_one_iteration_written_out(trips, condit
     assert ops == {"mean": ["Tanh", "ReduceMean", "Greater", "Identity"], "pass": ["Tanh", "Identity"]}[condition]
     assert graph.totals()["flops"] == one.totals()["flops"] + {"mean": 17 + 1, "pass": 0}[condition] \
         == {"mean": 16 + 17 + 1, "pass": 16}[condition]  # Tanh over 2x8, its mean (16 adds, a divide), Greater
-    assert f"Loop 'loop' stops on a condition known only at run time ({bound}): its iterations are unknown, so it " \
-        "is costed as one iteration of its body, written out; state them with --value loop=N (values={'loop': N} " \
-        "in the API)" in graph.warnings
+    said = (f"Loop 'loop' stops on a condition known only at run time ({bound}): its iterations are unknown, so it "
+            if condition == "mean" else "Loop 'loop' has no bound: no condition stops it and its count is ONNX's \"no "
+            "bound\" (2^31-1 or more), so its iterations are unknown; it ")
+    assert said + "is costed as one iteration of its body, written out; state them with --value loop=N " \
+        "(values={'loop': N} in the API)" in graph.warnings
     assert not any("is costed as its body times its trip count" in w or w.startswith("Loop 'loop' runs") for w in graph.warnings)
 
 
@@ -313,7 +315,7 @@ def test_a_sentinel_count_given_with_value_is_one_iteration(tmp_path):
     graph = load_graph(path, values={"trips": [INT64_MAX]})
     assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()] == ["Tanh", "Identity"]
     assert graph.totals()["flops"] == 16
-    assert any(w.startswith("Loop 'loop' stops on a condition known only at run time (no bound)") for w in graph.warnings)
+    assert any(w.startswith("Loop 'loop' has no bound: no condition stops it") for w in graph.warnings)
 
 
 WHILE = "tests/data/control_flow/scripted-while.onnx"
@@ -502,4 +504,4 @@ def test_an_opset_8_scan_runs_its_body_once_per_batch_element_and_step(tmp_path)
     assert graph.dag.nodes[node]["flops"] == 2 * 16 * 2 * 64 * 64 * 64
     assert {t.name: t.shape for t in graph.outputs} == {"ys": (2, 16, 64, 64)}
     assert "Scan 'scan' (opset 8: its inputs hold a batch axis, the scan axis is 1) is costed as its body times its " \
-        "batch times its scan length (32), as one kernel" in graph.warnings
+        "batch times its scan length (32), as one kernel, without the launches eager makes for each step" in graph.warnings

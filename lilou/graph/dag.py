@@ -524,9 +524,11 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
             trip = 1
         elif 0 < opset < 9:
             notes.append(f"Scan {label!r} (opset {opset}: its inputs hold a batch axis, the scan axis is 1) is costed "
-                         f"as its body times its batch times its scan length ({trip}), as one kernel")
+                         f"as its body times its batch times its scan length ({trip}), as one kernel, without the launches eager "
+                         "makes for each step")
         else:
-            notes.append(f"Scan {label!r} is costed as its body times its scan length ({trip}), as one kernel")
+            notes.append(f"Scan {label!r} is costed as its body times its scan length ({trip}), as one kernel, "
+                         "without the launches eager makes for each step")
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
                         bytes_written=body.bytes_written * trip)
     return cost

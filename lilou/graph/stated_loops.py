@@ -113,6 +113,10 @@ def assume_one_iteration(model: onnx.ModelProto, notes: list[str], budget: int) 
             elif every and trips is None and count:
                 notes.append(f"Loop {label!r} has no constant trip count: costed as one iteration of its body, "
                              "written out (a count the file takes as an input can be given with --value NAME=N)")
+            elif every:  # nothing can stop it: no condition, and a count that is ONNX's "no bound" (or none)
+                notes.append(f"Loop {label!r} has no bound: no condition stops it and its count is ONNX's \"no bound\" "
+                             "(2^31-1 or more), so its iterations are unknown; it is costed as one iteration of its "
+                             f"body, written out; {stating_iterations(node, top_level=True)}")
             else:
                 bound = "no bound" if trips is None or trips < 0 or trips >= UNBOUNDED_TRIPS else f"at most {trips}"
                 notes.append(f"Loop {label!r} stops on a condition known only at run time ({bound}): its iterations "
