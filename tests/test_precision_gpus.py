@@ -13,7 +13,9 @@ import pytest
 from onnx import TensorProto
 
 from lilou.api import Predictor
-from tests.test_precision import matmul_model
+from lilou.hardware import resolve_device
+from lilou.latency.kernel_model.precision import kernel_unit, precision_path
+from tests.test_precision import EXAMPLE, matmul_model
 
 QDQ_RESNET = Path(__file__).resolve().parent / "data" / "quantized" / "resnet-qdq.onnx"
 
@@ -62,6 +64,19 @@ def test_a_rank_pools_the_int8_lines_by_kind_of_gpu(predictor) -> None:
                                                "t4"])
     heads = [w.split(":")[0] for w in ranking.warnings if "INT8 tensor cores" in w or "INT8 path" in w]
     assert heads == ["v100-pcie-32gb, v100-sxm2-16gb", "gtx-1080-ti", "p100-pcie-16gb"]
+
+
+def test_the_tf32_label_describes_fp32_work_only(predictor) -> None:
+    """``--precision int8`` (fp16, bf16, fp8) prices no FP32 matmul or convolution: ``tf32`` was "conv" on Ampere and
+    newer, as if some ran in TF32. A file's own precision keeps PyTorch's default: its FP32 islands run so."""
+    a100 = resolve_device("a100-sxm4-80gb")
+    assert [precision_path("fp32", a100, precision=p).tf32 for p in ("int8", "fp16", "bf16", "fp8", "fp32", "tf32")] \
+        == ["off", "off", "off", "off", "conv", "on"]
+    assert precision_path("int8", a100).tf32 == "conv"  # a quantized file's FP32 layers run PyTorch's default
+    assert predictor.predict(EXAMPLE, gpu="a100-sxm4-80gb", precision="int8").tf32 == "off"
+    assert [e.tf32 for e in predictor.rank(EXAMPLE, gpus=["a10g"], precision="fp16").entries] == ["off"]
+    # the unit of an FP32 layer in a quantized file is unchanged: still TF32 on an A100
+    assert kernel_unit("conv", precision_path("fp32", a100), a100) == "tf32_tensor"
 
 
 def test_fp8_on_a_gpu_without_tensor_cores_says_no_runtime_runs_it(predictor, tmp_path: Path) -> None:

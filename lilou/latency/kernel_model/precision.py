@@ -107,11 +107,15 @@ class PrecisionPath:
 def precision_path(model_precision: str, device: Device, precision: str | None = None,
                    tf32: str | None = None) -> PrecisionPath:
     """The path a prediction takes on ``device``; TF32 is off where the GPU has no TF32 (before 8.0), and TF32 asked
-    of such a GPU is strict FP32, what is priced there (its interval and label were TF32's: unmeasured, 3x wider)."""
+    of such a GPU is strict FP32, what is priced there (its interval and label were TF32's: unmeasured, 3x wider).
+    ``tf32`` describes FP32 work only: under ``--precision`` other than fp32/tf32 no matmul or convolution is FP32,
+    so it is off (an INT8 or FP16 run read ``"tf32": "conv"`` on Ampere and newer)."""
     chosen = precision or model_precision
     mode = tf32 if tf32 is not None else default_tf32(device)
     if chosen == "tf32":
         mode = "on"
+    if precision is not None and chosen not in ("fp32", "tf32"):
+        mode = "off"  # --precision P prices every matmul and convolution in P: no FP32 one runs in TF32
     if compute_capability(device) < (8, 0):
         mode = "off"
         chosen = "fp32" if chosen == "tf32" else chosen
