@@ -107,11 +107,15 @@ class PrecisionPath:
 def precision_path(model_precision: str, device: Device, precision: str | None = None,
                    tf32: str | None = None) -> PrecisionPath:
     """The path a prediction takes on ``device``; TF32 is off where the GPU has no TF32 (before 8.0), and TF32 asked
-    of such a GPU is strict FP32, what is priced there (its interval and label were TF32's: unmeasured, 3x wider)."""
+    of such a GPU is strict FP32, what is priced there (its interval and label were TF32's: unmeasured, 3x wider).
+    ``tf32`` describes FP32 work only: under ``--precision`` other than fp32/tf32 no matmul or convolution is FP32,
+    so it is off (an INT8 or FP16 run read ``"tf32": "conv"`` on Ampere and newer)."""
     chosen = precision or model_precision
     mode = tf32 if tf32 is not None else default_tf32(device)
     if chosen == "tf32":
         mode = "on"
+    if precision is not None and chosen not in ("fp32", "tf32"):
+        mode = "off"  # --precision P prices every matmul and convolution in P: no FP32 one runs in TF32
     if compute_capability(device) < (8, 0):
         mode = "off"
         chosen = "fp32" if chosen == "tf32" else chosen
@@ -305,14 +309,17 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
     for precision in sorted({p.precision for p in paths} - {"fp32", "tf32"}):
         if families:
             warnings += slower_than_16_bit(precision, [d for p, d in zip(paths, devices) if p.precision == precision])
+        if precision == "int8":
+            warnings += _int8_warnings([d for p, d in zip(paths, devices) if p.precision == "int8"], families,
+                                       retyped)
         for family in families:
-            no_unit, upcast, unmeasured, dp4a = set(), set(), set(), set()
+            no_unit, upcast, unmeasured = set(), set(), set()
             for path, device in zip(paths, devices):
                 if path.precision != precision:
                     continue
                 unit = kernel_unit(family, path, device)
-                if unit == "int8":  # DP4A on the CUDA cores: no INT8 tensor cores (Pascal, Volta)
-                    dp4a.add(device.gpu)
+                if precision == "int8" and unit is None:
+                    continue  # no INT8 path: said once for both families (_int8_warnings)
                 if unit is None or unit == "fp32":
                     no_unit.add(device.gpu)
                 elif precision in _NEEDS_CAPABILITY and unit != _TENSOR_UNITS[precision][0]:
@@ -332,13 +339,15 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                 warnings.append(f"{', '.join(sorted(no_unit))}: no tensor cores, so PyTorch runs {name} with FP32 math "
                                 "(cuBLAS and cuDNN compute in FP32 on 16-bit tensors); they are predicted at FP32 "
                                 "CUDA-core rates with 16-bit tensors")
+            elif no_unit and precision in _NEEDS_CAPABILITY:  # FP8, FP4 on a GPU without tensor cores (Pascal, Maxwell)
+                warnings.append(f"{', '.join(sorted(no_unit))}: no known runtime runs {name} there (no tensor cores: "
+                                f"{precision.upper()} needs compute capability "
+                                f"{'.'.join(map(str, _NEEDS_CAPABILITY[precision]))}, weight-only kernels 8.0); they "
+                                "are predicted at FP32 CUDA-core rates with the format's tensors, a lower bound on what "
+                                "a program that upcasts them would take")
             elif no_unit:
                 warnings.append(f"{', '.join(sorted(no_unit))}: no unit for {name}; they are predicted at FP32 "
                                 "CUDA-core rates, as measured FP32 kernels")
-            if dp4a:
-                warnings.append(f"{', '.join(sorted(dp4a))}: no INT8 tensor cores, so {name} run on the CUDA cores' "
-                                "DP4A instructions (four INT8 products per lane and instruction), priced at the "
-                                "database's INT8 CUDA-core peak: often no faster than FP16 on the same GPU")
             marlin = {gpu for gpu in upcast if family == "gemm" and _capability(gpu) >= WEIGHT_ONLY_CAPABILITY}
             if marlin:
                 needs = ".".join(map(str, _NEEDS_CAPABILITY[precision]))
@@ -364,3 +373,48 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                 warnings.append(f"{name} on {', '.join(sorted(unmeasured))} GPUs have no measured neighbour in the "
                                 f"kernel table ({where}): extrapolated across architectures")
     return warnings
+
+
+
+def _int8_warnings(devices: Sequence[Device], families: list[str], retyped: bool) -> list[str]:
+    """One line per kind of GPU without INT8 tensor cores (compute capability 7.5 on has them), both math families
+    pooled: what their INT8 GEMMs and convolutions are priced on, and what the INT8 bytes of the other kernels are
+    worth there. The kinds follow TensorRT's hardware-precision matrix: INT8 (DP4A) and FP16 tensor cores but no INT8
+    tensor cores on 7.0, INT8 without FP16 on 6.1, no INT8 on 6.0 and Maxwell; TensorRT times each layer's INT8 and
+    FP16 kernels and keeps the faster. The GPU database says which: its ``int8`` (DP4A) and ``fp16_tensor`` peaks."""
+    if not families:
+        return []
+    what = " and ".join("GEMMs" if family == "gemm" else "convolutions" for family in families)
+    stored = "as --precision int8 stores them" if retyped else "as the file stores them"
+    volta: dict[str, float] = {}
+    dp4a, none = set(), set()
+    for device in devices:
+        peaks = device.peak_tflops
+        if peaks.get("int8_tensor"):
+            continue
+        if not peaks.get("int8"):
+            none.add(device.gpu)
+        elif (peaks.get("fp16_tensor") or 0.0) > peaks["int8"]:
+            volta[device.gpu] = peaks["fp16_tensor"] / peaks["int8"]
+        else:
+            dp4a.add(device.gpu)
+    lines = []
+    if volta:
+        share = f"{1 / max(volta.values()):.0%}"
+        lines.append(f"{', '.join(sorted(volta))}: no INT8 tensor cores, so the INT8 {what} are priced on the CUDA "
+                     f"cores' DP4A instructions, whose peak is {share} of the FP16 tensor cores': any INT8 gain over "
+                     f"FP16 here comes from the other kernels' 1-byte tensors (norms, softmax, elementwise: INT8 {stored}), "
+                     "which TensorRT keeps only between layers it runs in INT8; it runs each layer on the faster of DP4A "
+                     "and the FP16 tensor cores, so the engine it builds is no slower than the faster of this "
+                     "prediction and --precision fp16's")
+    if dp4a:
+        lines.append(f"{', '.join(sorted(dp4a))}: no INT8 tensor cores, so the INT8 {what} run on the CUDA cores' DP4A "
+                     "instructions (four INT8 products per lane and instruction), priced at the database's INT8 "
+                     "CUDA-core peak (their FP16 units run at 1/64 of FP32's: no FP16 engine is faster)")
+    if none:
+        lines.append(f"{', '.join(sorted(none))}: no INT8 path (no INT8 tensor cores, and no DP4A before compute "
+                     "capability 6.1: TensorRT runs no INT8 there, and onnxruntime's CUDA EP runs a QDQ file's float "
+                     f"ops between its quantize and dequantize kernels): the INT8 {what} are priced at FP32 CUDA-core "
+                     f"rates, their tensors and the other kernels' in INT8 {stored}: a lower bound on the FP32 run, "
+                     "which --precision fp32 prices")
+    return lines
