@@ -348,10 +348,13 @@ def _fit_queue(terms, per_seq: float) -> tuple[float, float, float, float]:
 
 
 def ape_stats(pairs: list[tuple[float, float]]) -> dict:
+    """Median and mean APE (%) of (predicted, measured) pairs, and the bias: the median log(predicted / measured)
+    (a fold whose APE is its bias misses by one factor on every row; one whose bias is near 0 scatters)."""
     if not pairs:
         return {"n": 0}
     apes = [100 * abs(p - m) / m for p, m in pairs]
-    return {"n": len(pairs), "median_ape": round(statistics.median(apes), 2), "mean_ape": round(statistics.mean(apes), 2)}
+    return {"n": len(pairs), "median_ape": round(statistics.median(apes), 2), "mean_ape": round(statistics.mean(apes), 2),
+            "median_log_ratio": round(statistics.median(math.log(p / m) for p, m in pairs), 3)}
 
 
 QUANTITIES = ("itl_ms", "ttft_ms", "e2e_ms", "power_w")
@@ -428,6 +431,15 @@ def engine_seen(scored: list[tuple[Row, dict, dict]], train: list[Row]) -> list[
     version's: ML.ENERGY v2's vLLM 0.5.4 server in the A100 fold, its only GPU outside the held-back H100)."""
     engines = {_engine(r) for r in train}
     return [x for x in scored if _engine(x[0]) in engines]
+
+
+def by_fold_engine(scored: list[tuple[Row, dict, dict]], fold_of) -> dict[tuple[str, str], list]:
+    """The scored rows per (GPU fold, engine version): a fold's figure mixes engines whose host constants come
+    from different rows (the A100 fold's vLLM 0.5.4 server rows borrow another version's)."""
+    out: dict[tuple[str, str], list] = defaultdict(list)
+    for x in scored:
+        out[(fold_of(x[0]), _engine(x[0]))].append(x)
+    return dict(out)
 
 
 #: Fewest leave-one-GPU-out residuals an engine needs for an interval of its own (else it takes the pooled one).
@@ -805,6 +817,8 @@ def run_bench(predictor, quick: bool = False, attention: bool = True) -> dict:
                  "primary_by_source_gpu": dict(Counter(f"{r.run.source}/{r.run.gpu}" for r in primary)),
                  "held_back_by_source": dict(Counter(r.run.source for r in held))},
         "leave_one_gpu_out": {"overall": score(logo_scored), "per_gpu": logo,
+                              "per_gpu_engine": {f"{fold}/{engine}": score(mine) for (fold, engine), mine
+                                                 in sorted(by_fold_engine(logo_scored, gpu_fold).items())},
                               "overall_engine_seen": score(logo_seen),
                               "kendall_tau_gpu_ranking": kendall(logo_scored),
                               "kendall_tau_gpu_bound_groups": {
@@ -908,6 +922,9 @@ def main(argv=None) -> int:
             fold = fold["all_rows"]
         print(f"  fold {gpu:16s} " + ", ".join(f"{q} {v['lilou'].get('median_ape')}/{v['baseline'].get('median_ape')}"
                                                for q, v in fold.items()))
+    for key, by in logo.get("per_gpu_engine", {}).items():
+        print(f"  fold/engine {key:36s} " + ", ".join(
+            f"{q} {v['lilou'].get('median_ape')} (bias {v['lilou'].get('median_log_ratio')})" for q, v in by.items()))
     for source, by in logo["per_source"].items():
         print(f"  source {source:20s} " + ", ".join(f"{q} {v['lilou'].get('median_ape')}/{v['baseline'].get('median_ape')}"
                                                    for q, v in by.items()))

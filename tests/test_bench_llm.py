@@ -83,9 +83,24 @@ def test_the_copy_baseline_predicts_the_h100_by_its_twin(bench_llm) -> None:
     runs = [h100, _run("gh200", e2e=95.0), _run("a100-sxm4-40gb", e2e=200.0),
             _run("h100-sxm", e2e=50.0, batch=16.0), _run("gh200", e2e=60.0, batch=16.0, model="other")]
     out = bench_llm.copy_baseline(runs, [(_row(h100), {"e2e_ms": 90.0}, {})])
-    assert out["e2e_ms"]["copy_all_pairs"] == {"n": 1, "median_ape": 5.0, "mean_ape": 5.0}
+    assert out["e2e_ms"]["copy_all_pairs"] == {"n": 1, "median_ape": 5.0, "mean_ape": 5.0, "median_log_ratio": -0.051}
     assert out["e2e_ms"]["lilou_same_runs"]["median_ape"] == 10.0
     assert out["e2e_ms"]["pairs"] == {"gh200 for h100-sxm": 1}
+
+
+def test_a_fold_is_scored_per_engine_version_with_its_bias(bench_llm) -> None:
+    """Synthetic rows (not measurements) shaped like the A100 fold: HF rows that scatter (+-5 %) beside vLLM 0.5.4
+    server rows all predicted at 0.42x (borrowed constants): per (fold, engine), the first have APE 5 and bias 0,
+    the second APE 58 and bias log 0.42 (the fold's pooled median APE, 31.5, is neither)."""
+    hf = [(_row(_run("a100-sxm4-40gb", itl=10.0, source="mlenergy_v1_2023", engine="hf")), {"itl_ms": p}, {})
+          for p in (10.5, 9.5, 10.0)]
+    v2 = [(_row(_run("a100-sxm4-40gb", itl=10.0, source="mlenergy_v2_2024")), {"itl_ms": 4.2}, {}) for _ in range(3)]
+    groups = bench_llm.by_fold_engine(hf + v2, lambda r: r.run.gpu)
+    assert sorted(groups) == [("a100-sxm4-40gb", "hf"), ("a100-sxm4-40gb", "vllm-0.5.4-server")]
+    assert bench_llm.score(groups[("a100-sxm4-40gb", "hf")])["itl_ms"]["lilou"] == {
+        "n": 3, "median_ape": 5.0, "mean_ape": 3.33, "median_log_ratio": 0.0}
+    assert bench_llm.score(groups[("a100-sxm4-40gb", "vllm-0.5.4-server")])["itl_ms"]["lilou"] == {
+        "n": 3, "median_ape": 58.0, "mean_ape": 58.0, "median_log_ratio": -0.868}   # log 0.42
 
 
 def test_leave_one_gpu_out_coverage_is_out_of_fold(bench_llm) -> None:
