@@ -53,6 +53,9 @@ from lilou.graph.exporter_fusions import element_types, node_attribute
 
 _ONNX = ("", "ai.onnx")
 _MICROSOFT = "com.microsoft"
+#: onnxruntime's own spelling of ONNX's quantize and dequantize (``UseQDQContribOps``: its 16-bit and QNN flows, any
+#: opset), read as ONNX's: the same inputs, attributes and meaning.
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 #: Element types a quantized tensor has at run time.
 QUANTIZED_TYPES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4,
@@ -146,8 +149,15 @@ class QuantizedRewrite:
         return "; ".join(lines)
 
 
+def op_key(node: onnx.NodeProto) -> tuple[str, str]:
+    """(domain, op type) of a node, ONNX's domain as ``""``, and onnxruntime's quantize and dequantize as ONNX's."""
+    if node.domain in _ONNX or (node.domain == _MICROSOFT and node.op_type in _QDQ):
+        return "", node.op_type
+    return node.domain, node.op_type
+
+
 def is_quantized(model: onnx.ModelProto) -> bool:
-    return any((n.domain if n.domain not in _ONNX else "", n.op_type) in _QLINEAR
+    return any(op_key(n) in _QLINEAR
                or n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulNBits",
                                 "MatMulBnb4", "GatherBlockQuantized")
                for n in model.graph.node)
@@ -187,7 +197,7 @@ def check_quantizers(model: onnx.ModelProto) -> None:
              if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
     ranks.update((t.name, len(t.dims)) for t in model.graph.initializer)
     for index, node in enumerate(model.graph.node):
-        if node.domain not in _ONNX:
+        if op_key(node)[0]:
             continue
         label = node.name or f"{node.op_type}_{index}"
         if node.op_type == "DynamicQuantizeLinear" and (len(node.output) != 3 or not all(node.output)):
@@ -197,7 +207,7 @@ def check_quantizers(model: onnx.ModelProto) -> None:
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
         kinds = {types.get(name) for name in node.input[:1] + node.input[2:3]} | {node_attribute(node, "output_dtype", 0)}
-        if opset < 19 and kinds & _FP8_TYPES:
+        if opset < 19 and kinds & _FP8_TYPES and node.domain in _ONNX:  # onnxruntime's own take FP8 at any opset
             raise LilouInputError(f"node {label!r} ({node.op_type}) quantizes to FP8, which the op takes from opset 19; "
                                   f"the file's opset is {opset} (onnxruntime and ONNX's checker refuse it): re-export "
                                   "it at opset 19 or later")
@@ -259,7 +269,7 @@ class _Rewriter:
     def run(self) -> QuantizedRewrite:
         replaced: list[tuple[onnx.NodeProto, str]] = []
         for index, node in enumerate(list(self.graph.node)):
-            key = (node.domain if node.domain not in _ONNX else "", node.op_type)
+            key = op_key(node)
             self.label = node.name or f"{node.op_type}_{index}"  # what Lilou calls the file's node (names.py)
             if not (node.input and node.input[0] and node.output and node.output[0]):
                 self.nodes.append(node)  # a node without its data input or output: the checks name it

@@ -1,0 +1,43 @@
+"""Files onnxruntime's and onnxconverter-common's tools wrote from files they had rewritten already, or in their own
+spellings, are priced as the model they describe, under every backend, or name what Lilou cannot read.
+
+The graphs in tests/data/typed are real (scripts/make_typed_fixtures.py, onnxruntime 1.32.0 and onnxconverter-common
+1.16.0, weights stripped): ``bert-ort-qdq`` and ``bert-ort-dynamic`` quantized ``ort/bert-classic-ort.onnx`` (the
+transformer optimizer's EmbedLayerNormalization, Attention ...), ``resnet-qdq-contrib`` is ``quantized/resnet.onnx``
+quantized with onnxruntime's own quantize ops (``UseQDQContribOps``), ``bert-opset14-fp16-norms32`` is
+``ort/bert-opset14.onnx`` in FP16 with its norms' math kept in FP32.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parent / "data"
+TYPED, ORT = DATA / "typed", DATA / "ort"
+#: What a prediction says when a graph's shapes stop at an op Lilou does not know.
+BROKEN = ("unknown shape", "no cost formula", "unsupported op")
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    from lilou.api import Predictor
+
+    return Predictor()
+
+
+def _totals(prediction) -> tuple[int, int, int]:
+    return len(prediction.kernels), sum(k.flops for k in prediction.kernels), sum(k.bytes for k in prediction.kernels)
+
+
+def test_onnxruntimes_own_quantize_ops_are_read_as_onnxs(predictor) -> None:
+    """``com.microsoft`` QuantizeLinear/DequantizeLinear mean what ONNX's do; they were unknown ops (0.09 MFLOPs,
+    FP32, 89 kernels). The same model quantized with ONNX's ops is priced the same, to the byte."""
+    contrib = predictor.predict(TYPED / "resnet-qdq-contrib.onnx", gpu="t4")
+    standard = predictor.predict(DATA / "quantized" / "resnet-qdq.onnx", gpu="t4")
+    assert contrib.precision == standard.precision == "int8"
+    assert not any(part in w for w in contrib.warnings for part in BROKEN)
+    assert _totals(contrib) == _totals(standard) == (30, 79_045_632, 3_197_920)
+    assert Counter(k.type for k in contrib.kernels) == Counter(k.type for k in standard.kernels)
+    assert contrib.latency_ms == standard.latency_ms
