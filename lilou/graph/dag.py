@@ -32,7 +32,8 @@ from lilou.graph.loops import MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_runs_eve
 from lilou.graph.constants import constant_tensors, scalar_integers, scalar_truths
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
 from lilou.graph.contrib_ops import restore_contrib_ops
-from lilou.graph.quantized import folded_nodes, quantized_tensors, restore_quantized_ops, runtime_types
+from lilou.graph.quantized import (float_activation_note, folded_nodes, quantized_tensors, restore_quantized_ops,
+                                   runtime_types)
 from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.fixed_sizes import ResizedInput, input_dims, resized_inputs, unshaped_nodes, with_fixed_sizes
@@ -293,6 +294,9 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         cancel_inverse_transposes(inferred.graph, {name: info.dtype for name, info in tensors.items()})
     if quantized:
         tensors = runtime_types(tensors, quantized, inferred.graph.node)
+        mixed = float_activation_note(tensors, inferred.graph.node)
+        if mixed:
+            notes.append(mixed)
     return ShapedModel(model=inferred, tensors=tensors, notes=notes, evaluated=evaluated)
 
 

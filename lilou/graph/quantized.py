@@ -597,6 +597,24 @@ def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
     return table
 
 
+#: The ops an INT8 runtime runs on its INT8 unit when their activation is quantized too.
+_QUANTIZABLE_MATH = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
+
+
+def float_activation_note(tensors: Mapping[str, TensorInfo], nodes: Iterable[onnx.NodeProto]) -> str | None:
+    """The line saying which matmuls and convolutions of a quantized graph read a quantized weight but a float
+    activation (no quantize before them): runtimes dequantize the weight and run the op in float, as it is priced."""
+    math = [n for n in nodes if n.op_type in _QUANTIZABLE_MATH and len(n.input) > 1]
+    mixed = [n for n in math if n.input[0] in tensors and n.input[1] in tensors
+             and tensors[n.input[1]].dtype in _RUNTIME_DTYPES and tensors[n.input[0]].dtype not in _RUNTIME_DTYPES]
+    if not mixed:
+        return None
+    return (f"{len(mixed)} of the quantized graph's {len(math)} matmuls and convolutions read quantized weights but float "
+            "activations (no quantize before them: onnxruntime's quantizer leaves the outputs of ops it does not "
+            "quantize, its contrib ops among them, in float): runtimes dequantize those weights and run the op in "
+            "float, and so they are priced (their weights read at their stored bytes)")
+
+
 def quantized_tensors(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> frozenset[str]:
     """The tensors that are floating-point values stored quantized: typed float in the graph written for shape inference
     (``model``, inferred) and quantized (or an integer accumulator) at run time (``tensors``, :func:`runtime_types`),
