@@ -263,9 +263,10 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
                    backend: str = "eager") -> ShapedModel:
     """:func:`shape_model` after its checks: put back what was fused, then infer every shape."""
     # What eager runs as the module's own ops; any other backend compiles the file as written (TVM: a folded batch
-    # norm stays in its convolution, onnxruntime's contrib ops are what its oracle reads).
+    # norm stays in its convolution). onnxruntime's contrib ops are written back for every backend: what they replaced
+    # is the graph TVM compiles and fuses itself (its importer reads only a few of them).
     as_eager = restore_folded and backend.lower() == "eager"
-    contrib = restore_contrib_ops(model) if as_eager else {}  # first: a FusedConv's Conv may hold a folded norm
+    contrib = restore_contrib_ops(model) if restore_folded else {}  # first: a FusedConv's Conv may hold a folded norm
     restored = restore_folded_batchnorms(model) if as_eager else []
     if restored:
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
@@ -278,9 +279,7 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
                      f"({_listed(unfused)}; onnxscript's RmsNormFusion) are priced as those ops")
     if contrib:
-        counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
-        notes.append(f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the "
-                     "modules they replaced, as eager PyTorch runs them")
+        notes.append(_contrib_note(contrib, as_eager))
     if restore_folded:
         standard_fp8_qdq(model)  # ModelOpt's TensorRT FP8 Q/DQ as ONNX's, read as FP8 below
     quantized = restore_quantized_ops(model) if restore_folded else None
@@ -298,6 +297,18 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         if mixed:
             notes.append(mixed)
     return ShapedModel(model=inferred, tensors=tensors, notes=notes, evaluated=evaluated)
+
+
+def _contrib_note(contrib: Mapping[str, int], as_eager: bool) -> str:
+    """What a prediction says of the onnxruntime contrib ops written back (:func:`restore_contrib_ops`)."""
+    counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
+    if as_eager:
+        return (f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the modules "
+                "they replaced, as eager PyTorch runs them")
+    return (f"onnxruntime's fused ops ({counts}) are priced as the standard ops they replaced, compiled and fused by "
+            "TVM; TVM's ONNX importer reads only a few of onnxruntime's ops (Attention, EmbedLayerNormalization, "
+            "SkipLayerNormalization, BiasGelu) and refuses the others: give TVM the export before onnxruntime "
+            "optimized it")
 
 
 def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
