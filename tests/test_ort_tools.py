@@ -89,3 +89,22 @@ def test_under_tvm_an_optimized_file_is_priced_as_its_export(optimized: str, exp
     if precision == "fp32":
         source = tvm.predict(ORT / f"{export}.onnx", gpu="t4")
         assert _totals(source) == totals and source.latency_ms == prediction.latency_ms
+
+
+def test_norms_kept_in_fp32_are_one_norm_kernel_each_after_a_cast(predictor) -> None:
+    """onnxconverter-common casts into and out of every op it keeps in FP32 (ReduceMean, Pow, Sqrt, Div): the
+    casts broke the layer-norm and GELU patterns, and each norm was 9 op kernels and 7 cast kernels (129 kernels
+    against 42 for the file converted whole, 3.07x its time). The casts inside a pattern go with its one kernel;
+    the cast of its input (``x.float()``) is a kernel of its own: 5 norms and 2 GELUs, 7 more kernels."""
+    mixed = predictor.predict(TYPED / "bert-opset14-fp16-norms32.onnx", gpu="t4")
+    half = predictor.predict(TYPED / "bert-opset14-fp16.onnx", gpu="t4")
+    assert len(half.kernels) == 42 and len(mixed.kernels) == 49
+    assert Counter(k.type for k in mixed.kernels)["layernorm"] == Counter(k.type for k in half.kernels)["layernorm"] == 5
+    def casts(prediction) -> Counter[str]:
+        return Counter(k.nodes[0].rsplit("/", 1)[-1] for k in prediction.kernels if k.ops == ("Cast",))
+
+    # both cast the mask and (keep_io_types) the output
+    assert casts(half) == {"Cast": 1, "Add_1_cast_to_339": 1}
+    assert casts(mixed) - casts(half) == {"ReduceMean_input_cast0": 5, "Div_input_cast0": 2}
+    norm = next(k for k in mixed.kernels if k.type == "layernorm")
+    assert Counter(norm.ops) == {"Cast": 6, "ReduceMean": 2, "Add": 2, "Sub": 1, "Pow": 1, "Sqrt": 1, "Div": 1, "Mul": 1}
