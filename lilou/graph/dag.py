@@ -15,6 +15,7 @@ import functools
 import math
 import operator
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -733,8 +734,34 @@ def _listed(names: Sequence[str], limit: int = 5) -> str:
 
 #: onnxruntime's domain for its CPU-only blocked-channel layout (``NchwcTransformer``).
 NCHWC_DOMAIN = "com.microsoft.nchwc"
+MICROSOFT_DOMAIN = "com.microsoft"
 #: The names onnxruntime's CPU session gives the casts it inserts around FP16 ops it runs in FP32.
 _CPU_PRECISION_CASTS = "InsertedPrecisionFreeCast_"
+
+
+def _unread_contrib_ops(dag: nx.DiGraph) -> str | None:
+    """The line naming the onnxruntime contrib ops left in the graph (no rewrite of :mod:`lilou.graph.contrib_ops` or
+    :mod:`lilou.graph.quantized` reproduces them) and the share of the model they leave unpriced: themselves and the
+    nodes after them whose shapes they hide (ONNX's shape inference does not know them)."""
+    import networkx as nx
+
+    from lilou.graph.precision import MATH_OPS
+
+    left = [n for n, d in dag.nodes(data=True) if d.get("domain") == MICROSOFT_DOMAIN and not d["supported"]
+            and not d["constant"]]
+    if not left:
+        return None
+    runtime = [n for n, d in dag.nodes(data=True) if not d["constant"] and d["op"] not in SEQUENCE_OPS]
+    hidden = set(left).union(*(nx.descendants(dag, n) for n in left))
+    hit = {n for n in runtime if n in hidden
+           and (n in left or any(t is not None and t.shape is None for t in dag.nodes[n]["outputs"]))}
+    math = [n for n in runtime if dag.nodes[n]["op"] in MATH_OPS]
+    counts = ", ".join(f"{count} {op}" for op, count in sorted(Counter(dag.nodes[n]["op"] for n in left).items()))
+    return (f"onnxruntime op(s) that Lilou does not write back as standard ops: {counts} ({MICROSOFT_DOMAIN}); they "
+            f"and the {len(hit) - len(left)} node(s) after them whose shapes they hide, {100 * len(hit) / len(runtime):.0f} "
+            f"% of the model's {len(runtime)} runtime nodes ({sum(1 for n in math if n in hit)} of its {len(math)} "
+            "matmuls and convolutions), are priced without FLOPs, their bytes guessed: the prediction is not this "
+            "model's; pass the file onnxruntime's tools read (the export before they optimized or quantized it)")
 
 
 def _warnings(dag: nx.DiGraph) -> list[str]:
@@ -743,6 +770,9 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                           if not d["supported"] and not d["constant"] and d["op"] not in CONTROL_FLOW_OPS})
     if unsupported:
         warnings.append(f"no cost formula for op(s) {', '.join(unsupported)}: counted as 0 FLOPs, bytes from tensor sizes")
+    contrib = _unread_contrib_ops(dag)
+    if contrib:
+        warnings.append(contrib)
     blocked = sorted({d["op"] for _, d in dag.nodes(data=True) if d.get("domain") == NCHWC_DOMAIN})
     if blocked:
         warnings.append(f"the file holds onnxruntime's CPU layout ops ({', '.join(blocked)} of "
