@@ -1,6 +1,7 @@
 """Write the typed test graphs of ``tests/data/typed/`` (weight-free): files other tools wrote from the fixtures of
 ``tests/data/quantized/`` (``scripts/make_quantized_fixtures.py``: a ResNet-18 layout at 64 wide, 64x64 images, and a
-two-layer BERT 256 wide, 2x64 tokens, TorchScript exports at opset 17).
+two-layer BERT 256 wide, 2x64 tokens, TorchScript exports at opset 17) and of ``tests/data/ort/``
+(``scripts/make_ort_fixtures.py``: its opset-14 BERT export and its classic BERT as onnxruntime's optimizer wrote it).
 
 onnxruntime and onnxconverter-common are not dependencies of Lilou, so the files are made once here and committed::
 
@@ -69,6 +70,12 @@ def _fp16(name: str, **options) -> onnx.ModelProto:
     return float16.convert_float_to_float16(_filled(ROOT / "quantized" / f"{name}.onnx"), **options)
 
 
+def _fp16_whole(path: Path) -> onnx.ModelProto:
+    from onnxconverter_common import float16
+
+    return float16.convert_float_to_float16(_filled(path), keep_io_types=True)
+
+
 def _int8_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     """INT8 Q/DQ inserted into an FP16 model as NVIDIA ModelOpt's ONNX PTQ writes it for a half-precision model: every
     MatMul, Conv and Gemm with a constant FP16 weight reads DequantizeLinear(INT8 weight, FP16 per-channel scale) and
@@ -107,6 +114,72 @@ def _int8_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _fp16_norms32(folder: Path) -> onnx.ModelProto:
+    """``ort/bert-opset14.onnx`` (its layer norms written op by op, opset 14) in FP16 with the norms' reductions, powers,
+    square roots and divisions kept in FP32 (onnxconverter-common's ``op_block_list``): casts inside every norm."""
+    from onnxconverter_common import float16
+
+    return float16.convert_float_to_float16(_filled(ROOT / "ort" / "bert-opset14.onnx"), keep_io_types=True,
+                                            op_block_list=float16.DEFAULT_OP_BLOCK_LIST + NORM_OPS)
+
+
+#: The ops of a layer norm written op by op that ``bert-opset14-fp16-norms32`` keeps in FP32.
+NORM_OPS = ["ReduceMean", "Pow", "Sqrt", "Div"]
+
+
+def _calibration(model: onnx.ModelProto, batches: int = 2):
+    """A calibration reader of random inputs at the model's own (fixed) input shapes: token ids 0..99, masks of ones."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    rng = np.random.default_rng(0)
+    feeds = []
+    for _ in range(batches):
+        feed = {}
+        for value in model.graph.input:
+            kind = value.type.tensor_type.elem_type
+            shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+            if kind == onnx.TensorProto.FLOAT:
+                feed[value.name] = rng.standard_normal(shape).astype(np.float32)
+            elif value.name == "attention_mask":
+                feed[value.name] = np.ones(shape, np.int64)
+            elif value.name == "token_type_ids":
+                feed[value.name] = np.zeros(shape, np.int64)
+            else:
+                feed[value.name] = rng.integers(0, 100, size=shape).astype(np.int64)
+        feeds.append(feed)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter(feeds)
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    return Reader()
+
+
+def _static_qdq(source: onnx.ModelProto, folder: Path, **extra) -> onnx.ModelProto:
+    """``quantize_static`` in the QDQ format, signed INT8 activations and weights (``extra``: its extra_options)."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    model, target = folder / "float.onnx", folder / "quantized.onnx"
+    onnx.save(source, model)
+    quantize_static(str(model), str(target), _calibration(source), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True,
+                    extra_options=extra)
+    return onnx.load(target)
+
+
+def _dynamic(source: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
+    """``quantize_dynamic`` (INT8 weights; float where its type inference cannot see past a contrib op)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    model, target = folder / "float.onnx", folder / "quantized.onnx"
+    onnx.save(source, model)
+    quantize_dynamic(str(model), str(target), extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    return onnx.load(target)
+
+
 def _first_matmuls(name: str, share: float) -> list[str]:
     model = onnx.load(ROOT / "quantized" / f"{name}.onnx", load_external_data=False)
     matmuls = [n.name for n in model.graph.node if n.op_type == "MatMul"]
@@ -122,6 +195,16 @@ FIXTURES = {
     "bert-fp16-half32": lambda folder: _fp16("bert", node_block_list=_first_matmuls("bert", 0.5)),
     # an FP16 model with INT8 Q/DQ, as ModelOpt writes it
     "resnet-fp16-int8qdq": lambda folder: _int8_qdq(_fp16("resnet")),
+    # a BERT whose layer norms are written op by op, in FP16 whole and with the norms' math kept in FP32
+    "bert-opset14-fp16": lambda folder: _fp16_whole(ROOT / "ort" / "bert-opset14.onnx"),
+    "bert-opset14-fp16-norms32": _fp16_norms32,
+    # onnxruntime's own quantize and dequantize ops (com.microsoft: UseQDQContribOps)
+    "resnet-qdq-contrib": lambda folder: _static_qdq(_filled(ROOT / "quantized" / "resnet.onnx"), folder,
+                                                     UseQDQContribOps=True),
+    # a model quantized after onnxruntime's transformer optimizer fused it (EmbedLayerNormalization, Attention ...)
+    "bert-ort-qdq": lambda folder: _static_qdq(_filled(ROOT / "ort" / "bert-classic-ort.onnx"), folder),
+    # ... and dynamically quantized after it (QAttention: an op Lilou does not write back)
+    "bert-ort-dynamic": lambda folder: _dynamic(_filled(ROOT / "ort" / "bert-classic-ort.onnx"), folder),
 }
 
 

@@ -187,6 +187,47 @@ def _runtime_inputs(graph: ModelGraph, node: str, constant: set[str]) -> list[st
     return [t.name for t in graph.dag.nodes[node]["inputs"] if t is not None and t.name not in constant]
 
 
+class _ThroughCasts:
+    """A graph's values seen through the casts between them: an FP16 model whose reductions, powers, divisions or
+    erf were kept in FP32 (onnxconverter-common's ``op_block_list``) casts into and out of each of those ops, where
+    eager's FP16 kernel (a layer norm, a GELU) computes in FP32 inside itself. A cast whose output the graph returns
+    is a value of its own."""
+
+    def __init__(self, graph: ModelGraph, constant: set[str]) -> None:
+        self.graph, self.dag, self.constant = graph, graph.dag, constant
+        outputs = {t.name for t in graph.outputs}
+        self.casts = {n for n in graph.runtime_nodes() if self.dag.nodes[n]["op"] == "Cast"
+                      and not any(t.name in outputs for t in self.dag.nodes[n]["outputs"])}
+        self.producer = {t.name: n for n in self.casts for t in self.dag.nodes[n]["outputs"]}
+
+    def source(self, name: str) -> str:
+        """The value ``name`` is a cast of (through casts), else itself."""
+        for _ in range(8):
+            inputs = _runtime_inputs(self.graph, self.producer[name], self.constant) if name in self.producer else []
+            if len(inputs) != 1:
+                break
+            name = inputs[0]
+        return name
+
+    def reads(self, node: str) -> set[str]:
+        return {self.source(name) for name in _runtime_inputs(self.graph, node, self.constant)}
+
+    def inputs(self, node: str) -> list[str]:
+        return [self.source(t.name) for t in self.dag.nodes[node]["inputs"]]
+
+    def readers(self, node: str, passed: list[str]) -> list[str]:
+        """The runtime readers of ``node``, each cast among them followed to its own readers (and added to ``passed``)."""
+        found, pending = [], [r for r in self.dag.successors(node) if not self.dag.nodes[r]["constant"]]
+        while pending:
+            reader = pending.pop()
+            if reader in self.casts and len(passed) < 64:
+                passed.append(reader)
+                pending.extend(r for r in self.dag.successors(reader) if not self.dag.nodes[r]["constant"])
+            else:
+                found.append(reader)
+        return found
+
+
 def gelu_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> list[list[str]]:
     """The node chains of every erf- or tanh-form ``aten.gelu`` and the other activations of :data:`_GELU_CHAINS`.
 
@@ -198,22 +239,23 @@ def gelu_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> 
     """
     dag = graph.dag
     constant = graph.constant_tensors() if constant is None else constant  # callers that have it pass it
+    values = _ThroughCasts(graph, constant)  # casts between the chain's nodes are part of it
     starts = {ops[0] for ops, _ in _GELU_CHAINS}
     found = []
     for start in (n for n in graph.runtime_nodes() if dag.nodes[n]["op"] in starts):
         for ops, reads_x in _GELU_CHAINS:
             if dag.nodes[start]["op"] != ops[0]:
                 continue
-            inputs = list(dict.fromkeys(_runtime_inputs(graph, start, constant)))  # TorchScript's x * x reads x twice
+            inputs = values.reads(start)  # a set: TorchScript's x * x reads x twice
             if len(inputs) != 1:
                 continue
-            x, chain, current, x_reads = inputs[0], [start], start, 0
+            x, chain, current, x_reads, casts = inputs.pop(), [start], start, 0, []
             for op in ops[1:]:
-                readers = [r for r in dag.successors(current) if not dag.nodes[r]["constant"]]
+                readers = values.readers(current, casts)
                 if len(readers) != 1 or dag.nodes[readers[0]]["op"] != op:
                     break
                 produced = {t.name for t in dag.nodes[current]["outputs"]}
-                reads = set(_runtime_inputs(graph, readers[0], constant))
+                reads = values.reads(readers[0])
                 if reads == produced | {x} and x not in produced and op in ("Add", "Mul"):
                     x_reads += 1
                 elif reads != produced:
@@ -221,7 +263,7 @@ def gelu_decompositions(graph: ModelGraph, constant: set[str] | None = None) -> 
                 current = readers[0]
                 chain.append(current)
             if len(chain) == len(ops) and x_reads == reads_x:
-                found.append(chain)
+                found.append(chain + list(dict.fromkeys(casts)))
     return found
 
 
@@ -232,49 +274,54 @@ def layer_norm_decompositions(graph: ModelGraph, constant: set[str] | None = Non
     Eager runs it as one kernel (``aten.native_layer_norm``). Every node must read only the pattern's own values and
     constants, and each intermediate value only its pattern readers; a hand-written layer norm of exactly these
     ops matches too (several kernels in eager), as with :func:`gelu_decompositions`.
+
+    Casts between the pattern's nodes are part of it (:class:`_ThroughCasts`); a cast of ``x`` before the first
+    mean (``x.float()``) reads a value from outside the norm and stays a kernel of its own.
     """
     dag = graph.dag
     constant = graph.constant_tensors() if constant is None else constant
+    values = _ThroughCasts(graph, constant)
+    reads, inputs = values.reads, values.inputs
 
-    def only_reader(node: str, op: str) -> str | None:
-        readers = [r for r in dag.successors(node) if not dag.nodes[r]["constant"]]
+    def only_reader(node: str, op: str, casts: list[str]) -> str | None:
+        readers = values.readers(node, casts)
         return readers[0] if len(readers) == 1 and dag.nodes[readers[0]]["op"] == op else None
-
-    def reads(node: str) -> set[str]:
-        return set(_runtime_inputs(graph, node, constant))
 
     def out(node: str) -> str:
         return dag.nodes[node]["outputs"][0].name
 
     found = []
     for mean in (n for n in graph.runtime_nodes() if dag.nodes[n]["op"] == "ReduceMean"):
-        inputs = reads(mean)
-        if len(inputs) != 1:
+        x = reads(mean)
+        if len(x) != 1:
             continue
-        x = inputs.pop()
-        centred = only_reader(mean, "Sub")
-        if centred is None or [t.name for t in dag.nodes[centred]["inputs"]] != [x, out(mean)]:
+        x = x.pop()
+        casts: list[str] = []
+        centred = only_reader(mean, "Sub", casts)
+        if centred is None or inputs(centred) != [x, out(mean)]:
             continue
-        readers = {dag.nodes[r]["op"]: r for r in dag.successors(centred) if not dag.nodes[r]["constant"]}
+        readers = {dag.nodes[r]["op"]: r for r in values.readers(centred, casts)}
         if sorted(readers) != ["Div", "Pow"] or reads(readers["Pow"]) != {out(centred)}:
             continue
         chain, current = [mean, centred, readers["Pow"]], readers["Pow"]
         for op in ("ReduceMean", "Add", "Sqrt"):
-            current = only_reader(current, op)
+            current = only_reader(current, op, casts)
             if current is None or reads(current) != {out(chain[-1])}:
                 break
             chain.append(current)
         divide = readers["Div"]
-        if len(chain) != 6 or only_reader(chain[-1], "Div") != divide \
-                or [t.name for t in dag.nodes[divide]["inputs"]] != [out(centred), out(chain[-1])]:
+        if len(chain) != 6 or only_reader(chain[-1], "Div", casts) != divide \
+                or inputs(divide) != [out(centred), out(chain[-1])]:
             continue
         chain.append(divide)
         for op in ("Mul", "Add"):  # the affine weight and bias
-            following = only_reader(chain[-1], op)
+            taken = len(casts)
+            following = only_reader(chain[-1], op, casts)
             if following is None or reads(following) != {out(chain[-1])}:
+                del casts[taken:]  # the norm's output cast: read outside it
                 break
             chain.append(following)
-        found.append(chain)
+        found.append(chain + list(dict.fromkeys(casts)))
     return found
 
 

@@ -46,8 +46,8 @@ from lilou.graph.contrib_sdpa import (sdpa_attention_applies, sdpa_multihead_app
 from lilou.graph.contrib_session import (fused_conv_applies, fused_gemm_applies, fused_matmul_applies,
                                          write_fused_conv, write_fused_gemm, write_fused_matmul)
 from lilou.graph.contrib_multihead import multihead_applies, multihead_form, write_multihead
-from lilou.graph.contrib_writer import (MARK, OpWriter, add_bias, gelu, layer_norm, node_input, node_output,
-                                       producers_and_reads, rms_norm)
+from lilou.graph.contrib_writer import (MARK, OpWriter, add_bias, dequantized_types, gelu, layer_norm, node_input,
+                                       node_output, producers_and_reads, rms_norm)
 from lilou.graph.exporter_fusions import element_types, node_attribute
 from lilou.graph.opset_upgrade import can_raise, raise_opset
 
@@ -81,7 +81,7 @@ def restore_contrib_ops(model: onnx.ModelProto) -> Counter[str]:
     if (head_sizes or built) and can_raise(model, DECODER_OPSET):  # ONNX's Attention: opset 23
         raise_opset(model, DECODER_OPSET)
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
-    writer = OpWriter(graph, opset, element_types(graph))
+    writer = OpWriter(graph, opset, dequantized_types(graph, element_types(graph)))
     planned, absorbed = _planned(graph, opset, writer.dims, head_sizes, built if opset >= DECODER_OPSET else {})
     if not planned:
         return Counter({"RotaryEmbedding": rotations}) if rotations else Counter()

@@ -13,13 +13,41 @@ from lilou.graph.exporter_fusions import FLOAT_ELEMENT_TYPES
 MARK = "/lilou_unfused/"
 
 
+def weight_dims(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
+    """The shape of every weight: each initializer, and each one's dequantized copy (a ``DequantizeLinear`` of an
+    initializer: ONNX's or onnxruntime's), the weight a contrib op reads in a file quantized after it was optimized
+    (:mod:`lilou.graph.quantized` then reads it as the weight stored quantized)."""
+    dims = {t.name: tuple(t.dims) for t in graph.initializer}
+    for name, source in dequantized_weights(graph).items():
+        dims.setdefault(name, dims[source])
+    return dims
+
+
+def dequantized_weights(graph: onnx.GraphProto) -> dict[str, str]:
+    """Output -> the initializer it dequantizes, for every ``DequantizeLinear`` of an initializer."""
+    from lilou.graph.quantized import op_key
+
+    initializers = {t.name for t in graph.initializer}
+    return {node.output[0]: node.input[0] for node in graph.node
+            if op_key(node) == ("", "DequantizeLinear") and node.input and node.input[0] in initializers
+            and node.output and node.output[0]}
+
+
+def dequantized_types(graph: onnx.GraphProto, types: dict[str, int]) -> dict[str, int]:
+    """``types`` with each dequantized weight's element type: its scale's (a float)."""
+    weights = dequantized_weights(graph)
+    scales = {node.output[0]: node.input[1] for node in graph.node
+              if node.output and node.output[0] in weights and len(node.input) > 1}
+    return {**{name: types[scale] for name, scale in scales.items() if types.get(scale) in FLOAT_ELEMENT_TYPES}, **types}
+
+
 class OpWriter:
     """Builds the standard nodes of one contrib node: names under ``<node>/lilou_unfused/``, constants as small
     initializers in the element type of the tensor they meet, the last node writing the contrib node's output."""
 
     def __init__(self, graph: onnx.GraphProto, opset: int, types: dict[str, int]) -> None:
         self.graph, self.opset, self.types = graph, opset, types
-        self.dims = {t.name: tuple(t.dims) for t in graph.initializer}  # weights' shapes (their data may be stripped)
+        self.dims = weight_dims(graph)  # weights' shapes (their data may be stripped)
         self.nodes: list[onnx.NodeProto] = []
         self.shared: dict[str, str] = {}  # values written once for several contrib nodes (an attention mask)
 

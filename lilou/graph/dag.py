@@ -15,6 +15,7 @@ import functools
 import math
 import operator
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,7 +33,8 @@ from lilou.graph.loops import MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_runs_eve
 from lilou.graph.constants import constant_tensors, scalar_integers, scalar_truths
 from lilou.graph.contrib_diffusion import CHANNELS_LAST_OPS
 from lilou.graph.contrib_ops import restore_contrib_ops
-from lilou.graph.quantized import folded_nodes, quantized_tensors, restore_quantized_ops, runtime_types
+from lilou.graph.quantized import (float_activation_note, folded_nodes, quantized_tensors, restore_quantized_ops,
+                                   runtime_types)
 from lilou.graph.exporter_fusions import restore_exporter_fusions
 from lilou.graph.implied_dimensions import implied_dimensions
 from lilou.graph.fixed_sizes import ResizedInput, input_dims, resized_inputs, unshaped_nodes, with_fixed_sizes
@@ -266,9 +268,10 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
                    backend: str = "eager") -> ShapedModel:
     """:func:`shape_model` after its checks: put back what was fused, then infer every shape."""
     # What eager runs as the module's own ops; any other backend compiles the file as written (TVM: a folded batch
-    # norm stays in its convolution, onnxruntime's contrib ops are what its oracle reads).
+    # norm stays in its convolution). onnxruntime's contrib ops are written back for every backend: what they replaced
+    # is the graph TVM compiles and fuses itself (its importer reads only a few of them).
     as_eager = restore_folded and backend.lower() == "eager"
-    contrib = restore_contrib_ops(model) if as_eager else {}  # first: a FusedConv's Conv may hold a folded norm
+    contrib = restore_contrib_ops(model) if restore_folded else {}  # first: a FusedConv's Conv may hold a folded norm
     restored = restore_folded_batchnorms(model) if as_eager else []
     if restored:
         notes.append(f"{len(restored)} BatchNormalization(s) that the exporter folded into the node before them "
@@ -281,9 +284,7 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         notes.append(f"{len(unfused)} RMSNormalization(s) that the exporter fused out of a module eager runs op by op "
                      f"({_listed(unfused)}; onnxscript's RmsNormFusion) are priced as those ops")
     if contrib:
-        counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
-        notes.append(f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the "
-                     "modules they replaced, as eager PyTorch runs them")
+        notes.append(_contrib_note(contrib, as_eager))
     if restore_folded:
         standard_fp8_qdq(model)  # ModelOpt's TensorRT FP8 Q/DQ as ONNX's, read as FP8 below
     quantized = restore_quantized_ops(model) if restore_folded else None
@@ -297,7 +298,22 @@ def _shape_checked(model: onnx.ModelProto, restore_folded: bool, notes: list[str
         cancel_inverse_transposes(inferred.graph, {name: info.dtype for name, info in tensors.items()})
     if quantized:
         tensors = runtime_types(tensors, quantized, inferred.graph.node)
+        mixed = float_activation_note(tensors, inferred.graph.node)
+        if mixed:
+            notes.append(mixed)
     return ShapedModel(model=inferred, tensors=tensors, notes=notes, evaluated=evaluated)
+
+
+def _contrib_note(contrib: Mapping[str, int], as_eager: bool) -> str:
+    """What a prediction says of the onnxruntime contrib ops written back (:func:`restore_contrib_ops`)."""
+    counts = ", ".join(f"{count} {op}" for op, count in sorted(contrib.items()))
+    if as_eager:
+        return (f"onnxruntime's fused ops ({counts}) are priced as the standard ops the exporter writes for the modules "
+                "they replaced, as eager PyTorch runs them")
+    return (f"onnxruntime's fused ops ({counts}) are priced as the standard ops they replaced, compiled and fused by "
+            "TVM; TVM's ONNX importer reads only a few of onnxruntime's ops (Attention, EmbedLayerNormalization, "
+            "SkipLayerNormalization, BiasGelu) and refuses the others: give TVM the export before onnxruntime "
+            "optimized it")
 
 
 def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
@@ -724,8 +740,34 @@ def _listed(names: Sequence[str], limit: int = 5) -> str:
 
 #: onnxruntime's domain for its CPU-only blocked-channel layout (``NchwcTransformer``).
 NCHWC_DOMAIN = "com.microsoft.nchwc"
+MICROSOFT_DOMAIN = "com.microsoft"
 #: The names onnxruntime's CPU session gives the casts it inserts around FP16 ops it runs in FP32.
 _CPU_PRECISION_CASTS = "InsertedPrecisionFreeCast_"
+
+
+def _unread_contrib_ops(dag: nx.DiGraph) -> str | None:
+    """The line naming the onnxruntime contrib ops left in the graph (no rewrite of :mod:`lilou.graph.contrib_ops` or
+    :mod:`lilou.graph.quantized` reproduces them) and the share of the model they leave unpriced: themselves and the
+    nodes after them whose shapes they hide (ONNX's shape inference does not know them)."""
+    import networkx as nx
+
+    from lilou.graph.precision import MATH_OPS
+
+    left = [n for n, d in dag.nodes(data=True) if d.get("domain") == MICROSOFT_DOMAIN and not d["supported"]
+            and not d["constant"]]
+    if not left:
+        return None
+    runtime = [n for n, d in dag.nodes(data=True) if not d["constant"] and d["op"] not in SEQUENCE_OPS]
+    hidden = set(left).union(*(nx.descendants(dag, n) for n in left))
+    hit = {n for n in runtime if n in hidden
+           and (n in left or any(t is not None and t.shape is None for t in dag.nodes[n]["outputs"]))}
+    math = [n for n in runtime if dag.nodes[n]["op"] in MATH_OPS]
+    counts = ", ".join(f"{count} {op}" for op, count in sorted(Counter(dag.nodes[n]["op"] for n in left).items()))
+    return (f"onnxruntime op(s) that Lilou does not write back as standard ops: {counts} ({MICROSOFT_DOMAIN}); they "
+            f"and the {len(hit) - len(left)} node(s) after them whose shapes they hide, {100 * len(hit) / len(runtime):.0f} "
+            f"% of the model's {len(runtime)} runtime nodes ({sum(1 for n in math if n in hit)} of its {len(math)} "
+            "matmuls and convolutions), are priced without FLOPs, their bytes guessed: the prediction is not this "
+            "model's; pass the file onnxruntime's tools read (the export before they optimized or quantized it)")
 
 
 def _warnings(dag: nx.DiGraph) -> list[str]:
@@ -734,6 +776,9 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
                           if not d["supported"] and not d["constant"] and d["op"] not in CONTROL_FLOW_OPS})
     if unsupported:
         warnings.append(f"no cost formula for op(s) {', '.join(unsupported)}: counted as 0 FLOPs, bytes from tensor sizes")
+    contrib = _unread_contrib_ops(dag)
+    if contrib:
+        warnings.append(contrib)
     blocked = sorted({d["op"] for _, d in dag.nodes(data=True) if d.get("domain") == NCHWC_DOMAIN})
     if blocked:
         warnings.append(f"the file holds onnxruntime's CPU layout ops ({', '.join(blocked)} of "

@@ -53,6 +53,9 @@ from lilou.graph.exporter_fusions import element_types, node_attribute
 
 _ONNX = ("", "ai.onnx")
 _MICROSOFT = "com.microsoft"
+#: onnxruntime's own spelling of ONNX's quantize and dequantize (``UseQDQContribOps``: its 16-bit and QNN flows, any
+#: opset), read as ONNX's: the same inputs, attributes and meaning.
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 #: Element types a quantized tensor has at run time.
 QUANTIZED_TYPES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4,
@@ -146,8 +149,15 @@ class QuantizedRewrite:
         return "; ".join(lines)
 
 
+def op_key(node: onnx.NodeProto) -> tuple[str, str]:
+    """(domain, op type) of a node, ONNX's domain as ``""``, and onnxruntime's quantize and dequantize as ONNX's."""
+    if node.domain in _ONNX or (node.domain == _MICROSOFT and node.op_type in _QDQ):
+        return "", node.op_type
+    return node.domain, node.op_type
+
+
 def is_quantized(model: onnx.ModelProto) -> bool:
-    return any((n.domain if n.domain not in _ONNX else "", n.op_type) in _QLINEAR
+    return any(op_key(n) in _QLINEAR
                or n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulNBits",
                                 "MatMulBnb4", "GatherBlockQuantized")
                for n in model.graph.node)
@@ -187,7 +197,7 @@ def check_quantizers(model: onnx.ModelProto) -> None:
              if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
     ranks.update((t.name, len(t.dims)) for t in model.graph.initializer)
     for index, node in enumerate(model.graph.node):
-        if node.domain not in _ONNX:
+        if op_key(node)[0]:
             continue
         label = node.name or f"{node.op_type}_{index}"
         if node.op_type == "DynamicQuantizeLinear" and (len(node.output) != 3 or not all(node.output)):
@@ -197,7 +207,7 @@ def check_quantizers(model: onnx.ModelProto) -> None:
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
         kinds = {types.get(name) for name in node.input[:1] + node.input[2:3]} | {node_attribute(node, "output_dtype", 0)}
-        if opset < 19 and kinds & _FP8_TYPES:
+        if opset < 19 and kinds & _FP8_TYPES and node.domain in _ONNX:  # onnxruntime's own take FP8 at any opset
             raise LilouInputError(f"node {label!r} ({node.op_type}) quantizes to FP8, which the op takes from opset 19; "
                                   f"the file's opset is {opset} (onnxruntime and ONNX's checker refuse it): re-export "
                                   "it at opset 19 or later")
@@ -259,7 +269,7 @@ class _Rewriter:
     def run(self) -> QuantizedRewrite:
         replaced: list[tuple[onnx.NodeProto, str]] = []
         for index, node in enumerate(list(self.graph.node)):
-            key = (node.domain if node.domain not in _ONNX else "", node.op_type)
+            key = op_key(node)
             self.label = node.name or f"{node.op_type}_{index}"  # what Lilou calls the file's node (names.py)
             if not (node.input and node.input[0] and node.output and node.output[0]):
                 self.nodes.append(node)  # a node without its data input or output: the checks name it
@@ -585,6 +595,24 @@ def runtime_types(tensors: Mapping[str, TensorInfo], rewrite: QuantizedRewrite,
                     and output not in rewrite.runtime:
                 table[output] = replace(info, dtype=source.dtype, itemsize=source.itemsize)
     return table
+
+
+#: The ops an INT8 runtime runs on its INT8 unit when their activation is quantized too.
+_QUANTIZABLE_MATH = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
+
+
+def float_activation_note(tensors: Mapping[str, TensorInfo], nodes: Iterable[onnx.NodeProto]) -> str | None:
+    """The line saying which matmuls and convolutions of a quantized graph read a quantized weight but a float
+    activation (no quantize before them): runtimes dequantize the weight and run the op in float, as it is priced."""
+    math = [n for n in nodes if n.op_type in _QUANTIZABLE_MATH and len(n.input) > 1]
+    mixed = [n for n in math if n.input[0] in tensors and n.input[1] in tensors
+             and tensors[n.input[1]].dtype in _RUNTIME_DTYPES and tensors[n.input[0]].dtype not in _RUNTIME_DTYPES]
+    if not mixed:
+        return None
+    return (f"{len(mixed)} of the quantized graph's {len(math)} matmuls and convolutions read quantized weights but float "
+            "activations (no quantize before them: onnxruntime's quantizer leaves the outputs of ops it does not "
+            "quantize, its contrib ops among them, in float): runtimes dequantize those weights and run the op in "
+            "float, and so they are priced (their weights read at their stored bytes)")
 
 
 def quantized_tensors(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> frozenset[str]:
