@@ -60,6 +60,67 @@ def test_a_host_wait_drains_the_queue():
     np.testing.assert_allclose(queue_shares(gpu, 1.0, np.array([False, False, False, True])), [1.5, 3.5, 0.5, 0.5])
 
 
+def _launch_by_launch(gpu: np.ndarray, gap: float, launches: np.ndarray, waits: np.ndarray) -> np.ndarray:
+    """Each kernel's share from the queue of its launches one by one: kernel k is ``launches[k]`` launches of
+    ``gpu[k] / launches[k]``, each issued ``gap`` after the one before, or after the GPU's end where the host waited."""
+    shares, end, issued = np.zeros(len(gpu)), 0.0, 0.0
+    for k, (g, count) in enumerate(zip(gpu, launches)):
+        before = end
+        for _ in range(int(count)):
+            issued += gap
+            end = max(end, issued) + g / count
+        shares[k] = end - before
+        if waits[k]:
+            issued = end
+    return shares
+
+
+def test_a_kernel_of_many_launches_is_queued_launch_by_launch():
+    """A Loop or Scan eager launches once per iteration is L back-to-back launches of w / L each: the closed form
+    (the first or the last launch of each kernel sets the queue) is the queue run launch by launch."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 9))
+        gpu = rng.choice([0.001, 0.02, 0.5, 3.0], n) * rng.uniform(0.5, 2.0, n)
+        launches = rng.choice([1, 1, 2, 5, 40], n)
+        waits = rng.random(n) < 0.2
+        expected = _launch_by_launch(gpu, 0.03, launches, waits)
+        np.testing.assert_allclose(queue_shares(gpu, 0.03, waits, launches), expected, rtol=1e-12, atol=1e-12)
+        both = queue_shares(np.stack([gpu, 7 * gpu], axis=1), 0.03, waits, launches)
+        np.testing.assert_allclose(both[:, 1], _launch_by_launch(7 * gpu, 0.03, launches, waits), rtol=1e-12,
+                                   atol=1e-12)
+    # 10,000 launches of a tiny body: the host's gap each, not one launch (0.03 ms for the whole loop before)
+    assert queue_shares(np.array([0.5]), 0.03, launches=np.array([10_000])).sum() == pytest.approx(300 + 0.5 / 10_000)
+    # a long body per iteration: the GPU's work, the host ahead of it after the first launch
+    assert queue_shares(np.array([500.0]), 0.03, launches=np.array([10_000])).sum() == pytest.approx(500.03)
+
+
+def _todays_queue(gpu: np.ndarray, gap: float) -> np.ndarray:
+    """queue_shares before launch counts (one launch per kernel), for comparing to the bit."""
+    issued = (np.arange(1, len(gpu) + 1, dtype=np.float64) * gap).reshape((-1,) + (1,) * (gpu.ndim - 1))
+    done = np.cumsum(gpu, axis=0)
+    end = done + np.maximum.accumulate(issued - (done - gpu), axis=0)
+    return np.diff(end, axis=0, prepend=np.zeros((1,) + gpu.shape[1:]))
+
+
+def test_one_launch_per_kernel_is_todays_queue_to_the_bit(predictor, example_work):
+    """ResNet-18's kernels (one launch each) and NonZero's, whose host waits split the queue: the same floats."""
+    assert not np.any(example_work.launches != 1)
+    gpu, gap = predictor.model.overhead.gpu_ms(example_work.work_ms), predictor.model.overhead.gap_ms
+    for g in (gpu, gpu[:, 0]):
+        assert np.array_equal(queue_shares(g, gap, launches=np.ones(len(g))), _todays_queue(g, gap))
+        assert np.array_equal(queue_shares(g, gap), _todays_queue(g, gap))
+    assert np.array_equal(predictor.model.compose(example_work), _todays_queue(gpu, gap))
+    graph = load_graph(REPO / "tests" / "data" / "eager_calls" / "nonzero-ts.onnx")
+    kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+    work = predictor.model.kernel_work(kernels, [resolve_device("a10g")], 1)
+    assert work.host_waits.any() and not np.any(work.launches != 1)
+    cuts = np.flatnonzero(work.host_waits[:-1]) + 1
+    gpu = predictor.model.overhead.gpu_ms(work.work_ms)
+    today = np.concatenate([_todays_queue(part, gap) for part in np.split(gpu, cuts)])
+    assert np.array_equal(predictor.model.compose(work), today)
+
+
 def test_best_scale_equals_the_queue_total(example_work):
     work = [example_work.work_ms[:, j] for j in range(3)]
     gap = SHIPPED["gap_ms"]

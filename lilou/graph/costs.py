@@ -57,6 +57,9 @@ class NodeCost:
     flops: int
     bytes_read: int
     bytes_written: int
+    #: Kernels eager PyTorch launches for the node: 1 for an op, and for a Loop, Scan or If left as one node its
+    #: body's launches times its iterations (:func:`lilou.graph.dag._node_cost`).
+    launches: int = 1
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import onnx
 from onnx import helper
 
 from lilou.errors import LilouInputError
-from lilou.graph.costs import (CONTROL_FLOW_OPS, SEQUENCE_OPS, SUPPORTED_OPS, CostInput, NodeCost, TensorInfo,
-                               batchnorm_training, node_cost)
+from lilou.graph.costs import (CONTROL_FLOW_OPS, SEQUENCE_OPS, SUPPORTED_OPS, VIEW_OPS, CostInput, NodeCost,
+                               TensorInfo, batchnorm_training, node_cost)
 from lilou.graph.branches import resolve_branches
 from lilou.graph.input_values import Value, bind_input_values, bound_value_names
 from lilou.graph.loops import MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_runs_every_trip, resolve_loops
@@ -480,15 +480,35 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 def _subgraph_cost(graph: onnx.GraphProto, outer: Mapping[str, TensorInfo], constants: Mapping[str, int],
                    notes: list[str], opset: int = 0, truths: Mapping[str, bool] | None = None) -> NodeCost:
-    """Sum of the costs of a subgraph's nodes (control flow inside costed the same way)."""
+    """Sum of the costs of a subgraph's nodes (control flow inside costed the same way), and the kernels eager
+    launches for one run of it: its nodes that launch one (:func:`_launching_nodes`), control flow inside counted
+    with its own launches."""
     tensors = {**outer, **_graph_tensor_table(graph)}
     constants = {**constants, **scalar_integers(graph)}
     truths = {**(truths or {}), **scalar_truths(graph)}
-    flops = read = written = 0
-    for node in graph.node:
+    flops = read = written = launches = 0
+    for node, launching in zip(graph.node, _launching_nodes(graph)):
         cost = _node_cost(node, tensors, constants, notes, opset=opset, truths=truths, top_level=False)
         flops, read, written = flops + cost.flops, read + cost.bytes_read, written + cost.bytes_written
-    return NodeCost(flops=flops, bytes_read=read, bytes_written=written)
+        launches += cost.launches if launching else 0
+    return NodeCost(flops=flops, bytes_read=read, bytes_written=written, launches=launches)
+
+
+def _launching_nodes(graph: onnx.GraphProto) -> list[bool]:
+    """Per node of a subgraph: does eager launch a kernel for it each time the subgraph runs? Not for a view
+    (``VIEW_OPS``, a sequence element) nor for a node computed from the subgraph's constants alone (its initializers,
+    ``Constant`` nodes, shapes: what the top-level graph marks constant, :func:`_mark_constant_subgraphs`). An
+    estimate from above: ops eager runs as one call (a decomposed layer norm) count one each here."""
+    known = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    launching = []
+    for node in graph.node:
+        metadata = _METADATA_ONLY_INPUTS.get(node.op_type, set())
+        constant = node.op_type not in CONTROL_FLOW_OPS and all(
+            t in known for i, t in enumerate(node.input) if t and i not in metadata)
+        if constant:
+            known.update(t for t in node.output if t)
+        launching.append(not constant and node.op_type not in VIEW_OPS and node.op_type not in SEQUENCE_OPS)
+    return launching
 
 
 def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constants: Mapping[str, int],
@@ -527,10 +547,10 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
                          "the file takes as an input can be given with --value NAME=N)")
             trip = 1
         else:
-            notes.append(f"Loop {label!r} is costed as its body times its trip count ({trip}), as one kernel, "
-                         "without the launches eager makes for each iteration")
+            notes.append(f"Loop {label!r} is costed as its body times its trip count ({trip}), as one kernel "
+                         f"{_launched(body.launches, trip, 'iteration')}")
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
-                        bytes_written=body.bytes_written * trip)
+                        bytes_written=body.bytes_written * trip, launches=body.launches * trip)
     if node.op_type == "Scan" and "body" in graphs:
         body = _subgraph_cost(graphs["body"], tensors, constants, notes, opset, truths)
         trip = _scan_length(node, inputs, opset)
@@ -540,14 +560,20 @@ def _node_cost(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo], constant
             trip = 1
         elif 0 < opset < 9:
             notes.append(f"Scan {label!r} (opset {opset}: its inputs hold a batch axis, the scan axis is 1) is costed "
-                         f"as its body times its batch times its scan length ({trip}), as one kernel, without the launches eager "
-                         "makes for each step")
+                         f"as its body times its batch times its scan length ({trip}), as one kernel "
+                         f"{_launched(body.launches, trip, 'step')}")
         else:
-            notes.append(f"Scan {label!r} is costed as its body times its scan length ({trip}), as one kernel, "
-                         "without the launches eager makes for each step")
+            notes.append(f"Scan {label!r} is costed as its body times its scan length ({trip}), as one kernel "
+                         f"{_launched(body.launches, trip, 'step')}")
         return NodeCost(flops=body.flops * trip, bytes_read=body.bytes_read * trip,
-                        bytes_written=body.bytes_written * trip)
+                        bytes_written=body.bytes_written * trip, launches=body.launches * trip)
     return cost
+
+
+def _launched(per_step: int, steps: int, step: str) -> str:
+    """How eager launches a loop left as one node: its body's kernels once per iteration or step."""
+    return (f"that eager launches {per_step * steps:,} times ({per_step} body kernel(s) per {step}; one launch under "
+            "TVM)")
 
 
 def _scan_length(node: onnx.NodeProto, inputs: Sequence[TensorInfo | None], opset: int = 0) -> int | None:
@@ -597,8 +623,8 @@ def _build_dag(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo],
         cost = _node_cost(node, tensors, constants, notes, attributes, priced, opset, truths)
         dag.add_node(name, op=node.op_type, domain=node.domain, attributes=attributes,
                      inputs=io[0], outputs=io[1], flops=cost.flops, bytes_read=cost.bytes_read,
-                     bytes_written=cost.bytes_written, constant=False, order=order, supported=supported,
-                     reverses=order in reversing)
+                     bytes_written=cost.bytes_written, launches=cost.launches, constant=False, order=order,
+                     supported=supported, reverses=order in reversing)
         for tensor in node.output:
             if tensor:
                 producer[tensor] = name
@@ -801,7 +827,8 @@ def _warnings(dag: nx.DiGraph) -> list[str]:
     if control:
         warnings.append(f"control flow ({', '.join(control)}) is approximated: a Loop not written out per iteration "
                         "costs its body times its trip count (one iteration where a run-time condition decides), a Scan "
-                        "its body times its scan length, an If its larger branch; each runs as one fallback kernel")
+                        "its body times its scan length, an If its larger branch; each runs as one fallback kernel "
+                        "that eager launches as often as it launches their kernels (a loop's once per iteration)")
     training = sum(1 for _, d in dag.nodes(data=True) if not d["constant"]
                    and batchnorm_training(CostInput(d["op"], d["attributes"], d["inputs"], d["outputs"])))
     if training:

@@ -197,8 +197,8 @@ def resolve_loops(model: onnx.ModelProto, notes: list[str], evaluate: Callable[[
                     _pin_trip_count(model, index, int(trips))
                     why = (f"more body nodes than Lilou writes out ({MAX_UNROLLED_NODES:,} per model)"
                            if int(trips) * max(1, size) > budget else "a form Lilou does not write out")
-                    notes.append(f"Loop {label!r} runs {int(trips)} times ({source}): {why}, so it is one kernel, "
-                                 "without the launches eager makes for each iteration")
+                    notes.append(f"Loop {label!r} runs {int(trips)} times ({source}): {why}, so it is one kernel "
+                                 "of its body times the count, which eager launches once per iteration")
                 continue
             budget -= max(1, int(trips) * size)  # a loop of no iteration still changed the model
             notes.append(f"Loop {label!r} runs {int(trips)} times ({source}): its body is priced once per iteration, "

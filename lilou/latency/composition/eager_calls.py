@@ -42,6 +42,13 @@ call that launches it and says which part of the call it runs (:attr:`KernelSpec
   ``layer_norm_cuda`` (aten/src/ATen/native/cuda/layer_norm_kernel.cu) takes ``input.expect_contiguous()``, a copy
   kernel before the norm. The view launches nothing of its own (:mod:`lilou.fusion.eager_replay` joins it to the
   norm's group), so the copy is added here (:func:`lilou.fusion.eager_layout.strided_tensors` follows the strides).
+* A ``Loop`` or ``Scan`` left as one node (past the unroll budget, inside a subgraph, every ``Scan``: README's
+  control-flow paragraph). Eager runs it as a Python loop that launches its body's kernels once per iteration, so
+  its kernel is :attr:`KernelSpec.launches` back-to-back launches of equal parts of its work, the count the graph
+  recorded on the node (:func:`lilou.graph.dag._node_cost`: the body's launching nodes, nested control flow counted
+  the same way, times the iterations), composed launch by launch (:func:`lilou.latency.composition.overhead.
+  queue_shares`). An ``If`` left as one node launches its larger branch's kernels. Other backends keep one launch: a
+  loop TVM compiles is not issued from Python per iteration, and nothing here measured how its runtime issues it.
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lilou.graph.costs import CostInput, TensorInfo
+from lilou.graph.costs import CONTROL_FLOW_OPS, CostInput, TensorInfo
 from lilou.latency.kernel_model.kernel import KernelSpec, describe_kernel
 
 if TYPE_CHECKING:
@@ -89,6 +96,10 @@ def eager_launches(graph: ModelGraph, group: Sequence[str], spec: KernelSpec,
     """The kernels eager PyTorch launches for one kernel group described as ``spec`` (with ``fixed_bytes`` read from
     weights), in launch order, each with the bytes it reads from weights and constants. ``[(spec, fixed_bytes)]``
     for every group but a biased cuDNN convolution's and a group norm's."""
+    loops = [n for n in group if graph.dag.nodes[n]["op"] in CONTROL_FLOW_OPS]
+    if loops:  # a Loop, Scan or If left as one node: its body's kernels, launched once per iteration
+        launches = sum(int(graph.dag.nodes[n].get("launches", 1)) for n in loops)
+        return [(replace(spec, launches=max(1, launches)), fixed_bytes)]
     norm = _group_norm(graph, group)
     if norm is not None:
         return _group_norm_kernels(spec, *norm)

@@ -65,6 +65,11 @@ class GraphKernels:
         """bool per kernel: the host waits for the GPU after it (a synchronising copy, ``torch.nonzero``'s count)."""
         return np.fromiter((spec.role in HOST_WAIT_ROLES for spec in self.specs), dtype=bool, count=len(self.specs))
 
+    @property
+    def launches(self) -> np.ndarray:
+        """float per kernel: its back-to-back launches (a Loop or Scan eager launches per iteration; 1 for the others)."""
+        return np.fromiter((spec.launches for spec in self.specs), dtype=np.float64, count=len(self.specs))
+
 
 def describe_kernels(graph: ModelGraph, partition: Partition) -> GraphKernels:
     """Describe the partition's launching kernels; kernels with ops lacking a cost formula or
@@ -123,12 +128,13 @@ class KernelWork:
     compute_bound: np.ndarray  # bool
     fallback: np.ndarray       # bool per kernel (rows)
     host_waits: np.ndarray | None = None  # bool per kernel (rows): the host waits for the GPU after it
+    launches: np.ndarray | None = None  # per kernel (rows): back-to-back launches of equal parts of its work
 
     def first(self, count: int) -> KernelWork:
         """The work on the first ``count`` devices."""
         return KernelWork(work_ms=self.work_ms[:, :count], kernel_type=self.kernel_type[:, :count],
                           compute_bound=self.compute_bound[:, :count], fallback=self.fallback,
-                          host_waits=self.host_waits)
+                          host_waits=self.host_waits, launches=self.launches)
 
 
 class EndToEndModel:
@@ -179,7 +185,7 @@ class EndToEndModel:
         rows = kernels.index
         return KernelWork(work_ms=work[rows], kernel_type=types[:, keep][rows],
                           compute_bound=bound[:, keep][rows], fallback=kernels.fallback.copy(),
-                          host_waits=kernels.host_waits)
+                          host_waits=kernels.host_waits, launches=kernels.launches)
 
     def _strict_work(self, kernels: KernelBatch, columns: DeviceColumns) -> np.ndarray:
         """GPU work of each row at the FP32 CUDA-core rates of ``columns``: convolutions by the tensor-core model
@@ -289,7 +295,7 @@ class EndToEndModel:
 
     def compose(self, work: KernelWork) -> np.ndarray:
         """Each kernel's share of end-to-end time [kernels, devices]; the total is the column sum."""
-        return self.overhead.kernel_ms(work.work_ms, work.host_waits)
+        return self.overhead.kernel_ms(work.work_ms, work.host_waits, work.launches)
 
 
 def fp64_floor_ms(specs: Sequence[KernelSpec], devices: Sequence[Device]) -> np.ndarray:

@@ -11,7 +11,9 @@ issued at ``(i + 1) * gap_ms`` and taking ``g_i = scale * work_i`` on the GPU,
 and the end-to-end latency is the last kernel's end. Each kernel's share of it is
 its GPU time plus the GPU's wait for the host just before it, so the shares add up
 to the total. A model of long kernels costs the sum of its GPU work (the host runs
-ahead); one of tiny kernels costs ``gap_ms`` per kernel (the host is the bottleneck).
+ahead); one of tiny kernels costs ``gap_ms`` per kernel (the host is the bottleneck). A kernel may stand for
+several back-to-back launches (a Loop or Scan left as one node, launched by eager once per iteration): each is
+issued ``gap_ms`` after the one before (:func:`queue_shares`).
 
 - ``gap_ms`` is the host's issue time per kernel. It is read from the real
   per-kernel rows, not from end-to-end labels: an op timed alone with CUDA events
@@ -72,11 +74,12 @@ class OverheadModel:
     scale: float
     gap_ms: float
 
-    def kernel_ms(self, work_ms: np.ndarray, host_waits: np.ndarray | None = None) -> np.ndarray:
+    def kernel_ms(self, work_ms: np.ndarray, host_waits: np.ndarray | None = None,
+                  launches: np.ndarray | None = None) -> np.ndarray:
         """Each kernel's share of the end-to-end time (the shape of ``work_ms``: [kernels] in execution
         order, or [kernels, devices]); the shares sum to the total. ``host_waits``: bool per kernel, the host
-        waits for the GPU after it (:func:`queue_shares`)."""
-        return queue_shares(self.gpu_ms(work_ms), self.gap_ms, host_waits)
+        waits for the GPU after it; ``launches``: per kernel, its back-to-back launches (:func:`queue_shares`)."""
+        return queue_shares(self.gpu_ms(work_ms), self.gap_ms, host_waits, launches)
 
     def gpu_ms(self, work_ms: np.ndarray) -> np.ndarray:
         """Each kernel's time on the GPU in a running model: its work, scaled."""
@@ -89,11 +92,24 @@ class OverheadModel:
         return asdict(self)
 
 
-def queue_shares(gpu_ms: np.ndarray, issue_ms: float, host_waits: np.ndarray | None = None) -> np.ndarray:
+def queue_shares(gpu_ms: np.ndarray, issue_ms: float, host_waits: np.ndarray | None = None,
+                 launches: np.ndarray | None = None) -> np.ndarray:
     """Each kernel's GPU time plus the GPU's wait for the host before it (see the module docstring).
 
     ``end_i = max over k <= i of ((k + 1) * issue_ms + sum(gpu_ms[k..i]))``, computed with prefix sums
     along axis 0; the shares are the increments of ``end``.
+
+    ``launches``: per kernel, the launches it is made of (default 1): a Loop or Scan left as one node, which eager
+    runs as its body's kernels once per iteration (:mod:`lilou.latency.composition.eager_calls`), is ``L_k``
+    back-to-back launches of ``gpu_k / L_k`` each, issued ``issue_ms`` apart. The queue of those launches, with
+    ``C_k`` the launches through kernel ``k`` (``C_0 = 0``), ends kernel ``i`` at
+
+        end_i = max over k <= i of max((C_{k-1} + 1) g + sum(gpu[k..i]), C_k g + gpu_k / L_k + sum(gpu[k+1..i]))
+
+    the launch queue's own ``max over launches m <= the last of i of (m g + the GPU time from m on)`` taken over
+    kernel ``k``'s launches ``m = C_{k-1} + j``: ``(C_{k-1} + j) g + (L_k - j + 1) gpu_k / L_k`` is linear in ``j``,
+    so its maximum is at the first launch or the last. With every ``L_k = 1`` both are the first term, the formula
+    above (and the result is the same to the bit: the second term is not computed there).
 
     ``host_waits``: bool per kernel, the host waits for the GPU to finish it before issuing the next one (a
     device-to-host copy that synchronises: ``torch.nonzero``'s count, :mod:`lilou.latency.composition.eager_calls`).
@@ -102,11 +118,22 @@ def queue_shares(gpu_ms: np.ndarray, issue_ms: float, host_waits: np.ndarray | N
     """
     if host_waits is not None and np.any(host_waits):
         cuts = np.flatnonzero(np.asarray(host_waits, dtype=bool)[:-1]) + 1
-        return np.concatenate([queue_shares(part, issue_ms) for part in np.split(np.asarray(gpu_ms), cuts)], axis=0)
+        parts = np.split(np.asarray(gpu_ms), cuts)
+        counts = np.split(np.asarray(launches), cuts) if launches is not None else [None] * len(parts)
+        return np.concatenate([queue_shares(part, issue_ms, launches=count) for part, count in zip(parts, counts)],
+                              axis=0)
     gpu = np.asarray(gpu_ms, dtype=np.float64)
-    issued = (np.arange(1, len(gpu) + 1, dtype=np.float64) * issue_ms).reshape((-1,) + (1,) * (gpu.ndim - 1))
+    shape = (-1,) + (1,) * (gpu.ndim - 1)
+    count = np.ones(len(gpu)) if launches is None else np.asarray(launches, dtype=np.float64).reshape(len(gpu))
+    through = np.cumsum(count)  # C_k: launches issued through kernel k
+    issued = ((through - count + 1) * issue_ms).reshape(shape)  # kernel k's first launch
     done = np.cumsum(gpu, axis=0)
-    end = done + np.maximum.accumulate(issued - (done - gpu), axis=0)
+    start = issued - (done - gpu)
+    repeated = (count > 1).reshape(shape)
+    if repeated.any():  # kernel k's last launch: issued at C_k g, then gpu_k / L_k on the GPU
+        last = (through * issue_ms).reshape(shape) + gpu / count.reshape(shape) - done
+        start = np.where(repeated, np.maximum(start, last), start)
+    end = done + np.maximum.accumulate(start, axis=0)
     return np.diff(end, axis=0, prepend=np.zeros((1,) + gpu.shape[1:]))
 
 
@@ -116,6 +143,8 @@ def queue_envelope(gpu_ms: np.ndarray) -> np.ndarray:
     The total of :func:`queue_shares` is ``max over k of ((k + 1) g + s * sum(gpu_ms[k:]))``: one line per kernel.
     For ``g, s >= 0`` only the vertices of the upper convex hull of the points ``(k + 1, sum(gpu_ms[k:]))`` can be
     the maximum; they are returned as rows ``(issued kernels, GPU ms from there on)``, a handful for a whole step.
+    One launch per kernel: what it is fitted and used on (the end-to-end labels' transformers, ``lilou llm``'s steps)
+    holds no Loop or Scan, the only kernels of more (:func:`queue_shares`'s ``launches``).
     """
     gpu = np.asarray(gpu_ms, dtype=np.float64)
     if len(gpu) == 0:

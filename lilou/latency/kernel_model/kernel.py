@@ -88,6 +88,9 @@ class KernelSpec:
     # The part of an eager aten call this kernel runs, where the call launches more than the one kernel its group
     # describes ("bias add", "group norm moments" ...: lilou.latency.composition.eager_calls); "" for the group's own.
     role: str = ""
+    # Back-to-back launches of equal parts of this work: a Loop or Scan left as one node, which eager runs as its body's
+    # kernels once per iteration (lilou.latency.composition.eager_calls, lilou.latency.composition.overhead.queue_shares).
+    launches: int = 1
 
     @property
     def bytes(self) -> int:
