@@ -37,7 +37,8 @@ from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning
                            fused_attention_warning, grouped_conv_warning, host_wait_warning, launch_bound_note,
                            launch_gap_interval_note, launch_wait_interval_note, memory_warning, mig_interval_warning,
                            power_note, transposed_conv_warning, unmeasured_kernels)
-from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_notes, checkpoint_path, reading_checkpoints
+from lilou.checkpoints import (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, FusionCheckpoints, checkpoint_notes, checkpoint_path,
+                               reading_checkpoints)
 from lilou.docs import doc
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
@@ -124,6 +125,8 @@ class Predictor:
         # Without the tensor-core model (a checkpoint folder that lacks it), every kernel is priced at FP32
         # rates and the warnings say so.
         tensor_folder = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
+        #: the fusion GNN and rules this predictor groups kernels with, resolved now as the other checkpoints are
+        self.fusion_checkpoints = FusionCheckpoints.current()
         has_tensor = tensor_folder.exists()
         with reading_checkpoints(kernel_folder, overhead_folder, *([tensor_folder] if has_tensor else [])):
             kernel_model = KernelModel.load(kernel_folder)
@@ -356,7 +359,7 @@ class Predictor:
             if dropped or folded:  # the kernels they sat between may be one (a linear layer's matmul and bias add)
                 from lilou.fusion.predict import predict_partition
 
-                partition = predict_partition(graph, self.backend)
+                partition = predict_partition(graph, self.backend, checkpoints=self.fusion_checkpoints)
             prepared = dataclasses.replace(prepared, graph=graph, kernels=describe_kernels(graph, partition),
                                            partition=partition)
         if weight_only:
@@ -425,14 +428,14 @@ class Predictor:
         fresh process would otherwise wait for idle."""
         from lilou.fusion.predict import shipped_gnn
 
-        shipped_gnn()
+        shipped_gnn(checkpoints=self.fusion_checkpoints)
 
     def _kernels(self, graph: ModelGraph, partition: Partition | None = None
                  ) -> tuple[GraphKernels, list[str], Partition]:
         from lilou.fusion.predict import predict_partition
 
         if partition is None:
-            partition = predict_partition(graph, self.backend)
+            partition = predict_partition(graph, self.backend, checkpoints=self.fusion_checkpoints)
         kernels = describe_kernels(graph, partition)
         if len(kernels) == 0:
             raise LilouInputError(f"{graph.name}: no node of the graph launches a GPU kernel, so there is no "
