@@ -30,6 +30,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from warnings import warn
 
 import numpy as np
 
@@ -48,7 +49,7 @@ from lilou.latency.composition.breakdown import kernel_category
 from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.composition.fallback import FallbackModel
 from lilou.latency.composition.overhead import (E2E_OVERHEAD, LAUNCH_GAP_RANGE, LAUNCH_GAP_RANGE_GIVEN, OverheadModel,
-                                               load_overhead, queue_shares)
+                                               StaleOverheadWarning, load_overhead, queue_shares, stale_kernel_note)
 from lilou.latency.kernel_model.checkpoint import TENSOR_KIND
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
@@ -130,15 +131,20 @@ class Predictor:
         has_tensor = tensor_folder.exists()
         with reading_checkpoints(kernel_folder, overhead_folder, *([tensor_folder] if has_tensor else [])):
             kernel_model = KernelModel.load(kernel_folder)
-            params = load_overhead(overhead_folder, kernel_folder)  # warns if fitted on other weights
+            params = load_overhead(overhead_folder)
+            stale = stale_kernel_note(overhead_folder, kernel_folder)  # fitted on another kernel model's weights
             # The kind first: an FP32 model in the tensor-core folder is named as such, not as a missing coverage.json.
             tensor_model = KernelModel.load(tensor_folder, TENSOR_KIND) if has_tensor else None
             self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
             self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
                                        OverheadModel(**params["overhead"]), tensor_model=tensor_model)
             self._interval_notes, self._tensor_interval_note = calibration_notes(kernel_folder, has_tensor)
-        # A folder LILOU_CHECKPOINTS lacks is the shipped one: said with every prediction, not silently swapped.
-        self._interval_notes = [*checkpoint_notes(), *self._interval_notes]
+        # A folder LILOU_CHECKPOINTS lacks is the shipped one: said with every prediction, not silently swapped. So are
+        # end-to-end constants fitted on another kernel model: once a Python warning at construction only, which a
+        # service's users never saw in the JSON (audit ua43c, finding 3); the warning stays for scripts.
+        if stale:
+            warn(stale, StaleOverheadWarning, stacklevel=2)
+        self._interval_notes = [*checkpoint_notes(), *([stale] if stale else []), *self._interval_notes]
         self.launch_gap_given = False
         if gap is not None:
             self._use_launch_gap(gap)
