@@ -193,3 +193,20 @@ def test_an_interrupted_collect_kills_and_reaps_its_child(monkeypatch):
     assert time.monotonic() - start < 30
     with pytest.raises(ChildProcessError):  # reaped: no zombie left
         os.waitpid(child.pid, os.WNOHANG)
+
+
+def test_a_child_answers_through_a_descriptor_above_1023(monkeypatch):
+    """A long-running host with many files open hands out descriptors past select()'s limit (1023): every read
+    raised ValueError("filedescriptor out of range in select()")."""
+    pipe = os.pipe
+
+    def high_pipe():
+        low = pipe()
+        high = (os.dup2(low[0], 1500), os.dup2(low[1], 1501))
+        for fd in low:
+            os.close(fd)
+        return high
+
+    monkeypatch.setattr(os, "pipe", high_pipe)
+    child = guarded_inference.GuardedChild.start(guarded_inference.MEMORY_BUDGET, lambda: b"V the answer")
+    assert child.fd == 1500 and child.collect() == (b"V the answer", 0)

@@ -299,9 +299,13 @@ def _read(fd: int, deadline: float, pid: int) -> bytes | None:
     """The child's whole answer, or None when it did not finish by ``deadline`` (``time.monotonic``; it is then
     killed)."""
     chunks = []
+    # poll, not select: select refuses a descriptor above 1023, which a long-running host with many files or
+    # sockets open hands out (a ValueError from every read)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
         left = deadline - time.monotonic()
-        ready, _, _ = select.select([fd], [], [], max(left, 0.0))
+        ready = poller.poll(max(left, 0.0) * 1000)
         if not ready:
             os.kill(pid, signal.SIGKILL)
             return None
