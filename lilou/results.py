@@ -188,8 +188,16 @@ class Ranking:
         return self.entries[index]
 
     def to_json(self) -> list[dict[str, Any]]:
-        """The ``lilou rank --format json`` list (DESIGN.md)."""
+        """The ``lilou rank --format json`` list (DESIGN.md): the entries alone. Its warnings are not in it (that
+        command prints them on stderr, the service in its ``Lilou-Warnings`` header); :meth:`to_json_object` is the
+        ranking with them, for a caller that sends one document."""
         return [entry.to_json() for entry in self.entries]
+
+    def to_json_object(self) -> dict[str, Any]:
+        """The whole ranking as one JSON object, warnings included as in every other result's ``to_json``:
+        ``{"model", "backend", "entries": to_json(), "warnings"}``."""
+        return {"model": self.model, "backend": self.backend, "entries": self.to_json(),
+                "warnings": list(self.warnings)}
 
 
 __all__ = ["KernelEstimate", "ModelInput", "Prediction", "PreparedModel", "RankEntry", "Ranking"]
