@@ -177,12 +177,13 @@ class Predictor:
                     stack.enter_context(model.reusing_rows())
             yield
 
-    def prepare(self, model: str | os.PathLike[str] | ModelGraph | GraphReading, batch: int | None = None,
+    def prepare(self, model: str | os.PathLike[str] | bytes | ModelGraph | GraphReading, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, like: PreparedModel | None = None,
                 values: Mapping[str, Sequence[InputValue]] | None = None) -> PreparedModel:
-        """Read ``model`` (an ONNX path; or, with ``batch``, ``shapes`` and ``values`` None, a loaded graph or a file
-        being read, :func:`lilou.graph.reading.read_graph`) and group it into kernels for this predictor's backend,
-        once, for any number of predictions.
+        """Read ``model`` (an ONNX path, or the file's bytes or an ``onnx.ModelProto``, read from a private temporary
+        copy: :mod:`lilou.graph.in_memory`; or, with ``batch``, ``shapes`` and ``values`` None, a loaded graph or a
+        file being read, :func:`lilou.graph.reading.read_graph`) and group it into kernels for this predictor's
+        backend, once, for any number of predictions.
 
         ``like``: the same model prepared at another batch size; its kernel groups are reused when the graph has
         the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
@@ -416,10 +417,15 @@ class Predictor:
                 raise LilouInputError("batch, shapes and values apply when loading a file; pass them to load_graph "
                                       "instead")
             return model
+        from lilou.graph.in_memory import in_memory, model_file
         from lilou.graph.reading import GraphReading, read_graph
 
+        if in_memory(model):  # ONNX bytes or a ModelProto: read as the file they would be, from a private folder
+            with model_file(model) as path:
+                return self._graph(path, batch, shapes, values)
         if not isinstance(model, str | os.PathLike | GraphReading):
-            raise LilouInputError(f"model must be an ONNX file's path (or a prepared model), not {type(model).__name__}")
+            raise LilouInputError(f"model must be an ONNX file's path, its bytes, an onnx.ModelProto or a prepared "
+                                  f"model, not {type(model).__name__}")
         if isinstance(model, GraphReading):
             if batch is not None or shapes or values:
                 raise LilouInputError("batch, shapes and values apply when a reading starts; pass them to read_graph "
@@ -738,10 +744,13 @@ def _leading_dim(graph: ModelGraph) -> int | None:
     return None
 
 
-def _model_name(model: str | os.PathLike[str] | ModelGraph | GraphReading) -> str:
+def _model_name(model: str | os.PathLike[str] | ModelGraph | GraphReading | bytes) -> str:
     from lilou.graph.dag import ModelGraph
+    from lilou.graph.in_memory import in_memory, in_memory_name
     from lilou.graph.reading import GraphReading
 
+    if in_memory(model):
+        return in_memory_name(model)
     if isinstance(model, GraphReading):
         return os.fspath(model.path)
     return model.name if isinstance(model, ModelGraph) else os.fspath(model)

@@ -34,10 +34,10 @@ class PreparedModel:
     partition: Partition | None = None  # the kernel groups (a plan reuses them at its other batch sizes)
 
 
-#: What the API predicts: an ONNX path, a file being read (lilou.graph.reading), a loaded graph or a prepared model
-#: (a string: lilou.graph.dag, which needs onnx, is imported only when a graph is read, so that `lilou llm` starts
-#: without it).
-ModelInput = "str | os.PathLike[str] | GraphReading | ModelGraph | PreparedModel"
+#: What the API predicts: an ONNX path, its bytes (or an onnx.ModelProto: lilou.graph.in_memory), a file being read
+#: (lilou.graph.reading), a loaded graph or a prepared model (a string: lilou.graph.dag, which needs onnx, is imported
+#: only when a graph is read, so that `lilou llm` starts without it).
+ModelInput = "str | os.PathLike[str] | bytes | GraphReading | ModelGraph | PreparedModel"
 
 
 @dataclass(frozen=True)
