@@ -90,9 +90,14 @@ def checkpoint_path(name: str, required: bool = True) -> Path:
         return SHIPPED_ROOT / name
     path = checkpoints_root() / name
     if required and not path.exists():
-        raise MissingDataError(f"checkpoint {name!r} not found at {path}; {_remedy(name)} "
-                               "or set LILOU_CHECKPOINTS to a folder that has it")
+        raise missing_checkpoint(name, path)
     return path
+
+
+def missing_checkpoint(name: str, path: Path) -> MissingDataError:
+    """The error for checkpoint ``name`` absent at ``path``, naming what makes it."""
+    return MissingDataError(f"checkpoint {name!r} not found at {path}; {_remedy(name)} "
+                            "or set LILOU_CHECKPOINTS to a folder that has it")
 
 
 def checkpoint_notes(names: tuple[str, ...] = (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, FUSION_GNN, FUSION_RULES,

@@ -61,3 +61,18 @@ def test_the_loaded_fusion_models_are_cached_per_folder_and_read_again_once_rewr
     (tmp_path / "fusion_rules").mkdir()
     shutil.copy(shipped.rules / "eager.json", copied.rules / "eager.json")
     assert rule_table("eager", copied).rules == rule_table("eager", shipped).rules
+
+
+def test_asking_for_the_gnn_of_checkpoints_without_one_names_their_folder(tmp_path, monkeypatch):
+    """The folder this Predictor resolved, whatever LILOU_CHECKPOINTS says now."""
+    import pytest
+
+    from lilou.errors import MissingDataError
+
+    monkeypatch.delenv("LILOU_CHECKPOINTS", raising=False)
+    empty = FusionCheckpoints(tmp_path / "fusion_gnn", tmp_path / "fusion_rules")
+    with pytest.raises(MissingDataError) as error:
+        shipped_gnn("gnn", empty)
+    assert str(error.value) == (f"checkpoint 'fusion_gnn' not found at {tmp_path}/fusion_gnn; train it with `make "
+                                "fusion-data && make train-fusion` or set LILOU_CHECKPOINTS to a folder that has it")
+    assert shipped_gnn("auto", empty) is None and shipped_gnn("rules") is None

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lilou.checkpoints import FUSION_GNN, FusionCheckpoints, checkpoint_path, reading_checkpoints
+from lilou.checkpoints import FUSION_GNN, FusionCheckpoints, missing_checkpoint, reading_checkpoints
 from lilou.fusion.backends import check_backend
 from lilou.fusion.partition import Partition
 from lilou.fusion.rules import RuleTable, rule_partition
@@ -59,12 +59,9 @@ def shipped_gnn(method: str = "auto", checkpoints: FusionCheckpoints | None = No
     """The fusion GNN of ``checkpoints`` (default: :meth:`FusionCheckpoints.current`; read once per folder and
     version), or None where ``method`` asks for rules or no GNN checkpoint is installed (an error when ``method`` is
     "gnn")."""
-    if checkpoints is None:
-        gnn_folder = checkpoint_path(FUSION_GNN, required=method == "gnn").absolute()
-    else:
-        gnn_folder = checkpoints.gnn
-        if method == "gnn" and not gnn_folder.exists():
-            checkpoint_path(FUSION_GNN)  # the error naming the folder and the target that makes it
+    gnn_folder = (checkpoints or FusionCheckpoints.current()).gnn
+    if method == "gnn" and not gnn_folder.exists():
+        raise missing_checkpoint(FUSION_GNN, gnn_folder)
     if method not in ("auto", "gnn") or not gnn_folder.exists():
         return None
     return _gnn_at(gnn_folder, _stamp(gnn_folder / "config.json", gnn_folder / "model.safetensors"))
