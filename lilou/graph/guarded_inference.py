@@ -147,7 +147,8 @@ class GuardedChild:
                 _INSIDE_GUARD = budget
                 answer = produce()
                 with os.fdopen(write_fd, "wb") as out:  # its length first: a whole answer is known as such
-                    out.write(len(answer).to_bytes(8, "little") + answer)
+                    out.write(len(answer).to_bytes(8, "little"))
+                    out.write(answer)
             except BaseException:  # noqa: BLE001 - nothing may escape a forked child
                 code = 1
             os._exit(code)
@@ -307,7 +308,7 @@ def _read(fd: int, deadline: float, pid: int) -> bytes | None:
         left = deadline - time.monotonic()
         ready = poller.poll(max(left, 0.0) * 1000)
         if not ready:
-            os.kill(pid, signal.SIGKILL)
+            _kill(pid)
             return None
         chunk = os.read(fd, 1 << 20)
         if not chunk:
