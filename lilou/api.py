@@ -30,6 +30,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from warnings import warn
 
 import numpy as np
 
@@ -37,7 +38,8 @@ from lilou.caveats import (ambiguity_notes, calibration_notes, conv_form_warning
                            fused_attention_warning, grouped_conv_warning, host_wait_warning, launch_bound_note,
                            launch_gap_interval_note, launch_wait_interval_note, memory_warning, mig_interval_warning,
                            power_note, transposed_conv_warning, unmeasured_kernels)
-from lilou.checkpoints import KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, checkpoint_notes, checkpoint_path, reading_checkpoints
+from lilou.checkpoints import (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, FusionCheckpoints, checkpoint_notes, checkpoint_path,
+                               reading_checkpoints)
 from lilou.docs import doc
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import check_input_values
@@ -47,7 +49,7 @@ from lilou.latency.composition.breakdown import kernel_category
 from lilou.latency.composition.end_to_end import EndToEndModel, GraphKernels, KernelWork, describe_kernels
 from lilou.latency.composition.fallback import FallbackModel
 from lilou.latency.composition.overhead import (E2E_OVERHEAD, LAUNCH_GAP_RANGE, LAUNCH_GAP_RANGE_GIVEN, OverheadModel,
-                                               load_overhead, queue_shares)
+                                               StaleOverheadWarning, load_overhead, queue_shares, stale_kernel_note)
 from lilou.latency.kernel_model.checkpoint import TENSOR_KIND
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
@@ -124,18 +126,25 @@ class Predictor:
         # Without the tensor-core model (a checkpoint folder that lacks it), every kernel is priced at FP32
         # rates and the warnings say so.
         tensor_folder = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
+        #: the fusion GNN and rules this predictor groups kernels with, resolved now as the other checkpoints are
+        self.fusion_checkpoints = FusionCheckpoints.current()
         has_tensor = tensor_folder.exists()
         with reading_checkpoints(kernel_folder, overhead_folder, *([tensor_folder] if has_tensor else [])):
             kernel_model = KernelModel.load(kernel_folder)
-            params = load_overhead(overhead_folder, kernel_folder)  # warns if fitted on other weights
+            params = load_overhead(overhead_folder)
+            stale = stale_kernel_note(overhead_folder, kernel_folder)  # fitted on another kernel model's weights
             # The kind first: an FP32 model in the tensor-core folder is named as such, not as a missing coverage.json.
             tensor_model = KernelModel.load(tensor_folder, TENSOR_KIND) if has_tensor else None
             self.coverage = MeasuredCoverage.load(tensor_folder) if has_tensor else None
             self.model = EndToEndModel(kernel_model, FallbackModel(**params["fallback"]),
                                        OverheadModel(**params["overhead"]), tensor_model=tensor_model)
             self._interval_notes, self._tensor_interval_note = calibration_notes(kernel_folder, has_tensor)
-        # A folder LILOU_CHECKPOINTS lacks is the shipped one: said with every prediction, not silently swapped.
-        self._interval_notes = [*checkpoint_notes(), *self._interval_notes]
+        # A folder LILOU_CHECKPOINTS lacks is the shipped one: said with every prediction, not silently swapped. So are
+        # end-to-end constants fitted on another kernel model: once a Python warning at construction only, which a
+        # service's users never saw in the JSON (audit ua43c, finding 3); the warning stays for scripts.
+        if stale:
+            warn(stale, StaleOverheadWarning, stacklevel=2)
+        self._interval_notes = [*checkpoint_notes(), *([stale] if stale else []), *self._interval_notes]
         self.launch_gap_given = False
         if gap is not None:
             self._use_launch_gap(gap)
@@ -168,12 +177,13 @@ class Predictor:
                     stack.enter_context(model.reusing_rows())
             yield
 
-    def prepare(self, model: str | os.PathLike[str] | ModelGraph | GraphReading, batch: int | None = None,
+    def prepare(self, model: str | os.PathLike[str] | bytes | ModelGraph | GraphReading, batch: int | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, like: PreparedModel | None = None,
                 values: Mapping[str, Sequence[InputValue]] | None = None) -> PreparedModel:
-        """Read ``model`` (an ONNX path; or, with ``batch``, ``shapes`` and ``values`` None, a loaded graph or a file
-        being read, :func:`lilou.graph.reading.read_graph`) and group it into kernels for this predictor's backend,
-        once, for any number of predictions.
+        """Read ``model`` (an ONNX path, or the file's bytes or an ``onnx.ModelProto``, read from a private temporary
+        copy: :mod:`lilou.graph.in_memory`; or, with ``batch``, ``shapes`` and ``values`` None, a loaded graph or a
+        file being read, :func:`lilou.graph.reading.read_graph`) and group it into kernels for this predictor's
+        backend, once, for any number of predictions.
 
         ``like``: the same model prepared at another batch size; its kernel groups are reused when the graph has
         the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
@@ -356,7 +366,7 @@ class Predictor:
             if dropped or folded:  # the kernels they sat between may be one (a linear layer's matmul and bias add)
                 from lilou.fusion.predict import predict_partition
 
-                partition = predict_partition(graph, self.backend)
+                partition = predict_partition(graph, self.backend, checkpoints=self.fusion_checkpoints)
             prepared = dataclasses.replace(prepared, graph=graph, kernels=describe_kernels(graph, partition),
                                            partition=partition)
         if weight_only:
@@ -407,10 +417,15 @@ class Predictor:
                 raise LilouInputError("batch, shapes and values apply when loading a file; pass them to load_graph "
                                       "instead")
             return model
+        from lilou.graph.in_memory import in_memory, model_file
         from lilou.graph.reading import GraphReading, read_graph
 
+        if in_memory(model):  # ONNX bytes or a ModelProto: read as the file they would be, from a private folder
+            with model_file(model) as path:
+                return self._graph(path, batch, shapes, values)
         if not isinstance(model, str | os.PathLike | GraphReading):
-            raise LilouInputError(f"model must be an ONNX file's path (or a prepared model), not {type(model).__name__}")
+            raise LilouInputError(f"model must be an ONNX file's path, its bytes, an onnx.ModelProto or a prepared "
+                                  f"model, not {type(model).__name__}")
         if isinstance(model, GraphReading):
             if batch is not None or shapes or values:
                 raise LilouInputError("batch, shapes and values apply when a reading starts; pass them to read_graph "
@@ -425,14 +440,14 @@ class Predictor:
         fresh process would otherwise wait for idle."""
         from lilou.fusion.predict import shipped_gnn
 
-        shipped_gnn()
+        shipped_gnn(checkpoints=self.fusion_checkpoints)
 
     def _kernels(self, graph: ModelGraph, partition: Partition | None = None
                  ) -> tuple[GraphKernels, list[str], Partition]:
         from lilou.fusion.predict import predict_partition
 
         if partition is None:
-            partition = predict_partition(graph, self.backend)
+            partition = predict_partition(graph, self.backend, checkpoints=self.fusion_checkpoints)
         kernels = describe_kernels(graph, partition)
         if len(kernels) == 0:
             raise LilouInputError(f"{graph.name}: no node of the graph launches a GPU kernel, so there is no "
@@ -730,10 +745,13 @@ def _leading_dim(graph: ModelGraph) -> int | None:
     return None
 
 
-def _model_name(model: str | os.PathLike[str] | ModelGraph | GraphReading) -> str:
+def _model_name(model: str | os.PathLike[str] | ModelGraph | GraphReading | bytes) -> str:
     from lilou.graph.dag import ModelGraph
+    from lilou.graph.in_memory import in_memory, in_memory_name
     from lilou.graph.reading import GraphReading
 
+    if in_memory(model):
+        return in_memory_name(model)
     if isinstance(model, GraphReading):
         return os.fspath(model.path)
     return model.name if isinstance(model, ModelGraph) else os.fspath(model)

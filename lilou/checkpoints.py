@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from lilou.errors import LilouInputError, MissingDataError, one_line
@@ -89,9 +90,14 @@ def checkpoint_path(name: str, required: bool = True) -> Path:
         return SHIPPED_ROOT / name
     path = checkpoints_root() / name
     if required and not path.exists():
-        raise MissingDataError(f"checkpoint {name!r} not found at {path}; {_remedy(name)} "
-                               "or set LILOU_CHECKPOINTS to a folder that has it")
+        raise missing_checkpoint(name, path)
     return path
+
+
+def missing_checkpoint(name: str, path: Path) -> MissingDataError:
+    """The error for checkpoint ``name`` absent at ``path``, naming what makes it."""
+    return MissingDataError(f"checkpoint {name!r} not found at {path}; {_remedy(name)} "
+                            "or set LILOU_CHECKPOINTS to a folder that has it")
 
 
 def checkpoint_notes(names: tuple[str, ...] = (KERNEL_LATENCY, KERNEL_LATENCY_TENSOR, FUSION_GNN, FUSION_RULES,
@@ -104,6 +110,23 @@ def checkpoint_notes(names: tuple[str, ...] = (KERNEL_LATENCY, KERNEL_LATENCY_TE
     return [f"LILOU_CHECKPOINTS={checkpoints_root()} has no {', '.join(missing)}: the shipped "
             f"{', '.join(f'checkpoints/{name}' for name in missing)} "
             f"{'is used in its place' if len(missing) == 1 else 'are used in their place'}"]
+
+
+@dataclass(frozen=True)
+class FusionCheckpoints:
+    """The fusion GNN and rule folders as resolved at one moment (``LILOU_CHECKPOINTS`` then, or the shipped ones):
+    a :class:`lilou.api.Predictor` resolves them at construction, as it does its kernel checkpoints, and fuses with
+    them for its whole life; the loaded models are cached per folder (:mod:`lilou.fusion.predict`). One cache for the
+    whole process once let the first root read win: a Predictor made after ``LILOU_CHECKPOINTS`` changed priced
+    with the new kernel models and fused with the old GNN (audit ua43c, finding 1)."""
+
+    gnn: Path
+    rules: Path
+
+    @classmethod
+    def current(cls) -> FusionCheckpoints:
+        return cls(checkpoint_path(FUSION_GNN, required=False).absolute(),
+                   checkpoint_path(FUSION_RULES, required=False).absolute())
 
 
 @contextlib.contextmanager

@@ -34,10 +34,10 @@ class PreparedModel:
     partition: Partition | None = None  # the kernel groups (a plan reuses them at its other batch sizes)
 
 
-#: What the API predicts: an ONNX path, a file being read (lilou.graph.reading), a loaded graph or a prepared model
-#: (a string: lilou.graph.dag, which needs onnx, is imported only when a graph is read, so that `lilou llm` starts
-#: without it).
-ModelInput = "str | os.PathLike[str] | GraphReading | ModelGraph | PreparedModel"
+#: What the API predicts: an ONNX path, its bytes (or an onnx.ModelProto: lilou.graph.in_memory), a file being read
+#: (lilou.graph.reading), a loaded graph or a prepared model (a string: lilou.graph.dag, which needs onnx, is imported
+#: only when a graph is read, so that `lilou llm` starts without it).
+ModelInput = "str | os.PathLike[str] | bytes | GraphReading | ModelGraph | PreparedModel"
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,16 @@ class Ranking:
         return self.entries[index]
 
     def to_json(self) -> list[dict[str, Any]]:
-        """The ``lilou rank --format json`` list (DESIGN.md)."""
+        """The ``lilou rank --format json`` list (DESIGN.md): the entries alone. Its warnings are not in it (that
+        command prints them on stderr, the service in its ``Lilou-Warnings`` header); :meth:`to_json_object` is the
+        ranking with them, for a caller that sends one document."""
         return [entry.to_json() for entry in self.entries]
+
+    def to_json_object(self) -> dict[str, Any]:
+        """The whole ranking as one JSON object, warnings included as in every other result's ``to_json``:
+        ``{"model", "backend", "entries": to_json(), "warnings"}``."""
+        return {"model": self.model, "backend": self.backend, "entries": self.to_json(),
+                "warnings": list(self.warnings)}
 
 
 __all__ = ["KernelEstimate", "ModelInput", "Prediction", "PreparedModel", "RankEntry", "Ranking"]

@@ -141,3 +141,17 @@ def test_the_backend_is_taken_in_any_case():
     with pytest.raises(LilouInputError) as error:
         Predictor(backend="xla")
     assert str(error.value).startswith("unknown backend 'xla'; choose one of: eager")
+
+
+def test_a_ranking_as_one_json_object_carries_its_warnings(predictor, resnet18):
+    """``Ranking.to_json()`` is the `rank --format json` list (a contract) and so holds no warnings; a service that
+    returned it dropped them, where every other result's JSON has them (audit ua43c, finding 5)."""
+    import json
+
+    ranking = predictor.rank(resnet18, gpus=["a10g", "a100-80gb"], batch=1)
+    document = ranking.to_json_object()
+    assert document == {"model": ranking.model, "backend": "eager", "entries": ranking.to_json(),
+                        "warnings": ranking.warnings}
+    assert document["warnings"][0].startswith("GPU name 'a100-80gb' is ambiguous")
+    assert document["warnings"] is not ranking.warnings
+    assert isinstance(ranking.to_json(), list) and json.loads(json.dumps(document, allow_nan=False)) == document

@@ -180,8 +180,9 @@ def test_predict_many_takes_names_as_rank_does(predictor):
 @pytest.mark.parametrize(("call", "message"), [
     # each raised AttributeError, TypeError or ValueError from deep inside (the autoscaler pass, session 37)
     (lambda p: p.predict(RESNET18, gpu=None), "a GPU is named by a string such as 'a10g'"),
-    (lambda p: p.predict(None, gpu="t4"), "model must be an ONNX file's path (or a prepared model), not NoneType"),
-    (lambda p: p.predict(b"model.onnx", gpu="t4"), "model must be an ONNX file's path (or a prepared model), not bytes"),
+    (lambda p: p.predict(None, gpu="t4"), "model must be an ONNX file's path, its bytes, an onnx.ModelProto or a "
+                                          "prepared model, not NoneType"),
+    (lambda p: p.predict(b"model.onnx", gpu="t4"), "in-memory model 'model' is not a readable ONNX model"),
     (lambda p: p.predict(RESNET18, gpu="t4", precision=16), "precision must be one of fp32, tf32"),
     (lambda p: p.predict(RESNET18, gpu="t4", tf32=True), "--tf32 must be one of off, conv, on, not True"),
     (lambda p: p.predict_many(RESNET18, [5]), "predict_many takes devices as names"),
@@ -236,3 +237,35 @@ def test_the_llm_predictor_is_importable_from_lilou_and_pickles():
     asked = dict(gpu="l4", batch=4, input_len=512, output_len=64)
     assert pickle.loads(pickle.dumps(llm)).predict("meta-llama/Llama-3.1-8B-Instruct", **asked) == \
         llm.predict("meta-llama/Llama-3.1-8B-Instruct", **asked)
+
+
+def test_a_model_in_memory_predicts_as_its_file_from_a_private_copy_removed_after(predictor, monkeypatch):
+    """A service that receives uploads wrote each to a temporary file itself, and the temporary path became the
+    result's ``model`` (audit ua43c, finding 7): ONNX bytes and an onnx.ModelProto are read as the file they would be."""
+    import os
+    import tempfile
+
+    import onnx
+
+    from lilou.graph import in_memory
+
+    folders: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: folders.append(mkdtemp(**kw)) or folders[-1])
+    expected = predictor.predict(RESNET18, gpu="t4").to_json()
+    data = Path(RESNET18).read_bytes()
+    proto = onnx.load(RESNET18, load_external_data=False)
+    for model, name in ((data, "model"), (bytearray(data), "model"), (memoryview(data), "model"),
+                        (proto, "main_graph")):
+        assert predictor.predict(model, gpu="t4").to_json() == {**expected, "model": name}
+    assert len(folders) == 4 and not any(os.path.exists(f) for f in folders)  # one private folder each, removed
+    with pytest.raises(LilouInputError) as error:
+        predictor.predict(data[:200], gpu="t4")
+    assert str(error.value).startswith("in-memory model 'model' is not a readable ONNX model (truncated or not ONNX")
+    assert len(folders) == 5 and not os.path.exists(folders[-1])
+    monkeypatch.setattr(in_memory, "MAX_MODEL_BYTES", 1000)
+    with pytest.raises(LilouInputError) as error:
+        predictor.predict(data, gpu="t4")
+    assert str(error.value) == (f"an in-memory model of {len(data):,} bytes is past protobuf's limit of 1,000: save it "
+                                "with its weights as external data and pass the file's path")
+    assert len(folders) == 5  # refused before anything was written

@@ -36,11 +36,9 @@ def test_a_root_with_only_a_new_kernel_model_uses_the_shipped_rest_and_says_so(t
     from lilou.fusion.rules import RuleTable
 
     assert shipped_gnn() is not None  # the GNN, not the rules
-    rule_table.cache_clear()
     tuned = RuleTable.load(REPO / "checkpoints" / "fusion_rules" / "eager.json")
     assert tuned.rules != RuleTable("eager").rules  # not the untuned default
     assert rule_table("eager").rules == tuned.rules
-    rule_table.cache_clear()
 
 
 def test_no_note_without_lilou_checkpoints_or_with_a_full_root(tmp_path, monkeypatch):

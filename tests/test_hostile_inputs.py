@@ -886,7 +886,7 @@ def test_reading_a_graph_loads_the_fusion_model_while_shapes_are_inferred(monkey
     from lilou.fusion import predict
 
     loaded: list[str] = []
-    monkeypatch.setattr(predict, "shipped_gnn", lambda method="auto": loaded.append(method))
+    monkeypatch.setattr(predict, "shipped_gnn", lambda method="auto", checkpoints=None: loaded.append(method))
     graph = Predictor()._graph(str(REPO / "examples" / "resnet18.onnx"), None, None)
     assert loaded == ["auto"] and graph.dag.number_of_nodes() > 0
 
@@ -901,7 +901,8 @@ def test_a_plan_loads_the_fusion_model_during_its_first_read(monkeypatch):
 
     loaded: list[str] = []
     real = predict.shipped_gnn
-    monkeypatch.setattr(predict, "shipped_gnn", lambda method="auto": loaded.append(method) or real(method))
+    monkeypatch.setattr(predict, "shipped_gnn",
+                        lambda method="auto", checkpoints=None: loaded.append(method) or real(method, checkpoints))
     pending: list[tuple] = []
     run_pending = guarded_inference.run_pending
     monkeypatch.setattr(guarded_inference, "run_pending",

@@ -348,9 +348,9 @@ def test_a_model_grouped_differently_by_batch_is_grouped_per_batch(monkeypatch):
 
     grouped = predict.predict_partition
 
-    def by_batch(graph, backend="eager", method="auto"):
+    def by_batch(graph, backend="eager", method="auto", checkpoints=None):
         if graph.inputs[0].shape[0] == 1:
-            return grouped(graph, backend, method)
+            return grouped(graph, backend, method, checkpoints)
         return eager_partition_from_fused_edges(graph, [], source="test")
 
     monkeypatch.setattr(predict, "predict_partition", by_batch)

@@ -133,3 +133,80 @@ def test_rank_from_a_reading_is_the_api_rank_of_the_path(capsys):
     path = str(DATA / "ort" / "bert-mha.onnx")
     assert main(["rank", path, "--gpus", "a10g,t4", "--batch", "2", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == Predictor().rank(path, gpus=["a10g", "t4"], batch=2).to_json()
+
+
+# ------------------------------------------------- hosts that reap children themselves (audit ua43c, finding 4)
+
+def _host_reaped(real_waitpid):
+    """``os.waitpid`` as a host that reaps every child itself leaves it to Lilou: the child is gone (reaped here, as
+    the host's handler would), and Lilou's own wait finds no child."""
+    def waitpid(pid, options):
+        real_waitpid(pid, options)
+        raise ChildProcessError(10, "No child processes")
+    return waitpid
+
+
+def test_a_host_that_ignores_sigchld_reads_files_in_a_child_as_before():
+    """With SIGCHLD ignored (common in daemons) the kernel reaps the child, and every read raised ChildProcessError."""
+    import signal
+
+    path = REPO / "examples" / "resnet18.onnx"
+    here = shape_model(load_onnx(path))
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        there = _in_child(path)
+        inferred = guarded_inference.infer_shapes(load_onnx(path))  # ONNX's inference alone, in a child too
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    _assert_same(here, there)
+    assert len(inferred.graph.value_info) > 0
+
+
+def test_a_host_that_reaps_children_gets_the_answer_or_a_typed_error(monkeypatch):
+    monkeypatch.setattr(os, "waitpid", _host_reaped(os.waitpid))
+    child = guarded_inference.GuardedChild.start(guarded_inference.MEMORY_BUDGET, lambda: b"V the answer")
+    assert child.collect() == (b"V the answer", 0)  # whole, so the child ended well
+    child = guarded_inference.GuardedChild.start(guarded_inference.MEMORY_BUDGET, lambda: os._exit(3))
+    assert child.collect() == (b"", None)  # no answer, and no status to say why
+    error = guarded_inference.child_failure(b"", None, guarded_inference.MEMORY_BUDGET)
+    assert isinstance(error, LilouInputError)
+    assert str(error) == ("ONNX shape inference ended without an answer on this model (it aborted on a failed check of "
+                          "the file, or it needs more than 512 MiB of memory; this process's children are reaped by "
+                          "the host, so its exit status is unknown); the file is malformed or its dimensions are not "
+                          "realistic")
+    path = REPO / "examples" / "resnet18.onnx"
+    _assert_same(shape_model(load_onnx(path)), _in_child(path))
+
+
+def test_an_interrupted_collect_kills_and_reaps_its_child(monkeypatch):
+    """An interrupt while waiting for the answer waited up to the time limit for the child, which went on."""
+    import time
+
+    def interrupted(fd, deadline, pid):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(guarded_inference, "_read", interrupted)
+    child = guarded_inference.GuardedChild.start(guarded_inference.MEMORY_BUDGET, lambda: time.sleep(60) or b"late")
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        child.collect()
+    assert time.monotonic() - start < 30
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+        os.waitpid(child.pid, os.WNOHANG)
+
+
+def test_a_child_answers_through_a_descriptor_above_1023(monkeypatch):
+    """A long-running host with many files open hands out descriptors past select()'s limit (1023): every read
+    raised ValueError("filedescriptor out of range in select()")."""
+    pipe = os.pipe
+
+    def high_pipe():
+        low = pipe()
+        high = (os.dup2(low[0], 1500), os.dup2(low[1], 1501))
+        for fd in low:
+            os.close(fd)
+        return high
+
+    monkeypatch.setattr(os, "pipe", high_pipe)
+    child = guarded_inference.GuardedChild.start(guarded_inference.MEMORY_BUDGET, lambda: b"V the answer")
+    assert child.fd == 1500 and child.collect() == (b"V the answer", 0)

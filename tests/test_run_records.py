@@ -193,6 +193,31 @@ def test_predictor_warns_for_e2e_constants_of_another_kernel_model(tmp_path):
         Predictor(overhead_checkpoint=stale)
 
 
+def test_every_result_of_e2e_constants_of_another_kernel_model_says_so(tmp_path, monkeypatch, capsys):
+    """It was a Python warning at construction only: a service's users, who read the JSON, never saw it (audit ua43c,
+    finding 3)."""
+    from lilou.api import Predictor
+    from lilou.cli import main
+    from lilou.latency.composition.overhead import StaleOverheadWarning, stale_kernel_note
+
+    stale = tmp_path / "root" / "e2e_overhead"
+    shutil.copytree(REPO / "checkpoints" / "e2e_overhead", stale)
+    config = json.loads((stale / "config.json").read_text())
+    (stale / "config.json").write_text(json.dumps({**config, "kernel_fingerprint": "0123456789abcdef"}))
+    note = stale_kernel_note(stale, REPO / "checkpoints" / "kernel_latency")
+    assert note.startswith(f"end-to-end constants {stale} were fitted on a kernel model of fingerprint 0123456789abcdef")
+    with pytest.warns(StaleOverheadWarning, match="fingerprint 0123456789abcdef"):
+        predictor = Predictor(overhead_checkpoint=stale)
+    example = str(REPO / "examples" / "resnet18.onnx")
+    assert predictor.predict(example, gpu="a10g").warnings.count(note) == 1
+    assert predictor.rank(example, gpus=["a10g", "t4"]).warnings.count(note) == 1
+    assert note not in Predictor().predict(example, gpu="a10g").warnings
+    monkeypatch.setenv("LILOU_CHECKPOINTS", str(tmp_path / "root"))
+    with pytest.warns(StaleOverheadWarning):
+        assert main(["infer", example, "--gpu", "t4", "--format", "json"]) == 0
+    assert note in json.loads(capsys.readouterr().out)["warnings"]
+
+
 # ----------------------------------------------------------------- output folders checked before training
 
 @pytest.mark.parametrize("module", ["lilou.latency.kernel_model.training", "lilou.fusion.training"])

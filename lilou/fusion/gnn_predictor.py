@@ -18,7 +18,6 @@ is a recurrent layer (:func:`lilou.fusion.eager_replay.recurrent_layer_boundarie
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 import json
 import os
@@ -30,7 +29,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from lilou.blas import blas_section
-from lilou.checkpoints import FUSION_GNN, checkpoint_path, make_remedy
+from lilou.checkpoints import make_remedy
 from lilou.errors import MissingDataError
 from lilou.fusion.features import (
     FEATURE_VERSION,
@@ -115,9 +114,12 @@ class FusionPredictor:
         return cls(weights, config)
 
     @classmethod
-    @functools.lru_cache(maxsize=1)
     def load_shipped(cls) -> FusionPredictor:
-        return cls.load(checkpoint_path(FUSION_GNN))
+        """The GNN of the checkpoint root as ``LILOU_CHECKPOINTS`` sets it now (read once per folder:
+        :func:`lilou.fusion.predict.shipped_gnn`)."""
+        from lilou.fusion.predict import shipped_gnn
+
+        return shipped_gnn("gnn")
 
     def save(self, folder: str | os.PathLike[str], metrics: dict[str, Any] | None = None) -> Path:
         from safetensors.numpy import save_file

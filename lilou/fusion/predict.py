@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lilou.checkpoints import FUSION_GNN, FUSION_RULES, checkpoint_path, reading_checkpoints
+from lilou.checkpoints import FUSION_GNN, FusionCheckpoints, missing_checkpoint, reading_checkpoints
 from lilou.fusion.backends import check_backend
 from lilou.fusion.partition import Partition
 from lilou.fusion.rules import RuleTable, rule_partition
@@ -21,13 +22,32 @@ if TYPE_CHECKING:
     from lilou.fusion.gnn_predictor import FusionPredictor
 
 
-@functools.lru_cache(maxsize=4)
-def rule_table(backend: str) -> RuleTable:
-    path = checkpoint_path(FUSION_RULES, required=False) / f"{backend}.json"
+def rule_table(backend: str, checkpoints: FusionCheckpoints | None = None) -> RuleTable:
+    """The tuned rule table of ``backend`` in ``checkpoints`` (default: :meth:`FusionCheckpoints.current`), or the
+    hand-written defaults where it has none."""
+    path = (checkpoints or FusionCheckpoints.current()).rules / f"{backend}.json"
+    return _rule_table_at(backend, path, _stamp(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _rule_table_at(backend: str, path: Path, stamp: tuple) -> RuleTable:
     if not path.exists():
         return RuleTable(backend)
     with reading_checkpoints(path):
         return RuleTable.load(path)
+
+
+def _stamp(*paths: Path) -> tuple:
+    """What the caches of loaded checkpoints are keyed by besides the path: each file's size and modification time,
+    so a checkpoint rewritten in place (``make train-fusion``) is read again, not served from before."""
+    stamps = []
+    for path in paths:
+        try:
+            stat = path.stat()
+            stamps.append((stat.st_size, stat.st_mtime_ns))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
 
 
 def unknown_ops(graph: ModelGraph, known: Iterable[str] = OP_VOCABULARY) -> list[str]:
@@ -35,30 +55,41 @@ def unknown_ops(graph: ModelGraph, known: Iterable[str] = OP_VOCABULARY) -> list
     return sorted({graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()} - known)
 
 
-def shipped_gnn(method: str = "auto") -> FusionPredictor | None:
-    """The shipped fusion GNN (read once per process), or None where ``method`` asks for rules or no GNN
-    checkpoint is installed (an error when ``method`` is "gnn")."""
-    gnn_folder = checkpoint_path(FUSION_GNN, required=method == "gnn")
+def shipped_gnn(method: str = "auto", checkpoints: FusionCheckpoints | None = None) -> FusionPredictor | None:
+    """The fusion GNN of ``checkpoints`` (default: :meth:`FusionCheckpoints.current`; read once per folder and
+    version), or None where ``method`` asks for rules or no GNN checkpoint is installed (an error when ``method`` is
+    "gnn")."""
+    gnn_folder = (checkpoints or FusionCheckpoints.current()).gnn
+    if method == "gnn" and not gnn_folder.exists():
+        raise missing_checkpoint(FUSION_GNN, gnn_folder)
     if method not in ("auto", "gnn") or not gnn_folder.exists():
         return None
+    return _gnn_at(gnn_folder, _stamp(gnn_folder / "config.json", gnn_folder / "model.safetensors"))
+
+
+@functools.lru_cache(maxsize=4)
+def _gnn_at(folder: Path, stamp: tuple) -> FusionPredictor:
     from lilou.fusion.gnn_predictor import FusionPredictor  # numpy weights, read on demand
 
-    with reading_checkpoints(gnn_folder):
-        return FusionPredictor.load_shipped()
+    with reading_checkpoints(folder):
+        return FusionPredictor.load(folder)
 
 
-def predict_partition(graph: ModelGraph, backend: str = "eager", method: str = "auto") -> Partition:
-    """Kernel groups predicted from the ONNX graph alone (``method``: auto, gnn or rules; ``backend`` in any case)."""
+def predict_partition(graph: ModelGraph, backend: str = "eager", method: str = "auto",
+                      checkpoints: FusionCheckpoints | None = None) -> Partition:
+    """Kernel groups predicted from the ONNX graph alone (``method``: auto, gnn or rules; ``backend`` in any case),
+    with the fusion models of ``checkpoints`` (default: :meth:`FusionCheckpoints.current`)."""
     backend = check_backend(backend)
+    checkpoints = checkpoints or FusionCheckpoints.current()
     known: Iterable[str] = OP_VOCABULARY
-    predictor = shipped_gnn(method)
+    predictor = shipped_gnn(method, checkpoints)
     if predictor is not None:
         partition = predictor.predict(graph, backend)
         # Ops outside the one-hot vocabulary that training graphs of this backend held were learned from (as a
         # generic op); a checkpoint that does not list them falls back to the vocabulary.
         known = predictor.config.get("ops_seen", {}).get(backend, OP_VOCABULARY)
     else:
-        partition = rule_partition(graph, rule_table(backend))
+        partition = rule_partition(graph, rule_table(backend, checkpoints))
     if backend != "eager":  # eager's partitions silence its views themselves (eager_replay)
         partition = _own_type_casts_silenced(graph, partition)
     unknown = unknown_ops(graph, known)

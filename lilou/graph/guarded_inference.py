@@ -145,30 +145,64 @@ class GuardedChild:
                 _silence_output()
                 _cap_address_space(budget)
                 _INSIDE_GUARD = budget
-                with os.fdopen(write_fd, "wb") as out:
-                    out.write(produce())
+                answer = produce()
+                with os.fdopen(write_fd, "wb") as out:  # its length first: a whole answer is known as such
+                    out.write(len(answer).to_bytes(8, "little"))
+                    out.write(answer)
             except BaseException:  # noqa: BLE001 - nothing may escape a forked child
                 code = 1
             os._exit(code)
         os.close(write_fd)
         return cls(pid, read_fd, time.monotonic() + TIME_LIMIT_S)
 
-    def collect(self) -> tuple[bytes | None, int]:
-        """The child's whole answer (None when it did not finish within the time limit: it is then killed) and its
-        exit status."""
+    def collect(self) -> tuple[bytes | None, int | None]:
+        """The child's answer (None when it did not finish within the time limit: it is then killed; b"" when it
+        ended without a whole one) and its exit status: None where the host reaped the child before this process
+        could (SIGCHLD ignored, or a handler of its own that waits for any child), 0 then for a whole answer, which
+        the child writes last before it exits."""
         try:
             payload = _read(self.fd, self.deadline, self.pid)
+        except BaseException:  # interrupted (KeyboardInterrupt, a bad descriptor): the child is not left running
+            _kill(self.pid)
+            raise
         finally:
             os.close(self.fd)
-            _, status = os.waitpid(self.pid, 0)
-        return payload, status
+            status = _reaped(self.pid)
+        if payload is None:
+            return None, status
+        answer = _whole(payload)
+        if answer is not None and status is None:
+            status = 0
+        return (b"" if answer is None else answer), status
 
     def close(self) -> None:
         """Give up on the answer: kill the child and reap it."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        _kill(self.pid)
         os.close(self.fd)
-        os.waitpid(self.pid, 0)
+        _reaped(self.pid)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _reaped(pid: int) -> int | None:
+    """Wait for child ``pid`` to end and reap it (no zombie left); its status, or None where the host reaped it
+    first: with SIGCHLD ignored the kernel does, and a host handler calling ``waitpid(-1, ...)`` may (a supervisor
+    loop, asyncio's FastChildWatcher). ``os.waitpid`` then raised ChildProcessError from every path-based predict
+    (audit ua43c, finding 4)."""
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return None
+
+
+def _whole(payload: bytes) -> bytes | None:
+    """The answer a child's ``payload`` frames (its 8-byte length, then it), or None when it is cut short."""
+    if len(payload) < 8 or int.from_bytes(payload[:8], "little") != len(payload) - 8:
+        return None
+    return payload[8:]
 
 
 def _other_threads() -> bool:
@@ -266,11 +300,15 @@ def _read(fd: int, deadline: float, pid: int) -> bytes | None:
     """The child's whole answer, or None when it did not finish by ``deadline`` (``time.monotonic``; it is then
     killed)."""
     chunks = []
+    # poll, not select: select refuses a descriptor above 1023, which a long-running host with many files or
+    # sockets open hands out (a ValueError from every read)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
         left = deadline - time.monotonic()
-        ready, _, _ = select.select([fd], [], [], max(left, 0.0))
+        ready = poller.poll(max(left, 0.0) * 1000)
         if not ready:
-            os.kill(pid, signal.SIGKILL)
+            _kill(pid)
             return None
         chunk = os.read(fd, 1 << 20)
         if not chunk:
@@ -287,7 +325,7 @@ def is_flat(model: onnx.ModelProto) -> bool:
     return not any(attr.type in kinds for node in model.graph.node for attr in node.attribute)
 
 
-def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelProto
+def _result(payload: bytes | None, status: int | None, budget: int, model: onnx.ModelProto
             ) -> tuple[onnx.ModelProto, object]:
     """The inferred model and ``finish``'s value the child's ``payload`` stands for, or the error it reports
     (``model``: what it inferred)."""
@@ -318,13 +356,18 @@ def _result(payload: bytes | None, status: int, budget: int, model: onnx.ModelPr
     raise child_failure(payload, status, budget)
 
 
-def child_failure(payload: bytes | None, status: int, budget: int) -> Exception:
+def child_failure(payload: bytes | None, status: int | None, budget: int) -> Exception:
     """The error for a child that gave no answer: out of time (``payload`` None) or memory (b"M", or killed), an
-    abort inside ONNX, or an exit without one."""
+    abort inside ONNX, or an exit without one (``status`` None: reaped by the host, so why is unknown)."""
     if payload is None:
         return OutOfTimeError(f"ONNX shape inference did not finish within {TIME_LIMIT_S:.0f} s on this model; "
                                "the file is malformed or far larger than a real model")
     memory = f"needs more than {budget // 2**20} MiB of memory"
+    if status is None and payload != b"M":
+        return LilouInputError(f"ONNX shape inference ended without an answer on this model (it aborted on a failed "
+                               f"check of the file, or it {memory}; this process's children are reaped by the host, "
+                               "so its exit status is unknown); the file is malformed or its dimensions are not "
+                               "realistic")
     if payload == b"M" or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
         return LilouInputError(f"ONNX shape inference {memory} on this model (negative or huge dimensions, or a "
                                "malformed file); its shapes are not realistic")

@@ -178,7 +178,7 @@ def _initializer_sources(graph: onnx.GraphProto, originals: list[onnx.TensorProt
     return sources, sent
 
 
-def _shaped_from(payload: bytes | None, status: int, budget: int, model: onnx.ModelProto) -> ShapedModel:
+def _shaped_from(payload: bytes | None, status: int | None, budget: int, model: onnx.ModelProto) -> ShapedModel:
     """The ShapedModel the child's ``payload`` stands for (``model``: the file as the parent read it), or the error
     it reports, in the words guarded inference uses for a child that ran out of time or memory."""
     from lilou.graph.costs import TensorInfo

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -309,8 +308,10 @@ class _Known:
 def _fold_constants(model: onnx.ModelProto, known: _Known, opset: int, max_elements: int) -> int:
     """Evaluate the nodes whose outputs follow from constants and known shapes; returns how many."""
     evaluated = 0
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")  # e.g. log(0) or a cast of -inf while building masks
+    # e.g. log(0) or a cast of -inf while building masks. np.errstate is local to this thread (a context variable);
+    # warnings.catch_warnings() swaps the process-wide filter list, which under a host's thread pool once left
+    # ("ignore", Warning) installed for good (audit ua43c, finding 2).
+    with np.errstate(all="ignore"):
         for index, node in enumerate(model.graph.node):
             if index in known.folded or all(name in known.computed for name in node.output if name):
                 continue
