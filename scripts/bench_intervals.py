@@ -8,9 +8,9 @@
    estimate). Other dtypes (kernel table) are scored the same way with ``--table``: held-out groups are GPUs,
    and non-FP32 GEMMs/convs come from the tensor-core model's leave-one-architecture-out folds (as in
    ``make calibrate``; about 10 min more).
-2. Speed: ``lilou plan`` over every GPU and MIG slice and 8 batch sizes vs one ``lilou infer``, each in a
-   fresh process (median of ``--repeats``, the two interleaved, Lilou byte-compiled as ``make bench-speed``
-   does), on ResNet-50 exported with a dynamic batch.
+2. Speed: ``lilou plan`` over every GPU and MIG slice and 8 batch sizes, and without ``--batches`` (the search),
+   vs one ``lilou infer``, each in a fresh process (median of ``--repeats``, interleaved, Lilou byte-compiled as
+   ``make bench-speed`` does), on ResNet-50 exported with a dynamic batch.
 
 Writes <--out>/intervals.json (default outputs/bench), with the git commit and date of the run.
 The fold checkpoints are those of ``make bench-e2e`` (outputs/logo).
@@ -117,7 +117,9 @@ def speed(repeats: int) -> dict:
 
     model = str(resnet50_dynamic().relative_to(REPO))
     cases = {"infer": ["infer", model, "--gpu", "a10g", "--batch", "1", "--format", "json"],
-             "plan": ["plan", model, "--slo-ms", "20", "--batches", "1,2,4,8,16,32,64,128", "--format", "json"]}
+             "plan": ["plan", model, "--slo-ms", "20", "--batches", "1,2,4,8,16,32,64,128", "--format", "json"],
+             # without --batches: the search (the ladder 1, 4 ... 256, the first devices' batch exactly)
+             "plan_search": ["plan", model, "--slo-ms", "20", "--format", "json"]}
     walls: dict[str, list[float]] = {name: [] for name in cases}
     peaks: dict[str, float] = {}
     outputs: dict[str, object] = {}
@@ -130,10 +132,13 @@ def speed(repeats: int) -> dict:
                 walls[name].append(wall)
     out = {name: {"command": "lilou " + " ".join(argv), "median_s": statistics.median(walls[name]),
                   "walls_s": walls[name], "peak_rss_mib": peaks[name]} for name, argv in cases.items()}
-    out["plan"]["devices"] = outputs["plan"]["devices"]
-    out["plan"]["planned"] = len(outputs["plan"]["plan"])
+    for plan in ("plan", "plan_search"):
+        out[plan]["devices"] = outputs[plan]["devices"]
+        out[plan]["planned"] = len(outputs[plan]["plan"])
     out["ratio"] = out["plan"]["median_s"] / out["infer"]["median_s"]
     out["ratios"] = [p / i for p, i in zip(walls["plan"], walls["infer"])]
+    out["search_ratio"] = out["plan_search"]["median_s"] / out["infer"]["median_s"]
+    out["search_ratios"] = [p / i for p, i in zip(walls["plan_search"], walls["infer"])]
     return out
 
 
@@ -209,6 +214,9 @@ def report_speed(result: dict, path: Path, started: float) -> None:
         print(f"speed: plan {s['plan']['median_s']:.2f} s ({s['plan']['devices']} devices x 8 batches) vs infer "
               f"{s['infer']['median_s']:.2f} s: {s['ratio']:.2f}x (target <= 3x; per pair "
               f"{min(s['ratios']):.2f}-{max(s['ratios']):.2f}x)")
+        if "plan_search" in s:
+            print(f"speed: plan without --batches (searched) {s['plan_search']['median_s']:.2f} s: "
+                  f"{s['search_ratio']:.2f}x (per pair {min(s['search_ratios']):.2f}-{max(s['search_ratios']):.2f}x)")
     result["wall_s"] = time.perf_counter() - started
     result.setdefault("provenance", git_provenance())
     path.parent.mkdir(parents=True, exist_ok=True)

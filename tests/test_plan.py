@@ -19,7 +19,8 @@ PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches
              "sort", "devices", "plan", "unmet", "message", "warnings"}
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
-              "ttft_ms", "ttft_kind", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind"}
+              "ttft_ms", "ttft_kind", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind",
+              "batch_exact"}
 
 
 @pytest.fixture(scope="module")
@@ -292,6 +293,95 @@ def test_mig_price_derivation():
     assert device_price(resolve_device("a30", "2g.12gb"), {"a30": 2.0}) == (1.0, "a30 x 2/4 compute slices")
     assert device_price(resolve_device("t4"), prices) == (0.35, "price file")
     assert device_price(resolve_device("l4"), prices) == (None, None)
+
+
+def test_an_onnx_plan_without_batches_finds_each_devices_largest_batch(capsys, monkeypatch, resnet_dynamic):
+    """The batch was the largest of the ladder 1, 2, 4 ... 128 within the SLO (ResNet-18 at 20 ms: an A100-80GB at
+    128 where 183 meet it, its 1g.10gb slice at 16 where 23 do, a T4 at 16 where 21 do). Without --batches each
+    device's batch is the largest that meets the SLO and fits, as an LLM plan's: a plan of that batch and the next
+    one plans that batch, and every batch was built once, for all the devices that asked for it."""
+    from lilou.api import Predictor
+    from lilou.plan import plan_model
+
+    args = (resnet_dynamic, "--slo-ms", "20", "--gpus", "t4,a10g,a100-sxm4-80gb,a100-sxm4-80gb/1g.10gb")
+    plan = plan_json(capsys, *args)
+    assert plan["batch_search"] == "exact" and plan["batches"] == [1, 4, 16, 64, 256]
+    assert len(plan["plan"]) == 4 and all(entry["batch_exact"] is True for entry in plan["plan"])
+    ladder = {e["device"]: e for e in plan_json(capsys, *args, "--batches", "1,2,4,8,16,32,64,128")["plan"]}
+    assert all(entry["batch_exact"] is None for entry in ladder.values())
+    for entry in plan["plan"]:
+        device, batch = entry["device"], entry["batch"]
+        (at,) = plan_json(capsys, resnet_dynamic, "--slo-ms", "20", "--gpus", device, "--batches",
+                          f"{batch},{batch + 1}")["plan"]
+        assert (at["batch"], at["latency_ms"]) == (batch, entry["latency_ms"]), device
+        assert batch >= ladder[device]["batch"]
+    assert sum(entry["batch"] > ladder[entry["device"]]["batch"] for entry in plan["plan"]) >= 3
+    prepared = []
+    monkeypatch.setattr(Predictor, "prepare", lambda self, *a, _f=Predictor.prepare, **k: prepared.append(a[0]) or
+                        _f(self, *a, **k))
+    searched = plan_model(resnet_dynamic, 20, gpus=args[-1].split(","))
+    priced = {point.batch for points in searched.curves.values() for point in points}
+    assert sorted(graph.inputs[0].shape[0] for graph in prepared) == sorted(priced | {256})  # each batch once
+
+
+def test_an_onnx_plan_without_batches_stops_at_what_memory_holds(capsys, resnet_dynamic):
+    """An SLO every batch meets: a slice's batch is the largest its memory holds (past the ladder's top), not 128."""
+    args = (resnet_dynamic, "--slo-ms", "1000000", "--gpus", "a100-sxm4-40gb/1g.5gb")
+    (entry,) = plan_json(capsys, *args)["plan"]
+    batch = entry["batch"]
+    assert batch > 256 and entry["batch_exact"] is True and entry["fits"]
+    (fitting,) = plan_json(capsys, *args, "--batches", f"{batch}")["plan"]
+    above = plan_json(capsys, *args, "--batches", f"{batch + 1}")
+    assert fitting["memory_gb"] == entry["memory_gb"] and above["plan"] == []
+    assert above["unmet"][0]["reason"] == "memory: no batch within the SLO fits"
+
+
+def test_an_onnx_plan_searches_its_first_devices_and_marks_the_others(capsys, monkeypatch, resnet_dynamic):
+    """Each batch searched costs a rung's graph work, so an ONNX plan searches its first EXACT_DEVICES devices
+    (counted at the batch the ladder's bounds point to); the others keep the largest rung within the SLO, marked
+    false in the JSON and + in the table, whose caption says so."""
+    monkeypatch.setattr("lilou.plan.planner.EXACT_DEVICES", 1)
+    monkeypatch.setenv("COLUMNS", "250")
+    args = (resnet_dynamic, "--slo-ms", "20", "--gpus", "t4,a10g,a100-sxm4-80gb")
+    plan = plan_json(capsys, *args)
+    assert [(e["device"], e["batch_exact"]) for e in plan["plan"]] == [
+        ("a100-sxm4-80gb", True), ("a10g", False), ("t4", False)]
+    assert all(e["batch"] in plan["batches"] for e in plan["plan"][1:])
+    code, out, _ = run(capsys, "plan", *args)
+    rows = [[c.strip() for c in line.strip("│ ").split("│")] for line in out.splitlines() if line.startswith("│")]
+    assert code == 0 and [r[3] for r in rows] == [str(plan["plan"][0]["batch"]), *(f"{e['batch']}+" for e in
+                                                                                   plan["plan"][1:])]
+    assert ("batch: the largest that meets the SLO and fits, searched batch by batch for the plan's first 1; a batch "
+            "marked + is the largest of the ladder 1, 4, 16, 64, 256 that does (a larger one may too)") in " ".join(
+                out.split())
+
+
+def test_a_model_whose_batch_is_fixed_is_planned_over_the_listed_batches(capsys):
+    """The search needs the batch to vary: a file with its batch fixed is tried at 1, 2, 4 ... 128 as before, the
+    batches it cannot take said skipped in one line, and its batch is not said searched."""
+    plan = plan_json(capsys, EXAMPLE, "--slo-ms", "30", "--gpus", "t4")
+    assert (plan["batch_search"], plan["batches"], plan["plan"][0]["batch"]) == ("listed", [1], 1)
+    assert plan["plan"][0]["batch_exact"] is None
+    assert any(w.startswith("batches 2, 4, 8, 16, 32, 64 and 128 skipped: ") for w in plan["warnings"])
+
+
+def test_the_search_steps_over_a_wiggle_of_the_bound():
+    """The bound grows with the batch but for wiggles (a tile's step): the batch found meets and the next misses."""
+    from lilou.plan.batch_search import drive, largest_batch
+    from lilou.plan.planner import PlanPoint
+
+    def bound(batch: int) -> float:
+        return 50.2 if batch == 51 else float(batch)
+
+    asked = []
+
+    def price(batch: int) -> PlanPoint:
+        asked.append(batch)
+        return PlanPoint(batch, bound(batch) / 2, (0.0, bound(batch)), 1.0, True)
+
+    drive(largest_batch([1, 4, 16, 64, 256], [(lambda p: p.interval_ms[1], 50.5)]), price)
+    met = max(b for b in asked if bound(b) <= 50.5)
+    assert met == 51 and 52 in asked and asked[:4] == [1, 4, 16, 64] and len(asked) <= 8
 
 
 def test_plot_is_written(capsys, tmp_path, resnet_dynamic):

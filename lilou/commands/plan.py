@@ -23,9 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="GPUs (whole) and MIG slices as GPU/PROFILE, e.g. a10g,t4,a100-80gb/1g.10gb "
                              "(default: every GPU and MIG profile)")
     parser.add_argument("--batches", default=None, metavar="1,2,4,...",
-                        help="batch sizes to try (default 1,2,4,8,16,32,64,128); with --llm and no --batches, each "
-                             "device's largest batch that meets the SLO(s) and fits is searched exactly, from the "
-                             "ladder 1,4,16,64,256 up to what its memory holds")
+                        help="batch sizes to try; without it each device's largest batch that meets the SLO(s) and "
+                             "fits is searched exactly, from the ladder 1,4,16,64,256 up to what its memory holds (an "
+                             "ONNX plan searches its first 4 devices exactly, the others to the ladder's rung; a model "
+                             "whose batch is fixed in the file tries 1,2,4,...,128)")
     parser.add_argument("--prices", default=None, metavar="FILE.csv",
                         help="CSV with a header line device,usd_per_hour; MIG slices without a line cost their "
                              "GPU's price times their share of its compute slices")
@@ -151,7 +152,7 @@ def _print_table(plan) -> None:
         caption = (f"{searched}ITL: with --engine vllm, the steady state of a server keeping `batch` requests running "
                    "(lilou llm's steady_state, prompts chunked in); with --engine hf, the static batch's decode step. "
                    "TTFT: lilou llm's at that batch, the prefill of `batch` prompts arriving together, when the last "
-                   "of the burst gets its first token (estimate, 90 % upper bound)") if llm else None
+                   "of the burst gets its first token (estimate, 90 % upper bound)") if llm else _onnx_caption(plan)
         groups = f" (in groups of {plan.tp}, tensor-parallel)" if plan.tp > 1 else ""
         considered = f"{len(plan.devices)} devices"
         if plan.tps:
@@ -170,7 +171,8 @@ def _print_table(plan) -> None:
         for i, entry in enumerate(plan.entries, 1):
             point = entry.point
             resource = _resource(entry) if entry.gpus == 1 else f"{entry.gpus} x {_resource(entry)}"
-            row = [str(i), entry.device.name, resource, str(point.batch), f"{point.latency_ms:.3f}",
+            batch = f"{point.batch}+" if entry.exact is False else str(point.batch)
+            row = [str(i), entry.device.name, resource, batch, f"{point.latency_ms:.3f}",
                    f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
                    *([_ttft(point)] if llm else []),
                    f"{entry.throughput_per_s_at_upper:,.1f}", f"{entry.throughput_per_s:,.1f}",
@@ -190,6 +192,18 @@ def _print_table(plan) -> None:
         out.print(plan.message)
     for message in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def _onnx_caption(plan) -> str | None:
+    """How an ONNX plan's batches were found, when searched (None for --batches: the title's batches say it)."""
+    if plan.batch_search != "exact":
+        return None
+    ladder = ", ".join(str(b) for b in plan.batches)
+    caption = "batch: the largest that meets the SLO and fits, searched batch by batch"
+    if any(entry.exact is False for entry in plan.entries):
+        caption += (f" for the plan's first {sum(bool(entry.exact) for entry in plan.entries)}; a batch marked + is the "
+                    f"largest of the ladder {ladder} that does (a larger one may too)")
+    return caption
 
 
 def _ttft(point) -> str:

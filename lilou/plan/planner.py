@@ -8,8 +8,9 @@ bound is within the SLO and whose weights and activations at their peak fit its 
 that batch gives (``batch / latency``, at the estimate and at the upper bound), the Kubernetes resource
 that requests the device and, with prices, the dollars per million inferences at the upper bound's
 throughput (the rate the plan can promise). Entries are sorted by that cost, cheapest first (devices
-without a price after the priced ones), or by throughput, highest first, when no price is given. An LLM plan
-(:func:`plan_llm`) given no batches searches each device's largest batch within its SLOs exactly instead.
+without a price after the priced ones), or by throughput, highest first, when no price is given. Given no
+batches, a plan searches each device's largest batch within its SLOs exactly instead (:mod:`lilou.plan.batch_search`;
+an ONNX plan its first :data:`EXACT_DEVICES` devices, each batch built once for all the devices that ask for it).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from lilou.caveats import LAUNCH_BOUND_WORK_SHARE, ambiguity_notes
 from lilou.errors import LilouInputError
 from lilou.hardware import Device
 from lilou.latency.kernel_model.precision import compute_capability
+from lilou.plan.batch_search import MAX_SEARCH_BATCH, SEARCH_LADDER, Limit, drive, largest_batch
 from lilou.plan.kubernetes import resource_name
 from lilou.plan.prices import checked_prices, device_price
 
@@ -38,12 +40,14 @@ if TYPE_CHECKING:
 #: arriving into a running server has its prompt chunked into the steps and waits less.
 TTFT_KIND = "burst"
 
-#: Batch sizes tried when none are given.
+#: Batch sizes an ONNX plan tries when none are given and the model cannot be read at every batch of the search's
+#: ladder (its batch fixed in the file).
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-#: The ladder an LLM plan's exact search starts from (_LLMCurve.search): a batch between its rungs is found by
-#: interpolation, and each batch predicted costs about as much as a rung (its size ladder is its own), so rungs x4 apart
-#: give the same plans as x2 with a fifth fewer predictions (Llama-3.1-8B, 115 devices: 477 against 607).
-SEARCH_LADDER: tuple[int, ...] = (1, 4, 16, 64, 256)
+#: An ONNX plan's devices whose batch is searched exactly, the plan's first (the others' is the largest of the ladder
+#: within the SLO): each batch searched costs a rung's graph work (the graph derived, grouped and priced: about 0.1 s
+#: for ResNet-50), and searching all 115 devices asked for 73 batches (13 s against 2 s for the old ladder's 8), the
+#: first 8 for 18 (plan / infer 3.5x, over the 3x target), the first 4 for 9 (2.7x; 2.9x for the old ladder).
+EXACT_DEVICES = 4
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class PlanEntry:
     price_source: str | None = None
     gpus: int = 1                       # devices per replica (an LLM's tensor-parallel group)
     curve: str | None = None            # its key in CapacityPlan.curves where not the device's name (a --tp sweep)
+    # batch_search "exact": whether this batch was searched to the end (else the largest of the ladder that meets)
+    exact: bool | None = None
 
     @property
     def throughput_per_s(self) -> float:
@@ -118,7 +124,7 @@ class PlanEntry:
                 "ttft_interval_ms": None if self.point.ttft_interval_ms is None else list(self.point.ttft_interval_ms),
                 "usd_per_hour": None if self.usd_per_hour is None else usd(self.usd_per_hour),
                 "price_source": self.price_source,
-                "usd_per_million": None if cost is None else usd(cost)}
+                "usd_per_million": None if cost is None else usd(cost), "batch_exact": self.exact}
 
 
 def usd(value: float) -> float:
@@ -146,8 +152,9 @@ class CapacityPlan:
     empty_because: str | None = None  # the message of a plan left empty before any latency (an LLM no device holds)
     ttft_slo_ms: float | None = None  # LLM plans: the TTFT SLO, met by the TTFT's 90 % upper bound at the planned batch
     tps: list[int] | None = None  # LLM plans over several --tp degrees (a sweep): them, and curves keyed "device xN"
-    # "listed": only `batches` were tried; "exact" (LLM plans without --batches): each device's batch is the largest
-    # that meets the SLO(s) and fits, searched from the ladder `batches` (_LLMCurve.search)
+    # "listed": only `batches` were tried; "exact" (no --batches): each device's batch is the largest that meets the
+    # SLO(s) and fits, searched from the ladder `batches` (lilou.plan.batch_search; an ONNX plan's first
+    # EXACT_DEVICES devices, the others' entries marked exact False: the largest of the ladder)
     batch_search: str = "listed"
 
     def curve_devices(self) -> dict[str, Device]:
@@ -304,12 +311,17 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     differs, each batch is grouped anew). ``prepare(batch, shapes)``, when
     given, returns that batch's :class:`lilou.api.PreparedModel` (of ``predictor``'s backend) instead: the
     service passes its cache's, so a second plan of the same bytes skips the graph work. ``values``: run-time
-    inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own)."""
+    inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own).
+
+    ``batches`` None: each device's batch is the largest whose upper bound meets the SLO and that fits its memory,
+    searched from :data:`SEARCH_LADDER` (``batch_search`` "exact") for the plan's first :data:`EXACT_DEVICES`
+    devices, the others at the largest of the ladder that does (their entries' ``exact`` False); a model that cannot
+    be read at every batch of the ladder (its batch fixed in the file) tries :data:`DEFAULT_BATCHES` as listed."""
     from lilou.api import Predictor, PreparedModel, gpu_list, rank_devices
-    from lilou.caveats import LAUNCH_BOUND
     from lilou.graph.batch_series import BatchSeries
     from lilou.graph.input_values import check_input_values
     from lilou.graph.guarded_inference import meanwhile
+    from lilou.plan.batch_pricer import BatchPricer
 
     if isinstance(model, PreparedModel):  # prepared at one batch, and a plan reads the model at each it tries
         raise LilouInputError(f"{model.name}: plan_model takes the ONNX file's path, not a prepared model: it reads "
@@ -317,7 +329,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     if not isinstance(model, str | os.PathLike):
         raise LilouInputError(f"model must be an ONNX file's path, not {type(model).__name__}")
     slo = check_slo(slo_ms)
-    sizes = check_batches(batches)
+    search = batches is None  # no --batches: each device's largest batch within the SLO and its memory, exactly
+    sizes = list(SEARCH_LADDER) if search else check_batches(batches)
     prices = checked_prices(prices)
     if predictor is not None and not isinstance(predictor, Predictor):
         raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
@@ -326,68 +339,148 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
     series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values, backend=predictor.backend)
-    load = prepare or series.graph
-    pins = _pins_at_batch(model, shapes)
-    curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
-    warnings: list[str] = ambiguity_notes(gpus)  # a100-80gb: which board is planned
-    skipped: list[tuple[int, str]] = []  # (batch, why)
-    tried: list[int] = []
-    active = list(devices)  # devices still within the SLO and memory at the last batch tried
-    like: PreparedModel | None = None  # the first batch: the others reuse its kernel groups (same nodes) ...
-    checked: dict[int, PreparedModel] = {}  # ... if grouping the largest batch anew gives the same groups
-    verified = False
+    pricer = BatchPricer(predictor, prepare or series.graph, _pins_at_batch(model, shapes), series, sizes, sizes[-1],
+                         precision, tf32)
     # A batch's size ladder holds the larger batches' kernels; the grouping's models load during the first read.
     with predictor.reusing_kernel_rows(), meanwhile(predictor.load_fusion_model), \
             contextlib.closing(series) if series is not None else contextlib.nullcontext():
-        for batch in sizes:
-            if not active:
-                break
-            try:
-                loaded = checked.pop(batch, None) or load(batch, pins(batch))
-                if like is not None and not verified and not isinstance(loaded, PreparedModel):
-                    verified = True  # the second batch read: check the groups at the largest first
-                    like, checked = _groups_at_largest(predictor, like, load, pins, sizes[-1],
-                                                       loaded if batch == sizes[-1] else None)
-                    loaded = checked.pop(batch, loaded)
-            except LilouInputError as error:
-                if not tried and batch == sizes[-1]:
-                    raise
-                skipped.append((batch, str(error)))
-                continue
-            if batch == sizes[0] and series is not None and len(sizes) > 1:  # the file shapes: the reads after it
-                series.prefetch(sizes[1], pins(sizes[1]))          # (the second batch, the check at the largest)
-                series.prefetch(sizes[-1], pins(sizes[-1]))        # run in their children beside this batch's work
-            # A graph read here is grouped outside the try: a graph without kernels fails the plan, as in rank.
-            prepared = loaded if isinstance(loaded, PreparedModel) else predictor.prepare(loaded, like=like)
-            if not tried and not verified:
-                like = prepared
-            # Totals only (Predictor.rank): the plan needs no per-kernel estimates of 100+ devices x 8 batches. rank
-            # stores the model in --precision per device (weight-only FP8 where a GPU has no FP8 tensor cores).
-            ranking = predictor.rank(prepared, gpus=[d.name for d in active], precision=precision, tf32=tf32)
-            by_device = {(e.gpu, e.mig): e for e in ranking}
-            for device in active:  # memory as rank stored the model on the device (weight-only FP8 on an A100)
-                entry = by_device[(device.gpu, device.mig)]
-                curves[device.name].append(PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), entry.memory_gb,
-                                                     entry.fits, entry.extrapolated_share,
-                                                     precision=entry.precision, gpu_work_ms=entry.gpu_work_ms))
-            # A device whose estimate is past the SLO, or out of memory, at this batch is past them at every larger one
-            # (the kernel model is monotone in size by construction, memory grows with the batch): it is not predicted
-            # again. Its bounds are made monotone only once the ladder is done (monotone_bounds), so a miss of the
-            # bound alone does not drop it here.
-            active = [d for d in active if curves[d.name][-1].latency_ms <= slo and curves[d.name][-1].fits]
-            if not tried:
-                # memory is each device's own column; launch-bound devices explain a ranking's order, not a plan's
-                warnings += [w for w in ranking.warnings
-                             if not w.startswith("the model does not fit") and LAUNCH_BOUND not in w]
-            tried.append(batch)
-    warnings += _skipped_lines(skipped)
+        searched = _search_model(pricer, devices, slo, sizes, prices) if search else None
+        if searched is None:  # --batches, or a model the ladder cannot read at every batch (its batch fixed in the file)
+            search, exact = False, set()
+            found = _listed_model(pricer, devices, slo, sizes if batches is not None else list(DEFAULT_BATCHES))
+        else:
+            found, exact = searched
+    tried, curves, skipped = found
+    warnings: list[str] = ambiguity_notes(gpus) + (pricer.warnings or []) + _skipped_lines(skipped)
     if not tried:
         raise LilouInputError(f"{model}: no batch size could be predicted ({'; '.join(warnings)})")
     curves = {name: monotone_bounds(points) for name, points in curves.items()}
-    plan = _assemble(str(os.fspath(model)), slo, tried, devices, curves, prices, warnings, "model")
+    plan = _assemble(str(os.fspath(model)), slo, sizes if search else tried, devices, curves, prices, warnings, "model")
     plan.backend = predictor.backend
+    plan.batch_search = "exact" if search else "listed"
+    for entry in plan.entries:
+        entry.exact = entry.device.name in exact if search else None
     plan.warnings += plan_launch_note(plan.entries, predictor.model.overhead.gap_ms, predictor.launch_gap_given)
     return plan
+
+
+Found = tuple[list[int], dict[str, list[PlanPoint]], list[tuple[int, str]]]  # batches priced, curves, skipped (why)
+
+
+def _listed_model(pricer, devices: Sequence[Device], slo: float, sizes: Sequence[int]) -> Found:
+    """Each of ``sizes`` in turn on the devices still within the SLO and memory; a batch the model cannot be read at
+    is skipped (but the last, when none was priced before it: its error is the plan's)."""
+    from lilou.plan.batch_pricer import BatchRefused
+
+    curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
+    skipped: list[tuple[int, str]] = []
+    tried: list[int] = []
+    active = list(devices)  # devices still within the SLO and memory at the last batch tried
+    for batch in sizes:
+        if not active:
+            break
+        try:
+            points = pricer.price(batch, active)
+        except BatchRefused as error:
+            if not tried and batch == sizes[-1]:
+                raise error.__cause__ from None
+            skipped.append((batch, str(error)))
+            continue
+        for device in active:
+            curves[device.name].append(points[device.name])
+        # A device whose estimate is past the SLO, or out of memory, at this batch is past them at every larger one
+        # (the kernel model is monotone in size by construction, memory grows with the batch): it is not predicted
+        # again. Its bounds are made monotone only once the ladder is done (monotone_bounds), so a miss of the
+        # bound alone does not drop it here.
+        active = [d for d in active if curves[d.name][-1].latency_ms <= slo and curves[d.name][-1].fits]
+        tried.append(batch)
+    return tried, curves, skipped
+
+
+def _search_model(pricer, devices: Sequence[Device], slo: float, ladder: Sequence[int],
+                  prices: Mapping[str, float] | None) -> tuple[Found, set[str]] | None:
+    """Each device's largest batch whose upper bound meets the SLO and that fits its memory, searched exactly
+    (:func:`lilou.plan.batch_search.largest_batch`) for the plan's first :data:`EXACT_DEVICES` devices, and the
+    largest of the ``ladder`` within them for the others (see :func:`_leading_devices`); every device's search runs at
+    once, so that a batch is built once for all the devices that ask for it. Returns the points and the devices
+    searched to the end; None where the model cannot be read at a batch of the ``ladder`` (a batch fixed in the
+    file): the plan then tries the default batches as listed, as before. A batch above the ladder the model cannot be
+    read at misses, and is said skipped."""
+    from lilou.graph.memory import usable_gib
+    from lilou.plan.batch_pricer import BatchRefused
+    from lilou.plan.batch_search import drive_all
+
+    curves: dict[str, list[PlanPoint]] = {d.name: [] for d in devices}
+    skipped: list[tuple[int, str]] = []
+    tried: set[int] = set()
+    by_name = {d.name: d for d in devices}
+
+    def price(batch: int, names: list[str]) -> dict[str, PlanPoint]:
+        try:
+            points = pricer.price(batch, [by_name[name] for name in names])
+        except BatchRefused as error:
+            if batch <= ladder[-1]:
+                raise
+            skipped.append((batch, str(error)))
+            return {}
+        for name in names:
+            curves[name].append(points[name])
+        tried.add(batch)
+        return points
+
+    searches = {d.name: largest_batch(ladder, [(lambda p: p.interval_ms[1], slo), _memory_limit(usable_gib(d))])
+                for d in devices}
+    try:
+        paused = drive_all(searches, price, allowed=set(ladder).__contains__)
+        while True:
+            leading = [name for name in _leading_devices(devices, curves, paused, slo, prices) if name in paused]
+            if not leading:
+                break
+            drive_all({name: searches[name] for name in leading}, price, asked={name: paused.pop(name) for name in leading})
+    except BatchRefused:
+        return None
+    return (sorted(tried), curves, sorted(skipped)), set(by_name) - set(paused)
+
+
+def _leading_devices(devices: Sequence[Device], curves: Mapping[str, Sequence[PlanPoint]], paused: Mapping[str, int],
+                     slo: float, prices: Mapping[str, float] | None) -> list[str]:
+    """The plan's first :data:`EXACT_DEVICES` devices, a device whose search is ``paused`` (its bracket from the
+    ladder: the largest batch that meets, and the next, which misses) counted at the batch where the line through
+    the two bounds crosses the SLO, at the SLO (an estimate: its search's first guess), or at the largest batch the
+    search tries where none missed. A device that meets nowhere is not counted."""
+    entries = []
+    for device in devices:
+        points = curves[device.name]
+        meeting = [p for p in points if p.interval_ms[1] <= slo and p.fits]
+        if not meeting:
+            continue
+        best = max(meeting, key=lambda p: p.batch)
+        if device.name in paused:
+            above = min((p for p in points if p.batch > best.batch), key=lambda p: p.batch, default=None)
+            batch = MAX_SEARCH_BATCH if above is None else _crossing_estimate(best, above, slo)
+            best = dataclasses.replace(best, batch=batch, interval_ms=(best.interval_ms[0], slo))
+        entries.append(PlanEntry(device, best, *device_price(device, prices or {})))
+    entries.sort(key=lambda e: plan_order(e, bool(prices)))
+    return [e.device.name for e in entries[:EXACT_DEVICES]]
+
+
+def _crossing_estimate(below: PlanPoint, above: PlanPoint, slo: float) -> int:
+    """Where the line through two points' upper bounds crosses the SLO (``below`` meets it; ``above`` misses it, or
+    does not fit: then halfway), at least ``below``'s batch and under ``above``'s."""
+    under, over = slo - below.interval_ms[1], above.interval_ms[1] - slo
+    crossing = below.batch + under * (above.batch - below.batch) / (under + over) if over > 0 else \
+        (below.batch + above.batch) / 2
+    return min(max(math.floor(crossing), below.batch), above.batch - 1)
+
+
+def _memory_limit(usable: float) -> Limit:
+    """Memory as a limit of the search: a point's memory (GiB) against what the device's tensors can use, on the side
+    of it its ``fits`` says (memory_gb is rounded), so that the search interpolates towards the largest batch that
+    fits."""
+    def need(point: PlanPoint) -> float:
+        return min(point.memory_gb, usable) if point.fits else max(point.memory_gb, math.nextafter(usable, math.inf))
+
+    return need, usable
 
 
 def monotone_bounds(points: Sequence[PlanPoint]) -> list[PlanPoint]:
@@ -441,24 +534,6 @@ def _skipped_lines(skipped: Sequence[tuple[int, str]]) -> list[str]:
     return lines
 
 
-def _groups_at_largest(predictor, first: PreparedModel, load, pins, largest: int, graph=None
-                       ) -> tuple[PreparedModel | None, dict[int, PreparedModel]]:
-    """Whether the first batch's kernel groups are the fusion model's at the largest batch too (``graph``: that
-    batch's, when already read): the GNN reads sizes, and grouped a decoder step's rotary and cache ops differently
-    at batch 1 and 4 (``llama-past.onnx``: 87 and 93 kernels, until session 33 kept aten calls whole). Returns
-    ``first`` to reuse at every batch when they agree, None (every batch grouped anew, as `infer` groups it) when
-    they differ, and the largest batch prepared, for the loop to take when it gets there."""
-    if graph is None:
-        try:
-            graph = load(largest, pins(largest))
-        except LilouInputError:
-            return first, {}  # that batch will say why when the loop asks for it
-    fresh = predictor.prepare(graph)
-    same = first.graph.same_structure(fresh.graph) and \
-        [g.nodes for g in fresh.partition.groups] == [g.nodes for g in first.partition.groups]
-    return (first if same else None), {largest: fresh}
-
-
 def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[int]] | None
                    ) -> Callable[[int], dict[str, tuple[int, ...]] | None]:
     """``--shape`` at each batch of a plan: an input's whole shape has its batch dimension follow the batch
@@ -494,6 +569,15 @@ def _whole_first(entry: PlanEntry) -> tuple:
     return entry.device.mig is not None, -entry.device.memory_gib, entry.device.name, entry.gpus
 
 
+def plan_order(entry: PlanEntry, priced: bool) -> tuple:
+    """An entry's place in a plan: by $ per million at the upper bound's throughput, cheapest first (unpriced last),
+    with prices; by that throughput, highest first, without."""
+    if priced:
+        return (entry.usd_per_million is None, _tie(entry.usd_per_million or 0.0), -_tie(entry.throughput_per_s),
+                *_whole_first(entry))
+    return (-_tie(entry.throughput_per_s_at_upper), *_whole_first(entry))
+
+
 def _assemble(model: str, slo: float, batches: list[int], devices: list[Device], curves: dict[str, list[PlanPoint]],
               prices: Mapping[str, float] | None, warnings: list[str], kind: str, tp: int = 1,
               ttft_slo: float | None = None, tps: list[int] | None = None) -> CapacityPlan:
@@ -519,11 +603,7 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
             price, source = price * degree, f"{source} x {degree} GPUs (TP)"
         entries.append(PlanEntry(device, best, price, source, gpus=degree, curve=key if tps else None))
     sort = "cost" if prices else "throughput"
-    if prices:
-        entries.sort(key=lambda e: (e.usd_per_million is None, _tie(e.usd_per_million or 0.0), -_tie(e.throughput_per_s),
-                                    *_whole_first(e)))
-    else:
-        entries.sort(key=lambda e: (-_tie(e.throughput_per_s_at_upper), *_whole_first(e)))
+    entries.sort(key=lambda e: plan_order(e, bool(prices)))
     if prices:
         warnings = warnings + list(getattr(prices, "notes", []))
         unused = sorted(set(prices) - {d.name for d in devices} - {d.gpu for d in devices})
@@ -618,6 +698,8 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tps[0],
                      ttft_slo=ttft_slo, tps=tps if sweep else None)
     plan.batch_search = "exact" if search else "listed"
+    for entry in plan.entries:
+        entry.exact = True if search else None
     # lilou llm's notes of the devices planned, at their planned batch (of every device priced when none is): the
     # plan copied the first device's, a "PCIe 4.0" link note over a plan of NVLink boards
     noted = [(e.curve or e.device.name, e.point.notes) for e in plan.entries] or \
@@ -627,12 +709,6 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     plan.unmet = [u if key not in refused else {**u, "reason": refused[key]} for u, key in zip(plan.unmet, keys)]
     plan.empty_because = empty_because
     return plan
-
-
-#: The largest batch an LLM plan's search tries (as --batches takes): a small model fits far more sequences.
-MAX_SEARCH_BATCH = 65536
-#: Guesses of the search by interpolation before it bisects (two usually settle it: the guess and the batch above).
-INTERPOLATION_STEPS = 6
 
 
 class _LLMCurve:
@@ -675,70 +751,10 @@ class _LLMCurve:
             if self.at(batch) is None:
                 return
 
-    def search(self, ladder: Sequence[int], limits: Sequence[tuple[Callable[[PlanPoint], float], float]]) -> None:
+    def search(self, ladder: Sequence[int], limits: Sequence[Limit]) -> None:
         """The largest batch whose upper bounds meet every ``(bound of a point, SLO)`` of ``limits`` and that fits,
-        exactly: the ``ladder`` up to its first batch that misses, doubling past its top while every batch meets and
-        memory holds more (to :data:`MAX_SEARCH_BATCH`), then between the last batch that meets and the first that
-        does not (or lilou llm's ``max_batch_fitting`` + 1) the line through their bounds guesses where the first
-        SLO they miss is crossed (regula falsi, Illinois rule; :data:`INTERPOLATION_STEPS` guesses, then bisection)
-        until the two are adjacent. The bounds grow with the batch but for wiggles of about 1 % between
-        neighbouring batches (Llama-3.1-8B's ITL on an L40S: batch 17 0.7 % below 16), so the batch found meets and
-        the one above it does not, with every ladder batch below it meeting too."""
-        def meets(point: PlanPoint | None) -> bool:
-            return point is not None and all(bound(point) <= limit for bound, limit in limits)
-
-        low = high = None  # the largest batch that meets; the smallest above it that does not
-        for batch in ladder:
-            if not meets(self.at(batch)):
-                high = batch
-                break
-            low = batch
-        if low is None:
-            return
-        while high is None and self.most is not None and low < min(self.most, MAX_SEARCH_BATCH):
-            batch = min(2 * low, self.most, MAX_SEARCH_BATCH)
-            if meets(self.at(batch)):
-                low = batch
-            else:
-                high = batch
-        if high is None:
-            return
-        if self.most is not None:
-            high = min(high, self.most + 1)  # a batch above max_batch_fitting does not fit
-        steps, side, scale = 0, None, [1.0, 1.0]  # the side each guess fell on; each end's weight (Illinois rule)
-        while high - low > 1:
-            guess = self._crossing(low, high, limits, scale) if steps < INTERPOLATION_STEPS else (low + high) // 2
-            steps += 1
-            passed = meets(self.at(guess))
-            if passed:
-                low = guess
-            else:
-                high = guess if self.most is None else min(guess, self.most + 1)
-            # two guesses on one side in a row: the other end counts half as far from its SLO, so that a curved
-            # bound (the line under it guessing low each time) does not creep towards the crossing a batch at a time
-            if passed and side is True:
-                scale = [1.0, scale[1] / 2]
-            elif not passed and side is False:
-                scale = [scale[0] / 2, 1.0]
-            else:
-                scale = [1.0, 1.0]
-            side = passed
-
-    def _crossing(self, low: int, high: int, limits: Sequence[tuple[Callable[[PlanPoint], float], float]],
-                  scale: Sequence[float] = (1.0, 1.0)) -> int:
-        """The batch strictly between ``low`` (meets) and ``high`` where the line through their bounds (each end's
-        distance from the SLO times its ``scale``) first crosses an SLO that ``high`` misses; ``high - 1`` where
-        ``high`` was not predicted (memory's bound)."""
-        below, above = self._at[low], self._at.get(high)
-        if above is None:
-            return high - 1
-        crossings = []
-        for bound, limit in limits:
-            under, over = (limit - bound(below)) * scale[0], (bound(above) - limit) * scale[1]
-            if over > 0:
-                crossings.append(low + under * (high - low) / (under + over))
-        guess = math.floor(min(crossings)) if crossings else (low + high) // 2
-        return min(max(guess, low + 1), high - 1)
+        exactly (:func:`lilou.plan.batch_search.largest_batch`), memory's bound lilou llm's ``max_batch_fitting``."""
+        drive(largest_batch(ladder, limits, lambda: self.most), self.at)
 
 
 def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_len: int, tp: int) -> None:

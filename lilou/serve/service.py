@@ -231,9 +231,10 @@ class Service:
                       values: dict[str, list[bool | int | float]]) -> Callable[[int, dict | None], PreparedModel]:
         """``plan_model``'s ``prepare`` for one plan: cached prepared models, read through one BatchSeries."""
         from lilou.graph.batch_series import BatchSeries
-        from lilou.plan.planner import check_batches
+        from lilou.plan.planner import SEARCH_LADDER, check_batches
 
-        series = BatchSeries(source.path, largest=check_batches(batches)[-1], values=values or None,
+        largest = SEARCH_LADDER[-1] if batches is None else check_batches(batches)[-1]  # None: the search's ladder
+        series = BatchSeries(source.path, largest=largest, values=values or None,
                              backend=backend)
         return lambda batch, shapes: self.prepared(source, batch, shapes or {}, backend, series=series,
                                                    values=values)
