@@ -283,8 +283,3 @@ class _ConvexGroups:
         roots = sorted((i for i, members in enumerate(self._members) if members is not None), key=self._label.__getitem__)
         return [sorted(self._members[root]) for root in roots]
 
-def _bits(value: int) -> Iterable[int]:
-    while value:
-        low = value & -value
-        yield low.bit_length() - 1
-        value ^= low

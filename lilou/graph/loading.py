@@ -29,6 +29,13 @@ _MAX_EXTERNAL_SHAPE_CONSTANT_ELEMENTS = 64
 _INTEGER_TYPES = {TensorProto.INT64, TensorProto.INT32}
 
 
+#: The most nodes a model may have, its subgraphs' and its local functions' (inlined) counted: far above real models
+#: (BERT-large 1,602, GPT-2 large 3,844, a Switch Transformer of 4 layers of 128 experts 8,764; the loops Lilou writes
+#: out add at most 20,000, lilou.graph.loops.MAX_UNROLLED_NODES), and low enough to bound the memory and time one
+#: file of a few MB costs: reading and grouping a node take ~10 kB at their peak and ~0.5 ms (a 3 MB file of 100,000
+#: Relu nodes took 3 GB before this limit).
+MAX_NODES = 50_000
+
 # Linux limits (NAME_MAX, PATH_MAX): checked before the file system is asked.
 _MAX_NAME_BYTES = 255
 _MAX_PATH_BYTES = 4096
@@ -50,10 +57,39 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     except OSError as exc:
         raise LilouInputError(f"cannot read {path}: {exc.strerror or exc}") from None
     _check_is_model(model, path)
+    if model.functions:
+        _check_functions_not_recursive(model, path)
+    check_node_count(model, path)
     _load_small_external_integers(model, path.parent)
     if model.functions:
         model = _inline_functions(model, path)
     return model
+
+
+def check_node_count(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    """Refuse a model of more than :data:`MAX_NODES` nodes, counted as they will be once its local functions are
+    inlined (a call counts its function's nodes, each function counted once), subgraphs included: before anything is
+    built from them."""
+    functions = {(f.domain, f.name): f for f in model.functions}
+    sizes: dict[tuple[str, str], int] = {}
+
+    def count(nodes) -> int:
+        total = 0
+        for node in nodes:
+            key = (node.domain, node.op_type)
+            if key in functions:
+                if key not in sizes:  # not recursive (checked first): each function counted once
+                    sizes[key] = count(functions[key].node)
+                total += sizes[key]
+            else:
+                total += 1 + sum(count(graph.node) for attr in node.attribute
+                                 for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs))
+        return total
+
+    nodes = count(model.graph.node)
+    if nodes > MAX_NODES:
+        raise LilouInputError(f"{path}: {nodes:,} nodes, over the {MAX_NODES:,} Lilou reads in one model (real models "
+                              "have a few thousand); split the model, or price a shorter version of it")
 
 
 def _known_other_format(path: Path) -> str:
