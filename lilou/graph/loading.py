@@ -41,8 +41,9 @@ _MAX_NAME_BYTES = 255
 _MAX_PATH_BYTES = 4096
 
 
-def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    """Parse an ONNX file without its weight bytes; raise a one-line error on bad input."""
+def load_onnx(path: str | os.PathLike[str], notes: list[str] | None = None) -> onnx.ModelProto:
+    """Parse an ONNX file without its weight bytes; raise a one-line error on bad input. ``notes`` gets what the
+    reading left out that the prediction's warnings should say (external data refused or missing)."""
     path = Path(path)
     _check_regular_file(path)
     try:
@@ -60,7 +61,9 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     if model.functions:
         _check_functions_not_recursive(model, path)
     check_node_count(model, path)
-    _load_small_external_integers(model, path.parent)
+    unread = _load_small_external_integers(model, path.parent)
+    if notes is not None:
+        notes += unread
     if model.functions:
         model = _inline_functions(model, path)
     return model
@@ -200,12 +203,15 @@ def _check_is_model(model: onnx.ModelProto, path: Path) -> None:
         raise LilouInputError(f"{path} holds an empty graph (no nodes)")
 
 
-def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> None:
-    """Inline tiny int tensors kept as external data; never follow paths out of ``model_dir``.
+def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> list[str]:
+    """Inline tiny int tensors kept as external data; never follow paths out of ``model_dir``. Returns a note for
+    each such tensor left unread because its file is outside the folder or missing (the shapes it sets stay unknown,
+    and the warnings said only that).
 
     Offsets and lengths come from the file: they are checked against the data file's size,
     and only the bytes the tensor needs are read."""
     root = model_dir.resolve()
+    notes = []
     for tensor in model.graph.initializer:
         if tensor.data_location != TensorProto.EXTERNAL or tensor.data_type not in _INTEGER_TYPES:
             continue
@@ -213,12 +219,21 @@ def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> No
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
+        if not location:
+            continue  # stripped: no data anywhere
         try:
             target = (root / location).resolve()
         except (OSError, RuntimeError, ValueError):
+            target = None
+        if target is not None and not target.is_relative_to(root):
+            notes.append(f"initializer {tensor.name[:80]!r} (a shape constant) is not read: its external data "
+                         f"{location[:100]!r} lies outside the model's folder, where Lilou never reads; shapes that "
+                         "depend on it are unknown (put the data file beside the model)")
             continue
-        if not location or not target.is_relative_to(root) or not target.is_file():
-            continue  # absent (stripped) or outside the model's folder: leave it unread
+        if target is None or not target.is_file():
+            notes.append(f"initializer {tensor.name[:80]!r} (a shape constant) is not read: its external data file "
+                         f"{location[:100]!r} is missing or not a regular file; shapes that depend on it are unknown")
+            continue
         expected = math.prod(tensor.dims) * (8 if tensor.data_type == TensorProto.INT64 else 4)
         offset = _external_number(tensor.name, "offset", info.get("offset", "0"))
         length = _external_number(tensor.name, "length", info.get("length", str(expected)))
@@ -239,6 +254,7 @@ def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> No
         tensor.raw_data = raw
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
+    return notes
 
 
 def _external_number(tensor: str, key: str, text: str) -> int:
