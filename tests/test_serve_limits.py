@@ -233,3 +233,15 @@ def test_the_access_log_cuts_long_urls():
     assert ShortURLs().filter(record)
     assert record.getMessage() == (f'127.0.0.1:5 - "POST {url[:300]}...({len(url) - 300} more characters) '
                                    'HTTP/1.1" 422')
+
+
+def test_the_service_lines_are_written_at_level_info():
+    """Work dropped for a hung-up client was logged at info by a logger without a handler: nothing was written."""
+    from lilou.serve.app import create_app
+
+    app = create_app(None)
+    app.state.service.shutdown()
+    own = logging.getLogger("lilou.serve")
+    assert own.getEffectiveLevel() == logging.INFO and len(own.handlers) == 1
+    create_app(None).state.service.shutdown()
+    assert len(own.handlers) == 1

@@ -26,7 +26,7 @@ from lilou.docs import doc
 from lilou.errors import LilouInputError
 from lilou.serve import openapi_doc
 from lilou.serve.errors import InvalidField, ModelNotFound, install_handlers, validation_message
-from lilou.serve.limits import UploadSlots, shorten_access_log
+from lilou.serve.limits import UploadSlots, set_up_logs
 from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest, parse_json
 from lilou.serve.service import Service, Settings, has_llm, has_plan
 from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, json_too_large, media_type,
@@ -90,7 +90,7 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
     app.state.service = service
     install_handlers(app)
     app.add_middleware(UploadSlots, limit=max_uploads)
-    shorten_access_log()
+    set_up_logs()
     if origins:  # the rank warnings travel in a header, which a browser hides from another origin's script unless exposed
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "HEAD", "POST"],
                            allow_headers=["Content-Type"], expose_headers=[WARNINGS_HEADER], max_age=600)

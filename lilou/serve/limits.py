@@ -8,6 +8,7 @@ so the disk uploads hold is at most ``--max-uploads`` x ``--max-upload-mb``.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -59,8 +60,15 @@ class ShortURLs(logging.Filter):
         return True
 
 
-def shorten_access_log() -> None:
-    """Put :class:`ShortURLs` on uvicorn's access logger, once."""
-    logger = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, ShortURLs) for f in logger.filters):
-        logger.addFilter(ShortURLs())
+def set_up_logs() -> None:
+    """Put :class:`ShortURLs` on uvicorn's access logger, and write the service's own lines (``lilou.serve``: work
+    dropped for a client that hung up or past its budget) at level info to stderr, as uvicorn writes its own; once."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, ShortURLs) for f in access.filters):
+        access.addFilter(ShortURLs())
+    own = logging.getLogger("lilou.serve")
+    if not own.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        own.addHandler(handler)
+        own.setLevel(logging.INFO)
