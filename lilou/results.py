@@ -33,6 +33,9 @@ class PreparedModel:
     batch: int | None = None   # the batch option it was read with (None: the file's own)
     partition: Partition | None = None  # the kernel groups (a plan reuses them at its other batch sizes)
 
+    def __post_init__(self) -> None:  # each warning once, first-seen order (1,033 of 20 for 14 nested Ifs)
+        object.__setattr__(self, "warnings", tuple(dict.fromkeys(self.warnings)))
+
 
 #: What the API predicts: an ONNX path, its bytes (or an onnx.ModelProto: lilou.graph.in_memory), a file being read
 #: (lilou.graph.reading), a loaded graph or a prepared model (a string: lilou.graph.dag, which needs onnx, is imported
@@ -93,6 +96,9 @@ class Prediction:
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (docs/intervals.md)
     extrapolated_share: float = 0.0  # share (0..1) of the predicted time on extrapolated kernels
     fits: bool = True  # weights + the activations live at the peak within the device's (or slice's) memory
+
+    def __post_init__(self) -> None:  # each warning once, first-seen order
+        self.warnings = list(dict.fromkeys(self.warnings))
 
     @property
     def device(self) -> str:
@@ -177,6 +183,9 @@ class Ranking:
     backend: str
     entries: list[RankEntry]
     warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:  # each warning once, first-seen order
+        self.warnings = list(dict.fromkeys(self.warnings))
 
     def __iter__(self) -> Iterator[RankEntry]:
         return iter(self.entries)

@@ -21,9 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="server processes (default 1); each loads the checkpoints and keeps its own cache")
     parser.add_argument("--threads", type=int, default=4, metavar="N",
-                        help="prediction threads per process (default 4)")
+                        help="threads per process that read and group models not cached yet (default 4); two more "
+                             "serve cached models, so those never wait behind a large upload")
     parser.add_argument("--max-upload-mb", type=float, default=256, metavar="MB",
                         help="largest request body accepted, MiB (default 256)")
+    parser.add_argument("--max-uploads", type=int, default=16, metavar="N",
+                        help="uploads in progress at once; one more is answered 503 (default 16): with "
+                             "--max-upload-mb, the most disk uploads hold")
     parser.add_argument("--models-root", default=None, metavar="DIR",
                         help="folder whose ONNX files JSON requests may name (default: none, uploads only)")
     parser.add_argument("--cache-size", type=int, default=64, metavar="N",
@@ -59,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host):
         warn(f"binding to {args.host}: the service is reachable from other machines; it has no authentication")
     options = {"models_root": None if args.models_root is None else os.path.abspath(args.models_root),
-               "max_upload_mb": args.max_upload_mb, "cache_size": args.cache_size, "cache_mb": args.cache_mb,
+               "max_upload_mb": args.max_upload_mb, "max_uploads": args.max_uploads, "cache_size": args.cache_size,
+               "cache_mb": args.cache_mb,
                "time_budget_s": args.time_budget_s, "threads": args.threads, "upload_timeout_s": args.upload_timeout_s,
                "cors_origins": args.cors_origin}
     create_app(**options)  # bad options fail here, with one line and exit status 2, before uvicorn starts

@@ -29,13 +29,21 @@ _MAX_EXTERNAL_SHAPE_CONSTANT_ELEMENTS = 64
 _INTEGER_TYPES = {TensorProto.INT64, TensorProto.INT32}
 
 
+#: The most nodes a model may have, its subgraphs' and its local functions' (inlined) counted: far above real models
+#: (BERT-large 1,602, GPT-2 large 3,844, a Switch Transformer of 4 layers of 128 experts 8,764; the loops Lilou writes
+#: out add at most 20,000, lilou.graph.loops.MAX_UNROLLED_NODES), and low enough to bound the memory and time one
+#: file of a few MB costs: reading and grouping a node take ~10 kB at their peak and ~0.5 ms (a 3 MB file of 100,000
+#: Relu nodes took 3 GB before this limit).
+MAX_NODES = 50_000
+
 # Linux limits (NAME_MAX, PATH_MAX): checked before the file system is asked.
 _MAX_NAME_BYTES = 255
 _MAX_PATH_BYTES = 4096
 
 
-def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    """Parse an ONNX file without its weight bytes; raise a one-line error on bad input."""
+def load_onnx(path: str | os.PathLike[str], notes: list[str] | None = None) -> onnx.ModelProto:
+    """Parse an ONNX file without its weight bytes; raise a one-line error on bad input. ``notes`` gets what the
+    reading left out that the prediction's warnings should say (external data refused or missing)."""
     path = Path(path)
     _check_regular_file(path)
     try:
@@ -50,10 +58,41 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     except OSError as exc:
         raise LilouInputError(f"cannot read {path}: {exc.strerror or exc}") from None
     _check_is_model(model, path)
-    _load_small_external_integers(model, path.parent)
+    if model.functions:
+        _check_functions_not_recursive(model, path)
+    check_node_count(model, path)
+    unread = _load_small_external_integers(model, path.parent)
+    if notes is not None:
+        notes += unread
     if model.functions:
         model = _inline_functions(model, path)
     return model
+
+
+def check_node_count(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    """Refuse a model of more than :data:`MAX_NODES` nodes, counted as they will be once its local functions are
+    inlined (a call counts its function's nodes, each function counted once), subgraphs included: before anything is
+    built from them."""
+    functions = {(f.domain, f.name): f for f in model.functions}
+    sizes: dict[tuple[str, str], int] = {}
+
+    def count(nodes) -> int:
+        total = 0
+        for node in nodes:
+            key = (node.domain, node.op_type)
+            if key in functions:
+                if key not in sizes:  # not recursive (checked first): each function counted once
+                    sizes[key] = count(functions[key].node)
+                total += sizes[key]
+            else:
+                total += 1 + sum(count(graph.node) for attr in node.attribute
+                                 for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs))
+        return total
+
+    nodes = count(model.graph.node)
+    if nodes > MAX_NODES:
+        raise LilouInputError(f"{path}: {nodes:,} nodes, over the {MAX_NODES:,} Lilou reads in one model (real models "
+                              "have a few thousand); split the model, or price a shorter version of it")
 
 
 def _known_other_format(path: Path) -> str:
@@ -164,12 +203,15 @@ def _check_is_model(model: onnx.ModelProto, path: Path) -> None:
         raise LilouInputError(f"{path} holds an empty graph (no nodes)")
 
 
-def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> None:
-    """Inline tiny int tensors kept as external data; never follow paths out of ``model_dir``.
+def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> list[str]:
+    """Inline tiny int tensors kept as external data; never follow paths out of ``model_dir``. Returns a note for
+    each such tensor left unread because its file is outside the folder or missing (the shapes it sets stay unknown,
+    and the warnings said only that).
 
     Offsets and lengths come from the file: they are checked against the data file's size,
     and only the bytes the tensor needs are read."""
     root = model_dir.resolve()
+    notes = []
     for tensor in model.graph.initializer:
         if tensor.data_location != TensorProto.EXTERNAL or tensor.data_type not in _INTEGER_TYPES:
             continue
@@ -177,12 +219,21 @@ def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> No
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
+        if not location:
+            continue  # stripped: no data anywhere
         try:
             target = (root / location).resolve()
         except (OSError, RuntimeError, ValueError):
+            target = None
+        if target is not None and not target.is_relative_to(root):
+            notes.append(f"initializer {tensor.name[:80]!r} (a shape constant) is not read: its external data "
+                         f"{location[:100]!r} lies outside the model's folder, where Lilou never reads; shapes that "
+                         "depend on it are unknown (put the data file beside the model)")
             continue
-        if not location or not target.is_relative_to(root) or not target.is_file():
-            continue  # absent (stripped) or outside the model's folder: leave it unread
+        if target is None or not target.is_file():
+            notes.append(f"initializer {tensor.name[:80]!r} (a shape constant) is not read: its external data file "
+                         f"{location[:100]!r} is missing or not a regular file; shapes that depend on it are unknown")
+            continue
         expected = math.prod(tensor.dims) * (8 if tensor.data_type == TensorProto.INT64 else 4)
         offset = _external_number(tensor.name, "offset", info.get("offset", "0"))
         length = _external_number(tensor.name, "length", info.get("length", str(expected)))
@@ -203,6 +254,7 @@ def _load_small_external_integers(model: onnx.ModelProto, model_dir: Path) -> No
         tensor.raw_data = raw
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
+    return notes
 
 
 def _external_number(tensor: str, key: str, text: str) -> int:

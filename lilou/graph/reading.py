@@ -52,8 +52,9 @@ class GraphReading:
         self._child: guarded_inference.GuardedChild | None = None
         self._shaped: ShapedModel | None = None
         self._graph: ModelGraph | None = None
+        self._notes: list[str] = []  # what the load left out (external data refused): first in the warnings
         try:
-            self._model = load_onnx(path)
+            self._model = load_onnx(path, self._notes)
         except Exception as exc:  # noqa: BLE001 - raised from graph(), after the caller's own checks
             self._error = exc
             return
@@ -80,7 +81,9 @@ class GraphReading:
         if self._shaped is None:
             if self._error is not None:
                 raise self._error
-            self._shaped = self._collected(meanwhile) if self._child is not None else self._shaped_here(meanwhile)
+            shaped = self._collected(meanwhile) if self._child is not None else self._shaped_here(meanwhile)
+            shaped.notes[:0] = self._notes
+            self._shaped = shaped
         return self._shaped
 
     def close(self) -> None:

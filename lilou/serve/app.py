@@ -26,6 +26,7 @@ from lilou.docs import doc
 from lilou.errors import LilouInputError
 from lilou.serve import openapi_doc
 from lilou.serve.errors import InvalidField, ModelNotFound, install_handlers, validation_message
+from lilou.serve.limits import UploadSlots, set_up_logs
 from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest, parse_json
 from lilou.serve.service import Service, Settings, has_llm, has_plan
 from lilou.serve.uploads import (FILE_FIELD, ModelSource, check_content_length, json_too_large, media_type,
@@ -43,11 +44,15 @@ MAX_JSON_BYTES = 2**20
 #: Fields whose empty text is an empty list, not a field left out: "gpus" joined from an empty selection names no
 #: device (lilou rank --gpus '' refuses it) instead of asking for every device.
 LISTS = ("gpus",)
+#: The Lilou-Warnings header's bounds: proxies refuse upstream headers over 4-64 KiB (a 502), and 3,000 unknown op
+#: types made a 405 KB one. A longer warning is cut, and warnings past the total are counted instead.
+MAX_HEADER_WARNING = 1000
+MAX_WARNINGS_HEADER = 8192
 
 
 def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb: float = 256, cache_size: int = 64,
                time_budget_s: float = 60.0, threads: int = 4, upload_timeout_s: float = 120.0,
-               cache_mb: float = 1024.0, cors_origins: list[str] | None = None) -> FastAPI:
+               cache_mb: float = 1024.0, cors_origins: list[str] | None = None, max_uploads: int = 16) -> FastAPI:
     """The service; ``models_root`` is the only folder whose files JSON requests may name. ``cors_origins``: the
     origins whose pages may call the API from a browser (``*``: any); none by default."""
     if models_root is not None and not Path(models_root).is_dir():
@@ -58,12 +63,14 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
             raise LilouInputError(f"{option} must be positive: a finite number of {unit}, not {value:g}")
     if cache_size < 0:
         raise LilouInputError("--cache-size must be >= 0")
+    if max_uploads < 1:
+        raise LilouInputError("--max-uploads must be at least 1")
     if not 0 <= cache_mb < math.inf:
         raise LilouInputError(f"--cache-mb must be a finite number of MiB >= 0, not {cache_mb:g}")
     origins = cors_allowed(cors_origins or [])
     settings = Settings(models_root=None if models_root is None else Path(models_root), max_upload_mb=max_upload_mb,
                         cache_size=cache_size, time_budget_s=time_budget_s, threads=threads,
-                        upload_timeout_s=upload_timeout_s, cache_mb=cache_mb)
+                        upload_timeout_s=upload_timeout_s, cache_mb=cache_mb, max_uploads=max_uploads)
     service = Service(settings)
     optional = {"plan": has_plan(), "llm": has_llm()}
 
@@ -82,6 +89,8 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
                               "`{\"detail\": \"<one line>\"}`.")
     app.state.service = service
     install_handlers(app)
+    app.add_middleware(UploadSlots, limit=max_uploads)
+    set_up_logs()
     if origins:  # the rank warnings travel in a header, which a browser hides from another origin's script unless exposed
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "HEAD", "POST"],
                            allow_headers=["Content-Type"], expose_headers=[WARNINGS_HEADER], max_age=600)
@@ -90,6 +99,24 @@ def create_app(models_root: str | os.PathLike[str] | None = None, max_upload_mb:
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     app.openapi = lambda: openapi_doc.cached(app)  # type: ignore[method-assign]
     return app
+
+
+def warnings_header(warnings: list[str]) -> str:
+    """The warnings as the Lilou-Warnings header's JSON list, within :data:`MAX_WARNINGS_HEADER` characters: each
+    cut to :data:`MAX_HEADER_WARNING`, and those past the total counted in a last item (`lilou rank` says them all)."""
+    items: list[str] = []
+    size = 2
+    for i, warning in enumerate(warnings):
+        if len(warning) > MAX_HEADER_WARNING:
+            warning = f"{warning[:MAX_HEADER_WARNING]}... ({len(warning) - MAX_HEADER_WARNING} more characters)"
+        item = json.dumps(warning, ensure_ascii=True)
+        if size + len(item) + 2 > MAX_WARNINGS_HEADER - 100:  # room for the count
+            items.append(json.dumps(f"... and {len(warnings) - i} more warning(s), left out of this header for its "
+                                    "size; lilou rank prints them all"))
+            break
+        items.append(item)
+        size += len(item) + 2
+    return "[" + ", ".join(items) + "]"
 
 
 def cors_allowed(values: list[str]) -> list[str]:
@@ -111,17 +138,18 @@ def app_from_environment() -> FastAPI:
 async def parse_request(request: Request, schema: type[R], service: Service) -> tuple[R, ModelSource | None]:
     """The request's fields as ``schema`` and its uploaded file (None for a JSON body)."""
     limit = service.settings.max_upload_bytes
-    check_content_length(request.headers, limit)
-    body = within(request.stream(), service.settings.upload_timeout_s)
     content_type = request.headers.get("content-type", "")
     kind = media_type(content_type)
     if kind.startswith("application/") and kind.endswith("+json"):  # application/vnd.api+json ...: JSON too
         kind = "application/json"
-    fields: dict[str, Any] = dict(request.query_params)
-    upload = None
     if kind in ("application/json", ""):  # options only: a small cap, not the upload's (json.loads takes ~6x)
         limit = min(limit, MAX_JSON_BYTES)
         check_content_length(request.headers, limit, json_too_large)
+    else:
+        check_content_length(request.headers, limit)
+    body = within(request.stream(), service.settings.upload_timeout_s)
+    fields: dict[str, Any] = dict(request.query_params)
+    upload = None
     if kind == "application/json":
         raw = await read_limited(body, limit, json_too_large)
         try:
@@ -153,33 +181,40 @@ async def parse_request(request: Request, schema: type[R], service: Service) -> 
         if upload is not None:
             upload.release()
         raise
+    service.start_budget()  # the body is in: the time budget runs from here, for every step of the request
     return parsed_request, upload
 
 
 async def _source(service: Service, request: PredictRequest | RankRequest | PlanRequest,
-                  upload: ModelSource | None) -> ModelSource:
+                  upload: ModelSource | None, http: Request) -> ModelSource:
     """The upload, or the file the request names under --models-root (hashed on a worker thread)."""
     if upload is not None:
         return upload
     if not request.model:
         raise InvalidField(f"model: name a file under --models-root, or upload the ONNX file as multipart part "
                            f"{FILE_FIELD!r}")
-    return await service.run(service.models_root.resolve, request.model)
+    return await service.run(service.models_root.resolve, request.model, request=http, fast=True)
+
+
+async def _prediction(service: Service, fn, fields: PredictRequest | RankRequest, source: ModelSource, http: Request):
+    """``fn(fields, source)`` on the fast lane when the model is cached with these options, else on the parse lane."""
+    fast = service.is_cached(source, fields.batch, fields.shapes, fields.backend, fields.values)
+    return await service.run(fn, fields, source, source=source, request=http, fast=fast)
 
 
 async def _llm_model(service: Service, fields: LLMRequest | PlanRequest,
-                     upload: ModelSource | None) -> tuple[str | Path, ModelSource | None]:
+                     upload: ModelSource | None, http: Request) -> tuple[str | Path, ModelSource | None]:
     """An LLM is an uploaded config.json, a built-in name, or a config.json under --models-root."""
     if upload is not None:
         return upload.path, upload
     if not fields.model:
         raise InvalidField("model: name a built-in LLM (GET /v1/llm/models) or a config.json under --models-root, "
                            f"or upload it as multipart part {FILE_FIELD!r}")
-    builtin = await service.run(service.builtin_llm, fields.model)
+    builtin = await service.run(service.builtin_llm, fields.model, request=http, fast=True)
     if builtin is not None:
         return builtin, None
     try:
-        source = await service.run(service.models_root.resolve, fields.model)
+        source = await service.run(service.models_root.resolve, fields.model, request=http, fast=True)
     except ModelNotFound:
         if fields.model.lower().endswith(".json"):
             raise
@@ -216,17 +251,17 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
               responses={200: {"model": docs.PredictionBody}, **docs.ERRORS})
     async def predict(request: Request) -> JSONResponse:
         fields, upload = await parse_request(request, PredictRequest, service)
-        source = await _source(service, fields, upload)
-        return JSONResponse(await service.run(service.predict, fields, source, source=source))
+        source = await _source(service, fields, upload, request)
+        return JSONResponse(await _prediction(service, service.predict, fields, source, request))
 
     @app.post("/v1/rank", tags=["predict"], summary="`lilou rank`: every GPU and MIG slice (or the listed), fastest first",
               openapi_extra=docs.request_body(RankRequest),
               responses={200: {"model": list[docs.RankEntryBody], "headers": docs.WARNINGS_HEADER_DOC}, **docs.ERRORS})
     async def rank(request: Request) -> JSONResponse:
         fields, upload = await parse_request(request, RankRequest, service)
-        source = await _source(service, fields, upload)
-        entries, warnings = await service.run(service.rank, fields, source, source=source)
-        return JSONResponse(entries, headers={WARNINGS_HEADER: json.dumps(warnings, ensure_ascii=True)})
+        source = await _source(service, fields, upload, request)
+        entries, warnings = await _prediction(service, service.rank, fields, source, request)
+        return JSONResponse(entries, headers={WARNINGS_HEADER: warnings_header(warnings)})
 
     if optional["plan"]:
         @app.post("/v1/plan", tags=["plan"], summary="`lilou plan`: devices and batches that meet a latency SLO",
@@ -235,24 +270,24 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
         async def plan(request: Request) -> JSONResponse:
             fields, upload = await parse_request(request, PlanRequest, service)
             if fields.llm:
-                model, source = await _llm_model(service, fields, upload)
+                model, source = await _llm_model(service, fields, upload, request)
             else:
-                source = await _source(service, fields, upload)
+                source = await _source(service, fields, upload, request)
                 model = source.path
-            return JSONResponse(await service.run(service.plan, fields, model, source, source=upload))
+            return JSONResponse(await service.run(service.plan, fields, model, source, source=upload, request=request))
 
     if optional["llm"]:
         @app.get("/v1/llm/models", tags=["llm"], summary="built-in LLM names for /v1/llm (`lilou llm --list`)",
                  responses={200: {"model": list[str], "description": "Hugging Face ids"}})
         async def llm_models() -> JSONResponse:
-            return JSONResponse(await service.run(service.llm_models))
+            return JSONResponse(await service.run(service.llm_models, fast=True))
 
         @app.post("/v1/llm", tags=["llm"], summary="`lilou llm`: TTFT, inter-token latency, power and memory",
                   openapi_extra=docs.request_body(LLMRequest), responses={200: {"model": docs.LLMBody}, **docs.ERRORS})
         async def llm(request: Request) -> JSONResponse:
             fields, upload = await parse_request(request, LLMRequest, service)
-            model, source = await _llm_model(service, fields, upload)
-            return JSONResponse(await service.run(service.llm, fields, model, source, source=upload))
+            model, source = await _llm_model(service, fields, upload, request)
+            return JSONResponse(await service.run(service.llm, fields, model, source, source=upload, request=request))
 
     for route in [route for route in app.routes if "GET" in getattr(route, "methods", ()) and route.include_in_schema
                   or getattr(route, "path", None) == "/"]:

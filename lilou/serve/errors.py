@@ -53,6 +53,10 @@ class OverTimeBudget(Exception):
     """The prediction did not finish within the per-request time budget (503)."""
 
 
+class ClientGone(Exception):
+    """The client closed the connection while its request waited (499, nginx's code: no one reads it)."""
+
+
 def one_line(exc: BaseException) -> str:
     """The CLI's rendering of an error message (lilou.cli._one_line): whitespace folded, 500 characters."""
     return " ".join(str(exc).split())[:500]
@@ -103,6 +107,10 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(OverTimeBudget)
     async def _over_budget(request: Request, exc: OverTimeBudget) -> JSONResponse:
         return JSONResponse(error_body(one_line(exc)), status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(request: Request, exc: ClientGone) -> JSONResponse:
+        return JSONResponse(error_body(one_line(exc)), status_code=499)
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

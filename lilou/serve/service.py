@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,11 +25,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lilou.api import Predictor, PreparedModel
 from lilou.errors import LilouInputError
 from lilou.serve.cache import ModelCache, model_key
-from lilou.serve.errors import InvalidField, OverTimeBudget
+from lilou.serve.errors import ClientGone, InvalidField, OverTimeBudget
 from lilou.serve.schemas import LLMRequest, PlanRequest, PredictRequest, RankRequest
 from lilou.serve.uploads import ModelSource, ModelsRoot
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from lilou.graph.batch_series import BatchSeries
 
 T = TypeVar("T")
@@ -38,6 +41,12 @@ log = logging.getLogger("lilou.serve")
 #: bytes, whatever each called its file, so they name no request; each request puts its own name in their place
 #: (:meth:`Service.prepared`, :func:`named_errors`).
 MODEL_PLACEHOLDER = f"<model {secrets.token_hex(6)}>"
+#: Threads of the fast lane: predictions of models already cached, and finding a file under --models-root. A cached
+#: resnet18 took 44 s behind five uploads being parsed when every request shared the --threads pool.
+FAST_THREADS = 2
+#: When the request being handled runs out of time (the event loop's clock): one budget per request, however many
+#: steps it runs on the threads (a JSON request waited for its file's lookup and its prediction, a budget each).
+_deadline: ContextVar[float | None] = ContextVar("lilou_serve_deadline", default=None)
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class Settings:
 
     models_root: Path | None = None
     max_upload_mb: float = 256.0
+    max_uploads: int = 16      # multipart requests in progress at once (lilou.serve.limits.UploadSlots)
     cache_size: int = 64
     cache_mb: float = 1024.0   # the cached models' memory, estimated (lilou.serve.cache.estimated_bytes)
     time_budget_s: float = 60.0
@@ -89,29 +99,74 @@ class Service:
         self.cache = ModelCache(settings.cache_size, settings.cache_bytes)
         self.models_root = ModelsRoot(settings.models_root)
         self.executor = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix="lilou-predict")
+        self.fast_lane = ThreadPoolExecutor(max_workers=FAST_THREADS, thread_name_prefix="lilou-fast")
         self._predictors: dict[str, Predictor] = {}
         self._llm = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ plumbing
-    async def run(self, fn: Callable[..., T], *args: Any, source: ModelSource | None = None) -> T:
-        """``fn(*args)`` on a worker thread, answered 503 past the time budget (queueing included).
+    def start_budget(self) -> None:
+        """Start the time budget of the request being handled (its body read): its steps on the threads share it."""
+        _deadline.set(asyncio.get_running_loop().time() + self.settings.time_budget_s)
 
-        A Python thread cannot be stopped: a prediction over budget runs on to its end, and its upload's
-        temporary folder is removed then."""
-        future = self.executor.submit(fn, *args)
+    async def run(self, fn: Callable[..., T], *args: Any, source: ModelSource | None = None,
+                  request: Request | None = None, fast: bool = False) -> T:
+        """``fn(*args)`` on a worker thread (``fast``: the fast lane's, for work on a cached model or a file lookup),
+        answered 503 past the request's time budget (queueing included, :meth:`start_budget`).
+
+        Work still queued when the budget runs out, or when the client of ``request`` hangs up, never starts. A
+        Python thread cannot be stopped: work already running goes on to its end, and its upload's temporary folder
+        is removed then. Each of these events is logged in one line."""
+        loop = asyncio.get_running_loop()
+        budget = self.settings.time_budget_s
+        deadline = _deadline.get() or loop.time() + budget
+        what = f"{_path(request)} ({getattr(fn, '__name__', 'work')}): "
+        if loop.time() >= deadline:  # spent by the request's earlier steps
+            if source is not None:
+                source.release()
+            log.warning("%sover the time budget of %g s before it started; answered 503", what, budget)
+            raise OverTimeBudget(_over_budget(budget))
+        future = (self.fast_lane if fast else self.executor).submit(fn, *args)
         if source is not None:
             future.add_done_callback(lambda _: source.release())
-        budget = self.settings.time_budget_s
+        result = asyncio.wrap_future(future)
+        gone = asyncio.ensure_future(_hung_up(request)) if request is not None else None
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), budget)
-        except TimeoutError:
-            future.cancel()
-            raise OverTimeBudget(f"the prediction did not finish within the server's time budget of {budget:g} s "
-                                 "(the server is busy or the model is very large); retry later") from None
+            await asyncio.wait([result, *([gone] if gone else [])], timeout=deadline - loop.time(),
+                               return_when=asyncio.FIRST_COMPLETED)
+            if result.done():
+                return result.result()
+            started = not future.cancel()  # queued work is dropped; running work runs on
+        finally:
+            result.cancel()  # a no-op when done; else its outcome is no one's now
+            if gone is not None:
+                gone.cancel()
+        fate = "it runs on to its end" if started else "its work, still queued, is dropped"
+        if gone is not None and gone.done() and not gone.cancelled():
+            log.info("%sthe client hung up; %s", what, fate)
+            raise ClientGone("the client closed the connection before the answer")
+        log.warning("%sover the time budget of %g s; answered 503, %s", what, budget, fate)
+        raise OverTimeBudget(_over_budget(budget))
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.fast_lane.shutdown(wait=False, cancel_futures=True)
+
+    def is_cached(self, source: ModelSource, batch: int | None, shapes: dict[str, list[int]], backend: str,
+                  values: dict[str, list[bool | int | float]] | None = None) -> bool:
+        """Whether the model with these options is prepared and cached (its prediction belongs to the fast lane)."""
+        from lilou.fusion.backends import check_backend
+
+        try:
+            backend = check_backend(backend)
+        except LilouInputError:
+            return False  # said by the prediction itself
+        return self._key(source, batch, shapes, backend, values) in self.cache
+
+    def _key(self, source: ModelSource, batch: int | None, shapes: dict[str, list[int]], backend: str,
+             values: dict[str, list[bool | int | float]] | None):
+        folder = None if source.temp_dir is not None else str(source.path.parent)  # uploads come without external data
+        return model_key(source.sha256, batch, shapes, backend, values, folder)
 
     def predictor(self, backend: str = "eager") -> Predictor:
         with self._lock:
@@ -151,8 +206,7 @@ class Service:
                 raise type(exc)(_placeholder_for(source, str(exc))) from None
             return dataclasses.replace(prepared, batch=batch)  # the batch is the option's
 
-        folder = None if source.temp_dir is not None else str(source.path.parent)  # uploads come without external data
-        prepared = self.cache.get(model_key(source.sha256, batch, shapes, predictor.backend, values, folder), load)
+        prepared = self.cache.get(self._key(source, batch, shapes, predictor.backend, values), load)
         # the graph keeps the placeholder (a copy would lose what it memoizes); only errors would show its name
         return dataclasses.replace(prepared, name=source.name,
                                    warnings=tuple(w.replace(MODEL_PLACEHOLDER, source.name) for w in prepared.warnings))
@@ -299,6 +353,24 @@ class Service:
         from lilou.llm.config import builtin_name
 
         return builtin_name(name)
+
+
+def _over_budget(budget: float) -> str:
+    return (f"the prediction did not finish within the server's time budget of {budget:g} s (the server is busy or "
+            "the model is very large); retry later")
+
+
+async def _hung_up(request: Request) -> None:
+    """Return once the client of ``request`` (its body read) has closed the connection."""
+    try:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+    except Exception:  # noqa: BLE001 - a connection that cannot be read is gone too
+        return
+
+
+def _path(request: Request | None) -> str:
+    return "a request" if request is None else f"{request.method} {request.url.path[:100]}"
 
 
 def check_json_config(source: ModelSource | None) -> None:
