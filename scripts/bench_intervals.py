@@ -34,9 +34,9 @@ from lilou.plan.calibration import Calibration
 from lilou.research.ablation import git_provenance
 from lilou.plan.conformal import COVERAGE
 from lilou.checkpoints import KERNEL_LATENCY_TENSOR, checkpoint_path
-from lilou.plan.fit import (E2E_MIN_LABELS, RESIDUALS_FILE, Residuals, band, e2e_residuals, extrapolated_bands,
-                            kernel_bands, load_residuals, neusight_residuals, pooled_kernel_residuals, table_residuals,
-                            tensor_residuals)
+from lilou.plan.fit import (BAND_METHODS, DEFAULT_BAND_METHOD, E2E_MIN_LABELS, RESIDUALS_FILE, Residuals, band,
+                            e2e_residuals, extrapolated_bands, kernel_bands, load_residuals, neusight_residuals,
+                            pooled_kernel_residuals, table_residuals, tensor_residuals)
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
@@ -44,7 +44,8 @@ MODELS_DIR = REPO / "datasets" / "bench_models"
 TARGET = (0.86, 0.94)
 
 
-def nested_kernel_coverage(residuals: Residuals, coverage: float = COVERAGE) -> tuple[list[dict], list[dict]]:
+def nested_kernel_coverage(residuals: Residuals, coverage: float = COVERAGE,
+                           method: str = DEFAULT_BAND_METHOD) -> tuple[list[dict], list[dict]]:
     """(per fold x family rows, per family summary) of leave-one-group-out coverage of held-out residuals."""
     held = residuals.take(residuals.tier != "trained")
     per_fold = []
@@ -52,8 +53,8 @@ def nested_kernel_coverage(residuals: Residuals, coverage: float = COVERAGE) -> 
         # nothing measured on the held-out GPUs stays, not even the shipped model's rows on them (``trained``)
         gpus = sorted(set(held.gpu[held.group == group]))
         rest = residuals.take((residuals.group != group) & ~np.isin(residuals.gpu, gpus))
-        calibration = Calibration({"coverage": coverage, "ranges": {}, "kernel": kernel_bands(rest, coverage),
-                                   "extrapolated": extrapolated_bands(rest, coverage), "e2e": {"lo": 0.0, "hi": 0.0},
+        calibration = Calibration({"coverage": coverage, "ranges": {}, "kernel": kernel_bands(rest, coverage, method),
+                                   "extrapolated": extrapolated_bands(rest, coverage, method), "e2e": {"lo": 0.0, "hi": 0.0},
                                    "kernel_model": {"fingerprint": "", "trained_on": []}})
         test = held.take(held.group == group)
         for family, dtype in sorted({(f, d) for f, d in zip(test.family, test.dtype)}):
@@ -82,10 +83,11 @@ def nested_kernel_coverage(residuals: Residuals, coverage: float = COVERAGE) -> 
     return per_fold, summary
 
 
-def nested_e2e_coverage(e2e: Residuals, coverage: float = COVERAGE) -> tuple[list[dict], dict]:
+def nested_e2e_coverage(e2e: Residuals, coverage: float = COVERAGE,
+                        method: str = DEFAULT_BAND_METHOD) -> tuple[list[dict], dict]:
     per_fold = []
     for group in sorted(set(e2e.group)):
-        found = band(e2e.take(e2e.group != group), coverage, min_rows=E2E_MIN_LABELS)
+        found = band(e2e.take(e2e.group != group), coverage, min_rows=E2E_MIN_LABELS, method=method)
         test = e2e.take(e2e.group == group)
         if found is None:
             continue
@@ -170,6 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--e2e-json", type=Path, default=None, help="reuse a `make bench-e2e` result")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-speed", dest="speed", action="store_false")
+    parser.add_argument("--band-method", choices=BAND_METHODS, default=DEFAULT_BAND_METHOD,
+                        help=f"how the nested bands are made (default {DEFAULT_BAND_METHOD}; lilou.plan.fit.band)")
     parser.add_argument("--speed-only", action="store_true",
                         help="only the plan / infer speed, written to <--out>/plan_speed.json")
     parser.add_argument("--out", type=Path, default=OUT, help="output folder (default outputs/bench)")
@@ -188,8 +192,8 @@ def main(argv: list[str] | None = None) -> None:
         if not args.table:
             kernel = kernel.take(kernel.source == "neusight")
     print(f"residuals: {source}")
-    per_fold, summary = nested_kernel_coverage(kernel)
-    e2e_folds, e2e_summary = nested_e2e_coverage(e2e)
+    per_fold, summary = nested_kernel_coverage(kernel, method=args.band_method)
+    e2e_folds, e2e_summary = nested_e2e_coverage(e2e, method=args.band_method)
     print_rows("kernels, leave-one-GPU-out nested coverage of the 90 % interval (mean over held-out groups)", summary,
                ["family", "dtype", "groups", "rows", "coverage", "pooled_coverage", "min_group_coverage",
                 "max_group_coverage", "median_width"])
@@ -199,7 +203,8 @@ def main(argv: list[str] | None = None) -> None:
                ["group", "labels", "coverage", "lo", "hi", "width"])
     print(f"end to end: coverage {100 * e2e_summary['coverage']:.1f} % (mean over folds), pooled "
           f"{100 * e2e_summary['pooled_coverage']:.1f} %, median width {100 * e2e_summary['median_width']:.1f} %")
-    result = {"residuals": source, "coverage_target": list(TARGET), "nominal": COVERAGE, "kernel_summary": summary,
+    result = {"residuals": source, "band_method": args.band_method, "coverage_target": list(TARGET), "nominal": COVERAGE,
+              "kernel_summary": summary,
               "kernel_per_fold": per_fold, "e2e_per_fold": e2e_folds, "e2e_summary": e2e_summary,
               "provenance": provenance}
     if args.speed:

@@ -12,7 +12,7 @@ from lilou.cli import main
 from lilou.hardware import resolve_device
 from lilou.plan.calibration import Band, Calibration
 from lilou.plan.conformal import (conformal_bounds, coverage, covered, group_weights, log_residuals, median_width,
-                                  symmetric_bounds)
+                                  symmetric_bounds, two_level_bounds)
 from lilou.plan.extrapolation import RANGE_FEATURES, outside, range_key
 from lilou.plan.intervals import device_tier
 from tests.conftest import REPO
@@ -60,6 +60,20 @@ def test_symmetric_ranks_are_exact_and_cover_both_sides():
     assert not ((fifth >= lo) & (fifth <= hi)).any()
     lo, hi = symmetric_bounds(four, weights=group_weights(groups))
     assert (lo, hi) == (-0.15, 0.15) and ((fifth >= lo) & (fifth <= hi)).all()
+
+
+def test_two_level_bounds_pair_every_bias_with_every_spread():
+    # GPU a: no bias, rows spread -1..1; GPU b: biased +2, no spread. Pooled |r| (symmetric, each GPU once) reaches
+    # 2.0, b's bias. Two levels pair b's bias with a's spread too, the GPU a third GPU may be: 40 pairs of weight
+    # 1/40 each, and the ceil(41 * 0.9) = 37th smallest |bias + spread| is 2 + 0.5 (of 3, 3, 2.5, 2.5 at the top).
+    a = np.tile([-1.0, -0.5, 0.0, 0.5, 1.0], 2)
+    residuals, groups = np.r_[a, np.full(10, 2.0)], np.repeat(["a", "b"], 10)
+    assert symmetric_bounds(residuals, weights=group_weights(groups)) == (-2.0, 2.0)
+    assert two_level_bounds(residuals, groups) == (-2.5, 2.5)
+    # one GPU: its bias plus its own spread is its residuals, the symmetric band
+    assert two_level_bounds(a, ["a"] * 10) == symmetric_bounds(a) == (-1.0, 1.0)
+    with pytest.raises(ValueError, match="one group per residual"):
+        two_level_bounds(a, ["a"] * 9)
 
 
 def test_equal_weights_give_the_unweighted_bounds_and_groups_count_once():
@@ -183,6 +197,17 @@ def test_kernel_bands_build_one_gpu_and_memory_bound_pools():
     # the memory-bound families of FP16 pooled: two GPUs, 120 rows; GEMMs are not memory-bound
     assert bands["memory-bound|fp16|any"]["groups"] == ["a100", "a40"] and bands["memory-bound|fp16|any"]["n"] == 120
     assert not any(key.startswith("compute") for key in bands) and "gemm|fp16|one_gpu" in bands
+
+
+def test_band_method_is_selectable_and_recorded():
+    from lilou.plan.fit import Residuals, band
+
+    a = np.tile(np.linspace(-1.0, 1.0, 5), 6).tolist()
+    pool = Residuals.concat([_pool("gemm", "fp16", ["a"] * 30, a), _pool("gemm", "fp16", ["b"] * 30, [2.0] * 30)])
+    assert (band(pool)["lo"], band(pool)["hi"]) == (-2.0, 2.0)
+    assert (band(pool, method="two_level")["lo"], band(pool, method="two_level")["hi"]) == (-2.5, 2.5)
+    with pytest.raises(ValueError, match="not one of symmetric, two_level"):
+        band(pool, method="sum")
 
 
 def test_extrapolation_flags_against_measured_ranges():

@@ -4,7 +4,8 @@ A residual is ``log(measured / predicted)``. For a target coverage ``1 - alpha``
 new prediction ``p`` is ``[p * exp(lo), p * exp(hi)]`` with ``lo`` and ``hi`` the conformal
 quantiles of the calibration residuals: the ``ceil((n + 1) * alpha / 2)``-th smallest and the
 ``ceil((n + 1) * (1 - alpha / 2))``-th smallest (:func:`conformal_bounds`), or symmetric bounds from the
-quantile of ``|r|`` (:func:`symmetric_bounds`). Two one-sided bounds keep a model that is biased the same way
+quantile of ``|r|`` (:func:`symmetric_bounds`), or the two-level band of a new GPU's bias and its rows' spread around it
+(:func:`two_level_bounds`). Two one-sided bounds keep a model that is biased the same way
 on every GPU where its errors are; the shipped calibration (:mod:`lilou.plan.fit`) uses symmetric bounds,
 because on GPUs it never saw the model is biased both ways (docs/intervals.md).
 
@@ -50,6 +51,31 @@ def symmetric_bounds(residuals: Sequence[float] | np.ndarray, coverage: float = 
     percentile but one)."""
     r, w = _checked(residuals, coverage, weights, "symmetric_bounds")
     q = _order_statistic(np.abs(r), w, math.ceil((len(r) + 1) * coverage), coverage)
+    return -q, q
+
+
+def two_level_bounds(residuals: Sequence[float] | np.ndarray, groups: Sequence[object] | np.ndarray,
+                     coverage: float = COVERAGE) -> tuple[float, float]:
+    """(-q, q): ``q`` the ``coverage`` quantile of ``|b + e|``, a held-out GPU's bias ``b`` and a row's spread ``e``
+    around its own GPU's bias drawn independently.
+
+    Two levels: each group's bias is the median of its residuals (one per GPU, each weight 1 / groups) and its rows'
+    spread is their residuals minus that median (each group's rows together weight 1 / groups). The quantile is of
+    their sum by convolution, every (bias, spread) pair weighted by the product, ranked as :func:`symmetric_bounds`
+    ranks (``ceil((n + 1) * coverage)`` over the n pairs). A sum of the two quantiles would assume the largest
+    bias meets the largest spread and covers more than ``coverage``; the convolution is the distribution of a new
+    GPU's residual if the two are independent. With one group the pairs are its residuals: the symmetric band."""
+    r, _ = _checked(residuals, coverage, None, "two_level_bounds")
+    keys = np.asarray(groups, dtype=object).astype(str)
+    if keys.shape != r.shape:
+        raise ValueError("groups must name one group per residual")
+    names, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    bias = np.array([np.median(r[inverse == g]) for g in range(len(names))])
+    spread = r - bias[inverse]
+    spread_weight = 1.0 / (len(names) * counts[inverse])
+    pairs = np.abs(bias[:, None] + spread[None, :]).ravel()
+    weights = np.broadcast_to(spread_weight / len(names), (len(names), len(r))).ravel()
+    q = _order_statistic(pairs, weights, math.ceil((len(pairs) + 1) * coverage), coverage)
     return -q, q
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.kernel import FAMILIES
 from lilou.plan.calibration import BAND_CLASS, TRANSPOSED_FAMILY
-from lilou.plan.conformal import COVERAGE, group_weights, log_residuals, symmetric_bounds
+from lilou.plan.conformal import COVERAGE, group_weights, log_residuals, symmetric_bounds, two_level_bounds
 from lilou.plan.extrapolation import measured_ranges, range_features, range_key
 from lilou.quiet import Log, log_to_stderr
 
@@ -55,6 +55,11 @@ E2E_MIN_LABELS = 19
 TIERS = ("trained", "arch_seen", "arch_unseen")
 #: Where ``make calibrate`` leaves the residuals it pooled (git-ignored), for ``--residuals`` and the benchmark.
 RESIDUALS_FILE = REPO / "outputs" / "calibration" / "residuals.npz"
+#: How a pool's band is made from its residuals (``band``): ``symmetric``, the quantile of ``|r|`` with every
+#: held-out GPU weighted once; ``two_level``, the quantile of a GPU's bias plus a row's spread around its own GPU's
+#: bias, the two drawn independently (docs/intervals.md, "Two-level bands").
+BAND_METHODS = ("symmetric", "two_level")
+DEFAULT_BAND_METHOD = "symmetric"
 
 @dataclass
 class Residuals:
@@ -340,25 +345,34 @@ def e2e_residuals(e2e_json: Path | None = None, data_dir=None, log: Log = log_to
 
 
 def band(residuals: Residuals, coverage: float = COVERAGE, min_rows: int = MIN_ROWS,
-         min_groups: int = MIN_GROUPS) -> dict[str, Any] | None:
+         min_groups: int = MIN_GROUPS, method: str = DEFAULT_BAND_METHOD) -> dict[str, Any] | None:
     """The conformal band of a pool, every held-out group weighted equally; None when the pool is too small.
 
     Symmetric (:func:`lilou.plan.conformal.symmetric_bounds`): held-out GPUs are biased both ways, and two
     one-sided bounds fitted on the other GPUs missed a GPU biased the other way. Nested leave-one-GPU-out
     (``make bench-intervals``), one-sided -> symmetric: end to end 79 % -> 93 % coverage (median width
     32 -> 38 %); FP32 elementwise 85.3 -> 90.0 %, GEMM 92.7 -> 91.0 % (width 175 -> 140 %), conv 90.8 -> 91.5 %
-    (187 -> 159 %), softmax 89.2 -> 90.2 %, layer norm 93.5 -> 97.2 % (85 -> 80 %)."""
+    (187 -> 159 %), softmax 89.2 -> 90.2 %, layer norm 93.5 -> 97.2 % (85 -> 80 %).
+
+    ``method="two_level"``: :func:`lilou.plan.conformal.two_level_bounds`, a held-out GPU's bias and its rows' spread
+    around it convolved (docs/intervals.md, "Two-level bands")."""
+    if method not in BAND_METHODS:
+        raise ValueError(f"band method {method!r} is not one of {', '.join(BAND_METHODS)}")
     groups = sorted(set(residuals.group))
     if len(residuals) < min_rows or len(groups) < min_groups:
         return None
     try:
-        lo, hi = symmetric_bounds(residuals.residual, coverage, group_weights(residuals.group))
+        if method == "two_level":
+            lo, hi = two_level_bounds(residuals.residual, residuals.group, coverage)
+        else:
+            lo, hi = symmetric_bounds(residuals.residual, coverage, group_weights(residuals.group))
     except ValueError:
         return None
     return {"lo": round(lo, 5), "hi": round(hi, 5), "n": int(len(residuals)), "groups": [str(g) for g in groups]}
 
 
-def kernel_bands(residuals: Residuals, coverage: float = COVERAGE) -> dict[str, dict[str, Any]]:
+def kernel_bands(residuals: Residuals, coverage: float = COVERAGE,
+                 method: str = DEFAULT_BAND_METHOD) -> dict[str, dict[str, Any]]:
     """``{"family|dtype|tier": band}``, plus ``"family|dtype|any"`` over every tier of a family and dtype.
 
     Two pools stand in where a family and dtype has too few held-out GPUs for ``any`` (BF16/FP16 norms and
@@ -369,32 +383,33 @@ def kernel_bands(residuals: Residuals, coverage: float = COVERAGE) -> dict[str, 
     for family, dtype in sorted({(f, d) for f, d in zip(residuals.family, residuals.dtype)}):
         pool = residuals.take((residuals.family == family) & (residuals.dtype == dtype))
         for tier in TIERS:
-            found = band(pool.take(pool.tier == tier), coverage)
+            found = band(pool.take(pool.tier == tier), coverage, method=method)
             if found:
                 out[f"{family}|{dtype}|{tier}"] = found
         unseen = pool.take(pool.tier != "trained")
-        found = band(unseen, coverage)
+        found = band(unseen, coverage, method=method)
         if found:
             out[f"{family}|{dtype}|any"] = found
         else:
-            found = band(unseen, coverage, min_groups=1)
+            found = band(unseen, coverage, min_groups=1, method=method)
             if found:
                 out[f"{family}|{dtype}|one_gpu"] = found
     classes = np.array([BAND_CLASS.get(f, "") for f in residuals.family], dtype=object)
     for kind, dtype in sorted({(c, d) for c, d in zip(classes, residuals.dtype) if c}):
         found = band(residuals.take((classes == kind) & (residuals.dtype == dtype) & (residuals.tier != "trained")),
-                     coverage)
+                     coverage, method=method)
         if found:
             out[f"{kind}|{dtype}|any"] = found
     return out
 
 
-def extrapolated_bands(residuals: Residuals, coverage: float = COVERAGE) -> dict[str, dict[str, Any]]:
+def extrapolated_bands(residuals: Residuals, coverage: float = COVERAGE,
+                       method: str = DEFAULT_BAND_METHOD) -> dict[str, dict[str, Any]]:
     """``{family: band}`` of held-out rows outside the range their model trained on (NeuSight folds)."""
     out = {}
     for family in sorted(set(residuals.family)):
         found = band(residuals.take((residuals.family == family) & residuals.extrapolated
-                                    & (residuals.tier != "trained")), coverage)
+                                    & (residuals.tier != "trained")), coverage, method=method)
         if found:
             out[str(family)] = found
     return out
@@ -409,11 +424,11 @@ def kernel_model_fingerprint(folder: Path | None = None) -> str:
 
 
 def build_calibration(kernel: Residuals, e2e: Residuals, ranges: dict[str, Any], coverage: float = COVERAGE,
-                      provenance: dict[str, Any] | None = None) -> dict[str, Any]:
+                      provenance: dict[str, Any] | None = None, method: str = DEFAULT_BAND_METHOD) -> dict[str, Any]:
     from lilou.checkpoints import KERNEL_LATENCY, checkpoint_path
     from lilou.latency.kernel_model.inference import KernelModel
 
-    end_to_end = band(e2e, coverage, min_rows=E2E_MIN_LABELS)
+    end_to_end = band(e2e, coverage, min_rows=E2E_MIN_LABELS, method=method)
     if end_to_end is None:
         raise ValueError(f"{len(e2e)} end-to-end residuals are too few for a {100 * coverage:g} % band")
     model = KernelModel.load(checkpoint_path(KERNEL_LATENCY))
@@ -421,8 +436,8 @@ def build_calibration(kernel: Residuals, e2e: Residuals, ranges: dict[str, Any],
             "residual": "log(measured_ms / predicted_ms), predicted by a model that never saw the measured GPU",
             "kernel_model": {"checkpoint": f"checkpoints/{KERNEL_LATENCY}", "fingerprint": kernel_model_fingerprint(),
                              "trained_on": sorted(model.config["trained_on"])},
-            "families": list(FAMILIES), "kernel": kernel_bands(kernel, coverage),
-            "extrapolated": extrapolated_bands(kernel, coverage), "e2e": end_to_end, "ranges": ranges,
+            "band_method": method, "families": list(FAMILIES), "kernel": kernel_bands(kernel, coverage, method),
+            "extrapolated": extrapolated_bands(kernel, coverage, method), "e2e": end_to_end, "ranges": ranges,
             **({"provenance": provenance} if provenance else {})}
 
 
@@ -438,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"rebuild the bands from the residuals a previous run saved ({RESIDUALS_FILE.relative_to(REPO)})")
     parser.add_argument("--no-tensor", action="store_true",
                         help="skip the tensor-core model's folds (its GEMM/conv bands then come from the FP32 model)")
+    parser.add_argument("--band-method", choices=BAND_METHODS, default=DEFAULT_BAND_METHOD,
+                        help=f"how a pool's band is made (default {DEFAULT_BAND_METHOD}; docs/intervals.md)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.residuals is not None:
@@ -445,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         # the counts of the run that pooled the residuals stay; the rebuild is recorded beside them
         previous = json.loads(args.out.read_text()).get("provenance", {}) if args.out.exists() else {}
         provenance = {**previous, "bands_rebuilt_from": str(args.residuals)}
-        calibration = build_calibration(kernel, e2e, ranges, provenance=provenance)
+        calibration = build_calibration(kernel, e2e, ranges, provenance=provenance, method=args.band_method)
         _add_tensor_fingerprint(calibration, kernel)
         return _write(calibration, args.out, started)
     neusight = neusight_residuals(args.data_dir)
@@ -461,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
                   "seconds": round(time.perf_counter() - started, 1)}
     kernel = pooled_kernel_residuals(neusight, table.residuals, tensor)
     save_residuals(RESIDUALS_FILE, {"kernel": kernel, "e2e": e2e}, table.ranges)
-    calibration = build_calibration(kernel, e2e, table.ranges, provenance=provenance)
+    calibration = build_calibration(kernel, e2e, table.ranges, provenance=provenance, method=args.band_method)
     _add_tensor_fingerprint(calibration, kernel)
     return _write(calibration, args.out, started)
 
