@@ -54,7 +54,8 @@ ENVIRONMENT = """environment:
                      default the checkout's datasets/, else ~/.cache/lilou/datasets
   LILOU_CHECKPOINTS  a folder of your own checkpoints, laid out like the shipped ones; a folder it lacks is the
                      shipped one, and each prediction says so
-  LILOU_CACHE_DIR    the kernel table's cache and, outside a checkout, lilou eval's exports (~/.cache/lilou)
+  LILOU_CACHE_DIR    the kernel table's cache, the GPU database's parsed copy and, outside a checkout, lilou eval's
+                     exports (~/.cache/lilou)
   LILOU_DEBUG=1      print the traceback of an internal error"""
 
 

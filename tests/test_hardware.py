@@ -20,7 +20,7 @@ from lilou.hardware import (
     gpu_for_dataset_device,
     resolve_device,
 )
-from lilou.hardware.database import MEMORY_TYPES, PEAK_KEYS, _index_by_key, _parse_gpu
+from lilou.hardware.database import MEMORY_TYPES, PARSED_COPY, PEAK_KEYS, _index_by_key, _parse_gpu, _parsed
 
 # ---------------------------------------------------------------------------- contents
 
@@ -659,6 +659,26 @@ def test_loader_refuses_a_missing_peak():
     del entry["peak_tflops"]["fp8_tensor"]
     with pytest.raises(ValueError, match=re.escape("missing: ['fp8_tensor']")):
         _parse_gpu(entry, {})
+
+
+def test_the_parsed_copy_is_the_yaml_parse_and_follows_an_edit(tmp_path, monkeypatch):
+    """The JSON copy in the cache folder gives what PyYAML gives, types and order included; an edited text is parsed
+    again (and its copy replaces the old one); an unwritable cache folder only costs the parse."""
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path))
+    text = resources.files("lilou.hardware").joinpath("gpus.yaml").read_text(encoding="utf-8")
+    parsed = yaml.safe_load(text)
+    assert repr(_parsed(text)) == repr(parsed)  # parsed, the copy written
+    assert (tmp_path / PARSED_COPY).exists()
+    assert repr(_parsed(text)) == repr(parsed)  # read from the copy
+    edited = text.replace("gpus:", "gpus:\n  # an edit", 1)
+    assert edited != text and repr(_parsed(edited)) == repr(parsed)
+    (tmp_path / PARSED_COPY).write_text(json.dumps({"sha256": "0" * 64, "database": {"gpus": []}}))
+    assert _parsed(text)["gpus"] == parsed["gpus"]  # a copy of another text is not read
+    (tmp_path / PARSED_COPY).write_text("{")  # nor a broken one
+    assert _parsed(text)["gpus"] == parsed["gpus"]
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "file"))
+    assert repr(_parsed(text)) == repr(parsed)
 
 
 def _raw_entry(name: str) -> dict:

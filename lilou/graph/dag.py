@@ -100,14 +100,18 @@ class ModelGraph:
         return [n for n in self.nodes_in_order() if not constant[n]]
 
     def constant_tensors(self) -> set[str]:
-        """Initializers and outputs of constant subgraphs (weights, biases, folded shapes)."""
+        """Initializers and outputs of constant subgraphs (weights, biases, folded shapes): a set of the caller's own,
+        of names found once per graph (six stages ask, 1.7 ms each on BERT-large)."""
+        return set(self.derived("constant tensors", self._constant_tensors))
+
+    def _constant_tensors(self) -> frozenset[str]:
         data = self.dag.nodes
         produced = {t.name for n in data for t in data[n]["outputs"]}
         inputs = {t.name for t in self.inputs}
         constant = {t.name for n in data if data[n]["constant"] for t in data[n]["outputs"]}
         constant.update(t.name for n in data for t in data[n]["inputs"]
                         if t is not None and t.name not in produced and t.name not in inputs)
-        return constant
+        return frozenset(constant)
 
     def totals(self) -> dict[str, int]:
         nodes = self.runtime_nodes()

@@ -1,14 +1,18 @@
 """The GPU and MIG database: the figures in ``gpus.yaml``, loaded once, and name lookups."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import math
+import os
 import re
+import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
+from pathlib import Path
 from typing import Any, NamedTuple
-
-import yaml
 
 from lilou.errors import LilouInputError
 from lilou.hardware.names import closest, gpu_key, mig_key
@@ -195,12 +199,57 @@ class _Database(NamedTuple):
 
 @functools.cache
 def _database() -> _Database:
-    text = resources.files("lilou.hardware").joinpath(DATA_FILE).read_text(encoding="utf-8")
-    # libyaml's C loader where PyYAML was built with it: the pure-Python parser takes about 0.2 s of every
-    # command's start on this 2,000-line file.
-    raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    raw = _parsed(resources.files("lilou.hardware").joinpath(DATA_FILE).read_text(encoding="utf-8"))
     gpus = tuple(_parse_gpu(entry, raw["mig_tables"]) for entry in raw["gpus"])
     return _Database(gpus, _index_by_key(gpus))
+
+
+#: The parsed database as JSON, in the cache folder (``$LILOU_CACHE_DIR``, default ``~/.cache/lilou``).
+PARSED_COPY = "gpu-database.json"
+
+
+def _parsed(text: str) -> dict[str, Any]:
+    """``gpus.yaml``'s ``text`` parsed: from the JSON copy of the last parse (:data:`PARSED_COPY`) when that copy was
+    made from this very text (its sha256), else by PyYAML, writing the copy for the next process.
+
+    Importing PyYAML and parsing this 2,000-line file took 50-60 ms of every command's start (libyaml's C
+    parser builds the nodes, Python the values), reading the copy 1 ms. The YAML stays the one source: an edit
+    changes the sha256 and the next command parses it again; a cache folder that cannot be read or written only
+    costs the parse."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    copy = Path(os.environ.get("LILOU_CACHE_DIR") or "~/.cache/lilou").expanduser() / PARSED_COPY
+    try:
+        cached = json.loads(copy.read_text(encoding="utf-8"))
+        if isinstance(cached, dict) and cached.get("sha256") == digest:
+            return cached["database"]
+    except (OSError, ValueError, KeyError):
+        pass
+    import yaml
+
+    # libyaml's C loader where PyYAML was built with it: the pure-Python parser takes about 0.2 s on this file.
+    raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    _write_copy(copy, digest, raw)
+    return raw
+
+
+def _write_copy(copy: Path, digest: str, raw: dict[str, Any]) -> None:
+    """Write the parse ``raw`` of the text of sha256 ``digest`` to ``copy`` (whole or not at all: a temporary file
+    renamed), when JSON gives back exactly what PyYAML gave (str keys; no date, tuple or NaN); errors are dropped."""
+    try:
+        encoded = json.dumps({"sha256": digest, "database": raw})
+        if json.loads(encoded)["database"] != raw:
+            return
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=copy.parent, prefix=f".{copy.name}.")
+    except (OSError, TypeError, ValueError):
+        return
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(encoded)
+        os.replace(temporary, copy)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
 
 
 def _parse_gpu(entry: dict[str, Any], mig_tables: dict[str, Any]) -> GPUSpec:

@@ -15,7 +15,6 @@ Ampere or a later architecture: there the ratio is an extrapolation and the kern
 from __future__ import annotations
 
 import json
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -83,6 +82,8 @@ def paired_ratios(rows: Iterable[Mapping]) -> list[dict]:
 
 def fit_ratios(pairs: Iterable[Mapping]) -> dict[str, dict]:
     """Per stride class: the median over GPUs of each GPU's median ratio, with the per-GPU medians and row counts."""
+    import statistics  # here, not at the top: only the fit needs it, and `lilou infer` imports this module
+
     by_gpu: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for pair in pairs:
         by_gpu[pair["stride_class"]][pair["gpu"]].append(pair["ratio"])
