@@ -361,6 +361,33 @@ def test_the_iterations_of_a_while_loop_can_be_stated():
     assert not any("iterations are unknown" in w for w in twelve.warnings)
 
 
+def test_a_stated_count_up_to_the_budget_is_written_out():
+    """2,500 iterations of the body's 8 nodes are the 20,000-node budget: written out, every iteration. Between 2,223
+    and 2,500 the stated count was neither written out nor refused (a constant node added to the body made it 9
+    nodes an iteration): one fallback node, priced from a body without shapes."""
+    graph = load_graph(WHILE, batch=8, values={"/Loop": 2500})
+    ops = collections.Counter(graph.dag.nodes[n]["op"] for n in graph.runtime_nodes())
+    assert (ops["Gemm"], ops["Greater"], ops["Loop"]) == (2500, 2501, 0)
+
+
+def test_stated_loops_share_the_budget(tmp_path):
+    """Two stated loops write out their iterations from one budget: 1,300 + 1,300 iterations of 8 nodes are 20,800."""
+    model = onnx.load(WHILE)
+    second = onnx.NodeProto()
+    second.CopyFrom(next(n for n in model.graph.node if n.op_type == "Loop"))
+    second.name, second.output[0] = "/Loop_2", "h.4"
+    second.input[2] = "h.3"
+    model.graph.node.append(second)
+    model.graph.output[0].name = "h.4"
+    path = tmp_path / "two-loops.onnx"
+    onnx.save(model, path)
+    graph = load_graph(path, batch=8, values={"/Loop": 1200, "/Loop_2": 1300})  # 20,000 nodes: both written out
+    assert [graph.dag.nodes[n]["op"] for n in graph.runtime_nodes()].count("Gemm") == 2500
+    with pytest.raises(Exception, match=r"^--value: the stated loops \(/Loop=1300, /Loop_2=1300\) write 20,800 nodes, "
+                                        r"more than Lilou writes out \(20,000 per model\)"):
+        load_graph(path, batch=8, values={"/Loop": 1300, "/Loop_2": 1300})
+
+
 @pytest.mark.parametrize(("value", "message"), [
     ("/Loop=-1", "--value /Loop=-1: '/Loop' is a Loop; give the number of iterations it runs, a whole number from 0"),
     ("/Loop=2.5", "--value /Loop=2.5: '/Loop' is a Loop; give the number of iterations it runs, a whole number from 0"),
@@ -369,7 +396,7 @@ def test_the_iterations_of_a_while_loop_can_be_stated():
     ("/Loop=3,4", "--value /Loop=3,4: '/Loop' is a Loop; give the number of iterations it runs, a whole number from 0"),
     ("/Loop=2147483647", "--value /Loop=2147483647: more iterations than any loop runs (at most 2,147,483,646)"),
     ("/Lop=3", "--value names /Lop, neither an input of the model (x) nor one of its Loops (/Loop)"),
-    ("/Loop=3000", "--value /Loop=3000: 3,000 iterations of its 8 nodes are more than Lilou writes out (20,000 nodes "
+    ("/Loop=2501", "--value /Loop=2501: 2,501 iterations of its 8 nodes are more than Lilou writes out (20,000 nodes "
                    "per model); price at most 2,500 iterations and scale the loop's share"),
 ])
 def test_a_stated_count_that_is_not_one_is_refused_in_one_line(capsys, value, message):

@@ -46,32 +46,48 @@ def split_loop_values(model: onnx.ModelProto, values: Mapping[str, Sequence[Valu
 def state_loop_iterations(model: onnx.ModelProto, counts: Mapping[str, Sequence[Value]]) -> list[str]:
     """Make each named ``Loop`` run its stated count (in place): the count an initializer, no condition before the
     first iteration, and a constant true as the body's condition. One note per loop."""
+    loops = {name: model.graph.node[next(i for i in loop_points(model) if model.graph.node[i].name == name)]
+             for name in counts}
+    trips = {name: _count(name, items) for name, items in counts.items()}
+    sizes = {name: len(_body(loop).node) for name, loop in loops.items()}
+    _check_budget(trips, sizes)
     notes = []
-    for name, items in counts.items():
-        trips = _count(name, items)
-        index = next(i for i in loop_points(model) if model.graph.node[i].name == name)
-        node = model.graph.node[index]
-        size = len(next(a.g for a in node.attribute if a.name == "body").node)
-        if trips * size > MAX_UNROLLED_NODES:  # one node priced from a body without shapes: no answer to stand behind
-            raise LilouInputError(f"--value {name}={trips}: {trips:,} iterations of its {size} nodes are more than "
-                                  f"Lilou writes out ({MAX_UNROLLED_NODES:,} nodes per model); price at most "
-                                  f"{MAX_UNROLLED_NODES // max(1, size):,} iterations and scale the loop's share")
+    for name, node in loops.items():
         count = f"{name}/lilou_stated_iterations"
-        tensor = numpy_helper.from_array(np.array(trips, dtype=np.int64), count)
+        tensor = numpy_helper.from_array(np.array(trips[name], dtype=np.int64), count)
         tensor.doc_string = BOUND_VALUE_DOC  # "set by --value" in the loop's note
         model.graph.initializer.append(tensor)
         node.input[0] = count
         if len(node.input) > 1:
             node.input[1] = ""
-        body = next(a.g for a in node.attribute if a.name == "body")
+        body = _body(node)
         if body.output[0].name != body.input[1].name:  # the body decides whether to go on: now it always does
-            go_on = f"{name}/lilou_stated_go_on"
-            body.node.append(helper.make_node("Constant", [], [go_on], name=go_on,
-                                              value=helper.make_tensor(go_on, TensorProto.BOOL, [], [True])))
+            go_on = f"{name}/lilou_stated_go_on"  # a constant, not a node: the body's size is what the budget counts
+            body.initializer.append(helper.make_tensor(go_on, TensorProto.BOOL, [], [True]))
             body.output[0].name = go_on
-        notes.append(f"Loop {name!r} is stated to run {trips} iteration{'s' if trips != 1 else ''} (--value): the "
-                     "condition that stops it is still computed in each one")
+        notes.append(f"Loop {name!r} is stated to run {trips[name]} iteration{'s' if trips[name] != 1 else ''} "
+                     "(--value): the condition that stops it is still computed in each one")
     return notes
+
+
+def _body(loop: onnx.NodeProto) -> onnx.GraphProto:
+    return next(a.g for a in loop.attribute if a.name == "body")
+
+
+def _check_budget(trips: Mapping[str, int], sizes: Mapping[str, int]) -> None:
+    """Refuse stated counts that :mod:`lilou.graph.loops` could not write out: such a loop would stay one node,
+    priced from a body without shapes, no answer to stand behind."""
+    total = sum(trips[name] * sizes[name] for name in trips)
+    if total <= MAX_UNROLLED_NODES:
+        return
+    if len(trips) == 1:
+        (name, count), = trips.items()
+        raise LilouInputError(f"--value {name}={count}: {count:,} iterations of its {sizes[name]} nodes are more than "
+                              f"Lilou writes out ({MAX_UNROLLED_NODES:,} nodes per model); price at most "
+                              f"{MAX_UNROLLED_NODES // max(1, sizes[name]):,} iterations and scale the loop's share")
+    raise LilouInputError(f"--value: the stated loops ({', '.join(f'{n}={c}' for n, c in trips.items())}) write "
+                          f"{total:,} nodes, more than Lilou writes out ({MAX_UNROLLED_NODES:,} per model); state "
+                          "fewer iterations and scale the loops' share")
 
 
 def _count(name: str, items: Sequence[Value]) -> int:
