@@ -55,7 +55,7 @@ from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.precision import (PrecisionPath, band_precisions, check_precision, check_precision_options,
                                                   kernel_path, kernel_precisions, precision_path, precision_warnings,
-                                                  runs_tf32, runs_weight_only, tf32_unavailable)
+                                                  runs_tf32, runs_weight_only, tf32_moot, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals, with_related_devices
@@ -651,6 +651,7 @@ class _GraphPrecision:
                                    devices=devices, coverage=coverage, retyped=self.precision is not None)
         if any(p.precision in ("fp32", "tf32") for p in paths):
             lines += tf32_unavailable(self.tf32, self.precision, devices, self.has_conv, self.has_matmul)
+        lines += tf32_moot(self.tf32, self.precision)
         if self.backend == "tvm" and any((self.has_conv and runs_tf32("conv", p)) or (self.has_matmul and
                                                                                     runs_tf32("gemm", p)) for p in paths):
             lines.append("--backend tvm with TF32: priced assuming TVM's schedules run the FP32 matmuls and convolutions "

@@ -112,6 +112,33 @@ def checkpoint_notes(names: tuple[str, ...] = (KERNEL_LATENCY, KERNEL_LATENCY_TE
             f"{'is used in its place' if len(missing) == 1 else 'are used in their place'}"]
 
 
+#: How each checkpoint folder is named in the error for a folder of another kind given in its place.
+_FOLDER_WORDS = {KERNEL_LATENCY: "a kernel-latency checkpoint (checkpoints/kernel_latency or kernel_latency_tensor)",
+                 FUSION_GNN: "a fusion GNN checkpoint (checkpoints/fusion_gnn)",
+                 FUSION_RULES: "the fusion rule tables (checkpoints/fusion_rules)",
+                 E2E_OVERHEAD: "the end-to-end overhead constants (checkpoints/e2e_overhead)"}
+
+
+def folder_kind(folder: Path, config: object = None) -> str | None:
+    """Which checkpoint folder (KERNEL_LATENCY, FUSION_GNN, ...) ``folder`` seems to hold, by ``config`` (its
+    config.json, already read) and its files; None when it looks like none."""
+    if isinstance(config, dict) and "kernel_types" in config:
+        return KERNEL_LATENCY
+    if isinstance(config, dict) and "architecture" in config and "backends" in config:
+        return FUSION_GNN
+    if (folder / "model.json").exists() or (isinstance(config, dict) and "kernel_checkpoint" in config):
+        return E2E_OVERHEAD
+    if (folder / "eager.json").exists() or (folder / "tvm.json").exists():
+        return FUSION_RULES
+    return None
+
+
+def looks_like(folder: Path, config: object = None, expected: str | None = None) -> str:
+    """"; it looks like ..." naming what :func:`folder_kind` finds, for the error when ``folder`` is given as a
+    checkpoint of another kind than ``expected``; "" when it looks like none, or like ``expected`` (a damaged one)."""
+    found = folder_kind(folder, config)
+    return f"; it looks like {_FOLDER_WORDS[found]}" if found and found != expected else ""
+
 @dataclass(frozen=True)
 class FusionCheckpoints:
     """The fusion GNN and rule folders as resolved at one moment (``LILOU_CHECKPOINTS`` then, or the shipped ones):

@@ -39,6 +39,12 @@ def test_a_value_that_is_not_one_is_a_one_line_error(spec, fragment):
         parse_input_values([spec])
 
 
+def test_a_value_given_twice_is_refused():
+    """``--value /Loop=12 --value /Loop=13`` kept the last without a word (audit ua43d, finding 8)."""
+    with pytest.raises(LilouInputError, match="^--value /Loop given twice; give each input"):
+        parse_input_values(["/Loop=12", "sr=8000", " /Loop = 13"])
+
+
 def test_a_bound_flag_picks_its_branch_exactly():
     then_nodes = [helper.make_node("MatMul", ["x", "w"], ["out"], name="big")]
     else_nodes = [helper.make_node("Neg", ["x"], ["out_else"], name="small")]

@@ -6,6 +6,7 @@ quantized ResNet is the real onnxruntime QDQ fixture of tests/test_quantized.py.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import onnx
@@ -77,6 +78,27 @@ def test_the_tf32_label_describes_fp32_work_only(predictor) -> None:
     assert [e.tf32 for e in predictor.rank(EXAMPLE, gpus=["a10g"], precision="fp16").entries] == ["off"]
     # the unit of an FP32 layer in a quantized file is unchanged: still TF32 on an A100
     assert kernel_unit("conv", precision_path("fp32", a100), a100) == "tf32_tensor"
+
+
+def test_a_tf32_option_the_precision_makes_moot_is_said_once(predictor, capsys) -> None:
+    """``--precision int8 --tf32 on`` read ``"tf32": "off"`` and no word of the option dropped (audit ua43d, finding 5);
+    the default (no ``--tf32``), ``--tf32 off`` and ``--precision fp32`` say nothing."""
+    from lilou.cli import main
+
+    def moot(**options) -> list[str]:
+        return [w for w in predictor.predict(EXAMPLE, gpu="a100-sxm4-80gb", **options).warnings if "--tf32" in w]
+
+    assert moot(precision="int8", tf32="on") == ["--tf32 on changes nothing under --precision int8: no matmul or "
+                                                 "convolution is priced in FP32 there, so none runs in TF32 (tf32: off)"]
+    assert [len(moot(precision=p, tf32="conv")) for p in ("fp16", "bf16", "fp8")] == [1, 1, 1]
+    assert moot(precision="int8") == moot(precision="fp16", tf32="off") == []
+    assert not any(w.startswith("--tf32 on changes") for w in predictor.predict(EXAMPLE, gpu="a100-sxm4-80gb",
+                                                                                precision="fp32", tf32="on").warnings)
+    ranking = predictor.rank(EXAMPLE, gpus=["a100-sxm4-80gb", "h100-sxm", "t4"], precision="fp8", tf32="on")
+    assert sum(w.startswith("--tf32 on changes nothing") for w in ranking.warnings) == 1
+    assert main(["infer", str(EXAMPLE), "--gpu", "a10g", "--precision", "fp16", "--tf32", "on", "--format", "json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert sum(w.startswith("--tf32 on changes nothing under --precision fp16") for w in warnings) == 1
 
 
 def test_fp8_on_a_gpu_without_tensor_cores_says_no_runtime_runs_it(predictor, tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ def test_named_dimensions_in_shapes(client, predictor, tmp_path):
 
 def test_values_pick_the_branch_that_runs(client, predictor):
     """``values`` sets a run-time input as ``--value`` does; the cache tells true from false, and a value the input
-    cannot hold is a 400 with the CLI's line."""
+    cannot hold is a 400 with the CLI's line, in the request's words (values['NAME'], not --value NAME)."""
     from tests.test_branches import DECODE, MERGED
 
     shapes = json.dumps({name: list(size) for name, size in DECODE.items()})
@@ -203,8 +203,28 @@ def test_values_pick_the_branch_that_runs(client, predictor):
     assert plan.json()["plan"] == expected["plan"]
     bad = client.post("/v1/predict", files=_upload(MERGED, "merged.onnx"),
                       data={"gpu": "a10g", "shapes": shapes, "values": '{"use_cache_branch": [2]}'})
-    assert (bad.status_code, bad.json()) == (400, {"detail": "--value use_cache_branch: the input is boolean; give "
+    assert (bad.status_code, bad.json()) == (400, {"detail": "values['use_cache_branch']: the input is boolean; give "
                                                              "true or false, got 2"})
+
+
+def test_errors_of_values_are_in_the_requests_words(client):
+    """The graph code words them for the command line (``--value /Loop=100000: ...``), which a JSON request has none
+    of (audit ua43d, finding 8)."""
+    from lilou.graph.loops import UNBOUNDED_TRIPS
+
+    loop = Path(__file__).parent / "data" / "control_flow" / "scripted-while.onnx"
+
+    def detail(values: dict, endpoint: str = "/v1/predict", **fields) -> str:
+        response = client.post(endpoint, files=_upload(loop, "while.onnx"),
+                               data={**fields, "values": json.dumps(values)})
+        assert response.status_code == 400, response.text
+        return response.json()["detail"]
+
+    assert detail({"/Loop": 10**10}, gpu="t4") == ("values['/Loop'] = 10000000000: more iterations than any loop runs "
+                                                   f"(at most {UNBOUNDED_TRIPS - 1:,})")
+    assert detail({"/Loop": -1}, "/v1/rank", gpus="t4").startswith("values['/Loop'] = -1: '/Loop' is a Loop; give")
+    assert detail({"/Loop": 2501}, "/v1/plan", gpus="t4", slo_ms="50").startswith("values['/Loop'] = 2501: 2,501 ")
+    assert detail({"nope": 1}, gpu="t4").startswith("values name nope, neither an input of the model")
 
 
 def test_a_batch_the_file_cannot_take_is_a_400(client):

@@ -29,8 +29,8 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from lilou.blas import blas_section
-from lilou.checkpoints import make_remedy
-from lilou.errors import MissingDataError
+from lilou.checkpoints import FUSION_GNN, looks_like, make_remedy
+from lilou.errors import LilouInputError, MissingDataError
 from lilou.fusion.features import (
     FEATURE_VERSION,
     FUSION_EDGE_FEATURES,
@@ -67,6 +67,21 @@ def feature_version_mismatch(config: dict[str, Any]) -> str | None:
     return None
 
 
+#: What a fusion GNN checkpoint's weights must hold: the input layers whose widths are checked against the features.
+REQUIRED_WEIGHTS = ("node_in.0.weight", "edge_in.0.weight")
+
+
+def _missing_parts(config: Any, weights: dict[str, np.ndarray]) -> str:
+    """What a folder read as a fusion GNN checkpoint lacks of one ("" when nothing): the architecture in its
+    config.json, the input layers in its weights."""
+    if not isinstance(config, dict):
+        return "its config.json is not a JSON object"
+    if not isinstance(config.get("architecture"), dict) or "layers" not in config["architecture"]:
+        return "its config.json has no architecture (with layers)"
+    absent = [name for name in REQUIRED_WEIGHTS if name not in weights]
+    return f"its model.safetensors has no {', '.join(absent)}" if absent else ""
+
+
 class FusionPredictor:
     def __init__(self, weights: dict[str, np.ndarray], config: dict[str, Any], threshold: float = 0.5) -> None:
         self.weights = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in weights.items()}
@@ -100,6 +115,10 @@ class FusionPredictor:
         except FileNotFoundError as exc:
             raise MissingDataError(f"no fusion checkpoint in {folder} ({exc.filename} missing); "
                                    f"train one with {make_remedy('`make train-fusion`')}") from None
+        missing = _missing_parts(config, weights)
+        if missing:  # a kernel checkpoint copied here was `KeyError: 'node_in.0.weight'` (audit ua43d, finding 6)
+            raise LilouInputError(f"{folder} is not a fusion GNN checkpoint: {missing}{looks_like(folder, config, FUSION_GNN)}; "
+                                  f"train one with {make_remedy('`make fusion-data && make train-fusion`')}")
         node_in, edge_in = weights["node_in.0.weight"].shape[1], weights["edge_in.0.weight"].shape[1]
         if (node_in, edge_in) != (FUSION_NODE_FEATURES, FUSION_EDGE_FEATURES):
             raise MissingDataError(

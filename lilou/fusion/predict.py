@@ -7,11 +7,14 @@ op types the models never saw are named in the partition's warnings.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lilou.checkpoints import FUSION_GNN, FusionCheckpoints, missing_checkpoint, reading_checkpoints
+from lilou.checkpoints import (FUSION_GNN, FUSION_RULES, FusionCheckpoints, folder_kind, looks_like, missing_checkpoint,
+                               reading_checkpoints)
+from lilou.errors import LilouInputError
 from lilou.fusion.backends import check_backend
 from lilou.fusion.partition import Partition
 from lilou.fusion.rules import RuleTable, rule_partition
@@ -32,9 +35,21 @@ def rule_table(backend: str, checkpoints: FusionCheckpoints | None = None) -> Ru
 @functools.lru_cache(maxsize=8)
 def _rule_table_at(backend: str, path: Path, stamp: tuple) -> RuleTable:
     if not path.exists():
+        config = _config(path.parent)
+        if folder_kind(path.parent, config) not in (None, FUSION_RULES):  # a kernel checkpoint here fused by defaults
+            raise LilouInputError(f"{path.parent} is not a folder of fusion rule tables: it has no {path.name}"
+                                  f"{looks_like(path.parent, config)}; tune them with `make train-fusion`")
         return RuleTable(backend)
     with reading_checkpoints(path):
-        return RuleTable.load(path)
+        return RuleTable.load(path, backend)
+
+
+def _config(folder: Path) -> object:
+    """``folder``'s config.json, or None where it has none or it does not parse."""
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _stamp(*paths: Path) -> tuple:

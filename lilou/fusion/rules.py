@@ -19,12 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lilou.errors import LilouInputError
 from lilou.fusion.eager_replay import eager_partition_from_fused_edges, recurrent_layer_boundaries
 from lilou.fusion.partition import Edge, Partition, partition_from_fused_edges, runtime_edges
 from lilou.graph.costs import ELEMENTWISE_FLOPS, VIEW_OPS
 from lilou.graph.dag import ModelGraph
 
 RuleKey = tuple[str, str, bool]
+_RULE_FIELDS = frozenset({"producer", "consumer", "shared", "fuse"})
+_RETUNE = "tune them with `make train-fusion` (scripts/tune_fusion_rules.py)"
 
 _ELEMENTWISE = frozenset(ELEMENTWISE_FLOPS)
 _ANCHORS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})
@@ -57,9 +60,18 @@ class RuleTable:
         Path(path).write_text(json.dumps({"backend": self.backend, "rules": rows}, indent=1) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path) -> RuleTable:
+    def load(cls, path: str | Path, backend: str | None = None) -> RuleTable:
+        """The table in ``path``; a file that is not one (or, with ``backend``, is another backend's) is one line
+        naming it, where it was a KeyError."""
         payload = json.loads(Path(path).read_text())
-        rules = {(r["producer"], r["consumer"], bool(r["shared"])): bool(r["fuse"]) for r in payload["rules"]}
+        rows = payload.get("rules") if isinstance(payload, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and set(r) >= _RULE_FIELDS for r in rows) \
+                or not isinstance(payload.get("backend"), str):
+            raise LilouInputError(f"{path} is not a fusion rule table: it needs a backend and rules, each with "
+                                  f"{', '.join(sorted(_RULE_FIELDS))}; {_RETUNE}")
+        if backend is not None and payload["backend"] != backend:
+            raise LilouInputError(f"{path} holds the {payload['backend']!r} rule table, not {backend!r}'s; {_RETUNE}")
+        rules = {(r["producer"], r["consumer"], bool(r["shared"])): bool(r["fuse"]) for r in rows}
         return cls(backend=payload["backend"], rules=rules)
 
 

@@ -42,6 +42,8 @@ def parse_input_values(specs: Sequence[str] | None) -> dict[str, tuple[Value, ..
             raise LilouInputError(f"cannot parse --value {spec[:80]!r}; expected NAME=VALUE such as "
                                   "use_cache_branch=false or sr=16000 (NAME=V1,V2,... for a short list)")
         name, text = match.groups()
+        if name in values:  # the last one was kept without a word (audit ua43d, finding 8)
+            raise LilouInputError(f"--value {name} given twice; give each input (or loop) one --value")
         items = [item.strip() for item in text.split(",")]
         if len(items) > MAX_VALUE_ELEMENTS:
             raise LilouInputError(f"--value {name}: {len(items)} values; --value sets a flag or a setting of at "

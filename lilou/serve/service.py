@@ -14,7 +14,7 @@ import tempfile
 import importlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -228,7 +228,7 @@ class Service:
 
     # ------------------------------------------------------------ endpoints
     def predict(self, request: PredictRequest, source: ModelSource) -> dict[str, Any]:
-        with named_errors(source, self.models_root.root):
+        with named_errors(source, self.models_root.root, request.values):
             prepared = self.prepared(source, request.batch, request.shapes, request.backend, values=request.values)
             predictor = self.predictor(request.backend).with_launch_gap(request.launch_gap_ms())
             prediction = predictor.predict(prepared, gpu=request.gpu, mig=request.mig, precision=request.precision,
@@ -236,7 +236,7 @@ class Service:
         return prediction.to_json()
 
     def rank(self, request: RankRequest, source: ModelSource) -> tuple[list[dict[str, Any]], list[str]]:
-        with named_errors(source, self.models_root.root):
+        with named_errors(source, self.models_root.root, request.values):
             prepared = self.prepared(source, request.batch, request.shapes, request.backend, values=request.values)
             predictor = self.predictor(request.backend).with_launch_gap(request.launch_gap_ms())
             ranking = predictor.rank(prepared, gpus=request.gpus, precision=request.precision, tf32=request.tf32)
@@ -248,7 +248,7 @@ class Service:
 
         batches = plan_batches(request)
         prices = self._prices(request.prices)
-        with named_errors(source, self.models_root.root):
+        with named_errors(source, self.models_root.root, request.values):
             if request.llm:
                 missing = [flag for flag, value in (("itl_slo_ms", request.itl_slo_ms),
                                                     ("input_len", request.input_len),
@@ -429,13 +429,14 @@ def _placeholder_for(source: ModelSource, message: str) -> str:
 
 
 @contextmanager
-def named_errors(source: ModelSource | None, root: Path | None) -> Iterator[None]:
+def named_errors(source: ModelSource | None, root: Path | None,
+                 values: Mapping[str, object] | None = None) -> Iterator[None]:
     """Bad-input messages that name the model as the request did, never by the server's own paths nor by the name
-    another request for the same bytes gave it."""
+    another request for the same bytes gave it; an error of the request's ``values`` in its words, not the CLI's."""
     try:
         yield
     except LilouInputError as exc:
-        message = str(exc)
+        message = _in_values_words(str(exc), values or {})
         if source is not None:
             message = message.replace(str(source.path), source.name).replace(MODEL_PLACEHOLDER, source.name)
             if source.temp_dir is not None:
@@ -445,3 +446,15 @@ def named_errors(source: ModelSource | None, root: Path | None) -> Iterator[None
         if message == str(exc):
             raise
         raise type(exc)(message) from None
+
+
+def _in_values_words(message: str, values: Mapping[str, object]) -> str:
+    """An error of ``values`` as the request wrote it: the graph code words it for the command line (``--value NAME:
+    ...``, ``--value LOOP=N: ...``, ``--value names ...``), which a JSON request has none of (audit ua43d, finding 8).
+    The names are the request's own, so a name holding ``:`` or ``=`` is matched whole."""
+    for name in sorted(values, key=len, reverse=True):
+        for separator, said in ((":", ":"), ("=", " = ")):
+            head = f"--value {name}{separator}"
+            if message.startswith(head):
+                return f"values[{name!r}]{said}{message[len(head):]}"
+    return f"values name {message[len('--value names '):]}" if message.startswith("--value names ") else message
