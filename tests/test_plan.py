@@ -626,7 +626,8 @@ def test_an_llm_plan_without_batches_stops_at_what_memory_holds(capsys):
     assert (entry["device"], entry["batch"], fitting) == ("l4", 30, 30)
     code, out, _ = run(capsys, "plan", *argv)
     text = " ".join(out.split())
-    assert code == 0 and "batch: the largest that meets the SLO(s) and fits, searched batch by batch;" in text
+    assert code == 0 and ("batch: of those priced that meet the SLO(s) and fit, the most tokens/s at the bound; the largest "
+                          "(JSON max_batch) searched batch by batch;") in text
     assert "1 of 2 devices left out: 1 for memory (t4)" in text
 
 

@@ -149,7 +149,8 @@ def _print_table(plan) -> None:
     order = "cheapest first ($ at the upper bound's throughput)" if plan.sort == "cost" else \
         "highest throughput at the upper bound first"
     if plan.entries:
-        searched = ("batch: the largest that meets the SLO(s) and fits, searched batch by batch; "
+        searched = ("batch: of those priced that meet the SLO(s) and fit, the most tokens/s at the bound; the largest "
+                    "(JSON max_batch) searched batch by batch; "
                     if plan.batch_search == "exact" else "")
         caption = (f"{searched}ITL: with --engine vllm, the steady state of a server keeping `batch` requests running "
                    "(lilou llm's steady_state, prompts chunked in); with --engine hf, the static batch's decode step. "

@@ -51,7 +51,8 @@ ONNX_LADDER: tuple[int, ...] = (*DEFAULT_BATCHES, 256)
 #: An ONNX plan's devices whose batch is searched exactly, the plan's first (the others' is the largest of the ladder
 #: within the SLO): each batch searched costs a rung's graph work (the graph derived, grouped and priced: about 0.1 s
 #: for ResNet-50), and searching all 115 devices asked for 73 batches (13 s against 2 s for the old ladder's 8), the
-#: first 8 for 18 (plan / infer 3.5x, over the 3x target), the first 4 for 9 (2.7x; 2.9x for the old ladder).
+#: first 8 for 18 (plan / infer 3.5x, over the 3x target), the first 4 for 9 (2.7x; 2.9x for the old ladder); from
+#: ONNX_LADDER, 15 (3.1-3.4x: its 9 rungs, so that no device is planned below the old ladder).
 EXACT_DEVICES = 4
 
 
