@@ -120,7 +120,7 @@ def speed(repeats: int) -> dict:
     model = str(resnet50_dynamic().relative_to(REPO))
     cases = {"infer": ["infer", model, "--gpu", "a10g", "--batch", "1", "--format", "json"],
              "plan": ["plan", model, "--slo-ms", "20", "--batches", "1,2,4,8,16,32,64,128", "--format", "json"],
-             # without --batches: the search (the ladder 1, 4 ... 256, the first devices' batch exactly)
+             # without --batches: the search (the ladder 1, 2, 4 ... 256, the first rows' max batch exactly)
              "plan_search": ["plan", model, "--slo-ms", "20", "--format", "json"]}
     walls: dict[str, list[float]] = {name: [] for name in cases}
     peaks: dict[str, float] = {}

@@ -20,7 +20,7 @@ PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches
 ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
               "ttft_ms", "ttft_kind", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind",
-              "batch_exact"}
+              "batch_exact", "max_batch"}
 
 
 @pytest.fixture(scope="module")
@@ -298,24 +298,24 @@ def test_mig_price_derivation():
 def test_an_onnx_plan_without_batches_finds_each_devices_largest_batch(capsys, monkeypatch, resnet_dynamic):
     """The batch was the largest of the ladder 1, 2, 4 ... 128 within the SLO (ResNet-18 at 20 ms: an A100-80GB at
     128 where 183 meet it, its 1g.10gb slice at 16 where 23 do, a T4 at 16 where 21 do). Without --batches each
-    device's batch is the largest that meets the SLO and fits, as an LLM plan's: a plan of that batch and the next
-    one plans that batch, and every batch was built once, for all the devices that asked for it."""
+    device's largest batch that meets the SLO and fits is searched, as an LLM plan's (max_batch): a plan of that batch
+    and the next one plans that batch, and every batch was built once, for all the devices that asked for it."""
     from lilou.api import Predictor
     from lilou.plan import plan_model
 
     args = (resnet_dynamic, "--slo-ms", "20", "--gpus", "t4,a10g,a100-sxm4-80gb,a100-sxm4-80gb/1g.10gb")
     plan = plan_json(capsys, *args)
-    assert plan["batch_search"] == "exact" and plan["batches"] == [1, 4, 16, 64, 256]
+    assert plan["batch_search"] == "exact" and plan["batches"] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert len(plan["plan"]) == 4 and all(entry["batch_exact"] is True for entry in plan["plan"])
     ladder = {e["device"]: e for e in plan_json(capsys, *args, "--batches", "1,2,4,8,16,32,64,128")["plan"]}
     assert all(entry["batch_exact"] is None for entry in ladder.values())
     for entry in plan["plan"]:
-        device, batch = entry["device"], entry["batch"]
+        device, batch = entry["device"], entry["max_batch"]
         (at,) = plan_json(capsys, resnet_dynamic, "--slo-ms", "20", "--gpus", device, "--batches",
                           f"{batch},{batch + 1}")["plan"]
-        assert (at["batch"], at["latency_ms"]) == (batch, entry["latency_ms"]), device
-        assert batch >= ladder[device]["batch"]
-    assert sum(entry["batch"] > ladder[entry["device"]]["batch"] for entry in plan["plan"]) >= 3
+        assert at["max_batch"] == batch, device
+        assert batch >= ladder[device]["max_batch"]
+    assert sum(entry["max_batch"] > ladder[entry["device"]]["max_batch"] for entry in plan["plan"]) >= 3
     prepared = []
     monkeypatch.setattr(Predictor, "prepare", lambda self, *a, _f=Predictor.prepare, **k: prepared.append(a[0]) or
                         _f(self, *a, **k))
@@ -324,36 +324,70 @@ def test_an_onnx_plan_without_batches_finds_each_devices_largest_batch(capsys, m
     assert sorted(graph.inputs[0].shape[0] for graph in prepared) == sorted(priced | {256})  # each batch once
 
 
+def test_a_plans_batch_is_the_one_with_the_most_throughput_at_the_bound(resnet_dynamic):
+    """The largest batch within the SLO is not always the cheapest: ResNet-18 on an A100-80GB at 20 ms meets it up to
+    183, which gives fewer inferences a second at the bound than 64 or 128 (its kernels' tiles fit 183 worse). Each entry is
+    the batch priced with the most throughput at the upper bound among those that meet the SLO and fit (ties: the
+    larger), its max_batch the largest of them."""
+    from lilou.plan import plan_model
+    from lilou.plan.planner import rate_at_upper
+
+    plan = plan_model(resnet_dynamic, 20, gpus=["t4", "a10g", "a100-sxm4-80gb", "a100-sxm4-80gb/1g.10gb"])
+    for entry in plan.entries:
+        meeting = [p for p in plan.curves[entry.device.name] if p.interval_ms[1] <= 20 and p.fits]
+        assert entry.point == max(meeting, key=lambda p: (rate_at_upper(p), p.batch)), entry.device.name
+        assert entry.max_batch == max(p.batch for p in meeting) and entry.point.batch <= entry.max_batch
+    (a100,) = [e for e in plan.entries if e.device.name == "a100-sxm4-80gb"]
+    assert (a100.point.batch, a100.max_batch) == (64, 183)
+
+
 def test_an_onnx_plan_without_batches_stops_at_what_memory_holds(capsys, resnet_dynamic):
-    """An SLO every batch meets: a slice's batch is the largest its memory holds (past the ladder's top), not 128."""
+    """An SLO every batch meets: a slice's max batch is the largest its memory holds (past the ladder's top), not 128."""
     args = (resnet_dynamic, "--slo-ms", "1000000", "--gpus", "a100-sxm4-40gb/1g.5gb")
     (entry,) = plan_json(capsys, *args)["plan"]
-    batch = entry["batch"]
+    batch = entry["max_batch"]
     assert batch > 256 and entry["batch_exact"] is True and entry["fits"]
     (fitting,) = plan_json(capsys, *args, "--batches", f"{batch}")["plan"]
     above = plan_json(capsys, *args, "--batches", f"{batch + 1}")
-    assert fitting["memory_gb"] == entry["memory_gb"] and above["plan"] == []
+    assert fitting["max_batch"] == batch and fitting["fits"] and above["plan"] == []
     assert above["unmet"][0]["reason"] == "memory: no batch within the SLO fits"
 
 
 def test_an_onnx_plan_searches_its_first_devices_and_marks_the_others(capsys, monkeypatch, resnet_dynamic):
-    """Each batch searched costs a rung's graph work, so an ONNX plan searches its first EXACT_DEVICES devices
-    (counted at the batch the ladder's bounds point to); the others keep the largest rung within the SLO, marked
-    false in the JSON and + in the table, whose caption says so."""
+    """Each batch searched costs a rung's graph work, so an ONNX plan searches its first EXACT_DEVICES rows; the
+    others keep the largest rung within the SLO as max batch, marked false in the JSON and + in the table, whose
+    caption says so. The ladder is the old one's and 256, so no device is planned worse than the old ladder planned
+    it (1, 4, 16, 64, 256 left the A10G at 16+ where 32 met the SLO)."""
     monkeypatch.setattr("lilou.plan.planner.EXACT_DEVICES", 1)
     monkeypatch.setenv("COLUMNS", "250")
     args = (resnet_dynamic, "--slo-ms", "20", "--gpus", "t4,a10g,a100-sxm4-80gb")
     plan = plan_json(capsys, *args)
     assert [(e["device"], e["batch_exact"]) for e in plan["plan"]] == [
         ("a100-sxm4-80gb", True), ("a10g", False), ("t4", False)]
-    assert all(e["batch"] in plan["batches"] for e in plan["plan"][1:])
+    assert all(e["max_batch"] in plan["batches"] for e in plan["plan"][1:])
+    old = {e["device"]: e for e in plan_json(capsys, *args, "--batches", "1,2,4,8,16,32,64,128")["plan"]}
+    assert all(e["throughput_per_s_at_upper"] >= old[e["device"]]["throughput_per_s_at_upper"] for e in plan["plan"])
     code, out, _ = run(capsys, "plan", *args)
     rows = [[c.strip() for c in line.strip("│ ").split("│")] for line in out.splitlines() if line.startswith("│")]
-    assert code == 0 and [r[3] for r in rows] == [str(plan["plan"][0]["batch"]), *(f"{e['batch']}+" for e in
-                                                                                   plan["plan"][1:])]
-    assert ("batch: the largest that meets the SLO and fits, searched batch by batch for the plan's first 1; a batch "
-            "marked + is the largest of the ladder 1, 4, 16, 64, 256 that does (a larger one may too)") in " ".join(
-                out.split())
+    assert code == 0 and [r[3:5] for r in rows] == [[str(e["batch"]), str(e["max_batch"]) + ("+" * (not e["batch_exact"]))]
+                                                    for e in plan["plan"]]
+    assert ("batch: of the batches priced that meet the SLO and fit, the one with the most inferences/s at the bound "
+            "(ties: the larger); max batch: the largest that meets the SLO and fits, searched batch by batch for the "
+            "plan's first 1; one marked + is the largest of the ladder 1, 2, 4, 8, 16, 32, 64, 128, 256 that does (a "
+            "larger one may too)") in " ".join(out.split())
+
+
+def test_a_priced_plans_first_rows_are_the_ones_searched(capsys, monkeypatch, tmp_path, resnet_dynamic):
+    """Which devices are searched was judged with each unsearched device at an optimistic batch (where its ladder's
+    bounds cross the SLO, at the SLO), then its row showed it at its rung: a priced plan's row 4 (an L4) was not
+    searched. They are judged as the table lists them, again after each search, until its first rows are searched."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\na10g,1.01\nt4,0.35\nl4,0.70\nh100-sxm,6.98\na100-sxm4-80gb,4.10\nb200,9.0\n")
+    gpus = "t4,a10g,l4,h100-sxm,a100-sxm4-80gb,b200,a100-sxm4-80gb/1g.10gb,v100-sxm2-16gb"
+    for exact in (2, 4):
+        monkeypatch.setattr("lilou.plan.planner.EXACT_DEVICES", exact)
+        plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "20", "--gpus", gpus, "--prices", str(prices))
+        assert [e["batch_exact"] for e in plan["plan"][:exact]] == [True] * exact, exact
 
 
 def test_a_model_whose_batch_is_fixed_is_planned_over_the_listed_batches(capsys):
@@ -592,7 +626,8 @@ def test_an_llm_plan_without_batches_stops_at_what_memory_holds(capsys):
     assert (entry["device"], entry["batch"], fitting) == ("l4", 30, 30)
     code, out, _ = run(capsys, "plan", *argv)
     text = " ".join(out.split())
-    assert code == 0 and "batch: the largest that meets the SLO(s) and fits, searched batch by batch;" in text
+    assert code == 0 and ("batch: of those priced that meet the SLO(s) and fit, the most tokens/s at the bound; the largest "
+                          "(JSON max_batch) searched batch by batch;") in text
     assert "1 of 2 devices left out: 1 for memory (t4)" in text
 
 

@@ -24,9 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default: every GPU and MIG profile)")
     parser.add_argument("--batches", default=None, metavar="1,2,4,...",
                         help="batch sizes to try; without it each device's largest batch that meets the SLO(s) and "
-                             "fits is searched exactly, from the ladder 1,4,16,64,256 up to what its memory holds (an "
-                             "ONNX plan searches its first 4 devices exactly, the others to the ladder's rung; a model "
-                             "whose batch is fixed in the file tries 1,2,4,...,128)")
+                             "fits is searched exactly, from the ladder 1,4,16,64,256 (an ONNX plan: 1,2,4,...,256) up "
+                             "to what its memory holds (an ONNX plan searches its first 4 rows exactly, the others to "
+                             "the ladder's rung; a model whose batch is fixed in the file tries 1,2,4,...,128). An "
+                             "ONNX plan's batch is the one priced with the most inferences/s at the upper bound "
+                             "within the SLO, the largest beside it (JSON max_batch)")
     parser.add_argument("--prices", default=None, metavar="FILE.csv",
                         help="CSV with a header line device,usd_per_hour; MIG slices without a line cost their "
                              "GPU's price times their share of its compute slices")
@@ -147,7 +149,8 @@ def _print_table(plan) -> None:
     order = "cheapest first ($ at the upper bound's throughput)" if plan.sort == "cost" else \
         "highest throughput at the upper bound first"
     if plan.entries:
-        searched = ("batch: the largest that meets the SLO(s) and fits, searched batch by batch; "
+        searched = ("batch: of those priced that meet the SLO(s) and fit, the most tokens/s at the bound; the largest "
+                    "(JSON max_batch) searched batch by batch; "
                     if plan.batch_search == "exact" else "")
         caption = (f"{searched}ITL: with --engine vllm, the steady state of a server keeping `batch` requests running "
                    "(lilou llm's steady_state, prompts chunked in); with --engine hf, the static batch's decode step. "
@@ -163,7 +166,9 @@ def _print_table(plan) -> None:
                           f"{what}, {order}", caption=caption)
         rate = "tokens/s" if llm else "inf/s"
         # the bound's throughput first: the order and the cost follow it (the estimate's alone looked unsorted)
-        columns = ["#", "device", "k8s resource", "batch", "ITL ms" if llm else "ms", "90 % interval",
+        most = not llm and plan.batch_search == "exact"  # an ONNX plan's searched batches: the largest, beside
+        columns = ["#", "device", "k8s resource", "batch", *(["max batch"] if most else []), "ITL ms" if llm else "ms",
+                   "90 % interval",
                    *(["TTFT ms (bound)"] if llm else []), f"{rate} at bound", f"{rate} at estimate", "memory GiB"]
         if plan.sort == "cost":
             columns += ["$/h", "$/M tokens" if llm else "$/M inf"]
@@ -171,8 +176,9 @@ def _print_table(plan) -> None:
         for i, entry in enumerate(plan.entries, 1):
             point = entry.point
             resource = _resource(entry) if entry.gpus == 1 else f"{entry.gpus} x {_resource(entry)}"
-            batch = f"{point.batch}+" if entry.exact is False else str(point.batch)
-            row = [str(i), entry.device.name, resource, batch, f"{point.latency_ms:.3f}",
+            largest = f"{entry.max_batch}+" if entry.exact is False else str(entry.max_batch)
+            row = [str(i), entry.device.name, resource, str(point.batch), *([largest] if most else []),
+                   f"{point.latency_ms:.3f}",
                    f"{point.interval_ms[0]:.3f}-{point.interval_ms[1]:.3f}",
                    *([_ttft(point)] if llm else []),
                    f"{entry.throughput_per_s_at_upper:,.1f}", f"{entry.throughput_per_s:,.1f}",
@@ -195,13 +201,15 @@ def _print_table(plan) -> None:
 
 
 def _onnx_caption(plan) -> str | None:
-    """How an ONNX plan's batches were found, when searched (None for --batches: the title's batches say it)."""
+    """How an ONNX plan's batches were chosen and, when searched, found."""
+    caption = ("batch: of the batches priced that meet the SLO and fit, the one with the most inferences/s at the bound "
+               "(ties: the larger)")
     if plan.batch_search != "exact":
-        return None
+        return caption
     ladder = ", ".join(str(b) for b in plan.batches)
-    caption = "batch: the largest that meets the SLO and fits, searched batch by batch"
+    caption += "; max batch: the largest that meets the SLO and fits, searched batch by batch"
     if any(entry.exact is False for entry in plan.entries):
-        caption += (f" for the plan's first {sum(bool(entry.exact) for entry in plan.entries)}; a batch marked + is the "
+        caption += (f" for the plan's first {sum(bool(entry.exact) for entry in plan.entries)}; one marked + is the "
                     f"largest of the ladder {ladder} that does (a larger one may too)")
     return caption
 

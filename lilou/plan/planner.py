@@ -1,16 +1,17 @@
-"""Capacity plans: per device, the largest batch whose 90 % upper bound meets a latency SLO.
+"""Capacity plans: per device, the batch with the most throughput whose 90 % upper bound meets a latency SLO.
 
 For every GPU and MIG slice (or the listed ones) and every batch size, the model is predicted with
 its interval (:class:`lilou.api.Predictor`); the graph is built and grouped into kernels once per
 batch, then priced on every device at once. Batches go up in size; a device whose upper bound passes the
-SLO (or whose memory is exceeded) is not predicted at larger batches. A device's plan is its largest batch whose upper
-bound is within the SLO and whose weights and activations at their peak fit its memory, with the throughput
+SLO (or whose memory is exceeded) is not predicted at larger batches. A device's plan is, of its batches priced whose
+upper bound is within the SLO and whose weights and activations at their peak fit its memory, the one with the most
+throughput at the upper bound (ties: the larger; the largest of them is its ``max_batch``), with the throughput
 that batch gives (``batch / latency``, at the estimate and at the upper bound), the Kubernetes resource
 that requests the device and, with prices, the dollars per million inferences at the upper bound's
 throughput (the rate the plan can promise). Entries are sorted by that cost, cheapest first (devices
 without a price after the priced ones), or by throughput, highest first, when no price is given. Given no
 batches, a plan searches each device's largest batch within its SLOs exactly instead (:mod:`lilou.plan.batch_search`;
-an ONNX plan its first :data:`EXACT_DEVICES` devices, each batch built once for all the devices that ask for it).
+an ONNX plan its first :data:`EXACT_DEVICES` rows, each batch built once for all the devices that ask for it).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from lilou.caveats import LAUNCH_BOUND_WORK_SHARE, ambiguity_notes
 from lilou.errors import LilouInputError
 from lilou.hardware import Device
 from lilou.latency.kernel_model.precision import compute_capability
-from lilou.plan.batch_search import MAX_SEARCH_BATCH, SEARCH_LADDER, Limit, drive, largest_batch
+from lilou.plan.batch_search import SEARCH_LADDER, Limit, drive, largest_batch
 from lilou.plan.kubernetes import resource_name
 from lilou.plan.prices import checked_prices, device_price
 
@@ -43,10 +44,15 @@ TTFT_KIND = "burst"
 #: Batch sizes an ONNX plan tries when none are given and the model cannot be read at every batch of the search's
 #: ladder (its batch fixed in the file).
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+#: The ladder an ONNX plan's search starts from (its rungs priced on every device): the old ladder and 256, so that a
+#: device not searched to the end is planned at least as well as the old ladder planned it (the LLM plan's rungs x4
+#: apart, SEARCH_LADDER, left a V100 at 16 where 32 met the SLO).
+ONNX_LADDER: tuple[int, ...] = (*DEFAULT_BATCHES, 256)
 #: An ONNX plan's devices whose batch is searched exactly, the plan's first (the others' is the largest of the ladder
 #: within the SLO): each batch searched costs a rung's graph work (the graph derived, grouped and priced: about 0.1 s
 #: for ResNet-50), and searching all 115 devices asked for 73 batches (13 s against 2 s for the old ladder's 8), the
-#: first 8 for 18 (plan / infer 3.5x, over the 3x target), the first 4 for 9 (2.7x; 2.9x for the old ladder).
+#: first 8 for 18 (plan / infer 3.5x, over the 3x target), the first 4 for 9 (2.7x; 2.9x for the old ladder); from
+#: ONNX_LADDER, 15 (3.1-3.4x: its 9 rungs, so that no device is planned below the old ladder).
 EXACT_DEVICES = 4
 
 
@@ -86,8 +92,9 @@ class PlanEntry:
     price_source: str | None = None
     gpus: int = 1                       # devices per replica (an LLM's tensor-parallel group)
     curve: str | None = None            # its key in CapacityPlan.curves where not the device's name (a --tp sweep)
-    # batch_search "exact": whether this batch was searched to the end (else the largest of the ladder that meets)
+    # batch_search "exact": whether max_batch was searched to the end (else the largest of the ladder that meets)
     exact: bool | None = None
+    max_batch: int | None = None        # the largest batch priced that meets the SLO(s) and fits
 
     @property
     def throughput_per_s(self) -> float:
@@ -97,10 +104,7 @@ class PlanEntry:
 
     @property
     def throughput_per_s_at_upper(self) -> float:
-        if self.point.rate_per_s_at_upper is not None:
-            return self.point.rate_per_s_at_upper
-        upper = self.point.interval_ms[1]
-        return 1000.0 * self.point.batch / upper if upper else 0.0
+        return rate_at_upper(self.point)
 
     @property
     def usd_per_million(self) -> float | None:
@@ -124,7 +128,16 @@ class PlanEntry:
                 "ttft_interval_ms": None if self.point.ttft_interval_ms is None else list(self.point.ttft_interval_ms),
                 "usd_per_hour": None if self.usd_per_hour is None else usd(self.usd_per_hour),
                 "price_source": self.price_source,
-                "usd_per_million": None if cost is None else usd(cost), "batch_exact": self.exact}
+                "usd_per_million": None if cost is None else usd(cost), "max_batch": self.max_batch,
+                "batch_exact": self.exact}
+
+
+def rate_at_upper(point: PlanPoint) -> float:
+    """A point's throughput at its upper bound(s): inferences (or output tokens) per second."""
+    if point.rate_per_s_at_upper is not None:
+        return point.rate_per_s_at_upper
+    upper = point.interval_ms[1]
+    return 1000.0 * point.batch / upper if upper else 0.0
 
 
 def usd(value: float) -> float:
@@ -313,10 +326,11 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     service passes its cache's, so a second plan of the same bytes skips the graph work. ``values``: run-time
     inputs' values, as :meth:`lilou.api.Predictor.predict` takes them (``prepare`` applies its own).
 
-    ``batches`` None: each device's batch is the largest whose upper bound meets the SLO and that fits its memory,
-    searched from :data:`SEARCH_LADDER` (``batch_search`` "exact") for the plan's first :data:`EXACT_DEVICES`
-    devices, the others at the largest of the ladder that does (their entries' ``exact`` False); a model that cannot
-    be read at every batch of the ladder (its batch fixed in the file) tries :data:`DEFAULT_BATCHES` as listed."""
+    ``batches`` None: each device's largest batch whose upper bound meets the SLO and that fits its memory (its
+    ``max_batch``) is searched from :data:`ONNX_LADDER` (``batch_search`` "exact") for the plan's first
+    :data:`EXACT_DEVICES` rows, the others' the largest of the ladder that does (their entries' ``exact`` False); a
+    model that cannot be read at every batch of the ladder (its batch fixed in the file) tries :data:`DEFAULT_BATCHES`
+    as listed. Each entry's batch is the one priced with the most throughput at the upper bound of those."""
     from lilou.api import Predictor, PreparedModel, gpu_list, rank_devices
     from lilou.graph.batch_series import BatchSeries
     from lilou.graph.input_values import check_input_values
@@ -330,7 +344,7 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
         raise LilouInputError(f"model must be an ONNX file's path, not {type(model).__name__}")
     slo = check_slo(slo_ms)
     search = batches is None  # no --batches: each device's largest batch within the SLO and its memory, exactly
-    sizes = list(SEARCH_LADDER) if search else check_batches(batches)
+    sizes = list(ONNX_LADDER) if search else check_batches(batches)
     prices = checked_prices(prices)
     if predictor is not None and not isinstance(predictor, Predictor):
         raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
@@ -400,7 +414,7 @@ def _listed_model(pricer, devices: Sequence[Device], slo: float, sizes: Sequence
 def _search_model(pricer, devices: Sequence[Device], slo: float, ladder: Sequence[int],
                   prices: Mapping[str, float] | None) -> tuple[Found, set[str]] | None:
     """Each device's largest batch whose upper bound meets the SLO and that fits its memory, searched exactly
-    (:func:`lilou.plan.batch_search.largest_batch`) for the plan's first :data:`EXACT_DEVICES` devices, and the
+    (:func:`lilou.plan.batch_search.largest_batch`) for the plan's first :data:`EXACT_DEVICES` rows, and the
     largest of the ``ladder`` within them for the others (see :func:`_leading_devices`); every device's search runs at
     once, so that a batch is built once for all the devices that ask for it. Returns the points and the devices
     searched to the end; None where the model cannot be read at a batch of the ``ladder`` (a batch fixed in the
@@ -433,7 +447,7 @@ def _search_model(pricer, devices: Sequence[Device], slo: float, ladder: Sequenc
     try:
         paused = drive_all(searches, price, allowed=set(ladder).__contains__)
         while True:
-            leading = [name for name in _leading_devices(devices, curves, paused, slo, prices) if name in paused]
+            leading = [name for name in _leading_devices(devices, curves, slo, prices) if name in paused]
             if not leading:
                 break
             drive_all({name: searches[name] for name in leading}, price, asked={name: paused.pop(name) for name in leading})
@@ -442,35 +456,13 @@ def _search_model(pricer, devices: Sequence[Device], slo: float, ladder: Sequenc
     return (sorted(tried), curves, sorted(skipped)), set(by_name) - set(paused)
 
 
-def _leading_devices(devices: Sequence[Device], curves: Mapping[str, Sequence[PlanPoint]], paused: Mapping[str, int],
-                     slo: float, prices: Mapping[str, float] | None) -> list[str]:
-    """The plan's first :data:`EXACT_DEVICES` devices, a device whose search is ``paused`` (its bracket from the
-    ladder: the largest batch that meets, and the next, which misses) counted at the batch where the line through
-    the two bounds crosses the SLO, at the SLO (an estimate: its search's first guess), or at the largest batch the
-    search tries where none missed. A device that meets nowhere is not counted."""
-    entries = []
-    for device in devices:
-        points = curves[device.name]
-        meeting = [p for p in points if p.interval_ms[1] <= slo and p.fits]
-        if not meeting:
-            continue
-        best = max(meeting, key=lambda p: p.batch)
-        if device.name in paused:
-            above = min((p for p in points if p.batch > best.batch), key=lambda p: p.batch, default=None)
-            batch = MAX_SEARCH_BATCH if above is None else _crossing_estimate(best, above, slo)
-            best = dataclasses.replace(best, batch=batch, interval_ms=(best.interval_ms[0], slo))
-        entries.append(PlanEntry(device, best, *device_price(device, prices or {})))
-    entries.sort(key=lambda e: plan_order(e, bool(prices)))
-    return [e.device.name for e in entries[:EXACT_DEVICES]]
-
-
-def _crossing_estimate(below: PlanPoint, above: PlanPoint, slo: float) -> int:
-    """Where the line through two points' upper bounds crosses the SLO (``below`` meets it; ``above`` misses it, or
-    does not fit: then halfway), at least ``below``'s batch and under ``above``'s."""
-    under, over = slo - below.interval_ms[1], above.interval_ms[1] - slo
-    crossing = below.batch + under * (above.batch - below.batch) / (under + over) if over > 0 else \
-        (below.batch + above.batch) / 2
-    return min(max(math.floor(crossing), below.batch), above.batch - 1)
+def _leading_devices(devices: Sequence[Device], curves: Mapping[str, Sequence[PlanPoint]], slo: float,
+                     prices: Mapping[str, float] | None) -> list[str]:
+    """The plan's first :data:`EXACT_DEVICES` devices as the plan would list them now, each device at its points
+    priced so far (a device whose search is paused: at its ladder's rungs, as its row shows it unsearched)."""
+    plan = _assemble("", slo, [], list(devices), {name: monotone_bounds(points) for name, points in curves.items()},
+                     prices, [], "model")
+    return [entry.device.name for entry in plan.entries[:EXACT_DEVICES]]
 
 
 def _memory_limit(usable: float) -> Limit:
@@ -597,11 +589,13 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
                       if lowest is not None else "not predicted")
             unmet.append({"device": device.name, **({"tp": degree} if tps else {}), "reason": reason})
             continue
-        best = max(timely, key=lambda p: p.batch)
+        # the most throughput at the bound (ties: the larger batch); the largest batch beside it, as max_batch
+        best = max(timely, key=lambda p: (rate_at_upper(p), p.batch))
         price, source = device_price(device, prices or {})
         if price is not None and degree > 1:  # a replica is ``degree`` of the device
             price, source = price * degree, f"{source} x {degree} GPUs (TP)"
-        entries.append(PlanEntry(device, best, price, source, gpus=degree, curve=key if tps else None))
+        entries.append(PlanEntry(device, best, price, source, gpus=degree, curve=key if tps else None,
+                                 max_batch=max(p.batch for p in timely)))
     sort = "cost" if prices else "throughput"
     entries.sort(key=lambda e: plan_order(e, bool(prices)))
     if prices:

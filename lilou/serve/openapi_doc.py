@@ -148,7 +148,8 @@ class LLMBody(BaseModel):
 
 
 class PlanEntryBody(BaseModel):
-    """One device of a plan: its largest batch whose 90 % upper bound meets the SLO."""
+    """One device of a plan: of its batches priced whose 90 % upper bound meets the SLO, the one with the most
+    throughput at that bound."""
 
     model_config = ConfigDict(extra="allow")
     device: str
@@ -182,9 +183,12 @@ class PlanEntryBody(BaseModel):
     usd_per_hour: float | None
     price_source: str | None
     usd_per_million: float | None
+    max_batch: int = Field(..., description=(
+        "the largest batch priced that meets the SLO(s) and fits; `batch` is the one of those with the most "
+        "throughput at the upper bound (ties: the larger), which can be smaller"))
     batch_exact: bool | None = Field(..., description=(
-        "batch_search exact: whether this entry's batch was searched to the end (true: the batch above it misses "
-        "the SLO(s) or does not fit) or, an ONNX plan's devices after its first 4, is the largest of the ladder "
+        "batch_search exact: whether max_batch was searched to the end (true: the batch above it misses "
+        "the SLO(s) or does not fit) or, an ONNX plan's rows after its first 4, is the largest of the ladder "
         "`batches` within them (false: a larger one may be too); null when batch_search is listed"))
 
 
@@ -211,9 +215,9 @@ class PlanBody(BaseModel):
     batches: list[int] = Field(..., description=(
         "the batch sizes tried (batch_search listed), or the ladder the search started from (exact)"))
     batch_search: Literal["listed", "exact"] = Field(..., description=(
-        "listed: each entry's batch is the largest of `batches` within the SLO; exact (a plan given no batches): "
+        "listed: each entry's max_batch is the largest of `batches` within the SLO; exact (a plan given no batches): "
         "the largest batch that meets the SLO(s) and fits, searched from that ladder up to what memory holds (an "
-        "ONNX plan's first 4 devices; each entry's batch_exact says which)"))
+        "ONNX plan's first 4 rows; each entry's batch_exact says which)"))
     unit: Literal["inference", "output_token"] = Field(..., description=(
         "what throughput_per_s counts per second and usd_per_million prices a million of: inferences (an ONNX "
         "plan) or output tokens (an LLM plan)"))
