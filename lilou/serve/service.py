@@ -285,9 +285,9 @@ class Service:
                       values: dict[str, list[bool | int | float]]) -> Callable[[int, dict | None], PreparedModel]:
         """``plan_model``'s ``prepare`` for one plan: cached prepared models, read through one BatchSeries."""
         from lilou.graph.batch_series import BatchSeries
-        from lilou.plan.planner import SEARCH_LADDER, check_batches
+        from lilou.plan.planner import ONNX_LADDER, check_batches
 
-        largest = SEARCH_LADDER[-1] if batches is None else check_batches(batches)[-1]  # None: the search's ladder
+        largest = ONNX_LADDER[-1] if batches is None else check_batches(batches)[-1]  # None: the ONNX plan's ladder
         series = BatchSeries(source.path, largest=largest, values=values or None,
                              backend=backend)
         return lambda batch, shapes: self.prepared(source, batch, shapes or {}, backend, series=series,
