@@ -35,10 +35,11 @@ _ONNX = ("", "ai.onnx")
 def loop_points(model: onnx.ModelProto) -> list[int]:
     """Indices of the top-level ``Loop`` nodes of the standard domain with a body."""
     return [index for index, node in enumerate(model.graph.node)
-            if node.op_type == "Loop" and node.domain in _ONNX and _body(node) is not None]
+            if node.op_type == "Loop" and node.domain in _ONNX and loop_body(node) is not None]
 
 
-def _body(node: onnx.NodeProto) -> onnx.GraphProto | None:
+def loop_body(node: onnx.NodeProto) -> onnx.GraphProto | None:
+    """A ``Loop`` node's body graph, or None where it has none."""
     return next((a.g for a in node.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
 
 
@@ -57,7 +58,7 @@ def runs_every_trip(model: onnx.ModelProto, index: int) -> bool:
 def loop_runs_every_trip(node: onnx.NodeProto, constants: Mapping[str, bool]) -> bool:
     """:func:`runs_every_trip` for a ``Loop`` node of any graph, ``constants`` the truth values its graph (and the
     graphs around it) states (:func:`lilou.graph.constants.scalar_truths`)."""
-    body = _body(node)
+    body = loop_body(node)
     if body is None:
         return False
     condition = node.input[1] if len(node.input) > 1 else ""
@@ -81,7 +82,7 @@ def unroll_loop(model: onnx.ModelProto, index: int, trips: int, budget: int = MA
     nodes, or a form this does not reproduce: sparse initializers, outputs that do not match the loop's)."""
     graph = model.graph
     node = graph.node[index]
-    body = _body(node)
+    body = loop_body(node)
     carried = len(node.input) - 2
     scans = len(body.output) - 1 - carried
     if (trips < 0 or trips * max(1, len(body.node)) > budget or carried < 0 or scans < 0
@@ -189,7 +190,7 @@ def resolve_loops(model: onnx.ModelProto, notes: list[str], evaluate: Callable[[
             if trips is None and evaluations < MAX_EVALUATIONS:
                 evaluations += 1
                 trips, source = evaluate(model, count), "decided by the bound shapes"
-            label, size = node.name or str(index), len(_body(node).node)
+            label, size = node.name or str(index), len(loop_body(node).node)
             if trips is None or int(trips) >= UNBOUNDED_TRIPS:  # "no bound": never written out nor pinned
                 continue
             if not unroll_loop(model, index, int(trips), budget):

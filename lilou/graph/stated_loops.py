@@ -18,7 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lilou.errors import LilouInputError
 from lilou.graph.input_values import BOUND_VALUE_DOC, Value, check_input_values
-from lilou.graph.loops import MAX_LOOPS, MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_points, runs_every_trip, unroll_loop
+from lilou.graph.loops import (MAX_LOOPS, MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_body, loop_points, runs_every_trip,
+                               unroll_loop)
 from lilou.graph.constants import scalar_integers, scalar_truths
 from lilou.graph.names import protobuf_text
 from lilou.graph.shapes import runtime_inputs
@@ -49,7 +50,7 @@ def state_loop_iterations(model: onnx.ModelProto, counts: Mapping[str, Sequence[
     loops = {name: model.graph.node[next(i for i in loop_points(model) if model.graph.node[i].name == name)]
              for name in counts}
     trips = {name: _count(name, items) for name, items in counts.items()}
-    sizes = {name: len(_body(loop).node) for name, loop in loops.items()}
+    sizes = {name: len(loop_body(loop).node) for name, loop in loops.items()}
     _check_budget(trips, sizes)
     notes = []
     for name, node in loops.items():
@@ -60,7 +61,7 @@ def state_loop_iterations(model: onnx.ModelProto, counts: Mapping[str, Sequence[
         node.input[0] = count
         if len(node.input) > 1:
             node.input[1] = ""
-        body = _body(node)
+        body = loop_body(node)
         if body.output[0].name != body.input[1].name:  # the body decides whether to go on: now it always does
             go_on = f"{name}/lilou_stated_go_on"  # a constant, not a node: the body's size is what the budget counts
             body.initializer.append(helper.make_tensor(go_on, TensorProto.BOOL, [], [True]))
@@ -68,10 +69,6 @@ def state_loop_iterations(model: onnx.ModelProto, counts: Mapping[str, Sequence[
         notes.append(f"Loop {name!r} is stated to run {trips[name]} iteration{'s' if trips[name] != 1 else ''} "
                      "(--value): the condition that stops it is still computed in each one")
     return notes
-
-
-def _body(loop: onnx.NodeProto) -> onnx.GraphProto:
-    return next(a.g for a in loop.attribute if a.name == "body")
 
 
 def _check_budget(trips: Mapping[str, int], sizes: Mapping[str, int]) -> None:
@@ -118,7 +115,7 @@ def assume_one_iteration(model: onnx.ModelProto, notes: list[str], budget: int) 
             every = runs_every_trip(model, index)
             if every and trips is not None and trips < UNBOUNDED_TRIPS:
                 continue  # a counted loop: lilou.graph.loops writes it out or prices it as one node
-            label, size = node.name or node.op_type, len(next(a.g for a in node.attribute if a.name == "body").node)
+            label, size = node.name or node.op_type, len(loop_body(node).node)
             condition = node.input[1] if len(node.input) > 1 else ""
             never = bool(condition) and scalar_truths(model.graph).get(condition) is False
             if not unroll_loop(model, index, 0 if never else 1, budget):
