@@ -408,3 +408,25 @@ def test_a_rebuild_prunes_what_duckdb_left_of_a_killed_build(datasets_dir: Path,
 
     left = {p.name for p in folder.iterdir()}
     assert dead.name not in left and {running.name, other.name} <= left
+
+
+def test_pruning_skips_a_file_another_build_renames_meanwhile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build prunes while another renames its partial file into place: the partial file listed, gone by its stat,
+    made the first build fail with FileNotFoundError (seen once under load in test_two_processes_build_one_part_together)."""
+    from lilou.data import kernel_table
+
+    key = "0123456789abcdef"
+    current = tmp_path / f"liger_kernel-{key}.parquet"
+    current.write_bytes(b"")
+    vanishing = tmp_path / f"liger_kernel-{key}.parquet.4377.partial"
+    vanishing.write_bytes(b"")
+    real_stat = Path.stat
+
+    def stat(self: Path, *args, **kwargs):
+        if self == vanishing:
+            self.unlink(missing_ok=True)  # the other build renamed it just now
+            raise FileNotFoundError(2, "No such file or directory", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    assert kernel_table.prune_stale_parts("liger_kernel", current) == []

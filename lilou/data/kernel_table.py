@@ -304,15 +304,17 @@ def prune_stale_parts(name: str, current: Path) -> list[Path]:
     older parts (each about 40 MB for AIConfigurator; every new mirror copy, reader or GPU database made one),
     with their summaries, and partial files of builds that died. Returns the deleted paths."""
     folder = current.parent
-    older = sorted((p for p in folder.glob(f"{name}-*.parquet") if p != current and _is_part_of(p, name)),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
+    # another process building the same source renames or removes its files while this one looks: a file gone
+    # between the listing and its stat is skipped (it made `lilou data` fail with FileNotFoundError)
+    stamped = [(p, _mtime(p)) for p in folder.glob(f"{name}-*.parquet") if p != current and _is_part_of(p, name)]
+    older = [p for p, _ in sorted(((p, t) for p, t in stamped if t is not None), key=lambda pt: pt[1], reverse=True)]
     doomed = [path for part in older[KEEP_OLDER_PARTS:] for path in (part, part.with_suffix(".json"))]
     now = time.time()
     # DuckDB writes a part into tmp_<partial file> and renames it: a build killed while writing leaves that one
     partials = [*folder.glob(f"{name}-*.partial"), *folder.glob(f"{DUCKDB_TMP}{name}-*.partial")]
     doomed += [p for p in partials
                if _is_part_of(p.with_name(p.name.removeprefix(DUCKDB_TMP)), name)
-               and now - p.stat().st_mtime > STALE_PARTIAL_S]
+               and now - (_mtime(p) or now) > STALE_PARTIAL_S]
     deleted = []
     for path in doomed:
         try:
@@ -321,6 +323,14 @@ def prune_stale_parts(name: str, current: Path) -> list[Path]:
         except FileNotFoundError:  # another process pruned it first
             pass
     return deleted
+
+
+def _mtime(path: Path) -> float | None:
+    """``path``'s modification time, or None where it is gone (another process renamed or removed it)."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
 
 
 def _is_part_of(path: Path, name: str) -> bool:
