@@ -193,3 +193,45 @@ def test_replay_leaves_a_hand_written_gelu_split(tmp_path):
     oracle = eager_partition(load_onnx(path), graph)
     assert len(oracle.kernels) == 5
     assert not any(fused_edge_labels(graph, replay_eager_partition(graph)).values())
+
+
+@pytest.mark.slow
+def test_an_optimised_rnn_export_is_kept_one_kernel_without_its_weight_names(export):
+    """The optimiser folds ``weight_hh_l0`` into ``val_<k>`` initialisers: the replay knows the unrolled layer by its
+    shape (one weight read step after step), so its eager ceiling keeps the oracle's one cuDNN kernel whole."""
+    from lilou.fusion.eager_replay import kept_whole, recurrent_weight_layer
+    from lilou.fusion.unrolled_recurrence import unrolled_recurrent_matmuls
+
+    path, graph = export("op-rnn-tanh", opset=18, optimize=True)
+    oracle = eager_partition(load_onnx(path), graph)
+    assert len(oracle.kernels) == 1
+    matmuls = [n for n in graph.runtime_nodes() if graph.dag.nodes[n]["op"] == "MatMul"]
+    assert len(matmuls) == 6 and all(recurrent_weight_layer(graph, m) is None for m in matmuls)
+    # the input projection and the five steps that read the hidden state
+    assert unrolled_recurrent_matmuls(graph) == frozenset(matmuls)
+    fused = [edge for edge, joined in fused_edge_labels(graph, oracle).items() if joined]
+    assert len(fused) == 48 and kept_whole(graph, fused) == fused
+
+
+@pytest.mark.slow
+def test_baddbmm_keeps_its_scale_in_the_gemm_and_a_hand_written_scale_is_a_kernel_of_its_own(tmp_path):
+    """``torch.baddbmm(bias, q, k, alpha=a)`` (Bloom's ALiBi scores) is one cuBLAS call whose epilogue scales and adds;
+    the dynamo exporter writes a MatMul, a Mul and an Add that pass ``val_<k>`` values. ``q @ k * a + bias`` in model
+    code is three aten calls."""
+    import torch
+
+    from lilou.fusion.eager_replay import kept_whole
+    from lilou.fusion.partition import runtime_edges
+    from lilou.zoo.registry import BuiltModel
+
+    inputs = (torch.zeros(4, 8, 8), torch.zeros(4, 8, 16), torch.zeros(4, 16, 8))
+    calls = {"baddbmm": lambda bias, q, k: torch.baddbmm(bias, q, k, beta=1.0, alpha=0.125),
+             "hand": lambda bias, q, k: torch.bmm(q, k) * 0.125 + bias}
+    kept = {}
+    for name, call in calls.items():
+        path = export_onnx(BuiltModel(name, decomp_nets.Lambda(call), inputs, ("bias", "q", "k"), "output"),
+                           tmp_path / f"{name}.onnx", opset=18)
+        graph = build_graph(load_onnx(path), name=name)
+        edges = runtime_edges(graph)
+        kept[name] = [(graph.dag.nodes[u]["op"], graph.dag.nodes[v]["op"]) for u, v in kept_whole(graph, edges)]
+    assert kept == {"baddbmm": [("MatMul", "Mul"), ("Mul", "Add")], "hand": [("Mul", "Add")]}

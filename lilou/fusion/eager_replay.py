@@ -45,7 +45,7 @@ import networkx as nx
 
 from lilou.fusion.attention_decomposition import sdpa_decompositions
 from lilou.fusion.eager_layout import casts_to_its_own_type, selects_one_index, strided_tensors
-from lilou.fusion.export_names import edges_between_calls, fused_call_nodes, inlined_call_edges
+from lilou.fusion.export_names import edges_between_calls, edges_inside_one_call, fused_call_nodes, inlined_call_edges
 from lilou.fusion.partition import (
     Edge,
     KernelGroup,
@@ -55,6 +55,7 @@ from lilou.fusion.partition import (
     runtime_edges,
     topological_file_order,
 )
+from lilou.fusion.unrolled_recurrence import unrolled_recurrent_matmuls
 from lilou.graph.contrib_writer import MARK
 from lilou.graph.dag import ModelGraph
 
@@ -633,9 +634,11 @@ def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) 
     data = graph.dag.nodes
     calls = {node for edge in fused for node in edge if data[node]["op"] in LIBRARY_CALL_OPS}
     # The matmuls of a recurrent layer written out step by step (an ``nn.RNN`` the exporter decomposed, which read
-    # its ``weight_hh_l0``) are one cuDNN call with their adds and tanhs in eager: the oracle's recurrent groups.
-    matmuls = {node for edge in fused for node in edge
-               if data[node]["op"] in MATMUL_CALL_OPS and recurrent_weight_layer(graph, node) is None}
+    # its ``weight_hh_l0``, or whose weights an optimised export renamed) are one cuDNN call with their adds and
+    # tanhs in eager: the oracle's recurrent groups.
+    unrolled = unrolled_recurrent_matmuls(graph)
+    matmuls = {node for edge in fused for node in edge if data[node]["op"] in MATMUL_CALL_OPS
+               and node not in unrolled and recurrent_weight_layer(graph, node) is None}
     if not calls and not matmuls:
         return fused
     unit = _aten_call_of(graph) if matmuls else {}
@@ -644,13 +647,16 @@ def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) 
     held = matmuls | {node for edge in fused for node in edge if unit.get(node, -1) in units}
     readers = _fused_readers(fused)
     transparent = views.__contains__
+    inside = edges_inside_one_call(graph) if matmuls else set()
 
     def one_call(u: str, v: str) -> bool:
         return u in unit and unit[u] == unit.get(v)
 
     def joins_a_call(u: str, v: str) -> bool:
         if u in held:
-            if one_call(u, v):
+            # the exporter's names put both ends in one aten call (``baddbmm``'s scaled product, written as a
+            # MatMul and a Mul that pass a ``val_<k>``: alpha is the GEMM's epilogue)
+            if one_call(u, v) or (u, v) in inside:
                 return False
             reached = _reached(v, readers, transparent)
             return not (transparent(v) and reached and all(one_call(u, r) for r in reached))
