@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Real measurements: a local mirror (CI passes ../shared/datasets) or `lilou data fetch`.
 export LILOU_DATA_DIR ?= $(firstword $(wildcard ../shared/datasets) datasets)
 
-.PHONY: install lint test demo bench bench-data bench-kernel-table bench-conv-geometry bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean bench-intervals calibrate calibrate-llm bench-serve bench-llm
+.PHONY: install lint test demo bench bench-data bench-kernel-table bench-conv-geometry bench-graph bench-kernels bench-fusion bench-e2e bench-speed bench-summary train-kernels fusion-data train-fusion fit-e2e fuzz clean bench-intervals calibrate calibrate-llm bench-serve bench-llm kernel-floors
 
 install: $(STAMP)
 
@@ -92,6 +92,10 @@ bench-llm: install
 	$(PY) scripts/bench_llm.py
 
 # The shipped LLM constants lilou/llm/calibration.json and attention.json, refitted by the same script (no CLI timing).
+# Each kernel family's smallest GPU time, from the kernel table's launch-free rows (lilou/latency/kernel_model/kernel_floor.json).
+kernel-floors: install
+	$(PY) scripts/kernel_floors.py
+
 calibrate-llm: install
 	$(PY) scripts/bench_llm.py --quick --write-shipped
 

@@ -30,6 +30,7 @@ from lilou.latency.composition.fallback import FALLBACK_TYPE, FallbackModel, use
 from lilou.latency.kernel_model.features import UNITS, DeviceColumns, KernelBatch, roofline_ms
 from lilou.latency.kernel_model.inference import KernelModel
 from lilou.latency.kernel_model.kernel import FAMILIES, KernelSpec, describe_graph_kernel
+from lilou.latency.kernel_model.kernel_floor import kernel_floor_ms
 from lilou.latency.composition.monotone import dominating_devices, ladder_levels, mig_envelope, size_ladder
 from lilou.latency.composition.overhead import OverheadModel
 from lilou.latency.kernel_model.precision import PrecisionPath, fp64_peak_tflops, kernel_path, kernel_unit
@@ -163,13 +164,15 @@ class EndToEndModel:
         return self.tensor_model is not None and not self.kernel_model.uses_units
 
     def kernel_work(self, kernels: GraphKernels, devices: Sequence[Device], batch: int | None = None,
-                    path_for: Callable[[Device], PrecisionPath] | None = None) -> KernelWork:
+                    path_for: Callable[[Device], PrecisionPath] | None = None, floored: bool = True) -> KernelWork:
         """Work of every kernel on every device, one batched prediction for all of them.
 
         ``batch``: the graph's batch size when known; it sets the size ladder
         (:func:`lilou.latency.composition.monotone.ladder_levels`). ``path_for``: each device's precision path; a
         kernel model that learned the units of the kernel table (its features include ``precision``)
-        then prices GEMMs and convolutions at the peak of their unit (BF16 tensor cores ...).
+        then prices GEMMs and convolutions at the peak of their unit (BF16 tensor cores ...). ``floored``: no kernel
+        below its family's measured floor (:mod:`lilou.latency.kernel_model.kernel_floor`); ``lilou llm``'s steps go
+        without, their serving constants fitted on measured steps.
         """
         wanted = list(devices)
         every = {d.name: d for d in wanted}
@@ -179,6 +182,9 @@ class EndToEndModel:
                 every.setdefault(other.name, other)
         expanded = list(every.values())
         work, types, bound = self._unique_work(kernels, expanded, ladder_levels(batch), path_for)
+        if floored:  # once per launch (a Loop launches per iteration)
+            launches = np.array([spec.launches for spec in kernels.unique], dtype=np.float64)
+            work = np.maximum(work, (kernel_floor_ms(kernels.unique) * launches)[:, None])
         work = mig_envelope(work, expanded, wanted, dominators)
         column = {d.name: j for j, d in enumerate(expanded)}
         keep = [column[d.name] for d in wanted]
