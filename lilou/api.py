@@ -195,9 +195,11 @@ class Predictor:
             check_batch(batch)
             batch = int(batch)  # a numpy integer (np.arange, pandas) would reach the JSON and json.dumps refuse it
         graph = self._graph(model, batch, shapes, check_input_values(values) or None)
+        graph, folded_note = _as_quantized_runtimes_run(graph)
         reusable = like is not None and like.backend == self.backend and like.partition is not None \
             and like.graph.same_structure(graph)
         kernels, warnings, partition = self._kernels(graph, like.partition if reusable else None)
+        warnings += folded_note
         from lilou.graph.reading import GraphReading  # onnx is loaded by now: a graph was read
 
         if isinstance(model, GraphReading):
@@ -343,12 +345,13 @@ class Predictor:
         said = f"--precision {precision}:"
         if precision is None or any(w.startswith(said) for w in prepared.warnings):
             return prepared  # no option, or already retyped (a prepared model the caller retyped)
-        from lilou.graph.retype import retyped, without_redundant_casts, without_restored_batch_norms
+        from lilou.graph.retype import batch_norms_int8_runtimes_fold, retyped, without_batch_norms, without_redundant_casts
 
         stored = _stored_precision(prepared.graph)
-        source, folded, warnings = prepared.graph, [], prepared.warnings
-        if check_precision(precision) in ("int8", "fp8"):  # the batch norms an INT8 (FP8) runtime folds stay folded
-            source, folded = without_restored_batch_norms(source)
+        source, folded, written, warnings = prepared.graph, [], [], prepared.warnings
+        if check_precision(precision) in ("int8", "fp8"):  # an INT8 (FP8) runtime folds the batch norms after convolutions
+            folded, written = batch_norms_int8_runtimes_fold(source)
+            source = without_batch_norms(source, [*folded, *written])
             if folded:
                 warnings = tuple(w for w in warnings if not w.startswith(f"{len(folded)} BatchNormalization(s) that "
                                                                          "the exporter folded"))
@@ -363,7 +366,7 @@ class Predictor:
         graph, dropped = without_redundant_casts(source, graph)
         if graph is not prepared.graph and prepared.partition is not None:
             partition = prepared.partition
-            if dropped or folded:  # the kernels they sat between may be one (a linear layer's matmul and bias add)
+            if dropped or folded or written:  # the kernels they sat between may be one (a linear layer's matmul and bias add)
                 from lilou.fusion.predict import predict_partition
 
                 partition = predict_partition(graph, self.backend, checkpoints=self.fusion_checkpoints)
@@ -391,6 +394,8 @@ class Predictor:
             note += (f"; the {len(folded)} BatchNormalization(s) the exporter folded into the convolutions before them "
                      f"stay folded, as {precision.upper()} runtimes (TensorRT, onnxruntime) run them and as a file "
                      "quantized so has them")
+        if written:
+            note += f"; {_batch_norms_folded_note(len(written), precision.upper())}"
         return dataclasses.replace(prepared, warnings=(*warnings, note))
 
     # ---------------------------------------------------------------- helpers
@@ -712,6 +717,27 @@ def check_launch_gap(gap_ms: float | None) -> float | None:
                                         and 0 <= gap_ms <= MAX_LAUNCH_GAP_MS):  # True was taken as 1 ms
         raise LilouInputError(f"launch gap {gap_ms!r} ms: give 0 to {MAX_LAUNCH_GAP_MS:g} ms (0 to 1000 us) per kernel")
     return float(gap_ms)
+
+
+def _as_quantized_runtimes_run(graph: ModelGraph) -> tuple[ModelGraph, list[str]]:
+    """An INT8 or FP8 file as its runtimes run it: the batch norms it writes after convolutions folded into them
+    (NVIDIA ModelOpt's FP8 ResNet leaves its 20 to TensorRT), with a note; any other file as it is."""
+    precision = model_precision(graph).precision
+    if precision not in ("int8", "fp8"):
+        return graph, []
+    from lilou.graph.retype import batch_norms_int8_runtimes_fold, without_batch_norms
+
+    restored, written = batch_norms_int8_runtimes_fold(graph)
+    if not restored and not written:
+        return graph, []
+    return without_batch_norms(graph, [*restored, *written]), [
+        f"{_batch_norms_folded_note(len(restored) + len(written), precision.upper())}: "
+        "a batch norm after each convolution launches no kernel of its own there"]
+
+
+def _batch_norms_folded_note(count: int, precision: str) -> str:
+    return (f"the {count} BatchNormalization(s) after convolutions are folded into them, as {precision} runtimes "
+            "(TensorRT, onnxruntime) run them")
 
 
 def _stored_precision(graph: ModelGraph) -> str:
