@@ -430,3 +430,21 @@ def test_pruning_skips_a_file_another_build_renames_meanwhile(tmp_path: Path, mo
 
     monkeypatch.setattr(Path, "stat", stat)
     assert kernel_table.prune_stale_parts("liger_kernel", current) == []
+
+
+def test_a_quote_in_the_cache_path_is_part_of_the_path(datasets_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The cache path was pasted into SQL unquoted: with HOME=/home/o'brien (or such a LILOU_CACHE_DIR) every source
+    of `lilou data list` was `cannot read the files in ... (Parser Error: unterminated string literal): check them
+    with lilou data verify`, and the kernel table could never be built."""
+    from lilou.cli import main
+
+    root = _liger_only(datasets_dir, tmp_path)
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "o'brien"))
+    assert main(["data", "list", "--format", "json", "--data-dir", str(root)]) == 0
+    entry = next(e for e in json.loads(capsys.readouterr().out) if e["name"] == "liger_kernel")
+    assert "error" not in entry and entry["rows"] > 0
+    build = build_source("liger_kernel", root)
+    assert build.cached and build.parquet.parent == tmp_path / "o'brien" / "kernel_table"
+    assert kernel_table(["liger_kernel"], data_dir=root).count("*").fetchall()[0][0] == build.rows == entry["rows"]

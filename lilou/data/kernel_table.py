@@ -36,7 +36,7 @@ import duckdb
 from lilou.data.kernel_schema import COLUMN_NAMES, DTYPES, FAMILIES, TIMING_METHODS
 from lilou.data.paths import data_root, dataset_dir
 from lilou.data.profiles import PROFILE_DATASET, ROWS_FILE
-from lilou.data.readers.base import SourceRows
+from lilou.data.readers.base import SourceRows, sql_list, sql_string
 from lilou.data.sources import DATASETS
 from lilou.errors import LilouInputError, interrupted_query
 
@@ -156,7 +156,7 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
     try:
         with _terminate_as_interrupt():
             mapped.filter("drop_reason IS NULL").project(columns).write_parquet(str(partial), compression="zstd")
-            kept = con.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0]  # type: ignore[index]
+            kept = con.execute(f"SELECT count(*) FROM read_parquet({sql_string(partial)})").fetchone()[0]  # type: ignore[index]
             seconds = time.perf_counter() - start
             partial.replace(target)
             summary_partial.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)},
@@ -213,8 +213,7 @@ def kernel_table(sources: Iterable[str] | None = None, data_dir: str | os.PathLi
     """The table (the wanted sources) as a lazy DuckDB relation over the cached parquet parts."""
     parts = [build.parquet for build in build_table(sources, data_dir)]
     con = con or _shared_connection()
-    files = ", ".join(f"'{p}'" for p in parts)
-    return con.sql(f"SELECT * FROM read_parquet([{files}], union_by_name = true)")
+    return con.sql(f"SELECT * FROM read_parquet({sql_list(parts)}, union_by_name = true)")
 
 
 @cache
@@ -389,7 +388,7 @@ class SourceSummary:
 def summarise(build: SourceBuild) -> SourceSummary:
     """Distinct GPUs, dtypes, families and timing methods of one cached source part."""
     con = _shared_connection()
-    scan = f"read_parquet('{build.parquet}')"
+    scan = f"read_parquet({sql_string(build.parquet)})"
 
     def distinct(column: str) -> list[str]:
         return [v for (v,) in con.execute(f'SELECT DISTINCT "{column}" FROM {scan} ORDER BY 1').fetchall()]
