@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import errno
 import gc
+import io
 import os
 import sys
 import traceback
@@ -97,8 +98,9 @@ def leave(status: int, quick: bool) -> NoReturn:
     matplotlib folder (``--plot`` with a read-only HOME), done here."""
     if quick:
         with contextlib.suppress(OSError):  # run_command flushed stdout and handled its errors already
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # closed when the process started
+                    stream.flush()
         if "lilou.report.mpl" in sys.modules:
             sys.modules["lilou.report.mpl"].remove_config_dir()
         os._exit(status)
@@ -108,13 +110,24 @@ def leave(status: int, quick: bool) -> NoReturn:
 def run_command(argv: Sequence[str] | None, quick_exit: bool = False) -> tuple[int, bool]:
     """Run one command: (exit status, whether the process may :func:`leave` at once: ``quick_exit`` asked and the
     command allows it; its garbage collector is then off)."""
-    quick = False
     # The fusion GNN's feature-version warning (lilou.fusion.gnn_predictor.StaleFusionCheckpointWarning, matched by
     # message so that no model module is imported here) is for the library and the scripts: the CLI's stderr holds
     # one line per error (issue 17), and the shipped checkpoint's version is recorded in its config.json.
     warnings.filterwarnings("ignore", message=r"fusion checkpoint .* (was trained on features of version|records no "
                                               r"feature version)")
     argv = sys.argv[1:] if argv is None else list(argv)
+    closed = sys.stdout is None  # started with stdout closed (`lilou ... >&-`): Python leaves None there
+    if closed:
+        sys.stdout = _ClosedStdout()
+    try:
+        return _run(argv, quick_exit)
+    finally:
+        if closed:
+            sys.stdout = None
+
+
+def _run(argv: list[str], quick_exit: bool) -> tuple[int, bool]:
+    quick = False
     try:
         args = build_parser(argv[0] if argv else None).parse_args(argv)
         quick = quick_exit and getattr(args, "quick_exit", False)
@@ -181,7 +194,21 @@ def _extra_for(exc: ImportError, command: str) -> str | None:
     return COMMAND_EXTRAS.get(command, OPTIONAL_MODULES[module])
 
 
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EBADF}
+
+
+class _ClosedStdout(io.TextIOBase):
+    """stdout when the process was started with it closed: writing is ``cannot write output (Bad file descriptor)``,
+    exit 1, as ``>/dev/full`` is (it was an internal AttributeError and a traceback); a command that prints nothing
+    runs as it would."""
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def isatty(self) -> bool:
+        return False
 
 
 def _one_line(exc: BaseException) -> str:

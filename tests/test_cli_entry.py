@@ -127,3 +127,20 @@ def test_a_model_named_like_an_option_is_hinted(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == ("lilou: error: infer: the following arguments are required: model (-model.onnx is "
                                        "read as an option: write ./-model.onnx, or put -- before it)\n")
     assert main(["infer", "--gpu", "a10g", "--format", "json", "--", "-model.onnx"]) == 0
+
+
+@pytest.mark.parametrize("output", [["--format", "json"], []])
+def test_a_closed_stdout_is_a_write_error_in_one_line(output):
+    """`lilou infer ... >&-` (stdout closed when the process starts: Python's sys.stdout is None) was `internal error:
+    AttributeError: 'NoneType' object has no attribute 'write'` and a traceback even without LILOU_DEBUG; it is the
+    one line of `> /dev/full`, exit 1."""
+    child = _console_script("infer", str(RESNET18), "--gpu", "a10g", *output, preexec_fn=lambda: os.close(1))
+    out, err = child.communicate(timeout=300)
+    assert (child.returncode, out, err) == (1, "", "lilou: error: cannot write output (stdout is closed)\n")
+
+
+def test_a_closed_stdout_in_process(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["gpus", "t4", "--format", "json"]) == 1
+    assert sys.stdout is None  # as it was
+    assert capsys.readouterr().err == "lilou: error: cannot write output (stdout is closed)\n"

@@ -400,3 +400,17 @@ def test_a_fit_leaves_room_for_the_cuda_context():
     assert fits_memory((int(4.2 * 2**30), 0), small) and not fits_memory((int(4.4 * 2**30), 0), small)
     (line,) = memory_warning([small], [(int(4.4 * 2**30), 0)])
     assert "> 4.25 GiB (its 4.75 less 0.5 GiB of CUDA context)" in line
+
+
+def test_plot_of_a_model_whose_name_is_not_utf8(capsys, tmp_path):
+    """A model named in bytes that are not UTF-8 (from a Windows or legacy share; Python holds them as lone
+    surrogates) crashed `--plot` with an internal TypeError in matplotlib's font layer, and nothing was printed."""
+    model = tmp_path / "m\udcff\udcfe.onnx"
+    model.write_bytes((REPO / "examples" / "resnet18.onnx").read_bytes())
+    target = tmp_path / "breakdown.png"
+    code, out, err = run(capsys, "infer", str(model), "--gpu", "a10g", "--plot", str(target))
+    assert code == 0, err
+    assert f"wrote {target}" in out and target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from lilou.report.mpl import title_name
+
+    assert title_name(model) == "m\\xff\\xfe.onnx" and title_name("/x/ü.onnx") == "ü.onnx"  # the bytes, shown

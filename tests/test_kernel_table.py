@@ -430,3 +430,84 @@ def test_pruning_skips_a_file_another_build_renames_meanwhile(tmp_path: Path, mo
 
     monkeypatch.setattr(Path, "stat", stat)
     assert kernel_table.prune_stale_parts("liger_kernel", current) == []
+
+
+def test_a_quote_in_the_cache_path_is_part_of_the_path(datasets_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The cache path was pasted into SQL unquoted: with HOME=/home/o'brien (or such a LILOU_CACHE_DIR) every source
+    of `lilou data list` was `cannot read the files in ... (Parser Error: unterminated string literal): check them
+    with lilou data verify`, and the kernel table could never be built."""
+    from lilou.cli import main
+
+    root = _liger_only(datasets_dir, tmp_path)
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "o'brien"))
+    assert main(["data", "list", "--format", "json", "--data-dir", str(root)]) == 0
+    entry = next(e for e in json.loads(capsys.readouterr().out) if e["name"] == "liger_kernel")
+    assert "error" not in entry and entry["rows"] > 0
+    build = build_source("liger_kernel", root)
+    assert build.cached and build.parquet.parent == tmp_path / "o'brien" / "kernel_table"
+    assert kernel_table(["liger_kernel"], data_dir=root).count("*").fetchall()[0][0] == build.rows == entry["rows"]
+
+
+@pytest.mark.parametrize("damage", ["empty summary", "cut summary", "summary of another part", "cut part",
+                                    "empty part"])
+def test_a_damaged_cached_part_is_rebuilt(datasets_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str], damage: str) -> None:
+    """A zero-length or cut summary or part in the cache (a crash before it reached the disk, a full disk, a CI cache
+    restore cut off) failed every later `lilou data list` with `internal error: JSONDecodeError` or DuckDB's
+    `No magic bytes found`, exit 1, until deleted by hand: it is a cache miss, rebuilt and replaced."""
+    from lilou.cli import main
+
+    root = _liger_only(datasets_dir, tmp_path)
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "cache"))
+    good = build_source("liger_kernel", root)
+    summary = good.parquet.with_suffix(".json")
+    part, meta = good.parquet.read_bytes(), summary.read_text()
+    if damage == "empty summary":
+        summary.write_bytes(b"")
+    elif damage == "cut summary":
+        summary.write_text(meta[:12])
+    elif damage == "summary of another part":
+        summary.write_text(json.dumps({"rows": good.rows + 1, "dropped": good.dropped}))
+    elif damage == "cut part":
+        good.parquet.write_bytes(part[:1000])
+    else:
+        good.parquet.write_bytes(b"")
+
+    assert main(["data", "list", "--format", "json", "--data-dir", str(root)]) == 0
+    out, err = capsys.readouterr()
+    entry = next(e for e in json.loads(out) if e["name"] == "liger_kernel")
+    assert err == "" and "error" not in entry
+    assert (entry["rows"], entry["dropped"]) == (good.rows, good.dropped)
+    assert json.loads(summary.read_text())["rows"] == good.rows and len(good.parquet.read_bytes()) == len(part)
+    again = build_source("liger_kernel", root)
+    assert again.cached and (again.parquet, again.rows) == (good.parquet, good.rows)
+    assert sorted(p.name for p in summary.parent.iterdir()) == sorted([good.parquet.name, summary.name])
+
+
+def test_a_full_cache_disk_is_the_caches_error(datasets_dir: Path, tmp_path: Path) -> None:
+    """A full disk under the cache was `<source>: cannot read the files in <data folder> (IO Error: ... No space left
+    on device): check them with lilou data verify ... and re-fetch`, sending the user to download healthy data again.
+    A file size limit (RLIMIT_FSIZE) refuses the write as a full disk does."""
+    import os
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    root = _liger_only(datasets_dir, tmp_path)
+    cache = tmp_path / "cache"
+
+    def small_files() -> None:  # the part is about 20 kB
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LILOU_CACHE_DIR": str(cache)}
+    env.pop("LILOU_DEBUG", None)
+    child = subprocess.run([sys.executable, "-m", "lilou", "data", "list", "--format", "json", "--data-dir", str(root)],
+                           env=env, preexec_fn=small_files, capture_output=True, text=True, timeout=600)
+    assert (child.returncode, child.stdout) == (2, "")
+    assert child.stderr == (f"lilou: error: cannot write the kernel table's cache in {cache}/kernel_table (File too "
+                            "large): set LILOU_CACHE_DIR to a writable folder (default ~/.cache/lilou)\n")
+    assert list((cache / "kernel_table").iterdir()) == []

@@ -926,3 +926,14 @@ def test_a_whole_gpu_comes_before_its_full_slice_at_the_same_cost(capsys, tmp_pa
     assert priced[0]["usd_per_million"] == priced[1]["usd_per_million"]
     unpriced = plan_json(capsys, *argv)["plan"]
     assert [e["device"] for e in unpriced] == ["h200", "h200/7g.141gb", "h100-sxm", "h100-sxm/7g.80gb"]
+
+
+def test_plot_of_a_model_whose_name_is_not_utf8(capsys, tmp_path):
+    """A model named in bytes that are not UTF-8 crashed `plan --plot` with an internal TypeError (the chart's title
+    could not be drawn), and the plan was lost."""
+    model = tmp_path / "m\udcff\udcfe.onnx"
+    model.write_bytes((REPO / "examples" / "resnet18.onnx").read_bytes())
+    out = tmp_path / "plan.png"
+    code, stdout, err = run(capsys, "plan", str(model), "--slo-ms", "10", "--gpus", "a10g,t4", "--plot", str(out))
+    assert code == 0, err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in stdout

@@ -10,7 +10,8 @@ are checked against the schema, and are written once to ``<cache>/kernel_table/<
 ``key`` hashes the source files' names, sizes and mtimes, the schema and the GPU database, so a
 changed mirror or database rebuilds that source and nothing else. Rows that cannot enter the table
 (unknown GPU or dtype, not NVIDIA, held back, memory rows, no latency ...) are counted per reason
-in ``<source>-<key>.json``, never dropped without a word.
+in ``<source>-<key>.json``, never dropped without a word. Both are synced to the disk before they are renamed into
+place; a part or summary that cannot be read all the same (cut, empty) is a cache miss, rebuilt.
 
 Every query afterwards is DuckDB over the parquet files: column and row filters are pushed down,
 so a trainer that wants the BF16 GEMMs never loads the 7 M other rows.
@@ -18,9 +19,11 @@ so a trainer that wants the BF16 GEMMs never loads the 7 M other rows.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -36,7 +39,7 @@ import duckdb
 from lilou.data.kernel_schema import COLUMN_NAMES, DTYPES, FAMILIES, TIMING_METHODS
 from lilou.data.paths import data_root, dataset_dir
 from lilou.data.profiles import PROFILE_DATASET, ROWS_FILE
-from lilou.data.readers.base import SourceRows
+from lilou.data.readers.base import SourceRows, sql_list, sql_string
 from lilou.data.sources import DATASETS
 from lilou.errors import LilouInputError, interrupted_query
 
@@ -139,9 +142,10 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
     key = _cache_key(name, rows.files, folder)
     target = cache_dir() / "kernel_table" / f"{name}-{key}.parquet"
     summary = target.with_suffix(".json")
-    if target.is_file() and summary.is_file() and not refresh:
-        meta = json.loads(summary.read_text(encoding="utf-8"))
-        return SourceBuild(name, target, meta["rows"], meta["dropped"], 0.0, cached=True)
+    if not refresh:
+        cached = _cached(name, target, summary, con)
+        if cached is not None:
+            return cached
     start = time.perf_counter()
     mapped = _with_gpus(con, rows)
     dropped = dict(mapped.filter("drop_reason IS NOT NULL").aggregate("drop_reason, count(*)").fetchall())
@@ -155,18 +159,54 @@ def _build(name: str, reader, folder: Path, con: duckdb.DuckDBPyConnection, refr
     # one killed outright (SIGKILL) leaves them to prune_stale_parts.
     try:
         with _terminate_as_interrupt():
-            mapped.filter("drop_reason IS NULL").project(columns).write_parquet(str(partial), compression="zstd")
-            kept = con.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0]  # type: ignore[index]
+            try:
+                mapped.filter("drop_reason IS NULL").project(columns).write_parquet(str(partial), compression="zstd")
+            except duckdb.Error as exc:  # the sources are read here too: only an error writing the part is the cache's
+                reason = _write_failure(exc, partial)
+                if reason is None:
+                    raise
+                raise _not_writable(partial.parent, reason) from None
+            kept = con.execute(f"SELECT count(*) FROM read_parquet({sql_string(partial)})").fetchone()[0]  # type: ignore[index]
             seconds = time.perf_counter() - start
-            partial.replace(target)
-            summary_partial.write_text(json.dumps({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)},
-                                                  indent=1), encoding="utf-8")
-            summary_partial.replace(summary)
+            try:
+                # on the disk before the renames: a crash must not leave a zero-length part or summary in their place
+                _sync(partial)
+                with summary_partial.open("w", encoding="utf-8") as file:
+                    json.dump({"rows": kept, "dropped": dropped, "seconds": round(seconds, 2)}, file, indent=1)
+                    file.flush()
+                    os.fsync(file.fileno())
+                partial.replace(target)
+                summary_partial.replace(summary)
+                with contextlib.suppress(OSError):  # the renames themselves; not every file system syncs a folder
+                    _sync(target.parent)
+            except OSError as exc:
+                raise _not_writable(partial.parent, exc.strerror or str(exc)) from None
     finally:
         for path in (partial, partial.with_name(DUCKDB_TMP + partial.name), summary_partial):
             path.unlink(missing_ok=True)  # gone already after a build that succeeded
     prune_stale_parts(name, target)
     return SourceBuild(name, target, kept, dropped, seconds, cached=False)
+
+
+def _cached(name: str, target: Path, summary: Path, con: duckdb.DuckDBPyConnection) -> SourceBuild | None:
+    """The part already in the cache, or None where there is none or it cannot be read: a zero-length or cut summary
+    or part (a crash before it reached the disk, a full disk, a CI cache restore cut off) is rebuilt, and so
+    replaced; it failed every later run with an internal JSONDecodeError or DuckDB error until deleted by hand."""
+    if not (target.is_file() and summary.is_file()):
+        return None
+    try:
+        meta = json.loads(summary.read_text(encoding="utf-8"))
+        rows, dropped = meta["rows"], meta["dropped"]
+        if not (isinstance(rows, int) and isinstance(dropped, dict)
+                and all(isinstance(k, str) and isinstance(v, int) for k, v in dropped.items())):
+            return None
+        # the row count is in the parquet footer, which a cut file lacks: no data is read
+        stored = con.execute(f"SELECT count(*) FROM read_parquet({sql_string(target)})").fetchall()[0][0]
+    except duckdb.InterruptException:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, duckdb.Error):  # ValueError: JSON, UTF-8
+        return None
+    return SourceBuild(name, target, rows, dropped, 0.0, cached=True) if stored == rows else None
 
 
 class CacheNotWritableError(LilouInputError):
@@ -179,9 +219,45 @@ def _check_writable(partial: Path) -> None:
         partial.parent.mkdir(parents=True, exist_ok=True)
         partial.touch()
     except OSError as exc:
-        raise CacheNotWritableError(
-            f"cannot write the kernel table's cache in {partial.parent} ({exc.strerror or exc}): set {CACHE_ENV} to a "
-            "writable folder (default ~/.cache/lilou)") from None
+        raise _not_writable(partial.parent, exc.strerror or str(exc)) from None
+
+
+def _not_writable(folder: Path, reason: str) -> CacheNotWritableError:
+    """The one line of a cache that cannot be written (read-only, full): not the sources' fault, whose error sent
+    the user to verify and re-download healthy data."""
+    return CacheNotWritableError(f"cannot write the kernel table's cache in {folder} ({reason}): set {CACHE_ENV} to a "
+                                 "writable folder (default ~/.cache/lilou)")
+
+
+#: Errors of a write that the disk refused (full, over quota, over a size limit, read-only).
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _write_failure(exc: duckdb.Error, partial: Path) -> str | None:
+    """Why DuckDB could not write ``partial`` (``No space left on device``), or None where ``exc`` is not a failure to
+    write it (a source file that cannot be read, an interruption)."""
+    if isinstance(exc, duckdb.InterruptException):
+        return None
+    text = str(exc)
+    # DuckDB 1.x: 'IO Error: Could not write file "<path>": No space left on device'; 2.x adds the errno as JSON
+    number = re.search(r'"errno"\s*:\s*"?(\d+)', text)
+    if number and int(number.group(1)) in WRITE_ERRNOS:
+        return os.strerror(int(number.group(1)))
+    if partial.name not in text:
+        return None
+    if number:
+        return os.strerror(int(number.group(1)))
+    tail = text.strip().splitlines()[0].rsplit(": ", 1)[-1].strip(' "}')
+    return tail or type(exc).__name__
+
+
+def _sync(path: Path) -> None:
+    """Flush ``path`` (a file or a folder) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -213,8 +289,7 @@ def kernel_table(sources: Iterable[str] | None = None, data_dir: str | os.PathLi
     """The table (the wanted sources) as a lazy DuckDB relation over the cached parquet parts."""
     parts = [build.parquet for build in build_table(sources, data_dir)]
     con = con or _shared_connection()
-    files = ", ".join(f"'{p}'" for p in parts)
-    return con.sql(f"SELECT * FROM read_parquet([{files}], union_by_name = true)")
+    return con.sql(f"SELECT * FROM read_parquet({sql_list(parts)}, union_by_name = true)")
 
 
 @cache
@@ -389,7 +464,7 @@ class SourceSummary:
 def summarise(build: SourceBuild) -> SourceSummary:
     """Distinct GPUs, dtypes, families and timing methods of one cached source part."""
     con = _shared_connection()
-    scan = f"read_parquet('{build.parquet}')"
+    scan = f"read_parquet({sql_string(build.parquet)})"
 
     def distinct(column: str) -> list[str]:
         return [v for (v,) in con.execute(f'SELECT DISTINCT "{column}" FROM {scan} ORDER BY 1').fetchall()]

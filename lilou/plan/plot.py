@@ -13,7 +13,7 @@ MAX_DEVICES = 8
 def plot_plan(plan: CapacityPlan, path: str | os.PathLike[str], max_devices: int = MAX_DEVICES) -> list[str]:
     """Write the chart; returns the devices drawn (the plan's first ``max_devices``, or the fastest at the
     smallest batch when no device meets the SLO)."""
-    from lilou.report.mpl import pyplot
+    from lilou.report.mpl import pyplot, title_name
 
     plt = pyplot()
 
@@ -33,7 +33,7 @@ def plot_plan(plan: CapacityPlan, path: str | os.PathLike[str], max_devices: int
     axis.set_yscale("log")
     axis.set_xlabel("batch")
     axis.set_ylabel("inter-token latency (ms)" if plan.kind == "llm" else "latency (ms)")
-    axis.set_title(f"{os.path.basename(plan.model)}: predicted latency, 90 % interval shaded")
+    axis.set_title(f"{title_name(plan.model)}: predicted latency, 90 % interval shaded")
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=7, loc="upper left")
     figure.tight_layout()

@@ -54,3 +54,10 @@ def _default_dirs_writable() -> bool:
         if not os.access(folder, os.W_OK):
             return False
     return True
+
+
+def title_name(path: str | os.PathLike[str]) -> str:
+    """A file's name for a chart's title: bytes that are not UTF-8 (a model copied from a Windows or legacy share,
+    decoded by Python as lone surrogates) written as ``\\xff``; matplotlib's font layer refused the name, and the
+    whole prediction was lost to an internal TypeError."""
+    return os.path.basename(os.fsencode(path)).decode("utf-8", "backslashreplace")

@@ -32,7 +32,7 @@ def plot_breakdown(prediction: Prediction, path: str | os.PathLike[str], top: in
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     if not os.path.isdir(folder):
         raise LilouInputError(f"--plot: folder {folder!r} does not exist")
-    from lilou.report.mpl import pyplot
+    from lilou.report.mpl import pyplot, title_name
 
     plt = pyplot()
     from matplotlib.patches import Patch
@@ -46,7 +46,7 @@ def plot_breakdown(prediction: Prediction, path: str | os.PathLike[str], top: in
         axes.set_yticks(range(len(kernels)), [_label(k) for k in kernels], fontsize=8)
         axes.set_xlabel("predicted time (ms)")
         device = prediction.gpu if prediction.mig is None else f"{prediction.gpu} MIG {prediction.mig}"
-        axes.set_title(f"{os.path.basename(prediction.model)} on {device} ({prediction.backend}): "
+        axes.set_title(f"{title_name(prediction.model)} on {device} ({prediction.backend}): "
                        f"{prediction.latency_ms:.3f} ms, {len(prediction.kernels)} kernels; "
                        f"fallback {100 * prediction.fallback_share:.1f} %", fontsize=9)
         fallback = prediction.fallback_kernels

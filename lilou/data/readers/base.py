@@ -38,9 +38,15 @@ def select(expressions: Mapping[str, str], from_clause: str, drop_reason: str = 
     return "SELECT " + ",\n       ".join(parts) + f"\n{from_clause}"
 
 
+def sql_string(path: Path | str) -> str:
+    """A DuckDB string literal of a file path (a quote in it doubled: ``/home/o'brien`` is one path, not an
+    unterminated string)."""
+    return "'" + str(path).replace("'", "''") + "'"
+
+
 def sql_list(paths: list[Path] | tuple[Path, ...]) -> str:
     """A DuckDB list literal of file paths."""
-    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+    return "[" + ", ".join(sql_string(p) for p in paths) + "]"
 
 
 def require_files(folder: Path, pattern: str, source: str) -> list[Path]:
