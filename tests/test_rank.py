@@ -172,7 +172,8 @@ def test_devices_priced_in_two_storage_groups_get_one_warning_per_fact(zoo_onnx)
     total = len(all_devices())
     assert len(ranking.entries) == total
     fallback = [w for w in ranking.warnings if "use the memory-bound fallback" in w]
-    assert len(fallback) == 1 and fallback[0].startswith("70 of 151 kernels")
+    # (99 kernels: FP8 runtimes fold the 52 batch norms into the convolutions before them)
+    assert len(fallback) == 1 and fallback[0].startswith("18 of 99 kernels")
     short = [e.device for e in ranking.entries if not e.fits]
     (memory,) = [w for w in ranking.warnings if "does not fit in memory" in w]
     assert f"on {len(short)} of {total} devices (" in memory
