@@ -1,6 +1,6 @@
 """precision_path: what runs a prediction's precision on each device (native, weight_only, emulated, no_runtime), in
-infer's and rank's JSON and tables (audit ua44b, finding 1: rank's JSON could not tell native, weight-only and
-impossible rows apart)."""
+infer's, rank's and plan's JSON and tables; a plan counts no device where no runtime runs the precision (audit ua44b,
+finding 1: `plan --precision fp8` said "6 of 6 devices meet the SLO" and ranked V100 and T4 among the cheapest)."""
 from __future__ import annotations
 
 import json
@@ -108,6 +108,41 @@ def test_rank_table_marks_rows_not_run_natively(capsys):
     code, out, err = run(capsys, "rank", BERT, "--gpus", FP8_GPUS)
     assert code == 0 and not any("┃ #" in line and "precision" in line for line in out.splitlines())
     assert "no runtime!" not in out
+
+
+def test_plan_does_not_count_a_device_no_runtime_runs_the_precision_on(capsys):
+    code, out, err = run(capsys, "plan", BERT, "--slo-ms", "2000", "--precision", "fp8", "--gpus", FP8_GPUS,
+                         "--batches", "1", "--format", "json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert [(e["device"], e["precision_path"]) for e in plan["plan"]] == [("h100-sxm", "native"),
+                                                                          ("a100-sxm4-80gb", "weight_only")]
+    assert plan["unmet"] == [
+        {"device": "t4", "precision_path": "no_runtime",
+         "reason": "precision: no known runtime runs FP8 GEMMs on t4 (FP8 needs compute capability 8.9, weight-only "
+                   "kernels 8.0): a lower bound"},
+        {"device": "v100-sxm2-32gb", "precision_path": "no_runtime",
+         "reason": "precision: no known runtime runs FP8 GEMMs on v100-sxm2-32gb (FP8 needs compute capability 8.9, "
+                   "weight-only kernels 8.0): a lower bound"}]
+    assert plan["plan"][1]["precision_note"].startswith("FP8 GEMMs run weight-only on a100-sxm4-80gb")
+    code, out, err = run(capsys, "plan", BERT, "--slo-ms", "2000", "--precision", "fp8", "--gpus", FP8_GPUS,
+                         "--batches", "1")
+    assert code == 0, err
+    assert "2 of 4 devices meet the SLO" in out
+    assert "2 of 4 devices left out: 2 for the precision (no runtime runs it there) (t4, v100-sxm2-32gb)" in out
+    assert any("a100-sxm4-80gb" in line and "fp8 weight-only" in line for line in out.splitlines())
+
+
+def test_plan_of_devices_none_runs_the_precision_on_is_empty_and_says_why(capsys):
+    code, out, err = run(capsys, "plan", RESNET_QDQ, "--slo-ms", "1000", "--gpus", "p100-pcie-16gb,m40",
+                         "--batches", "1", "--format", "json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["plan"] == []
+    assert [u["precision_path"] for u in plan["unmet"]] == ["no_runtime", "no_runtime"]
+    assert plan["message"] == ("no device meets the SLO of 1000 ms: no known runtime runs the precision on any of the "
+                               "2 device(s) (first: no INT8 path on p100-pcie-16gb (no INT8 tensor cores, no DP4A): a "
+                               "lower bound)")
 
 
 def test_infer_table_says_the_path_where_not_native(capsys):
