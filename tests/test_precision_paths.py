@@ -152,3 +152,17 @@ def test_infer_table_says_the_path_where_not_native(capsys):
             "on the FP16 tensor cores (no FP8 tensor cores)") in out
     code, out, err = run(capsys, "infer", BERT, "--gpu", "h100-sxm", "--precision", "fp8", "--top", "0")
     assert code == 0 and "precision path" not in out
+
+
+def test_a_mixed_files_other_precision_counts_in_its_verdict():
+    """bert-fp16-half32 reads FP32 (its dominant precision) but runs half its GEMMs in FP16: on a P100, which has no
+    FP16 tensor cores, those run with FP32 math, so the prediction is emulated, not native."""
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    mixed = str(DATA / "typed" / "bert-fp16-half32.onnx")
+    p100, v100 = predictor.predict_many(mixed, ["p100-pcie-16gb", "v100-sxm2-32gb"])
+    assert (p100.precision, p100.precision_path) == ("fp32", "emulated")
+    assert p100.precision_note == ("FP16 GEMMs run with FP32 math on p100-pcie-16gb's CUDA cores (no FP16 tensor "
+                                   "cores)")
+    assert (v100.precision_path, v100.precision_note) == ("native", "")
