@@ -53,9 +53,10 @@ from lilou.latency.composition.overhead import (E2E_OVERHEAD, LAUNCH_GAP_RANGE, 
 from lilou.latency.kernel_model.checkpoint import TENSOR_KIND
 from lilou.latency.kernel_model.coverage import MeasuredCoverage
 from lilou.latency.kernel_model.inference import KernelModel
-from lilou.latency.kernel_model.precision import (PrecisionPath, band_precisions, check_precision, check_precision_options,
-                                                  kernel_path, kernel_precisions, precision_path, precision_warnings,
-                                                  runs_tf32, runs_weight_only, tf32_moot, tf32_unavailable)
+from lilou.latency.kernel_model.precision import (PrecisionPath, PrecisionSupport, band_precisions, check_precision,
+                                                  check_precision_options, kernel_path, kernel_precisions,
+                                                  precision_path, precision_support, precision_warnings, runs_tf32,
+                                                  runs_weight_only, tf32_moot, tf32_unavailable)
 from lilou.graph.precision import ModelPrecision, math_op_precisions, model_precision
 from lilou.plan.calibration import Calibration
 from lilou.plan.intervals import Intervals, compute_intervals, no_intervals, with_related_devices
@@ -285,10 +286,14 @@ class Predictor:
         gpu_work = self.model.overhead.gpu_ms(work.work_ms).sum(axis=0)
         need = memory_needed(graph)
         need_gb = round(sum(need) / 2**30, 4)
-        entries = [RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32, _rounded(bounds.interval(j)),
-                             round(float(bounds.extrapolated_share[j]), 4), fits_memory(need, d), round(float(gpu_work[j]), 4),
-                             need_gb, self.backend)
-                   for j, (d, t, path) in enumerate(zip(devices, totals, paths))]
+        entries = []
+        for j, (d, t, path) in enumerate(zip(devices, totals, paths)):
+            support = reading.support(path, d)
+            entries.append(RankEntry(d.gpu, d.mig, round(float(t), 4), path.precision, path.tf32,
+                                     _rounded(bounds.interval(j)), round(float(bounds.extrapolated_share[j]), 4),
+                                     fits_memory(need, d), round(float(gpu_work[j]), 4), need_gb, self.backend,
+                                     precision_path=support.path, precision_note=support.note,
+                                     precision_warnings=tuple(reading.notes([path], [d], self.coverage))))
         return entries, _PricedGroup(prepared, reading, devices, shares, paths, bounds, need)
 
     def _rank_warnings(self, groups: Sequence[_PricedGroup]) -> tuple[list[str], list[str]]:
@@ -484,6 +489,7 @@ class Predictor:
         waits = np.maximum(shares - gpu, 0.0)
         batch = batch if batch is not None else leading
         need = memory_needed(graph)  # once, not once per device
+        supports = [reading.support(path, device) for path, device in zip(paths, devices)]
         return [Prediction(model=name, gpu=device.gpu, mig=device.mig, backend=self.backend, batch=batch,
                            latency_ms=round(float(shares[:, j].sum()), 4),
                            kernels=_estimates(kernels, work, gpu, shares, waits, j, bounds),
@@ -498,6 +504,7 @@ class Predictor:
                            + mig_interval_warning([device])
                            + self._interval_warnings(bounds, column=j),
                            precision=paths[j].precision, tf32=paths[j].tf32,
+                           precision_path=supports[j].path, precision_note=supports[j].note,
                            interval_ms=_rounded(bounds.interval(j)),
                            extrapolated_share=round(float(bounds.extrapolated_share[j]), 4),
                            fits=fits_memory(need, device))
@@ -647,6 +654,14 @@ class _GraphPrecision:
 
     def path(self, device: Device) -> PrecisionPath:
         return precision_path(self.detected.precision, device, self.precision, self.tf32)
+
+    def support(self, path: PrecisionPath, device: Device) -> PrecisionSupport:
+        """What runs this model's precision(s) on ``device`` (:func:`precision_support`): its GEMMs' and convolutions'
+        path, and a mixed file's other precisions' (as :meth:`notes` warns of them)."""
+        families = [f for f, present in (("gemm", self.has_matmul), ("conv", self.has_conv)) if present]
+        others = [(kernel_path(path, other), [f for f, present in (("gemm", has_matmul), ("conv", has_conv)) if present])
+                  for other, has_conv, has_matmul in self.others]
+        return precision_support(device, [(path, families), *others])
 
     def notes(self, paths: list[PrecisionPath], devices: list[Device],
               coverage: MeasuredCoverage | None) -> list[str]:

@@ -96,6 +96,10 @@ class Prediction:
     interval_ms: tuple[float, float] = (0.0, 0.0)  # 90 % interval of latency_ms (docs/intervals.md)
     extrapolated_share: float = 0.0  # share (0..1) of the predicted time on extrapolated kernels
     fits: bool = True  # weights + the activations live at the peak within the device's (or slice's) memory
+    # what runs the precision on this device: native | weight_only | emulated | no_runtime (lilou.latency.kernel_model.
+    # precision.PRECISION_PATHS), and why where not native (no_runtime: the latency is a lower bound)
+    precision_path: str = "native"
+    precision_note: str = ""
 
     def __post_init__(self) -> None:  # each warning once, first-seen order
         self.warnings = list(dict.fromkeys(self.warnings))
@@ -142,7 +146,8 @@ class Prediction:
     def to_json(self) -> dict[str, Any]:
         """The ``lilou infer --format json`` object (DESIGN.md)."""
         return {"model": self.model, "gpu": self.gpu, "mig": self.mig, "backend": self.backend,
-                "batch": self.batch, "precision": self.precision, "tf32": self.tf32, "latency_ms": self.latency_ms,
+                "batch": self.batch, "precision": self.precision, "precision_path": self.precision_path,
+                "precision_note": self.precision_note, "tf32": self.tf32, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
                 "fits": self.fits, "kernels": [k.to_json() for k in self.kernels], "warnings": list(self.warnings)}
 
@@ -162,6 +167,11 @@ class RankEntry:
     gpu_work_ms: float = 0.0  # the kernels' GPU time alone, without waits for launches: what a faster host leaves
     memory_gb: float = 0.0  # weights + activations at their peak in GiB, as stored on this device (weight-only FP8 ...)
     backend: str = "eager"  # the runtime whose kernels were predicted (a saved ranking says which)
+    precision_path: str = "native"  # as Prediction's: native | weight_only | emulated | no_runtime
+    precision_note: str = ""        # why, where not native
+    # the precision warnings `infer` gives on this device (its path, units, coverage): the ranking's pooled warnings
+    # are not in rank's JSON list, so each entry carries its own
+    precision_warnings: tuple[str, ...] = ()
 
     @property
     def device(self) -> str:
@@ -171,7 +181,9 @@ class RankEntry:
         """One item of the ``lilou rank --format json`` list (DESIGN.md)."""
         return {"gpu": self.gpu, "mig": self.mig, "latency_ms": self.latency_ms,
                 "interval_ms": list(self.interval_ms), "extrapolated_share": self.extrapolated_share,
-                "fits": self.fits, "memory_gb": self.memory_gb, "precision": self.precision, "tf32": self.tf32,
+                "fits": self.fits, "memory_gb": self.memory_gb, "precision": self.precision,
+                "precision_path": self.precision_path, "precision_note": self.precision_note,
+                "precision_warnings": list(self.precision_warnings), "tf32": self.tf32,
                 "gpu_work_ms": self.gpu_work_ms, "backend": self.backend}
 
 

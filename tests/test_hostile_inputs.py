@@ -659,8 +659,8 @@ def test_memory_fit_is_silent_when_the_model_fits(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert not any("fit in memory" in w for w in result["warnings"])
     assert result["fits"] is True
-    assert set(result) == {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "interval_ms",
-                           "extrapolated_share", "fits", "kernels", "warnings"}
+    assert set(result) == {"model", "gpu", "mig", "backend", "batch", "precision", "precision_path", "precision_note",
+                           "tf32", "latency_ms", "interval_ms", "extrapolated_share", "fits", "kernels", "warnings"}
 
 
 def test_a_model_that_does_not_fit_says_so_in_its_json(tmp_path, capsys):

@@ -17,8 +17,8 @@ from tests.conftest import REPO
 from tests.onnx_builders import make_model, tensor, weight
 
 EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
-JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "precision", "tf32", "latency_ms", "interval_ms",
-               "extrapolated_share", "fits", "kernels", "warnings"}
+JSON_FIELDS = {"model", "gpu", "mig", "backend", "batch", "precision", "precision_path", "precision_note", "tf32",
+               "latency_ms", "interval_ms", "extrapolated_share", "fits", "kernels", "warnings"}
 KERNEL_FIELDS = {"nodes", "type", "latency_ms", "interval_ms", "extrapolated", "flops", "bytes"}
 
 

@@ -17,7 +17,8 @@ EXAMPLE = str(REPO / "examples" / "resnet18.onnx")
 GPUS = "t4,a10g,l4,a100-80gb,a100-80gb/1g.10gb,a100-80gb/3g.40gb"
 PLAN_KEYS = {"model", "kind", "backend", "tp", "slo_ms", "ttft_slo_ms", "batches", "batch_search", "unit", "precision",
              "sort", "devices", "plan", "unmet", "message", "warnings"}
-ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "latency_ms", "interval_ms", "throughput_per_s",
+ENTRY_KEYS = {"device", "gpu", "mig", "resource", "gpus", "batch", "precision", "precision_path", "precision_note",
+              "latency_ms", "interval_ms", "throughput_per_s",
               "throughput_per_s_at_upper", "memory_gb", "device_memory_gb", "fits", "extrapolated_share",
               "ttft_ms", "ttft_kind", "ttft_interval_ms", "usd_per_hour", "price_source", "usd_per_million", "itl_kind",
               "batch_exact", "max_batch"}
@@ -783,22 +784,25 @@ def test_a_plan_says_which_devices_the_host_s_launches_hold(capsys, resnet_dynam
 def test_a_plan_in_fp8_judges_memory_as_each_device_stores_the_model(capsys, monkeypatch, resnet_dynamic):
     """Under --precision fp8 an A100 runs weight-only kernels (FP8 weights, FP16 activations) and an H100 native
     FP8 ones: the plan's memory is each device's, as rank's is, where it was the native FP8 model's for both (a
-    second retyping of every batch, 17-33 ms each for BERT-large, to compute it)."""
+    second retyping of every batch, 17-33 ms each for BERT-large, to compute it). The A100 is priced and then left
+    out: no runtime runs FP8 convolutions there (weight-only kernels are GEMMs; audit ua44b, finding 1)."""
     import lilou.graph.retype
+    from lilou.plan import plan_model
 
     calls = []
     retyped = lilou.graph.retype.retyped
     monkeypatch.setattr(lilou.graph.retype, "retyped", lambda *a, **k: calls.append(k) or retyped(*a, **k))
-    plan = plan_json(capsys, resnet_dynamic, "--slo-ms", "1000", "--gpus", "a100-80gb,h100-sxm", "--batches", "1,8",
-                     "--precision", "fp8")
+    plan = plan_model(resnet_dynamic, 1000, gpus=["a100-80gb", "h100-sxm"], batches=[1, 8], precision="fp8")
     assert len(calls) == 4  # per batch: the native model and the weight-only one, once each
-    by_device = {e["device"]: e for e in plan["plan"]}
-    a100, h100 = by_device["a100-sxm4-80gb"], by_device["h100-sxm"]
-    assert a100["batch"] == h100["batch"] == 8 and a100["memory_gb"] > h100["memory_gb"]
+    assert [e.device.name for e in plan.entries] == ["h100-sxm"] and plan.entries[0].point.batch == 8
+    assert [(u["device"], u["precision_path"]) for u in plan.unmet] == [("a100-sxm4-80gb", "no_runtime")]
+    a100 = {p.batch: p for p in plan.curves["a100-sxm4-80gb"]}[8].memory_gb
+    h100 = {p.batch: p for p in plan.curves["h100-sxm"]}[8].memory_gb
+    assert a100 > h100 == plan.entries[0].point.memory_gb
     code, out, err = run(capsys, "rank", resnet_dynamic, "--gpus", "a100-80gb,h100-sxm", "--batch", "8",
                          "--precision", "fp8", "--format", "json")
     ranked = {e["gpu"]: e for e in json.loads(out)}
-    assert ranked["a100-sxm4-80gb"]["memory_gb"] == a100["memory_gb"] and ranked["h100-sxm"]["memory_gb"] == h100["memory_gb"]
+    assert ranked["a100-sxm4-80gb"]["memory_gb"] == a100 and ranked["h100-sxm"]["memory_gb"] == h100
 
 
 def test_an_llm_plan_no_device_can_serve_says_why_on_the_largest(capsys):

@@ -240,7 +240,8 @@ def test_precision_override_and_rank(capsys) -> None:
     ranking = predictor.rank(EXAMPLE, gpus=["t4", "a10g"])
     assert {(e.gpu, e.tf32) for e in ranking} == {("t4", "off"), ("a10g", "conv")}
     assert all(set(entry) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision",
-                                   "tf32", "gpu_work_ms", "memory_gb", "backend"}
+                                   "precision_path", "precision_note", "precision_warnings", "tf32", "gpu_work_ms",
+                                   "memory_gb", "backend"}
                for entry in ranking.to_json())
     with pytest.raises(LilouInputError, match="unknown precision"):
         predictor.predict(EXAMPLE, gpu="t4", precision="fp64")

@@ -29,9 +29,11 @@ def test_every_gpu_and_mig_profile_fastest_first(capsys):
     devices = all_devices()
     assert len(ranking) == len(devices)
     assert {(r["gpu"], r["mig"]) for r in ranking} == {(d.gpu, d.mig) for d in devices}
-    assert all(set(r) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision", "tf32",
-                              "gpu_work_ms", "memory_gb", "backend"}
+    assert all(set(r) == {"gpu", "mig", "latency_ms", "interval_ms", "extrapolated_share", "fits", "precision",
+                          "precision_path", "precision_note", "precision_warnings", "tf32", "gpu_work_ms", "memory_gb",
+                          "backend"}
                for r in ranking)
+    assert {r["precision_path"] for r in ranking} == {"native"}  # FP32 runs natively everywhere
     assert all(r["interval_ms"][0] <= r["latency_ms"] * 1.5 and r["interval_ms"][1] >= r["interval_ms"][0] > 0
                for r in ranking)
     latencies = [r["latency_ms"] for r in ranking]

@@ -351,6 +351,32 @@ def test_rank_body_is_the_cli_list_and_warnings_travel_in_a_header(client, model
     assert upload.json() == response.json()
 
 
+def test_precision_paths_travel_in_predict_rank_and_plan_bodies(client, predictor):
+    """/v1/predict, /v1/rank and /v1/plan carry precision_path as the CLI does (audit ua44b, finding 1): a P100 runs
+    no INT8 (no_runtime), a T4 does; FP8 on an A100 is weight-only and on a T4 runs nowhere, so a plan leaves it out."""
+    qdq = REPO / "tests" / "data" / "quantized" / "resnet-qdq.onnx"
+    response = client.post("/v1/rank", files=_upload(qdq, "resnet-qdq.onnx"), data={"gpus": "p100-pcie-16gb,t4"})
+    assert response.status_code == 200, response.text
+    rows = {row["gpu"]: row for row in response.json()}
+    assert (rows["p100-pcie-16gb"]["precision_path"], rows["t4"]["precision_path"]) == ("no_runtime", "native")
+    assert rows["p100-pcie-16gb"]["precision_note"] == ("no INT8 path on p100-pcie-16gb (no INT8 tensor cores, no "
+                                                        "DP4A): a lower bound")
+    assert response.json() == predictor.rank(qdq, gpus=["p100-pcie-16gb", "t4"]).to_json()
+    single = client.post("/v1/predict", files=_upload(qdq, "resnet-qdq.onnx"), data={"gpu": "p100-pcie-16gb"}).json()
+    assert (single["precision_path"], single["precision_note"]) == ("no_runtime", rows["p100-pcie-16gb"]["precision_note"])
+    from lilou.serve.service import has_plan
+
+    if not has_plan():
+        return
+    bert = REPO / "tests" / "data" / "quantized" / "bert.onnx"
+    plan = client.post("/v1/plan", files=_upload(bert, "bert.onnx"),
+                       data={"slo_ms": "2000", "gpus": "t4,a100-sxm4-80gb", "batches": "1", "precision": "fp8"})
+    assert plan.status_code == 200, plan.text
+    assert [(e["device"], e["precision_path"]) for e in plan.json()["plan"]] == [("a100-sxm4-80gb", "weight_only")]
+    assert [(u["device"], u["precision_path"]) for u in plan.json()["unmet"]] == [("t4", "no_runtime")]
+    assert plan.json()["unmet"][0]["reason"].startswith("precision: no known runtime runs FP8 GEMMs on t4")
+
+
 def test_rank_every_device_by_default(client, predictor):
     response = client.post("/v1/rank", files=_upload())
     assert response.status_code == 200

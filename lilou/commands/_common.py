@@ -205,6 +205,26 @@ def add_precision_options(parser) -> None:
                              "from compute capability 8.0 on)")
 
 
+#: A table's precision cell beside the format where the device does not run it natively (PRECISION_PATHS).
+PRECISION_MARKS = {"native": "", "weight_only": " weight-only", "emulated": " emulated",
+                   "no_runtime": " no runtime!"}
+
+
+def precision_cell(precision: str | None, path: str | None) -> str:
+    """``fp8``, ``fp8 weight-only``, ``fp8 no runtime!`` ... (a row of rank or plan)."""
+    return f"{precision or '-'}{PRECISION_MARKS.get(path or 'native', '')}"
+
+
+def precision_legend(paths: list[str | None]) -> list[str]:
+    """The lines under a table that explain its marked precision cells, one per kind present."""
+    said = {"weight_only": "weight-only: the format's weights on the 16-bit tensor cores, FP16 activations (no tensor "
+                           "cores of the format)",
+            "emulated": "emulated: run with FP32 math on the CUDA cores (no tensor cores of the format)",
+            "no_runtime": "no runtime!: no known runtime runs the format on that device; its latency is a lower bound "
+                          "priced on other units, not a deployment"}
+    return [said[path] for path in ("weight_only", "emulated", "no_runtime") if path in paths]
+
+
 def add_launch_gap_option(parser) -> None:
     """--launch-gap-us, shared by the commands that compose kernels end to end (infer, rank, plan)."""
     parser.add_argument("--launch-gap-us", type=float, default=None, metavar="US",

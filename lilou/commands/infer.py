@@ -107,6 +107,9 @@ def _print_table(prediction, top: int) -> None:
               f"[bold]{prediction.latency_ms:.3f} ms[/bold] (90 % interval {prediction.interval_ms[0]:.3f} to "
               f"{prediction.interval_ms[1]:.3f} ms), {len(prediction.kernels)} kernels, "
               f"{human(sum(k.flops for k in prediction.kernels), 'FLOPs')}")
+    if prediction.precision_path != "native":  # weight-only, emulated, or no runtime runs it (a lower bound)
+        out.print(f"precision path: {prediction.precision_path.replace('_', ' ')}: {prediction.precision_note}",
+                  markup=False)
     extrapolated = [k for k in prediction.kernels if k.extrapolated]
     out.print(f"extrapolated: {len(extrapolated)} kernels (* in the table: outside the measured range for this GPU "
               f"class and dtype, or on the fallback), {100 * prediction.extrapolated_share:.1f} % of the predicted time")

@@ -6,7 +6,8 @@ import argparse
 
 from lilou.commands._common import (add_backend_option, add_columns, add_format_option, add_launch_gap_option,
                                     add_precision_options, add_value_option, check_plot_path, console, input_values,
-                                    launch_gap_ms, new_table, print_json, shape_overrides, warn)
+                                    launch_gap_ms, new_table, precision_cell, precision_legend, print_json,
+                                    shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -188,10 +189,17 @@ def _print_table(plan) -> None:
                 row += ["-" if entry.usd_per_hour is None else _usd(entry.usd_per_hour),
                         "-" if cost is None else _usd(cost)]
             rows.append(row)
+        paths = [entry.point.precision_path for entry in plan.entries]
+        if any(path not in (None, "native") for path in paths):  # weight-only FP8 on an A100 says so on its row
+            columns.insert(3, "precision")
+            for row, entry in zip(rows, plan.entries):
+                row.insert(3, precision_cell(entry.point.precision, entry.point.precision_path))
         add_columns(table, columns, rows, out.width, identifying=("device", "k8s resource"))
         for row in rows:
             table.add_row(*row)
         out.print(table)
+        for line in precision_legend(paths):
+            out.print(line, markup=False)
         if plan.left_out:
             out.print(plan.left_out, markup=False)
     else:

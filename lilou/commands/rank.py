@@ -5,7 +5,7 @@ import argparse
 
 from lilou.commands._common import (add_backend_option, add_columns, add_format_option, add_launch_gap_option,
                                     add_precision_options, add_shape_options, console, input_values, launch_gap_ms,
-                                    new_table, print_json, shape_overrides, warn)
+                                    new_table, precision_cell, precision_legend, print_json, shape_overrides, warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,10 +50,17 @@ def run(args: argparse.Namespace) -> int:
              f"{entry.interval_ms[0]:.3f}-{entry.interval_ms[1]:.3f}", f"{entry.gpu_work_ms:.3f}",
              f"{100 * entry.extrapolated_share:.0f} %", f"{entry.latency_ms / fastest:.2f}x" if fastest else "-"]
             for i, entry in enumerate(ranking, 1)]
+    paths = [entry.precision_path for entry in ranking]
+    if any(path != "native" for path in paths):  # a device that does not run the format natively says so on its row
+        columns.insert(3, "precision")
+        for row, entry in zip(rows, ranking):
+            row.insert(3, precision_cell(entry.precision, entry.precision_path))
     add_columns(table, columns, rows, out.width, identifying=("gpu", "mig"))  # a GPU's name is never cut
     for row in rows:
         table.add_row(*row)
     out.print(table)
+    for line in precision_legend(paths):
+        out.print(line, markup=False)
     for message in ranking.warnings:
         out.print(f"[yellow]warning:[/yellow] {message}")
     return 0

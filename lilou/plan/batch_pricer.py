@@ -59,7 +59,8 @@ class BatchPricer:
             entry = by_device[(device.gpu, device.mig)]
             points[device.name] = PlanPoint(batch, entry.latency_ms, tuple(entry.interval_ms), entry.memory_gb,
                                             entry.fits, entry.extrapolated_share, precision=entry.precision,
-                                            gpu_work_ms=entry.gpu_work_ms)
+                                            gpu_work_ms=entry.gpu_work_ms, precision_path=entry.precision_path,
+                                            precision_note=entry.precision_note)
         return points
 
     def _prepare(self, batch: int) -> PreparedModel:

@@ -80,6 +80,10 @@ class PlanPoint:
     # LLM plans: which inter-token latency latency_ms is: "steady_state" (vLLM: lilou llm's steady_state.itl_ms, a
     # server keeping `batch` requests running) or "static_batch" (HF eager: lilou llm's itl_ms); None for ONNX plans
     itl_kind: str | None = None
+    # ONNX plans: what runs the precision on this device (rank's precision_path: native | weight_only | emulated |
+    # no_runtime) and why where not native; a device where no runtime runs it meets no SLO (_assemble)
+    precision_path: str | None = None
+    precision_note: str = ""
 
 
 @dataclass
@@ -117,7 +121,8 @@ class PlanEntry:
         cost = self.usd_per_million
         return {"device": self.device.name, "gpu": self.device.gpu, "mig": self.device.mig,
                 "resource": resource_name(self.device), "gpus": self.gpus, "batch": self.point.batch,
-                "precision": self.point.precision,
+                "precision": self.point.precision, "precision_path": self.point.precision_path,
+                "precision_note": self.point.precision_note,
                 "latency_ms": self.point.latency_ms, "itl_kind": self.point.itl_kind,
                 "interval_ms": list(self.point.interval_ms),
                 "throughput_per_s": round(self.throughput_per_s, 3),
@@ -181,14 +186,20 @@ class CapacityPlan:
             return None
         if self.empty_because:
             return self.empty_because
-        best = min(((p.interval_ms[1], name, p.batch) for name, points in self.curves.items() for p in points),
+        excluded = {item["device"] for item in self.unmet if item.get("precision_path") == "no_runtime"}
+        curves = {name: points for name, points in self.curves.items() if name not in excluded}
+        if excluded and not curves:
+            first = next(item for item in self.unmet if item["device"] in excluded)
+            return (f"no device meets the SLO of {self.slo_ms:g} ms: no known runtime runs the precision on any of the "
+                    f"{len(excluded)} device(s) (first: {first['reason'].removeprefix('precision: ')})")
+        best = min(((p.interval_ms[1], name, p.batch) for name, points in curves.items() for p in points),
                    default=None)
         what = "ITL SLO" if self.kind == "llm" else "SLO"
         if best is None:
             return f"no device meets the {what} of {self.slo_ms:g} ms: nothing could be predicted"
-        within = [(p.memory_gb, name) for name, points in self.curves.items() for p in points
+        within = [(p.memory_gb, name) for name, points in curves.items() for p in points
                   if p.interval_ms[1] <= self.slo_ms]
-        fitting = [(ttft_upper(p), name, p.batch) for name, points in self.curves.items() for p in points
+        fitting = [(ttft_upper(p), name, p.batch) for name, points in curves.items() for p in points
                    if p.interval_ms[1] <= self.slo_ms and p.fits]
         if self.ttft_slo_ms is not None and fitting:  # the ITL SLO is met, the first token comes too late
             lowest = min(fitting)
@@ -215,7 +226,8 @@ class CapacityPlan:
             # an LLM that does not fit the device at batch 1 was counted "not predicted", as a device lilou llm refuses
             why = "memory" if item["reason"].startswith("not predicted: does not fit") else item["reason"].split(":")[0]
             label = {"memory": "for memory", "latency": f"for the {'ITL ' if self.kind == 'llm' else ''}SLO",
-                     "ttft": "for the TTFT SLO"}.get(why, "not predicted")
+                     "ttft": "for the TTFT SLO", "precision": "for the precision (no runtime runs it there)"
+                     }.get(why, "not predicted")
             groups.setdefault(label, []).append(item["device"] if "tp" not in item else f"{item['device']} x{item['tp']}")
         parts = [f"{len(names)} {label} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                  for label, names in groups.items()]
@@ -577,6 +589,11 @@ def _assemble(model: str, slo: float, batches: list[int], devices: list[Device],
     for device, degree in [(d, t) for d in devices for t in (tps or [tp])]:
         key = curve_key(device, degree, tps is not None)
         points = curves[key]
+        unsupported = next((p for p in points if p.precision_path == "no_runtime"), None)
+        if unsupported is not None:  # its latency is a lower bound of a run no runtime makes: it meets no SLO
+            unmet.append({"device": device.name, **({"tp": degree} if tps else {}),
+                          "reason": f"precision: {unsupported.precision_note}", "precision_path": "no_runtime"})
+            continue
         meeting = [p for p in points if p.interval_ms[1] <= slo]
         fitting = [p for p in meeting if p.fits]
         timely = [p for p in fitting if ttft_slo is None or ttft_upper(p) <= ttft_slo]

@@ -50,6 +50,11 @@ class PredictionBody(BaseModel):
     backend: str
     batch: int | None
     precision: str
+    precision_path: Literal["native", "weight_only", "emulated", "no_runtime"] = Field("native", description=(
+        "what runs the precision on this device: native (the format's own units), weight_only (its weights on the "
+        "16-bit tensor cores, FP16 activations), emulated (FP32 math on the CUDA cores), no_runtime (no known runtime "
+        "runs it there: the latency is a lower bound; a plan lists the device as unmet)"))
+    precision_note: str = Field("", description="why, where precision_path is not native")
     tf32: str
     latency_ms: float
     interval_ms: list[float] | None = Field(None, description="90 % interval [lo, hi], where the API gives one")
@@ -69,6 +74,14 @@ class RankEntryBody(BaseModel):
     interval_ms: list[float] | None = Field(None, description="90 % interval [lo, hi], where the API gives one")
     extrapolated_share: float | None = Field(None, description="share of the time outside the measured range")
     precision: str
+    precision_path: Literal["native", "weight_only", "emulated", "no_runtime"] = Field("native", description=(
+        "what runs the precision on this device: native (the format's own units), weight_only (its weights on the "
+        "16-bit tensor cores, FP16 activations), emulated (FP32 math on the CUDA cores), no_runtime (no known runtime "
+        "runs it there: the latency is a lower bound; a plan lists the device as unmet)"))
+    precision_note: str = Field("", description="why, where precision_path is not native")
+    precision_warnings: list[str] = Field([], description=(
+        "the precision warnings lilou infer gives on this device (the ranking's pooled warnings are in the "
+        "Lilou-Warnings header)"))
     tf32: str
     gpu_work_ms: float | None = Field(None, description="the kernels' GPU time without waits for launches; "
                                                         "devices tied by the host's launches are ordered by it")
@@ -159,6 +172,10 @@ class PlanEntryBody(BaseModel):
     gpus: int = Field(..., description="devices per replica (an LLM's tensor-parallel group)")
     batch: int
     precision: str | None
+    precision_path: Literal["native", "weight_only", "emulated", "no_runtime"] | None = Field(None, description=(
+        "ONNX plans: rank's precision_path on this device (native, weight_only or emulated: a device where no runtime "
+        "runs the precision is in unmet); null for an LLM plan"))
+    precision_note: str = Field("", description="why, where precision_path is not native")
     latency_ms: float = Field(..., description=(
         "the ONNX plan's latency, or the LLM plan's inter-token latency, of the kind itl_kind says"))
     itl_kind: Literal["steady_state", "static_batch"] | None = Field(..., description=(
@@ -197,6 +214,9 @@ class UnmetBody(BaseModel):
     tp: int | None = Field(None, description="in a plan over several tensor-parallel degrees: the degree left out "
                                              "(absent otherwise)")
     reason: str
+    precision_path: Literal["no_runtime"] | None = Field(None, description=(
+        "no_runtime where no known runtime runs the precision on the device (reason: `precision: ...`); absent "
+        "otherwise"))
 
 
 class PlanBody(BaseModel):

@@ -127,12 +127,6 @@ def precision_path(model_precision: str, device: Device, precision: str | None =
 WEIGHT_ONLY_CAPABILITY = (8, 0)
 
 
-def _capability(gpu: str) -> tuple[int, ...]:
-    from lilou.hardware import find_gpu
-
-    return tuple(int(part) for part in find_gpu(gpu).compute_capability.split("."))
-
-
 def runs_weight_only(precision: str | None, device: Device) -> bool:
     """``--precision fp8`` (or fp4) on a GPU without the format's tensor cores: what runs there is a weight-only
     kernel (vLLM's FP8 Marlin: FP8 weights, 16-bit activations on the FP16 tensor cores), so the model is priced
@@ -290,6 +284,81 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
     return fallback if fallback and peaks.get(fallback) else None
 
 
+def _math_kind(family: str, path: PrecisionPath, device: Device) -> str:
+    """How GEMMs or convolutions (``family``) of ``path.precision`` run on ``device``, from :func:`kernel_unit`:
+    ``own`` (the unit of the format: its tensor cores, DP4A for INT8, the CUDA cores for FP32; INT4's 16-bit tensor
+    cores), ``fp32_math`` (no unit for it: FP32 math on the CUDA cores, as PyTorch runs FP16 on Pascal, BF16 before
+    Ampere), ``no_unit`` (FP8, FP4 without tensor cores), ``marlin`` (FP8, FP4 GEMMs as weight-only kernels on the
+    FP16 tensor cores, compute capability 8.0 on), ``upcast`` (FP8, FP4 priced on the FP16 tensor cores where no
+    weight-only kernel runs: older GPUs, convolutions) or ``no_int8`` (INT8 without a path: :func:`_int8_kind`)."""
+    unit = kernel_unit(family, path, device)
+    if path.precision == "int8" and unit is None:
+        return "no_int8"
+    if unit is None or unit == "fp32":
+        if path.precision in ("fp32", "tf32", "fp64"):
+            return "own"
+        return "no_unit" if path.precision in _NEEDS_CAPABILITY else "fp32_math"
+    if path.precision in _NEEDS_CAPABILITY and unit != _TENSOR_UNITS[path.precision][0]:
+        return "marlin" if family == "gemm" and compute_capability(device) >= WEIGHT_ONLY_CAPABILITY else "upcast"
+    return "own"
+
+
+#: What runs a prediction's precision on a device, best first: the ``precision_path`` of `infer`, `rank` and `plan`
+#: rows (docs/kernel_model.md, "Precision paths"). ``native``: the format's own units run its GEMMs and convolutions
+#: (its tensor cores; INT8 on DP4A where there are none; FP32, TF32 as the device runs them). ``weight_only``: its
+#: weights on the 16-bit tensor cores with FP16 activations (FP8, FP4 where the GPU has no such tensor cores, from
+#: compute capability 8.0; INT4, which is weight-only everywhere). ``emulated``: a runtime runs it with FP32 math on
+#: the CUDA cores (FP16 on Pascal and Maxwell, BF16 before Ampere). ``no_runtime``: no known runtime runs it there
+#: (FP8, FP4 before 8.0, FP8 convolutions without FP8 tensor cores, INT8 without DP4A): the figure is a lower bound,
+#: and a plan does not count the device as meeting its SLO.
+PRECISION_PATHS = ("native", "weight_only", "emulated", "no_runtime")
+
+
+@dataclass(frozen=True)
+class PrecisionSupport:
+    """The :data:`PRECISION_PATHS` verdict of one prediction and, but where native, why (one short line)."""
+
+    path: str = "native"
+    note: str = ""
+
+
+def _support_of(kind: str, family: str, path: PrecisionPath, device: Device) -> PrecisionSupport:
+    name = f"{path.precision.upper()} {'GEMMs' if family == 'gemm' else 'convolutions'}"
+    fmt = path.precision.upper()
+    if kind in ("no_unit", "upcast"):
+        why = ("no runtime runs weight-only convolutions" if family == "conv" and compute_capability(device) >=
+               WEIGHT_ONLY_CAPABILITY else f"{fmt} needs compute capability "
+               f"{'.'.join(map(str, _NEEDS_CAPABILITY[path.precision]))}, weight-only kernels 8.0")
+        return PrecisionSupport("no_runtime", f"no known runtime runs {name} on {device.gpu} ({why}): a lower bound")
+    if kind == "no_int8":
+        return PrecisionSupport("no_runtime", f"no INT8 path on {device.gpu} (no INT8 tensor cores, no DP4A): "
+                                          "a lower bound")
+    if kind == "fp32_math":
+        return PrecisionSupport("emulated", f"{name} run with FP32 math on {device.gpu}'s CUDA cores (no {fmt} "
+                                            "tensor cores)")
+    if kind == "marlin":
+        return PrecisionSupport("weight_only", f"{name} run weight-only on {device.gpu}: {fmt} weights, FP16 "
+                                               f"activations on the FP16 tensor cores (no {fmt} tensor cores)")
+    if path.precision == "int4":
+        return PrecisionSupport("weight_only", f"{name} run weight-only (W4A16): INT4 weights, 16-bit activations on "
+                                               "the 16-bit tensor cores" + (" (as FP16 convolutions)"
+                                                                            if family == "conv" else ""))
+    return PrecisionSupport()
+
+
+def precision_support(device: Device, kernels: Sequence[tuple[PrecisionPath, Sequence[str]]]) -> PrecisionSupport:
+    """The worst :data:`PRECISION_PATHS` verdict over ``kernels``: each precision the model's GEMMs and convolutions
+    compute in on ``device`` (its path, :func:`kernel_path` for a mixed file's others) with the families present in
+    it ("gemm", "conv"). The same decisions as the warnings (:func:`_math_kind`, :func:`_int8_kind`), per device."""
+    worst = PrecisionSupport()
+    for path, families in kernels:
+        for family in families:
+            support = _support_of(_math_kind(family, path, device), family, path, device)
+            if PRECISION_PATHS.index(support.path) > PRECISION_PATHS.index(worst.path):
+                worst = support
+    return worst
+
+
 #: Precisions whose measurements stand for each other: FP16 and BF16 run on the same tensor cores at one rate.
 _NEIGHBOURS = {"fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16")}
 
@@ -324,16 +393,19 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
                                        retyped)
         for family in families:
             no_unit, upcast, unmeasured = set(), set(), set()
+            marlin = set()
             for path, device in zip(paths, devices):
                 if path.precision != precision:
                     continue
-                unit = kernel_unit(family, path, device)
-                if precision == "int8" and unit is None:
+                kind = _math_kind(family, path, device)
+                if kind == "no_int8":
                     continue  # no INT8 path: said once for both families (_int8_warnings)
-                if unit is None or unit == "fp32":
+                if kind in ("fp32_math", "no_unit"):
                     no_unit.add(device.gpu)
-                elif precision in _NEEDS_CAPABILITY and unit != _TENSOR_UNITS[precision][0]:
+                elif kind in ("marlin", "upcast"):
                     upcast.add(device.gpu)
+                    if kind == "marlin":
+                        marlin.add(device.gpu)
                 elif not any(coverage.count(p, family, architecture_class(device.gpu))
                              for p in _NEIGHBOURS.get(precision, (precision,))):
                     unmeasured.add(architecture_class(device.gpu))
@@ -358,7 +430,6 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
             elif no_unit:
                 warnings.append(f"{', '.join(sorted(no_unit))}: no unit for {name}; they are predicted at FP32 "
                                 "CUDA-core rates, as measured FP32 kernels")
-            marlin = {gpu for gpu in upcast if family == "gemm" and _capability(gpu) >= WEIGHT_ONLY_CAPABILITY}
             if marlin:
                 needs = ".".join(map(str, _NEEDS_CAPABILITY[precision]))
                 stored = (f"{precision.upper()} weights and FP16 activations" if retyped else
@@ -386,6 +457,18 @@ def _coverage_warnings(paths: list[PrecisionPath], devices: list[Device], famili
 
 
 
+def _int8_kind(device: Device) -> str:
+    """What runs INT8 GEMMs and convolutions on ``device`` (the GPU database's peaks, after TensorRT's
+    hardware-precision matrix): ``tensor`` (INT8 tensor cores, 7.5 on), ``volta`` (DP4A beside faster FP16 tensor
+    cores, 7.0), ``dp4a`` (DP4A alone, 6.1) or ``none`` (6.0 and Maxwell: no INT8 path)."""
+    peaks = device.peak_tflops
+    if peaks.get("int8_tensor"):
+        return "tensor"
+    if not peaks.get("int8"):
+        return "none"
+    return "volta" if (peaks.get("fp16_tensor") or 0.0) > peaks["int8"] else "dp4a"
+
+
 def _int8_warnings(devices: Sequence[Device], families: list[str], retyped: bool) -> list[str]:
     """One line per kind of GPU without INT8 tensor cores (compute capability 7.5 on has them), both math families
     pooled: what their INT8 GEMMs and convolutions are priced on, and what the INT8 bytes of the other kernels are
@@ -399,14 +482,12 @@ def _int8_warnings(devices: Sequence[Device], families: list[str], retyped: bool
     volta: dict[str, float] = {}
     dp4a, none = set(), set()
     for device in devices:
-        peaks = device.peak_tflops
-        if peaks.get("int8_tensor"):
-            continue
-        if not peaks.get("int8"):
+        kind, peaks = _int8_kind(device), device.peak_tflops
+        if kind == "none":
             none.add(device.gpu)
-        elif (peaks.get("fp16_tensor") or 0.0) > peaks["int8"]:
+        elif kind == "volta":
             volta[device.gpu] = peaks["fp16_tensor"] / peaks["int8"]
-        else:
+        elif kind == "dp4a":
             dp4a.add(device.gpu)
     lines = []
     if volta:

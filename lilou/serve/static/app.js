@@ -149,7 +149,11 @@ function renderRanking(entries) {
   const fastest = entries.length ? entries[0].latency_ms : 0;
   entries.forEach((entry, i) => {
     const row = el("tr", null, entry.fits === false ? { class: "no-fit" } : {});
-    row.append(el("td", i + 1), el("td", entry.gpu), el("td", entry.mig || "–"),
+    // a device that does not run the precision natively says so beside its name (rank's precision_path)
+    const marks = { weight_only: " (weight-only)", emulated: " (emulated)", no_runtime: " (no runtime: lower bound)" };
+    const mark = marks[entry.precision_path] || "";
+    row.append(el("td", i + 1), el("td", entry.gpu + mark, mark ? { title: entry.precision_note || "" } : {}),
+               el("td", entry.mig || "–"),
                el("td", ms(entry.latency_ms), { class: "num" }));
     if (withIntervals) {
       const iv = entry.interval_ms;
