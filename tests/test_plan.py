@@ -373,8 +373,8 @@ def test_an_onnx_plan_searches_its_first_devices_and_marks_the_others(capsys, mo
     assert code == 0 and [r[3:5] for r in rows] == [[str(e["batch"]), str(e["max_batch"]) + ("+" * (not e["batch_exact"]))]
                                                     for e in plan["plan"]]
     assert ("batch: of the batches priced that meet the SLO and fit, the one with the most inferences/s at the bound "
-            "(ties: the larger); max batch: the largest that meets the SLO and fits, searched batch by batch for the "
-            "plan's first 1; one marked + is the largest of the ladder 1, 2, 4, 8, 16, 32, 64, 128, 256 that does (a "
+            "(ties: the larger); max batch: the largest that meets the SLO and fits, searched batch by batch for 1 "
+            "of the 3 rows; one marked + is the largest of the ladder 1, 2, 4, 8, 16, 32, 64, 128, 256 that does (a "
             "larger one may too)") in " ".join(out.split())
 
 
@@ -779,6 +779,27 @@ def test_a_plan_says_which_devices_the_host_s_launches_hold(capsys, resnet_dynam
     assert not any("host's kernel launches" in w for w in graphs["warnings"])
     h100 = {e["device"]: e for e in graphs["plan"]}["h100-sxm"]
     assert h100["throughput_per_s"] > {e["device"]: e for e in default["plan"]}["h100-sxm"]["throughput_per_s"]
+
+
+def test_a_plan_says_when_the_unknown_hosts_launch_range_alone_keeps_a_device_out(capsys, resnet_dynamic):
+    """Without --launch-gap-us the upper bound prices every launch at up to 57.6 us (the slowest of NeuSight's five
+    hosts): a launch-bound model's plan came out empty with estimates far inside the SLO, and with the shipped
+    30 us typed out (one host's spread) full, nothing said (audit ua44a: BERT-base under 10 ms, none vs H100
+    batch 84)."""
+    code, out, err = run(capsys, "infer", resnet_dynamic, "--gpu", "h100-sxm", "--batch", "1", "--format", "json")
+    assert code == 0, err
+    h100 = json.loads(out)
+    slo = f"{(h100['latency_ms'] + h100['interval_ms'][1]) / 2:.3f}"  # inside the estimate, below the upper bound
+    default = plan_json(capsys, resnet_dynamic, "--slo-ms", slo, "--gpus", "h100-sxm", "--batches", "1")
+    assert default["plan"] == []
+    (note,) = [w for w in default["warnings"] if "within the SLO at the estimate but not at the 90 % upper bound" in w]
+    assert note.startswith(f"h100-sxm: within the SLO at the estimate but not at the 90 % upper bound (h100-sxm at "
+                           f"batch 1: {h100['latency_ms']:.3g} ms, bound {h100['interval_ms'][1]:.3g}), which prices "
+                           "each kernel launch at up to 57.6 us")
+    given = plan_json(capsys, resnet_dynamic, "--slo-ms", slo, "--gpus", "h100-sxm", "--batches", "1",
+                      "--launch-gap-us", "30")
+    assert [e["device"] for e in given["plan"]] == ["h100-sxm"]
+    assert not any("not at the 90 % upper bound" in w for w in given["warnings"])
 
 
 def test_a_plan_in_fp8_judges_memory_as_each_device_stores_the_model(capsys, monkeypatch, resnet_dynamic):

@@ -217,8 +217,9 @@ def _onnx_caption(plan) -> str | None:
     ladder = ", ".join(str(b) for b in plan.batches)
     caption += "; max batch: the largest that meets the SLO and fits, searched batch by batch"
     if any(entry.exact is False for entry in plan.entries):
-        caption += (f" for the plan's first {sum(bool(entry.exact) for entry in plan.entries)}; one marked + is the "
-                    f"largest of the ladder {ladder} that does (a larger one may too)")
+        # (the exact ones are the ladder's best rows, which the searched batches may reorder: "the first" was wrong)
+        caption += (f" for {sum(bool(entry.exact) for entry in plan.entries)} of the {len(plan.entries)} rows; one "
+                    f"marked + is the largest of the ladder {ladder} that does (a larger one may too)")
     return caption
 
 

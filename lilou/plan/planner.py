@@ -387,6 +387,8 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
     for entry in plan.entries:
         entry.exact = entry.device.name in exact if search else None
     plan.warnings += plan_launch_note(plan.entries, predictor.model.overhead.gap_ms, predictor.launch_gap_given)
+    if not predictor.launch_gap_given:
+        plan.warnings += launch_range_note(plan, predictor.model.overhead.gap_ms)
     return plan
 
 
@@ -518,6 +520,30 @@ def plan_launch_note(entries: Sequence[PlanEntry], gap_ms: float, given: bool) -
     return [f"{names}: at the planned batch the host's kernel launches ({1000 * gap_ms:.0f} us each, {origin}) set "
             f"the latency, the GPU busy {span} of it; a server replaying CUDA graphs (or TensorRT) serves more per "
             "device: plan again with --launch-gap-us 0"]
+
+
+def launch_range_note(plan: CapacityPlan, gap_ms: float) -> list[str]:
+    """Say so where devices meet the SLO at the estimate but not at the 90 % upper bound, the host's kernel launches
+    most of their latency, and no launch gap was given: the bound then prices every launch at the slowest of
+    NeuSight's five 2023 hosts (:data:`lilou.latency.composition.overhead.LAUNCH_GAP_RANGE`), a given gap over one
+    host's spread. A user audit found BERT-base's plan under 10 ms empty on every device (upper bound 12.0 ms at
+    batch 1, estimates near 6), and with ``--launch-gap-us 30``, the shipped gap typed out, H100 batch 84."""
+    from lilou.latency.composition.overhead import LAUNCH_GAP_RANGE
+
+    planned = {entry.device.name for entry in plan.entries}
+    missed = sorted((p.interval_ms[1], name, p) for name, points in plan.curves.items() if name not in planned
+                    for p in points if p.fits and p.latency_ms <= plan.slo_ms < p.interval_ms[1]
+                    and p.gpu_work_ms is not None and p.gpu_work_ms <= LAUNCH_BOUND_WORK_SHARE * p.latency_ms)
+    if not missed:
+        return []
+    devices = sorted({name for _, name, _ in missed})
+    bound, name, point = missed[0]
+    names = ", ".join(devices[:4]) + (f" and {len(devices) - 4} more" if len(devices) > 4 else "")
+    return [f"{names}: within the SLO at the estimate but not at the 90 % upper bound ({name} at batch {point.batch}: "
+            f"{point.latency_ms:.3g} ms, bound {bound:.3g}), which prices each kernel launch at up to "
+            f"{1000 * gap_ms * LAUNCH_GAP_RANGE[1]:.1f} us, the slowest of NeuSight's five 2023 hosts, as no launch gap "
+            "was given: measure your host's with `lilou profile ops` and plan with --launch-gap-us (a gap given, the "
+            "shipped 30 us included, is priced over one host's call-to-call spread instead)"]
 
 
 def _skipped_lines(skipped: Sequence[tuple[int, str]]) -> list[str]:
