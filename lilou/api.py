@@ -652,8 +652,19 @@ class _GraphPrecision:
         return cls(detected, precision, tf32, has_conv=bool(ops & {"Conv", "ConvTranspose"}),
                    has_matmul=bool(ops & {"MatMul", "Gemm", "Einsum"}), others=others, backend=backend)
 
+    @property
+    def computes_fp32(self) -> bool:
+        """Whether any matmul or convolution is FP32 work, which TF32 could run (an FP32 file, a mixed file's FP32
+        islands; under ``--precision`` that of the option)."""
+        if self.precision is not None:
+            return self.precision in ("fp32", "tf32")
+        return self.detected.precision in ("fp32", "tf32") or any(p == "fp32" for p, _, _ in self.others)
+
     def path(self, device: Device) -> PrecisionPath:
-        return precision_path(self.detected.precision, device, self.precision, self.tf32)
+        path = precision_path(self.detected.precision, device, self.precision, self.tf32)
+        if path.tf32 != "off" and not self.computes_fp32:  # an FP16 file read "tf32": "on" under --tf32 on
+            path = dataclasses.replace(path, tf32="off")
+        return path
 
     def support(self, path: PrecisionPath, device: Device) -> PrecisionSupport:
         """What runs this model's precision(s) on ``device`` (:func:`precision_support`): its GEMMs' and convolutions'
@@ -671,7 +682,7 @@ class _GraphPrecision:
                                    devices=devices, coverage=coverage, retyped=self.precision is not None)
         if any(p.precision in ("fp32", "tf32") for p in paths):
             lines += tf32_unavailable(self.tf32, self.precision, devices, self.has_conv, self.has_matmul)
-        lines += tf32_moot(self.tf32, self.precision)
+        lines += tf32_moot(self.tf32, self.precision, None if self.computes_fp32 else self.detected.precision)
         if self.backend == "tvm" and any((self.has_conv and runs_tf32("conv", p)) or (self.has_matmul and
                                                                                     runs_tf32("gemm", p)) for p in paths):
             lines.append("--backend tvm with TF32: priced assuming TVM's schedules run the FP32 matmuls and convolutions "

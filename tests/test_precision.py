@@ -79,7 +79,7 @@ def test_infer_json_carries_precision_and_says_what_is_unmeasured(tmp_path: Path
     onnx.save(matmul_model(TensorProto.BFLOAT16), path)
     assert main(["infer", str(path), "--gpu", "h200", "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert (result["precision"], result["tf32"]) == ("bf16", "conv")
+    assert (result["precision"], result["tf32"]) == ("bf16", "off")  # no FP32 matmul or convolution to run in TF32
     assert not any("BF16" in w for w in result["warnings"])  # AIConfigurator measured BF16 GEMMs on the H200
     # FP16 stands on BF16's measurements (one tensor-core rate); INT8 GEMMs were measured before Hopper only.
     assert not any("neighbour" in w for w in Predictor().predict(path, gpu="h200", precision="fp16").warnings)

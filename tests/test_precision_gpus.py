@@ -101,6 +101,22 @@ def test_a_tf32_option_the_precision_makes_moot_is_said_once(predictor, capsys) 
     assert sum(w.startswith("--tf32 on changes nothing under --precision fp16") for w in warnings) == 1
 
 
+def test_a_file_without_fp32_math_runs_nothing_in_tf32_and_says_so_when_asked(predictor) -> None:
+    """An FP16 file under ``--tf32 on`` read ``"tf32": "on"`` with no word, where ``--precision fp16 --tf32 on`` on the
+    FP32 file read ``"off"`` and said the option changed nothing (audit ua44b, finding 7)."""
+    typed = Path(__file__).parent / "data" / "typed"
+    asked = predictor.predict(typed / "bert-fp16.onnx", gpu="a100-sxm4-80gb", tf32="on")
+    assert asked.precision == "fp16" and asked.tf32 == "off"
+    assert [w for w in asked.warnings if "--tf32" in w] == [
+        "--tf32 on changes nothing for this FP16 file: no matmul or convolution is stored in FP32, so none runs in "
+        "TF32 (tf32: off)"]
+    default = predictor.predict(typed / "bert-fp16.onnx", gpu="a100-sxm4-80gb")
+    assert default.tf32 == "off" and not any("--tf32" in w for w in default.warnings)
+    assert default.latency_ms == asked.latency_ms
+    # an FP32 file, and a quantized one's FP32 layers, still run TF32 as asked
+    assert predictor.predict(EXAMPLE, gpu="a100-sxm4-80gb", tf32="on").tf32 == "on"
+
+
 def test_fp8_on_a_gpu_without_tensor_cores_says_no_runtime_runs_it(predictor, tmp_path: Path) -> None:
     """Before: "p100-pcie-16gb: no unit for FP8 GEMMs; they are predicted at FP32 CUDA-core rates, as measured FP32
     kernels", as if a runtime ran them so."""

@@ -183,14 +183,21 @@ def tf32_unavailable(requested: str | None, precision: str | None, devices: Sequ
             "for, and FP32 kernels are priced in strict FP32 there, as they run"]
 
 
-def tf32_moot(requested: str | None, precision: str | None) -> list[str]:
+def tf32_moot(requested: str | None, precision: str | None, stored: str | None = None) -> list[str]:
     """A line when ``--tf32 on|conv`` was given with a ``--precision`` that prices every matmul and convolution in
-    another format: no FP32 one is left to run in TF32 (:func:`precision_path` turns it off), and the option was
-    dropped without a word (audit ua43d, finding 5). No line for the default (no ``--tf32``) or ``--tf32 off``."""
-    if requested not in ("on", "conv") or precision in (None, "fp32", "tf32"):
+    another format, or (``stored``) for a file whose matmuls and convolutions are all stored in another: no FP32 one
+    is left to run in TF32 (:func:`precision_path` turns it off), and the option was dropped without a word (audit
+    ua43d, finding 5; an FP16 file read ``"tf32": "on"``, ua44b). No line for the default (no ``--tf32``) or ``--tf32
+    off``."""
+    if requested not in ("on", "conv"):
         return []
-    return [f"--tf32 {requested} changes nothing under --precision {precision}: no matmul or convolution is priced in "
-            "FP32 there, so none runs in TF32 (tf32: off)"]
+    if precision not in (None, "fp32", "tf32"):
+        return [f"--tf32 {requested} changes nothing under --precision {precision}: no matmul or convolution is priced "
+                "in FP32 there, so none runs in TF32 (tf32: off)"]
+    if precision is None and stored not in (None, "fp32", "tf32"):
+        return [f"--tf32 {requested} changes nothing for this {stored.upper()} file: no matmul or convolution is stored "
+                "in FP32, so none runs in TF32 (tf32: off)"]
+    return []
 
 
 def runs_tf32(family: str, path: PrecisionPath) -> bool:
