@@ -167,3 +167,18 @@ def test_a_mixed_files_other_precision_counts_in_its_verdict():
     assert p100.precision_note == ("FP16 GEMMs run with FP32 math on p100-pcie-16gb's CUDA cores (no FP16 tensor "
                                    "cores)")
     assert (v100.precision_path, v100.precision_note) == ("native", "")
+
+
+def test_a_file_stored_in_fp8_has_no_runtime_where_only_weight_only_kernels_would_run_it(capsys):
+    """ModelOpt's FP8 BERT is TensorRT's file: on an A100 (no FP8 tensor cores) it read ``weight_only``, and plan
+    recommended A100s, A30s and RTX 30xx for it, while its own warning said TensorRT cannot run it there (audit ua44d,
+    finding 4). ``--precision fp8`` on the float file stays weight-only there: what vLLM's Marlin runs."""
+    code, out, err = run(capsys, "rank", str(DATA / "quantized" / "bert-modelopt-fp8.onnx"), "--gpus",
+                         "a100-sxm4-80gb,h100-sxm", "--format", "json")
+    assert code == 0, err
+    rows = {row["gpu"]: row for row in json.loads(out)}
+    assert (rows["h100-sxm"]["precision_path"], rows["a100-sxm4-80gb"]["precision_path"]) == ("native", "no_runtime")
+    assert rows["a100-sxm4-80gb"]["precision_note"].startswith(
+        "no known runtime runs the file's FP8 GEMMs on a100-sxm4-80gb: TensorRT needs FP8 tensor cores (compute "
+        "capability 8.9)")
+    assert verdict("a100-sxm4-80gb", "fp8") == "weight_only"

@@ -343,6 +343,12 @@ def _support_of(kind: str, family: str, path: PrecisionPath, device: Device) -> 
     if kind == "fp32_math":
         return PrecisionSupport("emulated", f"{name} run with FP32 math on {device.gpu}'s CUDA cores (no {fmt} "
                                             "tensor cores)")
+    if kind == "marlin" and path.source != "option":  # a file stored in the format: TensorRT's, not a checkpoint's
+        return PrecisionSupport("no_runtime", f"no known runtime runs the file's {name} on {device.gpu}: TensorRT "
+                                              f"needs {fmt} tensor cores (compute capability "
+                                              f"{'.'.join(map(str, _NEEDS_CAPABILITY[path.precision]))}), and "
+                                              "weight-only kernels (vLLM's Marlin) serve checkpoints, not ONNX files: "
+                                              "a lower bound")
     if kind == "marlin":
         return PrecisionSupport("weight_only", f"{name} run weight-only on {device.gpu}: {fmt} weights, FP16 "
                                                f"activations on the FP16 tensor cores (no {fmt} tensor cores)")
