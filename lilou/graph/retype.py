@@ -100,21 +100,14 @@ def without_redundant_casts(original: ModelGraph, graph: ModelGraph) -> tuple[Mo
     return (_spliced(graph, casts), casts) if casts else (graph, [])
 
 
-def without_restored_batch_norms(graph: ModelGraph) -> tuple[ModelGraph, list[str]]:
-    """``graph`` less the batch norms Lilou restored where an exporter had folded them
-    (:func:`lilou.graph.folded_norms.restore_folded_batchnorms`, as eager runs them), each convolution given back the
-    bias the fold made. ``--precision int8`` on a TorchScript ResNet-50 priced 53 of them, 2.6 ms of 12.8 on a T4 at
-    batch 32, where its INT8 file gives 8.1 ms."""
-    restored, _ = batch_norms_int8_runtimes_fold(graph)
-    return (without_batch_norms(graph, restored), restored) if restored else (graph, [])
-
-
 def batch_norms_int8_runtimes_fold(graph: ModelGraph) -> tuple[list[str], list[str]]:
     """The inference batch norms an INT8 or FP8 runtime folds into the convolution before them (TensorRT and
     onnxruntime fold every one): (those Lilou restored where the exporter had folded them, those the file writes
     after a convolution whose output nothing else reads). A plain export keeps ResNet-50's 53 as nodes, an
     ``--optimize``d one folds them: ``--precision int8`` priced the first 25-30 % slower on a T4, an A100 and an
-    H100, and NVIDIA ModelOpt's FP8 ResNet (its 20 batch norms left for TensorRT) slower than its FP32 file."""
+    H100, and NVIDIA ModelOpt's FP8 ResNet (its 20 batch norms left for TensorRT) slower than its FP32 file. Before
+    only the restored ones were folded: ``--precision int8`` on a TorchScript ResNet-50 priced 53 of them, 2.6 ms of
+    12.8 on a T4 at batch 32, where its INT8 file gives 8.1 ms."""
     from lilou.graph.folded_norms import is_restored_batch_norm
 
     dag = graph.dag
