@@ -45,7 +45,9 @@ def shared_datasets_dir() -> Path | None:
     candidates = [os.environ.get("LILOU_DATA_DIR"), REPO.parent / "shared" / "datasets"]
     for candidate in candidates:
         if candidate and (Path(candidate) / "neusight").is_dir():
-            return Path(candidate)
+            # absolute: `make test` exports ../shared/datasets, and a test that links a source into a temporary
+            # folder (tests/test_kernel_table.py) made a link that pointed nowhere from there
+            return Path(candidate).resolve()
     return None
 
 
