@@ -177,6 +177,22 @@ def test_a_library_call_shares_its_kernel_with_views_into_it_only():
     assert kept_whole(graph, [("gemm", "view_out")]) == [("gemm", "view_out")]  # a view nothing further joins
 
 
+def test_nonzero_is_a_library_call_of_its_own():
+    """``torch.nonzero(x > 0)``: eager runs the comparison, then CUB's nonzero (a count, its copy to the host, a
+    select), never one kernel. No labelled graph holds a NonZero; a version-8 fusion model joined ``Greater ->
+    NonZero``, and the composition then missed the nonzero call (its count, copy and select). The transpose of its
+    coordinates, a view, stays with it."""
+    from lilou.fusion.eager_replay import kept_whole
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Greater", ["r", "zero"], ["mask"], name="positive"),
+             helper.make_node("NonZero", ["mask"], ["i"], name="nonzero"),
+             helper.make_node("Transpose", ["i"], ["y"], name="coordinates", perm=[1, 0])]
+    graph = build_graph(make_model(nodes, [tensor("x", [8, 512])], [tensor("y", [None, 2], 7)], [weight("zero", [])]))
+    fused = [("relu", "positive"), ("positive", "nonzero"), ("nonzero", "coordinates")]
+    assert kept_whole(graph, fused) == [("relu", "positive"), ("nonzero", "coordinates")]
+
+
 def test_a_torchscript_rnn_loop_runs_each_addmm_and_tanh_apart():
     """The GNN joined each step's Tanh to the next step's Gemm in a scripted RNN-style loop (unrolled at batch 2):
     eager runs addmm, then tanh, per step."""

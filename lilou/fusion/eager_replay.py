@@ -588,7 +588,7 @@ def _without_written_concat_joins(graph: ModelGraph, fused: list[Edge]) -> list[
 
 def kept_whole(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
     """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`) or a
-    cuBLAS/cuDNN call to anything but a view (:func:`_library_calls_alone`)."""
+    library call (cuBLAS, cuDNN, CUB's nonzero) to anything but a view (:func:`_library_calls_alone`)."""
     views = eager_views(graph, _runtime_in_order(graph))
     kept = _calls_kept_whole(graph, _distinct_calls_apart(graph, _flips_alone(graph, fused), views), views)
     return _library_calls_alone(graph, kept, views)
@@ -602,9 +602,11 @@ def _flips_alone(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
     return [(u, v) for u, v in fused if not (data[u].get("reverses") or data[v].get("reverses"))]
 
 
-#: Ops eager runs as one cuBLAS or cuDNN call of their own: a Gemm's bias is its epilogue; a convolution's bias is
-#: a second kernel of the same aten call, added when the groups are described (lilou/latency/composition/eager_calls.py).
-LIBRARY_CALL_OPS = frozenset({"Gemm", "Conv", "ConvTranspose"})
+#: Ops eager runs as one library call of their own: cuBLAS or cuDNN (a Gemm's bias is its epilogue; a convolution's
+#: bias is a second kernel of the same aten call, added when the groups are described:
+#: lilou/latency/composition/eager_calls.py), or CUB's ``nonzero`` (a count, its copy to the host, a select). No
+#: labelled graph holds a NonZero, so the fusion model never learned it: a version-8 model joined a ``x > 0`` to it.
+LIBRARY_CALL_OPS = frozenset({"Gemm", "Conv", "ConvTranspose", "NonZero"})
 #: Ops eager runs as one cuBLAS call that shares its kernel only within the aten call it belongs to (``linear``'s
 #: bias ``Add``, an attention's two matmuls, an inlined torchlib function), never with a neighbouring aten call.
 MATMUL_CALL_OPS = frozenset({"MatMul"})
@@ -617,7 +619,7 @@ DISTINCT_CALL_PAIRS = frozenset({("Equal", "Where"), ("ReduceMean", "Sub"), ("Ga
 
 
 def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) -> list[Edge]:
-    """The fused edges, less those that join a Gemm, Conv or ConvTranspose to any node but a view: its reader
+    """The fused edges, less those that join a Gemm, Conv, ConvTranspose or NonZero to any node but a view: its reader
     (directly or through views), or the node that writes its input. Eager launches the cuBLAS or cuDNN call alone, its
     epilogue the node's own (the bias), and each neighbour's kernel apart. In the eager oracle's labels no such edge
     is fused (859 graphs, names shown or hidden: only views into these ops share their kernel). The GNN joined the
