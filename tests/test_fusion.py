@@ -486,9 +486,6 @@ def test_a_fusion_checkpoint_of_other_features_warns_when_loaded(tmp_path):
         FusionPredictor.load(tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped fusion GNN was trained on version-6 features (session 14) and "
-                                       "not retrained since; retrain it (`make fusion-data && make train-fusion`) and "
-                                       "drop this mark")
 def test_the_shipped_fusion_gnn_was_trained_on_the_features_this_code_computes():
     import json
 
