@@ -511,3 +511,32 @@ def test_a_full_cache_disk_is_the_caches_error(datasets_dir: Path, tmp_path: Pat
     assert child.stderr == (f"lilou: error: cannot write the kernel table's cache in {cache}/kernel_table (File too "
                             "large): set LILOU_CACHE_DIR to a writable folder (default ~/.cache/lilou)\n")
     assert list((cache / "kernel_table").iterdir()) == []
+
+
+def test_data_list_fails_when_no_kernel_source_on_disk_reads(datasets_dir: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A data root whose only kernel source cannot be read (here Liger's CSV replaced by another file) was listed with
+    exit 0: a script checking its mirror saw success. The listing is still printed, each source with its reason once
+    (it read `liger_kernel: liger_kernel: ...`), then one line and exit 2; a root with no source on disk stays 0."""
+    from lilou.cli import main
+
+    root = tmp_path / "data"
+    source = root / "liger_kernel"
+    source.mkdir(parents=True)
+    for file in (datasets_dir / "liger_kernel").iterdir():
+        (source / file.name).symlink_to(file)
+    (source / "all_benchmark_data.csv").unlink()
+    (source / "all_benchmark_data.csv").write_text("kernel_name,x\nrope,1\n")
+    monkeypatch.setenv("LILOU_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["data", "list", "--data-dir", str(root)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"lilou: error: none of the 1 kernel source(s) on disk under {root} can be read (the first: "
+                          "liger_kernel: all_benchmark_data.csv lacks the column(s) kernel_provider")
+    assert err.count("\n") == 1 and "liger_kernel: liger_kernel:" not in out
+    assert [line for line in out.splitlines() if line.startswith("liger_kernel: all_benchmark_data.csv lacks")]
+    assert main(["data", "list", "--format", "json", "--data-dir", str(root)]) == 2
+    out, err = capsys.readouterr()
+    assert next(e for e in json.loads(out) if e["name"] == "liger_kernel")["error"].startswith("liger_kernel: all_")
+    (tmp_path / "empty").mkdir()
+    assert main(["data", "list", "--format", "json", "--data-dir", str(tmp_path / "empty")]) == 0

@@ -91,11 +91,28 @@ def _status(dataset: Dataset, root: Path) -> dict:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    """The listing, table or JSON; exit 2 (after it) when kernel sources are on disk and none of them reads."""
     root = data_root(args.data_dir)
     rows = [_listing(dataset, root) for dataset in DATASETS.values()] + _local_listings(root)
     if args.format == "json":
         print_json(rows)
-        return 0
+    else:
+        _print_table(rows, root)
+    _fail_when_nothing_reads(rows, root)
+    return 0
+
+
+def _fail_when_nothing_reads(rows: list[dict], root: Path) -> None:
+    """A data root whose kernel sources are all unreadable (a wrong folder, damaged files) was listed with exit 0, so
+    a script checking a mirror saw success; the listing still shows each source's reason."""
+    on_disk = [row for row in rows if row["kind"] == "kernels" and row["present"]]
+    failed = [row for row in on_disk if row.get("error")]
+    if on_disk and len(failed) == len(on_disk):
+        raise LilouInputError(f"none of the {len(on_disk)} kernel source(s) on disk under {root} can be read "
+                              f"(the first: {failed[0]['error']})")
+
+
+def _print_table(rows: list[dict], root: Path) -> None:
     out = console()
     table = new_table(title=f"datasets (data root: {root})")
     for column in ("name", "licence", "on disk", "rows", "GPUs", "dtypes", "families", "timing", "dropped"):
@@ -110,11 +127,11 @@ def run_list(args: argparse.Namespace) -> int:
     out.print(table)
     out.print(HELD_BACK_NOTE, highlight=False)
     for row in rows:
-        if row.get("error"):
-            out.print(f"{row['name']}: {row['error']}", highlight=False)
+        if row.get("error"):  # the error names its source already
+            named = row["error"].startswith(f"{row['name']}:")
+            out.print(row["error"] if named else f"{row['name']}: {row['error']}", highlight=False)
         for reason, count in sorted(row["dropped"].items(), key=lambda item: -item[1]):
             out.print(f"{row['name']}: {count:,} rows left out: {reason}", highlight=False)
-    return 0
 
 
 #: What `data list` says of the held-back GPUs: a listing showed their sources' GPU counts and no word of them.
