@@ -193,6 +193,27 @@ def test_nonzero_is_a_library_call_of_its_own():
     assert kept_whole(graph, fused) == [("relu", "positive"), ("nonzero", "coordinates")]
 
 
+def test_a_projection_named_as_a_calls_inner_value_keeps_apart_from_the_bmm_after_its_view():
+    """onnxsim drops a dynamo export's zero bias, so a projection's MatMul writes ``val_<k>`` (a name the exporter
+    gives a call's inner values) straight into the view that feeds the attention's ``bmm``. The names put the MatMul
+    and the view in one call; eager still runs the projection and the ``bmm`` as two cuBLAS calls (BERT after onnxsim
+    read 160 kernels for TorchScript's 196). A scaled product (``baddbmm``'s MatMul -> Mul) keeps its edge."""
+    from lilou.fusion.eager_replay import kept_whole
+
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["val_41"], name="node_MatMul_39"),
+             helper.make_node("Reshape", ["val_41", "heads"], ["val_42"], name="node_view"),
+             helper.make_node("Transpose", ["val_42"], ["val_43"], name="node_transpose", perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["val_43", "k"], ["val_44"], name="node_matmul"),
+             helper.make_node("Mul", ["val_44", "scale"], ["scaled"], name="node_mul")]
+    model = make_model(nodes, [tensor("x", [2, 16, 64]), tensor("k", [2, 4, 16, 16])], [tensor("scaled", [2, 4, 16, 16])],
+                       [weight("wq", [64, 64]), ints("heads", [2, 16, 4, 16]), weight("scale", [])])
+    graph = build_graph(model)
+    fused = [("node_MatMul_39", "node_view"), ("node_view", "node_transpose"), ("node_transpose", "node_matmul"),
+             ("node_matmul", "node_mul")]
+    assert kept_whole(graph, fused) == [("node_view", "node_transpose"), ("node_transpose", "node_matmul"),
+                                        ("node_matmul", "node_mul")]
+
+
 def test_a_torchscript_rnn_loop_runs_each_addmm_and_tanh_apart():
     """The GNN joined each step's Tanh to the next step's Gemm in a scripted RNN-style loop (unrolled at batch 2):
     eager runs addmm, then tanh, per step."""

@@ -103,3 +103,18 @@ def test_a_body_counts_what_eager_launches_and_nested_loops_their_own(tmp_path):
     assert graph.dag.nodes[node]["launches"] == 5 * (1 + 3)
     assert "Loop 'inner' is costed as its body times its trip count (3), as one kernel that eager launches 3 times " \
         "(1 body kernel(s) per iteration; one launch under TVM)" in graph.warnings
+
+
+def test_no_eager_kernel_spans_two_iterations_of_an_unrolled_loop(tmp_path):
+    """The counted loop written out is one Add per iteration, each reading the one before: eager runs one per
+    iteration. Every edge between two iterations is cut from what a fusion model joins (the version-8 GNN joined two
+    of 300); the edge to the loop's output (an Identity Lilou writes after the last iteration) is not."""
+    from lilou.fusion.eager_replay import kept_whole
+    from lilou.fusion.partition import runtime_edges
+
+    graph = load_graph(_counted_loop(tmp_path / "loop.onnx", trips=4))
+    edges = runtime_edges(graph)
+    assert [(u.split("/")[-1], v.split("/")[-1]) for u, v in edges] == [
+        ("iteration_0", "iteration_1"), ("iteration_1", "iteration_2"), ("iteration_2", "iteration_3"),
+        ("iteration_3", "lilou_final_0")]
+    assert kept_whole(graph, edges) == edges[-1:]

@@ -568,7 +568,8 @@ def eager_partition_from_fused_edges(graph: ModelGraph, fused: Iterable[Edge], s
     (:func:`silence_view_groups`)."""
     runtime = _runtime_in_order(graph)
     views = eager_views(graph, runtime)
-    fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, _flips_alone(graph, fused)), views)
+    fused = _calls_kept_whole(graph, _without_written_concat_joins(graph, _flips_alone(graph, _iterations_apart(fused))),
+                              views)
     fused = _library_calls_alone(graph, _distinct_calls_apart(graph, fused, views), views)
     partition = partition_from_fused_edges(graph, _without_view_bridges(graph, fused, runtime, views), "eager",
                                            source=source, scores=scores)
@@ -587,11 +588,29 @@ def _without_written_concat_joins(graph: ModelGraph, fused: list[Edge]) -> list[
 
 
 def kept_whole(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
-    """``fused`` less the edges that join a whole aten call to a node outside it (:func:`_calls_kept_whole`) or a
-    library call (cuBLAS, cuDNN, CUB's nonzero) to anything but a view (:func:`_library_calls_alone`)."""
+    """``fused`` less the edges that join two iterations of an unrolled Loop (:func:`_iterations_apart`), a whole
+    aten call to a node outside it (:func:`_calls_kept_whole`) or a library call (cuBLAS, cuDNN, CUB's nonzero) to
+    anything but a view (:func:`_library_calls_alone`)."""
     views = eager_views(graph, _runtime_in_order(graph))
-    kept = _calls_kept_whole(graph, _distinct_calls_apart(graph, _flips_alone(graph, fused), views), views)
+    kept = _calls_kept_whole(graph, _distinct_calls_apart(graph, _flips_alone(graph, _iterations_apart(fused)), views),
+                             views)
     return _library_calls_alone(graph, kept, views)
+
+
+#: A node Lilou wrote for one iteration of a ``Loop`` it unrolled (:func:`lilou.graph.loops.unroll_loop`):
+#: ``<body node>/iteration_<k>``, ``__<n>`` after it where the name was taken.
+_UNROLLED_ITERATION = re.compile(r"/iteration_(\d+)(?:__\d+)?$")
+
+
+def _iterations_apart(fused: Iterable[Edge]) -> list[Edge]:
+    """The fused edges, less those that join two iterations of an unrolled ``Loop``: eager runs the body once per
+    iteration (the Python loop the file was exported from, or the Loop's own), so no kernel spans two. The version-8
+    fusion model joined two of the 300 Adds of a counted loop written out."""
+    def trip(node: str) -> str | None:
+        match = _UNROLLED_ITERATION.search(node)
+        return match[1] if match else None
+
+    return [(u, v) for u, v in fused if trip(u) is None or trip(v) is None or trip(u) == trip(v)]
 
 
 def _flips_alone(graph: ModelGraph, fused: Iterable[Edge]) -> list[Edge]:
@@ -657,8 +676,10 @@ def _library_calls_alone(graph: ModelGraph, fused: list[Edge], views: set[str]) 
     def joins_a_call(u: str, v: str) -> bool:
         if u in held:
             # the exporter's names put both ends in one aten call (``baddbmm``'s scaled product, written as a
-            # MatMul and a Mul that pass a ``val_<k>``: alpha is the GEMM's epilogue)
-            if one_call(u, v) or (u, v) in inside:
+            # MatMul and a Mul that pass a ``val_<k>``: alpha is the GEMM's epilogue), but for a view or another
+            # library call: onnxsim, which drops a zero bias, leaves a projection's output a ``val_<k>`` read by the
+            # view into the attention's ``bmm``, and BERT's projections joined their ``bmm`` (160 kernels for 196)
+            if one_call(u, v) or ((u, v) in inside and not transparent(v) and v not in held and v not in calls):
                 return False
             reached = _reached(v, readers, transparent)
             return not (transparent(v) and reached and all(one_call(u, r) for r in reached))
