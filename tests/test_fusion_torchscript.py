@@ -119,6 +119,21 @@ def test_torchscript_forms_of_one_kernel_activations_are_one_kernel(tmp_path, ac
         assert len(kernels) == 1
 
 
+def test_hardswish_before_opset_14_is_one_kernel(tmp_path):
+    """``F.hardswish`` at opset 13 is ``HardSigmoid`` and ``Mul`` (as onnxruntime's saved sessions keep it): one
+    kernel in eager, as the ``HardSwish`` node of opset 14 is. It was two."""
+
+    class Block(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.hardswish(x) + 1.0
+
+    old = _export(Block(), (torch.randn(4, 64),), tmp_path / "hardswish-13.onnx", opset_version=13)
+    new = _export(Block(), (torch.randn(4, 64),), tmp_path / "hardswish-14.onnx", opset_version=14)
+    assert sorted(old.dag.nodes[n]["op"] for n in old.runtime_nodes()) == ["Add", "HardSigmoid", "Mul"]
+    assert _kernels(old) == [["Add"], ["HardSigmoid", "Mul"]]
+    assert _kernels(new) == [["Add"], ["HardSwish"]]
+
+
 def test_a_hand_written_tanh_gelu_stays_several_kernels(tmp_path):
     """Hugging Face's ``NewGELUActivation`` computes ``torch.pow(x, 3.0)``: TorchScript writes a Pow, not
     ``x * x * x``, and eager runs it as separate kernels. (Its dynamo export: the call names keep it apart.)"""

@@ -163,6 +163,7 @@ DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sig
                   "layer_norm before opset 17: ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div [, Mul, Add]",
                   "gelu, tanh form: Pow + Mul + Add + Mul + Tanh + Add + Mul + Mul, or TorchScript's x * x * x",
                   "mish: Softplus + Tanh + Mul; log_sigmoid: Sigmoid + Log; softplus with beta: Mul + Softplus + Div",
+                  "hardswish before opset 14: HardSigmoid + Mul",
                   "scaled_dot_product_attention: its math up to the node named after it (lilou/fusion/export_names.py)",
                   "scaled_dot_product_attention by its form: Mul + Mul (Q and K^T by sqrt(scale)) + MatMul [+ Add] + "
                   "Softmax [+ IsNaN + Where] + MatMul (lilou/fusion/attention_decomposition.py)",
@@ -172,7 +173,8 @@ DECOMPOSITIONS = ("linear: MatMul + Add of constant weight and bias", "silu: Sig
 #: result, and how many of its Add/Mul nodes read ``x`` itself (the rest read constants). aten.gelu as torchlib
 #: writes it where the opset has no Gelu op (the order of the final ``* x`` and ``* 0.5`` varies between
 #: onnxscript versions) and as TorchScript writes it; TorchScript's forms of mish, log_sigmoid and softplus
-#: with a beta (opsets without Mish; ``F.mish`` is one kernel in eager).
+#: with a beta (opsets without Mish; ``F.mish`` is one kernel in eager), and of hardswish before opset 14 (also
+#: what onnxruntime's saved sessions hold).
 _GELU_CHAINS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("Div", "Erf", "Add", "Mul", "Mul"), 1),                        # x/sqrt2, erf, +1, *0.5 and *x
     (("Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul", "Mul"), 2),  # x^3, *c, +x, *c, tanh, +1, *0.5 and *x
@@ -180,6 +182,7 @@ _GELU_CHAINS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("Softplus", "Tanh", "Mul"), 1),                                # mish: x * tanh(softplus(x))
     (("Sigmoid", "Log"), 0),                                         # log_sigmoid
     (("Mul", "Softplus", "Div"), 0),                                 # softplus(beta * x) / beta
+    (("HardSigmoid", "Mul"), 1),                                     # hardswish: x * hardsigmoid(x) (opset < 14)
 )
 
 
