@@ -363,6 +363,47 @@ def test_the_tensor_model_prices_only_what_runs_off_the_fp32_cores() -> None:
     assert np.array_equal(fp32, fp32_before)
 
 
+@pytest.mark.parametrize("gpu", ["a100-sxm4-80gb", "l4", "h100-sxm"])
+def test_bf16_and_fp16_gemms_of_one_shape_are_priced_alike_where_their_tensor_rate_is_one(gpu: str) -> None:
+    """Ampere, Ada and Hopper run dense FP16 and BF16 MMAs at one rate; the kernel model sees them as one unit
+    (``UNIT_STAND_INS``). With a one-hot column each, learned from different sources (Vidur's FP16 rows,
+    AIConfigurator's BF16 ones), a 64x1024x1024 GEMM on an A100 was priced 55 % slower in BF16 than in FP16."""
+    from lilou.fusion.predict import predict_partition
+    from lilou.latency.composition.end_to_end import describe_kernels
+
+    predictor = Predictor()
+    device = resolve_device(gpu)
+    assert device.peak_tflops["bf16_tensor"] == device.peak_tflops["fp16_tensor"]
+    for m, k, n in [(64, 1024, 1024), (256, 1024, 1024), (128, 4096, 4096), (1, 4096, 28672), (1, 14336, 4096),
+                      (4096, 4096, 4096)]:
+        work = {}
+        for precision, dtype in [("fp16", TensorProto.FLOAT16), ("bf16", TensorProto.BFLOAT16)]:
+            # both operands graph inputs (matmul_model makes an FP16 weight an initializer, a BF16 one an input)
+            node = onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+            graph = build_graph(make_model([node], [tensor("x", [m, k], dtype), tensor("w", [k, n], dtype)],
+                                           [tensor("y", [m, n], dtype)], []))
+            kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+            work[precision] = float(predictor.model.kernel_work(
+                kernels, [device], 1, lambda d, p=precision: precision_path(p, d), floored=False).work_ms.sum())
+        assert work["bf16"] == pytest.approx(work["fp16"], rel=0.02), (m, k, n, work)
+
+
+def test_bf16_without_tensor_cores_stays_slower_than_fp16() -> None:
+    """The stand-in is for a BF16 tensor unit: a V100 has none, so a BF16 GEMM runs at FP32 CUDA-core rates."""
+    from lilou.fusion.predict import predict_partition
+    from lilou.latency.composition.end_to_end import describe_kernels
+
+    predictor = Predictor()
+    v100 = resolve_device("v100-sxm2-32gb")
+    work = {}
+    for precision, dtype in [("fp16", TensorProto.FLOAT16), ("bf16", TensorProto.BFLOAT16)]:
+        graph = build_graph(matmul_model(dtype, m=512, k=4096, n=4096))
+        kernels = describe_kernels(graph, predict_partition(graph, "eager"))
+        work[precision] = float(predictor.model.kernel_work(
+            kernels, [v100], 1, lambda d, p=precision: precision_path(p, d), floored=False).work_ms.sum())
+    assert work["bf16"] > 3 * work["fp16"]
+
+
 def test_fp16_on_pascal_is_fp32_math_not_the_slow_half_units() -> None:
     """A GTX 1080 Ti's FP16 units run at 1/64 of FP32; PyTorch never uses them for GEMMs or convolutions (cuBLAS and
     cuDNN compute in FP32). ResNet-18 in FP16 was predicted about 30x slower than in FP32 there."""

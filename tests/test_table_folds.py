@@ -115,7 +115,7 @@ def test_a_model_with_timing_floors_keeps_them_apart() -> None:
 
 def test_floors_per_unit_keep_bf16_and_fp8_gemms_apart_in_torch_and_numpy(tmp_path) -> None:
     """With one floor per compute unit, a BF16 and an FP8 GEMM on the same GPU, timed the same way, take different
-    floors; a TF32 MMA takes its FP16 stand-in's; the numpy runtime reads the same (eager) floors as torch."""
+    floors; a BF16 and a TF32 MMA take their FP16 stand-in's; the numpy runtime reads the same (eager) floors as torch."""
     import torch
 
     from lilou.hardware import resolve_device
@@ -142,7 +142,7 @@ def test_floors_per_unit_keep_bf16_and_fp8_gemms_apart_in_torch_and_numpy(tmp_pa
     devices = DeviceColumns.from_devices([h200] * 3, ["bf16_tensor", "fp8_tensor", "tf32_tensor"])
     gemm = FAMILIES.index("gemm")
     eager = predictor.predict(kernels, devices).floor_ms
-    expected = [np.exp((UNITS.index(u) * len(FAMILIES) + gemm) / 100) for u in ("bf16_tensor", "fp8_tensor",
+    expected = [np.exp((UNITS.index(u) * len(FAMILIES) + gemm) / 100) for u in ("fp16_tensor", "fp8_tensor",
                                                                                "fp16_tensor")]
     assert eager == pytest.approx(expected, rel=1e-6)
     replay = predictor.predict(kernels, devices, np.array([1, 1, 1])).floor_ms

@@ -78,11 +78,17 @@ UNITS: tuple[str, ...] = ("fp32", "fp16", "int8", "tf32_tensor", "fp16_tensor", 
                           "int8_tensor", "int4_tensor", "fp4_tensor")
 
 
-#: Units no source of the kernel table measured, and the measured unit a model sees in their place. A TF32 MMA
-#: is the 16-bit tensor cores' pipeline at half their rate (NVIDIA's Ampere, Ada, Hopper and Blackwell
-#: whitepapers): the model is handed the TF32 peak (roofline, ``log_unit_over_fp32_peak``) and the FP16
-#: tensor-core one-hot, whose column the training rows never set for TF32.
-UNIT_STAND_INS: dict[str, str] = {"tf32_tensor": "fp16_tensor"}
+#: Units a model sees as another unit's one-hot column and launch floor, with their own peak (roofline,
+#: ``log_unit_over_fp32_peak``). Both run on the 16-bit tensor cores' MMA pipeline (NVIDIA's Ampere, Ada, Hopper
+#: and Blackwell whitepapers):
+#:
+#: - TF32, at half the FP16 rate: no source of the kernel table measured it, so its column was never set.
+#: - BF16, at the FP16 rate on every GPU of the database that has BF16 tensor cores (one without them, a V100 or
+#:   T4, runs BF16 on the FP32 CUDA cores: :meth:`DeviceColumns.from_devices`). With a column of its own, learned
+#:   from AIConfigurator's BF16 rows while the FP16 column learned from Vidur's, each absorbed its sources' bias:
+#:   a 64x1024x1024 GEMM on an A100 was priced 55 % slower in BF16 than in FP16, and ``lilou llm``'s FP16
+#:   inter-token latency on an L4 11 % above BF16's. One column, one price for one rate.
+UNIT_STAND_INS: dict[str, str] = {"tf32_tensor": "fp16_tensor", "bf16_tensor": "fp16_tensor"}
 #: The one-hot column each unit sets: its own, or its stand-in's.
 _ONE_HOT_COLUMN = np.array([UNITS.index(UNIT_STAND_INS.get(unit, unit)) for unit in UNITS])
 

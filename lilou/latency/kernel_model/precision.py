@@ -281,7 +281,9 @@ def kernel_unit(family: str, path: PrecisionPath, device: Device) -> str | None:
         return next((unit for unit in units if peaks.get(unit)), None)
     if path.precision == "bf16" and family == "conv" and peaks.get("bf16_tensor") and peaks.get("fp16_tensor"):
         # FP16 and BF16 run on one tensor-core rate; no source measured a BF16 convolution, and the BF16 one-hot
-        # (learned on GEMMs only) priced them 9-21 % under FP16 ones: a BF16 convolution is priced as the FP16 one
+        # (learned on GEMMs only) priced them 9-21 % under FP16 ones: a BF16 convolution is priced as the FP16 one.
+        # Since BF16 shares the FP16 column (features.UNIT_STAND_INS) the price is the same either way; this keeps
+        # the kernel's name and coverage look-up.
         return "fp16_tensor"
     tensor, fallback = _TENSOR_UNITS.get(path.precision, (None, None))
     if tensor and peaks.get(tensor):
