@@ -72,6 +72,77 @@ def test_inline_weights_stay_in_the_parent_and_come_back_in_place(tmp_path):
     assert shaped.tensors["h3"].shape == (4, 256)
 
 
+def _large_weights_model(tmp_path: Path) -> Path:
+    """Initializers in the order [a weight-stripped one, a large inline one, a small one, another large one]: two of
+    300 x 300 floats (90,000 elements, above what the shaping reads values of) whose bytes the shaping never needs."""
+    rng = np.random.default_rng(1)
+    stripped = TensorProto(name="w0", data_type=TensorProto.FLOAT, dims=[300, 300])
+    stripped.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "model.weights"), ("offset", "0"), ("length", str(300 * 300 * 4))):
+        entry = stripped.external_data.add()
+        entry.key, entry.value = key, value
+    weights = [stripped, numpy_helper.from_array(rng.standard_normal((300, 300)).astype(np.float32), "w1"),
+               numpy_helper.from_array(np.zeros(300, np.float32), "bias"),
+               numpy_helper.from_array(rng.standard_normal((300, 300)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h0"], name="mm0"),
+             helper.make_node("MatMul", ["h0", "w1"], ["h1"], name="mm1"),
+             helper.make_node("Add", ["h1", "bias"], ["h2"], name="add"),
+             helper.make_node("MatMul", ["h2", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 300])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
+    path = tmp_path / "large.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_the_shaping_never_holds_the_bytes_of_large_weights(tmp_path, monkeypatch):
+    """Shaping a file with its weights inline takes no more memory than its weight-stripped export (a 621 MB GPT-2
+    was refused as needing more than the child's 4.8 GB): the child and the in-process shaping both shape a copy
+    without the bytes of initializers above what shaping reads values of, and the result is still exactly the
+    whole file shaped here, its initializers in their places."""
+    from lilou.graph import dag
+
+    path = _large_weights_model(tmp_path)
+    expected = shape_model(load_onnx(path), batch=2)
+    weight_bytes = 2 * 300 * 300 * 4
+    seen = []
+    real_shape_model = dag.shape_model
+    monkeypatch.setattr(dag, "shape_model", lambda model, **options: seen.append(model.ByteSize())
+                        or real_shape_model(model, **options))
+    parent = load_onnx(path)
+    child = onnx.ModelProto()
+    child.CopyFrom(parent)
+    payload = reading._shaped_answer(child, {"batch": 2})  # what the child does, here
+    _assert_same(expected, reading._shaped_from(payload, 0, guarded_inference.MEMORY_BUDGET, parent))
+    assert [t.name for t in child.graph.initializer] == ["w0", "w1", "bias", "w2"]
+    assert not child.graph.initializer[1].raw_data and child.graph.initializer[2].raw_data
+    monkeypatch.setattr(guarded_inference, "_other_threads", lambda: True)  # the service: shaped in this process
+    with reading.read_graph(path, batch=2) as started:
+        assert started._child is None
+        here = started.shaped()
+    _assert_same(expected, here)
+    assert [t for t in here.model.graph.initializer if t.name == "w1"] == [parent.graph.initializer[1]]  # its bytes
+    assert len(seen) == 2 and max(seen) < 20_000 < weight_bytes
+
+
+def test_guarded_inference_infers_without_the_bytes_of_large_weights(tmp_path, monkeypatch):
+    """The child of guarded inference (a process with other threads shapes in itself and infers in one) serialises
+    the dims of large weights only; what it answers is ONNX's inference of the whole model."""
+    from onnx import shape_inference
+
+    model = load_onnx(_large_weights_model(tmp_path))
+    sizes = []
+    real = shape_inference.infer_shapes
+    monkeypatch.setattr(shape_inference, "infer_shapes", lambda m, **options: sizes.append(m.ByteSize())
+                        or real(m, **options))
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    inferred, _ = guarded_inference._result(guarded_inference._answer(work, {}, None), 0,
+                                            guarded_inference.MEMORY_BUDGET, model)
+    assert inferred == real(model)
+    assert sizes and max(sizes) < 20_000 < model.ByteSize()
+
+
 def test_an_input_error_in_the_child_is_the_error_here():
     """A --batch the file's fixed Reshape cannot take: the one line shaping here gives."""
     path = REPO / "examples" / "resnet18.onnx"

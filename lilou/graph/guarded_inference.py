@@ -6,9 +6,11 @@ fuzzer found files of 824 bytes that get a process killed by the kernel), and ma
 equations can keep it from returning. No check before it can name every such case, so it runs in
 a child process whose address space is capped at :data:`MEMORY_BUDGET` above the parent's and
 that is killed after :data:`TIME_LIMIT_S` (the budget grows with the model's own size, which ONNX copies
-twice). A child that runs out of memory or time, or aborts (ONNX asserts on some malformed dimensions), is bad
-input, said in one line (the child's own output goes to /dev/null); any other outcome (the inferred model, or
-ONNX's own error) is exactly what the in-process call gives. Where ``os.fork`` does not exist the call runs in-process.
+twice; the child first drops the bytes of weights too large for any inference to read, :func:`without_weight_bytes`,
+so a real model's weights stay well inside it). A child that runs out of memory or time, or aborts (ONNX asserts on
+some malformed dimensions), is bad input, said in one line (the child's own output goes to /dev/null); any other
+outcome (the inferred model, or ONNX's own error) is exactly what the in-process call gives. Where ``os.fork`` does
+not exist the call runs in-process.
 
 While the child infers, the parent is idle: :func:`meanwhile` hands it work to do then (a command's later imports
 and checkpoint loads), so a fresh process spends the child's time once, not twice. :func:`infer_then` also runs the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import math
 import os
 import select
 import signal
@@ -29,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import onnx
 from onnx import shape_inference
 
@@ -235,6 +239,7 @@ def _answer(model: onnx.ModelProto, options: dict, finish: Callable[[onnx.ModelP
     ``finish`` change) or the whole inferred model but its initializers (O); b"E" and an ONNX error; b"F" and what
     ``finish`` raised; or b"M"."""
     try:
+        without_weight_bytes(model)  # the child's own copy: ONNX serialises it whole, and only the dims matter
         flat = is_flat(model)
         if flat:
             for node in model.graph.node:  # the child's own copy: what inference never reads need not go through it
@@ -260,6 +265,98 @@ def _answer(model: onnx.ModelProto, options: dict, finish: Callable[[onnx.ModelP
         del answer.graph.initializer[:]  # the parent has them; do not copy weights through the pipe
     head = json.dumps(extra).encode()
     return (b"V" if flat else b"O") + len(head).to_bytes(8, "little") + head + answer.SerializeToString()
+
+
+#: Where the child points an initializer whose bytes it dropped (:func:`without_weight_bytes`); never read.
+CHILD_STRIPPED_LOCATION = "lilou-shaping-child-stripped"
+
+
+def without_weight_bytes(model: onnx.ModelProto) -> int:
+    """Drop, in place, the bytes of every initializer the shaping never reads: each becomes external data (at
+    :data:`CHILD_STRIPPED_LOCATION`, never written) with its name, dims and type, as a weight-stripped file's
+    (:func:`lilou.zoo.export.strip_weights`). Returns how many bytes were dropped.
+
+    The shaping reads the values of inline tensors of at most
+    :data:`lilou.graph.shape_completion.MAX_VALUE_ELEMENTS` elements (constant folding, the zero-bias check of the
+    contrib writer; every other reader takes fewer), so only larger ones go, and only where their bytes are exactly
+    what the dims declare (anything else stays for the checks to refuse). Their values never change a shape, and the
+    parent keeps its own full copies: the shaping of such a copy serialises (for ONNX's C++ inference) and copies
+    its weights' dims only, so a GPT-2 with its 621 MB of weights inline needs no more memory than its weight-free
+    export. A guarded child's own copy, in :func:`_answer` and in :mod:`lilou.graph.reading`'s child."""
+    dropped = 0
+    for tensor in model.graph.initializer:
+        nbytes = _droppable_bytes(tensor)
+        if nbytes:
+            tensor.ClearField("raw_data")
+            _mark_stripped(tensor, nbytes)
+            dropped += nbytes
+    return dropped
+
+
+def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` as :func:`without_weight_bytes` leaves it, made without copying the bytes it drops (the
+    in-process shaping's, :mod:`lilou.graph.reading`: ``model`` is left as it is)."""
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip="graph")
+    _copy_fields(model.graph, copy.graph, skip="initializer")
+    for tensor in model.graph.initializer:
+        nbytes = _droppable_bytes(tensor)
+        if not nbytes:
+            copy.graph.initializer.append(tensor)
+            continue
+        stripped = copy.graph.initializer.add()
+        _copy_fields(tensor, stripped, skip="raw_data")
+        _mark_stripped(stripped, nbytes)
+    return copy
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    """Every field set in protobuf message ``source`` but ``skip``, copied into the empty ``target``."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        if repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def _droppable_bytes(tensor: onnx.TensorProto) -> int:
+    """The bytes of ``tensor`` :func:`without_weight_bytes` drops: its raw data if it has more than
+    :data:`lilou.graph.shape_completion.MAX_VALUE_ELEMENTS` elements, exactly as many bytes as they need, and is
+    neither external nor strings nor packed; 0 for any other."""
+    from lilou.graph.shape_completion import MAX_VALUE_ELEMENTS
+
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.data_type == onnx.TensorProto.STRING \
+            or tensor.data_type in _PACKED_TYPES or any(d < 0 for d in tensor.dims) \
+            or math.prod(tensor.dims) <= MAX_VALUE_ELEMENTS or not tensor.raw_data:
+        return 0
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 0
+    nbytes = math.prod(tensor.dims) * itemsize
+    return nbytes if len(tensor.raw_data) == nbytes else 0
+
+
+def bytes_dropped(tensor: onnx.TensorProto) -> bool:
+    """Whether :func:`without_weight_bytes` dropped the bytes of ``tensor``."""
+    return tensor.data_location == onnx.TensorProto.EXTERNAL and any(
+        entry.key == "location" and entry.value == CHILD_STRIPPED_LOCATION for entry in tensor.external_data)
+
+
+def _mark_stripped(tensor: onnx.TensorProto, nbytes: int) -> None:
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", CHILD_STRIPPED_LOCATION), ("offset", "0"), ("length", str(nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+_PACKED_TYPES = frozenset(getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+                          if hasattr(onnx.TensorProto, n))
 
 
 def _error_text(exc: Exception, kinds: dict[str, type[Exception]]) -> bytes:

@@ -112,8 +112,21 @@ class GraphReading:
     def _shaped_here(self, meanwhile: Callable[[], object] | None) -> ShapedModel:
         from lilou.graph.dag import shape_model
 
-        with _meanwhile(meanwhile):  # run during its guarded inference
-            return shape_model(self._model, **self._options)
+        if not guarded_inference.is_flat(self._model):  # a subgraph may take the main graph's initializers
+            with _meanwhile(meanwhile):  # run during its guarded inference
+                return shape_model(self._model, **self._options)
+        # As the child does: the weights' bytes stay out of the shaping's copies, and the file's own come back after
+        model = guarded_inference.weightless_copy(self._model)
+        originals = [_copied(tensor) for tensor in model.graph.initializer]
+        with _meanwhile(meanwhile):
+            shaped = shape_model(model, **self._options)
+        sources, sent = _initializer_sources(shaped.model.graph, originals)
+        written = iter(sent)
+        initializers = [self._model.graph.initializer[i] if i >= 0 else next(written)
+                        for i in sources]
+        shaped.model.graph.ClearField("initializer")
+        shaped.model.graph.initializer.extend(initializers)
+        return shaped
 
 
 def read_graph(path: str | os.PathLike[str], batch: int | None = None,
@@ -139,6 +152,7 @@ def _shaped_answer(model: onnx.ModelProto, options: dict) -> bytes:
     bug's name and message; or b"M"."""
     from lilou.graph.dag import shape_model
 
+    guarded_inference.without_weight_bytes(model)  # the child's own copy: its memory must not grow with the weights' bytes
     originals = [_copied(tensor) for tensor in model.graph.initializer]
     try:
         shaped = shape_model(model, **options)

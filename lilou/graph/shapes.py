@@ -438,13 +438,17 @@ def _check_einsum_equations(graph: onnx.GraphProto, functions=()) -> None:
 
 def _unread_initializers_as_inputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     """Shape inference refuses to look at initializers whose bytes were not loaded; their
-    shapes are all it needs, so present them as graph inputs of the same type and shape."""
-    unread = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    shapes are all it needs, so present them as graph inputs of the same type and shape. Those whose bytes a
+    guarded child dropped (:func:`lilou.graph.guarded_inference.without_weight_bytes`) stay where they are: no
+    inference reads a tensor that large, and the model is shaped as with its bytes."""
+    unread = [t for t in model.graph.initializer
+              if t.data_location == onnx.TensorProto.EXTERNAL and not guarded_inference.bytes_dropped(t)]
     if not unread:
         return model, []
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
-    kept = [t for t in probe.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    kept = [t for t in probe.graph.initializer
+            if t.data_location != onnx.TensorProto.EXTERNAL or guarded_inference.bytes_dropped(t)]
     probe.graph.ClearField("initializer")
     probe.graph.initializer.extend(kept)
     listed = {v.name for v in probe.graph.input}
