@@ -37,6 +37,7 @@ import onnx
 from onnx import shape_inference
 
 from lilou.errors import LilouInputError, OutOfTimeError
+from lilou.graph.loading import point_at_external_data
 
 #: Memory the child may map beyond what the parent already has: a file under 1 MB must not take Lilou past 1 GB.
 MEMORY_BUDGET = 512 * 2**20
@@ -287,8 +288,7 @@ def without_weight_bytes(model: onnx.ModelProto) -> int:
     for tensor in model.graph.initializer:
         nbytes = _droppable_bytes(tensor)
         if nbytes:
-            tensor.ClearField("raw_data")
-            _mark_stripped(tensor, nbytes)
+            point_at_external_data(tensor, CHILD_STRIPPED_LOCATION, nbytes)
             dropped += nbytes
     return dropped
 
@@ -306,7 +306,7 @@ def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         stripped = copy.graph.initializer.add()
         _copy_fields(tensor, stripped, skip="raw_data")
-        _mark_stripped(stripped, nbytes)
+        point_at_external_data(stripped, CHILD_STRIPPED_LOCATION, nbytes)
     return copy
 
 
@@ -346,13 +346,6 @@ def bytes_dropped(tensor: onnx.TensorProto) -> bool:
     """Whether :func:`without_weight_bytes` dropped the bytes of ``tensor``."""
     return tensor.data_location == onnx.TensorProto.EXTERNAL and any(
         entry.key == "location" and entry.value == CHILD_STRIPPED_LOCATION for entry in tensor.external_data)
-
-
-def _mark_stripped(tensor: onnx.TensorProto, nbytes: int) -> None:
-    tensor.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", CHILD_STRIPPED_LOCATION), ("offset", "0"), ("length", str(nbytes))):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
 
 
 _PACKED_TYPES = frozenset(getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")

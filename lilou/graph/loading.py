@@ -41,6 +41,19 @@ _MAX_NAME_BYTES = 255
 _MAX_PATH_BYTES = 4096
 
 
+def point_at_external_data(tensor: onnx.TensorProto, location: str, nbytes: int) -> None:
+    """Drop the data ``tensor`` holds and point it at ``location`` (offset 0, ``nbytes`` long), a file that is never
+    written: a weight-free tensor that keeps its name, dims and type (``lilou.zoo.export.strip_weights``, and the
+    shaping child's copy, :func:`lilou.graph.guarded_inference.without_weight_bytes`)."""
+    for data_field in ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data"):
+        tensor.ClearField(data_field)
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", str(nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
 def load_onnx(path: str | os.PathLike[str], notes: list[str] | None = None) -> onnx.ModelProto:
     """Parse an ONNX file without its weight bytes; raise a one-line error on bad input. ``notes`` gets what the
     reading left out that the prediction's warnings should say (external data refused or missing)."""

@@ -27,6 +27,7 @@ import onnx
 import torch
 
 from lilou.errors import LilouInputError
+from lilou.graph.loading import point_at_external_data
 from lilou.graph.shape_completion import complete_shapes
 from lilou.zoo.registry import BuiltModel, build, get_entry, parameter_count
 
@@ -47,17 +48,6 @@ def _tensor_nbytes(tensor: onnx.TensorProto) -> int:
     return math.prod(tensor.dims) * itemsize
 
 
-def _set_external(tensor: onnx.TensorProto, location: str, nbytes: int) -> None:
-    """Point ``tensor`` at ``location`` (offset 0, ``nbytes`` long) and drop any data it holds."""
-    for data_field in ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data"):
-        tensor.ClearField(data_field)
-    del tensor.external_data[:]
-    tensor.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", "0"), ("length", str(nbytes))):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
-
-
 def strip_weights(model_proto: onnx.ModelProto, location: str = "model.weights") -> onnx.ModelProto:
     """Remove the bytes of every initializer larger than :data:`SMALL_INITIALIZER_BYTES`.
 
@@ -75,7 +65,7 @@ def strip_weights(model_proto: onnx.ModelProto, location: str = "model.weights")
         nbytes = _tensor_nbytes(tensor)
         external = tensor.data_location == onnx.TensorProto.EXTERNAL
         if nbytes > SMALL_INITIALIZER_BYTES or external:
-            _set_external(tensor, location, nbytes)
+            point_at_external_data(tensor, location, nbytes)
     return model_proto
 
 
