@@ -4,6 +4,11 @@ ONNX's LSTM, GRU and RNN read ``X`` as ``[seq_length, batch, input_size]`` and `
 ``[num_directions, batch, hidden_size]`` unless ``layout=1``; PyTorch's ``nn.LSTM`` is time-major by default and its
 exports feed the graph input to the node directly. ``--batch 16`` set such a model's sequence length (and a file with
 ``[seq, batch, 512]`` was refused for its dynamic ``batch``), and the report named the sequence length its batch.
+
+Not every graph input holds the batch. A file exported without its parameters (``torch.onnx.export(...,
+export_params=False)``) feeds every weight as a graph input: ``--batch 8`` set a convolution's weight to 8 output
+channels and shape inference failed, and the weights were priced as activations that grow with the batch.
+:func:`onnx_unbatched_inputs` and :func:`graph_unbatched_inputs` name the inputs a batch does not apply to.
 """
 from __future__ import annotations
 
@@ -18,6 +23,15 @@ if TYPE_CHECKING:
 RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 #: Inputs of a time-major recurrent node whose second axis is the batch: X, initial_h, initial_c.
 _BATCH_SECOND = (0, 5, 6)
+
+
+#: Input slots at which an op reads a model's parameters: a convolution's weight and bias, a Gemm's B and C, a norm's
+#: scale, bias and statistics, PReLU's slope. A graph input read only there is a weight fed as an input.
+PARAMETER_SLOTS: dict[str, frozenset[int]] = {
+    "Conv": frozenset({1, 2}), "ConvTranspose": frozenset({1, 2}), "Gemm": frozenset({1, 2}),
+    "BatchNormalization": frozenset({1, 2, 3, 4}), "InstanceNormalization": frozenset({1, 2}),
+    "LayerNormalization": frozenset({1, 2}), "GroupNormalization": frozenset({1, 2}), "PRelu": frozenset({1}),
+}
 
 
 def batch_axes(nodes: Iterable[tuple[str, int, Sequence[str | None]]]) -> dict[str, int]:
@@ -51,3 +65,58 @@ def _layout(attributes: Mapping) -> int:
 def batch_of(shape: Sequence[int], axis: int) -> int | None:
     """The size at ``axis`` of ``shape``, or None where it has no such axis."""
     return int(shape[axis]) if len(shape) > axis else None
+
+
+def unbatched_inputs(batch_sizes: Mapping[str, int | None], parameters: set[str]) -> set[str]:
+    """The inputs a batch size does not apply to, from each input's size at its batch axis (None where the file
+    leaves it dynamic), in the file's order, and the inputs read only at :data:`PARAMETER_SLOTS`.
+
+    Where some input's batch is dynamic, the inputs whose batch axis has a fixed size (a weight fed as an input, a
+    fixed table) do not take it; where every size is fixed, those whose size is not the first batched input's, or
+    that are read only as parameters."""
+    if any(size is None for size in batch_sizes.values()):
+        return {name for name, size in batch_sizes.items() if size is not None}
+    primary = next((size for name, size in batch_sizes.items() if name not in parameters), None)
+    if primary is None:  # every input read as a parameter: nothing tells the batch apart
+        return set()
+    return {name for name, size in batch_sizes.items() if size != primary or name in parameters}
+
+
+def _read_only_as_parameters(reads: Iterable[tuple[str, int, str]]) -> set[str]:
+    """Tensors every reader reads at a parameter slot, from ``(op type, input slot, tensor name)`` of each read."""
+    parameter, other = set(), set()
+    for op, slot, name in reads:
+        (parameter if slot in PARAMETER_SLOTS.get(op, ()) else other).add(name)
+    return parameter - other
+
+
+def onnx_unbatched_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
+    """:func:`unbatched_inputs` of an ONNX graph's run-time ``inputs``, before their shapes are set."""
+    axes = onnx_batch_axes(graph)
+    sizes: dict[str, int | None] = {}
+    for value in inputs:
+        dims, axis = value.type.tensor_type.shape.dim, axes.get(value.name, 0)
+        if len(dims) > axis:
+            sizes[value.name] = dims[axis].dim_value if dims[axis].dim_value > 0 else None
+    reads = ((node.op_type, slot, name) for node in graph.node if node.domain in ("", "ai.onnx")
+             for slot, name in enumerate(node.input) if name in sizes)
+    return unbatched_inputs(sizes, _read_only_as_parameters(reads))
+
+
+def graph_unbatched_inputs(graph: ModelGraph) -> set[str]:
+    """The inputs of an annotated graph that do not hold the batch, as the shaping of its file decided them
+    (:func:`onnx_unbatched_inputs`, before the input sizes were set): what a larger batch reads once all the same,
+    as it reads the file's initializers. A set of the caller's own."""
+    return set(graph.dag.graph.get("unbatched_inputs", ()))
+
+
+def unbatched_inputs_note(graph: ModelGraph) -> list[str]:
+    """What a prediction says of the inputs :func:`graph_unbatched_inputs` names, in the file's order."""
+    unbatched = graph_unbatched_inputs(graph)
+    names = [t.name for t in graph.inputs if t.name in unbatched]
+    if not names:
+        return []
+    listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return [f"{len(names)} input(s) ({listed}) do not hold the batch: read as weights fed at run time (as "
+            "torch.onnx.export(..., export_params=False) feeds every parameter), once per call whatever the batch; "
+            "--batch leaves them as they are"]

@@ -144,7 +144,8 @@ class BatchSeries:
             return None
         if _size_classes(first, tensors) != self._first_classes:
             return None
-        shaped = ShapedModel(model=first.model, tensors=tensors, notes=first.notes, evaluated=first.evaluated)
+        shaped = ShapedModel(model=first.model, tensors=tensors, notes=first.notes, evaluated=first.evaluated,
+                             unbatched=first.unbatched)
         return annotate_graph(shaped, name=self.name)
 
 

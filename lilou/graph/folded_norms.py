@@ -38,7 +38,7 @@ _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorPro
 def restore_folded_batchnorms(model: onnx.ModelProto) -> list[str]:
     """Put back every batch norm folded into the node before it (in place); the nodes it was folded into."""
     graph = model.graph
-    weights = {t.name: t for t in graph.initializer}
+    weights = _weight_types(graph)
     restored: list[str] = []
     nodes = []
     torchscript = model.producer_name == "pytorch"
@@ -48,7 +48,7 @@ def restore_folded_batchnorms(model: onnx.ModelProto) -> list[str]:
         channels = _output_channels(node, weights) if folded else None
         if channels is None or len(node.output) != 1:
             continue
-        nodes.append(_batch_norm_after(node, channels, weights[node.input[1]].data_type, graph))
+        nodes.append(_batch_norm_after(node, channels, weights[node.input[1]][1], graph))
         if _bias_from_the_fold(node, torchscript):
             del node.input[2:]  # the restored norm adds the shift the fold had put there
         restored.append(node.name or node.op_type)
@@ -91,11 +91,21 @@ def _bias_from_the_fold(node: onnx.NodeProto, torchscript: bool) -> bool:
     return torchscript and _torchscript_folded(node) or node.input[2] == f"{node.input[1]}_bias"
 
 
-def _output_channels(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> int | None:
+def _weight_types(graph: onnx.GraphProto) -> dict[str, tuple[list[int], int]]:
+    """The dims and element type of each initializer, and of each graph input of known dims: a file exported with
+    ``export_params=False`` feeds its (folded) weights as inputs."""
+    types = {value.name: ([d.dim_value for d in value.type.tensor_type.shape.dim], value.type.tensor_type.elem_type)
+             for value in graph.input if value.type.HasField("tensor_type")
+             and all(d.dim_value > 0 for d in value.type.tensor_type.shape.dim)}
+    types.update((t.name, (list(t.dims), t.data_type)) for t in graph.initializer)
+    return types
+
+
+def _output_channels(node: onnx.NodeProto, weights: dict[str, tuple[list[int], int]]) -> int | None:
     """The channels (features) the batch norm normalised: read from the weight's dims."""
     if len(node.input) < 2 or node.input[1] not in weights:
         return None
-    dims = list(weights[node.input[1]].dims)
+    dims = weights[node.input[1]][0]
     attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if node.op_type == "Conv" and len(dims) >= 3:
         return dims[0]

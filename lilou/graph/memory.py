@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lilou.graph.batch_axis import graph_unbatched_inputs
+
 if TYPE_CHECKING:
     from lilou.graph.dag import ModelGraph
     from lilou.hardware import Device
@@ -19,7 +21,7 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
     norm after it both of those outputs: 7.7 GiB). Kernels that fuse a chain keep less; no in-place reuse is assumed.
     """
     ordered = [data for _, data in sorted(graph.dag.nodes(data=True), key=lambda item: item[1]["order"])]
-    inputs = {t.name for t in graph.inputs if t is not None}
+    inputs = {t.name for t in graph.inputs if t is not None} - graph_unbatched_inputs(graph)  # a weight fed as input
     produced = {t.name for data in ordered for t in data["outputs"] if t is not None}
     weights: dict[str, int] = {}
     last_read: dict[str, int] = {}
@@ -33,7 +35,7 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
             elif not data["constant"]:
                 last_read[t.name] = step
     kept = {t.name for t in graph.outputs if t is not None}
-    size = {t.name: t.nbytes or 0 for t in graph.inputs if t is not None}
+    size = {t.name: t.nbytes or 0 for t in graph.inputs if t is not None and t.name in inputs}
     live = peak = sum(size.values())
     for step, data in enumerate(ordered):
         if data["constant"]:

@@ -166,7 +166,8 @@ def _shaped_answer(model: onnx.ModelProto, options: dict) -> bytes:
     shaped.model.graph.ClearField("initializer")
     shaped.model.graph.initializer.extend(sent)
     head = json.dumps({"tensors": [[t.name, t.shape, t.dtype, t.itemsize] for t in shaped.tensors.values()],
-                       "notes": shaped.notes, "evaluated": shaped.evaluated, "initializers": sources}).encode()
+                       "notes": shaped.notes, "evaluated": shaped.evaluated, "initializers": sources,
+                       "unbatched": sorted(shaped.unbatched)}).encode()
     return b"S" + len(head).to_bytes(8, "little") + head + shaped.model.SerializeToString()
 
 
@@ -213,7 +214,8 @@ def _shaped_from(payload: bytes | None, status: int | None, budget: int, model: 
         tensors = {name: TensorInfo(name=name, shape=None if shape is None else tuple(shape), dtype=dtype,
                                     itemsize=itemsize)
                    for name, shape, dtype, itemsize in head["tensors"]}
-        return ShapedModel(model=shaped, tensors=tensors, notes=head["notes"], evaluated=head["evaluated"])
+        return ShapedModel(model=shaped, tensors=tensors, notes=head["notes"], evaluated=head["evaluated"],
+                           unbatched=frozenset(head["unbatched"]))
     if payload is not None and payload.startswith(b"L"):
         raise LilouInputError(payload[1:].decode("utf-8", "replace"))
     if payload is not None and payload.startswith(b"X"):

@@ -19,7 +19,7 @@ from onnx import shape_inference
 
 from lilou.errors import LilouInputError
 from lilou.graph import guarded_inference
-from lilou.graph.batch_axis import onnx_batch_axes
+from lilou.graph.batch_axis import onnx_batch_axes, onnx_unbatched_inputs
 from lilou.graph.legacy_types import needs_legacy_types, type_legacy_outputs
 from lilou.graph.names import protobuf_text
 from lilou.graph.shape_completion import complete_shapes, data_propagation_is_safe
@@ -103,9 +103,11 @@ def check_batch(batch: int) -> None:
 
 
 def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
-                       shapes: Mapping[str, Sequence[int]] | None = None) -> None:
-    """Set input dims in place: ``batch`` sets every input's batch dim (the leading one; the second of a time-major
-    recurrent layer's inputs, :mod:`lilou.graph.batch_axis`); ``shapes`` whole inputs
+                       shapes: Mapping[str, Sequence[int]] | None = None,
+                       unbatched: frozenset[str] | None = None) -> None:
+    """Set input dims in place: ``batch`` sets every batched input's batch dim (the leading one; the second of a
+    time-major recurrent layer's inputs; not an input in ``unbatched``, by default
+    :func:`lilou.graph.batch_axis.onnx_unbatched_inputs`: a weight fed as an input); ``shapes`` whole inputs
     (``{"input_ids": (8, 512)}``) or named dynamic dimensions (``{"sequence_length": (512,)}``: every dimension
     the file names so, or writes as an expression of it such as Optimum's ``past_sequence_length +
     sequence_length``, in every input). An input's name wins over a dimension's; ``batch`` and a named leading
@@ -139,6 +141,9 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         raise LilouInputError(f"--shape names unknown input(s) {', '.join(unknown)}; {listed}{named}")
     took_batch, pinned = False, []
     axes = onnx_batch_axes(model.graph)  # the batch is second in a time-major recurrent layer's inputs
+    if unbatched is None and batch is not None:
+        unbatched = frozenset(onnx_unbatched_inputs(model.graph, inputs))  # weights fed as inputs
+    unbatched = unbatched or frozenset()
     for value in inputs:
         dims = value.type.tensor_type.shape.dim
         axis = axes.get(value.name, 0)
@@ -153,7 +158,7 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
             _check_batch_agrees(value.name, protobuf_text(dims[axis].dim_param), batch, bound)
         if bound:
             _bind_dimensions(value, bound)
-        if batch is not None and len(dims) > axis:
+        if batch is not None and len(dims) > axis and value.name not in unbatched:
             dims[axis].Clear()
             dims[axis].dim_value = batch
             took_batch = True

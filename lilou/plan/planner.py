@@ -573,10 +573,12 @@ def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[
     from lilou.graph.loading import load_onnx
     from lilou.graph.shapes import runtime_inputs
 
-    from lilou.graph.batch_axis import onnx_batch_axes
+    from lilou.graph.batch_axis import onnx_batch_axes, onnx_unbatched_inputs
 
     loaded = load_onnx(model)
-    inputs, axes = {value.name for value in runtime_inputs(loaded)}, onnx_batch_axes(loaded.graph)
+    runtime = runtime_inputs(loaded)
+    inputs = {value.name for value in runtime} - onnx_unbatched_inputs(loaded.graph, runtime)  # not a weight fed as input
+    axes = onnx_batch_axes(loaded.graph)
 
     def at(name: str, dims: Sequence[int], batch: int) -> tuple[int, ...]:
         axis = axes.get(name, 0)  # the second of a time-major recurrent layer's inputs
