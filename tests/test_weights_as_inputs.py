@@ -12,6 +12,7 @@ import torch
 from onnx import helper
 
 from lilou.api import Predictor
+from lilou.errors import LilouInputError
 from lilou.graph.batch_axis import graph_unbatched_inputs, onnx_unbatched_inputs, unbatched_inputs
 from lilou.graph.dag import load_graph
 from lilou.graph.memory import memory_needed
@@ -97,6 +98,10 @@ def test_which_inputs_hold_the_batch() -> None:
     static = _matmul([64, 32], x_dims=(1, 64))
     assert onnx_unbatched_inputs(static.graph, static.graph.input) == {"w"}
     assert unbatched_inputs({"x": 1, "w": 1}, parameters=set()) == set()
+    # an input nothing reads, dynamic or not, tells nothing: x keeps the batch
+    unused = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                        [tensor("x", [4, 64]), tensor("w", [64, 32]), tensor("unused", ["weird", 7])], [tensor("y", None)])
+    assert onnx_unbatched_inputs(unused.graph, unused.graph.input) == {"w"}
     assert unbatched_inputs({"w": 1, "x": 1}, parameters={"w"}) == {"w"}  # a conv weight of one output channel
     assert unbatched_inputs({"w": 64}, parameters={"w"}) == set()  # nothing tells a batch apart: as before
 
@@ -117,3 +122,16 @@ def test_a_weight_fed_as_an_input_is_priced_as_an_initializer(tmp_path) -> None:
     for batch in (None, 4):
         priced = [predictor.predict(str(tmp_path / f), "l4", batch=batch) for f in ("input.onnx", "initializer.onnx")]
         assert _summary(priced[0]) == _summary(priced[1])
+
+
+def test_a_dynamo_export_without_weights_says_how_to_export(tmp_path) -> None:
+    """The dynamo exporter with export_params=False lists neither the weights nor inputs for them: the file cannot
+    run anywhere, and the error says which export would."""
+    built = build("resnet18", image_size=64)
+    path = tmp_path / "dynamo.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(built.module.eval(), built.args, str(path), dynamo=True, export_params=False, verbose=False)
+    with pytest.raises(LilouInputError, match=r"which no node, input or initializer provides; torch.onnx.export\(\.\.\., "
+                                              r"dynamo=True, export_params=False\) writes no weights"):
+        load_graph(str(path))

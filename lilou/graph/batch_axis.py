@@ -91,12 +91,14 @@ def _read_only_as_parameters(reads: Iterable[tuple[str, int, str]]) -> set[str]:
 
 
 def onnx_unbatched_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
-    """:func:`unbatched_inputs` of an ONNX graph's run-time ``inputs``, before their shapes are set."""
+    """:func:`unbatched_inputs` of an ONNX graph's run-time ``inputs`` that its top-level nodes read, before their
+    shapes are set."""
     axes = onnx_batch_axes(graph)
+    read = {name for node in graph.node for name in node.input}  # an input nothing reads tells nothing
     sizes: dict[str, int | None] = {}
     for value in inputs:
         dims, axis = value.type.tensor_type.shape.dim, axes.get(value.name, 0)
-        if len(dims) > axis:
+        if len(dims) > axis and value.name in read:
             sizes[value.name] = dims[axis].dim_value if dims[axis].dim_value > 0 else None
     reads = ((node.op_type, slot, name) for node in graph.node if node.domain in ("", "ai.onnx")
              for slot, name in enumerate(node.input) if name in sizes)

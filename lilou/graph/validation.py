@@ -92,6 +92,15 @@ def _check_raw_size(tensor: onnx.TensorProto) -> None:
                               f"{list(tensor.dims)} need {expected}; the file is damaged, re-export it")
 
 
+def _weightless_export_hint(model: onnx.ModelProto) -> str:
+    """Why a PyTorch export may read tensors nothing provides: the dynamo exporter with ``export_params=False``
+    writes neither the weights nor inputs for them (the TorchScript exporter lists them as inputs)."""
+    if model.producer_name != "pytorch" or model.graph.initializer:
+        return ""
+    return ("; torch.onnx.export(..., dynamo=True, export_params=False) writes no weights and no inputs for them: "
+            "export with the weights (ONNX's external data keeps the .onnx small), or with dynamo=False")
+
+
 def check_structure(model: onnx.ModelProto) -> None:
     """Dangling inputs, tensors written twice and cycles are bad input; say which tensor or node."""
     graph = model.graph
@@ -118,7 +127,8 @@ def check_structure(model: onnx.ModelProto) -> None:
             if tensor not in available and tensor not in produced:
                 label = node.name or node.op_type
                 raise LilouInputError(
-                    f"node {label!r} ({node.op_type}) reads tensor {tensor!r}, which no node, input or initializer provides")
+                    f"node {label!r} ({node.op_type}) reads tensor {tensor!r}, which no node, input or initializer "
+                    f"provides{_weightless_export_hint(model)}")
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     _check_arity(graph, opsets)
     if not graph.output:
