@@ -13,7 +13,8 @@ from onnx import helper
 
 from lilou.api import Predictor
 from lilou.errors import LilouInputError
-from lilou.graph.batch_axis import graph_unbatched_inputs, onnx_unbatched_inputs, unbatched_inputs
+from lilou.graph.batch_axis import (graph_unbatched_inputs, graph_weight_inputs, onnx_unbatched_inputs,
+                                    unbatched_inputs)
 from lilou.graph.dag import load_graph
 from lilou.graph.memory import memory_needed
 from lilou.zoo.registry import build
@@ -135,3 +136,22 @@ def test_a_dynamo_export_without_weights_says_how_to_export(tmp_path) -> None:
     with pytest.raises(LilouInputError, match=r"which no node, input or initializer provides; torch.onnx.export\(\.\.\., "
                                               r"dynamo=True, export_params=False\) writes no weights"):
         load_graph(str(path))
+
+
+def test_an_input_of_another_size_beside_the_files_weights_is_a_second_activation(tmp_path) -> None:
+    """A file with weights of its own that also takes a [64, 32] matrix: not the batch (``--batch 2`` left it as it
+    is; it was set to [2, 32] before, and the MatMul refused), but an operand eager multiplies as it is given, not a
+    weight with a bias to make one aten.linear of: the MatMul and the Add stay two kernels."""
+    from tests.onnx_builders import weight
+
+    nodes = [helper.make_node("MatMul", ["x", "m"], ["s"], name="scores"),
+             helper.make_node("Add", ["s", "b"], ["y"], name="bias")]
+    model = make_model(nodes, [tensor("x", [4, 64]), tensor("m", [64, 32])], [tensor("y", None)], [weight("b", [32])])
+    onnx.save(model, tmp_path / "second.onnx")
+    graph = load_graph(str(tmp_path / "second.onnx"), batch=2)
+    assert graph_unbatched_inputs(graph) == {"m"} and graph_weight_inputs(graph) == set()
+    assert {t.name: t.shape for t in graph.inputs} == {"x": (2, 64), "m": (64, 32)}
+    assert graph.dag.nodes["scores"]["flops"] == 2 * 2 * 64 * 32 and not graph.dag.nodes["scores"]["constant"]
+    assert any("1 input(s) (m) do not hold the batch: their size is not the batch's" in w for w in graph.warnings)
+    kernels = Predictor().predict(str(tmp_path / "second.onnx"), "l4", batch=2).kernels
+    assert [k.nodes for k in kernels] == [("scores",), ("bias",)]

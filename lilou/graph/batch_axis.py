@@ -93,16 +93,37 @@ def _read_only_as_parameters(reads: Iterable[tuple[str, int, str]]) -> set[str]:
 def onnx_unbatched_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
     """:func:`unbatched_inputs` of an ONNX graph's run-time ``inputs`` that its top-level nodes read, before their
     shapes are set."""
+    sizes = _batch_sizes(graph, inputs)
+    return unbatched_inputs(sizes, _onnx_parameters(graph, sizes))
+
+
+def onnx_weight_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto], unbatched: set[str]) -> set[str]:
+    """Which ``unbatched`` inputs are weights, whose ops eager runs as a module's (a MatMul and Add of a weight and
+    bias as one ``aten.linear``) and whose transforms the export would have folded: all of them in a file that holds
+    no initializer (``export_params=False`` writes none), else those read only as parameters. An input of another
+    size read as a MatMul's operand beside the file's own weights is a second activation, not a weight."""
+    if not graph.initializer:
+        return set(unbatched)
+    return set(unbatched) & _onnx_parameters(graph, _batch_sizes(graph, inputs))
+
+
+def _batch_sizes(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto]) -> dict[str, int | None]:
+    """Each input the top-level nodes read (one nothing reads tells nothing) -> its size at its batch axis, None
+    where the file leaves it dynamic; inputs without that axis are left out."""
     axes = onnx_batch_axes(graph)
-    read = {name for node in graph.node for name in node.input}  # an input nothing reads tells nothing
+    read = {name for node in graph.node for name in node.input}
     sizes: dict[str, int | None] = {}
     for value in inputs:
         dims, axis = value.type.tensor_type.shape.dim, axes.get(value.name, 0)
         if len(dims) > axis and value.name in read:
             sizes[value.name] = dims[axis].dim_value if dims[axis].dim_value > 0 else None
+    return sizes
+
+
+def _onnx_parameters(graph: onnx.GraphProto, names: Mapping[str, object]) -> set[str]:
     reads = ((node.op_type, slot, name) for node in graph.node if node.domain in ("", "ai.onnx")
-             for slot, name in enumerate(node.input) if name in sizes)
-    return unbatched_inputs(sizes, _read_only_as_parameters(reads))
+             for slot, name in enumerate(node.input) if name in names)
+    return _read_only_as_parameters(reads)
 
 
 def graph_unbatched_inputs(graph: ModelGraph) -> set[str]:
@@ -112,13 +133,22 @@ def graph_unbatched_inputs(graph: ModelGraph) -> set[str]:
     return set(graph.dag.graph.get("unbatched_inputs", ()))
 
 
+def graph_weight_inputs(graph: ModelGraph) -> set[str]:
+    """The inputs of an annotated graph read as weights (:func:`onnx_weight_inputs`). A set of the caller's own."""
+    return set(graph.dag.graph.get("weight_inputs", ()))
+
+
 def unbatched_inputs_note(graph: ModelGraph) -> list[str]:
     """What a prediction says of the inputs :func:`graph_unbatched_inputs` names, in the file's order."""
-    unbatched = graph_unbatched_inputs(graph)
-    names = [t.name for t in graph.inputs if t.name in unbatched]
-    if not names:
-        return []
-    listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    return [f"{len(names)} input(s) ({listed}) do not hold the batch: read as weights fed at run time (as "
-            "torch.onnx.export(..., export_params=False) feeds every parameter), once per call whatever the batch; "
-            "--batch leaves them as they are"]
+    unbatched, weights = graph_unbatched_inputs(graph), graph_weight_inputs(graph)
+    notes = []
+    for names, what in (([t.name for t in graph.inputs if t.name in weights],
+                         "read as weights fed at run time (as torch.onnx.export(..., export_params=False) feeds every "
+                         "parameter), once per call whatever the batch"),
+                        ([t.name for t in graph.inputs if t.name in unbatched - weights],
+                         "their size is not the batch's: read once per call whatever the batch")):
+        if names:
+            listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            notes.append(f"{len(names)} input(s) ({listed}) do not hold the batch: {what}; --batch leaves them as "
+                         "they are")
+    return notes

@@ -145,7 +145,7 @@ class BatchSeries:
         if _size_classes(first, tensors) != self._first_classes:
             return None
         shaped = ShapedModel(model=first.model, tensors=tensors, notes=first.notes, evaluated=first.evaluated,
-                             unbatched=first.unbatched)
+                             unbatched=first.unbatched, weight_inputs=first.weight_inputs)
         return annotate_graph(shaped, name=self.name)
 
 

@@ -27,7 +27,7 @@ from onnx import helper
 from lilou.errors import LilouInputError
 from lilou.graph.costs import (CONTROL_FLOW_OPS, SEQUENCE_OPS, SUPPORTED_OPS, VIEW_OPS, CostInput, NodeCost,
                                TensorInfo, batchnorm_training, node_cost)
-from lilou.graph.batch_axis import onnx_unbatched_inputs, unbatched_inputs_note
+from lilou.graph.batch_axis import onnx_unbatched_inputs, onnx_weight_inputs, unbatched_inputs_note
 from lilou.graph.branches import resolve_branches
 from lilou.graph.input_values import Value, bind_input_values, bound_value_names
 from lilou.graph.loops import MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_runs_every_trip, resolve_loops
@@ -108,7 +108,7 @@ class ModelGraph:
     def _constant_tensors(self) -> frozenset[str]:
         data = self.dag.nodes
         produced = {t.name for n in data for t in data[n]["outputs"]}
-        inputs = {t.name for t in self.inputs} - set(self.dag.graph.get("unbatched_inputs", ()))  # those are weights
+        inputs = {t.name for t in self.inputs} - set(self.dag.graph.get("weight_inputs", ()))  # those are weights
         constant = {t.name for n in data if data[n]["constant"] for t in data[n]["outputs"]}
         constant.update(t.name for n in data for t in data[n]["inputs"]
                         if t is not None and t.name not in produced and t.name not in inputs)
@@ -167,6 +167,7 @@ class ShapedModel:
     notes: list[str]
     evaluated: dict[str, int] = field(default_factory=dict)
     unbatched: frozenset[str] = frozenset()  # inputs that do not hold the batch (lilou.graph.batch_axis)
+    weight_inputs: frozenset[str] = frozenset()  # those of them read as weights (lilou.graph.batch_axis)
 
 
 def shape_model(model: onnx.ModelProto, batch: int | None = None,
@@ -186,7 +187,8 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     shapes, notes = implied_dimensions(model, shapes)
     notes[:0] = bound
     fixed = input_dims(runtime_inputs(model))
-    unbatched = frozenset(onnx_unbatched_inputs(model.graph, runtime_inputs(model)))  # weights fed as inputs
+    unbatched = frozenset(onnx_unbatched_inputs(model.graph, runtime_inputs(model)))  # weights fed as inputs ...
+    weight_inputs = frozenset(onnx_weight_inputs(model.graph, runtime_inputs(model), unbatched))  # ... and which are
     apply_input_shapes(model, batch=batch, shapes=shapes, unbatched=unbatched)
     token = SIZES_GIVEN.set(batch is not None or bool(asked))
     try:
@@ -196,7 +198,7 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     resized = resized_inputs(fixed, runtime_inputs(model))
     if resized:
         _check_sizes_follow(shaped, resized)
-    shaped.unbatched = unbatched & set(shaped.tensors)
+    shaped.unbatched, shaped.weight_inputs = unbatched & set(shaped.tensors), weight_inputs & set(shaped.tensors)
     return shaped
 
 
@@ -332,12 +334,13 @@ def annotate_graph(shaped: ShapedModel, name: str = "model") -> ModelGraph:
     dag.graph["producer"] = inferred.producer_name  # "pytorch" for torch.onnx; its names mean things (fusion)
     dag.graph["quantized"] = quantized_tensors(inferred, tensors)  # floats stored quantized (--precision retypes them)
     dag.graph["folded"] = folded_nodes(inferred)  # the file's quantize and dequantize nodes folded into others
-    dag.graph["unbatched_inputs"] = shaped.unbatched  # weights fed as inputs: weights (lilou.graph.batch_axis)
+    dag.graph["unbatched_inputs"] = shaped.unbatched  # inputs without the batch, and which of them are weights
+    dag.graph["weight_inputs"] = shaped.weight_inputs  # (lilou.graph.batch_axis)
     check_reshapes(dag)
     check_windows(dag)
     check_splits(inferred.graph, tensors)
     stated = bound_value_names(inferred.graph)  # inputs with a --value: still fed, so not constants
-    _mark_constant_subgraphs(dag, initializers=({t.name for t in inferred.graph.initializer} | shaped.unbatched) - stated)
+    _mark_constant_subgraphs(dag, initializers=({t.name for t in inferred.graph.initializer} | shaped.weight_inputs) - stated)
     _mark_shape_only_values(dag, graph_outputs={v.name for v in inferred.graph.output})
     warnings = _warnings(dag) + notes
     graph = ModelGraph(

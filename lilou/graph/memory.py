@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lilou.graph.batch_axis import graph_unbatched_inputs
+from lilou.graph.batch_axis import graph_weight_inputs
 
 if TYPE_CHECKING:
     from lilou.graph.dag import ModelGraph
@@ -21,7 +21,7 @@ def memory_needed(graph: ModelGraph) -> tuple[int, int]:
     norm after it both of those outputs: 7.7 GiB). Kernels that fuse a chain keep less; no in-place reuse is assumed.
     """
     ordered = [data for _, data in sorted(graph.dag.nodes(data=True), key=lambda item: item[1]["order"])]
-    inputs = {t.name for t in graph.inputs if t is not None} - graph_unbatched_inputs(graph)  # a weight fed as input
+    inputs = {t.name for t in graph.inputs if t is not None} - graph_weight_inputs(graph)  # a weight fed as input
     produced = {t.name for data in ordered for t in data["outputs"] if t is not None}
     weights: dict[str, int] = {}
     last_read: dict[str, int] = {}

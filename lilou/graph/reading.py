@@ -167,7 +167,7 @@ def _shaped_answer(model: onnx.ModelProto, options: dict) -> bytes:
     shaped.model.graph.initializer.extend(sent)
     head = json.dumps({"tensors": [[t.name, t.shape, t.dtype, t.itemsize] for t in shaped.tensors.values()],
                        "notes": shaped.notes, "evaluated": shaped.evaluated, "initializers": sources,
-                       "unbatched": sorted(shaped.unbatched)}).encode()
+                       "unbatched": sorted(shaped.unbatched), "weight_inputs": sorted(shaped.weight_inputs)}).encode()
     return b"S" + len(head).to_bytes(8, "little") + head + shaped.model.SerializeToString()
 
 
@@ -215,7 +215,7 @@ def _shaped_from(payload: bytes | None, status: int | None, budget: int, model: 
                                     itemsize=itemsize)
                    for name, shape, dtype, itemsize in head["tensors"]}
         return ShapedModel(model=shaped, tensors=tensors, notes=head["notes"], evaluated=head["evaluated"],
-                           unbatched=frozenset(head["unbatched"]))
+                           unbatched=frozenset(head["unbatched"]), weight_inputs=frozenset(head["weight_inputs"]))
     if payload is not None and payload.startswith(b"L"):
         raise LilouInputError(payload[1:].decode("utf-8", "replace"))
     if payload is not None and payload.startswith(b"X"):
