@@ -121,11 +121,7 @@ class GraphReading:
         with _meanwhile(meanwhile):
             shaped = shape_model(model, **self._options)
         sources, sent = _initializer_sources(shaped.model.graph, originals)
-        written = iter(sent)
-        initializers = [self._model.graph.initializer[i] if i >= 0 else next(written)
-                        for i in sources]
-        shaped.model.graph.ClearField("initializer")
-        shaped.model.graph.initializer.extend(initializers)
+        shaped.model = _with_file_initializers(shaped.model, self._model, sources, sent)
         return shaped
 
 
@@ -196,6 +192,50 @@ def _initializer_sources(graph: onnx.GraphProto, originals: list[onnx.TensorProt
     return sources, sent
 
 
+def _with_file_initializers(shaped: onnx.ModelProto, model: onnx.ModelProto, sources: Sequence[int],
+                            sent: Sequence[onnx.TensorProto]) -> onnx.ModelProto:
+    """``shaped`` (its initializers: ``sources`` as :func:`_initializer_sources` gives them, ``sent`` those the shaping
+    wrote) with the file's own initializers, those of ``model``, the file as this process read it.
+
+    ``model`` itself becomes the shaped model: its unused initializers dropped, the shaping's appended, all put in
+    the shaping's order (a protobuf sort moves them, it copies none), every other field taken from ``shaped``.
+    Copying the weights into ``shaped`` instead doubled a weight-full file's memory (a 235 MB FP16 GEMV: 765 MB at
+    the peak, against 505 for ``onnx.load`` alone). An initializer of the file used twice is copied, as before."""
+    kept = [i for i in sources if i >= 0]
+    if len(set(kept)) != len(kept):
+        written = iter(sent)
+        initializers = [model.graph.initializer[i] if i >= 0 else next(written) for i in sources]
+        shaped.graph.ClearField("initializer")
+        shaped.graph.initializer.extend(initializers)
+        return shaped
+    initializers = model.graph.initializer
+    own = list(initializers)  # the file's, before any is dropped: where each goes is keyed by its object
+    for index in sorted(set(range(len(own))) - set(kept), reverse=True):
+        del initializers[index]
+    initializers.extend(sent)
+    written = iter(list(initializers)[len(kept):])
+    place = {id(own[i]) if i >= 0 else id(next(written)): position for position, i in enumerate(sources)}
+    initializers.sort(key=lambda tensor: place[id(tensor)])
+    _take_fields(model.graph, shaped.graph, keep="initializer")
+    _take_fields(model, shaped, keep="graph")
+    return model
+
+
+def _take_fields(target, source, keep: str) -> None:
+    """Every field of protobuf message ``target`` but ``keep`` set as ``source`` has it."""
+    for field in source.DESCRIPTOR.fields:
+        if field.name == keep:
+            continue
+        target.ClearField(field.name)
+        if field.is_repeated:
+            getattr(target, field.name).extend(getattr(source, field.name))
+        elif field.message_type is not None:
+            if source.HasField(field.name):
+                getattr(target, field.name).CopyFrom(getattr(source, field.name))
+        elif not field.has_presence or source.HasField(field.name):
+            setattr(target, field.name, getattr(source, field.name))
+
+
 def _shaped_from(payload: bytes | None, status: int | None, budget: int, model: onnx.ModelProto) -> ShapedModel:
     """The ShapedModel the child's ``payload`` stands for (``model``: the file as the parent read it), or the error
     it reports, in the words guarded inference uses for a child that ran out of time or memory."""
@@ -207,10 +247,7 @@ def _shaped_from(payload: bytes | None, status: int | None, budget: int, model: 
         head = json.loads(payload[9:9 + size])
         shaped = onnx.ModelProto()
         shaped.ParseFromString(payload[9 + size:])
-        sent = iter(list(shaped.graph.initializer))
-        shaped.graph.ClearField("initializer")
-        shaped.graph.initializer.extend(model.graph.initializer[i] if i >= 0 else next(sent)
-                                        for i in head["initializers"])
+        shaped = _with_file_initializers(shaped, model, head["initializers"], list(shaped.graph.initializer))
         tensors = {name: TensorInfo(name=name, shape=None if shape is None else tuple(shape), dtype=dtype,
                                     itemsize=itemsize)
                    for name, shape, dtype, itemsize in head["tensors"]}
