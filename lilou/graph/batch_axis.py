@@ -47,7 +47,7 @@ def batch_axes(nodes: Iterable[tuple[str, int, Sequence[str | None]]]) -> dict[s
 def onnx_batch_axes(graph: onnx.GraphProto) -> dict[str, int]:
     """:func:`batch_axes` of an ONNX graph's top-level nodes (the default domain's)."""
     return batch_axes((node.op_type, next((a.i for a in node.attribute if a.name == "layout"), 0), list(node.input))
-                      for node in graph.node if node.domain in ("", "ai.onnx"))
+                      for node in graph.node if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"))
 
 
 def graph_batch_axes(graph: ModelGraph) -> dict[str, int]:
@@ -82,17 +82,11 @@ def unbatched_inputs(batch_sizes: Mapping[str, int | None], parameters: set[str]
     return {name for name, size in batch_sizes.items() if size != primary or name in parameters}
 
 
-def _read_only_as_parameters(reads: Iterable[tuple[str, int, str]]) -> set[str]:
-    """Tensors every reader reads at a parameter slot, from ``(op type, input slot, tensor name)`` of each read."""
-    parameter, other = set(), set()
-    for op, slot, name in reads:
-        (parameter if slot in PARAMETER_SLOTS.get(op, ()) else other).add(name)
-    return parameter - other
-
-
 def onnx_unbatched_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
     """:func:`unbatched_inputs` of an ONNX graph's run-time ``inputs`` that its top-level nodes read, before their
     shapes are set."""
+    if len(inputs) < 2:  # one input holds the batch, if any does (most files: 14 ms of passes over BERT-large's nodes)
+        return set()
     sizes = _batch_sizes(graph, inputs)
     return unbatched_inputs(sizes, _onnx_parameters(graph, sizes))
 
@@ -102,7 +96,7 @@ def onnx_weight_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoPr
     bias as one ``aten.linear``) and whose transforms the export would have folded: all of them in a file that holds
     no initializer (``export_params=False`` writes none), else those read only as parameters. An input of another
     size read as a MatMul's operand beside the file's own weights is a second activation, not a weight."""
-    if not graph.initializer:
+    if not unbatched or not graph.initializer:
         return set(unbatched)
     return set(unbatched) & _onnx_parameters(graph, _batch_sizes(graph, inputs))
 
@@ -111,7 +105,7 @@ def _batch_sizes(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto]) 
     """Each input the top-level nodes read (one nothing reads tells nothing) -> its size at its batch axis, None
     where the file leaves it dynamic; inputs without that axis are left out."""
     axes = onnx_batch_axes(graph)
-    read = {name for node in graph.node for name in node.input}
+    read = _reads(graph, {value.name for value in inputs})[0]
     sizes: dict[str, int | None] = {}
     for value in inputs:
         dims, axis = value.type.tensor_type.shape.dim, axes.get(value.name, 0)
@@ -121,9 +115,20 @@ def _batch_sizes(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto]) 
 
 
 def _onnx_parameters(graph: onnx.GraphProto, names: Mapping[str, object]) -> set[str]:
-    reads = ((node.op_type, slot, name) for node in graph.node if node.domain in ("", "ai.onnx")
-             for slot, name in enumerate(node.input) if name in names)
-    return _read_only_as_parameters(reads)
+    return _reads(graph, set(names))[1]
+
+
+def _reads(graph: onnx.GraphProto, names: set[str]) -> tuple[set[str], set[str]]:
+    """Of ``names``: those a top-level node reads, and those every reader reads at one of :data:`PARAMETER_SLOTS`
+    (an op of another domain reads an operand)."""
+    read, parameter, other = set(), set(), set()
+    for node in graph.node:
+        slots = PARAMETER_SLOTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+        for slot, name in enumerate(node.input):
+            if name in names:
+                read.add(name)
+                (parameter if slot in slots else other).add(name)
+    return read, parameter - other
 
 
 def graph_unbatched_inputs(graph: ModelGraph) -> set[str]:
