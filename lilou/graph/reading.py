@@ -213,7 +213,8 @@ def _with_file_initializers(shaped: onnx.ModelProto, model: onnx.ModelProto, sou
     for index in sorted(set(range(len(own))) - set(kept), reverse=True):
         del initializers[index]
     initializers.extend(sent)
-    written = iter(list(initializers)[len(kept):])
+    appended = list(initializers)[len(kept):]  # held, as ``own`` is, so that no id is reused before the sort
+    written = iter(appended)
     place = {id(own[i]) if i >= 0 else id(next(written)): position for position, i in enumerate(sources)}
     initializers.sort(key=lambda tensor: place[id(tensor)])
     _take_fields(model.graph, shaped.graph, keep="initializer")
