@@ -1340,6 +1340,36 @@ def test_an_uploaded_config_is_named_as_the_cli_names_the_file(client, predictor
     assert tp.status_code == 400 and tp.json()["detail"].endswith("attention heads of mixtral"), tp.text
 
 
+def test_an_uploaded_config_is_named_in_an_llm_plan_as_in_llm(client, tmp_path):
+    """An LLM plan of an uploaded config.json was named by the upload's file name ("config.json", "mixtral.json")
+    while its warnings and errors, and /v1/llm for the same upload, named it "Mixtral-8x7B-v0.1" and "mixtral" (audit
+    ua46). The rest of the body is lilou plan --llm's for the same file."""
+    from lilou.serve.service import has_llm, has_plan
+
+    if not (has_llm() and has_plan()):
+        pytest.skip("lilou.llm or lilou.plan is not installed")
+    from lilou.plan import plan_llm
+
+    folder = tmp_path / "Mixtral-8x7B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MIXTRAL))
+    data = json.dumps(MIXTRAL).encode()
+    fields = {"llm": "true", "itl_slo_ms": "50", "input_len": "40000", "output_len": "10", "gpus": "b200",
+              "batches": "1"}
+    expected = json.loads(json.dumps(plan_llm(folder / "config.json", 50, input_len=40000, output_len=10,
+                                              gpus=["b200"], batches=[1]).to_json()))
+    for filename, name in (("Mixtral-8x7B-v0.1/config.json", "Mixtral-8x7B-v0.1"), ("mixtral.json", "mixtral"),
+                           ("config.json", "config")):
+        plan = client.post("/v1/plan", files={"file": (filename, data)}, data=fields)
+        assert plan.status_code == 200, plan.text
+        llm = client.post("/v1/llm", files={"file": (filename, data)},
+                          data={"gpu": "b200", "input_len": "40000", "output_len": "10"})
+        assert plan.json()["model"] == llm.json()["model"] == name
+        assert plan.json() == {**expected, "model": name, "warnings": [w.replace("Mixtral-8x7B-v0.1", name)
+                                                                       for w in expected["warnings"]]}
+        assert any(f"{name}'s 32768" in warning for warning in plan.json()["warnings"]), plan.json()["warnings"]
+
+
 def test_an_onnx_file_sent_to_llm_is_told_where_it_goes(client):
     from lilou.serve.service import has_llm
 
