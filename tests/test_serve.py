@@ -1340,6 +1340,32 @@ def test_an_uploaded_config_is_named_as_the_cli_names_the_file(client, predictor
     assert tp.status_code == 400 and tp.json()["detail"].endswith("attention heads of mixtral"), tp.text
 
 
+def test_an_upload_keeps_the_letters_of_its_name_in_any_script(client):
+    """Only ASCII letters and digits were kept of an upload's file name: "モデル.onnx" was shown as "onnx" (every
+    Japanese or Chinese name alike) and "modèle v2.onnx" as "mod_le_v2.onnx" (audit ua46). Letters and digits of any
+    script are kept now; spaces, punctuation and format characters (a right-to-left override) still become "_", and a
+    config's name, a folder on disk, is cut to 200 bytes of UTF-8 (600 for 200 Japanese characters was over the
+    255 a folder's name may take)."""
+    data = RESNET18.read_bytes()
+    for filename, name in (("モデル.onnx", "モデル.onnx"), ("modèle v2.onnx", "modèle_v2.onnx"),
+                           ("../../résnet-18_β.onnx", "résnet-18_β.onnx"), ("a\u202egnp.onnx", "a_gnp.onnx"),
+                           ("resnet18.onnx", "resnet18.onnx")):
+        response = client.post("/v1/predict", files={"file": (filename, data)}, data={"gpu": "a10g"})
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == name
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        return
+    config = json.dumps(MIXTRAL).encode()
+    fields = {"gpu": "b200", "input_len": "40000", "output_len": "10"}
+    for filename, name in (("モデル/config.json", "モデル"), ("モ" * 300 + ".json", "モ" * 66)):
+        response = client.post("/v1/llm", files={"file": (filename, config)}, data=fields)
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == name
+        assert any(f"{name}'s 32768" in warning for warning in response.json()["warnings"])
+
+
 def test_an_uploaded_config_is_named_in_an_llm_plan_as_in_llm(client, tmp_path):
     """An LLM plan of an uploaded config.json was named by the upload's file name ("config.json", "mixtral.json")
     while its warnings and errors, and /v1/llm for the same upload, named it "Mixtral-8x7B-v0.1" and "mixtral" (audit
