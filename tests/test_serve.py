@@ -1433,6 +1433,8 @@ def test_head_answers_on_the_get_routes_and_a_trailing_slash_is_not_redirected(c
     for path in ("/", "/v1/healthz", "/v1/gpus"):
         head = client.head(path)
         assert head.status_code == 200 and head.content == b"", (path, head.status_code)
+    for path in ("/", "/v1/gpus"):  # the GET's length (it said 0, audit ua46); /v1/healthz's counters move between them
+        assert int(client.head(path).headers["content-length"]) == len(client.get(path).content) > 1000, path
     assert "text/html" in client.head("/").headers["content-type"]
     for method, path in (("POST", "/v1/predict/"), ("GET", "/v1/healthz/"), ("POST", "/v1/rank/")):
         response = client.request(method, path, json={"model": "resnet18.onnx", "gpu": "t4"})
