@@ -1340,6 +1340,23 @@ def test_an_uploaded_config_is_named_as_the_cli_names_the_file(client, predictor
     assert tp.status_code == 400 and tp.json()["detail"].endswith("attention heads of mixtral"), tp.text
 
 
+def test_a_gpu_name_of_many_kilobytes_is_refused_at_once(client):
+    """/v1/rank's gpus (and plan's prices) took names of any length: one of 40 kB took 11 s to refuse and froze the
+    whole service meanwhile (/v1/healthz waited 8 s: the regular expression for a name that holds a MIG slice
+    backtracks quadratically, holding Python's lock), and a 1 MiB body would have for hours (audit ua46)."""
+    line = ("GPU name '" + "-" * 40 + "'... has 40,000 characters; a GPU or MIG profile name has at most 200 "
+            "(`lilou gpus` lists the known GPUs)")
+    started = time.monotonic()
+    rank = client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": ["t4", "-" * 40_000]})
+    assert (rank.status_code, rank.json()) == (400, {"detail": line})
+    from lilou.serve.service import has_plan
+
+    if has_plan():
+        plan = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "prices": {"-" * 40_000: 1.0}})
+        assert (plan.status_code, plan.json()) == (400, {"detail": f"prices: {line}"})
+    assert time.monotonic() - started < 30  # 22 s of the service's CPU before, on an idle machine
+
+
 def test_an_upload_keeps_the_letters_of_its_name_in_any_script(client):
     """Only ASCII letters and digits were kept of an upload's file name: "モデル.onnx" was shown as "onnx" (every
     Japanese or Chinese name alike) and "modèle v2.onnx" as "mod_le_v2.onnx" (audit ua46). Letters and digits of any
