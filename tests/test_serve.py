@@ -996,6 +996,25 @@ def test_deeply_nested_json_is_a_422_line_not_a_recursion_error(client, upload_t
     assert list(upload_tmp.glob("lilou-upload-*")) == []
 
 
+def test_the_depth_scan_is_linear_in_the_body_s_length(client):
+    """The scan for nesting matched a whole string at each quote, and one that never closes was scanned again from
+    each of its escaped quotes: 40 kB of \\" took 6 s on the event loop (every request waited), the 1 MiB a JSON
+    body may have would have taken an hour (audit ua46). Brackets inside strings still do not count."""
+    from lilou.serve.schemas import too_deep
+
+    started = time.monotonic()
+    body = client.post("/v1/predict", content=('{"model": "' + '\\"' * 400_000).encode(),
+                       headers={"content-type": "application/json"})
+    assert (body.status_code, body.json()) == (422, {
+        "detail": "the body is not valid JSON (Unterminated string starting at)"})
+    field = client.post("/v1/predict", files=_upload(), data={"gpu": "t4", "shapes": '{"x": "' + '\\"' * 30_000})
+    assert (field.status_code, field.json()) == (422, {
+        "detail": "shapes: Value error, not a JSON object (Unterminated string starting at)"})
+    assert time.monotonic() - started < 20
+    assert not too_deep('"' + "\\\"" * 500_000) and not too_deep('"' + "[" * 100) and too_deep("[" * 65)
+    assert too_deep('["\\\\", ' + "[" * 64 + "]" * 64 + "]") and not too_deep('["\\"[", ' + "[" * 63 + "]" * 63 + "]")
+
+
 # --------------------------------------------------------------------------- uploads never outlive their request
 def test_an_upload_is_removed_whatever_stops_its_request(monkeypatch, tmp_path):
     """parse_request released the upload only on bad input (LilouInputError): a RecursionError in a form field left
