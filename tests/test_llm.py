@@ -149,6 +149,22 @@ def test_lengths_and_batch_must_be_positive(value):
         llm.predict(LLAMA, "l4", batch=1, input_len=value, output_len=16)
 
 
+@pytest.mark.parametrize(("field", "value", "line"), [
+    ("batch", 10**400, "batch 10000000000000000000... (401 digits) is above 2^40, not a real one; use a realistic batch"),
+    ("input_len", 2**40 + 1, "input length 1099511627777 is above 2^40, not a real one; use a realistic input length"),
+    ("output_len", np.int64(2**41), "output length 2199023255552 is above 2^40, not a real one; use a realistic output "
+                                    "length"),
+])
+def test_a_batch_or_length_past_2_to_the_40_is_refused_in_one_line(field, value, line):
+    """A 400-digit batch or length (JSON and Python allow one) was an internal error, "OverflowError: int too large to
+    convert to float", in lilou llm, /v1/llm and plans (audit ua46); 2^40 is refused as an ONNX model's --batch is."""
+    llm = LLMPredictor(predictor=object())
+    arguments = {"batch": 1, "input_len": 16, "output_len": 16, field: value}
+    with pytest.raises(LilouInputError) as error:
+        llm.predict(LLAMA, "l4", **arguments)
+    assert str(error.value) == line
+
+
 def test_unknown_name_suggests_close_names():
     with pytest.raises(LilouInputError, match=r"unknown LLM 'Llama-3.1-8B-Instuct'; did you mean .*Llama-3.1-8B-Instruct"):
         builtin_config("Llama-3.1-8B-Instuct")

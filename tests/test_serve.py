@@ -225,6 +225,29 @@ def test_errors_of_values_are_in_the_requests_words(client):
     assert detail({"/Loop": -1}, "/v1/rank", gpus="t4").startswith("values['/Loop'] = -1: '/Loop' is a Loop; give")
     assert detail({"/Loop": 2501}, "/v1/plan", gpus="t4", slo_ms="50").startswith("values['/Loop'] = 2501: 2,501 ")
     assert detail({"nope": 1}, gpu="t4").startswith("values name nope, neither an input of the model")
+    huge = 10**400  # valid JSON: an internal error (OverflowError) before audit ua46
+    assert detail({"/Loop": huge}, gpu="t4") == ("values['/Loop'] = 10000000000000000000... (401 digits): more "
+                                                 "iterations than any loop runs (at most 2,147,483,646)")
+
+
+def test_integers_of_hundreds_of_digits_are_400s_not_500s(client):
+    """JSON bounds no integer: a 400-digit batch or length of an LLM was "internal error: OverflowError: int too large
+    to convert to float" in /v1/llm and /v1/plan (audit ua46)."""
+    from lilou.serve.service import has_llm, has_plan
+
+    if not (has_llm() and has_plan()):
+        pytest.skip("lilou.llm or lilou.plan is not installed")
+    huge = 10**400
+    shown = "10000000000000000000... (401 digits)"
+    llm = {"model": "llama-3.1-8b", "gpu": "h100", "input_len": 5, "output_len": 5}
+    for field, name in (("batch", "batch"), ("input_len", "input length"), ("output_len", "output length")):
+        response = client.post("/v1/llm", json={**llm, field: huge})
+        assert (response.status_code, response.json()) == (400, {
+            "detail": f"{name} {shown} is above 2^40, not a real one; use a realistic {name}"})
+    plan = client.post("/v1/plan", json={**{k: v for k, v in llm.items() if k != "gpu"}, "llm": True,
+                                         "itl_slo_ms": 50, "gpus": "h100", "input_len": huge})
+    assert (plan.status_code, plan.json()) == (400, {
+        "detail": f"--input-len {shown} is above 2^40, not a real length; use a realistic one"})
 
 
 def test_a_batch_the_file_cannot_take_is_a_400(client):

@@ -802,9 +802,14 @@ def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_l
     from lilou.llm.config import load_config
     from lilou.llm.predictor import _check_tp
 
+    from lilou.llm.predictor import MAX_COUNT, shown_integer
+
     for option, value in (("--input-len", input_len), ("--output-len", output_len), ("--tp", tp)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
             raise LilouInputError(f"{option} must be a positive integer, not {value!r:.40}")
+        if option != "--tp" and value > MAX_COUNT:  # a 400-digit length was an OverflowError (audit ua46)
+            raise LilouInputError(f"{option} {shown_integer(value)} is above 2^40, not a real length; use a realistic "
+                                  "one")
     _check_tp(load_config(model), int(tp), None)
 
 
