@@ -27,6 +27,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import numbers
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -739,9 +740,12 @@ def check_launch_gap(gap_ms: float | None) -> float | None:
     """A given launch gap, checked: 0 (CUDA-graph replay: no launches between kernels) up to 1 ms."""
     if gap_ms is None:
         return None
-    if isinstance(gap_ms, bool) or not (isinstance(gap_ms, int | float) and math.isfinite(gap_ms)
+    # numbers.Real: numpy's float32 and int64 too (np.float32(0.01) was refused as out of range, 10**400 overflowed)
+    if isinstance(gap_ms, bool) or not (isinstance(gap_ms, numbers.Real)
+                                        and (isinstance(gap_ms, numbers.Integral) or math.isfinite(gap_ms))
                                         and 0 <= gap_ms <= MAX_LAUNCH_GAP_MS):  # True was taken as 1 ms
-        raise LilouInputError(f"launch gap {gap_ms!r} ms: give 0 to {MAX_LAUNCH_GAP_MS:g} ms (0 to 1000 us) per kernel")
+        raise LilouInputError(f"launch gap {gap_ms!r:.40} ms: give 0 to {MAX_LAUNCH_GAP_MS:g} ms (0 to 1000 us) per "
+                              "kernel")
     return float(gap_ms)
 
 

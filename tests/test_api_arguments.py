@@ -58,6 +58,30 @@ def test_plan_model_takes_numpy_gpus_and_batches(predictor, resnet18):
     assert plan.to_json()["batches"] == [1, 2]
 
 
+def test_numpy_launch_gaps_and_prices_are_taken_as_the_python_ones(predictor):
+    """with_launch_gap(np.float32(0.01)) was refused as "give 0 to 1 ms", prices {"a10g": np.int64(2)} (a DataFrame's
+    int column) as "not a positive number of USD per hour", and 10**400 for either was an OverflowError, not an input
+    error (audit ua46)."""
+    from lilou.plan.prices import checked_prices
+
+    example = "examples/resnet18.onnx"
+    expected = predictor.with_launch_gap(0.02).predict(example, gpu="a10g").to_json()
+    gap = predictor.with_launch_gap(np.float32(0.02))
+    assert gap.predict(example, gpu="a10g").to_json() == expected and gap.model.overhead.gap_ms == float(np.float32(0.02))
+    assert predictor.with_launch_gap(np.int64(0)).model.overhead.gap_ms == 0.0
+    assert dict(checked_prices({"a10g": np.int64(2), "t4": np.float32(0.25)})) == {"a10g": 2.0, "t4": 0.25}
+    with pytest.raises(LilouInputError) as error:
+        predictor.with_launch_gap(10**400)
+    assert str(error.value) == f"launch gap {str(10**400)[:40]} ms: give 0 to 1 ms (0 to 1000 us) per kernel"
+    with pytest.raises(LilouInputError) as error:
+        checked_prices({"a10g": 10**400})
+    assert str(error.value) == (f"prices['a10g']: {str(10**400)[:40]} is not a price from 0.000001 to 1000000 USD per "
+                                "hour")
+    for bad in (np.float32("nan"), np.bool_(True)):
+        with pytest.raises(LilouInputError, match="^launch gap np"):
+            predictor.with_launch_gap(bad)
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ("x=1", "values must map input names to values, got str"),  # RuntimeError: shaping the model failed ...
     ([("use_cache_branch", [False])], "values must map input names to values, got list"),  # AttributeError
