@@ -82,6 +82,20 @@ def test_numpy_launch_gaps_and_prices_are_taken_as_the_python_ones(predictor):
             predictor.with_launch_gap(bad)
 
 
+def test_an_slo_of_hundreds_of_digits_is_an_input_error(predictor):
+    """float(10**400) in the SLO's check was an OverflowError, not an input error (audit ua46); 10**400 ms is no
+    finite SLO, as inf is not."""
+    from lilou.plan import plan_llm, plan_model
+
+    line = f"must be a positive number of milliseconds, not {str(10**400)[:40]}"
+    with pytest.raises(LilouInputError) as error:
+        plan_model("examples/resnet18.onnx", 10**400, gpus=["t4"], batches=[1], predictor=predictor)
+    assert str(error.value) == f"--slo-ms {line}"
+    with pytest.raises(LilouInputError) as error:
+        plan_llm("llama-3.1-8b", 40, ttft_slo_ms=10**400, input_len=8, output_len=8, gpus=["h100"])
+    assert str(error.value) == f"--ttft-slo-ms {line}"
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ("x=1", "values must map input names to values, got str"),  # RuntimeError: shaping the model failed ...
     ([("use_cache_branch", [False])], "values must map input names to values, got list"),  # AttributeError

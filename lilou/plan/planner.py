@@ -289,9 +289,11 @@ def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
     try:
         value = float(slo_ms)
     except (TypeError, ValueError):
-        raise LilouInputError(f"{what} must be a number of milliseconds, not {slo_ms!r}") from None
+        raise LilouInputError(f"{what} must be a number of milliseconds, not {slo_ms!r:.40}") from None
+    except OverflowError:  # an int past float's range (10**400), infinite as a float: an OverflowError (audit ua46)
+        value = float("inf")
     if not value > 0 or value == float("inf"):
-        raise LilouInputError(f"{what} must be a positive number of milliseconds, not {slo_ms!r}")
+        raise LilouInputError(f"{what} must be a positive number of milliseconds, not {slo_ms!r:.40}")
     return value
 
 
