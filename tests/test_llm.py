@@ -612,6 +612,16 @@ def test_decode_step_with_a_per_launch_host_term():
     assert calibration.itl_ms("vllm", decode, batch=4) == pytest.approx(1.5 * 100 + 2 + 0.5 * 4)
 
 
+@pytest.mark.parametrize(("softcap", "taken"), [(50, 50.0), (30.5, 30.5), (10**400, 0.0), (-(10**400), 0.0),
+                                               (0, 0.0), ("50", 0.0), (True, 0.0)])
+def test_a_softcap_too_large_for_a_float_is_none(tmp_path, softcap, taken):
+    """attn_logit_softcapping of 10**400 in a config.json (an upload to /v1/llm) was "internal error: OverflowError:
+    int too large to convert to float" (audit ua46); one that is no positive finite number caps nothing, as inf."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "attn_logit_softcapping": softcap}))
+    assert load_config(path).attention_softcap == taken
+
+
 def test_sliding_windows_of_hugging_face_configs(tmp_path):
     """transformers' own configs: Gemma 2 windows every other layer and soft-caps, Gemma 3 five layers in six,
     Mistral every layer, Qwen 2 none (use_sliding_window false); a window that is not a number is one line."""

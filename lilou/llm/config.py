@@ -557,8 +557,19 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         unpriced_bits=0.0 if quantization else unpriced_bits(config.get("quantization_config")), quantization_group=group,
         context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
-        attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
-        and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
+        attention_softcap=_softcap(softcap), notes=notes, source=name)
+
+
+def _softcap(value: Any) -> float:
+    """Gemma 2's ``attn_logit_softcapping`` as a positive finite float, else 0 (none), as an infinite one is; an int
+    too large for a float (10**400 in a config.json) was an OverflowError, an internal error (audit ua46)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return 0.0
+    try:
+        value = float(value)
+    except OverflowError:
+        return 0.0
+    return value if math.isfinite(value) else 0.0
 
 
 def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: str) -> int:
