@@ -622,6 +622,24 @@ def test_a_softcap_too_large_for_a_float_is_none(tmp_path, softcap, taken):
     assert load_config(path).attention_softcap == taken
 
 
+@pytest.mark.parametrize(("rope", "context"), [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),
+    ({"rope_type": "linear", "factor": 8}, 8192 * 8),
+    ({"rope_type": "dynamic", "factor": 2**20}, 8192 * 2**20),
+    ({"rope_type": "yarn", "factor": 10**400}, 8192),  # OverflowError: int too large to convert to float
+    ({"rope_type": "yarn", "factor": 1e308}, 8192),  # OverflowError: cannot convert float infinity to integer
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 10**400}, 8192 * 4),
+    ({"rope_type": "dynamic", "factor": 2**20 + 1}, 8192),
+])
+def test_a_rope_factor_past_2_to_the_20_is_ignored_as_an_infinite_one(tmp_path, rope, context):
+    """A rope_scaling factor of 10**400 or 1e308 in a config.json (an upload to /v1/llm) was an internal error, an
+    OverflowError (audit ua46); like an infinite one, a factor past 2^20 (released models scale by 4 to 64) scales
+    nothing, and an original_max_position_embeddings past 2^40 is not taken."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "max_position_embeddings": 8192, "rope_scaling": rope}))
+    assert load_config(path).max_context == context
+
+
 def test_sliding_windows_of_hugging_face_configs(tmp_path):
     """transformers' own configs: Gemma 2 windows every other layer and soft-caps, Gemma 3 five layers in six,
     Mistral every layer, Qwen 2 none (use_sliding_window false); a window that is not a number is one line."""

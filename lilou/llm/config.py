@@ -613,6 +613,10 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
 LEARNED_POSITION_TYPES = frozenset({"gpt2", "opt", "gpt_bigcode", "biogpt", "xglm"})
 
 
+#: The largest rope_scaling factor taken (:func:`_context_limit`).
+MAX_ROPE_FACTOR = 2**20
+
+
 def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
     """The longest context vLLM serves the model at and where that comes from: the config's position limit (the
     first of max_position_embeddings, n_positions, ...), times the ``rope_scaling`` factor of a yarn, dynamic or
@@ -624,11 +628,13 @@ def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
         return positions, field
     kind = str(rope.get("rope_type") or rope.get("type") or "")[:20]
     factor = rope.get("factor")
+    # a factor past 2^20 is ignored as an infinite one is: 10**400 was an OverflowError, and 1e308 one in int() of the
+    # context (an uploaded config.json's 500; audit ua46); released models scale by 4 to 64
     if kind not in ("yarn", "dynamic", "linear") or isinstance(factor, bool) or not isinstance(factor, (int, float)) \
-            or not (math.isfinite(factor) and factor >= 1):
+            or not 1 <= factor <= MAX_ROPE_FACTOR:
         return positions, field
     original = rope.get("original_max_position_embeddings")
-    if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
+    if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and 0 < original <= 2**40:
         return int(original * factor), f"original_max_position_embeddings {original} x rope_scaling factor {factor:g} (yarn)"
     return int(positions * factor), f"{field} {positions} x rope_scaling factor {factor:g} ({kind})"
 
