@@ -294,6 +294,9 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
      r"mlp_only_layers is '0,1', not a list of layer indices"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 64},
      r"decoder_sparse_step 64 leave none of the 32 layers with experts"),
+    # 10^400 was an OverflowError in math.isfinite, an internal error (audit ua46)
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 10 ** 400},
+     r"decoder_sparse_step 1000000000000000000000000000000000000000 leave none of the 32 layers with experts"),
     ({"sliding_window": 4096, "layer_types": "sliding_attention"}, r"layer_types is 'sliding_attention', not a list"),
     ({"sliding_window": 4096, "layer_types": ["sliding_attention"] * 40}, r"one attention kind per layer \(32 layers\)"),
     # a Llama 4 layer count no model has: its chunked layers' list of 2^62 entries ran out of memory

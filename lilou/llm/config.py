@@ -588,8 +588,9 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
         value = config.get(field, 1)
         if value is None:
             return 1
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value != int(value) or value <= 0:
+        # an int is finite (math.isfinite of 10**400 was an OverflowError: audit ua46)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not (isinstance(value, int) or math.isfinite(value)) or value != int(value) or value <= 0:
             raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a positive whole number")
         return int(value)
 
