@@ -191,6 +191,9 @@ class Predictor:
         the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
         if isinstance(model, PreparedModel):
             raise LilouInputError(f"{model.name}: already prepared; pass it to predict or rank as it is")
+        if like is not None and not isinstance(like, PreparedModel):  # it was an AttributeError (audit ua46)
+            raise LilouInputError(f"like must be the model prepared at another batch size (a PreparedModel), not "
+                                  f"{type(like).__name__}")
         if batch is not None:
             from lilou.graph.shapes import check_batch
 

@@ -82,6 +82,15 @@ def test_numpy_launch_gaps_and_prices_are_taken_as_the_python_ones(predictor):
             predictor.with_launch_gap(bad)
 
 
+def test_prepare_like_something_not_prepared_is_an_input_error(predictor):
+    """prepare(path, like="x") was an AttributeError ('str' object has no attribute 'backend'), not an input error."""
+    for like in ("examples/resnet18.onnx", 8):
+        with pytest.raises(LilouInputError) as error:
+            predictor.prepare("examples/resnet18.onnx", like=like)
+        assert str(error.value) == ("like must be the model prepared at another batch size (a PreparedModel), not "
+                                    f"{type(like).__name__}")
+
+
 def test_an_slo_of_hundreds_of_digits_is_an_input_error(predictor):
     """float(10**400) in the SLO's check was an OverflowError, not an input error (audit ua46); 10**400 ms is no
     finite SLO, as inf is not."""
