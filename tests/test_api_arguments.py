@@ -91,6 +91,31 @@ def test_prepare_like_something_not_prepared_is_an_input_error(predictor):
                                     f"{type(like).__name__}")
 
 
+def test_plan_arguments_of_the_wrong_kind_are_input_errors(predictor):
+    """plan_llm(llm_predictor=Predictor()) (docs/embedding.md warns the two are told apart) and plan_model(shapes="x")
+    were AttributeErrors; a mistyped engine or dtype was refused on every device and said so as "no device can serve
+    it (1 tried); the largest, h100-sxm: unknown engine 'x'" (audit ua46). Each is now the one line lilou llm gives."""
+    from lilou.llm import LLMPredictor
+    from lilou.plan import plan_llm, plan_model
+
+    llm = {"input_len": 8, "output_len": 8, "gpus": ["h100"], "batches": [1]}
+    for arguments, line in (
+            ({"llm_predictor": predictor}, "llm_predictor must be a lilou.LLMPredictor, not Predictor (wrap it: "
+                                           "LLMPredictor(predictor=p))"),
+            ({"llm_predictor": "eager"}, "llm_predictor must be a lilou.LLMPredictor, not str"),
+            ({"engine": "vlm"}, "unknown engine 'vlm'; use one of vllm, hf"),
+            ({"dtype": "fp64"}, "unknown dtype 'fp64'; use one of bf16, fp16, fp8, fp4, int8, int4, fp32"),
+            ({"kv_dtype": "int4"}, "unknown KV-cache dtype 'int4'; use one of bf16, fp16, fp8, fp32")):
+        with pytest.raises(LilouInputError) as error:
+            plan_llm("llama-3.1-8b", 40, **llm, **arguments)
+        assert str(error.value) == line
+    wrapped = plan_llm("llama-3.1-8b", 40, **llm, llm_predictor=LLMPredictor(predictor), kv_dtype="FP8_E4M3")
+    assert wrapped.to_json() == plan_llm("llama-3.1-8b", 40, **llm, kv_dtype="fp8").to_json()
+    with pytest.raises(LilouInputError) as error:
+        plan_model("examples/resnet18.onnx", 40, gpus=["t4"], batches=[1], predictor=predictor, shapes="x")
+    assert str(error.value) == "shapes must map input or dimension names to sizes, got str"
+
+
 def test_an_slo_of_hundreds_of_digits_is_an_input_error(predictor):
     """float(10**400) in the SLO's check was an OverflowError, not an input error (audit ua46); 10**400 ms is no
     finite SLO, as inf is not."""

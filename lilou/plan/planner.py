@@ -364,6 +364,10 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
         raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
     gpus = None if gpus is None else gpu_list(gpus)  # a numpy array or a generator, read once
     values = check_input_values(values) or None
+    if shapes is not None:
+        from lilou.graph.shapes import checked_shapes
+
+        checked_shapes(shapes)  # shapes="x" was an AttributeError (audit ua46)
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
     series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values, backend=predictor.backend)
@@ -689,6 +693,11 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     tps = check_tps(tp)
     for degree in tps:
         _check_llm_arguments(model, input_len, output_len, degree)
+    _check_llm_choices(engine, dtype, kv_dtype)
+    if llm_predictor is not None and not isinstance(llm_predictor, LLMPredictor):  # an AttributeError (audit ua46)
+        raise LilouInputError(f"llm_predictor must be a lilou.LLMPredictor, not {type(llm_predictor).__name__}"
+                              + (" (wrap it: LLMPredictor(predictor=p))" if type(llm_predictor).__name__ == "Predictor"
+                                 else ""))
     sweep = len(tps) > 1
     prices = checked_prices(prices)
     devices = rank_devices(gpus)
@@ -813,6 +822,17 @@ def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_l
             raise LilouInputError(f"{option} {shown_integer(value)} is above 2^40, not a real length; use a realistic "
                                   "one")
     _check_tp(load_config(model), int(tp), None)
+
+
+def _check_llm_choices(engine: str | None, dtype: str | None, kv_dtype: str | None) -> None:
+    """The engine and dtypes checked once, up front, as lilou llm checks them: a typo was refused on every device, and
+    the plan said "no device can serve it (1 tried); the largest, h100-sxm: unknown engine 'x'" (audit ua46)."""
+    from lilou.llm.predictor import DTYPES, ENGINES, KV_ALIASES, KV_DTYPES, _choice
+
+    _choice("engine", engine, ENGINES)
+    _choice("dtype", dtype, DTYPES)
+    if kv_dtype is not None:
+        _choice("KV-cache dtype", KV_ALIASES.get(str(kv_dtype).strip().lower(), kv_dtype), KV_DTYPES)
 
 
 def _fits_nowhere(model: str | os.PathLike[str], largest: Device, fit, tp: int, batch: int) -> str:
