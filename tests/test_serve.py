@@ -1425,6 +1425,37 @@ def test_an_upload_keeps_the_letters_of_its_name_in_any_script(client):
         assert any(f"{name}'s 32768" in warning for warning in response.json()["warnings"])
 
 
+def test_a_built_in_llm_is_never_read_from_the_server_s_working_folder(monkeypatch, tmp_path):
+    """"llama-3.1-8b" resolves to "meta-llama/Llama-3.1-8B-Instruct", which lilou.llm read as a path relative to the
+    server's working folder where one exists: a server started beside a folder of that name (a snapshot downloaded to
+    org/name) served that folder's config.json, outside --models-root (weights 0.04 GB for 14.96; audit ua46)."""
+    from lilou.serve.service import Service, Settings, has_llm, has_plan
+
+    if not (has_llm() and has_plan()):
+        pytest.skip("lilou.llm or lilou.plan is not installed")
+    from lilou.llm import LLMPredictor
+    from lilou.plan import plan_llm
+    from lilou.serve.schemas import LLMRequest, PlanRequest
+
+    name = "meta-llama/Llama-3.1-8B-Instruct"
+    expected = LLMPredictor().predict(name, "h100-sxm", input_len=64, output_len=8).to_json()
+    planned = plan_llm(name, 40, input_len=64, output_len=8, gpus=["h100-sxm"], batches=[1]).to_json()
+    decoy = tmp_path / name
+    decoy.mkdir(parents=True)
+    (decoy / "config.json").write_text(json.dumps({**MIXTRAL, "num_hidden_layers": 2, "num_local_experts": 2}))
+    monkeypatch.chdir(tmp_path)
+    assert LLMPredictor().predict(name, "h100-sxm", input_len=64, output_len=8).model == "Llama-3.1-8B-Instruct"  # CLI
+    service = Service(Settings())
+    try:
+        served = service.llm(LLMRequest(gpu="h100-sxm", input_len=64, output_len=8), name, None)
+        plan = service.plan(PlanRequest(llm=True, itl_slo_ms=40, input_len=64, output_len=8, gpus=["h100-sxm"],
+                                        batches=[1]), name, None)
+    finally:
+        service.shutdown()
+    assert served == expected and served["memory"]["weights_gb"] > 14
+    assert plan == planned
+
+
 def test_an_uploaded_config_is_named_in_an_llm_plan_as_in_llm(client, tmp_path):
     """An LLM plan of an uploaded config.json was named by the upload's file name ("config.json", "mixtral.json")
     while its warnings and errors, and /v1/llm for the same upload, named it "Mixtral-8x7B-v0.1" and "mixtral" (audit

@@ -7,12 +7,15 @@ config lacking one is refused with the missing fields named.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import functools
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
@@ -876,12 +879,31 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
                               "experts routes each token to between 1 and all of them")
 
 
+#: False while a caller reads no path relative to the working folder (:func:`absolute_paths_only`).
+_RELATIVE_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("lilou_llm_relative_paths", default=True)
+
+
+@contextlib.contextmanager
+def absolute_paths_only() -> Iterator[None]:
+    """While active (in this thread or task), :func:`load_config` takes a relative name for a built-in, never for a
+    file of the working folder: the service names its files by absolute path (under --models-root, or an upload), and
+    resolved "llama-3.1-8b" to "meta-llama/Llama-3.1-8B-Instruct", which the process's working folder held as a folder
+    of another config.json: its figures were served (audit ua46)."""
+    token = _RELATIVE_PATHS.set(False)
+    try:
+        yield
+    finally:
+        _RELATIVE_PATHS.reset(token)
+
+
 def load_config(model: str | os.PathLike[str]) -> LLMConfig:
     """A built-in name, or the path of a Hugging Face ``config.json`` (or of the folder holding one)."""
     if not isinstance(model, str | os.PathLike):
         raise LilouInputError(f"an LLM is a built-in name or a config.json's path, not {type(model).__name__}")
     text = os.fspath(model)
     path = Path(text)
+    if not _RELATIVE_PATHS.get() and not path.is_absolute():
+        return builtin_config(text)
     looks_like_path = text.endswith(".json") or os.sep in text and path.exists() or path.is_dir()
     if not looks_like_path:
         return builtin_config(text)

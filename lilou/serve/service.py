@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+import contextlib
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -248,7 +249,7 @@ class Service:
 
         batches = plan_batches(request)
         prices = self._prices(request.prices)
-        with named_errors(source, self.models_root.root, request.values):
+        with named_errors(source, self.models_root.root, request.values), _llm_paths(request.llm):
             if request.llm:
                 missing = [flag for flag, value in (("itl_slo_ms", request.itl_slo_ms),
                                                     ("input_len", request.input_len),
@@ -339,7 +340,7 @@ class Service:
             return self._llm
 
     def llm(self, request: LLMRequest, model: str | Path, source: ModelSource | None) -> dict[str, Any]:
-        with named_errors(source, self.models_root.root):
+        with named_errors(source, self.models_root.root), _llm_paths(True):
             check_json_config(source)
             prediction = self.llm_predictor().predict(
                 model, request.gpu, mig=request.mig, tp=request.tp, batch=request.batch, input_len=request.input_len,
@@ -359,6 +360,17 @@ class Service:
         from lilou.llm.config import builtin_name
 
         return builtin_name(name)
+
+
+def _llm_paths(llm: bool):
+    """For an LLM: no name read as a path relative to the server's working folder (lilou.llm.config.absolute_paths_only:
+    a built-in name resolved to "org/name" read that folder's config.json where the server was started beside one);
+    the service's own files are absolute paths. lilou.llm is imported only then (it is optional here)."""
+    if not llm:
+        return contextlib.nullcontext()
+    from lilou.llm.config import absolute_paths_only
+
+    return absolute_paths_only()
 
 
 def _over_budget(budget: float) -> str:
