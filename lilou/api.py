@@ -27,6 +27,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import numbers
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -190,6 +191,9 @@ class Predictor:
         the same nodes (fusion follows op patterns, not sizes: docs/intervals.md, "Capacity plans")."""
         if isinstance(model, PreparedModel):
             raise LilouInputError(f"{model.name}: already prepared; pass it to predict or rank as it is")
+        if like is not None and not isinstance(like, PreparedModel):  # it was an AttributeError (audit ua46)
+            raise LilouInputError(f"like must be the model prepared at another batch size (a PreparedModel), not "
+                                  f"{type(like).__name__}")
         if batch is not None:
             from lilou.graph.shapes import check_batch
 
@@ -739,9 +743,12 @@ def check_launch_gap(gap_ms: float | None) -> float | None:
     """A given launch gap, checked: 0 (CUDA-graph replay: no launches between kernels) up to 1 ms."""
     if gap_ms is None:
         return None
-    if isinstance(gap_ms, bool) or not (isinstance(gap_ms, int | float) and math.isfinite(gap_ms)
+    # numbers.Real: numpy's float32 and int64 too (np.float32(0.01) was refused as out of range, 10**400 overflowed)
+    if isinstance(gap_ms, bool) or not (isinstance(gap_ms, numbers.Real)
+                                        and (isinstance(gap_ms, numbers.Integral) or math.isfinite(gap_ms))
                                         and 0 <= gap_ms <= MAX_LAUNCH_GAP_MS):  # True was taken as 1 ms
-        raise LilouInputError(f"launch gap {gap_ms!r} ms: give 0 to {MAX_LAUNCH_GAP_MS:g} ms (0 to 1000 us) per kernel")
+        raise LilouInputError(f"launch gap {gap_ms!r:.40} ms: give 0 to {MAX_LAUNCH_GAP_MS:g} ms (0 to 1000 us) per "
+                              "kernel")
     return float(gap_ms)
 
 

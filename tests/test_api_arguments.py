@@ -58,6 +58,78 @@ def test_plan_model_takes_numpy_gpus_and_batches(predictor, resnet18):
     assert plan.to_json()["batches"] == [1, 2]
 
 
+def test_numpy_launch_gaps_and_prices_are_taken_as_the_python_ones(predictor):
+    """with_launch_gap(np.float32(0.01)) was refused as "give 0 to 1 ms", prices {"a10g": np.int64(2)} (a DataFrame's
+    int column) as "not a positive number of USD per hour", and 10**400 for either was an OverflowError, not an input
+    error (audit ua46)."""
+    from lilou.plan.prices import checked_prices
+
+    example = "examples/resnet18.onnx"
+    expected = predictor.with_launch_gap(0.02).predict(example, gpu="a10g").to_json()
+    gap = predictor.with_launch_gap(np.float32(0.02))
+    assert gap.predict(example, gpu="a10g").to_json() == expected and gap.model.overhead.gap_ms == float(np.float32(0.02))
+    assert predictor.with_launch_gap(np.int64(0)).model.overhead.gap_ms == 0.0
+    assert dict(checked_prices({"a10g": np.int64(2), "t4": np.float32(0.25)})) == {"a10g": 2.0, "t4": 0.25}
+    with pytest.raises(LilouInputError) as error:
+        predictor.with_launch_gap(10**400)
+    assert str(error.value) == f"launch gap {str(10**400)[:40]} ms: give 0 to 1 ms (0 to 1000 us) per kernel"
+    with pytest.raises(LilouInputError) as error:
+        checked_prices({"a10g": 10**400})
+    assert str(error.value) == (f"prices['a10g']: {str(10**400)[:40]} is not a price from 0.000001 to 1000000 USD per "
+                                "hour")
+    for bad in (np.float32("nan"), np.bool_(True)):
+        with pytest.raises(LilouInputError, match="^launch gap np"):
+            predictor.with_launch_gap(bad)
+
+
+def test_prepare_like_something_not_prepared_is_an_input_error(predictor):
+    """prepare(path, like="x") was an AttributeError ('str' object has no attribute 'backend'), not an input error."""
+    for like in ("examples/resnet18.onnx", 8):
+        with pytest.raises(LilouInputError) as error:
+            predictor.prepare("examples/resnet18.onnx", like=like)
+        assert str(error.value) == ("like must be the model prepared at another batch size (a PreparedModel), not "
+                                    f"{type(like).__name__}")
+
+
+def test_plan_arguments_of_the_wrong_kind_are_input_errors(predictor):
+    """plan_llm(llm_predictor=Predictor()) (docs/embedding.md warns the two are told apart) and plan_model(shapes="x")
+    were AttributeErrors; a mistyped engine or dtype was refused on every device and said so as "no device can serve
+    it (1 tried); the largest, h100-sxm: unknown engine 'x'" (audit ua46). Each is now the one line lilou llm gives."""
+    from lilou.llm import LLMPredictor
+    from lilou.plan import plan_llm, plan_model
+
+    llm = {"input_len": 8, "output_len": 8, "gpus": ["h100"], "batches": [1]}
+    for arguments, line in (
+            ({"llm_predictor": predictor}, "llm_predictor must be a lilou.LLMPredictor, not Predictor (wrap it: "
+                                           "LLMPredictor(predictor=p))"),
+            ({"llm_predictor": "eager"}, "llm_predictor must be a lilou.LLMPredictor, not str"),
+            ({"engine": "vlm"}, "unknown engine 'vlm'; use one of vllm, hf"),
+            ({"dtype": "fp64"}, "unknown dtype 'fp64'; use one of bf16, fp16, fp8, fp4, int8, int4, fp32"),
+            ({"kv_dtype": "int4"}, "unknown KV-cache dtype 'int4'; use one of bf16, fp16, fp8, fp32")):
+        with pytest.raises(LilouInputError) as error:
+            plan_llm("llama-3.1-8b", 40, **llm, **arguments)
+        assert str(error.value) == line
+    wrapped = plan_llm("llama-3.1-8b", 40, **llm, llm_predictor=LLMPredictor(predictor), kv_dtype="FP8_E4M3")
+    assert wrapped.to_json() == plan_llm("llama-3.1-8b", 40, **llm, kv_dtype="fp8").to_json()
+    with pytest.raises(LilouInputError) as error:
+        plan_model("examples/resnet18.onnx", 40, gpus=["t4"], batches=[1], predictor=predictor, shapes="x")
+    assert str(error.value) == "shapes must map input or dimension names to sizes, got str"
+
+
+def test_an_slo_of_hundreds_of_digits_is_an_input_error(predictor):
+    """float(10**400) in the SLO's check was an OverflowError, not an input error (audit ua46); 10**400 ms is no
+    finite SLO, as inf is not."""
+    from lilou.plan import plan_llm, plan_model
+
+    line = f"must be a positive number of milliseconds, not {str(10**400)[:40]}"
+    with pytest.raises(LilouInputError) as error:
+        plan_model("examples/resnet18.onnx", 10**400, gpus=["t4"], batches=[1], predictor=predictor)
+    assert str(error.value) == f"--slo-ms {line}"
+    with pytest.raises(LilouInputError) as error:
+        plan_llm("llama-3.1-8b", 40, ttft_slo_ms=10**400, input_len=8, output_len=8, gpus=["h100"])
+    assert str(error.value) == f"--ttft-slo-ms {line}"
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ("x=1", "values must map input names to values, got str"),  # RuntimeError: shaping the model failed ...
     ([("use_cache_branch", [False])], "values must map input names to values, got list"),  # AttributeError

@@ -404,6 +404,23 @@ def test_a_stated_count_that_is_not_one_is_refused_in_one_line(capsys, value, me
     assert (status, err) == (2, f"lilou: error: {message}\n")
 
 
+@pytest.mark.parametrize(("count", "message"), [
+    (10**400, "10000000000000000000... (401 digits): more iterations than any loop runs (at most 2,147,483,646)"),
+    (-10**400, "-1000000000000000000... (401 digits): '/Loop' is a Loop; give the number of iterations it runs, a "
+               "whole number from 0"),
+    (1e300, "10000000000000000525... (301 digits): more iterations than any loop runs (at most 2,147,483,646)"),
+])
+def test_a_count_of_hundreds_of_digits_is_refused_in_one_line(count, message):
+    """float() of a 400-digit count (JSON and Python allow one: /v1/predict's values) was an OverflowError, an internal
+    error, and 1e300 was shown with its 301 digits (audit ua46)."""
+    from lilou.api import Predictor
+    from lilou.errors import LilouInputError
+
+    with pytest.raises(LilouInputError) as error:
+        Predictor().predict(WHILE, gpu="a10g", batch=8, values={"/Loop": count})
+    assert str(error.value) == f"--value /Loop={message}"
+
+
 def test_an_absurd_total_is_refused_in_one_line(capsys, tmp_path):
     """No forward pass takes 11.6 days: a total above 1e9 ms is refused (exit status 2) naming the kernel, not
     printed as a latency. A Loop of 2e9 4096^3 GEMMs (a real count, not the sentinel) is 7.2e9 ms on an A10G."""

@@ -321,6 +321,24 @@ def test_unknown_gpu_without_close_names_points_to_the_list():
     assert str(error.value) == "unknown GPU 'quadro'; `lilou gpus` lists the known GPUs"
 
 
+@pytest.mark.parametrize(("gpu", "mig", "line"), [
+    ("-" * 900_000, None, "GPU name '" + "-" * 40 + "'... has 900,000 characters"),
+    ("x" * 201, None, "GPU name '" + "x" * 40 + "'... has 201 characters"),
+    ("a100/" + "1" * 90_000, None, "GPU name 'a100/" + "1" * 35 + "'... has 90,005 characters"),
+    ("a100", "1" * 300, "MIG profile '" + "1" * 40 + "'... has 300 characters"),
+])
+def test_a_name_too_long_for_a_gpu_is_refused_before_any_work(gpu, mig, line):
+    """A name of 40 kB took 11 s to refuse (the regular expression for a name that holds a MIG slice backtracks
+    quadratically, and so do the suggestions' comparisons), 900 kB would have taken hours: the service froze for as
+    long (audit ua46). Names past 200 characters are refused at once; 200 is far above any real one (44)."""
+    with pytest.raises(LilouInputError) as error:
+        resolve_device(gpu, mig)
+    assert str(error.value) == (f"{line}; a GPU or MIG profile name has at most 200 (`lilou gpus` lists the known "
+                                "GPUs)")
+    with pytest.raises(LilouInputError, match="unknown GPU"):  # 200 characters are still looked up and suggested for
+        resolve_device("-" * 200)
+
+
 @pytest.mark.parametrize("name", ["", "nvidia", "Tesla"])
 def test_a_brand_word_alone_is_not_a_gpu(name):
     with pytest.raises(LilouInputError, match="unknown GPU"):

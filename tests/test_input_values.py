@@ -167,6 +167,12 @@ def _typed_input(dtype: int, dims) -> onnx.ModelProto:
     (TensorProto.STRING, [], 1, "--value x: the input holds STRING elements, not booleans or numbers"),
     (TensorProto.FLOAT16, [], 1e6, "--value x: 1000000.0 does not fit the input's float16"),
     (TensorProto.FLOAT, [2, 2], 1.0, "--value x: the input's shape 2x2 holds 4 elements, got 1 values"),
+    # a 400-digit integer (JSON has no bound) was an OverflowError, an internal error (audit ua46)
+    (TensorProto.BOOL, [], 10**400, "--value x: the input is boolean; give true or false, got 10000000000000000000... "
+                                    "(401 digits)"),
+    (TensorProto.INT64, [], -10**400, "--value x: -1000000000000000000... (401 digits) does not fit the input's int64"),
+    (TensorProto.FLOAT16, [], 10**400, "--value x: 10000000000000000000... (401 digits) does not fit the input's "
+                                       "float16"),
 ])
 def test_a_value_the_input_cannot_hold_is_a_one_line_error(dtype, dims, value, fragment):
     with pytest.raises(LilouInputError, match="^" + fragment.replace("(", r"\(").replace(")", r"\)")):

@@ -149,6 +149,22 @@ def test_lengths_and_batch_must_be_positive(value):
         llm.predict(LLAMA, "l4", batch=1, input_len=value, output_len=16)
 
 
+@pytest.mark.parametrize(("field", "value", "line"), [
+    ("batch", 10**400, "batch 10000000000000000000... (401 digits) is above 2^40, not a real one; use a realistic batch"),
+    ("input_len", 2**40 + 1, "input length 1099511627777 is above 2^40, not a real one; use a realistic input length"),
+    ("output_len", np.int64(2**41), "output length 2199023255552 is above 2^40, not a real one; use a realistic output "
+                                    "length"),
+])
+def test_a_batch_or_length_past_2_to_the_40_is_refused_in_one_line(field, value, line):
+    """A 400-digit batch or length (JSON and Python allow one) was an internal error, "OverflowError: int too large to
+    convert to float", in lilou llm, /v1/llm and plans (audit ua46); 2^40 is refused as an ONNX model's --batch is."""
+    llm = LLMPredictor(predictor=object())
+    arguments = {"batch": 1, "input_len": 16, "output_len": 16, field: value}
+    with pytest.raises(LilouInputError) as error:
+        llm.predict(LLAMA, "l4", **arguments)
+    assert str(error.value) == line
+
+
 def test_unknown_name_suggests_close_names():
     with pytest.raises(LilouInputError, match=r"unknown LLM 'Llama-3.1-8B-Instuct'; did you mean .*Llama-3.1-8B-Instruct"):
         builtin_config("Llama-3.1-8B-Instuct")
@@ -278,6 +294,9 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
      r"mlp_only_layers is '0,1', not a list of layer indices"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 64},
      r"decoder_sparse_step 64 leave none of the 32 layers with experts"),
+    # 10^400 was an OverflowError in math.isfinite, an internal error (audit ua46)
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 10 ** 400},
+     r"decoder_sparse_step 1000000000000000000000000000000000000000 leave none of the 32 layers with experts"),
     ({"sliding_window": 4096, "layer_types": "sliding_attention"}, r"layer_types is 'sliding_attention', not a list"),
     ({"sliding_window": 4096, "layer_types": ["sliding_attention"] * 40}, r"one attention kind per layer \(32 layers\)"),
     # a Llama 4 layer count no model has: its chunked layers' list of 2^62 entries ran out of memory
@@ -594,6 +613,34 @@ def test_decode_step_with_a_per_launch_host_term():
     assert calibration.itl_ms("hf", decode, batch=1) == pytest.approx(1.5 * 20 + 0.03 * 1000 + 2)
     # no per-launch term: the step's own time (for vLLM the CUDA-graph sum) is scaled
     assert calibration.itl_ms("vllm", decode, batch=4) == pytest.approx(1.5 * 100 + 2 + 0.5 * 4)
+
+
+@pytest.mark.parametrize(("softcap", "taken"), [(50, 50.0), (30.5, 30.5), (10**400, 0.0), (-(10**400), 0.0),
+                                               (0, 0.0), ("50", 0.0), (True, 0.0)])
+def test_a_softcap_too_large_for_a_float_is_none(tmp_path, softcap, taken):
+    """attn_logit_softcapping of 10**400 in a config.json (an upload to /v1/llm) was "internal error: OverflowError:
+    int too large to convert to float" (audit ua46); one that is no positive finite number caps nothing, as inf."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "attn_logit_softcapping": softcap}))
+    assert load_config(path).attention_softcap == taken
+
+
+@pytest.mark.parametrize(("rope", "context"), [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),
+    ({"rope_type": "linear", "factor": 8}, 8192 * 8),
+    ({"rope_type": "dynamic", "factor": 2**20}, 8192 * 2**20),
+    ({"rope_type": "yarn", "factor": 10**400}, 8192),  # OverflowError: int too large to convert to float
+    ({"rope_type": "yarn", "factor": 1e308}, 8192),  # OverflowError: cannot convert float infinity to integer
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 10**400}, 8192 * 4),
+    ({"rope_type": "dynamic", "factor": 2**20 + 1}, 8192),
+])
+def test_a_rope_factor_past_2_to_the_20_is_ignored_as_an_infinite_one(tmp_path, rope, context):
+    """A rope_scaling factor of 10**400 or 1e308 in a config.json (an upload to /v1/llm) was an internal error, an
+    OverflowError (audit ua46); like an infinite one, a factor past 2^20 (released models scale by 4 to 64) scales
+    nothing, and an original_max_position_embeddings past 2^40 is not taken."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "max_position_embeddings": 8192, "rope_scaling": rope}))
+    assert load_config(path).max_context == context
 
 
 def test_sliding_windows_of_hugging_face_configs(tmp_path):

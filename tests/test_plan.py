@@ -877,6 +877,11 @@ def test_an_llm_plan_whose_dtype_every_device_refuses_is_exit_2(capsys):
     (["--tp", "9"], "--tp 9: tensor parallelism is modelled within one node of at most 8 GPUs"),
     (["--tp", "3"], "--tp 3 does not divide the 64 attention heads of meta-llama/Llama-3.1-70B-Instruct"),
     (["--batches", "65537"], "--batches: batch 65537 is larger than 65536"),
+    # a 400-digit length was "internal error: OverflowError: int too large to convert to float" (audit ua46)
+    (["--input-len", "1" + "0" * 400], "--input-len 10000000000000000000... (401 digits) is above 2^40, not a real "
+                                       "length; use a realistic one"),
+    (["--output-len", str(2**40 + 1)], "--output-len 1099511627777 is above 2^40, not a real length; use a realistic "
+                                       "one"),
 ])
 def test_llm_plan_arguments_are_refused_up_front(capsys, option, message):
     """They were refused on every device: "no device can serve it (1 tried); the largest, h100-sxm: input length must

@@ -225,6 +225,29 @@ def test_errors_of_values_are_in_the_requests_words(client):
     assert detail({"/Loop": -1}, "/v1/rank", gpus="t4").startswith("values['/Loop'] = -1: '/Loop' is a Loop; give")
     assert detail({"/Loop": 2501}, "/v1/plan", gpus="t4", slo_ms="50").startswith("values['/Loop'] = 2501: 2,501 ")
     assert detail({"nope": 1}, gpu="t4").startswith("values name nope, neither an input of the model")
+    huge = 10**400  # valid JSON: an internal error (OverflowError) before audit ua46
+    assert detail({"/Loop": huge}, gpu="t4") == ("values['/Loop'] = 10000000000000000000... (401 digits): more "
+                                                 "iterations than any loop runs (at most 2,147,483,646)")
+
+
+def test_integers_of_hundreds_of_digits_are_400s_not_500s(client):
+    """JSON bounds no integer: a 400-digit batch or length of an LLM was "internal error: OverflowError: int too large
+    to convert to float" in /v1/llm and /v1/plan (audit ua46)."""
+    from lilou.serve.service import has_llm, has_plan
+
+    if not (has_llm() and has_plan()):
+        pytest.skip("lilou.llm or lilou.plan is not installed")
+    huge = 10**400
+    shown = "10000000000000000000... (401 digits)"
+    llm = {"model": "llama-3.1-8b", "gpu": "h100", "input_len": 5, "output_len": 5}
+    for field, name in (("batch", "batch"), ("input_len", "input length"), ("output_len", "output length")):
+        response = client.post("/v1/llm", json={**llm, field: huge})
+        assert (response.status_code, response.json()) == (400, {
+            "detail": f"{name} {shown} is above 2^40, not a real one; use a realistic {name}"})
+    plan = client.post("/v1/plan", json={**{k: v for k, v in llm.items() if k != "gpu"}, "llm": True,
+                                         "itl_slo_ms": 50, "gpus": "h100", "input_len": huge})
+    assert (plan.status_code, plan.json()) == (400, {
+        "detail": f"--input-len {shown} is above 2^40, not a real length; use a realistic one"})
 
 
 def test_a_batch_the_file_cannot_take_is_a_400(client):
@@ -996,6 +1019,25 @@ def test_deeply_nested_json_is_a_422_line_not_a_recursion_error(client, upload_t
     assert list(upload_tmp.glob("lilou-upload-*")) == []
 
 
+def test_the_depth_scan_is_linear_in_the_body_s_length(client):
+    """The scan for nesting matched a whole string at each quote, and one that never closes was scanned again from
+    each of its escaped quotes: 40 kB of \\" took 6 s on the event loop (every request waited), the 1 MiB a JSON
+    body may have would have taken an hour (audit ua46). Brackets inside strings still do not count."""
+    from lilou.serve.schemas import too_deep
+
+    started = time.monotonic()
+    body = client.post("/v1/predict", content=('{"model": "' + '\\"' * 400_000).encode(),
+                       headers={"content-type": "application/json"})
+    assert (body.status_code, body.json()) == (422, {
+        "detail": "the body is not valid JSON (Unterminated string starting at)"})
+    field = client.post("/v1/predict", files=_upload(), data={"gpu": "t4", "shapes": '{"x": "' + '\\"' * 30_000})
+    assert (field.status_code, field.json()) == (422, {
+        "detail": "shapes: Value error, not a JSON object (Unterminated string starting at)"})
+    assert time.monotonic() - started < 20
+    assert not too_deep('"' + "\\\"" * 500_000) and not too_deep('"' + "[" * 100) and too_deep("[" * 65)
+    assert too_deep('["\\\\", ' + "[" * 64 + "]" * 64 + "]") and not too_deep('["\\"[", ' + "[" * 63 + "]" * 63 + "]")
+
+
 # --------------------------------------------------------------------------- uploads never outlive their request
 def test_an_upload_is_removed_whatever_stops_its_request(monkeypatch, tmp_path):
     """parse_request released the upload only on bad input (LilouInputError): a RecursionError in a form field left
@@ -1340,6 +1382,110 @@ def test_an_uploaded_config_is_named_as_the_cli_names_the_file(client, predictor
     assert tp.status_code == 400 and tp.json()["detail"].endswith("attention heads of mixtral"), tp.text
 
 
+def test_a_gpu_name_of_many_kilobytes_is_refused_at_once(client):
+    """/v1/rank's gpus (and plan's prices) took names of any length: one of 40 kB took 11 s to refuse and froze the
+    whole service meanwhile (/v1/healthz waited 8 s: the regular expression for a name that holds a MIG slice
+    backtracks quadratically, holding Python's lock), and a 1 MiB body would have for hours (audit ua46)."""
+    line = ("GPU name '" + "-" * 40 + "'... has 40,000 characters; a GPU or MIG profile name has at most 200 "
+            "(`lilou gpus` lists the known GPUs)")
+    started = time.monotonic()
+    rank = client.post("/v1/rank", json={"model": "resnet18.onnx", "gpus": ["t4", "-" * 40_000]})
+    assert (rank.status_code, rank.json()) == (400, {"detail": line})
+    from lilou.serve.service import has_plan
+
+    if has_plan():
+        plan = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 5, "prices": {"-" * 40_000: 1.0}})
+        assert (plan.status_code, plan.json()) == (400, {"detail": f"prices: {line}"})
+    assert time.monotonic() - started < 30  # 22 s of the service's CPU before, on an idle machine
+
+
+def test_an_upload_keeps_the_letters_of_its_name_in_any_script(client):
+    """Only ASCII letters and digits were kept of an upload's file name: "モデル.onnx" was shown as "onnx" (every
+    Japanese or Chinese name alike) and "modèle v2.onnx" as "mod_le_v2.onnx" (audit ua46). Letters and digits of any
+    script are kept now; spaces, punctuation and format characters (a right-to-left override) still become "_", and a
+    config's name, a folder on disk, is cut to 200 bytes of UTF-8 (600 for 200 Japanese characters was over the
+    255 a folder's name may take)."""
+    data = RESNET18.read_bytes()
+    for filename, name in (("モデル.onnx", "モデル.onnx"), ("modèle v2.onnx", "modèle_v2.onnx"),
+                           ("../../résnet-18_β.onnx", "résnet-18_β.onnx"), ("a\u202egnp.onnx", "a_gnp.onnx"),
+                           ("resnet18.onnx", "resnet18.onnx")):
+        response = client.post("/v1/predict", files={"file": (filename, data)}, data={"gpu": "a10g"})
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == name
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        return
+    config = json.dumps(MIXTRAL).encode()
+    fields = {"gpu": "b200", "input_len": "40000", "output_len": "10"}
+    for filename, name in (("モデル/config.json", "モデル"), ("モ" * 300 + ".json", "モ" * 66)):
+        response = client.post("/v1/llm", files={"file": (filename, config)}, data=fields)
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == name
+        assert any(f"{name}'s 32768" in warning for warning in response.json()["warnings"])
+
+
+def test_a_built_in_llm_is_never_read_from_the_server_s_working_folder(monkeypatch, tmp_path):
+    """"llama-3.1-8b" resolves to "meta-llama/Llama-3.1-8B-Instruct", which lilou.llm read as a path relative to the
+    server's working folder where one exists: a server started beside a folder of that name (a snapshot downloaded to
+    org/name) served that folder's config.json, outside --models-root (weights 0.04 GB for 14.96; audit ua46)."""
+    from lilou.serve.service import Service, Settings, has_llm, has_plan
+
+    if not (has_llm() and has_plan()):
+        pytest.skip("lilou.llm or lilou.plan is not installed")
+    from lilou.llm import LLMPredictor
+    from lilou.plan import plan_llm
+    from lilou.serve.schemas import LLMRequest, PlanRequest
+
+    name = "meta-llama/Llama-3.1-8B-Instruct"
+    expected = LLMPredictor().predict(name, "h100-sxm", input_len=64, output_len=8).to_json()
+    planned = plan_llm(name, 40, input_len=64, output_len=8, gpus=["h100-sxm"], batches=[1]).to_json()
+    decoy = tmp_path / name
+    decoy.mkdir(parents=True)
+    (decoy / "config.json").write_text(json.dumps({**MIXTRAL, "num_hidden_layers": 2, "num_local_experts": 2}))
+    monkeypatch.chdir(tmp_path)
+    assert LLMPredictor().predict(name, "h100-sxm", input_len=64, output_len=8).model == "Llama-3.1-8B-Instruct"  # CLI
+    service = Service(Settings())
+    try:
+        served = service.llm(LLMRequest(gpu="h100-sxm", input_len=64, output_len=8), name, None)
+        plan = service.plan(PlanRequest(llm=True, itl_slo_ms=40, input_len=64, output_len=8, gpus=["h100-sxm"],
+                                        batches=[1]), name, None)
+    finally:
+        service.shutdown()
+    assert served == expected and served["memory"]["weights_gb"] > 14
+    assert plan == planned
+
+
+def test_an_uploaded_config_is_named_in_an_llm_plan_as_in_llm(client, tmp_path):
+    """An LLM plan of an uploaded config.json was named by the upload's file name ("config.json", "mixtral.json")
+    while its warnings and errors, and /v1/llm for the same upload, named it "Mixtral-8x7B-v0.1" and "mixtral" (audit
+    ua46). The rest of the body is lilou plan --llm's for the same file."""
+    from lilou.serve.service import has_llm, has_plan
+
+    if not (has_llm() and has_plan()):
+        pytest.skip("lilou.llm or lilou.plan is not installed")
+    from lilou.plan import plan_llm
+
+    folder = tmp_path / "Mixtral-8x7B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MIXTRAL))
+    data = json.dumps(MIXTRAL).encode()
+    fields = {"llm": "true", "itl_slo_ms": "50", "input_len": "40000", "output_len": "10", "gpus": "b200",
+              "batches": "1"}
+    expected = json.loads(json.dumps(plan_llm(folder / "config.json", 50, input_len=40000, output_len=10,
+                                              gpus=["b200"], batches=[1]).to_json()))
+    for filename, name in (("Mixtral-8x7B-v0.1/config.json", "Mixtral-8x7B-v0.1"), ("mixtral.json", "mixtral"),
+                           ("config.json", "config")):
+        plan = client.post("/v1/plan", files={"file": (filename, data)}, data=fields)
+        assert plan.status_code == 200, plan.text
+        llm = client.post("/v1/llm", files={"file": (filename, data)},
+                          data={"gpu": "b200", "input_len": "40000", "output_len": "10"})
+        assert plan.json()["model"] == llm.json()["model"] == name
+        assert plan.json() == {**expected, "model": name, "warnings": [w.replace("Mixtral-8x7B-v0.1", name)
+                                                                       for w in expected["warnings"]]}
+        assert any(f"{name}'s 32768" in warning for warning in plan.json()["warnings"]), plan.json()["warnings"]
+
+
 def test_an_onnx_file_sent_to_llm_is_told_where_it_goes(client):
     from lilou.serve.service import has_llm
 
@@ -1377,6 +1523,8 @@ def test_head_answers_on_the_get_routes_and_a_trailing_slash_is_not_redirected(c
     for path in ("/", "/v1/healthz", "/v1/gpus"):
         head = client.head(path)
         assert head.status_code == 200 and head.content == b"", (path, head.status_code)
+    for path in ("/", "/v1/gpus"):  # the GET's length (it said 0, audit ua46); /v1/healthz's counters move between them
+        assert int(client.head(path).headers["content-length"]) == len(client.get(path).content) > 1000, path
     assert "text/html" in client.head("/").headers["content-type"]
     for method, path in (("POST", "/v1/predict/"), ("GET", "/v1/healthz/"), ("POST", "/v1/rank/")):
         response = client.request(method, path, json={"model": "resnet18.onnx", "gpu": "t4"})

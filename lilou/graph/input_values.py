@@ -93,7 +93,7 @@ def _checked_item(name: str, item: object) -> Value:
     if not isinstance(item, (int, float)):
         raise LilouInputError(f"values[{name!r}]: {str(item)[:40]!r} is a {type(item).__name__}; give a bool or a "
                               "number, e.g. False or 16000")
-    if not math.isfinite(item):
+    if isinstance(item, float) and not math.isfinite(item):  # an int is finite (isfinite of 10**400 overflowed)
         raise LilouInputError(f"values[{name!r}]: {item} is not a finite number")
     return item
 
@@ -167,18 +167,24 @@ def _shape_of(value: onnx.ValueInfoProto, count: int, shape: Sequence[int] | Non
 def _check_fits(name: str, dtype: np.dtype, item: Value) -> None:
     if dtype.kind == "b":
         if item not in (True, False, 0, 1):
-            raise LilouInputError(f"--value {name}: the input is boolean; give true or false, got {item}")
+            raise LilouInputError(f"--value {name}: the input is boolean; give true or false, got {shown_value(item)}")
         return
     if dtype.kind in "iu":
         if isinstance(item, float) and not item.is_integer():
             raise LilouInputError(f"--value {name}: the input holds {dtype.name} integers; got {item}")
         limits = np.iinfo(dtype)
         if not limits.min <= int(item) <= limits.max:
-            raise LilouInputError(f"--value {name}: {item} does not fit the input's {dtype.name} "
+            raise LilouInputError(f"--value {name}: {shown_value(item)} does not fit the input's {dtype.name} "
                                   f"({limits.min} to {limits.max})")
         return
-    if abs(float(item)) > float(np.finfo(dtype).max):
-        raise LilouInputError(f"--value {name}: {item} does not fit the input's {dtype.name}")
+    if abs(item) > float(np.finfo(dtype).max):  # an int compared exactly: float(10**400) overflowed
+        raise LilouInputError(f"--value {name}: {shown_value(item)} does not fit the input's {dtype.name}")
+
+
+def shown_value(item: Value) -> str:
+    """A value as an error shows it: a 400-digit integer (JSON has no bound) by its first digits and its length."""
+    text = str(item)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text.lstrip('-'))} digits)"
 
 
 def bound_value_names(graph: onnx.GraphProto) -> set[str]:

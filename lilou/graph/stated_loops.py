@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from lilou.errors import LilouInputError
-from lilou.graph.input_values import BOUND_VALUE_DOC, Value, check_input_values
+from lilou.graph.input_values import BOUND_VALUE_DOC, Value, check_input_values, shown_value
 from lilou.graph.loops import (MAX_LOOPS, MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_body, loop_points, runs_every_trip,
                                unroll_loop)
 from lilou.graph.constants import scalar_integers, scalar_truths
@@ -88,13 +88,15 @@ def _check_budget(trips: Mapping[str, int], sizes: Mapping[str, int]) -> None:
 
 
 def _count(name: str, items: Sequence[Value]) -> int:
-    if len(items) != 1 or isinstance(items[0], bool) or float(items[0]) != int(items[0]) or items[0] < 0:
-        shown = ",".join(str(item).lower() for item in items)
+    # a float must be whole; an int is (float() of a 400-digit one, which JSON allows, was an OverflowError: audit ua46)
+    whole = not isinstance(items[0], float) or items[0].is_integer() if items else False
+    if len(items) != 1 or isinstance(items[0], bool) or not whole or items[0] < 0:
+        shown = ",".join(shown_value(item).lower() for item in items)
         raise LilouInputError(f"--value {name}={shown}: {name!r} is a Loop; give the number of iterations it runs, "
                               "a whole number from 0")
     if int(items[0]) >= UNBOUNDED_TRIPS:
-        raise LilouInputError(f"--value {name}={int(items[0])}: more iterations than any loop runs (at most "
-                              f"{UNBOUNDED_TRIPS - 1:,})")
+        raise LilouInputError(f"--value {name}={shown_value(int(items[0]))}: more iterations than any loop runs "
+                              f"(at most {UNBOUNDED_TRIPS - 1:,})")
     return int(items[0])
 
 

@@ -113,9 +113,25 @@ def all_gpus() -> list[GPUSpec]:
     return list(_database().gpus)
 
 
+#: The longest GPU name looked up (the longest spelling in the database has 44 characters; a MIG slice's device name
+#: adds about 20). The suggestions for an unknown name compare it with every spelling (difflib, quadratic in its
+#: length) and a name holding a slice is matched by a regular expression that backtracks quadratically: a 40 kB name
+#: in a /v1/rank request froze the service for 11 s (the regular expression holds Python's lock: /v1/healthz waited
+#: too), and a 1 MiB body would have for hours (audit ua46).
+MAX_NAME_CHARS = 200
+
+
+def check_name_length(name: str, what: str = "GPU name") -> None:
+    """Refuse a name longer than :data:`MAX_NAME_CHARS` in one line, before any work that grows with its length."""
+    if len(name) > MAX_NAME_CHARS:
+        raise LilouInputError(f"{what} {name[:40]!r}... has {len(name):,} characters; a GPU or MIG profile name has at "
+                              f"most {MAX_NAME_CHARS} (`lilou gpus` lists the known GPUs)")
+
+
 def find_gpu(name: str) -> GPUSpec:
     """The GPU called ``name`` or one of its aliases, ignoring case, punctuation and a leading
     "nvidia" / "tesla" / "geforce"; unknown names raise :class:`LilouInputError` with suggestions."""
+    check_name_length(name)
     gpu = _database().by_key.get(gpu_key(name))
     if gpu is None:
         raise LilouInputError(_unknown_gpu_message(name))

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lilou.errors import LilouInputError
-from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, find_gpu, name_family
+from lilou.hardware.database import GPUSpec, MIGProfile, all_gpus, check_name_length, find_gpu, name_family
 from lilou.hardware.names import mig_key, split_mig
 
 
@@ -62,6 +62,9 @@ def resolve_device(gpu: str, mig: str | None = None) -> Device:
     if not isinstance(gpu, str) or not (mig is None or isinstance(mig, str)):
         raise LilouInputError(f"a GPU is named by a string such as 'a10g' or 'a100-80gb/1g.10gb' (MIG profile: "
                               f"'1g.10gb'), not {gpu if not isinstance(gpu, str) else mig!r:.40}")
+    check_name_length(gpu)  # before the regular expressions and suggestions, whose work grows with its square
+    if mig is not None:
+        check_name_length(mig, "MIG profile")
     name, slash, profile = gpu.partition("/")
     named = None if slash else split_mig(gpu)  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb", as CUDA names a slice's device
     if named:

@@ -7,12 +7,15 @@ config lacking one is refused with the missing fields named.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import functools
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
@@ -557,8 +560,19 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         unpriced_bits=0.0 if quantization else unpriced_bits(config.get("quantization_config")), quantization_group=group,
         context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
-        attention_softcap=float(softcap) if isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
-        and math.isfinite(softcap) and softcap > 0 else 0.0, notes=notes, source=name)
+        attention_softcap=_softcap(softcap), notes=notes, source=name)
+
+
+def _softcap(value: Any) -> float:
+    """Gemma 2's ``attn_logit_softcapping`` as a positive finite float, else 0 (none), as an infinite one is; an int
+    too large for a float (10**400 in a config.json) was an OverflowError, an internal error (audit ua46)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return 0.0
+    try:
+        value = float(value)
+    except OverflowError:
+        return 0.0
+    return value if math.isfinite(value) else 0.0
 
 
 def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: str) -> int:
@@ -577,8 +591,9 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
         value = config.get(field, 1)
         if value is None:
             return 1
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value != int(value) or value <= 0:
+        # an int is finite (math.isfinite of 10**400 was an OverflowError: audit ua46)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not (isinstance(value, int) or math.isfinite(value)) or value != int(value) or value <= 0:
             raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a positive whole number")
         return int(value)
 
@@ -602,6 +617,10 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
 LEARNED_POSITION_TYPES = frozenset({"gpt2", "opt", "gpt_bigcode", "biogpt", "xglm"})
 
 
+#: The largest rope_scaling factor taken (:func:`_context_limit`).
+MAX_ROPE_FACTOR = 2**20
+
+
 def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
     """The longest context vLLM serves the model at and where that comes from: the config's position limit (the
     first of max_position_embeddings, n_positions, ...), times the ``rope_scaling`` factor of a yarn, dynamic or
@@ -613,11 +632,13 @@ def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
         return positions, field
     kind = str(rope.get("rope_type") or rope.get("type") or "")[:20]
     factor = rope.get("factor")
+    # a factor past 2^20 is ignored as an infinite one is: 10**400 was an OverflowError, and 1e308 one in int() of the
+    # context (an uploaded config.json's 500; audit ua46); released models scale by 4 to 64
     if kind not in ("yarn", "dynamic", "linear") or isinstance(factor, bool) or not isinstance(factor, (int, float)) \
-            or not (math.isfinite(factor) and factor >= 1):
+            or not 1 <= factor <= MAX_ROPE_FACTOR:
         return positions, field
     original = rope.get("original_max_position_embeddings")
-    if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
+    if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and 0 < original <= 2**40:
         return int(original * factor), f"original_max_position_embeddings {original} x rope_scaling factor {factor:g} (yarn)"
     return int(positions * factor), f"{field} {positions} x rope_scaling factor {factor:g} ({kind})"
 
@@ -858,12 +879,31 @@ def _check_optional(ints: dict[str, int], name: str) -> None:
                               "experts routes each token to between 1 and all of them")
 
 
+#: False while a caller reads no path relative to the working folder (:func:`absolute_paths_only`).
+_RELATIVE_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("lilou_llm_relative_paths", default=True)
+
+
+@contextlib.contextmanager
+def absolute_paths_only() -> Iterator[None]:
+    """While active (in this thread or task), :func:`load_config` takes a relative name for a built-in, never for a
+    file of the working folder: the service names its files by absolute path (under --models-root, or an upload), and
+    resolved "llama-3.1-8b" to "meta-llama/Llama-3.1-8B-Instruct", which the process's working folder held as a folder
+    of another config.json: its figures were served (audit ua46)."""
+    token = _RELATIVE_PATHS.set(False)
+    try:
+        yield
+    finally:
+        _RELATIVE_PATHS.reset(token)
+
+
 def load_config(model: str | os.PathLike[str]) -> LLMConfig:
     """A built-in name, or the path of a Hugging Face ``config.json`` (or of the folder holding one)."""
     if not isinstance(model, str | os.PathLike):
         raise LilouInputError(f"an LLM is a built-in name or a config.json's path, not {type(model).__name__}")
     text = os.fspath(model)
     path = Path(text)
+    if not _RELATIVE_PATHS.get() and not path.is_absolute():
+        return builtin_config(text)
     looks_like_path = text.endswith(".json") or os.sep in text and path.exists() or path.is_dir()
     if not looks_like_path:
         return builtin_config(text)

@@ -259,10 +259,24 @@ class LLMPrediction:
 # ------------------------------------------------------------------------------------------ checks
 
 
-def _positive(name: str, value: int) -> int:
+#: The largest batch or length taken, as an ONNX model's --batch (lilou.graph.shapes.MAX_DIM): a 400-digit batch was
+#: an internal error (OverflowError: the float arithmetic of memory and time cannot hold it; audit ua46).
+MAX_COUNT = 1 << 40
+
+
+def _positive(name: str, value: int, most: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise LilouInputError(f"{name} must be a positive integer, got {value!r}")
+        raise LilouInputError(f"{name} must be a positive integer, got {value!r:.60}")
+    if most is not None and value > most:
+        raise LilouInputError(f"{name} {shown_integer(value)} is above 2^40, not a real one; use a realistic {name}")
     return int(value)
+
+
+def shown_integer(value: int) -> str:
+    """An integer as an error shows it: one of 400 digits (JSON and Python have no bound) by its first digits and its
+    length."""
+    text = str(int(value))
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text.lstrip('-'))} digits)"
 
 
 def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
@@ -447,8 +461,8 @@ class LLMPredictor:
         Bad input (unknown model or GPU, a config that is not a transformer decoder, TP that does not divide the
         heads, a format the GPU lacks) raises :class:`lilou.errors.LilouInputError`.
         """
-        batch, input_len, output_len = (_positive(n, v) for n, v in (("batch", batch), ("input length", input_len),
-                                                                      ("output length", output_len)))
+        batch, input_len, output_len = (_positive(n, v, MAX_COUNT) for n, v in (
+            ("batch", batch), ("input length", input_len), ("output length", output_len)))
         tp = _positive("tp", tp)
         engine = _choice("engine", engine, ENGINES) or ENGINES[0]  # None: the default engine, vLLM
         if kv_dtype is not None:

@@ -289,9 +289,11 @@ def check_slo(slo_ms: float, what: str = "--slo-ms") -> float:
     try:
         value = float(slo_ms)
     except (TypeError, ValueError):
-        raise LilouInputError(f"{what} must be a number of milliseconds, not {slo_ms!r}") from None
+        raise LilouInputError(f"{what} must be a number of milliseconds, not {slo_ms!r:.40}") from None
+    except OverflowError:  # an int past float's range (10**400), infinite as a float: an OverflowError (audit ua46)
+        value = float("inf")
     if not value > 0 or value == float("inf"):
-        raise LilouInputError(f"{what} must be a positive number of milliseconds, not {slo_ms!r}")
+        raise LilouInputError(f"{what} must be a positive number of milliseconds, not {slo_ms!r:.40}")
     return value
 
 
@@ -362,6 +364,10 @@ def plan_model(model: str | os.PathLike[str], slo_ms: float, *, gpus: str | Iter
         raise LilouInputError(f"predictor must be a lilou.Predictor, not {type(predictor).__name__}")
     gpus = None if gpus is None else gpu_list(gpus)  # a numpy array or a generator, read once
     values = check_input_values(values) or None
+    if shapes is not None:
+        from lilou.graph.shapes import checked_shapes
+
+        checked_shapes(shapes)  # shapes="x" was an AttributeError (audit ua46)
     devices = rank_devices(gpus)
     predictor = predictor or Predictor()
     series = None if prepare is not None else BatchSeries(model, largest=sizes[-1], values=values, backend=predictor.backend)
@@ -687,6 +693,11 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     tps = check_tps(tp)
     for degree in tps:
         _check_llm_arguments(model, input_len, output_len, degree)
+    _check_llm_choices(engine, dtype, kv_dtype)
+    if llm_predictor is not None and not isinstance(llm_predictor, LLMPredictor):  # an AttributeError (audit ua46)
+        raise LilouInputError(f"llm_predictor must be a lilou.LLMPredictor, not {type(llm_predictor).__name__}"
+                              + (" (wrap it: LLMPredictor(predictor=p))" if type(llm_predictor).__name__ == "Predictor"
+                                 else ""))
     sweep = len(tps) > 1
     prices = checked_prices(prices)
     devices = rank_devices(gpus)
@@ -802,10 +813,26 @@ def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_l
     from lilou.llm.config import load_config
     from lilou.llm.predictor import _check_tp
 
+    from lilou.llm.predictor import MAX_COUNT, shown_integer
+
     for option, value in (("--input-len", input_len), ("--output-len", output_len), ("--tp", tp)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
             raise LilouInputError(f"{option} must be a positive integer, not {value!r:.40}")
+        if option != "--tp" and value > MAX_COUNT:  # a 400-digit length was an OverflowError (audit ua46)
+            raise LilouInputError(f"{option} {shown_integer(value)} is above 2^40, not a real length; use a realistic "
+                                  "one")
     _check_tp(load_config(model), int(tp), None)
+
+
+def _check_llm_choices(engine: str | None, dtype: str | None, kv_dtype: str | None) -> None:
+    """The engine and dtypes checked once, up front, as lilou llm checks them: a typo was refused on every device, and
+    the plan said "no device can serve it (1 tried); the largest, h100-sxm: unknown engine 'x'" (audit ua46)."""
+    from lilou.llm.predictor import DTYPES, ENGINES, KV_ALIASES, KV_DTYPES, _choice
+
+    _choice("engine", engine, ENGINES)
+    _choice("dtype", dtype, DTYPES)
+    if kv_dtype is not None:
+        _choice("KV-cache dtype", KV_ALIASES.get(str(kv_dtype).strip().lower(), kv_dtype), KV_DTYPES)
 
 
 def _fits_nowhere(model: str | os.PathLike[str], largest: Device, fit, tp: int, batch: int) -> str:

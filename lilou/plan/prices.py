@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,7 +58,9 @@ def checked_prices(prices: Mapping[str, float] | None) -> Prices | None:
     for name, price in prices.items():
         if not isinstance(name, str):
             raise LilouInputError(f"prices: device names are strings, not {name!r:.40}")
-        if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
+        # numbers.Real: numpy's float32 and int64 too (a DataFrame's column; they were "not a positive number")
+        if isinstance(price, bool) or not isinstance(price, numbers.Real) or price <= 0 or \
+                not (isinstance(price, numbers.Integral) or math.isfinite(price)):
             raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a positive number of USD per hour")
         if not MIN_PRICE <= price <= MAX_PRICE:
             raise LilouInputError(f"prices[{name[:80]!r}]: {price!r:.40} is not a price {RANGE}")

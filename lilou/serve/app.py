@@ -304,10 +304,10 @@ def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:
 
 
 def _head(endpoint):
-    """HEAD for a GET route (monitors probe with HEAD; it was a 405): the GET's status and headers, no body."""
+    """HEAD for a GET route (monitors probe with HEAD; it was a 405): the GET's status and headers, no body. The GET's
+    Content-Length included: HEAD said 0, which RFC 9110 (8.6) forbids, since a GET would send that many bytes."""
     async def head() -> Response:
         response = await endpoint()
-        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
-        return Response(status_code=response.status_code, headers=headers)
+        return Response(status_code=response.status_code, headers=dict(response.headers))
 
     return head

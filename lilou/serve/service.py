@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+import contextlib
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -248,7 +249,7 @@ class Service:
 
         batches = plan_batches(request)
         prices = self._prices(request.prices)
-        with named_errors(source, self.models_root.root, request.values):
+        with named_errors(source, self.models_root.root, request.values), _llm_paths(request.llm):
             if request.llm:
                 missing = [flag for flag, value in (("itl_slo_ms", request.itl_slo_ms),
                                                     ("input_len", request.input_len),
@@ -279,6 +280,12 @@ class Service:
                                   prepare=self._plan_batches(source, request.backend, batches, request.values))
         result = plan.to_json()
         result["model"] = source.name if source is not None else str(model)
+        if request.llm and source is not None and source.temp_dir is not None:
+            # an uploaded config.json is named as /v1/llm (lilou llm) names it, as its warnings and errors name it
+            # ("Mixtral-8x7B-v0.1", "mixtral"): the upload's display name was "config.json" or "mixtral.json"
+            from lilou.llm.config import load_config
+
+            result["model"] = load_config(source.path).name
         return result
 
     def _plan_batches(self, source: ModelSource, backend: str, batches: list[int] | None,
@@ -333,7 +340,7 @@ class Service:
             return self._llm
 
     def llm(self, request: LLMRequest, model: str | Path, source: ModelSource | None) -> dict[str, Any]:
-        with named_errors(source, self.models_root.root):
+        with named_errors(source, self.models_root.root), _llm_paths(True):
             check_json_config(source)
             prediction = self.llm_predictor().predict(
                 model, request.gpu, mig=request.mig, tp=request.tp, batch=request.batch, input_len=request.input_len,
@@ -353,6 +360,17 @@ class Service:
         from lilou.llm.config import builtin_name
 
         return builtin_name(name)
+
+
+def _llm_paths(llm: bool):
+    """For an LLM: no name read as a path relative to the server's working folder (lilou.llm.config.absolute_paths_only:
+    a built-in name resolved to "org/name" read that folder's config.json where the server was started beside one);
+    the service's own files are absolute paths. lilou.llm is imported only then (it is optional here)."""
+    if not llm:
+        return contextlib.nullcontext()
+    from lilou.llm.config import absolute_paths_only
+
+    return absolute_paths_only()
 
 
 def _over_budget(budget: float) -> str:

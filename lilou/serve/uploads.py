@@ -18,6 +18,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,10 @@ from lilou.serve.errors import InvalidField, ModelNotFound, RequestTimeout, Unsu
 FILE_FIELD = "file"
 _MAX_FIELDS = 64
 _MAX_FIELD_BYTES = 64 * 1024
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._+-]+")
+#: What a shown name keeps of the client's file name: letters and digits of any script (a name in Japanese was shown
+#: as "onnx", "modèle.onnx" as "mod_le.onnx"), "_", ".", "+" and "-"; spaces, punctuation, control and format
+#: characters (bidirectional overrides ...) are each run replaced by "_".
+_SAFE_NAME = re.compile(r"[^\w.+-]+")
 
 
 @dataclass
@@ -244,7 +248,7 @@ def _malformed(error: str, boundary: bytes) -> str:
 def display_name(filename: str) -> str:
     """The name a response shows for an upload: the client's file name without folders."""
     base = os.path.basename(filename.replace("\\", "/")).strip()
-    return _SAFE_NAME.sub("_", base)[:200].strip("._") or "upload.onnx"
+    return _safe(base) or "upload.onnx"
 
 
 def config_name(filename: str) -> str:
@@ -258,7 +262,15 @@ def config_name(filename: str) -> str:
         stem = parts[-2].strip() if len(parts) > 1 else "config"
     else:
         stem = base[:-5] if base.lower().endswith(".json") else base
-    return _SAFE_NAME.sub("_", stem)[:200].strip("._") or "config"
+    return _safe(stem) or "config"
+
+
+def _safe(name: str, max_bytes: int = 200) -> str:
+    """``name`` with the runs of characters :data:`_SAFE_NAME` refuses replaced by "_", cut to ``max_bytes`` of UTF-8 (a
+    config's name is a folder's on disk, where 255 bytes is the most: 200 characters of Japanese are 600), without
+    leading or trailing dots and underscores."""
+    safe = _SAFE_NAME.sub("_", unicodedata.normalize("NFC", name))
+    return safe.encode("utf-8")[:max_bytes].decode("utf-8", "ignore").strip("._")
 
 
 def media_type(content_type: str | None) -> str:
