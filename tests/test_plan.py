@@ -445,6 +445,7 @@ def test_a_plan_does_not_repeat_notes_about_one_batch_or_one_slice(capsys, resne
     llm = plan_json(capsys, "--llm", "llama-3.1-8b", "--itl-slo-ms", "40", "--input-len", "512", "--output-len", "128",
                     "--gpus", "a100-80gb/3g.40gb,a100-80gb", "--batches", "1,8")
     assert not any("power" in w for w in llm["warnings"])
+    assert llm["model"] == "meta-llama/Llama-3.1-8B-Instruct"  # as lilou llm names it (the plan said "llama-3.1-8b")
 
 
 def test_graph_work_once_per_batch_not_per_device(capsys, graph_work, resnet_dynamic):

@@ -745,7 +745,11 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                                   f"{largest.name}{f' at --tp {top}' if sweep else ''}: {refused[chosen]}")
         # memory, as an ONNX model no device holds: an empty plan and one line (it was exit 2)
         empty_because = _fits_nowhere(model, largest, short[chosen], top, sizes[0])
-    plan = _assemble(str(os.fspath(model)), slo, sizes, devices, curves, prices, warnings, "llm", tp=tps[0],
+    from lilou.llm.config import load_config
+
+    # named as lilou llm names it (the config's model id): the plan said "llama-3.1-8b" where llm said
+    # "meta-llama/Llama-3.1-8B-Instruct", and the service's plan said the id (audit ua46)
+    plan = _assemble(load_config(model).name, slo, sizes, devices, curves, prices, warnings, "llm", tp=tps[0],
                      ttft_slo=ttft_slo, tps=tps if sweep else None)
     plan.batch_search = "exact" if search else "listed"
     for entry in plan.entries:
