@@ -207,6 +207,15 @@ def test_values_pick_the_branch_that_runs(client, predictor):
                                                              "true or false, got 2"})
 
 
+def test_a_value_is_a_json_boolean_or_number(client):
+    """"yes", "off" or "1" are no values: pydantic's lax booleans took "yes" and "off" as true and false where --value
+    refuses them, and other strings were refused in three lines, one per type (audit ua46)."""
+    for given, shown in (("off", '"off"'), ("1", '"1"'), (None, "null"), ([1], "[1]")):
+        response = client.post("/v1/predict", json={"model": "x.onnx", "gpu": "a10g", "values": {"flag": [given]}})
+        assert (response.status_code, response.json()) == (422, {"detail": f"values: input 'flag' is given {shown}; "
+                                                                           "give true, false or a number"})
+
+
 def test_errors_of_values_are_in_the_requests_words(client):
     """The graph code words them for the command line (``--value /Loop=100000: ...``), which a JSON request has none
     of (audit ua43d, finding 8)."""

@@ -11,7 +11,8 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic_core import PydanticCustomError
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictFloat, StrictInt,
+                      field_validator, model_validator)
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4"]
 TF32 = Literal["off", "conv", "on"]
@@ -132,7 +133,8 @@ class _GraphRequest(_Request):
     shapes: dict[str, list[PositiveInt]] = Field(default_factory=dict, description=(
         "full shape of named inputs, e.g. {\"input_ids\": [8, 512]} (--shape input_ids=8x512), or the size of a "
         "named dynamic dimension in every input, e.g. {\"sequence_length\": [512]}"))
-    values: dict[str, list[bool | int | float]] = Field(default_factory=dict, description=(
+    # strict: "yes", "off" or "1" are not values (pydantic's lax booleans took them, where --value refuses them)
+    values: dict[str, list[StrictBool | StrictInt | StrictFloat]] = Field(default_factory=dict, description=(
         "the value of run-time inputs that pick the work (--value), e.g. {\"use_cache_branch\": [false]}: an If on "
         "one is priced as the branch that runs"))
     precision: Precision | None = Field(None, description="precision the model computes in (default: ONNX types)")
@@ -155,7 +157,14 @@ class _GraphRequest(_Request):
     def _values(cls, value: Any) -> Any:
         value = _json_object(value) or {}
         if isinstance(value, dict):  # {"use_cache_branch": false} as well as [false]
-            return {name: item if isinstance(item, list) else [item] for name, item in value.items()}
+            value = {name: item if isinstance(item, list) else [item] for name, item in value.items()}
+            for name, items in value.items():
+                wrong = [item for item in items if not isinstance(item, (bool, int, float))]
+                if wrong:  # one line, as --value words it (pydantic named the three types it is not)
+                    shown = json.dumps(wrong[0])[:80] if isinstance(wrong[0], (str, list, dict, type(None))) else \
+                        repr(wrong[0])[:80]
+                    raise PydanticCustomError("value_type", "input {name} is given {item}; give true, false or a "
+                                              "number", {"name": repr(name)[:80], "item": shown})
         return value
 
 
