@@ -1305,6 +1305,16 @@ def test_prices_out_of_range_are_refused(client):
             400, {"detail": f"{detail} from 0.000001 to 1000000 USD per hour"}), prices
 
 
+def test_a_note_of_csv_prices_names_its_line_as_errors_do(client):
+    """A family's name in the CSV text of a request is noted with its line, as a bad line is refused with its line
+    (the notes said "prices:" alone, the errors "prices line 3:"; audit ua46)."""
+    response = client.post("/v1/plan", json={"model": "resnet18.onnx", "slo_ms": 30, "gpus": "a10g", "batches": [1],
+                                             "prices": "device,usd_per_hour\na10g,1.0\na100,2.0\n"})
+    assert response.status_code == 200, response.text
+    assert "prices line 3: GPU name 'a100' is ambiguous; using a100-sxm4-40gb (other matches: a100-pcie-40gb, " \
+           "a100-pcie-80gb, a100-sxm4-80gb); pass the full name to choose" in response.json()["warnings"]
+
+
 def test_a_prices_key_cannot_price_another_device(client):
     """A key was pasted into CSV text: {"a10g,5\\nt4": 0.5} priced t4 at 0.5 and a10g at 5 (report ua39a item 13).
     Each pair is checked as it is, as the Python API checks a prices mapping."""

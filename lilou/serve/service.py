@@ -322,8 +322,8 @@ class Service:
             path.write_text(text, encoding="utf-8")
             try:
                 prices = read_prices(path)
-                # the lines of a file the service wrote itself mean nothing to the client
-                prices.notes = [re.sub(r"^--prices line \d+: ", "prices: ", note) for note in prices.notes]
+                # the lines of the client's own CSV text, as its errors name them ("prices line 4: ...")
+                prices.notes = [re.sub(r"^--prices line (\d+): ", r"prices line \1: ", note) for note in prices.notes]
                 return prices
             except LilouInputError as exc:
                 raise type(exc)(str(exc).replace(f"--prices: {path}", "prices").replace(str(path), "prices")) from None
