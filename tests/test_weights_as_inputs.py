@@ -13,8 +13,8 @@ from onnx import helper
 
 from lilou.api import Predictor
 from lilou.errors import LilouInputError
-from lilou.graph.batch_axis import (graph_unbatched_inputs, graph_weight_inputs, onnx_unbatched_inputs,
-                                    unbatched_inputs)
+from lilou.graph.batch_axis import (graph_unbatched_inputs, graph_weight_inputs, onnx_fixed_size_inputs,
+                                    onnx_unbatched_inputs, unbatched_inputs)
 from lilou.graph.dag import load_graph
 from lilou.graph.memory import memory_needed
 from lilou.zoo.registry import build
@@ -155,3 +155,23 @@ def test_an_input_of_another_size_beside_the_files_weights_is_a_second_activatio
     assert any("1 input(s) (m) do not hold the batch: their size is not the batch's" in w for w in graph.warnings)
     kernels = Predictor().predict(str(tmp_path / "second.onnx"), "l4", batch=2).kernels
     assert [k.nodes for k in kernels] == [("scores",), ("bias",)]
+
+
+def test_batch_sets_the_dimension_it_is_named_by_in_every_input() -> None:
+    """Silero VAD's ``state`` is ``[2, batch, 128]``: ``--batch 2`` set its leading 2 (to 2, by chance; ``--batch 1``
+    made it [1, batch, 128]) and left its ``batch`` unset, so the file was refused. The batch's name is that size in
+    every input, as ``--shape batch=2`` sets it, and ``state`` holds the batch (in its second axis)."""
+    from pathlib import Path
+
+    silero = str(Path(__file__).parent / "data" / "control_flow" / "silero_vad_16k_op15.onnx")
+    model = onnx.load(silero, load_external_data=False)  # a weight-stripped export
+    unbatched = onnx_unbatched_inputs(model.graph, model.graph.input)
+    assert unbatched == {"state"} and onnx_fixed_size_inputs(model.graph, model.graph.input, unbatched) == set()
+    for batch in (1, 2):
+        graph = load_graph(silero, batch=batch, shapes={"sequence": (512,)})
+        assert {t.name: t.shape for t in graph.inputs} == {"input": (batch, 512), "state": (2, batch, 128), "sr": ()}
+        assert not any("hold the batch" in w for w in graph.warnings)
+        predictor = Predictor()
+        by_batch = predictor.predict(silero, "a10g", batch=batch, shapes={"sequence": (512,)})
+        by_name = predictor.predict(silero, "a10g", shapes={"batch": (batch,), "sequence": (512,)})
+        assert _summary(by_batch) == _summary(by_name) and by_batch.batch == batch

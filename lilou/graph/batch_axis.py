@@ -91,6 +91,20 @@ def onnx_unbatched_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInf
     return unbatched_inputs(sizes, _onnx_parameters(graph, sizes))
 
 
+def onnx_fixed_size_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto], unbatched: set[str]
+                           ) -> set[str]:
+    """Of the ``unbatched`` inputs, those whose size does not follow the batch: not those that write the name of a
+    dynamic batch in another axis (Silero VAD's ``state``, ``[2, batch, 128]``, holds the batch second, where no
+    recurrent node reads it directly to say so), which ``--batch`` sizes through that name."""
+    if not unbatched:
+        return set()
+    axes = onnx_batch_axes(graph)
+    dims = {value.name: value.type.tensor_type.shape.dim for value in inputs}
+    named = {dims[name][axes.get(name, 0)].dim_param for name, size in _batch_sizes(graph, inputs).items()
+             if size is None} - {""}
+    return {name for name in unbatched if not any(d.dim_value <= 0 and d.dim_param in named for d in dims[name])}
+
+
 def onnx_weight_inputs(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto], unbatched: set[str]) -> set[str]:
     """Which ``unbatched`` inputs are weights, whose ops eager runs as a module's (a MatMul and Add of a weight and
     bias as one ``aten.linear``) and whose transforms the export would have folded: all of them in a file that holds

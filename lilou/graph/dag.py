@@ -27,7 +27,8 @@ from onnx import helper
 from lilou.errors import LilouInputError
 from lilou.graph.costs import (CONTROL_FLOW_OPS, SEQUENCE_OPS, SUPPORTED_OPS, VIEW_OPS, CostInput, NodeCost,
                                TensorInfo, batchnorm_training, node_cost)
-from lilou.graph.batch_axis import onnx_unbatched_inputs, onnx_weight_inputs, unbatched_inputs_note
+from lilou.graph.batch_axis import (onnx_fixed_size_inputs, onnx_unbatched_inputs, onnx_weight_inputs,
+                                    unbatched_inputs_note)
 from lilou.graph.branches import resolve_branches
 from lilou.graph.input_values import Value, bind_input_values, bound_value_names
 from lilou.graph.loops import MAX_UNROLLED_NODES, UNBOUNDED_TRIPS, loop_runs_every_trip, resolve_loops
@@ -166,7 +167,7 @@ class ShapedModel:
     tensors: dict[str, TensorInfo]
     notes: list[str]
     evaluated: dict[str, int] = field(default_factory=dict)
-    unbatched: frozenset[str] = frozenset()  # inputs that do not hold the batch (lilou.graph.batch_axis)
+    unbatched: frozenset[str] = frozenset()  # inputs whose size does not follow the batch (lilou.graph.batch_axis)
     weight_inputs: frozenset[str] = frozenset()  # those of them read as weights (lilou.graph.batch_axis)
 
 
@@ -186,9 +187,11 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
         shapes = {name: dims for name, dims in (shapes or {}).items() if name not in values}
     shapes, notes = implied_dimensions(model, shapes)
     notes[:0] = bound
-    fixed = input_dims(runtime_inputs(model))
-    unbatched = frozenset(onnx_unbatched_inputs(model.graph, runtime_inputs(model)))  # weights fed as inputs ...
-    weight_inputs = frozenset(onnx_weight_inputs(model.graph, runtime_inputs(model), unbatched))  # ... and which are
+    inputs = runtime_inputs(model)
+    fixed = input_dims(inputs)
+    unbatched = frozenset(onnx_unbatched_inputs(model.graph, inputs))  # --batch sets not their batch axis: weights
+    fixed_size = frozenset(onnx_fixed_size_inputs(model.graph, inputs, unbatched))  # fed as inputs, tables ... of
+    weight_inputs = frozenset(onnx_weight_inputs(model.graph, inputs, fixed_size))  # which these are weights
     apply_input_shapes(model, batch=batch, shapes=shapes, unbatched=unbatched)
     token = SIZES_GIVEN.set(batch is not None or bool(asked))
     try:
@@ -198,7 +201,7 @@ def shape_model(model: onnx.ModelProto, batch: int | None = None,
     resized = resized_inputs(fixed, runtime_inputs(model))
     if resized:
         _check_sizes_follow(shaped, resized)
-    shaped.unbatched, shaped.weight_inputs = unbatched & set(shaped.tensors), weight_inputs & set(shaped.tensors)
+    shaped.unbatched, shaped.weight_inputs = fixed_size & set(shaped.tensors), weight_inputs & set(shaped.tensors)
     return shaped
 
 

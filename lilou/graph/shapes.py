@@ -144,6 +144,8 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
     if unbatched is None and batch is not None:
         unbatched = frozenset(onnx_unbatched_inputs(model.graph, inputs))  # weights fed as inputs
     unbatched = unbatched or frozenset()
+    if batch is not None:
+        _bind_batch_names(inputs, axes, batch, bound, skip=unbatched | set(shapes))
     for value in inputs:
         dims = value.type.tensor_type.shape.dim
         axis = axes.get(value.name, 0)
@@ -175,6 +177,21 @@ def apply_input_shapes(model: onnx.ModelProto, batch: int | None = None,
         for value in model.graph.output:
             if value.type.HasField("tensor_type"):  # reaching into a sequence or map output made it a tensor (ZipMap)
                 value.type.tensor_type.ClearField("shape")
+
+
+def _bind_batch_names(inputs: Sequence[onnx.ValueInfoProto], axes: Mapping[str, int], batch: int,
+                      bound: dict[str, int], skip: set[str] | frozenset[str]) -> None:
+    """``--batch`` also names a size: the dimension name a batched input's batch axis is written with (``batch``)
+    is that size wherever the file writes it, as ``--shape batch=N`` would set it. Silero VAD's ``state`` is ``[2,
+    batch, 128]``: ``--batch`` left its ``batch`` unset (and set its 2), and the file was refused. A name ``--shape``
+    bound to another size is refused as before (:func:`_check_batch_agrees`)."""
+    for value in inputs:
+        dims, axis = value.type.tensor_type.shape.dim, axes.get(value.name, 0)
+        if value.name in skip or len(dims) <= axis or dims[axis].dim_value > 0:
+            continue
+        name = protobuf_text(dims[axis].dim_param)
+        if _DIMENSION_NAME.fullmatch(name) and name not in bound:
+            bound[name] = batch
 
 
 def _check_batch_agrees(name: str, leading: str, batch: int, bound: Mapping[str, int]) -> None:
