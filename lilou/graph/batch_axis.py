@@ -163,11 +163,11 @@ def unbatched_inputs_note(graph: ModelGraph) -> list[str]:
     notes = []
     for names, what in (([t.name for t in graph.inputs if t.name in weights],
                          "read as weights fed at run time (as torch.onnx.export(..., export_params=False) feeds every "
-                         "parameter), once per call whatever the batch"),
+                         "parameter)"),
                         ([t.name for t in graph.inputs if t.name in unbatched - weights],
-                         "their size is not the batch's: read once per call whatever the batch")):
+                         "their size is not the batch's")):
         if names:
             listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            notes.append(f"{len(names)} input(s) ({listed}) do not hold the batch: {what}; --batch leaves them as "
-                         "they are")
+            notes.append(f"{len(names)} input(s) ({listed}) do not hold the batch, {what}: read once per call "
+                         "whatever the batch, and --batch leaves them as they are")
     return notes
