@@ -30,6 +30,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from lilou.errors import LilouInputError, exit_on_input_error
+from lilou.latency.kernel_model.table_sample import checked_per_group
 from lilou.plan.calibration import Calibration
 from lilou.research.ablation import git_provenance
 from lilou.plan.conformal import COVERAGE
@@ -163,6 +165,7 @@ def recompute(args) -> tuple[Residuals, Residuals]:
     return kernel, e2e_residuals(args.e2e_json)
 
 
+@exit_on_input_error("bench_intervals.py")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="store_true", help="also score the kernel table's other dtypes")
@@ -178,6 +181,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the plan / infer speed, written to <--out>/plan_speed.json")
     parser.add_argument("--out", type=Path, default=OUT, help="output folder (default outputs/bench)")
     args = parser.parse_args(argv)
+    checked_per_group(args.per_group, "--per-group")
+    if args.repeats < 1:
+        raise LilouInputError(f"--repeats {args.repeats}: give at least 1")
+    if args.e2e_json is not None and not args.e2e_json.is_file():  # read only after the kernel folds, as a traceback
+        raise LilouInputError(f"--e2e-json {args.e2e_json}: no such file (`make bench-e2e` writes "
+                              "outputs/bench/e2e.json)")
     started = time.perf_counter()
     provenance = git_provenance()  # the code at the start of the run (a commit during it is not its code)
     if args.speed_only:

@@ -54,7 +54,10 @@ def test_eval_with_a_missing_checkpoint_is_one_line_and_exit_2(tmp_path, dataset
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_rows": 0}, "data.max_rows=0: give a positive number of training rows, or null for all"),
-    ({"val_fraction": 1.5}, r"data.val_fraction=1.5: give a fraction of the training rows in \[0, 1\)")])
+    ({"val_fraction": 1.5}, r"data.val_fraction=1.5: give a fraction of the training rows in \[0, 1\)"),
+    # a string (data.val_fraction=abc) was a TypeError from the comparison, wrapped by Hydra, exit status 1
+    ({"val_fraction": "abc"}, r"data.val_fraction=abc: give a fraction of the training rows in \[0, 1\)"),
+    ({"batch_size": 0}, "data.batch_size=0: give a positive number of rows per batch")])
 def test_the_data_module_refuses_settings_that_leave_a_split_empty(kwargs, message):
     with pytest.raises(LilouInputError, match=f"^{message}$"):
         KernelDataModule(**kwargs)
@@ -88,6 +91,9 @@ def test_an_unknown_loss_is_refused():
 
 @pytest.mark.parametrize("override, message", [
     ("trainer.max_epochs=0", "trainer.max_epochs=0: that trains nothing"),
+    # compared with 0 and -1: a TypeError traceback, exit status 1
+    ("trainer.max_epochs=abc", r"trainer.max_epochs=abc: give an integer number of epochs \(-1: no limit\)$"),
+    ("+trainer.max_steps=1.5", r"trainer.max_steps=1.5: give an integer number of steps \(-1: no limit\)$"),
     ("seed=abc", "seed=abc: give an integer")])
 def test_fit_refuses_settings_that_train_nothing_or_cannot_seed(override, message):
     from lilou.latency.kernel_model.training import fit
@@ -95,3 +101,69 @@ def test_fit_refuses_settings_that_train_nothing_or_cannot_seed(override, messag
 
     with pytest.raises(LilouInputError, match=f"^{message}"):
         fit(compose(["experiment=kernel_latency", override]))
+
+
+@pytest.mark.parametrize("module, overrides, line", [
+    ("lilou.train", ["experiment=kernel_latnecy"],
+     "lilou.train: error: In 'train': Could not find 'experiment/kernel_latnecy' Available options in 'experiment': "
+     "e2e_calibration fusion_gnn fusion_gnn_eager fusion_gnn_heldout fusion_gnn_tvm kernel_latency "
+     "kernel_latency_geometry kernel_latency_tensor kernel_table"),
+    ("lilou.train", ["experiment=kernel_latency", "data.held_ot_gpus=[t4]"],
+     "lilou.train: error: Could not override 'data.held_ot_gpus'. To append to your config use "
+     "+data.held_ot_gpus=[t4] Key 'held_ot_gpus' is not in struct"),
+    ("lilou.train", ["experiment=kernel_latency", "data.held_out_gpus=[t4"],
+     "lilou.train: error: data.held_out_gpus=[t4: no viable alternative at input '[t4' See "
+     "https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details"),
+    ("lilou.train", ["-m", "experiment=kernel_latency", "seed=1,2", "data.nope=3"],
+     "lilou.train: error: Could not override 'data.nope'. To append to your config use +data.nope=3 "
+     "Key 'nope' is not in struct"),
+    ("lilou.eval", ["experiment=kernel_latency", "checkpoint.x=1"],
+     "lilou.eval: error: Could not override 'checkpoint.x'. To append to your config use +checkpoint.x=1 "
+     "Key 'x' is not in struct")])
+def test_a_command_line_hydra_cannot_compose_is_one_line_and_exit_2(module, overrides, line, tmp_path, datasets_dir):
+    # Hydra printed 4-20 lines (its search path, "Set the environment variable HYDRA_FULL_ERROR=1") and exit status 1
+    result = _run(module, *overrides, f"hydra.sweep.dir={tmp_path}", tmp_path=tmp_path, datasets_dir=datasets_dir)
+    assert (result.returncode, result.stderr) == (2, line + "\n")
+
+
+def test_an_error_inside_a_run_is_still_a_traceback_with_exit_1(tmp_path, datasets_dir):
+    # HYDRA_FULL_ERROR (set so that Hydra hands its composition errors on) leaves a bug a bug
+    result = _run("lilou.train", "experiment=kernel_latency", "task=kernel_latency", "data._target_=builtins.int",
+                  tmp_path=tmp_path, datasets_dir=datasets_dir)
+    assert result.returncode == 1 and "Traceback (most recent call last)" in result.stderr
+
+
+@pytest.mark.parametrize("script, argv, line", [
+    ("bench_kernel_table", ["--per-group", "0"],
+     "bench_kernel_table.py: error: --per-group=0: give a positive whole number of rows per source, GPU, dtype and "
+     "family"),
+    ("bench_kernels", ["--per-group", "-3"],  # was found only after the five folds had trained
+     "bench_kernels.py: error: --per-group=-3: give a positive whole number of rows per source, GPU, dtype and family"),
+    ("bench_conv_geometry", ["--experiment", "nosuch"],
+     "bench_conv_geometry.py: error: In 'train': Could not find 'experiment/nosuch' Available options in "
+     "'experiment': e2e_calibration fusion_gnn fusion_gnn_eager fusion_gnn_heldout fusion_gnn_tvm kernel_latency "
+     "kernel_latency_geometry kernel_latency_tensor kernel_table")])
+def test_bench_scripts_refuse_bad_arguments_in_one_line(script, argv, line, capsys, monkeypatch):
+    module = load_script(script)
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
+    with pytest.raises(SystemExit) as exited:
+        module.main()
+    assert (exited.value.code, capsys.readouterr().err) == (2, line + "\n")
+
+
+def test_bench_intervals_names_a_missing_e2e_json_before_any_fold(tmp_path, capsys):
+    module = load_script("bench_intervals")
+    with pytest.raises(SystemExit) as exited:
+        module.main(["--e2e-json", str(tmp_path / "e2e.json"), "--out", str(tmp_path)])
+    assert (exited.value.code, capsys.readouterr().err) == (
+        2, f"bench_intervals.py: error: --e2e-json {tmp_path / 'e2e.json'}: no such file (`make bench-e2e` writes "
+           "outputs/bench/e2e.json)\n")
+
+
+def test_the_table_data_module_takes_one_source_as_a_string_and_refuses_an_empty_sample():
+    from lilou.latency.kernel_model.table_datamodule import KernelTableDataModule
+
+    # data.sources=vidur (not [vidur]) became five one-letter sources
+    assert KernelTableDataModule(sources="vidur").sources == ("vidur",)
+    with pytest.raises(LilouInputError, match=r"^data.per_group=0: give a positive whole number of rows per "):
+        KernelTableDataModule(per_group=0)

@@ -152,8 +152,10 @@ class KernelDataModule(L.LightningDataModule):
         self.ops = tuple(ops) if ops else None
         if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
             raise LilouInputError(f"data.max_rows={max_rows}: give a positive number of training rows, or null for all")
-        if not 0 <= val_fraction < 1:
+        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 <= val_fraction < 1:
             raise LilouInputError(f"data.val_fraction={val_fraction}: give a fraction of the training rows in [0, 1)")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise LilouInputError(f"data.batch_size={batch_size}: give a positive number of rows per batch")
         self.val_fraction = val_fraction
         self.max_rows = max_rows
         self.batch_size = batch_size

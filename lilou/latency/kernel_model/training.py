@@ -36,6 +36,8 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
         raise LilouInputError(f"seed={cfg.seed}: give an integer") from None
     for key in ("max_epochs", "max_steps"):  # 0 saved an untrained checkpoint and reported its val_mape, exit 0
         value = cfg.trainer.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise LilouInputError(f"trainer.{key}={value}: give an integer number of {key[4:]} (-1: no limit)")
         if value is not None and (value == 0 or value < -1):
             raise LilouInputError(f"trainer.{key}={value}: that trains nothing and would save an untrained "
                                   "checkpoint; give at least 1 (-1: no limit)")
