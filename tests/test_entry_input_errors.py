@@ -89,12 +89,37 @@ def test_an_unknown_loss_is_refused():
     assert KernelLatencyModule(num_features=4, num_type_features=4, loss="log_l1").hparams.loss == "log_l1"
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    # a TypeError from torch (empty(): argument 'size') or Adam ('<=' not supported), exit status 1
+    ({"hidden": "abc"}, r"model.hidden=abc: give a list of positive layer widths, e.g. \[256,256,128\]$"),
+    ({"hidden": 64}, r"model.hidden=64: give a list of positive layer widths"),
+    ({"hidden": [64, 0]}, r"model.hidden=\[64, 0\]: give a list of positive layer widths"),
+    ({"lr": "abc"}, r"model.lr=abc: give a positive learning rate$"),
+    ({"dropout": 1}, r"model.dropout=1: give a probability in \[0, 1\)$"),
+    ({"weight_decay": -1}, r"model.weight_decay=-1: give a number >= 0$")])
+def test_the_kernel_module_refuses_settings_the_net_cannot_take(kwargs, message):
+    from lilou.latency.kernel_model.lit_module import KernelLatencyModule
+
+    with pytest.raises(LilouInputError, match=f"^{message}"):
+        KernelLatencyModule(num_features=4, num_type_features=4, **kwargs)
+    assert KernelLatencyModule(num_features=4, num_type_features=4, hidden=[8, 4], lr=1e-3).net is not None
+
+
+def test_train_with_a_mistyped_model_setting_is_one_line_and_exit_2(tmp_path, datasets_dir):
+    result = _run("lilou.train", "model.lr=abc", "trainer.max_epochs=1", "data.max_rows=2000", tmp_path=tmp_path,
+                  datasets_dir=datasets_dir)
+    assert result.returncode == 2
+    assert _error_lines(result.stderr)[-1:] == ["lilou.train: error: model.lr=abc: give a positive learning rate"]
+
+
 @pytest.mark.parametrize("override, message", [
     ("trainer.max_epochs=0", "trainer.max_epochs=0: that trains nothing"),
     # compared with 0 and -1: a TypeError traceback, exit status 1
     ("trainer.max_epochs=abc", r"trainer.max_epochs=abc: give an integer number of epochs \(-1: no limit\)$"),
     ("+trainer.max_steps=1.5", r"trainer.max_steps=1.5: give an integer number of steps \(-1: no limit\)$"),
-    ("seed=abc", "seed=abc: give an integer")])
+    ("seed=abc", "seed=abc: give an integer"),
+    ("ensemble=0", r"ensemble=0: give a positive integer$"),
+    ("torch_threads=abc", r"torch_threads=abc: give a positive integer \(0 or null: torch's default\)$")])
 def test_fit_refuses_settings_that_train_nothing_or_cannot_seed(override, message):
     from lilou.latency.kernel_model.training import fit
     from lilou.research.ablation import compose
@@ -167,3 +192,15 @@ def test_the_table_data_module_takes_one_source_as_a_string_and_refuses_an_empty
     assert KernelTableDataModule(sources="vidur").sources == ("vidur",)
     with pytest.raises(LilouInputError, match=r"^data.per_group=0: give a positive whole number of rows per "):
         KernelTableDataModule(per_group=0)
+
+
+@pytest.mark.parametrize("script, argv, line", [
+    ("bench_graph", ["--models", "nosuch", "--repeats", "1"],  # a KeyError traceback
+     "bench_graph.py: error: --models: unknown model(s) nosuch; known: resnet50, bert-base, gpt3_27"),
+    ("bench_graph", ["--repeats", "0"], "bench_graph.py: error: --repeats 0: give at least 1"),
+    ("bench_speed", ["--repeats", "0"],  # an UnboundLocalError after warming every case
+     "bench_speed.py: error: --repeats 0: give at least 1")])
+def test_speed_benchmarks_refuse_bad_arguments_before_running_anything(script, argv, line):
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / f"{script}.py"), *argv], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == line

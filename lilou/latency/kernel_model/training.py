@@ -41,6 +41,11 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
         if value is not None and (value == 0 or value < -1):
             raise LilouInputError(f"trainer.{key}={value}: that trains nothing and would save an untrained "
                                   "checkpoint; give at least 1 (-1: no limit)")
+    # int("abc"): a ValueError traceback, exit status 1
+    for key, least, hint in (("ensemble", 1, ""), ("torch_threads", 0, " (0 or null: torch's default)")):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise LilouInputError(f"{key}={value}: give a positive integer{hint}")
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
