@@ -204,3 +204,29 @@ def test_speed_benchmarks_refuse_bad_arguments_before_running_anything(script, a
     result = subprocess.run([sys.executable, str(REPO / "scripts" / f"{script}.py"), *argv], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.splitlines()[-1] == line
+
+
+def test_bench_intervals_says_when_it_does_not_read_the_e2e_json_it_was_given(tmp_path, capsys, monkeypatch):
+    # with make calibrate's residuals on disk, --e2e-json and --per-group were ignored without a word
+    module = load_script("bench_intervals")
+    saved, e2e = tmp_path / "residuals.npz", tmp_path / "e2e.json"
+    saved.write_bytes(b"")
+    e2e.write_text("{}")
+    monkeypatch.setattr(module, "RESIDUALS_FILE", saved)
+    monkeypatch.setattr(module, "REPO", tmp_path)  # its --help names the file relative to the repository
+
+    class Loaded(Exception):
+        pass
+
+    def load_residuals(path):
+        assert path == saved
+        raise Loaded
+
+    monkeypatch.setattr(module, "load_residuals", load_residuals)
+    with pytest.raises(Loaded):
+        module.main(["--e2e-json", str(e2e), "--per-group", "100", "--no-speed", "--out", str(tmp_path)])
+    assert capsys.readouterr().err == (f"bench_intervals.py: note: --e2e-json {e2e} and --per-group 100 not used: the "
+                                       f"residuals are {saved} (make calibrate); --recompute rebuilds them with it\n")
+    with pytest.raises(Loaded):  # the defaults say nothing
+        module.main(["--no-speed", "--out", str(tmp_path)])
+    assert capsys.readouterr().err == ""
