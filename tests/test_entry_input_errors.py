@@ -230,3 +230,31 @@ def test_bench_intervals_says_when_it_does_not_read_the_e2e_json_it_was_given(tm
     with pytest.raises(Loaded):  # the defaults say nothing
         module.main(["--no-speed", "--out", str(tmp_path)])
     assert capsys.readouterr().err == ""
+
+
+def test_bench_data_children_report_a_missing_source_in_one_line(tmp_path, capsys):
+    # was "bench_data: child failed:" and the child's 15-line traceback, exit status 1
+    module = load_script("bench_data")
+    assert module.run_child("import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))", "/x", str(tmp_path)) == \
+        {"argv": ["/x"]}
+    with pytest.raises(SystemExit) as exited:
+        module.run_child(module._BUILD, str(tmp_path / "none"), str(tmp_path))
+    assert (exited.value.code, capsys.readouterr().err) == (
+        2, f"bench_data.py: error: dataset 'neusight' not found in {tmp_path / 'none'}: run `lilou data fetch neusight` "
+           "or set LILOU_DATA_DIR (or --data-dir) to a mirror such as ../shared/datasets\n")
+
+
+@pytest.mark.parametrize("script, argv, source", [("bench_e2e", [], "neusight"),
+                                                  ("bench_llm", ["--quick"], "aiconfigurator")])
+def test_benchmarks_without_their_data_say_what_to_fetch_in_one_line(script, argv, source, tmp_path, capsys,
+                                                                     monkeypatch):
+    module = load_script(script, register=True)  # bench_llm's dataclasses look their module up
+    monkeypatch.setenv("LILOU_DATA_DIR", str(tmp_path / "none"))
+    try:
+        with pytest.raises(SystemExit) as exited:
+            module.main([*argv, "--out", str(tmp_path / "out")])
+    finally:
+        sys.modules.pop(module.__name__, None)
+    assert (exited.value.code, capsys.readouterr().err.splitlines()[-1]) == (
+        2, f"{script}.py: error: dataset '{source}' not found in {tmp_path / 'none'}: run `lilou data fetch {source}` "
+           "or set LILOU_DATA_DIR (or --data-dir) to a mirror such as ../shared/datasets")
