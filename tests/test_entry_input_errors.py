@@ -258,3 +258,23 @@ def test_benchmarks_without_their_data_say_what_to_fetch_in_one_line(script, arg
     assert (exited.value.code, capsys.readouterr().err.splitlines()[-1]) == (
         2, f"{script}.py: error: dataset '{source}' not found in {tmp_path / 'none'}: run `lilou data fetch {source}` "
            "or set LILOU_DATA_DIR (or --data-dir) to a mirror such as ../shared/datasets")
+
+
+@pytest.mark.parametrize("script, argv, line", [
+    # ran the whole ablation on every GPU (107 s), as if --gpus were not given
+    ("ablate_e2e", ["--gpus", ""], "ablate_e2e.py: error: --gpus '': empty list; name at least one, comma-separated"),
+    ("ablate_e2e", ["--models", " , "],
+     "ablate_e2e.py: error: --models ' , ': empty list; name at least one, comma-separated"),
+    # a MissingDataError traceback, exit status 1
+    ("bench_fusion", ["--data", "{tmp}/none"],
+     "bench_fusion.py: error: no fusion graphs under {tmp}/none; build them with `make fusion-data`"),
+    # --requests 0 served 2,000 memory requests and wrote serve.json, exit 0; --concurrency 0 was a TypeError
+    ("bench_serve", ["--requests", "0"], "bench_serve.py: error: --requests 0: give at least 1"),
+    ("bench_serve", ["--concurrency", "0"], "bench_serve.py: error: --concurrency 0: give at least 1")])
+def test_more_scripts_refuse_bad_arguments_in_one_line(script, argv, line, tmp_path, capsys, monkeypatch):
+    module = load_script(script)
+    monkeypatch.setattr(sys, "argv", [f"{script}.py"])  # argparse's prog
+    with pytest.raises(SystemExit) as exited:
+        module.main([a.format(tmp=tmp_path) for a in argv] + ["--out", str(tmp_path / "out")])
+    assert (exited.value.code, capsys.readouterr().err.splitlines()[-1]) == (2, line.format(tmp=tmp_path))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
