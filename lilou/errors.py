@@ -104,6 +104,16 @@ def run_hydra_main(main, prog: str) -> None:
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     try:
         main()
+    except BrokenPipeError:  # --help | head: the reader left, as the CLI takes it (was a traceback)
+        import sys
+
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush cannot fail again
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        raise SystemExit(0) from None
     except Exception as exc:
         if not is_config_error(exc):
             raise

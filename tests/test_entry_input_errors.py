@@ -278,3 +278,12 @@ def test_more_scripts_refuse_bad_arguments_in_one_line(script, argv, line, tmp_p
         module.main([a.format(tmp=tmp_path) for a in argv] + ["--out", str(tmp_path / "out")])
     assert (exited.value.code, capsys.readouterr().err.splitlines()[-1]) == (2, line.format(tmp=tmp_path))
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_train_help_into_a_closed_pipe_is_quiet():
+    # python -m lilou.train --help | head -30 ended in a BrokenPipeError traceback
+    process = subprocess.Popen([sys.executable, "-m", "lilou.train", "--help"], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    process.stdout.close()  # the reader is gone before the help is written
+    stderr = process.stderr.read().decode()
+    assert (process.wait(timeout=120), stderr) == (0, "")
