@@ -190,6 +190,7 @@ def test_the_table_data_module_takes_one_source_as_a_string_and_refuses_an_empty
 
     # data.sources=vidur (not [vidur]) became five one-letter sources
     assert KernelTableDataModule(sources="vidur").sources == ("vidur",)
+    assert KernelDataModule(ops="linear").ops == ("linear",)  # was ('l', 'i', 'n', 'e', 'a', 'r')
     with pytest.raises(LilouInputError, match=r"^data.per_group=0: give a positive whole number of rows per "):
         KernelTableDataModule(per_group=0)
 

@@ -149,7 +149,7 @@ class KernelDataModule(L.LightningDataModule):
         self.held_out_gpus = names_setting(held_out_gpus)
         self.feature_groups = checked_groups(feature_groups, "data.feature_groups")
         self.type_feature_groups = checked_groups(type_feature_groups, "data.type_feature_groups")
-        self.ops = tuple(ops) if ops else None
+        self.ops = names_setting(ops) or None  # data.ops=linear: one op, not six letters
         if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
             raise LilouInputError(f"data.max_rows={max_rows}: give a positive number of training rows, or null for all")
         if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 <= val_fraction < 1:

@@ -32,9 +32,7 @@ class KernelTableDataModule(KernelDataModule):
                          type_feature_groups=type_feature_groups, val_fraction=val_fraction, max_rows=max_rows,
                          batch_size=batch_size, seed=seed, winograd_roofline=winograd_roofline)
         self.held_out_architectures = names_setting(held_out_architectures)
-        if isinstance(sources, str):  # data.sources=vidur, not [vidur]: one source, not five letters
-            sources = [sources]
-        self.sources = tuple(sources) if sources else None
+        self.sources = names_setting(sources) or None  # data.sources=vidur, not [vidur]: one source, not five letters
         self.per_group = checked_per_group(per_group, "data.per_group")
 
     def load_dataset(self) -> KernelDataset:
