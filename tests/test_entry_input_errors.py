@@ -142,6 +142,9 @@ def test_fit_refuses_settings_that_train_nothing_or_cannot_seed(override, messag
     ("lilou.train", ["-m", "experiment=kernel_latency", "seed=1,2", "data.nope=3"],
      "lilou.train: error: Could not override 'data.nope'. To append to your config use +data.nope=3 "
      "Key 'nope' is not in struct"),
+    ("lilou.research.e2e_task", ["experiment=e2e_calibration", "e2e.model_dir=x"],
+     "lilou.research.e2e_task: error: Could not override 'e2e.model_dir'. To append to your config use "
+     "+e2e.model_dir=x Key 'model_dir' is not in struct"),
     ("lilou.eval", ["experiment=kernel_latency", "checkpoint.x=1"],
      "lilou.eval: error: Could not override 'checkpoint.x'. To append to your config use +checkpoint.x=1 "
      "Key 'x' is not in struct")])
