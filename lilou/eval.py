@@ -18,7 +18,7 @@ from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig
 
 from lilou.checkpoints import checkpoint_path
-from lilou.errors import LilouInputError, MissingDataError, exit_on_input_error
+from lilou.errors import LilouInputError, MissingDataError, exit_on_input_error, run_hydra_main
 
 
 def _checkpoint(cfg: DictConfig) -> Path:
@@ -143,4 +143,4 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra_main(main, "lilou.eval")

@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lilou.errors import LilouInputError, exit_on_input_error
+from lilou.errors import LilouInputError, exit_on_input_error, run_hydra_main
 
 
 def _tasks():
@@ -69,4 +69,4 @@ def check_output_checkpoint(output_checkpoint: str | None, multirun: bool) -> No
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra_main(main, "lilou.train")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lilou.errors import exit_on_input_error  # noqa: E402
+from lilou.errors import LilouInputError, exit_on_input_error  # noqa: E402
 from lilou.research.ablation import (RESULTS, data_dir, pyplot, quiet_lightning, save_figure,  # noqa: E402
                                      write_result)
 from lilou.runs import writable_folder  # noqa: E402
@@ -74,6 +74,15 @@ def plot(per_gpu: list[dict], path: Path, mode: str) -> None:
     save_figure(fig, path)
 
 
+def _names(value: str | None, option: str) -> list[str] | None:
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise LilouInputError(f"{option} {value!r}: empty list; name at least one, comma-separated")
+    return names
+
+
 @exit_on_input_error("ablate_e2e.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    models = args.models.split(",") if args.models else None
-    gpus = args.gpus.split(",") if args.gpus else None
+    # as `lilou eval`: --gpus "" is an error, not every GPU (it ran the whole ablation); "t4," is t4
+    models, gpus = _names(args.models, "--models"), _names(args.gpus, "--gpus")
     logo = not args.quick
     writable_folder(args.out, "--out")  # a bad --out was found after every fold had run, as a traceback
     rows, per_gpu, info = run(models, gpus, logo, args.seed)

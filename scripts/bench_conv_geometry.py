@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from hydra import compose, initialize_config_dir
 
+from lilou.errors import exit_on_input_error
 from lilou.hardware.database import architecture_class
 from lilou.latency.kernel_model.dataset import KernelDataset, concat_datasets, dataset_from_sample
 from lilou.latency.kernel_model.features import roofline_ms
@@ -102,6 +103,7 @@ def _mean(values) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+@exit_on_input_error("bench_conv_geometry.py")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", default="kernel_latency")

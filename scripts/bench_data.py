@@ -59,10 +59,25 @@ print(json.dumps(out))
 """
 
 
+# Runs a child's code; bad input (a data folder without a source) is its one line and exit status 2, not a traceback.
+_CHILD = """
+import sys
+from lilou.errors import LilouInputError, one_line
+try:
+    exec(compile(sys.argv.pop(2), "<bench_data child>", "exec"), {"__name__": "__main__"})
+except LilouInputError as exc:
+    print(one_line(exc), file=sys.stderr)
+    sys.exit(2)
+"""
+
+
 def run_child(code: str, data_dir: str, cache: str) -> dict:
     env = {**os.environ, "LILOU_CACHE_DIR": cache}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), data_dir], env=env, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run([sys.executable, "-c", _CHILD, data_dir, textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode == 2:
+        print(f"bench_data.py: error: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+        sys.exit(2)
     if done.returncode != 0:
         sys.exit(f"bench_data: child failed:\n{done.stderr.strip()}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from lilou.commands.eval import print_tables, write_csv
+from lilou.errors import exit_on_input_error
 from lilou.research.ablation import git_provenance
 from lilou.latency.evaluation.e2e_eval import evaluate
 from lilou.latency.evaluation.e2e_workloads import FUSION_MODES
@@ -46,6 +47,7 @@ def fold_options(seed: int | None, power: bool, experiment: str | None = None, e
     return {"kernel_overrides": overrides, "cache_dir": REPO / "outputs" / f"logo{suffix}"} if overrides else {}
 
 
+@exit_on_input_error("bench_e2e.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fusion", choices=FUSION_MODES, default="predicted")

@@ -44,7 +44,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lilou.errors import MissingDataError
+from lilou.errors import MissingDataError, exit_on_input_error
 from lilou.fusion.benchmark import edge_misses, iter_labelled, score, tuned_rule_table, whole_calls_against_oracle
 from lilou.fusion.dataset import HELD_OUT_SPLITS, TEST_EXPORTERS, TEST_OPS, split_of
 from lilou.fusion.eager_replay import replay_eager_partition
@@ -154,6 +154,7 @@ def summarise_counts(rows: list[dict], method: str) -> dict:
             "kernel_ratio": sum(r[f"{method}_kernels"] for r in rows) / max(sum(r["oracle_kernels"] for r in rows), 1)}
 
 
+@exit_on_input_error("bench_fusion.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=REPO / "datasets" / "fusion")

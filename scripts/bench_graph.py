@@ -42,6 +42,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", default=",".join(MODELS))
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: give at least 1")
+    unknown = [name for name in args.models.split(",") if name not in MODELS]
+    if unknown:
+        parser.error(f"--models: unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
     table = Table(title=f"lilou graph, fresh process, median of {args.repeats}")
     for column in ("model", "ONNX MiB", "nodes", "GFLOPs", "wall s (median)", "peak RSS MiB"):
         table.add_column(column, justify="right" if column != "model" else "left")

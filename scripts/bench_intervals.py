@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +31,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from lilou.errors import LilouInputError, exit_on_input_error
+from lilou.latency.kernel_model.table_sample import checked_per_group
 from lilou.plan.calibration import Calibration
 from lilou.research.ablation import git_provenance
 from lilou.plan.conformal import COVERAGE
@@ -40,6 +43,7 @@ from lilou.plan.fit import (BAND_METHODS, DEFAULT_BAND_METHOD, E2E_MIN_LABELS, R
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench"
+PER_GROUP = 4000  # --per-group: kernel-table rows per source x GPU x dtype x family (with --table --recompute)
 MODELS_DIR = REPO / "datasets" / "bench_models"
 TARGET = (0.86, 0.94)
 
@@ -163,12 +167,13 @@ def recompute(args) -> tuple[Residuals, Residuals]:
     return kernel, e2e_residuals(args.e2e_json)
 
 
+@exit_on_input_error("bench_intervals.py")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="store_true", help="also score the kernel table's other dtypes")
     parser.add_argument("--recompute", action="store_true",
                         help=f"redo the folds instead of reading {RESIDUALS_FILE.relative_to(REPO)} (make calibrate)")
-    parser.add_argument("--per-group", type=int, default=4000)
+    parser.add_argument("--per-group", type=int, default=PER_GROUP)
     parser.add_argument("--e2e-json", type=Path, default=None, help="reuse a `make bench-e2e` result")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-speed", dest="speed", action="store_false")
@@ -178,6 +183,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the plan / infer speed, written to <--out>/plan_speed.json")
     parser.add_argument("--out", type=Path, default=OUT, help="output folder (default outputs/bench)")
     args = parser.parse_args(argv)
+    checked_per_group(args.per_group, "--per-group")
+    if args.repeats < 1:
+        raise LilouInputError(f"--repeats {args.repeats}: give at least 1")
+    if args.e2e_json is not None and not args.e2e_json.is_file():  # read only after the kernel folds, as a traceback
+        raise LilouInputError(f"--e2e-json {args.e2e_json}: no such file (`make bench-e2e` writes "
+                              "outputs/bench/e2e.json)")
     started = time.perf_counter()
     provenance = git_provenance()  # the code at the start of the run (a commit during it is not its code)
     if args.speed_only:
@@ -187,6 +198,12 @@ def main(argv: list[str] | None = None) -> None:
         kernel, e2e = recompute(args)
         source = "recomputed from the fold checkpoints"
     else:  # the residuals `make calibrate` pooled from the same folds, as it saved them
+        unread = [f"--e2e-json {args.e2e_json}"] * (args.e2e_json is not None) + \
+            [f"--per-group {args.per_group}"] * (args.per_group != PER_GROUP)
+        if unread:  # silently scored the saved residuals, not the given bench-e2e result or sample
+            print(f"bench_intervals.py: note: {' and '.join(unread)} not used: the residuals are "
+                  f"{RESIDUALS_FILE} (make calibrate); --recompute rebuilds them with it",
+                  file=sys.stderr, flush=True)
         kernel, e2e, _ = load_residuals(RESIDUALS_FILE)
         source = f"{RESIDUALS_FILE.relative_to(REPO)} (written by make calibrate)"
         if not args.table:

@@ -34,7 +34,8 @@ from lilou.latency.evaluation.roofline import RooflineBaseline
 from lilou.latency.kernel_model.dataset import dataset_from_sample
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
 from lilou.latency.evaluation.table_folds import MIN_GPU_ROWS, Scored, chip_folds, logo_table, loao_table, per_architecture
-from lilou.latency.kernel_model.table_sample import sample_table
+from lilou.errors import exit_on_input_error
+from lilou.latency.kernel_model.table_sample import checked_per_group, sample_table
 from lilou.latency.kernel_model.table_kernels import table_kernels
 from lilou.latency.kernel_model.training import fit
 from lilou.research.fold_tables import markdown_folds, print_table_folds
@@ -59,6 +60,7 @@ def fold_predictions(dataset, mask: np.ndarray, overrides: list[str], held_out: 
     return np.stack([model, roofline, neusight])
 
 
+@exit_on_input_error("bench_kernel_table.py")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-group", type=int, default=6000)
@@ -68,6 +70,7 @@ def main() -> None:
                         help="also write every row's fold predictions to kernel_table_predictions.npz (ensemble studies)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    checked_per_group(args.per_group, "--per-group")
     started = time.perf_counter()
     sample = sample_table(kernel_table(), per_group=args.per_group)
     dataset = dataset_from_sample(sample)

@@ -44,7 +44,8 @@ from lilou.latency.kernel_model.folds import KERNEL_FOLDS
 from lilou.latency.kernel_model.predictor import KernelLatencyPredictor
 from lilou.latency.evaluation.roofline import RooflineBaseline
 from lilou.latency.evaluation.table_folds import Fold, logo_table, loao_table, per_architecture, score
-from lilou.latency.kernel_model.table_sample import sample_table
+from lilou.errors import exit_on_input_error
+from lilou.latency.kernel_model.table_sample import checked_per_group, sample_table
 from lilou.latency.kernel_model.training import fit
 from lilou.research.ablation import write_provenance
 from lilou.research.fold_tables import markdown_folds, print_table, print_table_folds
@@ -175,6 +176,7 @@ def print_throttle(rows: list[dict]) -> None:
                 "bins of >= 20 rows)", pivot, ["gpu", *columns])
 
 
+@exit_on_input_error("bench_kernels.py")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="subsample rows and epochs (minutes, not for reporting)")
@@ -182,6 +184,7 @@ def main() -> None:
                         help="kernel-table rows sampled per source x GPU x dtype x family for part 5")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.max_epochs=4")
     args = parser.parse_args()
+    checked_per_group(args.per_group, "--per-group")  # before the folds train, not after
     overrides = list(args.overrides) + (["data.max_rows=30000", "trainer.max_epochs=2"] if args.quick else [])
     started = time.perf_counter()
     logo, limits = [], []

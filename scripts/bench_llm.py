@@ -47,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lilou.errors import exit_on_input_error
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "outputs" / "bench" / "llm.json"
 CALIBRATION = ROOT / "lilou" / "llm" / "calibration.json"
@@ -872,6 +874,7 @@ def write_intervals(residuals: list[dict], path: Path) -> dict:
     return data
 
 
+@exit_on_input_error("bench_llm.py")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the CLI timing")

@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache-run", action="store_true", help="skip the --cache-size 0 comparison")
     parser.add_argument("--out", type=Path, default=OUT / "serve.json")
     args = parser.parse_args(argv)
+    for option in ("requests", "concurrency", "memory_requests", "rounds"):  # 0 ran and wrote serve.json, exit 0
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} {getattr(args, option)}: give at least 1")
 
     files = models()
     print("in-process Predictor.predict ...", flush=True)

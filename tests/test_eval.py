@@ -117,6 +117,8 @@ def test_label_selection(datasets_dir):
     assert {(lb.gpu, lb.batch) for lb in tested} == {("t4", 8), ("t4", 16)}
     assert {lb.gpu for lb in pool} == set(FOLDS)  # the calibration pool spans every labelled GPU
     assert all(not lb.fusion and lb.model == "bert_large" for lb in pool)
+    # one name as a string is that name (was: "no end-to-end labels for model(s) _, a, b, e, g, l, r, t")
+    assert select_labels(datasets_dir, models="bert_large", gpus="t4") == (tested, pool)
 
 
 # ------------------------------------------------------------------ real runs (export bert_large once, cached)

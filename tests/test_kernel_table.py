@@ -141,6 +141,35 @@ def test_summary_and_filters(datasets_dir: Path) -> None:
         kernel_table(["deepbenchx"], data_dir=datasets_dir)
 
 
+def test_one_source_or_column_given_as_a_string_is_that_name_not_its_letters(datasets_dir: Path) -> None:
+    # kernel_table("vidur") said "unknown kernel source v, i, d, u, r"; columns="gpu": "not columns: g, p, u"
+    whole = load_rows(columns=["gpu"], sources=["deepbench"], data_dir=datasets_dir)
+    named = load_rows(columns="gpu", sources="deepbench", data_dir=datasets_dir)
+    assert named.column_names == ["gpu"] and named.num_rows == whole.num_rows > 0
+    assert kernel_table("deepbench", data_dir=datasets_dir).shape == kernel_table(["deepbench"], datasets_dir).shape
+    with pytest.raises(LilouInputError, match="^unknown kernel source deepbenchx; known: neusight, "):
+        kernel_table("deepbenchx", data_dir=datasets_dir)
+
+
+@pytest.mark.parametrize("per_group", [0, -1, 2.5, None, "3", True])
+def test_a_sample_needs_a_positive_whole_number_per_group(datasets_dir: Path, per_group) -> None:
+    # 0 and -1 sampled no row (the folds then scored an empty table, exit 0), 2.5 took 2, None was an SQL error
+    from lilou.latency.kernel_model.table_sample import sample_table
+
+    with pytest.raises(LilouInputError, match=rf"^per_group={per_group}: give a positive whole number of rows per "):
+        sample_table(kernel_table(["deepbench"], datasets_dir), per_group=per_group)
+
+
+def test_a_sample_of_one_per_group_has_one_row_per_group(datasets_dir: Path) -> None:
+    from lilou.latency.kernel_model.table_sample import sample_table
+
+    relation = kernel_table(["deepbench"], datasets_dir)
+    groups = relation.filter("mode = 'forward'").aggregate("count(DISTINCT (source, gpu, dtype, family))").fetchall()[0][0]
+    sample = sample_table(relation, per_group=1)
+    keys = list(zip(sample["source"], sample["gpu"], sample["dtype"], sample["family"]))
+    assert len(keys) == len(set(keys)) == groups > 0
+
+
 def test_data_list_json_reports_every_source(datasets_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from lilou.cli import main
 

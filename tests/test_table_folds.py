@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lilou.errors import LilouInputError
 from lilou.latency.kernel_model.kernel import describe_kernel
 from lilou.latency.kernel_model.measured import cost_nodes
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
@@ -279,6 +280,11 @@ def test_the_kernel_table_gpu_folds_hold_out_each_chip_with_its_twins() -> None:
         ("rtx-pro-6000-blackwell-server",), ("t4",), ("v100-pcie-32gb", "v100-sxm2-16gb")]
     # a die none of whose GPUs is scored gets no fold; its GPUs stay in every fold's training rows
     assert chip_folds(["t4"], ["t4", "gtx-titan-x", "m40-24gb"]) == [("t4",)]
+    # one GPU as a string is that GPU, not its letters ([('4',), ('t',)])
+    assert chip_folds("t4", ["t4", "gtx-titan-x"]) == [("t4",)]
+    # a scored GPU without rows (misspelt) made a fold of its own that held nothing out
+    with pytest.raises(LilouInputError, match=r"^scored GPU\(s\) T4, t5 not among the present GPUs \(p4, t4\)$"):
+        chip_folds(["t5", "T4", "t4"], ["t4", "p4"])
 
 
 def test_twins_are_one_data_file_of_database_names() -> None:

@@ -89,6 +89,8 @@ def check_sources(names: Iterable[str] | None, data_dir: str | os.PathLike[str] 
     if names is None:
         root = data_root(data_dir)
         return list(SOURCES) + [name for name in LOCAL_SOURCES if any((root / name).glob(f"*/{ROWS_FILE}"))]
+    if isinstance(names, str):  # one name, not its letters ("unknown kernel source v, i, d, u, r")
+        names = [names]
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in READERS]
     if unknown:
@@ -303,6 +305,8 @@ def load_rows(where: str | None = None, columns: Sequence[str] | None = None, so
     relation = kernel_table(sources, data_dir)
     if where:
         relation = relation.filter(where)
+    if isinstance(columns, str):  # one column, not its letters
+        columns = [columns]
     if columns:
         unknown = [c for c in columns if c not in COLUMN_NAMES]
         if unknown:

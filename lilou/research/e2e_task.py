@@ -19,7 +19,7 @@ import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-from lilou.errors import exit_on_input_error
+from lilou.errors import exit_on_input_error, run_hydra_main
 from lilou.runs import data_dir_used, run_provenance, writable_folder
 
 
@@ -64,4 +64,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra_main(main, "lilou.research.e2e_task")

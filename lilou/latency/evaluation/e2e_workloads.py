@@ -37,6 +37,9 @@ def select_labels(data_dir=None, models: Sequence[str] | None = None, gpus: Sequ
     """(labels to report, labels of the evaluated models on every GPU); bad names are input errors."""
     from lilou.data.neusight import load_e2e
 
+    # one name as a string is that name, not its letters ("no end-to-end labels for model(s) _, a, b, e, ...")
+    models = [models] if isinstance(models, str) else models
+    gpus = [gpus] if isinstance(gpus, str) else gpus
     labels = [label for label in load_e2e(data_dir) if not label.fusion]
     if not labels:
         raise LilouInputError("no eager end-to-end labels found under neusight/e2e")

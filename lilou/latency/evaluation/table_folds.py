@@ -29,8 +29,17 @@ def chip_folds(scored_gpus: Sequence[str], present_gpus: Sequence[str]) -> list[
     """Leave-one-chip-out folds: for each die with a GPU in ``scored_gpus`` (those with enough rows to score), the
     GPUs of ``present_gpus`` on that die (``lilou/hardware/dies.yaml``), all held out together, so that no fold
     trains on a twin of the GPU it scores (the A100 40GB PCIe beside the 80GB, the B200 beside the GB200)."""
+    from lilou.errors import LilouInputError
     from lilou.hardware.dies import chip_groups, die_of
 
+    # a string is one GPU ("t4" made the folds ('4',) and ('t',)); a scored GPU without rows (a misspelt "t5",
+    # "T4") made a fold of its own that holds nothing out
+    scored_gpus = [scored_gpus] if isinstance(scored_gpus, str) else list(scored_gpus)
+    present_gpus = [present_gpus] if isinstance(present_gpus, str) else list(present_gpus)
+    absent = sorted(set(scored_gpus) - set(present_gpus))
+    if absent:
+        raise LilouInputError(f"scored GPU(s) {', '.join(absent)} not among the present GPUs "
+                              f"({', '.join(sorted(set(present_gpus)))})")
     scored_dies = {die_of(g) for g in scored_gpus}
     return [group for group in chip_groups([*present_gpus, *scored_gpus]) if die_of(group[0]) in scored_dies]
 @dataclass(frozen=True)

@@ -149,11 +149,13 @@ class KernelDataModule(L.LightningDataModule):
         self.held_out_gpus = names_setting(held_out_gpus)
         self.feature_groups = checked_groups(feature_groups, "data.feature_groups")
         self.type_feature_groups = checked_groups(type_feature_groups, "data.type_feature_groups")
-        self.ops = tuple(ops) if ops else None
+        self.ops = names_setting(ops) or None  # data.ops=linear: one op, not six letters
         if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
             raise LilouInputError(f"data.max_rows={max_rows}: give a positive number of training rows, or null for all")
-        if not 0 <= val_fraction < 1:
+        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 <= val_fraction < 1:
             raise LilouInputError(f"data.val_fraction={val_fraction}: give a fraction of the training rows in [0, 1)")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise LilouInputError(f"data.batch_size={batch_size}: give a positive number of rows per batch")
         self.val_fraction = val_fraction
         self.max_rows = max_rows
         self.batch_size = batch_size

@@ -20,6 +20,25 @@ from lilou.latency.kernel_model.model import KernelLatencyNet
 LOSSES = ("mape", "log_l1")
 
 
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_hyperparameters(hidden, dropout, lr, weight_decay, type_weight) -> None:
+    """A one-line input error for a setting the net cannot take (model.lr=abc, model.hidden=abc were TypeError
+    tracebacks from torch, exit status 1; model.hidden=abc would have been three layers named by its letters)."""
+    if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence) or not hidden or \
+            not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden):
+        raise LilouInputError(f"model.hidden={hidden}: give a list of positive layer widths, e.g. [256,256,128]")
+    if not _real(dropout) or not 0 <= dropout < 1:
+        raise LilouInputError(f"model.dropout={dropout}: give a probability in [0, 1)")
+    if not _real(lr) or not lr > 0:
+        raise LilouInputError(f"model.lr={lr}: give a positive learning rate")
+    for name, value in (("weight_decay", weight_decay), ("type_weight", type_weight)):
+        if not _real(value) or not value >= 0:
+            raise LilouInputError(f"model.{name}={value}: give a number >= 0")
+
+
 class KernelLatencyModule(L.LightningModule):
     def __init__(self, num_features: int, num_type_features: int, hidden: Sequence[int] = (256, 256, 128), dropout: float = 0.0,
                  lr: float = 3e-3, weight_decay: float = 1e-4, type_weight: float = 0.1,
@@ -27,6 +46,7 @@ class KernelLatencyModule(L.LightningModule):
                  num_timings: int = 1, floor_per_unit: bool = False, floor_start_quantile: float | None = None) -> None:
         if loss not in LOSSES:  # anything but "mape" trained with log_l1 and said nothing
             raise LilouInputError(f"model.loss={loss}: unknown loss; known: {', '.join(LOSSES)}")
+        check_hyperparameters(hidden, dropout, lr, weight_decay, type_weight)
         super().__init__()
         self.save_hyperparameters()
         self.net = KernelLatencyNet(num_features, num_type_features, hidden=tuple(hidden), dropout=dropout,

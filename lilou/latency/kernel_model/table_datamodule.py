@@ -16,7 +16,7 @@ from lilou.latency.kernel_model.datamodule import KernelDataModule, names_settin
 from lilou.latency.kernel_model.dataset import KernelDataset, dataset_from_sample
 from lilou.latency.kernel_model.features import FEATURE_GROUPS
 from lilou.hardware.database import ARCHITECTURE_CLASSES, architecture_class
-from lilou.latency.kernel_model.table_sample import sample_table
+from lilou.latency.kernel_model.table_sample import checked_per_group, sample_table
 
 
 class KernelTableDataModule(KernelDataModule):
@@ -32,8 +32,8 @@ class KernelTableDataModule(KernelDataModule):
                          type_feature_groups=type_feature_groups, val_fraction=val_fraction, max_rows=max_rows,
                          batch_size=batch_size, seed=seed, winograd_roofline=winograd_roofline)
         self.held_out_architectures = names_setting(held_out_architectures)
-        self.sources = tuple(sources) if sources else None
-        self.per_group = per_group
+        self.sources = names_setting(sources) or None  # data.sources=vidur, not [vidur]: one source, not five letters
+        self.per_group = checked_per_group(per_group, "data.per_group")
 
     def load_dataset(self) -> KernelDataset:
         from lilou.data.kernel_table import kernel_table

@@ -10,9 +10,21 @@ _COLUMNS = ("source", "gpu", "dtype", "quant", "family", "op", "unit", "timing",
             "groups", "rows", "cols", "mode", "latency_ms")
 
 
+def checked_per_group(per_group, setting: str = "per_group") -> int:
+    """``per_group`` when it is a positive integer; else a one-line input error (0 or -1 sampled no row and the
+    folds scored an empty table, exit 0; 2.5 took 2 rows, None was an SQL error)."""
+    from lilou.errors import LilouInputError
+
+    if isinstance(per_group, bool) or not isinstance(per_group, int) or per_group < 1:
+        raise LilouInputError(f"{setting}={per_group}: give a positive whole number of rows per source, GPU, dtype "
+                              "and family")
+    return per_group
+
+
 def sample_table(relation, per_group: int = 2000, mode: str = "forward") -> dict[str, list]:
     """At most ``per_group`` rows of ``mode`` (forward passes unless told) per (source, GPU, dtype, family), as
     ``{column: values}``."""
+    per_group = checked_per_group(per_group)
     columns = ", ".join(f'"{c}"' for c in _COLUMNS)
     partition = "source, gpu, dtype, family"
     if mode not in ("forward", "backward-data"):

@@ -36,9 +36,16 @@ def fit(cfg: DictConfig, logger: Any = False, dataset: Any = None) -> tuple[Kern
         raise LilouInputError(f"seed={cfg.seed}: give an integer") from None
     for key in ("max_epochs", "max_steps"):  # 0 saved an untrained checkpoint and reported its val_mape, exit 0
         value = cfg.trainer.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise LilouInputError(f"trainer.{key}={value}: give an integer number of {key[4:]} (-1: no limit)")
         if value is not None and (value == 0 or value < -1):
             raise LilouInputError(f"trainer.{key}={value}: that trains nothing and would save an untrained "
                                   "checkpoint; give at least 1 (-1: no limit)")
+    # int("abc"): a ValueError traceback, exit status 1
+    for key, least, hint in (("ensemble", 1, ""), ("torch_threads", 0, " (0 or null: torch's default)")):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise LilouInputError(f"{key}={value}: give a positive integer{hint}")
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
