@@ -8,7 +8,9 @@ exports feed the graph input to the node directly. ``--batch 16`` set such a mod
 Not every graph input holds the batch. A file exported without its parameters (``torch.onnx.export(...,
 export_params=False)``) feeds every weight as a graph input: ``--batch 8`` set a convolution's weight to 8 output
 channels and shape inference failed, and the weights were priced as activations that grow with the batch.
-:func:`onnx_unbatched_inputs` and :func:`graph_unbatched_inputs` name the inputs a batch does not apply to.
+:func:`onnx_unbatched_inputs` names the inputs whose batch axis ``--batch`` leaves alone,
+:func:`onnx_fixed_size_inputs` those of them whose size does not follow the batch at all (priced as read once per
+call), and :func:`onnx_weight_inputs` those of these that are weights (an initializer for the rest of the pipeline).
 """
 from __future__ import annotations
 
@@ -146,9 +148,9 @@ def _reads(graph: onnx.GraphProto, names: set[str]) -> tuple[set[str], set[str]]
 
 
 def graph_unbatched_inputs(graph: ModelGraph) -> set[str]:
-    """The inputs of an annotated graph that do not hold the batch, as the shaping of its file decided them
-    (:func:`onnx_unbatched_inputs`, before the input sizes were set): what a larger batch reads once all the same,
-    as it reads the file's initializers. A set of the caller's own."""
+    """The inputs of an annotated graph whose size does not follow the batch, as the shaping of its file decided
+    them (:func:`onnx_fixed_size_inputs`, before the input sizes were set): what a larger batch reads once all the
+    same, as it reads the file's initializers. A set of the caller's own."""
     return set(graph.dag.graph.get("unbatched_inputs", ()))
 
 
