@@ -80,7 +80,7 @@ def describe_kernels(graph: ModelGraph, partition: Partition) -> GraphKernels:
     in launch order, all listing the group's nodes (:mod:`lilou.latency.composition.eager_calls`)."""
     unsupported = frozenset(graph.unsupported_ops)
     dag = graph.dag
-    activations = {t.name for t in graph.inputs} - graph_unbatched_inputs(graph)  # a weight fed as an input is a weight
+    activations = {t.name for t in graph.inputs} - graph_unbatched_inputs(graph)  # of a fixed size: read once
     activations.update(t.name for n in graph.runtime_nodes() for t in dag.nodes[n]["outputs"])
     nodes, specs, keys = [], [], []
     for group in (group.nodes for group in partition.kernels):
