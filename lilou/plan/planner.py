@@ -35,6 +35,7 @@ from lilou.plan.prices import checked_prices, device_price
 
 if TYPE_CHECKING:
     from lilou.api import PreparedModel
+    from lilou.llm.config import LLMConfig
 
 #: Which TTFT an LLM plan shows and holds to --ttft-slo-ms: lilou llm's ttft_ms, the prefill of `batch` prompts that
 #: arrive together (a burst at the planned concurrency), when the last of them gets its first token; a request
@@ -691,8 +692,11 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
     ttft_slo = None if ttft_slo_ms is None else check_slo(ttft_slo_ms, "--ttft-slo-ms")
     sizes = check_batches(batches) if batches is not None else list(SEARCH_LADDER)
     tps = check_tps(tp)
+    from lilou.llm.config import load_config
+
+    config = load_config(model)  # once: the checks and the plan's name read it
     for degree in tps:
-        _check_llm_arguments(model, input_len, output_len, degree)
+        _check_llm_arguments(config, input_len, output_len, degree)
     _check_llm_choices(engine, dtype, kv_dtype)
     if llm_predictor is not None and not isinstance(llm_predictor, LLMPredictor):  # an AttributeError (audit ua46)
         raise LilouInputError(f"llm_predictor must be a lilou.LLMPredictor, not {type(llm_predictor).__name__}"
@@ -745,11 +749,9 @@ def plan_llm(model: str | os.PathLike[str], itl_slo_ms: float, *, input_len: int
                                   f"{largest.name}{f' at --tp {top}' if sweep else ''}: {refused[chosen]}")
         # memory, as an ONNX model no device holds: an empty plan and one line (it was exit 2)
         empty_because = _fits_nowhere(model, largest, short[chosen], top, sizes[0])
-    from lilou.llm.config import load_config
-
     # named as lilou llm names it (the config's model id): the plan said "llama-3.1-8b" where llm said
     # "meta-llama/Llama-3.1-8B-Instruct", and the service's plan said the id (audit ua46)
-    plan = _assemble(load_config(model).name, slo, sizes, devices, curves, prices, warnings, "llm", tp=tps[0],
+    plan = _assemble(config.name, slo, sizes, devices, curves, prices, warnings, "llm", tp=tps[0],
                      ttft_slo=ttft_slo, tps=tps if sweep else None)
     plan.batch_search = "exact" if search else "listed"
     for entry in plan.entries:
@@ -811,13 +813,10 @@ class _LLMCurve:
         drive(largest_batch(ladder, limits, lambda: self.most), self.at)
 
 
-def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_len: int, tp: int) -> None:
+def _check_llm_arguments(config: LLMConfig, input_len: int, output_len: int, tp: int) -> None:
     """The lengths and ``--tp`` checked once, up front: lilou llm refused them on every device, and the plan said
     "no device can serve it (1 tried); the largest, h100-sxm: input length must be a positive integer"."""
-    from lilou.llm.config import load_config
-    from lilou.llm.predictor import _check_tp
-
-    from lilou.llm.predictor import MAX_COUNT, shown_integer
+    from lilou.llm.predictor import MAX_COUNT, _check_tp, shown_integer
 
     for option, value in (("--input-len", input_len), ("--output-len", output_len), ("--tp", tp)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
@@ -825,7 +824,7 @@ def _check_llm_arguments(model: str | os.PathLike[str], input_len: int, output_l
         if option != "--tp" and value > MAX_COUNT:  # a 400-digit length was an OverflowError (audit ua46)
             raise LilouInputError(f"{option} {shown_integer(value)} is above 2^40, not a real length; use a realistic "
                                   "one")
-    _check_tp(load_config(model), int(tp), None)
+    _check_tp(config, int(tp), None)
 
 
 def _check_llm_choices(engine: str | None, dtype: str | None, kv_dtype: str | None) -> None:

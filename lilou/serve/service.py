@@ -279,13 +279,10 @@ class Service:
                                   precision=request.precision, tf32=request.tf32,
                                   prepare=self._plan_batches(source, request.backend, batches, request.values))
         result = plan.to_json()
-        result["model"] = source.name if source is not None else str(model)
-        if request.llm and source is not None and source.temp_dir is not None:
-            # an uploaded config.json is named as /v1/llm (lilou llm) names it, as its warnings and errors name it
-            # ("Mixtral-8x7B-v0.1", "mixtral"): the upload's display name was "config.json" or "mixtral.json"
-            from lilou.llm.config import load_config
-
-            result["model"] = load_config(source.path).name
+        if not (request.llm and source is not None and source.temp_dir is not None):
+            # an uploaded config.json keeps the name plan_llm gives it, as /v1/llm (lilou llm) names it and its
+            # warnings and errors do ("Mixtral-8x7B-v0.1"): the upload's display name was "config.json"
+            result["model"] = source.name if source is not None else str(model)
         return result
 
     def _plan_batches(self, source: ModelSource, backend: str, batches: list[int] | None,
