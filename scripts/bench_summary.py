@@ -19,6 +19,8 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHES = ("data", "graph", "kernels", "kernel_table", "fusion", "e2e", "speed", "plan_speed", "intervals", "llm")
+# The make target that writes each benchmark's JSON (plan_speed.json comes with the interval benchmark).
+MAKE_TARGETS = {"kernel_table": "bench-kernel-table", "plan_speed": "bench-intervals"}
 # Issue 15 (kernel model across architectures and precisions): leave-one-GPU-out FP32 families and BF16/FP16
 # GEMMs and attention, every leave-one-architecture-out fold, end to end on the NeuSight labels, two speed ratios.
 FP32_FAMILY_MAPE_TARGET, HALF_GEMM_ATTENTION_MAPE_TARGET = 12.0, 10.0
@@ -318,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=REPO / "outputs" / "bench")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
+    if not args.dir.is_dir():  # a mistyped folder listed every benchmark "not run yet"
+        parser.error(f"--dir {args.dir}: no such folder (benchmarks write outputs/bench; give the folder their --out "
+                     "named)")
     rows, missing = summary(args.dir)
     if args.format == "json":
         print(json.dumps({"rows": rows, "missing": missing}, indent=1))
@@ -333,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print("baseline: the roofline baseline in the same harness (kernels, e2e); "
                   "fusion rows list the GNN and the rule baseline separately")
     if missing:
-        console.print(f"not run yet: {', '.join(missing)} ({', '.join(f'make bench-{m}' for m in missing)})")
+        targets = dict.fromkeys(f"make {MAKE_TARGETS.get(name, f'bench-{name}')}" for name in missing)
+        console.print(f"not run yet: {', '.join(missing)} ({', '.join(targets)})")
     return 0
 
 

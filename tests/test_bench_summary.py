@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from tests.conftest import load_script
@@ -125,3 +127,19 @@ def test_e2e_rows_report_the_mean_of_per_gpu_mapes_and_no_ranking_target_on_two_
     assert _status(rows, "Spearman switchxl4")[2] == "n/a"
     assert _status(rows, "Spearman gpt3_xl")[2] == "n/a"
     assert _status(rows, "Spearman opt_13") == (0.8, ">= 0.95 (>= 3 GPUs)", "MISS")
+
+
+def test_summary_refuses_a_missing_folder_and_names_real_make_targets(tmp_path, capsys):
+    """A mistyped --dir listed every benchmark "not run yet" with exit 0, and the missing ones were named by
+    make targets that do not exist (bench-kernel_table, bench-plan_speed)."""
+    with pytest.raises(SystemExit) as refused:
+        _summary().main(["--dir", str(tmp_path / "nosuch")])
+    assert refused.value.code == 2
+    assert f"--dir {tmp_path / 'nosuch'}: no such folder" in capsys.readouterr().err
+    assert _summary().main(["--dir", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("(make bench-data, make bench-graph, make bench-kernels, make bench-kernel-table, make bench-fusion, "
+            "make bench-e2e, make bench-speed, make bench-intervals, make bench-llm)") in out
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    for target in re.findall(r"make (bench-[a-z0-9-]+)", out):
+        assert f"\n{target}:" in makefile

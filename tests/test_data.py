@@ -304,6 +304,32 @@ def test_cli_fetch_and_list_table(datasets_dir: Path, tmp_path: Path, capsys: py
     shutil.rmtree(tmp_path / "wattgpu")
 
 
+def test_cli_list_refuses_a_named_data_root_that_is_not_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped --data-dir (or $LILOU_DATA_DIR) listed every source absent with exit 0; the default root, which a
+    fresh install has not created yet, is still listed."""
+    missing = tmp_path / "no-such-mirror"
+    with pytest.raises(LilouInputError, match=rf"^data root {missing} \(--data-dir {missing}\) does not exist; "
+                                              rf"`lilou data fetch NAME --data-dir {missing}` creates it$"):
+        args = _parse(["data", "list", "--data-dir", str(missing)])
+        args.handler(args)
+    monkeypatch.setenv("LILOU_DATA_DIR", str(missing))
+    with pytest.raises(LilouInputError, match=rf"\(LILOU_DATA_DIR={missing}\) does not exist"):
+        args = _parse(["data", "list"])
+        args.handler(args)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    with pytest.raises(LilouInputError, match=rf"^data root {a_file} \(--data-dir {a_file}\) is not a folder$"):
+        args = _parse(["data", "list", "--data-dir", str(a_file)])
+        args.handler(args)
+    monkeypatch.delenv("LILOU_DATA_DIR")
+    monkeypatch.setattr("lilou.data.paths.checkout_datasets_dir", lambda: None)
+    monkeypatch.setattr("lilou.data.paths.USER_CACHE", missing)
+    args = _parse(["data", "list", "--format", "json"])
+    assert args.handler(args) == 0
+    assert {row["present"] for row in json.loads(capsys.readouterr().out)} == {False}
+
+
 def test_fetch_never_rewrites_a_curated_mirror(datasets_dir: Path, tmp_path: Path) -> None:
     mirror = tmp_path / "neusight"
     (mirror / "kernels" / "test").mkdir(parents=True)

@@ -3,11 +3,12 @@ profile that `lilou profile ops` measured."""
 from __future__ import annotations
 
 import argparse
+import os
 import warnings
 from pathlib import Path
 
 from lilou.commands._common import add_format_option, console, new_table, print_json
-from lilou.data.paths import data_root
+from lilou.data.paths import ENV_VAR, data_root
 from lilou.data.sources import DATASETS, Dataset, get_dataset
 from lilou.errors import LilouInputError
 
@@ -93,6 +94,7 @@ def _status(dataset: Dataset, root: Path) -> dict:
 def run_list(args: argparse.Namespace) -> int:
     """The listing, table or JSON; exit 2 (after it) when kernel sources are on disk and none of them reads."""
     root = data_root(args.data_dir)
+    _fail_when_named_root_is_missing(args.data_dir, root)
     rows = [_listing(dataset, root) for dataset in DATASETS.values()] + _local_listings(root)
     if args.format == "json":
         print_json(rows)
@@ -100,6 +102,19 @@ def run_list(args: argparse.Namespace) -> int:
         _print_table(rows, root)
     _fail_when_nothing_reads(rows, root)
     return 0
+
+
+def _fail_when_named_root_is_missing(data_dir: str | None, root: Path) -> None:
+    """A data root the user named (``--data-dir`` or $LILOU_DATA_DIR) that is not a folder is a typo or an unmounted
+    mirror: listing every source "absent" with exit 0 told a script the mirror was fine but empty. The default root
+    may be missing (nothing fetched yet) and is listed as it is."""
+    if not (data_dir or os.environ.get(ENV_VAR)) or root.is_dir():
+        return
+    given = f"--data-dir {data_dir}" if data_dir else f"{ENV_VAR}={os.environ[ENV_VAR]}"
+    if root.exists():
+        raise LilouInputError(f"data root {root} ({given}) is not a folder")
+    raise LilouInputError(f"data root {root} ({given}) does not exist; `lilou data fetch NAME --data-dir {root}` "
+                          "creates it")
 
 
 def _fail_when_nothing_reads(rows: list[dict], root: Path) -> None:
