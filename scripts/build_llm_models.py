@@ -16,6 +16,7 @@ window and how many layers use it, attention logit soft-capping.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import csv
 import os
@@ -257,7 +258,10 @@ def _window(row: dict, nested: dict, layers: int, model_type: str) -> tuple[int,
     return window, sliding, fields.get("attn_logit_softcapping") or 0.0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    # it took no arguments: `--help` (or any typo) regenerated the shipped models.yaml
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     folder = Path(os.environ.get("LILOU_DATA_DIR", ROOT.parent / "shared" / "datasets")) / "wattgpu"
     entries = wattgpu_entries(folder)
     seen = {e["name"].lower() for e in entries}

@@ -21,3 +21,20 @@ def test_the_fit_scripts_write_where_out_says(tmp_path, datasets_dir, monkeypatc
     with pytest.raises(SystemExit):
         load_script("fit_recurrent").main(["--help"])
     assert "--out OUT" in capsys.readouterr().out
+
+
+def test_build_llm_models_parses_its_arguments_before_writing(capsys):
+    """scripts/build_llm_models.py read no arguments: `--help` (or a typo) regenerated lilou/llm/models.yaml."""
+    shipped = REPO / "lilou" / "llm" / "models.yaml"
+    before = shipped.stat().st_mtime_ns
+    script = load_script("build_llm_models")
+    with pytest.raises(SystemExit) as done:
+        script.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ") and "Regenerate ``lilou/llm/models.yaml``" in out
+    with pytest.raises(SystemExit) as done:
+        script.main(["--out", "elsewhere.yaml"])
+    assert done.value.code == 2
+    assert "unrecognized arguments: --out elsewhere.yaml" in capsys.readouterr().err
+    assert shipped.stat().st_mtime_ns == before
