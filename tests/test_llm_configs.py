@@ -190,6 +190,34 @@ def test_the_context_limit_takes_rope_scaling(tmp_path, rope, limit, source):
     assert (config.max_context, config.context_source, config.learned_positions) == (limit, source, False)
 
 
+@pytest.mark.parametrize("rope, limit, source", [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6}, 131072,
+     "original_max_position_embeddings 32768 x rope_parameters factor 4 (yarn)"),
+    ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": {"rope_type": "default"}}, 65536,
+     "max_position_embeddings 32768 x rope_parameters factor 2 (linear)"),
+    ({"rope_type": "default", "rope_theta": 1e6}, 32768, "max_position_embeddings"),
+    ({"full_attention": None}, 32768, "max_position_embeddings"),
+])
+def test_the_context_limit_takes_transformers_5_rope_parameters(tmp_path, rope, limit, source):
+    """transformers 5 writes rope_parameters, not rope_scaling (Qwen2Config(rope_scaling=...).to_json_file()): a
+    Qwen2.5-7B config with yarn x4 so saved was warned past 32,768 tokens, not 131,072."""
+    config = load_config(_write(tmp_path / "qwen", {**QWEN25_7B, "rope_parameters": rope}))
+    assert (config.max_context, config.context_source) == (limit, source)
+
+
+def test_gemma3_context_is_not_scaled_again(tmp_path):
+    """Gemma 3's max_position_embeddings (131,072) is already the scaled length, as vLLM reads it (it skips Gemma 3's
+    rope factor); its linear x8 made the limit 1,048,576, so a 200k-token context got no warning. The built-in
+    google/gemma-3-12b-it says 131,072 too."""
+    text = {"model_type": "gemma3_text", "hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 262208,
+            "max_position_embeddings": 131072, "sliding_window": 1024, "rope_scaling": {"rope_type": "linear",
+                                                                                        "factor": 8.0}}
+    config = load_config(_write(tmp_path / "gemma3", {"model_type": "gemma3", "text_config": text}))
+    assert (config.max_context, config.context_source) == (131072, "max_position_embeddings")
+    assert load_config("google/gemma-3-12b-it").max_context == 131072
+
+
 def test_gpt2_and_opt_positions_are_learned(tmp_path):
     """GPT-2 and OPT past their position embeddings: no engine runs it (the warning: tests/test_llm.py)."""
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}

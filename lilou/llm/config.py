@@ -545,7 +545,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         # AWQ/GPTQ's FP16 scale and 4-bit zero point per group, at the checkpoint's group (64: twice 128's bytes)
         group, group_bytes = block, (2 + 0.5) / block
     softcap = config.get("attn_logit_softcapping")
-    max_context, context_source = _context_limit(config, ints.get("max_context", 0))
+    max_context, context_source = _context_limit(config, ints.get("max_context", 0), model_type)
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
         kv_heads=ints.get("kv_heads") or heads, head_dim=head_dim, intermediate=ints["intermediate"],
@@ -621,14 +621,28 @@ LEARNED_POSITION_TYPES = frozenset({"gpt2", "opt", "gpt_bigcode", "biogpt", "xgl
 MAX_ROPE_FACTOR = 2**20
 
 
-def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
+def _rope_scaling(config: dict[str, Any]) -> tuple[str, Any]:
+    """The config's RoPE scaling: ``rope_scaling``, or transformers 5's ``rope_parameters`` (what it writes instead),
+    which may hold one per layer type (``{"full_attention": {...}, "sliding_attention": {...}}``): then the first
+    that scales; with the field's name. transformers 5's spelling was ignored (Qwen2.5-7B's yarn x4: 32,768 tokens)."""
+    key = "rope_scaling" if config.get("rope_scaling") is not None else "rope_parameters"
+    rope = config.get(key)
+    if isinstance(rope, dict) and rope and set(rope) <= ATTENTION_LAYER_TYPES:
+        per_layer_type = [value for value in rope.values() if isinstance(value, dict) and "factor" in value]
+        return key, per_layer_type[0] if per_layer_type else None
+    return key, rope
+
+
+def _context_limit(config: dict[str, Any], positions: int, model_type: str) -> tuple[int, str]:
     """The longest context vLLM serves the model at and where that comes from: the config's position limit (the
     first of max_position_embeddings, n_positions, ...), times the ``rope_scaling`` factor of a yarn, dynamic or
     linear scaling (yarn's ``original_max_position_embeddings`` x factor where given), as vLLM derives
-    max_model_len. The scaling was ignored: Qwen2.5-7B with Qwen's yarn x4 was warned past 32,768 tokens, not 131,072."""
+    max_model_len. The scaling was ignored: Qwen2.5-7B with Qwen's yarn x4 was warned past 32,768 tokens, not 131,072.
+    Gemma 3's max_position_embeddings is already the scaled length (vLLM skips its factor): its linear x8 made the
+    4B-27B models' 131,072 tokens 1,048,576."""
     field = next((key for key in _ALIASES["max_context"] if config.get(key) is not None), "max_position_embeddings")
-    rope = config.get("rope_scaling")
-    if not positions or not isinstance(rope, dict):
+    key, rope = _rope_scaling(config)
+    if not positions or not isinstance(rope, dict) or "gemma3" in model_type:
         return positions, field
     kind = str(rope.get("rope_type") or rope.get("type") or "")[:20]
     factor = rope.get("factor")
@@ -639,8 +653,8 @@ def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
         return positions, field
     original = rope.get("original_max_position_embeddings")
     if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and 0 < original <= 2**40:
-        return int(original * factor), f"original_max_position_embeddings {original} x rope_scaling factor {factor:g} (yarn)"
-    return int(positions * factor), f"{field} {positions} x rope_scaling factor {factor:g} ({kind})"
+        return int(original * factor), f"original_max_position_embeddings {original} x {key} factor {factor:g} (yarn)"
+    return int(positions * factor), f"{field} {positions} x {key} factor {factor:g} ({kind})"
 
 
 def checkpoint_format(quantization: Any) -> tuple[str, str]:
