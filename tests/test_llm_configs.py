@@ -218,6 +218,17 @@ def test_gemma3_context_is_not_scaled_again(tmp_path):
     assert load_config("google/gemma-3-12b-it").max_context == 131072
 
 
+def test_bloom_n_embed_is_the_hidden_size(tmp_path):
+    """bigscience/bloom-560m's config.json spells its hidden size n_embed (BloomConfig reads it): it was refused as
+    lacking a hidden size and an MLP width. 559.2 M parameters less its embedding LayerNorm and biases."""
+    bloom = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 1024, "n_layer": 24,
+             "num_attention_heads": 16, "seq_length": 2048, "vocab_size": 250880}
+    config = load_config(_write(tmp_path / "bloom-560m", bloom))
+    assert (config.hidden, config.intermediate, config.head_dim, config.tied_embeddings) == (1024, 4096, 64, True)
+    assert config.total_parameters == 250880 * 1024 + 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096) + 49 * 1024
+    assert (config.max_context, config.context_source) == (2048, "seq_length")
+
+
 def test_gpt2_and_opt_positions_are_learned(tmp_path):
     """GPT-2 and OPT past their position embeddings: no engine runs it (the warning: tests/test_llm.py)."""
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}

@@ -291,7 +291,7 @@ def builtin_config(name: str) -> LLMConfig:
 #: Field -> the spellings of it in Hugging Face configs, first match wins.
 _ALIASES: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "hidden": ("hidden_size", "n_embd", "d_model", "dim"),
+    "hidden": ("hidden_size", "n_embd", "n_embed", "d_model", "dim"),  # n_embed: BLOOM's (BloomConfig takes it)
     "heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
     "kv_heads": ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "n_kv_heads"),
     "head_dim": ("head_dim", "kv_channels"),
