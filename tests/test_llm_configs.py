@@ -8,7 +8,7 @@ import pytest
 
 from lilou.errors import LilouInputError
 from lilou.llm.config import load_config
-from lilou.llm.memory import kv_bytes_per_token
+from lilou.llm.memory import kv_bytes_per_token, kv_cache_bytes
 
 #: bigcode/starcoder's config.json, the fields Lilou reads.
 STARCODER = {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "multi_query": True,
@@ -227,6 +227,21 @@ def test_bloom_n_embed_is_the_hidden_size(tmp_path):
     assert (config.hidden, config.intermediate, config.head_dim, config.tied_embeddings) == (1024, 4096, 64, True)
     assert config.total_parameters == 250880 * 1024 + 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096) + 49 * 1024
     assert (config.max_context, config.context_source) == (2048, "seq_length")
+
+
+def test_cohere2_sliding_window_pattern_leaves_every_fourth_layer_global(tmp_path):
+    """Command R7B's config.json (cohere2, no layer_types) makes every 4th layer global (transformers'
+    Cohere2Config: sliding_window_pattern, 4 by default); all 32 were read as local, so the 8 global layers' KV cache
+    was capped at the 4,096-token window: at 16,384 tokens 0.5 GiB per sequence, not 0.875."""
+    command_r7b = {"model_type": "cohere2", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 256000,
+                   "max_position_embeddings": 8192, "sliding_window": 4096, "sliding_window_pattern": 4}
+    config = load_config(_write(tmp_path / "c4ai-command-r7b", command_r7b))
+    assert (config.sliding_window, config.sliding_layers) == (4096, 24)
+    per_layer_token = 2 * 8 * 128 * 2
+    assert kv_cache_bytes(config, "bf16", 1, 1, 16384) == per_layer_token * (8 * 16384 + 24 * 4096)
+    left_out = {key: value for key, value in command_r7b.items() if key != "sliding_window_pattern"}
+    assert load_config(_write(tmp_path / "default", left_out)).sliding_layers == 24
 
 
 def test_gpt2_and_opt_positions_are_learned(tmp_path):

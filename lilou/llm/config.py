@@ -791,11 +791,18 @@ def _latent_attention(ints: dict[str, int], name: str) -> dict[str, int]:
             "head_dim": ints["qk_nope_head_dim"] + ints["qk_rope_head_dim"]}
 
 
+#: Model types whose transformers config makes every ``sliding_window_pattern``-th layer global (its default here)
+#: and the others local, where ``layer_types`` is left out (the configs on the Hub before transformers 4.53). Command
+#: R7B's (``cohere2``) was read as every layer local: its 8 global layers' KV cache capped at the 4,096-token window.
+SLIDING_WINDOW_PATTERN = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
+
+
 def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, name: str) -> tuple[int, int]:
     """The sliding window of a Hugging Face config and how many layers use it, as transformers reads them:
-    ``layer_types`` where given (its ``sliding_attention`` entries); else Gemma 2 every other layer, Gemma 3 all
-    but every ``sliding_window_pattern``-th, Qwen 2 the layers from ``max_window_layers`` on, and every layer for
-    the others (Mistral v0.1, Phi-3, StarCoder 2). ``use_sliding_window: false`` (Qwen) or no window: (0, 0)."""
+    ``layer_types`` where given (its ``sliding_attention`` entries); else Gemma 2 every other layer, Gemma 3 and
+    Cohere 2 all but every ``sliding_window_pattern``-th (:data:`SLIDING_WINDOW_PATTERN`), Qwen 2 the layers from
+    ``max_window_layers`` on, and every layer for the others (Mistral v0.1, Phi-3, StarCoder 2).
+    ``use_sliding_window: false`` (Qwen) or no window: (0, 0)."""
     window = config.get("sliding_window")
     if window is None or config.get("use_sliding_window") is False:
         return 0, 0
@@ -817,10 +824,10 @@ def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, 
         return window, sum(1 for kind in types if kind in ("sliding_attention", "chunked_attention"))
     if model_type == "gemma2":
         return window, (layers + 1) // 2  # layers 0, 2, 4 ... are local
-    if model_type in ("gemma3", "gemma3_text"):
+    if model_type in SLIDING_WINDOW_PATTERN:
         pattern = config.get("sliding_window_pattern")
         if pattern is None:
-            pattern = 6
+            pattern = SLIDING_WINDOW_PATTERN[model_type]
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
             raise LilouInputError(f"{name}: sliding_window_pattern is {pattern!r:.40}, not a positive whole number")
         return window, layers - layers // pattern  # every pattern-th layer is global
