@@ -244,6 +244,47 @@ def test_cohere2_sliding_window_pattern_leaves_every_fourth_layer_global(tmp_pat
     assert load_config(_write(tmp_path / "default", left_out)).sliding_layers == 24
 
 
+#: baidu/ERNIE-4.5-21B-A3B-PT's config.json, the fields Lilou reads (transformers' Ernie4_5_MoeConfig spellings).
+ERNIE_45_21B = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288,
+                "moe_intermediate_size": 1536, "moe_num_experts": 64, "moe_k": 6, "moe_num_shared_experts": 2,
+                "moe_layer_start_index": 1, "moe_layer_end_index": 27, "moe_layer_interval": 1,
+                "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4, "vocab_size": 103424,
+                "max_position_embeddings": 131072}
+
+
+def test_ernie_45_moe_experts_are_read(tmp_path):
+    """ERNIE 4.5's experts (moe_num_experts, moe_k, moe_num_shared_experts, its dense first layer) were not read: it
+    was priced silently as a dense model of 3.35 B parameters. Now transformers 5.25's own count on the meta device,
+    21,825,436,160 without its 1,728 e_score_correction_bias entries."""
+    config = load_config(_write(tmp_path / "ernie", ERNIE_45_21B))
+    assert (config.experts, config.experts_per_token, config.moe_intermediate, config.shared_expert_intermediate,
+            config.dense_layers, config.tied_embeddings) == (64, 6, 1536, 2 * 1536, 1, True)
+    assert config.total_parameters == 21_825_436_160
+    # Ernie4_5_MoeDecoderLayer routes layer i when (i + 1) % interval == 0 and start <= i <= end: 1, 3, ..., 19
+    sparse = load_config(_write(tmp_path / "sparse", {**ERNIE_45_21B, "moe_layer_interval": 2,
+                                                      "moe_layer_end_index": 20}))
+    assert sparse.moe_layers == 10
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"moe_layer_start_index": "1"}, r"moe_layer_start_index is '1', not a layer index"),
+    ({"moe_layer_start_index": 28}, r"moe_layer_start_index 28, moe_layer_end_index 27 leave none of the 28 layers with experts"),
+])
+def test_ernie_45_bad_moe_layers_are_one_line(tmp_path, fields, message):
+    with pytest.raises(LilouInputError, match=message):
+        load_config(_write(tmp_path / "ernie", {**ERNIE_45_21B, **fields}))
+
+
+def test_experts_in_a_spelling_not_read_are_refused(tmp_path):
+    """A count of experts Lilou does not read left the model dense without a word; now one line naming the field."""
+    config = {**QWEN25_7B, "top_k_experts": 8}
+    with pytest.raises(LilouInputError, match=r"^qwen: top_k_experts is 8, a count of experts in a spelling Lilou does "
+                                              r"not read \(experts \(num_local_experts / .*\)\): the mixture of experts "
+                                              r"would be priced as a dense model$"):
+        load_config(_write(tmp_path / "qwen", config))
+    assert load_config(_write(tmp_path / "dense", {**QWEN25_7B, "num_experts": 0})).experts == 0
+
+
 def test_gpt2_and_opt_positions_are_learned(tmp_path):
     """GPT-2 and OPT past their position embeddings: no engine runs it (the warning: tests/test_llm.py)."""
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}

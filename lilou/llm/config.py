@@ -297,11 +297,11 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "head_dim": ("head_dim", "kv_channels"),
     "intermediate": ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "d_ff"),
     "vocab": ("vocab_size", "padded_vocab_size"),
-    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
-    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),  # the last: ERNIE 4.5
+    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k", "moe_k"),
     "moe_intermediate": ("moe_intermediate_size",),
     "shared_expert_intermediate": ("shared_expert_intermediate_size",),
-    "shared_experts": ("n_shared_experts", "num_shared_experts"),
+    "shared_experts": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
     "dense_layers": ("first_k_dense_replace",),
     "kv_lora_rank": ("kv_lora_rank",),
     "q_lora_rank": ("q_lora_rank",),
@@ -349,7 +349,7 @@ def _check_decoder(config: dict[str, Any], model_type: str, name: str) -> None:
 #: (``AutoConfig.for_model(t).tie_word_embeddings`` in transformers 5.25); the others untie it. A Gemma 2 config
 #: without the field was counted with its own LM head: Gemma-2-2B at 3.20 B parameters, 2.61 B in truth.
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "cohere2", "falcon", "gpt2", "opt",
-                             "bloom", "starcoder2", "gpt_bigcode", "mpt", "smollm3", "ernie4_5"})
+                             "bloom", "starcoder2", "gpt_bigcode", "mpt", "smollm3", "ernie4_5", "ernie4_5_moe"})
 #: The model types Falcon's first configs name themselves by, before it moved into transformers.
 _FALCON_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
 #: transformers' defaults for the fields a multimodal config's ``text_config`` leaves out, by its model type (Gemma
@@ -521,6 +521,8 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         raise LilouInputError(f"{name}: layers, hidden size, heads, vocabulary and MLP width must be positive")
     _check_optional(ints, name)
     _check_sizes(ints, name)
+    if not ints.get("experts"):
+        _check_no_unread_experts(config, name)
     latent = _latent_attention(ints, name)
     head_dim = latent.pop("head_dim", 0) or ints.get("head_dim") or ints["hidden"] // heads
     shared = ints.get("shared_expert_intermediate", 0) or ints.get("shared_experts", 0) * ints.get("moe_intermediate", 0)
@@ -563,6 +565,19 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         attention_softcap=_softcap(softcap), notes=notes, source=name)
 
 
+def _check_no_unread_experts(config: dict[str, Any], name: str) -> None:
+    """A config read as dense must hold no count of experts in a spelling Lilou does not read (a key ending in
+    ``experts``: ERNIE 4.5's ``moe_num_experts`` before it was read, ``top_k_experts`` ...): such a mixture of experts
+    was priced silently as a dense model (ERNIE-4.5-21B-A3B at 3.3 B parameters)."""
+    read = set(_ALIASES["experts"]) | set(_ALIASES["shared_experts"])
+    for key, value in config.items():
+        if isinstance(key, str) and key.endswith("experts") and key not in read and isinstance(value, int) \
+                and not isinstance(value, bool) and value > 0:
+            raise LilouInputError(f"{name}: {key[:40]} is {_size_text(value)}, a count of experts in a spelling Lilou "
+                                  f"does not read ({_named('experts')}): the mixture of experts would be priced as a "
+                                  "dense model")
+
+
 def _softcap(value: Any) -> float:
     """Gemma 2's ``attn_logit_softcapping`` as a positive finite float, else 0 (none), as an infinite one is; an int
     too large for a float (10**400 in a config.json) was an OverflowError, an internal error (audit ua46)."""
@@ -583,7 +598,9 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
       when ``i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0``;
     - DeepSeek-V2/V3's ``moe_layer_freq`` (DeepSeek's own modelling code and vLLM's ``DeepseekV2DecoderLayer``;
       transformers' class leaves it out): layer ``i`` routes only when ``i >= first_k_dense_replace and
-      i % moe_layer_freq == 0``.
+      i % moe_layer_freq == 0``;
+    - ERNIE 4.5 (``Ernie4_5_MoeDecoderLayer``): only when ``(i + 1) % moe_layer_interval == 0`` and
+      ``moe_layer_start_index <= i <= moe_layer_end_index`` (-1: the last layer).
 
     Released checkpoints set step 1, no MLP-only layers and frequency 1 (every layer routes); a custom config with
     ``decoder_sparse_step: 2`` was priced with experts in every layer (14.3 B parameters for 8.1 B)."""
@@ -597,17 +614,26 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
             raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a positive whole number")
         return int(value)
 
-    step, frequency = positive("decoder_sparse_step"), positive("moe_layer_freq")
+    step, frequency, interval = positive("decoder_sparse_step"), positive("moe_layer_freq"), positive("moe_layer_interval")
+    start, end = config.get("moe_layer_start_index", 0), config.get("moe_layer_end_index", -1)
+    for field, value in (("moe_layer_start_index", start), ("moe_layer_end_index", end)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < -1):
+            raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a layer index")
+    first = max(first_dense, start or 0)
+    last = layers if end is None or end == -1 else min(end + 1, layers)
     only = config.get("mlp_only_layers")
     if only is None:
         only = []
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise LilouInputError(f"{name}: mlp_only_layers is {only!r:.40}, not a list of layer indices")
     dense = set(only)  # layers is at most SIZE_LIMITS["layers"] here
-    sparse = sum(1 for i in range(first_dense, layers) if i not in dense and (i + 1) % step == 0 and i % frequency == 0)
+    sparse = sum(1 for i in range(first, last) if i not in dense and (i + 1) % step == 0 and (i + 1) % interval == 0
+                 and i % frequency == 0)
     if sparse <= 0:
         fields = [f"{key} {config[key]!r:.40}" for key in ("decoder_sparse_step", "mlp_only_layers", "moe_layer_freq",
-                                                          "first_k_dense_replace") if config.get(key)]
+                                                          "first_k_dense_replace", "moe_layer_interval",
+                                                          "moe_layer_start_index", "moe_layer_end_index")
+                  if config.get(key)]
         raise LilouInputError(f"{name}: {', '.join(fields)} leave none of the {layers} layers with experts (it made "
                               "the whole model dense)")
     return layers - sparse
