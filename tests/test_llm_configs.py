@@ -285,6 +285,19 @@ def test_experts_in_a_spelling_not_read_are_refused(tmp_path):
     assert load_config(_write(tmp_path / "dense", {**QWEN25_7B, "num_experts": 0})).experts == 0
 
 
+@pytest.mark.parametrize("model_type, layernorm", [("apertus", False), ("arcee", False), ("jais2", True),
+                                                   ("persimmon", True), ("nanochat", False), ("biogpt", True)])
+def test_ungated_mlps_of_newer_families(tmp_path, model_type, layernorm):
+    """Their MLP is up + activation (xIELU, ReLU^2, GELU) + down, as transformers builds it; it was priced with a gate:
+    transformers' default ApertusConfig at 8.86 B parameters, 6.98 B by transformers' own count."""
+    fields = {"model_type": model_type, "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 131072,
+                  "tie_word_embeddings": False}
+    config = load_config(_write(tmp_path / model_type, fields))
+    assert (config.gated_mlp, config.norm) == (False, "layernorm" if layernorm else "rmsnorm")
+    assert config.parameters()["mlp"] == 32 * 2 * 4096 * 21504
+
+
 def test_gpt2_and_opt_positions_are_learned(tmp_path):
     """GPT-2 and OPT past their position embeddings: no engine runs it (the warning: tests/test_llm.py)."""
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}

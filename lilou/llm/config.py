@@ -24,10 +24,13 @@ from typing import Any
 from lilou.errors import LilouInputError
 
 #: Model types whose MLP is one up projection + activation + down (no gate), and those with LayerNorm.
+#: (Apertus, Arcee AFM, Jais 2, Persimmon, nanochat and BioGPT: one up projection, as transformers builds them; they
+#: were priced with a gate, a third more MLP: transformers' default ApertusConfig at 8.86 B parameters, 6.98 B.)
 UNGATED_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron",
-                           "gpt_bigcode", "mpt"})
+                           "gpt_bigcode", "mpt", "apertus", "arcee", "jais2", "persimmon", "nanochat", "biogpt"})
 LAYERNORM_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2",
-                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx", "phimoe"})
+                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx", "phimoe", "jais2", "persimmon",
+                             "biogpt"})
 #: Layer kinds the step composition models; the others resolve by name but are refused at predict time.
 MODELLED_KINDS = frozenset({"transformer"})
 
