@@ -275,6 +275,22 @@ def test_ernie_45_bad_moe_layers_are_one_line(tmp_path, fields, message):
         load_config(_write(tmp_path / "ernie", {**ERNIE_45_21B, **fields}))
 
 
+def test_mlp_layer_types_and_num_dense_layers_keep_dense_layers(tmp_path):
+    """MiMo-V2-Flash's, Laguna's and Beam's mlp_layer_types and AFMoE's num_dense_layers name the layers with a dense
+    MLP (transformers builds an MoE block only where the entry is "sparse", or from num_dense_layers on); every layer
+    was priced with experts (transformers' default MiMoV2FlashConfig at 315.7 B parameters, 308.8 B by its count)."""
+    moe = {"model_type": "mimo_v2_flash", "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 4,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "moe_intermediate_size": 2048,
+           "n_routed_experts": 16, "num_experts_per_tok": 2}
+    typed = load_config(_write(tmp_path / "typed", {**moe, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"]}))
+    assert (typed.moe_layers, typed.dense_layers) == (2, 2)
+    first = load_config(_write(tmp_path / "first", {**moe, "model_type": "afmoe", "num_dense_layers": 1}))
+    assert (first.moe_layers, first.dense_layers) == (3, 1)
+    with pytest.raises(LilouInputError, match=r"mlp_layer_types is .*, not a list of one 'dense' or 'sparse' per "
+                                              r"layer \(4 layers\)$"):
+        load_config(_write(tmp_path / "short", {**moe, "mlp_layer_types": ["dense", "sparse"]}))
+
+
 def test_experts_in_a_spelling_not_read_are_refused(tmp_path):
     """A count of experts Lilou does not read left the model dense without a word; now one line naming the field."""
     config = {**QWEN25_7B, "top_k_experts": 8}

@@ -305,7 +305,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "moe_intermediate": ("moe_intermediate_size",),
     "shared_expert_intermediate": ("shared_expert_intermediate_size",),
     "shared_experts": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
-    "dense_layers": ("first_k_dense_replace",),
+    "dense_layers": ("first_k_dense_replace", "num_dense_layers"),  # the second: AFMoE's
     "kv_lora_rank": ("kv_lora_rank",),
     "q_lora_rank": ("q_lora_rank",),
     "qk_nope_head_dim": ("qk_nope_head_dim",),
@@ -603,7 +603,8 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
       transformers' class leaves it out): layer ``i`` routes only when ``i >= first_k_dense_replace and
       i % moe_layer_freq == 0``;
     - ERNIE 4.5 (``Ernie4_5_MoeDecoderLayer``): only when ``(i + 1) % moe_layer_interval == 0`` and
-      ``moe_layer_start_index <= i <= moe_layer_end_index`` (-1: the last layer).
+      ``moe_layer_start_index <= i <= moe_layer_end_index`` (-1: the last layer);
+    - ``mlp_layer_types`` (MiMo-V2-Flash, Laguna, Beam): only when its ``i``-th entry is ``"sparse"``.
 
     Released checkpoints set step 1, no MLP-only layers and frequency 1 (every layer routes); a custom config with
     ``decoder_sparse_step: 2`` was priced with experts in every layer (14.3 B parameters for 8.1 B)."""
@@ -630,8 +631,13 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise LilouInputError(f"{name}: mlp_only_layers is {only!r:.40}, not a list of layer indices")
     dense = set(only)  # layers is at most SIZE_LIMITS["layers"] here
+    kinds = config.get("mlp_layer_types")
+    if kinds is not None and not (isinstance(kinds, list) and len(kinds) == layers
+                                  and all(kind in ("dense", "sparse") for kind in kinds)):
+        raise LilouInputError(f"{name}: mlp_layer_types is {str(kinds)[:60]!r}, not a list of one 'dense' or 'sparse' "
+                              f"per layer ({layers} layers)")
     sparse = sum(1 for i in range(first, last) if i not in dense and (i + 1) % step == 0 and (i + 1) % interval == 0
-                 and i % frequency == 0)
+                 and i % frequency == 0 and (kinds is None or kinds[i] == "sparse"))
     if sparse <= 0:
         fields = [f"{key} {config[key]!r:.40}" for key in ("decoder_sparse_step", "mlp_only_layers", "moe_layer_freq",
                                                           "first_k_dense_replace", "moe_layer_interval",
