@@ -301,7 +301,8 @@ def test_experts_in_a_spelling_not_read_are_refused(tmp_path):
     assert load_config(_write(tmp_path / "dense", {**QWEN25_7B, "num_experts": 0})).experts == 0
 
 
-@pytest.mark.parametrize("model_type, layernorm", [("apertus", False), ("arcee", False), ("jais2", True),
+@pytest.mark.parametrize("model_type, layernorm", [("apertus", False), ("apertus1p5_text", False), ("arcee", False),
+                                                   ("jais2", True),
                                                    ("persimmon", True), ("nanochat", False), ("biogpt", True)])
 def test_ungated_mlps_of_newer_families(tmp_path, model_type, layernorm):
     """Their MLP is up + activation (xIELU, ReLU^2, GELU) + down, as transformers builds it; it was priced with a gate:
@@ -312,6 +313,19 @@ def test_ungated_mlps_of_newer_families(tmp_path, model_type, layernorm):
     config = load_config(_write(tmp_path / model_type, fields))
     assert (config.gated_mlp, config.norm) == (False, "layernorm" if layernorm else "rmsnorm")
     assert config.parameters()["mlp"] == 32 * 2 * 4096 * 21504
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size_per_layer_input", 256),
+                                          ("per_layer_config", {"05": {"head_dim": 512}}), ("num_kv_shared_layers", 10)])
+def test_per_layer_embeddings_and_head_sizes_are_refused(tmp_path, field, value):
+    """Gemma 4's per-layer embeddings (2 B parameters of transformers' default 5.08 B) and its global layers' 512-wide
+    heads were left out without a word (2.94 B parameters); now one line naming the field."""
+    gemma4 = {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262144, field: value}
+    with pytest.raises(LilouInputError, match=rf"^gemma4: {field} \(per-layer embeddings, head sizes or shared KV "
+                                              r"caches, as in Gemma 3n and Gemma 4\) are not modelled"):
+        load_config(_write(tmp_path / "gemma4", gemma4))
+    assert load_config(_write(tmp_path / "zero", {**gemma4, field: 0 if isinstance(value, int) else {}})).layers == 30
 
 
 def test_gpt2_and_opt_positions_are_learned(tmp_path):

@@ -27,7 +27,8 @@ from lilou.errors import LilouInputError
 #: (Apertus, Arcee AFM, Jais 2, Persimmon, nanochat and BioGPT: one up projection, as transformers builds them; they
 #: were priced with a gate, a third more MLP: transformers' default ApertusConfig at 8.86 B parameters, 6.98 B.)
 UNGATED_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron",
-                           "gpt_bigcode", "mpt", "apertus", "arcee", "jais2", "persimmon", "nanochat", "biogpt"})
+                           "gpt_bigcode", "mpt", "apertus", "apertus1p5_text", "arcee", "jais2", "persimmon", "nanochat",
+                           "biogpt"})
 LAYERNORM_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2",
                              "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx", "phimoe", "jais2", "persimmon",
                              "biogpt"})
@@ -454,6 +455,22 @@ def _non_attention_layers(config: dict[str, Any], model_type: str) -> tuple[str,
     return None
 
 
+#: Fields of layers that are not alike or not all counted (Gemma 3n's and Gemma 4's): per-layer embeddings
+#: (``hidden_size_per_layer_input``: 2 B of Gemma 4's 5.1 B parameters), head sizes per layer (``per_layer_config``:
+#: its global layers' 512-wide KV heads) and layers sharing another's KV cache (``num_kv_shared_layers``).
+UNMODELLED_LAYER_FIELDS = ("hidden_size_per_layer_input", "per_layer_config", "num_kv_shared_layers")
+
+
+def _check_uniform_layers(config: dict[str, Any], name: str) -> None:
+    """Refuse a config whose layers Lilou would size wrongly without a word (:data:`UNMODELLED_LAYER_FIELDS`):
+    transformers' default Gemma 4 text config was priced at 2.94 B parameters (5.08 B), its global layers' KV cache
+    at half its size."""
+    found = [key for key in UNMODELLED_LAYER_FIELDS if config.get(key) not in (None, 0, {}, [], False)]
+    if found:
+        raise LilouInputError(f"{name}: {', '.join(found)} (per-layer embeddings, head sizes or shared KV caches, as in "
+                              "Gemma 3n and Gemma 4) are not modelled: its weights and KV cache would be mispriced")
+
+
 def _nested_blocks(config: dict[str, Any], model_type: str, name: str) -> dict[str, Any]:
     """MPT's and DBRX's widths in the spellings the others use: MPT's MLP is ``expansion_ratio`` x ``d_model`` wide
     (GELU, no gate) and its ``attn_config`` may hold ``kv_n_heads``; DBRX's ``ffn_config`` holds its experts
@@ -493,6 +510,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     other = _non_attention_layers(config, model_type)
     if other is not None:
         raise LilouInputError(f"{name} has {other[0]} layers ({other[1]}); Lilou models transformer decoders only")
+    _check_uniform_layers(config, name)
     if model_type in ("mpt", "dbrx"):
         config = _nested_blocks(config, model_type, name)
     if model_type in ("llama4", "llama4_text"):
