@@ -279,7 +279,7 @@ LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_siz
     # dense, a layer_types string was ignored and a longer list cut short
     ({"tie_word_embeddings": "false"}, r"tie_word_embeddings is 'false', not true or false"),
     ({"num_local_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 1000},
-     r"dense_layers \(first_k_dense_replace\) is 1000, not fewer than the 32 layers"),
+     r"dense_layers \(first_k_dense_replace / num_dense_layers\) is 1000, not fewer than the 32 layers"),
     # a missing top-k read "0 experts per token of 8 routed experts"
     ({"num_local_experts": 8}, r"the config lacks experts_per_token \(num_experts_per_tok / .*\), the experts each "
                                r"token is routed to of its 8 routed experts$"),

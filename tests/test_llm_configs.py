@@ -8,7 +8,7 @@ import pytest
 
 from lilou.errors import LilouInputError
 from lilou.llm.config import load_config
-from lilou.llm.memory import kv_bytes_per_token
+from lilou.llm.memory import kv_bytes_per_token, kv_cache_bytes
 
 #: bigcode/starcoder's config.json, the fields Lilou reads.
 STARCODER = {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "multi_query": True,
@@ -188,6 +188,144 @@ def test_the_context_limit_takes_rope_scaling(tmp_path, rope, limit, source):
     """Qwen2.5-7B with Qwen's yarn x4 for 128k was warned, past 32,768 tokens, that vLLM refuses the context."""
     config = load_config(_write(tmp_path / "qwen", {**QWEN25_7B, "rope_scaling": rope}))
     assert (config.max_context, config.context_source, config.learned_positions) == (limit, source, False)
+
+
+@pytest.mark.parametrize("rope, limit, source", [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6}, 131072,
+     "original_max_position_embeddings 32768 x rope_parameters factor 4 (yarn)"),
+    ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": {"rope_type": "default"}}, 65536,
+     "max_position_embeddings 32768 x rope_parameters factor 2 (linear)"),
+    ({"rope_type": "default", "rope_theta": 1e6}, 32768, "max_position_embeddings"),
+    ({"full_attention": None}, 32768, "max_position_embeddings"),
+])
+def test_the_context_limit_takes_transformers_5_rope_parameters(tmp_path, rope, limit, source):
+    """transformers 5 writes rope_parameters, not rope_scaling (Qwen2Config(rope_scaling=...).to_json_file()): a
+    Qwen2.5-7B config with yarn x4 so saved was warned past 32,768 tokens, not 131,072."""
+    config = load_config(_write(tmp_path / "qwen", {**QWEN25_7B, "rope_parameters": rope}))
+    assert (config.max_context, config.context_source) == (limit, source)
+
+
+def test_gemma3_context_is_not_scaled_again(tmp_path):
+    """Gemma 3's max_position_embeddings (131,072) is already the scaled length, as vLLM reads it (it skips Gemma 3's
+    rope factor); its linear x8 made the limit 1,048,576, so a 200k-token context got no warning. The built-in
+    google/gemma-3-12b-it says 131,072 too."""
+    text = {"model_type": "gemma3_text", "hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 262208,
+            "max_position_embeddings": 131072, "sliding_window": 1024, "rope_scaling": {"rope_type": "linear",
+                                                                                        "factor": 8.0}}
+    config = load_config(_write(tmp_path / "gemma3", {"model_type": "gemma3", "text_config": text}))
+    assert (config.max_context, config.context_source) == (131072, "max_position_embeddings")
+    assert load_config("google/gemma-3-12b-it").max_context == 131072
+
+
+def test_bloom_n_embed_is_the_hidden_size(tmp_path):
+    """bigscience/bloom-560m's config.json spells its hidden size n_embed (BloomConfig reads it): it was refused as
+    lacking a hidden size and an MLP width. 559.2 M parameters less its embedding LayerNorm and biases."""
+    bloom = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 1024, "n_layer": 24,
+             "num_attention_heads": 16, "seq_length": 2048, "vocab_size": 250880}
+    config = load_config(_write(tmp_path / "bloom-560m", bloom))
+    assert (config.hidden, config.intermediate, config.head_dim, config.tied_embeddings) == (1024, 4096, 64, True)
+    assert config.total_parameters == 250880 * 1024 + 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096) + 49 * 1024
+    assert (config.max_context, config.context_source) == (2048, "seq_length")
+
+
+def test_cohere2_sliding_window_pattern_leaves_every_fourth_layer_global(tmp_path):
+    """Command R7B's config.json (cohere2, no layer_types) makes every 4th layer global (transformers'
+    Cohere2Config: sliding_window_pattern, 4 by default); all 32 were read as local, so the 8 global layers' KV cache
+    was capped at the 4,096-token window: at 16,384 tokens 0.5 GiB per sequence, not 0.875."""
+    command_r7b = {"model_type": "cohere2", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 256000,
+                   "max_position_embeddings": 8192, "sliding_window": 4096, "sliding_window_pattern": 4}
+    config = load_config(_write(tmp_path / "c4ai-command-r7b", command_r7b))
+    assert (config.sliding_window, config.sliding_layers) == (4096, 24)
+    per_layer_token = 2 * 8 * 128 * 2
+    assert kv_cache_bytes(config, "bf16", 1, 1, 16384) == per_layer_token * (8 * 16384 + 24 * 4096)
+    left_out = {key: value for key, value in command_r7b.items() if key != "sliding_window_pattern"}
+    assert load_config(_write(tmp_path / "default", left_out)).sliding_layers == 24
+
+
+#: baidu/ERNIE-4.5-21B-A3B-PT's config.json, the fields Lilou reads (transformers' Ernie4_5_MoeConfig spellings).
+ERNIE_45_21B = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288,
+                "moe_intermediate_size": 1536, "moe_num_experts": 64, "moe_k": 6, "moe_num_shared_experts": 2,
+                "moe_layer_start_index": 1, "moe_layer_end_index": 27, "moe_layer_interval": 1,
+                "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4, "vocab_size": 103424,
+                "max_position_embeddings": 131072}
+
+
+def test_ernie_45_moe_experts_are_read(tmp_path):
+    """ERNIE 4.5's experts (moe_num_experts, moe_k, moe_num_shared_experts, its dense first layer) were not read: it
+    was priced silently as a dense model of 3.35 B parameters. Now transformers 5.25's own count on the meta device,
+    21,825,436,160 without its 1,728 e_score_correction_bias entries."""
+    config = load_config(_write(tmp_path / "ernie", ERNIE_45_21B))
+    assert (config.experts, config.experts_per_token, config.moe_intermediate, config.shared_expert_intermediate,
+            config.dense_layers, config.tied_embeddings) == (64, 6, 1536, 2 * 1536, 1, True)
+    assert config.total_parameters == 21_825_436_160
+    # Ernie4_5_MoeDecoderLayer routes layer i when (i + 1) % interval == 0 and start <= i <= end: 1, 3, ..., 19
+    sparse = load_config(_write(tmp_path / "sparse", {**ERNIE_45_21B, "moe_layer_interval": 2,
+                                                      "moe_layer_end_index": 20}))
+    assert sparse.moe_layers == 10
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"moe_layer_start_index": "1"}, r"moe_layer_start_index is '1', not a layer index"),
+    ({"moe_layer_start_index": 28}, r"moe_layer_start_index 28, moe_layer_end_index 27 leave none of the 28 layers with experts"),
+])
+def test_ernie_45_bad_moe_layers_are_one_line(tmp_path, fields, message):
+    with pytest.raises(LilouInputError, match=message):
+        load_config(_write(tmp_path / "ernie", {**ERNIE_45_21B, **fields}))
+
+
+def test_mlp_layer_types_and_num_dense_layers_keep_dense_layers(tmp_path):
+    """MiMo-V2-Flash's, Laguna's and Beam's mlp_layer_types and AFMoE's num_dense_layers name the layers with a dense
+    MLP (transformers builds an MoE block only where the entry is "sparse", or from num_dense_layers on); every layer
+    was priced with experts (transformers' default MiMoV2FlashConfig at 315.7 B parameters, 308.8 B by its count)."""
+    moe = {"model_type": "mimo_v2_flash", "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 4,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "moe_intermediate_size": 2048,
+           "n_routed_experts": 16, "num_experts_per_tok": 2}
+    typed = load_config(_write(tmp_path / "typed", {**moe, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"]}))
+    assert (typed.moe_layers, typed.dense_layers) == (2, 2)
+    first = load_config(_write(tmp_path / "first", {**moe, "model_type": "afmoe", "num_dense_layers": 1}))
+    assert (first.moe_layers, first.dense_layers) == (3, 1)
+    with pytest.raises(LilouInputError, match=r"mlp_layer_types is .*, not a list of one 'dense' or 'sparse' per "
+                                              r"layer \(4 layers\)$"):
+        load_config(_write(tmp_path / "short", {**moe, "mlp_layer_types": ["dense", "sparse"]}))
+
+
+def test_experts_in_a_spelling_not_read_are_refused(tmp_path):
+    """A count of experts Lilou does not read left the model dense without a word; now one line naming the field."""
+    config = {**QWEN25_7B, "top_k_experts": 8}
+    with pytest.raises(LilouInputError, match=r"^qwen: top_k_experts is 8, a count of experts in a spelling Lilou does "
+                                              r"not read \(experts \(num_local_experts / .*\)\): the mixture of experts "
+                                              r"would be priced as a dense model$"):
+        load_config(_write(tmp_path / "qwen", config))
+    assert load_config(_write(tmp_path / "dense", {**QWEN25_7B, "num_experts": 0})).experts == 0
+
+
+@pytest.mark.parametrize("model_type, layernorm", [("apertus", False), ("apertus1p5_text", False), ("arcee", False),
+                                                   ("jais2", True),
+                                                   ("persimmon", True), ("nanochat", False), ("biogpt", True)])
+def test_ungated_mlps_of_newer_families(tmp_path, model_type, layernorm):
+    """Their MLP is up + activation (xIELU, ReLU^2, GELU) + down, as transformers builds it; it was priced with a gate:
+    transformers' default ApertusConfig at 8.86 B parameters, 6.98 B by transformers' own count."""
+    fields = {"model_type": model_type, "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 131072,
+                  "tie_word_embeddings": False}
+    config = load_config(_write(tmp_path / model_type, fields))
+    assert (config.gated_mlp, config.norm) == (False, "layernorm" if layernorm else "rmsnorm")
+    assert config.parameters()["mlp"] == 32 * 2 * 4096 * 21504
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size_per_layer_input", 256),
+                                          ("per_layer_config", {"05": {"head_dim": 512}}), ("num_kv_shared_layers", 10)])
+def test_per_layer_embeddings_and_head_sizes_are_refused(tmp_path, field, value):
+    """Gemma 4's per-layer embeddings (2 B parameters of transformers' default 5.08 B) and its global layers' 512-wide
+    heads were left out without a word (2.94 B parameters); now one line naming the field."""
+    gemma4 = {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262144, field: value}
+    with pytest.raises(LilouInputError, match=rf"^gemma4: {field} \(per-layer embeddings, head sizes or shared KV "
+                                              r"caches, as in Gemma 3n and Gemma 4\) are not modelled"):
+        load_config(_write(tmp_path / "gemma4", gemma4))
+    assert load_config(_write(tmp_path / "zero", {**gemma4, field: 0 if isinstance(value, int) else {}})).layers == 30
 
 
 def test_gpt2_and_opt_positions_are_learned(tmp_path):

@@ -24,10 +24,14 @@ from typing import Any
 from lilou.errors import LilouInputError
 
 #: Model types whose MLP is one up projection + activation + down (no gate), and those with LayerNorm.
+#: (Apertus, Arcee AFM, Jais 2, Persimmon, nanochat and BioGPT: one up projection, as transformers builds them; they
+#: were priced with a gate, a third more MLP: transformers' default ApertusConfig at 8.86 B parameters, 6.98 B.)
 UNGATED_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2", "nemotron",
-                           "gpt_bigcode", "mpt"})
+                           "gpt_bigcode", "mpt", "apertus", "apertus1p5_text", "arcee", "jais2", "persimmon", "nanochat",
+                           "biogpt"})
 LAYERNORM_TYPES = frozenset({"gpt2", "gptj", "gpt_neox", "phi", "opt", "falcon", "bloom", "starcoder2",
-                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx", "phimoe"})
+                             "nemotron", "gpt_bigcode", "olmo", "mpt", "dbrx", "phimoe", "jais2", "persimmon",
+                             "biogpt"})
 #: Layer kinds the step composition models; the others resolve by name but are refused at predict time.
 MODELLED_KINDS = frozenset({"transformer"})
 
@@ -291,18 +295,18 @@ def builtin_config(name: str) -> LLMConfig:
 #: Field -> the spellings of it in Hugging Face configs, first match wins.
 _ALIASES: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "hidden": ("hidden_size", "n_embd", "d_model", "dim"),
+    "hidden": ("hidden_size", "n_embd", "n_embed", "d_model", "dim"),  # n_embed: BLOOM's (BloomConfig takes it)
     "heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
     "kv_heads": ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "n_kv_heads"),
     "head_dim": ("head_dim", "kv_channels"),
     "intermediate": ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "d_ff"),
     "vocab": ("vocab_size", "padded_vocab_size"),
-    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
-    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),  # the last: ERNIE 4.5
+    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k", "moe_k"),
     "moe_intermediate": ("moe_intermediate_size",),
     "shared_expert_intermediate": ("shared_expert_intermediate_size",),
-    "shared_experts": ("n_shared_experts", "num_shared_experts"),
-    "dense_layers": ("first_k_dense_replace",),
+    "shared_experts": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
+    "dense_layers": ("first_k_dense_replace", "num_dense_layers"),  # the second: AFMoE's
     "kv_lora_rank": ("kv_lora_rank",),
     "q_lora_rank": ("q_lora_rank",),
     "qk_nope_head_dim": ("qk_nope_head_dim",),
@@ -349,7 +353,7 @@ def _check_decoder(config: dict[str, Any], model_type: str, name: str) -> None:
 #: (``AutoConfig.for_model(t).tie_word_embeddings`` in transformers 5.25); the others untie it. A Gemma 2 config
 #: without the field was counted with its own LM head: Gemma-2-2B at 3.20 B parameters, 2.61 B in truth.
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "cohere2", "falcon", "gpt2", "opt",
-                             "bloom", "starcoder2", "gpt_bigcode", "mpt", "smollm3", "ernie4_5"})
+                             "bloom", "starcoder2", "gpt_bigcode", "mpt", "smollm3", "ernie4_5", "ernie4_5_moe"})
 #: The model types Falcon's first configs name themselves by, before it moved into transformers.
 _FALCON_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
 #: transformers' defaults for the fields a multimodal config's ``text_config`` leaves out, by its model type (Gemma
@@ -451,6 +455,22 @@ def _non_attention_layers(config: dict[str, Any], model_type: str) -> tuple[str,
     return None
 
 
+#: Fields of layers that are not alike or not all counted (Gemma 3n's and Gemma 4's): per-layer embeddings
+#: (``hidden_size_per_layer_input``: 2 B of Gemma 4's 5.1 B parameters), head sizes per layer (``per_layer_config``:
+#: its global layers' 512-wide KV heads) and layers sharing another's KV cache (``num_kv_shared_layers``).
+UNMODELLED_LAYER_FIELDS = ("hidden_size_per_layer_input", "per_layer_config", "num_kv_shared_layers")
+
+
+def _check_uniform_layers(config: dict[str, Any], name: str) -> None:
+    """Refuse a config whose layers Lilou would size wrongly without a word (:data:`UNMODELLED_LAYER_FIELDS`):
+    transformers' default Gemma 4 text config was priced at 2.94 B parameters (5.08 B), its global layers' KV cache
+    at half its size."""
+    found = [key for key in UNMODELLED_LAYER_FIELDS if config.get(key) not in (None, 0, {}, [], False)]
+    if found:
+        raise LilouInputError(f"{name}: {', '.join(found)} (per-layer embeddings, head sizes or shared KV caches, as in "
+                              "Gemma 3n and Gemma 4) are not modelled: its weights and KV cache would be mispriced")
+
+
 def _nested_blocks(config: dict[str, Any], model_type: str, name: str) -> dict[str, Any]:
     """MPT's and DBRX's widths in the spellings the others use: MPT's MLP is ``expansion_ratio`` x ``d_model`` wide
     (GELU, no gate) and its ``attn_config`` may hold ``kv_n_heads``; DBRX's ``ffn_config`` holds its experts
@@ -490,6 +510,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
     other = _non_attention_layers(config, model_type)
     if other is not None:
         raise LilouInputError(f"{name} has {other[0]} layers ({other[1]}); Lilou models transformer decoders only")
+    _check_uniform_layers(config, name)
     if model_type in ("mpt", "dbrx"):
         config = _nested_blocks(config, model_type, name)
     if model_type in ("llama4", "llama4_text"):
@@ -521,6 +542,8 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         raise LilouInputError(f"{name}: layers, hidden size, heads, vocabulary and MLP width must be positive")
     _check_optional(ints, name)
     _check_sizes(ints, name)
+    if not ints.get("experts"):
+        _check_no_unread_experts(config, name)
     latent = _latent_attention(ints, name)
     head_dim = latent.pop("head_dim", 0) or ints.get("head_dim") or ints["hidden"] // heads
     shared = ints.get("shared_expert_intermediate", 0) or ints.get("shared_experts", 0) * ints.get("moe_intermediate", 0)
@@ -545,7 +568,7 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         # AWQ/GPTQ's FP16 scale and 4-bit zero point per group, at the checkpoint's group (64: twice 128's bytes)
         group, group_bytes = block, (2 + 0.5) / block
     softcap = config.get("attn_logit_softcapping")
-    max_context, context_source = _context_limit(config, ints.get("max_context", 0))
+    max_context, context_source = _context_limit(config, ints.get("max_context", 0), model_type)
     return LLMConfig(
         name=name, model_type=model_type, layers=ints["layers"], hidden=ints["hidden"], heads=heads,
         kv_heads=ints.get("kv_heads") or heads, head_dim=head_dim, intermediate=ints["intermediate"],
@@ -561,6 +584,19 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=_softcap(softcap), notes=notes, source=name)
+
+
+def _check_no_unread_experts(config: dict[str, Any], name: str) -> None:
+    """A config read as dense must hold no count of experts in a spelling Lilou does not read (a key ending in
+    ``experts``: ERNIE 4.5's ``moe_num_experts`` before it was read, ``top_k_experts`` ...): such a mixture of experts
+    was priced silently as a dense model (ERNIE-4.5-21B-A3B at 3.3 B parameters)."""
+    read = set(_ALIASES["experts"]) | set(_ALIASES["shared_experts"])
+    for key, value in config.items():
+        if isinstance(key, str) and key.endswith("experts") and key not in read and isinstance(value, int) \
+                and not isinstance(value, bool) and value > 0:
+            raise LilouInputError(f"{name}: {key[:40]} is {_size_text(value)}, a count of experts in a spelling Lilou "
+                                  f"does not read ({_named('experts')}): the mixture of experts would be priced as a "
+                                  "dense model")
 
 
 def _softcap(value: Any) -> float:
@@ -583,7 +619,10 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
       when ``i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0``;
     - DeepSeek-V2/V3's ``moe_layer_freq`` (DeepSeek's own modelling code and vLLM's ``DeepseekV2DecoderLayer``;
       transformers' class leaves it out): layer ``i`` routes only when ``i >= first_k_dense_replace and
-      i % moe_layer_freq == 0``.
+      i % moe_layer_freq == 0``;
+    - ERNIE 4.5 (``Ernie4_5_MoeDecoderLayer``): only when ``(i + 1) % moe_layer_interval == 0`` and
+      ``moe_layer_start_index <= i <= moe_layer_end_index`` (-1: the last layer);
+    - ``mlp_layer_types`` (MiMo-V2-Flash, Laguna, Beam): only when its ``i``-th entry is ``"sparse"``.
 
     Released checkpoints set step 1, no MLP-only layers and frequency 1 (every layer routes); a custom config with
     ``decoder_sparse_step: 2`` was priced with experts in every layer (14.3 B parameters for 8.1 B)."""
@@ -597,17 +636,31 @@ def _dense_layers(config: dict[str, Any], layers: int, first_dense: int, name: s
             raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a positive whole number")
         return int(value)
 
-    step, frequency = positive("decoder_sparse_step"), positive("moe_layer_freq")
+    step, frequency, interval = positive("decoder_sparse_step"), positive("moe_layer_freq"), positive("moe_layer_interval")
+    start, end = config.get("moe_layer_start_index", 0), config.get("moe_layer_end_index", -1)
+    for field, value in (("moe_layer_start_index", start), ("moe_layer_end_index", end)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < -1):
+            raise LilouInputError(f"{name}: {field} is {value!r:.40}, not a layer index")
+    first = max(first_dense, start or 0)
+    last = layers if end is None or end == -1 else min(end + 1, layers)
     only = config.get("mlp_only_layers")
     if only is None:
         only = []
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise LilouInputError(f"{name}: mlp_only_layers is {only!r:.40}, not a list of layer indices")
     dense = set(only)  # layers is at most SIZE_LIMITS["layers"] here
-    sparse = sum(1 for i in range(first_dense, layers) if i not in dense and (i + 1) % step == 0 and i % frequency == 0)
+    kinds = config.get("mlp_layer_types")
+    if kinds is not None and not (isinstance(kinds, list) and len(kinds) == layers
+                                  and all(kind in ("dense", "sparse") for kind in kinds)):
+        raise LilouInputError(f"{name}: mlp_layer_types is {str(kinds)[:60]!r}, not a list of one 'dense' or 'sparse' "
+                              f"per layer ({layers} layers)")
+    sparse = sum(1 for i in range(first, last) if i not in dense and (i + 1) % step == 0 and (i + 1) % interval == 0
+                 and i % frequency == 0 and (kinds is None or kinds[i] == "sparse"))
     if sparse <= 0:
         fields = [f"{key} {config[key]!r:.40}" for key in ("decoder_sparse_step", "mlp_only_layers", "moe_layer_freq",
-                                                          "first_k_dense_replace") if config.get(key)]
+                                                          "first_k_dense_replace", "moe_layer_interval",
+                                                          "moe_layer_start_index", "moe_layer_end_index")
+                  if config.get(key)]
         raise LilouInputError(f"{name}: {', '.join(fields)} leave none of the {layers} layers with experts (it made "
                               "the whole model dense)")
     return layers - sparse
@@ -621,14 +674,28 @@ LEARNED_POSITION_TYPES = frozenset({"gpt2", "opt", "gpt_bigcode", "biogpt", "xgl
 MAX_ROPE_FACTOR = 2**20
 
 
-def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
+def _rope_scaling(config: dict[str, Any]) -> tuple[str, Any]:
+    """The config's RoPE scaling: ``rope_scaling``, or transformers 5's ``rope_parameters`` (what it writes instead),
+    which may hold one per layer type (``{"full_attention": {...}, "sliding_attention": {...}}``): then the first
+    that scales; with the field's name. transformers 5's spelling was ignored (Qwen2.5-7B's yarn x4: 32,768 tokens)."""
+    key = "rope_scaling" if config.get("rope_scaling") is not None else "rope_parameters"
+    rope = config.get(key)
+    if isinstance(rope, dict) and rope and set(rope) <= ATTENTION_LAYER_TYPES:
+        per_layer_type = [value for value in rope.values() if isinstance(value, dict) and "factor" in value]
+        return key, per_layer_type[0] if per_layer_type else None
+    return key, rope
+
+
+def _context_limit(config: dict[str, Any], positions: int, model_type: str) -> tuple[int, str]:
     """The longest context vLLM serves the model at and where that comes from: the config's position limit (the
     first of max_position_embeddings, n_positions, ...), times the ``rope_scaling`` factor of a yarn, dynamic or
     linear scaling (yarn's ``original_max_position_embeddings`` x factor where given), as vLLM derives
-    max_model_len. The scaling was ignored: Qwen2.5-7B with Qwen's yarn x4 was warned past 32,768 tokens, not 131,072."""
+    max_model_len. The scaling was ignored: Qwen2.5-7B with Qwen's yarn x4 was warned past 32,768 tokens, not 131,072.
+    Gemma 3's max_position_embeddings is already the scaled length (vLLM skips its factor): its linear x8 made the
+    4B-27B models' 131,072 tokens 1,048,576."""
     field = next((key for key in _ALIASES["max_context"] if config.get(key) is not None), "max_position_embeddings")
-    rope = config.get("rope_scaling")
-    if not positions or not isinstance(rope, dict):
+    key, rope = _rope_scaling(config)
+    if not positions or not isinstance(rope, dict) or "gemma3" in model_type:
         return positions, field
     kind = str(rope.get("rope_type") or rope.get("type") or "")[:20]
     factor = rope.get("factor")
@@ -639,8 +706,8 @@ def _context_limit(config: dict[str, Any], positions: int) -> tuple[int, str]:
         return positions, field
     original = rope.get("original_max_position_embeddings")
     if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and 0 < original <= 2**40:
-        return int(original * factor), f"original_max_position_embeddings {original} x rope_scaling factor {factor:g} (yarn)"
-    return int(positions * factor), f"{field} {positions} x rope_scaling factor {factor:g} ({kind})"
+        return int(original * factor), f"original_max_position_embeddings {original} x {key} factor {factor:g} (yarn)"
+    return int(positions * factor), f"{field} {positions} x {key} factor {factor:g} ({kind})"
 
 
 def checkpoint_format(quantization: Any) -> tuple[str, str]:
@@ -777,11 +844,18 @@ def _latent_attention(ints: dict[str, int], name: str) -> dict[str, int]:
             "head_dim": ints["qk_nope_head_dim"] + ints["qk_rope_head_dim"]}
 
 
+#: Model types whose transformers config makes every ``sliding_window_pattern``-th layer global (its default here)
+#: and the others local, where ``layer_types`` is left out (the configs on the Hub before transformers 4.53). Command
+#: R7B's (``cohere2``) was read as every layer local: its 8 global layers' KV cache capped at the 4,096-token window.
+SLIDING_WINDOW_PATTERN = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
+
+
 def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, name: str) -> tuple[int, int]:
     """The sliding window of a Hugging Face config and how many layers use it, as transformers reads them:
-    ``layer_types`` where given (its ``sliding_attention`` entries); else Gemma 2 every other layer, Gemma 3 all
-    but every ``sliding_window_pattern``-th, Qwen 2 the layers from ``max_window_layers`` on, and every layer for
-    the others (Mistral v0.1, Phi-3, StarCoder 2). ``use_sliding_window: false`` (Qwen) or no window: (0, 0)."""
+    ``layer_types`` where given (its ``sliding_attention`` entries); else Gemma 2 every other layer, Gemma 3 and
+    Cohere 2 all but every ``sliding_window_pattern``-th (:data:`SLIDING_WINDOW_PATTERN`), Qwen 2 the layers from
+    ``max_window_layers`` on, and every layer for the others (Mistral v0.1, Phi-3, StarCoder 2).
+    ``use_sliding_window: false`` (Qwen) or no window: (0, 0)."""
     window = config.get("sliding_window")
     if window is None or config.get("use_sliding_window") is False:
         return 0, 0
@@ -803,10 +877,10 @@ def sliding_window_layers(config: dict[str, Any], layers: int, model_type: str, 
         return window, sum(1 for kind in types if kind in ("sliding_attention", "chunked_attention"))
     if model_type == "gemma2":
         return window, (layers + 1) // 2  # layers 0, 2, 4 ... are local
-    if model_type in ("gemma3", "gemma3_text"):
+    if model_type in SLIDING_WINDOW_PATTERN:
         pattern = config.get("sliding_window_pattern")
         if pattern is None:
-            pattern = 6
+            pattern = SLIDING_WINDOW_PATTERN[model_type]
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
             raise LilouInputError(f"{name}: sliding_window_pattern is {pattern!r:.40}, not a positive whole number")
         return window, layers - layers // pattern  # every pattern-th layer is global
