@@ -331,6 +331,21 @@ def test_a_deeply_nested_config_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == f"lilou: error: {path}: not a readable JSON config (RecursionError)\n"
 
 
+def test_an_onnx_file_given_as_the_llm_names_the_commands_that_take_it(capsys):
+    """`lilou plan examples/resnet18.onnx --llm` said "not a readable JSON config (UnicodeDecodeError)"; a bare
+    file name in the working folder was looked up as a built-in name."""
+    from lilou.cli import main
+
+    hint = ("an ONNX model, not an LLM config; `lilou llm` and `plan --llm` take a Hugging Face config.json or a "
+            "built-in name (`lilou llm --list`); an ONNX file is priced by `lilou infer` and planned by `lilou plan "
+            "FILE --slo-ms T`")
+    assert main(["plan", "examples/resnet18.onnx", "--llm", "--itl-slo-ms", "40", "--input-len", "512",
+                 "--output-len", "128"]) == 2
+    assert capsys.readouterr().err == f"lilou: error: examples/resnet18.onnx: {hint}\n"
+    assert main(["llm", "model.ONNX", "--gpu", "l4", "--batch", "1", "--input-len", "8", "--output-len", "8"]) == 2
+    assert capsys.readouterr().err == f"lilou: error: model.ONNX: {hint}\n"
+
+
 def test_decode_is_kv_bound_and_bf16_beats_fp32_on_an_a100(llm):
     args = dict(batch=8, input_len=1024, output_len=128)
     bf16 = llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a100-sxm4-80gb", dtype="bf16", **args)

@@ -976,6 +976,10 @@ def load_config(model: str | os.PathLike[str]) -> LLMConfig:
         raise LilouInputError(f"an LLM is a built-in name or a config.json's path, not {type(model).__name__}")
     text = os.fspath(model)
     path = Path(text)
+    if path.suffix.lower() == ".onnx":  # it said "not a readable JSON config (UnicodeDecodeError)", or "unknown model"
+        raise LilouInputError(f"{text}: an ONNX model, not an LLM config; `lilou llm` and `plan --llm` take a Hugging "
+                              "Face config.json or a built-in name (`lilou llm --list`); an ONNX file is priced by "
+                              "`lilou infer` and planned by `lilou plan FILE --slo-ms T`")
     if not _RELATIVE_PATHS.get() and not path.is_absolute():
         return builtin_config(text)
     looks_like_path = text.endswith(".json") or os.sep in text and path.exists() or path.is_dir()
