@@ -346,6 +346,31 @@ def test_an_onnx_file_given_as_the_llm_names_the_commands_that_take_it(capsys):
     assert capsys.readouterr().err == f"lilou: error: model.ONNX: {hint}\n"
 
 
+@pytest.mark.parametrize("key, stored, gpu, dtype, said", [
+    ("torch_dtype", "float16", "a100-sxm4-80gb", "fp16",
+     "no --dtype given: FP16, the checkpoint's own (its torch_dtype), as vLLM serves it"),
+    ("dtype", "bfloat16", "a100-sxm4-80gb", "bf16",  # transformers 5 writes dtype
+     "no --dtype given: BF16, the checkpoint's own (its torch_dtype), as vLLM serves it"),
+    ("torch_dtype", "bfloat16", "v100-sxm2-32gb", "fp16",
+     "no --dtype given: FP16; the checkpoint is BF16 (its torch_dtype), which v100-sxm2-32gb does not run: vLLM "
+     "casts it to FP16"),
+    ("torch_dtype", "float32", "a100-sxm4-80gb", "bf16",
+     "no --dtype given: BF16 (the widest half precision a100-sxm4-80gb runs); the checkpoint is FP32 (its "
+     "torch_dtype)"),
+    ("torch_dtype", "auto", "v100-sxm2-32gb", "fp16", "no --dtype given: FP16 (the widest half precision "
+     "v100-sxm2-32gb runs)"),
+])
+def test_the_checkpoint_dtype_is_the_default_as_vllm_auto_serves_it(llm, tmp_path, key, stored, gpu, dtype, said):
+    """Without --dtype an FP16 checkpoint was priced and labelled BF16 (the widest type the GPU runs); vLLM's --dtype
+    auto serves a checkpoint in its own 16-bit type."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, key: stored}))
+    result = llm.predict(str(path), gpu, batch=1, input_len=64, output_len=16)
+    assert (result.dtype, result.warnings[0]) == (dtype, said)
+    asked = llm.predict(str(path), gpu, batch=1, input_len=64, output_len=16, dtype=dtype)
+    assert asked.itl_ms == result.itl_ms and not any(w.startswith("no --dtype") for w in asked.warnings)
+
+
 def test_decode_is_kv_bound_and_bf16_beats_fp32_on_an_a100(llm):
     args = dict(batch=8, input_len=1024, output_len=128)
     bf16 = llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a100-sxm4-80gb", dtype="bf16", **args)

@@ -25,8 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-len", type=int, default=None, metavar="O", help="generated tokens per sequence")
     parser.add_argument("--dtype", default=None, metavar="D",
                         help="weights and math: bf16, fp16, fp8, fp4 (NVFP4) or int8 (W8A8), int4 (AWQ/GPTQ weight-only, FP16 "
-                             "math) or fp32 (default: the config's quantization_config, else bf16 where the GPU has "
-                             "it, else fp16)")
+                             "math) or fp32 (default: the config's quantization_config, else its torch_dtype as "
+                             "vLLM's --dtype auto serves it, else bf16 where the GPU has it, else fp16)")
     parser.add_argument("--kv-dtype", default=None, metavar="D",
                         help="KV-cache dtype: bf16, fp16, fp8 (vLLM's fp8_e4m3, fp8_e5m2 too; not under --engine hf) or "
                              "fp32 (vllm: with --dtype fp32 only) (default: the --dtype; bf16 for fp8/fp4/int8 weights, "

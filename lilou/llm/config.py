@@ -72,6 +72,9 @@ class LLMConfig:
     # none or a format Lilou does not price (said in ``quantization_note``).
     quantization: str = ""
     quantization_note: str = ""
+    # The type the checkpoint's 16/32-bit weights are stored in (its torch_dtype; transformers 5 writes dtype): bf16,
+    # fp16 or fp32, or "" where the config does not say. vLLM's --dtype auto serves a checkpoint in it.
+    stored_dtype: str = ""
     # Parts the checkpoint keeps in 16 bits beside its quantised layers (its modules_to_not_convert: gpt-oss's
     # "attention" and "router"), and the bytes per weight its scales add where they differ from the format's
     # default (MXFP4: one 8-bit scale per 32 weights); both apply only when priced at the checkpoint's own dtype.
@@ -578,12 +581,25 @@ def config_from_dict(config: dict[str, Any], name: str) -> LLMConfig:
         moe_intermediate=ints.get("moe_intermediate", 0),
         shared_expert_intermediate=shared, sliding_window=window, sliding_layers=sliding,
         dense_layers=min(ints.get("dense_layers", 0), ints["layers"]) if ints.get("experts") else 0, **latent,
-        quantization=quantization, quantization_note=quantization_note, unquantised=unquantised,
-        quantization_group_bytes=group_bytes, quantization_block=block, max_context=max_context,
+        quantization=quantization, quantization_note=quantization_note, stored_dtype=stored_dtype(config),
+        unquantised=unquantised, quantization_group_bytes=group_bytes, quantization_block=block, max_context=max_context,
         unpriced_bits=0.0 if quantization else unpriced_bits(config.get("quantization_config")), quantization_group=group,
         context_source=context_source, learned_positions=model_type in LEARNED_POSITION_TYPES or model_type == "mpt"
         and config.get("learned_pos_emb") is True and not (config.get("attn_config") or {}).get("alibi"),
         attention_softcap=_softcap(softcap), notes=notes, source=name)
+
+
+#: torch dtypes a config's torch_dtype names, as --dtype values (other types, "auto": not said).
+_STORED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
+
+
+def stored_dtype(config: dict[str, Any]) -> str:
+    """The checkpoint's weight type from its config's ``dtype`` (transformers 5) or ``torch_dtype``: bf16, fp16,
+    fp32, or "" where it names none of them."""
+    value = config.get("dtype") or config.get("torch_dtype")
+    if not isinstance(value, str):
+        return ""
+    return _STORED_DTYPES.get(value.strip().lower().removeprefix("torch."), "")
 
 
 def _check_no_unread_experts(config: dict[str, Any], name: str) -> None:

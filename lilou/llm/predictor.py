@@ -298,6 +298,21 @@ def _unit_tflops(family: str, path: PrecisionPath, device: Device) -> float:
     return (device.peak_tflops.get(unit) if unit else None) or device.fp32_tflops
 
 
+def auto_dtype(stored: str, device: Device) -> tuple[str, str]:
+    """The type a config without --dtype is served in, and the warning that says so: vLLM's ``--dtype auto`` (and
+    transformers 5's default): a BF16 checkpoint in BF16 (in FP16 on a GPU without BF16, which vLLM casts it to) and
+    an FP16 one in FP16; an FP32 checkpoint, or one whose config names no type, in the widest half precision the GPU
+    runs. Before, every config took that widest type, so an FP16 checkpoint was priced and labelled BF16."""
+    widest = "bf16" if _runs_bf16(device) else "fp16"
+    if stored == "fp16" or stored == "bf16" and widest == "bf16":
+        return stored, f"no --dtype given: {stored.upper()}, the checkpoint's own (its torch_dtype), as vLLM serves it"
+    if stored == "bf16":
+        return "fp16", (f"no --dtype given: FP16; the checkpoint is BF16 (its torch_dtype), which {device.gpu} does "
+                        "not run: vLLM casts it to FP16")
+    stored_note = "; the checkpoint is FP32 (its torch_dtype)" if stored == "fp32" else ""
+    return widest, f"no --dtype given: {widest.upper()} (the widest half precision {device.gpu} runs){stored_note}"
+
+
 def _runs_bf16(device: Device) -> bool:
     return bool(device.peak_tflops.get("bf16_tensor") or device.peak_tflops.get("bf16"))
 
@@ -452,7 +467,8 @@ class LLMPredictor:
         ``mig`` a MIG profile of it (``"1g.10gb"``). ``tp`` GPUs in tensor parallel; ``batch`` concurrent
         requests of ``input_len`` prompt tokens generating ``output_len`` tokens each (positive integers).
         ``dtype``: the weights' and compute's format, one of bf16, fp16, fp8, fp4, int8, int4, fp32 (None: the
-        checkpoint's quantization, else the widest half precision the GPU runs); ``kv_dtype``: the KV cache's,
+        checkpoint's quantization, else its 16-bit torch_dtype as vLLM serves it (:func:`auto_dtype`), else the
+        widest half precision the GPU runs); ``kv_dtype``: the KV cache's,
         one of bf16, fp16, fp8 (or vLLM's fp8_e4m3, fp8_e5m2), fp32 (None: the activations' 16-bit type; FP8 not
         under hf, FP32 under vllm only with an FP32 model); ``engine``: vllm (None: vllm) or hf (transformers eager).
 
@@ -490,8 +506,8 @@ class LLMPredictor:
             warnings.append(f"no --dtype given: {dtype.upper()}, the checkpoint's own ({config.quantization_note}, "
                             "its quantization_config)")
         elif dtype is None:
-            dtype = "bf16" if _runs_bf16(device) else "fp16"
-            warnings.append(f"no --dtype given: {dtype.upper()} (the widest half precision {device.gpu} runs)")
+            dtype, note = auto_dtype(config.stored_dtype, device)
+            warnings.append(note)
         if config.quantization_note and not config.quantization and dtype in ("bf16", "fp16", "fp32"):
             # it was a clause at the end of the --dtype line ("... is not a format Lilou prices"), easy to miss
             bits = round(8 * ITEMSIZE[dtype])
