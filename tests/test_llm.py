@@ -121,6 +121,23 @@ def test_tp_must_divide_the_heads():
         llm.predict(LLAMA, "a100-sxm4-80gb", mig="3g.40gb", tp=2, batch=1, input_len=16, output_len=16)
 
 
+def test_tp_must_divide_the_mlp_widths(tmp_path):
+    """vLLM splits each parallel linear layer's width evenly over the GPUs and refuses a model whose width the TP
+    does not divide; such a TP was priced as if it loaded."""
+    from lilou.llm import LLMPredictor
+
+    llm = LLMPredictor(predictor=object())  # the checks run before any kernel is priced
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "intermediate_size": 14340}))
+    with pytest.raises(LilouInputError, match=r"^--tp 8 does not divide the intermediate_size of wide \(14340\): "
+                                              r"vLLM splits it evenly over the GPUs and refuses to load the model$"):
+        llm.predict(str(path), "h200", tp=8, batch=1, input_len=16, output_len=16)
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "model_type": "mixtral", "num_local_experts": 8,
+                                "num_experts_per_tok": 2, "intermediate_size": 14340}))
+    with pytest.raises(LilouInputError, match=r"does not divide the expert width \(moe_intermediate_size\)"):
+        llm.predict(str(path), "h200", tp=8, batch=1, input_len=16, output_len=16)
+
+
 def test_fp8_is_refused_before_turing_and_under_hf_before_ada():
     """FP8 tensor cores need 8.9; vLLM's weight-only FP8 (FP8-Marlin) runs from 7.5 (test below); a V100 runs
     neither, and transformers dequantises an FP8 checkpoint to BF16 below 8.9 (its FP8 quantizer)."""

@@ -390,6 +390,10 @@ def _check_tp(config: LLMConfig, tp: int, mig: str | None) -> None:
     if config.kv_heads % tp and tp % config.kv_heads:
         raise LilouInputError(f"--tp {tp} does not divide the {config.kv_heads} KV heads of {config.name} (nor do "
                               "they divide it, which vLLM needs to replicate them)")
+    for what, width in _sharded_widths(config):  # vLLM's parallel linear layers split each evenly
+        if width % tp:
+            raise LilouInputError(f"--tp {tp} does not divide the {what} of {config.name} ({width}): vLLM splits "
+                                  "it evenly over the GPUs and refuses to load the model")
 
 
 def _sharded_widths(config: LLMConfig) -> list[tuple[str, int]]:
