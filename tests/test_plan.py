@@ -288,6 +288,19 @@ def test_missing_price_file_and_bad_options_exit_2(capsys, tmp_path):
         assert code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
 
 
+def test_a_shape_pinning_the_batch_dimension_is_refused(capsys, resnet_dynamic):
+    """`--shape batch=4` names the batch axis a plan varies: every batch but 4 was skipped, each said as "--batch 1 and
+    --shape batch=4 disagree" (plan has no --batch), and the plan held batch 4 alone. A named dimension that is not
+    the batch (a sequence length) still keeps its size at every batch."""
+    from lilou.plan.planner import plan_model
+
+    code, out, err = run(capsys, "plan", resnet_dynamic, "--slo-ms", "20", "--gpus", "a10g", "--shape", "batch=4")
+    assert code == 2 and out == "" and err == ("lilou: error: --shape batch=4 sets the batch dimension, which a plan "
+                                               "varies; drop it, or plan that batch alone with --batches 4\n")
+    with pytest.raises(LilouInputError, match=r"^--shape batch=8 sets the batch dimension"):
+        plan_model(resnet_dynamic, 20, gpus=["a10g"], batches=[1, 2], shapes={"batch": (8,)})
+
+
 def test_mig_price_derivation():
     prices = {"a100-sxm4-80gb": 7.0, "t4": 0.35}
     assert device_price(resolve_device("a100-80gb", "1g.10gb"), prices) == (1.0, "a100-sxm4-80gb x 1/7 compute slices")

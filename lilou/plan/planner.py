@@ -581,11 +581,21 @@ def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[
     from lilou.graph.shapes import runtime_inputs
 
     from lilou.graph.batch_axis import onnx_batch_axes, onnx_unbatched_inputs
+    from lilou.graph.names import protobuf_text
 
     loaded = load_onnx(model)
     runtime = runtime_inputs(loaded)
     inputs = {value.name for value in runtime} - onnx_unbatched_inputs(loaded.graph, runtime)  # not a weight fed as input
     axes = onnx_batch_axes(loaded.graph)
+    # A named dimension that is a batched input's batch axis would pin the batch the plan varies: every batch but
+    # that one was skipped with "--batch 1 and --shape batch=4 disagree", an option plan does not have.
+    batch_names = {protobuf_text(dims[axes.get(value.name, 0)].dim_param) for value in runtime if value.name in inputs
+                   for dims in [value.type.tensor_type.shape.dim] if len(dims) > axes.get(value.name, 0)}
+    for name, dims in shapes.items():
+        if name in batch_names and name not in inputs:
+            size = "x".join(map(str, dims))
+            raise LilouInputError(f"--shape {name}={size} sets the batch dimension, which a plan varies; drop it, or "
+                                  f"plan that batch alone with --batches {size}")
 
     def at(name: str, dims: Sequence[int], batch: int) -> tuple[int, ...]:
         axis = axes.get(name, 0)  # the second of a time-major recurrent layer's inputs
