@@ -441,6 +441,24 @@ def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in stdout
 
 
+def test_a_plot_draws_the_interval_of_a_device_priced_at_one_batch(monkeypatch, tmp_path):
+    """A device priced at one batch (a file whose batch is fixed, an SLO missed at batch 1) had its interval drawn as
+    a band over that one batch, of no area: the chart showed its estimate and nothing of its 90 % interval."""
+    from matplotlib.figure import Figure
+
+    from lilou.plan.planner import plan_model
+    from lilou.plan.plot import plot_plan
+
+    drawn = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *a, **k: (drawn.append(figure.axes[0]), save(figure, *a, **k)))
+    plan = plan_model(EXAMPLE, 30, gpus=["t4", "a10g"], batches=[1, 2])  # batch 2 skipped: fixed at 1 in the file
+    assert plot_plan(plan, tmp_path / "plan.png") == ["a10g", "t4"]
+    bars = [container.lines[2][0].get_segments()[0].tolist() for container in drawn[0].containers]
+    assert bars == [[[1.0, plan.curves[name][0].interval_ms[0]], [1.0, plan.curves[name][0].interval_ms[1]]]
+                    for name in ("a10g", "t4")]
+
+
 @pytest.mark.parametrize("name", ["plan.txt", "plan"])
 def test_a_plot_without_an_image_extension_is_refused_before_any_work(capsys, tmp_path, graph_work, name):
     code, _, err = run(capsys, "plan", EXAMPLE, "--slo-ms", "30", "--gpus", "t4", "--plot", str(tmp_path / name))
