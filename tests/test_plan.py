@@ -93,6 +93,20 @@ def test_plan_with_prices_is_sorted_by_cost(capsys, tmp_path, resnet_dynamic):
     assert slice_["price_source"] == "a100-sxm4-80gb x 3/7 compute slices"
 
 
+def test_devices_a_price_file_leaves_out_are_ordered_as_without_prices(capsys, tmp_path, resnet_dynamic):
+    """The devices a price file does not price, listed after the priced ones, went by the estimate's throughput:
+    ResNet-18 at batch 64 put an RTX 3080 (5,723 inferences/s at the estimate, 3,252 at the upper bound) above a
+    V100S (4,348 and 3,392), the reverse of the plan without prices and of the throughput the table shows first."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nt4,0.35\n")
+    args = (resnet_dynamic, "--slo-ms", "30", "--gpus", "rtx-3080,v100s-pcie-32gb,t4", "--batches", "1,4,16,64")
+    unpriced = [(e["device"], e["batch"]) for e in plan_json(capsys, *args)["plan"]]
+    assert unpriced == [("v100s-pcie-32gb", 64), ("rtx-3080", 64), ("t4", 16)]
+    priced = plan_json(capsys, *args, "--prices", str(prices))["plan"]
+    assert [(e["device"], e["usd_per_million"] is None) for e in priced] == [
+        ("t4", False), ("v100s-pcie-32gb", True), ("rtx-3080", True)]
+
+
 def test_a_partial_or_ambiguous_price_file_is_said(capsys, tmp_path):
     """A device the file does not price is listed after the priced ones, and the plan says why; a line naming a
     family of GPUs (a100) prices the board that name means everywhere in Lilou, and the plan says which."""

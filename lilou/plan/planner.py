@@ -619,11 +619,12 @@ def _whole_first(entry: PlanEntry) -> tuple:
 
 
 def plan_order(entry: PlanEntry, priced: bool) -> tuple:
-    """An entry's place in a plan: by $ per million at the upper bound's throughput, cheapest first (unpriced last),
-    with prices; by that throughput, highest first, without."""
+    """An entry's place in a plan: by $ per million at the upper bound's throughput, cheapest first (unpriced last,
+    by that throughput), with prices; by that throughput, highest first, without. Unpriced devices went by the
+    estimate's throughput, in another order than the plan without prices and the table's first throughput column."""
     if priced:
-        return (entry.usd_per_million is None, _tie(entry.usd_per_million or 0.0), -_tie(entry.throughput_per_s),
-                *_whole_first(entry))
+        return (entry.usd_per_million is None, _tie(entry.usd_per_million or 0.0),
+                -_tie(entry.throughput_per_s_at_upper), *_whole_first(entry))
     return (-_tie(entry.throughput_per_s_at_upper), *_whole_first(entry))
 
 
