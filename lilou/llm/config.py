@@ -901,6 +901,8 @@ def load_config(model: str | os.PathLike[str]) -> LLMConfig:
     if not isinstance(model, str | os.PathLike):
         raise LilouInputError(f"an LLM is a built-in name or a config.json's path, not {type(model).__name__}")
     text = os.fspath(model)
+    if "\0" in text:  # os.stat's ValueError ("embedded null byte") was an internal error
+        raise LilouInputError(f"an LLM's name or config path cannot hold a NUL byte: {text[:80]!r}")
     path = Path(text)
     if not _RELATIVE_PATHS.get() and not path.is_absolute():
         return builtin_config(text)
