@@ -294,6 +294,17 @@ def test_llm_options_without_llm_are_refused(capsys):
                                                "precision set by --precision\n")
 
 
+def test_a_built_in_llm_planned_without_llm_is_pointed_to_it(capsys, monkeypatch, tmp_path):
+    """`lilou plan llama-3.1-8b --slo-ms 20` read the name as an ONNX file's path: "no such file: llama-3.1-8b"."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--slo-ms", "20")
+    assert (code, out, err) == (2, "", "lilou: error: no such file: llama-3.1-8b; it names the built-in LLM "
+                                       "meta-llama/Llama-3.1-8B-Instruct: plan it with --llm --itl-slo-ms T --input-len "
+                                       "I --output-len O\n")
+    code, out, err = run(capsys, "plan", "absent.onnx", "--slo-ms", "20")
+    assert (code, out, err) == (2, "", "lilou: error: no such file: absent.onnx\n")
+
+
 def test_missing_price_file_and_bad_options_exit_2(capsys, tmp_path):
     for argv in (["--slo-ms", "50", "--prices", str(tmp_path / "none.csv")], ["--slo-ms", "-3"], [],
                  ["--slo-ms", "50", "--batches", "1,x"], ["--slo-ms", "50", "--batches", "0,2"],
