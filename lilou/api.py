@@ -123,8 +123,8 @@ class Predictor:
 
         self.backend = check_backend(backend)
         gap = check_launch_gap(launch_gap_ms)
-        kernel_folder = kernel_checkpoint or checkpoint_path(KERNEL_LATENCY)
-        overhead_folder = overhead_checkpoint or checkpoint_path(E2E_OVERHEAD)
+        kernel_folder = _checkpoint_folder("kernel_checkpoint", kernel_checkpoint) or checkpoint_path(KERNEL_LATENCY)
+        overhead_folder = _checkpoint_folder("overhead_checkpoint", overhead_checkpoint) or checkpoint_path(E2E_OVERHEAD)
         # Without the tensor-core model (a checkpoint folder that lacks it), every kernel is priced at FP32
         # rates and the warnings say so.
         tensor_folder = checkpoint_path(KERNEL_LATENCY_TENSOR, required=False)
@@ -737,6 +737,18 @@ def _estimates(kernels: GraphKernels, work: KernelWork, gpu: np.ndarray, shares:
 
 #: Largest host issue time per kernel accepted (ms): a Python loop per op on a slow host is under 0.2 ms.
 MAX_LAUNCH_GAP_MS = 1.0
+
+
+def _checkpoint_folder(option: str, folder: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
+    """A checkpoint folder given to :class:`Predictor`, checked: an int or bytes was a TypeError and a NUL byte a
+    ValueError out of the path functions."""
+    if folder is None:
+        return None
+    text = os.fspath(folder) if isinstance(folder, str | os.PathLike) else None
+    if not isinstance(text, str) or "\0" in text:
+        raise LilouInputError(f"{option} must be a checkpoint folder's path (a str without NUL bytes), not "
+                              f"{folder!r:.80}")
+    return folder
 
 
 def check_launch_gap(gap_ms: float | None) -> float | None:

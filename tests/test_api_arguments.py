@@ -227,3 +227,12 @@ def test_a_ranking_as_one_json_object_carries_its_warnings(predictor, resnet18):
     assert document["warnings"][0].startswith("GPU name 'a100-80gb' is ambiguous")
     assert document["warnings"] is not ranking.warnings
     assert isinstance(ranking.to_json(), list) and json.loads(json.dumps(document, allow_nan=False)) == document
+
+
+@pytest.mark.parametrize("option", ["kernel_checkpoint", "overhead_checkpoint"])
+@pytest.mark.parametrize("folder", [5, b"checkpoints/kernel_latency", "checkpoints/\0kernel_latency"])
+def test_a_checkpoint_folder_that_is_no_path_is_one_line(option, folder):
+    """Predictor(kernel_checkpoint=5) was a TypeError, a bytes folder another, and a NUL byte os.stat's ValueError."""
+    with pytest.raises(LilouInputError) as refused:
+        Predictor(**{option: folder})
+    assert str(refused.value) == f"{option} must be a checkpoint folder's path (a str without NUL bytes), not {folder!r}"

@@ -1052,3 +1052,19 @@ def test_an_onnx_file_named_json_is_read_as_onnx(tmp_path):
 
     renamed = shutil.copy(REPO / "examples" / "resnet18.onnx", tmp_path / "resnet18.json")
     assert len(load_onnx(renamed).graph.node) == len(load_onnx(REPO / "examples" / "resnet18.onnx").graph.node) > 0
+
+
+def test_a_path_holding_a_nul_byte_is_one_line_from_every_api_call():
+    """A path with a NUL byte (no command line can pass one; a host handing on a user's path can) was os.stat's
+    ValueError "embedded null byte" out of predict, rank, prepare and plan_model, not a LilouInputError."""
+    from lilou.api import Predictor
+    from lilou.plan import plan_model
+
+    path = "examples/resnet18.onnx\0.onnx"
+    predictor = Predictor()
+    calls = [lambda: predictor.predict(path, gpu="t4"), lambda: predictor.rank(path, gpus="t4"),
+             lambda: predictor.prepare(path), lambda: plan_model(path, 20, gpus=["t4"], predictor=predictor)]
+    for call in calls:
+        with pytest.raises(LilouInputError) as refused:
+            call()
+        assert str(refused.value) == "a path cannot hold a NUL byte: 'examples/resnet18.onnx\\x00.onnx'"

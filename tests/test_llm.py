@@ -388,6 +388,21 @@ def test_the_checkpoint_dtype_is_the_default_as_vllm_auto_serves_it(llm, tmp_pat
     assert asked.itl_ms == result.itl_ms and not any(w.startswith("no --dtype") for w in asked.warnings)
 
 
+def test_a_name_holding_a_nul_byte_is_one_line(llm, tmp_path):
+    """A config path with a NUL byte (a host handing on a user's text) was os.stat's ValueError out of lilou llm's
+    predict and plan_llm, not a LilouInputError."""
+    from lilou.plan import plan_llm
+
+    path = f"{tmp_path}/config\0.json"
+    message = f"an LLM's name or config path cannot hold a NUL byte: {path[:80]!r}"
+    with pytest.raises(LilouInputError) as refused:
+        llm.predict(path, "l4", batch=1, input_len=8, output_len=8)
+    assert str(refused.value) == message
+    with pytest.raises(LilouInputError) as refused:
+        plan_llm(path, 40, input_len=8, output_len=8, gpus=["l4"], llm_predictor=llm)
+    assert str(refused.value) == message
+
+
 def test_decode_is_kv_bound_and_bf16_beats_fp32_on_an_a100(llm):
     args = dict(batch=8, input_len=1024, output_len=128)
     bf16 = llm.predict("meta-llama/Llama-3.2-3B-Instruct", "a100-sxm4-80gb", dtype="bf16", **args)

@@ -93,6 +93,20 @@ def test_plan_with_prices_is_sorted_by_cost(capsys, tmp_path, resnet_dynamic):
     assert slice_["price_source"] == "a100-sxm4-80gb x 3/7 compute slices"
 
 
+def test_devices_a_price_file_leaves_out_are_ordered_as_without_prices(capsys, tmp_path, resnet_dynamic):
+    """The devices a price file does not price, listed after the priced ones, went by the estimate's throughput:
+    ResNet-18 at batch 64 put an RTX 3080 (5,723 inferences/s at the estimate, 3,252 at the upper bound) above a
+    V100S (4,348 and 3,392), the reverse of the plan without prices and of the throughput the table shows first."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,usd_per_hour\nt4,0.35\n")
+    args = (resnet_dynamic, "--slo-ms", "30", "--gpus", "rtx-3080,v100s-pcie-32gb,t4", "--batches", "1,4,16,64")
+    unpriced = [(e["device"], e["batch"]) for e in plan_json(capsys, *args)["plan"]]
+    assert unpriced == [("v100s-pcie-32gb", 64), ("rtx-3080", 64), ("t4", 16)]
+    priced = plan_json(capsys, *args, "--prices", str(prices))["plan"]
+    assert [(e["device"], e["usd_per_million"] is None) for e in priced] == [
+        ("t4", False), ("v100s-pcie-32gb", True), ("rtx-3080", True)]
+
+
 def test_a_partial_or_ambiguous_price_file_is_said(capsys, tmp_path):
     """A device the file does not price is listed after the priced ones, and the plan says why; a line naming a
     family of GPUs (a100) prices the board that name means everywhere in Lilou, and the plan says which."""
@@ -280,12 +294,36 @@ def test_llm_options_without_llm_are_refused(capsys):
                                                "precision set by --precision\n")
 
 
+def test_a_built_in_llm_planned_without_llm_is_pointed_to_it(capsys, monkeypatch, tmp_path):
+    """`lilou plan llama-3.1-8b --slo-ms 20` read the name as an ONNX file's path: "no such file: llama-3.1-8b"."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--slo-ms", "20")
+    assert (code, out, err) == (2, "", "lilou: error: no such file: llama-3.1-8b; it names the built-in LLM "
+                                       "meta-llama/Llama-3.1-8B-Instruct: plan it with --llm --itl-slo-ms T --input-len "
+                                       "I --output-len O\n")
+    code, out, err = run(capsys, "plan", "absent.onnx", "--slo-ms", "20")
+    assert (code, out, err) == (2, "", "lilou: error: no such file: absent.onnx\n")
+
+
 def test_missing_price_file_and_bad_options_exit_2(capsys, tmp_path):
     for argv in (["--slo-ms", "50", "--prices", str(tmp_path / "none.csv")], ["--slo-ms", "-3"], [],
                  ["--slo-ms", "50", "--batches", "1,x"], ["--slo-ms", "50", "--batches", "0,2"],
                  ["--slo-ms", "50", "--gpus", "not-a-gpu"]):
         code, out, err = run(capsys, "plan", EXAMPLE, *argv)
         assert code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_a_shape_pinning_the_batch_dimension_is_refused(capsys, resnet_dynamic):
+    """`--shape batch=4` names the batch axis a plan varies: every batch but 4 was skipped, each said as "--batch 1 and
+    --shape batch=4 disagree" (plan has no --batch), and the plan held batch 4 alone. A named dimension that is not
+    the batch (a sequence length) still keeps its size at every batch."""
+    from lilou.plan.planner import plan_model
+
+    code, out, err = run(capsys, "plan", resnet_dynamic, "--slo-ms", "20", "--gpus", "a10g", "--shape", "batch=4")
+    assert code == 2 and out == "" and err == ("lilou: error: --shape batch=4 sets the batch dimension, which a plan "
+                                               "varies; drop it, or plan that batch alone with --batches 4\n")
+    with pytest.raises(LilouInputError, match=r"^--shape batch=8 sets the batch dimension"):
+        plan_model(resnet_dynamic, 20, gpus=["a10g"], batches=[1, 2], shapes={"batch": (8,)})
 
 
 def test_mig_price_derivation():
@@ -426,6 +464,24 @@ def test_plot_is_written(capsys, tmp_path, resnet_dynamic):
                             "--batches", "1,8", "--plot", str(out))
     assert code == 0, err
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in stdout
+
+
+def test_a_plot_draws_the_interval_of_a_device_priced_at_one_batch(monkeypatch, tmp_path):
+    """A device priced at one batch (a file whose batch is fixed, an SLO missed at batch 1) had its interval drawn as
+    a band over that one batch, of no area: the chart showed its estimate and nothing of its 90 % interval."""
+    from matplotlib.figure import Figure
+
+    from lilou.plan.planner import plan_model
+    from lilou.plan.plot import plot_plan
+
+    drawn = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *a, **k: (drawn.append(figure.axes[0]), save(figure, *a, **k)))
+    plan = plan_model(EXAMPLE, 30, gpus=["t4", "a10g"], batches=[1, 2])  # batch 2 skipped: fixed at 1 in the file
+    assert plot_plan(plan, tmp_path / "plan.png") == ["a10g", "t4"]
+    bars = [container.lines[2][0].get_segments()[0].tolist() for container in drawn[0].containers]
+    assert bars == [[[1.0, plan.curves[name][0].interval_ms[0]], [1.0, plan.curves[name][0].interval_ms[1]]]
+                    for name in ("a10g", "t4")]
 
 
 @pytest.mark.parametrize("name", ["plan.txt", "plan"])

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             verb = "applies" if len(llm_only) == 1 else "apply"
             raise LilouInputError(f"{', '.join(llm_only)} {verb} with --llm (a decoder LLM planned over lilou llm); an "
                                   "ONNX model is planned with --slo-ms T, its precision set by --precision")
+        _refuse_a_built_in_llm(args.model)
         if args.slo_ms is None:
             raise LilouInputError("plan needs --slo-ms T (or --llm MODEL --itl-slo-ms T --input-len I --output-len O)")
         predictor = Predictor(backend=args.backend, launch_gap_ms=launch_gap_ms(args))
@@ -124,6 +125,18 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         console().print(f"wrote {args.plot}")
     return 0
+
+
+def _refuse_a_built_in_llm(model: str) -> None:
+    """A built-in LLM's name without --llm was read as an ONNX file's path: "no such file: llama-3.1-8b"."""
+    import os
+
+    from lilou.errors import LilouInputError
+    from lilou.llm.config import builtin_name
+
+    if not os.path.lexists(model) and builtin_name(model) is not None:
+        raise LilouInputError(f"no such file: {model}; it names the built-in LLM {builtin_name(model)}: plan it with "
+                              "--llm --itl-slo-ms T --input-len I --output-len O")
 
 
 def _plan_llm(args, gpus, batches, prices):

@@ -131,6 +131,8 @@ def _known_other_format(path: Path) -> str:
 def _check_regular_file(path: Path) -> None:
     """Say what the path is when it is not a readable regular file; never open a FIFO or device."""
     raw = os.fsencode(path)
+    if b"\0" in raw:  # os.stat's ValueError ("embedded null byte") was an internal error of every API call
+        raise LilouInputError(f"a path cannot hold a NUL byte: {_short(path)!r}")
     if len(raw) > _MAX_PATH_BYTES:
         raise LilouInputError(f"path too long ({len(raw)} bytes; the limit is {_MAX_PATH_BYTES}): {_short(path)}")
     for part in path.parts:

@@ -991,6 +991,8 @@ def load_config(model: str | os.PathLike[str]) -> LLMConfig:
     if not isinstance(model, str | os.PathLike):
         raise LilouInputError(f"an LLM is a built-in name or a config.json's path, not {type(model).__name__}")
     text = os.fspath(model)
+    if "\0" in text:  # os.stat's ValueError ("embedded null byte") was an internal error
+        raise LilouInputError(f"an LLM's name or config path cannot hold a NUL byte: {text[:80]!r}")
     path = Path(text)
     if path.suffix.lower() == ".onnx":  # it said "not a readable JSON config (UnicodeDecodeError)", or "unknown model"
         raise LilouInputError(f"{text}: an ONNX model, not an LLM config; `lilou llm` and `plan --llm` take a Hugging "

@@ -581,11 +581,21 @@ def _pins_at_batch(model: str | os.PathLike[str], shapes: Mapping[str, Sequence[
     from lilou.graph.shapes import runtime_inputs
 
     from lilou.graph.batch_axis import onnx_batch_axes, onnx_unbatched_inputs
+    from lilou.graph.names import protobuf_text
 
     loaded = load_onnx(model)
     runtime = runtime_inputs(loaded)
     inputs = {value.name for value in runtime} - onnx_unbatched_inputs(loaded.graph, runtime)  # not a weight fed as input
     axes = onnx_batch_axes(loaded.graph)
+    # A named dimension that is a batched input's batch axis would pin the batch the plan varies: every batch but
+    # that one was skipped with "--batch 1 and --shape batch=4 disagree", an option plan does not have.
+    batch_names = {protobuf_text(dims[axes.get(value.name, 0)].dim_param) for value in runtime if value.name in inputs
+                   for dims in [value.type.tensor_type.shape.dim] if len(dims) > axes.get(value.name, 0)}
+    for name, dims in shapes.items():
+        if name in batch_names and name not in inputs:
+            size = "x".join(map(str, dims))
+            raise LilouInputError(f"--shape {name}={size} sets the batch dimension, which a plan varies; drop it, or "
+                                  f"plan that batch alone with --batches {size}")
 
     def at(name: str, dims: Sequence[int], batch: int) -> tuple[int, ...]:
         axis = axes.get(name, 0)  # the second of a time-major recurrent layer's inputs
@@ -609,11 +619,12 @@ def _whole_first(entry: PlanEntry) -> tuple:
 
 
 def plan_order(entry: PlanEntry, priced: bool) -> tuple:
-    """An entry's place in a plan: by $ per million at the upper bound's throughput, cheapest first (unpriced last),
-    with prices; by that throughput, highest first, without."""
+    """An entry's place in a plan: by $ per million at the upper bound's throughput, cheapest first (unpriced last,
+    by that throughput), with prices; by that throughput, highest first, without. Unpriced devices went by the
+    estimate's throughput, in another order than the plan without prices and the table's first throughput column."""
     if priced:
-        return (entry.usd_per_million is None, _tie(entry.usd_per_million or 0.0), -_tie(entry.throughput_per_s),
-                *_whole_first(entry))
+        return (entry.usd_per_million is None, _tie(entry.usd_per_million or 0.0),
+                -_tie(entry.throughput_per_s_at_upper), *_whole_first(entry))
     return (-_tie(entry.throughput_per_s_at_upper), *_whole_first(entry))
 
 

@@ -26,8 +26,14 @@ def plot_plan(plan: CapacityPlan, path: str | os.PathLike[str], max_devices: int
         points = plan.curves[name]
         batches = [p.batch for p in points]
         line, = axis.plot(batches, [p.latency_ms for p in points], marker="o", markersize=3, label=name)
-        axis.fill_between(batches, [p.interval_ms[0] for p in points], [p.interval_ms[1] for p in points],
-                          color=line.get_color(), alpha=0.18, linewidth=0)
+        lows, highs = [p.interval_ms[0] for p in points], [p.interval_ms[1] for p in points]
+        if len(points) == 1:  # a band over one batch has no area: nothing was drawn (a file's fixed batch, an SLO
+            #                   missed at batch 1), so its interval is an error bar
+            axis.errorbar(batches, [points[0].latency_ms], yerr=[[points[0].latency_ms - lows[0]],
+                                                                 [highs[0] - points[0].latency_ms]],
+                          fmt="none", ecolor=line.get_color(), elinewidth=1.2, capsize=5)
+        else:
+            axis.fill_between(batches, lows, highs, color=line.get_color(), alpha=0.18, linewidth=0)
     axis.axhline(plan.slo_ms, color="black", linestyle="--", linewidth=1, label=f"SLO {plan.slo_ms:g} ms")
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
