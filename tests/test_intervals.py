@@ -485,6 +485,26 @@ def test_the_extrapolated_warning_says_widened_only_where_the_interval_was(zoo_o
     assert prediction.extrapolated_share == 1.0 and len(whole) == 1
 
 
+
+def test_the_every_kernel_warning_needs_every_kernel_extrapolated(zoo_onnx):
+    """ResNet-50 in FP8 at batch 64 on an H100-SXM's 1g.10gb slice: 120 of its 121 kernels are extrapolated, its
+    classifier GEMM is in range (share 0.9996). The warning said "every kernel of this model is extrapolated" from a
+    share of 0.9995 on; now from the whole share, as on the P4 beside it (no FP8 runtime: every kernel)."""
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    path = zoo_onnx("resnet50", batch=64)
+    prediction = predictor.predict(path, "h100-sxm/1g.10gb", precision="fp8")
+    in_range = [k.ops for k in prediction.kernels if not k.extrapolated]
+    assert (len(prediction.kernels), in_range, prediction.extrapolated_share) == (121, [("Reshape", "Gemm")], 0.9996)
+    assert not any("every kernel of this model is extrapolated" in w for w in prediction.warnings)
+    ranked = predictor.rank(path, gpus=["h100-sxm/1g.10gb", "p4"], precision="fp8")
+    assert [(e.device, e.extrapolated_share) for e in ranked] == [("h100-sxm/1g.10gb", 0.9996), ("p4", 1.0)]
+    assert [w for w in ranked.warnings if "every kernel of this model is extrapolated" in w] == [
+        "p4: every kernel of this model is extrapolated (no measured kernel of its kinds lies in range on GPUs of that "
+        "class, dtype and family): the prediction rests on other GPUs' measurements, and its 90 % interval is widened "
+        "for it"]
+
 def test_the_launch_gaps_range_is_the_training_hosts_spread(datasets_dir):
     """LAUNCH_GAP_RANGE is read from the rows the gap is: per training host, the 5th and 95th percentiles of the
     floor-bound elementwise calls' times; their hull over the shipped gap. LAUNCH_GAP_RANGE_GIVEN: the same

@@ -126,3 +126,25 @@ def test_precision_on_a_mixed_file_is_the_whole_model_in_that_precision():
     # a file typed P throughout: nothing to retype, nothing said
     same = predictor.predict(typed / "resnet-fp16.onnx", gpu="t4", precision="fp16")
     assert not any(w.startswith("--precision") for w in same.warnings)
+
+
+def test_precision_on_a_file_with_kept_io_types_drops_the_output_cast_too():
+    """onnxconverter-common's ``keep_io_types`` casts the FP16 model's output to FP32 (tests/data/typed's two-layer BERT,
+    opset 14). Asked in FP16 or FP32, that Cast is one to its own type, as the others the retyping makes, and launches
+    nothing; it stayed a kernel (a Cast writing a graph output was kept): 42 kernels and 1.2694 ms on a T4 in either
+    precision, where the FP32 export asked so has 41 kernels and 1.2461 ms (FP16), 1.254 ms (FP32)."""
+    from lilou.api import Predictor
+
+    predictor = Predictor()
+    converted, export = DATA / "typed" / "bert-opset14-fp16.onnx", DATA / "ort" / "bert-opset14.onnx"
+    plain = predictor.predict(converted, gpu="t4")  # as the file runs: its output cast is a kernel
+    assert len(plain.kernels) == 42
+    assert plain.kernels[-1].nodes == ("/model/encoder/layer.1/output/LayerNorm/Add_1_cast_to_339",)
+    for precision, latency in (("fp16", 1.2461), ("fp32", 1.254)):
+        asked = predictor.predict(converted, gpu="t4", precision=precision)
+        typed = predictor.predict(export, gpu="t4", precision=precision)
+        assert [(k.type, k.flops, k.bytes) for k in asked.kernels] == [(k.type, k.flops, k.bytes) for k in typed.kernels]
+        assert len(asked.kernels) == 41 and asked.latency_ms == typed.latency_ms == latency, precision
+        assert asked.interval_ms == typed.interval_ms and asked.extrapolated_share == typed.extrapolated_share
+        note = next(w for w in asked.warnings if w.startswith(f"--precision {precision}:"))
+        assert "the 1 Cast(s) between its precisions cast to their own type" in note
