@@ -205,7 +205,8 @@ def test_damaged_profiles_are_one_line(datasets_dir: Path, tmp_path: Path) -> No
     negative = lines[2].replace(lines[2].split(",")[ROW_COLUMNS.index("latency_ms")], "-1.0")
     cases = {
         "header": (damaged("header", "a,b\n1,2\n"), "the header is not that of"),
-        "negative": (damaged("negative", "\n".join([*lines[:2], negative]) + "\n"), "line 3: latency_ms -1.0"),
+        "negative": (damaged("negative", "\n".join([*lines[:2], negative]) + "\n"),
+                     "line 3: latency_ms '-1.0' is not a positive number"),
         "empty": (damaged("empty", lines[0] + "\n"), "no rows"),
         "json": (damaged("json", provenance_text="{not json"), "not JSON"),
         "format": (damaged("format", provenance_text='{"format": 9, "device": {"name": "Tesla T4", "kind": "cuda"}}'),
@@ -264,6 +265,14 @@ def test_check_puts_the_prediction_beside_a_real_label(datasets_dir: Path, tmp_p
     assert row["inside"] == (predicted["interval_ms"][0] <= measured <= predicted["interval_ms"][1])
     status, table, _ = run(capsys, "profile", "check", str(tmp_path / "t4-bert"))  # the export is reused
     assert status == 0 and f"MAPE {row['ape_pct']:.1f} %" in table
+    # the host's own gap (the launch floor of `lilou profile ops`), as `lilou infer --launch-gap-us` composes it
+    status, stdout, _ = run(capsys, "profile", "check", str(tmp_path / "t4-bert"), "--launch-gap-us", "10", "--format",
+                            "json")
+    status_infer, infer_out, _ = run(capsys, "infer", str(tmp_path / "t4-bert" / "model.onnx"), "--gpu", "Tesla T4",
+                                     "--tf32", "off", "--launch-gap-us", "10", "--format", "json")
+    (gapped,) = json.loads(stdout)
+    assert status == status_infer == 0 and gapped["predicted_ms"] == json.loads(infer_out)["latency_ms"]
+    assert gapped["predicted_ms"] != row["predicted_ms"]
 
 
 def test_check_refuses_cpu_and_damaged_labels(datasets_dir: Path, tmp_path: Path, capsys) -> None:
@@ -395,3 +404,145 @@ def test_provenance_records_the_host_cpu_model_from_proc_cpuinfo(tmp_path: Path)
 
         assert software()["host_cpu"] == host_cpu()
         assert host_cpu()
+
+
+# ------------------------------------------------------------------------------------------ hostile input (session 47)
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"rows": "+12"}, "line 3: shape field rows '+12' is not an integer from 0 to 2147483647"),
+    ({"rows": " 12"}, "line 3: shape field rows ' 12' is not an integer from 0 to 2147483647"),
+    ({"rows": "1_000"}, "line 3: shape field rows '1_000' is not an integer from 0 to 2147483647"),
+    ({"cols": "\u0661\u0662"}, "line 3: shape field cols '\u0661\u0662' is not an integer from 0 to 2147483647"),
+    ({"rows": "2147483648"}, "line 3: shape field rows '2147483648' is not an integer from 0 to 2147483647"),
+    ({"rows": "1" + "0" * 400}, f"line 3: shape field rows '1{'0' * 39}' is not an integer from 0 to 2147483647"),
+    ({"latency_ms": "nan"}, "line 3: latency_ms 'nan' is not a positive number"),
+    ({"latency_ms": "-0.01"}, "line 3: latency_ms '-0.01' is not a positive number"),
+    ({"latency_ms": "0.0_1"}, "line 3: latency_ms '0.0_1' is not a positive number"),
+    ({"latency_ms": "1e400"}, "line 3: latency_ms 1e400 is outside 0.0001 to 100000 ms, not a kernel's time"),
+])
+def test_data_add_refuses_numbers_a_profile_never_writes(datasets_dir: Path, tmp_path: Path, capsys, change,
+                                                         fragment: str) -> None:
+    """int() and float() took each of the shape fields (exit 0); the table's reader then read `+12` as 12 but 10**400
+    and other scripts' digits as NULL shapes of kernel-table rows."""
+    rows = neusight_t4_adds(datasets_dir, 3)
+    rows[1] = {**rows[1], **change}
+    write_profile(tmp_path / "bad", rows, provenance_of("Tesla T4", "cuda"))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "bad"), "--data-dir", str(tmp_path / "root"))
+    one_line_error(status, err, f"{tmp_path / 'bad' / ROWS_FILE}, {fragment}")
+    assert not (tmp_path / "root").exists()
+
+
+def test_damaged_csv_and_json_are_one_line(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    """An unterminated quote swallowed the 18 lines after it into one field ("2 rows ... added" of 20); a field over
+    csv's limit, JSON nested 100,000 deep or a 5,000-digit number were internal errors (exit 1)."""
+    write_profile(tmp_path / "good", neusight_t4_adds(datasets_dir, 20), provenance_of("Tesla T4", "cuda"))
+    lines = (tmp_path / "good" / ROWS_FILE).read_text().splitlines()
+
+    def damaged(name: str, rows_text: str | None = None, provenance_text: str | None = None) -> Path:
+        folder = tmp_path / name
+        write_profile(folder, [], provenance_of("Tesla T4", "cuda"))
+        (folder / ROWS_FILE).write_text(rows_text if rows_text is not None else "\n".join(lines) + "\n")
+        if provenance_text is not None:
+            (folder / PROVENANCE_FILE).write_text(provenance_text)
+        return folder
+
+    quoted = lines[2].rsplit(",", 1)[0] + ',"PyTorch 2.1'
+    cases = [
+        (damaged("quote", "\n".join([*lines[:2], quoted, *lines[3:]]) + "\n"),
+         f"{ROWS_FILE}, line 21: not CSV as a profile writes it (unexpected end of data)"),
+        (damaged("field", "\n".join([*lines[:2], lines[2].rsplit(",", 1)[0] + "," + "x" * 200_000]) + "\n"),
+         f"{ROWS_FILE}, line 3: not CSV as a profile writes it (field larger than field limit (131072))"),
+        (damaged("deep", provenance_text="[" * 100_000 + "]" * 100_000),
+         f"{PROVENANCE_FILE}: not a file `lilou profile` writes (nested too deep)"),
+        (damaged("digits", provenance_text='{"format": ' + "9" * 5000 + "}"),
+         f"{PROVENANCE_FILE}: not a file `lilou profile` writes (a number too long)"),
+        (damaged("long", provenance_text=json.dumps({"format": 1, "device": {"name": "T" * 10_000, "kind": "cuda"}})),
+         f"{PROVENANCE_FILE}: a device name of 10000 characters, longer than any PyTorch reports"),
+    ]
+    for folder, fragment in cases:
+        status, _, err = run(capsys, "data", "add", str(folder), "--data-dir", str(tmp_path / "root"))
+        assert err == f"lilou: error: {folder / fragment}\n" and status == 2
+    label = tmp_path / "label"
+    label.mkdir()
+    (label / "label.json").write_text("[" * 100_000 + "]" * 100_000)
+    status, _, err = run(capsys, "profile", "check", str(label))
+    assert status == 2 and err == f"lilou: error: {label}/label.json: not a file `lilou profile` writes (nested too deep)\n"
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize(("device", "change", "message"), [
+    ("Tesla T4", {"dtype": "bf16"},
+     "bf16 rows on t4 (compute capability 7.5), not what `lilou profile ops` measures there: not added"),
+    ("Tesla T4", {"dtype": "fp16", "family": "gemm", "op": "linear", "unit": "fp16", "bias": True, "rows": None,
+                  "cols": None, "batch": 1, "m": 64, "n": 64, "k": 64},
+     "fp16 rows on the unit 'fp16' on t4 (compute capability 7.5), not what `lilou profile ops` measures there: "
+     "not added"),
+    ("Tesla P4", {"dtype": "fp16", "family": "gemm", "op": "linear", "unit": "fp16_tensor", "bias": True, "rows": None,
+                  "cols": None, "batch": 1, "m": 64, "n": 64, "k": 64},
+     "fp16 rows on the unit 'fp16_tensor' on p4 (compute capability 6.1), not what `lilou profile ops` measures "
+     "there: not added"),
+    ("NVIDIA A100", {}, "'NVIDIA A100' stands for several GPUs of the database (a100-pcie-40gb, a100-sxm4-40gb, "
+                        "a100-pcie-80gb, a100-sxm4-80gb), not the one measured"),
+])
+def test_data_add_refuses_precisions_the_gpu_lacks_and_names_of_several_gpus(datasets_dir: Path, tmp_path: Path,
+                                                                             capsys, device: str, change,
+                                                                             message: str) -> None:
+    """Each was added (exit 0): BF16 rows of a T4, which the sweep skips there; an ambiguous name as the A100 40 GB."""
+    rows = [{**r, "device": device, **change} for r in neusight_t4_adds(datasets_dir, 3)]
+    write_profile(tmp_path / "bad", rows, provenance_of(device, "cuda"))
+    status, _, err = run(capsys, "data", "add", str(tmp_path / "bad"), "--data-dir", str(tmp_path / "root"))
+    assert (status, err) == (2, f"lilou: error: {tmp_path / 'bad'}: {message}\n")
+    assert not (tmp_path / "root").exists()
+
+
+def test_data_add_names_the_root_and_the_sources_training_needs(datasets_dir: Path, tmp_path: Path, capsys,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said `make train-kernels`, which reads $LILOU_DATA_DIR (here the shared mirror), not the root added to."""
+    monkeypatch.setenv("LILOU_DATA_DIR", str(datasets_dir))
+    write_profile(tmp_path / "t4-run", neusight_t4_adds(datasets_dir, 3), provenance_of("Tesla T4", "cuda"))
+    root = tmp_path / "root"
+    status, stdout, _ = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root))
+    assert status == 0 and stdout.splitlines()[-1] == (
+        f"  the kernel table reads them as the source lilou_profile; retrain with `LILOU_DATA_DIR={root} make "
+        "train-kernels`, once this root also holds the published sources it lacks (neusight, aiconfigurator, vidur, "
+        f"deepbench, liger_kernel): `lilou data fetch NAME --data-dir {root}`")
+    monkeypatch.setenv("LILOU_DATA_DIR", str(root))
+    for name in ("neusight", "aiconfigurator", "vidur", "deepbench", "liger_kernel"):
+        (root / name).mkdir()
+    status, stdout, _ = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--force")
+    assert status == 0 and stdout.splitlines()[-1] == (
+        "  the kernel table reads them as the source lilou_profile; retrain with `make train-kernels`")
+
+
+def test_check_refuses_bad_labels_before_any_export(datasets_dir: Path, tmp_path: Path, capsys) -> None:
+    """An ambiguous GPU was priced as the A100 SXM4 40 GB; an unknown GPU or MIG profile, or a batch of 2**20, was
+    found only after exporting the model (the last an internal error allocating 631 GB); 1e-300 ms gave an APE of
+    1e304 %."""
+    neusight_label(datasets_dir, tmp_path / "ok")
+    label = json.loads((tmp_path / "ok" / "label.json").read_text())
+    cases = [
+        ({"device": {"name": "NVIDIA A100", "kind": "cuda"}},
+         "'NVIDIA A100' stands for several GPUs of the database (a100-pcie-40gb, a100-sxm4-40gb, a100-pcie-80gb, "
+         "a100-sxm4-80gb), not the one measured"),
+        ({"device": {"name": "NVIDIA Z9000", "kind": "cuda"}},
+         "'NVIDIA Z9000' is not in the GPU database (`lilou gpus`); add it to lilou/hardware/gpus.yaml with its "
+         "sources first"),
+        ({"device": {"name": "NVIDIA A100-SXM4-80GB MIG 9g.99gb", "kind": "mig"}},
+         "GPU 'a100-sxm4-80gb' has no MIG profile '9g.99gb'; valid profiles: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, "
+         "3g.40gb, 4g.40gb, 7g.80gb"),
+        ({"model": "nosuch"}, "unknown zoo model 'nosuch'; see `lilou zoo list`"),
+        ({"model": "resnet50", "seq": None, "batch": 2**20},
+         "batch 1048576 of resnet50 at these shapes is more than 536,870,912 tokens or pixels, more than the export "
+         "here can hold"),
+    ]
+    for index, (change, message) in enumerate(cases):
+        folder = tmp_path / f"bad{index}"
+        folder.mkdir()
+        (folder / "label.json").write_text(json.dumps({**label, **change}))
+        status, _, err = run(capsys, "profile", "check", str(tmp_path / "ok"), str(folder))
+        assert (status, err) == (2, f"lilou: error: {folder}: {message}\n")
+    (tmp_path / "ok" / "label.json").write_text(json.dumps({**label, "latency_ms": 1e-300}))
+    status, _, err = run(capsys, "profile", "check", str(tmp_path / "ok"))
+    assert (status, err) == (2, f"lilou: error: {tmp_path}/ok/label.json: latency_ms 1e-300 is outside 0.0001 to "
+                                "100000 ms, not a measurement\n")
+    assert sorted(p.name for p in tmp_path.glob("*/model.onnx")) == []

@@ -58,9 +58,24 @@ def run_add(args: argparse.Namespace) -> int:
     if is_held_back(gpu):
         out.print(f"  {gpu} rows are held back from every source for independent evaluation: the table keeps them "
                   "out of training", highlight=False)
-    out.print("  the kernel table reads them as the source lilou_profile; retrain with `make train-kernels`",
+    out.print(f"  the kernel table reads them as the source lilou_profile; retrain with {retrain_hint(target.parents[1])}",
               highlight=False)
     return 0
+
+
+def retrain_hint(root: Path) -> str:
+    """`make train-kernels`, with LILOU_DATA_DIR where training would read another root, and the published
+    sources the root lacks (training reads them all from the same root)."""
+    from lilou.data.kernel_table import SOURCES
+    from lilou.data.paths import data_root
+
+    same = root.resolve() == data_root().resolve()
+    hint = "`make train-kernels`" if same else f"`LILOU_DATA_DIR={root} make train-kernels`"
+    missing = [name for name in SOURCES if not (root / name).is_dir()]
+    if missing:
+        hint += (f", once this root also holds the published sources it lacks ({', '.join(missing)}): "
+                 f"`lilou data fetch NAME --data-dir {root}`")
+    return hint
 
 
 def _add_data_dir(parser: argparse.ArgumentParser) -> None:

@@ -11,10 +11,13 @@ import re
 import sys
 from pathlib import Path
 
-from lilou.commands._common import console
+from lilou.commands._common import add_launch_gap_option, console, launch_gap_ms
 from lilou.errors import LilouInputError
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d{1,2})?)$")
+#: The most input positions (batch x sequence, or batch x image side squared) `check` exports a label's model at: its
+#: example inputs are real tensors (6 GiB of FP32 RGB images at this size), and a label's batch may reach 2**20.
+MAX_LABEL_INPUT = 2**29
 
 
 def _names(text: str, option: str) -> tuple[str, ...]:
@@ -76,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check = actions.add_parser("check", help="put Lilou's prediction beside the labels of `lilou profile model`")
     check.add_argument("folders", nargs="+", metavar="DIR", help="--out folders of `lilou profile model`")
     check.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
+    add_launch_gap_option(check)
     check.set_defaults(handler=run_check)
 
 
@@ -168,17 +172,30 @@ def run_check(args: argparse.Namespace) -> int:
     timing (a CUDA-graph replay is composed without host gaps)."""
     from lilou.api import Predictor
     from lilou.commands._common import print_json
-    from lilou.data.profiles import read_model_label
+    from lilou.data.profiles import database_gpu, read_model_label
+    from lilou.zoo.catalogue import get_entry
 
     labels = [read_model_label(folder) for folder in args.folders]  # every folder checked before any work
     for label in labels:
         if label.kind == "cpu":
             raise LilouInputError(f"{label.folder}: measured on a CPU ({label.device}), a dry run; no GPU to compare")
+        gpu = database_gpu(label.folder, label.gpu_name)
+        try:
+            entry = get_entry(label.model)
+            if label.mig_profile:
+                gpu.mig_profile(label.mig_profile)
+        except LilouInputError as exc:
+            raise LilouInputError(f"{label.folder}: {exc}") from None
+        side = label.image_size or entry.image_size or 1
+        if label.batch * max(label.seq or entry.seq or 1, side * side) > MAX_LABEL_INPUT:
+            raise LilouInputError(f"{label.folder}: batch {label.batch} of {label.model} at these shapes is more than "
+                                  f"{MAX_LABEL_INPUT:,} tokens or pixels, more than the export here can hold")
     predictor = Predictor()
+    eager = predictor.with_launch_gap(launch_gap_ms(args))  # the labels' host, where its gap was measured
     rows = []
     for label in labels:
         onnx_path = _label_model(label)
-        chosen = predictor.with_launch_gap(0.0) if label.timing == "cuda-graph-replay" else predictor
+        chosen = predictor.with_launch_gap(0.0) if label.timing == "cuda-graph-replay" else eager
         prediction = chosen.predict(str(onnx_path), label.gpu_name, mig=label.mig_profile,
                                     precision=None if label.dtype == "fp32" else label.dtype, tf32=label.tf32)
         low, high = prediction.interval_ms

@@ -60,6 +60,12 @@ SWEEP_TIMING = {"cuda": ("cuda-events-eager", "cuda-graph-replay"), "mig": ("cud
 SWEEP_BIAS = {"linear": "true", "bmm": "false"}  # every other op: empty
 #: A profile's folder name under lilou_profile/ (--name): one safe path component.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,99}")
+#: How a profile writes its numbers: shape fields as ASCII digits (at most 2**31 - 1, far above any dimension of the
+#: sweep), ``latency_ms`` as Python's repr of a float. int() and float() also take "+12", " 12", "1_000" and other
+#: scripts' digits, which the kernel table's reader (DuckDB) reads as NULL or as another number.
+_INTEGER = re.compile(r"[0-9]{1,10}")
+_DECIMAL = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
+MAX_SHAPE = 2**31 - 1
 MAX_ROWS_BYTES = 64 * 2**20
 MAX_PROVENANCE_BYTES = 2**20
 
@@ -73,6 +79,7 @@ class Profile:
     rows: int
     device: str       # the device string PyTorch reported
     kind: str         # cuda, mig or cpu
+    units: frozenset[tuple[str, str]] = frozenset()  # the (dtype, unit) pairs of its rows
 
 
 def write_profile(folder: Path, rows: list[dict], provenance: dict[str, Any]) -> None:
@@ -101,13 +108,14 @@ def read_profile(folder: str | os.PathLike[str]) -> Profile:
         raise LilouInputError(f"{folder}: not a directory (give the --out folder of `lilou profile ops`)")
     provenance = _read_provenance(folder / PROVENANCE_FILE)
     device = provenance["device"]
-    rows = _check_rows(folder / ROWS_FILE, device["name"], device["kind"], _settings_timing(provenance))
-    return Profile(folder, provenance, rows, device["name"], device["kind"])
+    rows, units = _check_rows(folder / ROWS_FILE, device["name"], device["kind"], _settings_timing(provenance))
+    return Profile(folder, provenance, rows, device["name"], device["kind"], units)
 
 
-def _capped_text(path: Path, limit: int,
-                 holds: str = f"a profile directory of `lilou profile ops` holds {ROWS_FILE} and {PROVENANCE_FILE}"
-                 ) -> str:
+_PROFILE_HOLDS = f"a profile directory of `lilou profile ops` holds {ROWS_FILE} and {PROVENANCE_FILE}"
+
+
+def _capped_text(path: Path, limit: int, holds: str = _PROFILE_HOLDS) -> str:
     if not path.is_file():
         raise LilouInputError(f"{path}: missing ({holds})")
     if path.stat().st_size > limit:
@@ -118,14 +126,27 @@ def _capped_text(path: Path, limit: int,
         raise LilouInputError(f"{path}: cannot be read as UTF-8 text ({type(exc).__name__})") from None
 
 
-def _read_provenance(path: Path) -> dict[str, Any]:
+def _load_json(path: Path, holds: str = _PROFILE_HOLDS) -> Any:
+    """``path``'s JSON (capped): a syntax error, a nesting deep enough to exhaust Python's recursion or an integer
+    too long to convert is one line."""
+    text = _capped_text(path, MAX_PROVENANCE_BYTES, holds)
     try:
-        provenance = json.loads(_capped_text(path, MAX_PROVENANCE_BYTES))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise LilouInputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # 5,000-digit integers; [[[[...]]]] 100,000 deep
+        reason = "nested too deep" if isinstance(exc, RecursionError) else "a number too long"
+        raise LilouInputError(f"{path}: not a file `lilou profile` writes ({reason})") from None
+
+
+def _read_provenance(path: Path) -> dict[str, Any]:
+    provenance = _load_json(path)
     device = provenance.get("device") if isinstance(provenance, dict) else None
     if not isinstance(device, dict) or not isinstance(device.get("name"), str) or not device["name"].strip():
         raise LilouInputError(f"{path}: no device name (\"device\": {{\"name\": ..., \"kind\": ...}})")
+    if len(device["name"]) > 200:
+        raise LilouInputError(f"{path}: a device name of {len(device['name'])} characters, longer than any PyTorch "
+                              "reports")
     if provenance.get("format") != FORMAT_VERSION:
         raise LilouInputError(f"{path}: format {provenance.get('format')!r}, this Lilou reads format {FORMAT_VERSION}")
     if device.get("kind") not in DEVICE_KINDS:
@@ -142,14 +163,21 @@ def _settings_timing(provenance: dict[str, Any]) -> tuple[str, ...] | None:
     return None
 
 
-def _check_rows(path: Path, device: str, kind: str = "cuda", timings: tuple[str, ...] | None = None) -> int:
-    reader = csv.reader(_capped_text(path, MAX_ROWS_BYTES).splitlines())
-    header = next(reader, None)
+def _check_rows(path: Path, device: str, kind: str = "cuda",
+                timings: tuple[str, ...] | None = None) -> tuple[int, frozenset[tuple[str, str]]]:
+    """The number of rows and their (dtype, unit) pairs."""
+    reader = csv.reader(_capped_text(path, MAX_ROWS_BYTES).splitlines(), strict=True)
+    try:
+        lines = list(reader)
+    except csv.Error as exc:  # an unterminated quote, a field over csv's 128 KiB limit
+        raise LilouInputError(f"{path}, line {reader.line_num}: not CSV as a profile writes it ({exc})") from None
+    header = lines[0] if lines else None
     if header is None or tuple(header) != ROW_COLUMNS:
         raise LilouInputError(f"{path}: the header is not that of `lilou profile ops` ({', '.join(ROW_COLUMNS[:4])} ...)")
     count = 0
     seen: dict[tuple[str, ...], int] = {}
-    for line, values in enumerate(reader, start=2):
+    units: set[tuple[str, str]] = set()
+    for line, values in enumerate(lines[1:], start=2):
         row = dict(zip(ROW_COLUMNS, values))
         problem = _row_problem(row, len(values), device, kind, timings)
         if problem is None and tuple(values) in seen:
@@ -157,10 +185,11 @@ def _check_rows(path: Path, device: str, kind: str = "cuda", timings: tuple[str,
         if problem:
             raise LilouInputError(f"{path}, line {line}: {problem}")
         seen[tuple(values)] = line
+        units.add((row["dtype"], row["unit"]))
         count += 1
     if count == 0:
         raise LilouInputError(f"{path}: no rows (every case was skipped? see the \"skipped\" of {PROVENANCE_FILE})")
-    return count
+    return count, frozenset(units)
 
 
 def _row_problem(row: dict[str, str], width: int, device: str, kind: str = "cuda",
@@ -192,18 +221,16 @@ def _row_problem(row: dict[str, str], width: int, device: str, kind: str = "cuda
     if row["timing"] not in SWEEP_TIMING[kind] or (timings is not None and row["timing"] not in timings):
         allowed = timings if timings is not None else SWEEP_TIMING[kind]
         return f"timing {row['timing']!r} is not what the provenance's {kind} run used ({', '.join(allowed)})"
-    try:
-        latency = float(row["latency_ms"])
-        sizes = {name: int(row[name]) for name in SHAPE_COLUMNS if row[name] != ""}
-    except ValueError:
-        return "latency_ms is not a number or a shape field is not an integer"
-    if not (math.isfinite(latency) and latency > 0):
-        return f"latency_ms {row['latency_ms']} is not a positive number"
+    if not _DECIMAL.fullmatch(row["latency_ms"]):
+        return f"latency_ms {row['latency_ms'][:40]!r} is not a positive number"
+    latency = float(row["latency_ms"])
+    for name in SHAPE_COLUMNS:
+        if row[name] != "" and not (_INTEGER.fullmatch(row[name]) and int(row[name]) <= MAX_SHAPE):
+            return f"shape field {name} {row[name][:40]!r} is not an integer from 0 to {MAX_SHAPE}"
+    sizes = {name: int(row[name]) for name in SHAPE_COLUMNS if row[name] != ""}
     low, high = LATENCY_RANGE_MS
     if not low <= latency <= high:
         return f"latency_ms {row['latency_ms']} is outside {low:g} to {high:g} ms, not a kernel's time"
-    if any(size < 0 for size in sizes.values()):
-        return "a negative shape field"
     wanted = SWEEP_SHAPES[family]
     if set(sizes) != set(wanted):
         missing, extra = [n for n in wanted if n not in sizes], [n for n in sizes if n not in wanted]
@@ -219,8 +246,6 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
                 name: str | None = None, force: bool = False) -> tuple[Profile, Path, str]:
     """Check ``folder`` and copy it into the data root's profiles; returns the profile, where it went and the
     database GPU its device is."""
-    from lilou.hardware import find_gpu
-
     profile = read_profile(folder)
     if profile.kind == "cpu":
         raise LilouInputError(f"{profile.folder}: measured on a CPU ({profile.device}), a dry run of the sweep; only "
@@ -228,11 +253,12 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     if profile.kind == "mig" or " MIG " in profile.device:
         raise LilouInputError(f"{profile.folder}: measured on a MIG slice ({profile.device}); the kernel table has no "
                               "MIG column yet, so the rows would be taken for the whole GPU's: not added")
-    try:
-        gpu = find_gpu(profile.device).name
-    except LilouInputError:
-        raise LilouInputError(f"{profile.folder}: {profile.device!r} is not in the GPU database (`lilou gpus`); add "
-                              "it to lilou/hardware/gpus.yaml with its sources first") from None
+    spec = database_gpu(profile.folder, profile.device)
+    gpu = spec.name
+    problem = _unit_problem(profile.units, spec.compute_capability)
+    if problem:
+        raise LilouInputError(f"{profile.folder}: {problem} on {gpu} (compute capability {spec.compute_capability}), "
+                              "not what `lilou profile ops` measures there: not added")
     target_name = profile.folder.resolve().name if name is None else name
     if not _SAFE_NAME.fullmatch(target_name):
         raise LilouInputError(f"{target_name!r} is not a folder name for the profile: give --name of letters, digits "
@@ -260,6 +286,36 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     except OSError as exc:
         raise LilouInputError(f"cannot write {target}: {exc.strerror or exc}; choose another --data-dir") from None
     return profile, target, gpu
+
+
+def database_gpu(folder: Path, device: str):
+    """The GPU database's entry for the device string PyTorch reported in ``folder``; a name the database lacks, or
+    one that stands for several boards (PyTorch names the board, ``NVIDIA A100-SXM4-80GB``, never the family), is a
+    one-line :class:`LilouInputError` naming the folder."""
+    from lilou.hardware import find_gpu
+    from lilou.hardware.database import ambiguity_note, name_family
+
+    try:
+        spec = find_gpu(device)
+    except LilouInputError:
+        raise LilouInputError(f"{folder}: {device[:100]!r} is not in the GPU database (`lilou gpus`); add it to "
+                              "lilou/hardware/gpus.yaml with its sources first") from None
+    if ambiguity_note(device):
+        raise LilouInputError(f"{folder}: {device!r} stands for several GPUs of the database "
+                              f"({', '.join(name_family(device))}), not the one measured")
+    return spec
+
+
+def _unit_problem(units: frozenset[tuple[str, str]], compute_capability: str) -> str | None:
+    """Rows in a precision the GPU lacks (TF32 and BF16 before compute capability 8.0, which the sweep skips), or
+    FP16 math on the wrong unit (tensor cores from 7.0), as lilou.profile.runner derives it."""
+    major = int(compute_capability.split(".")[0])
+    for dtype, unit in sorted(units):
+        if dtype in ("tf32", "bf16") and major < 8:
+            return f"{dtype} rows"
+        if unit in ("fp16", "fp16_tensor") and unit != ("fp16_tensor" if major >= 7 else "fp16"):
+            return f"{dtype} rows on the unit {unit!r}"
+    return None
 
 
 def _curated_note(root: Path) -> Path | None:
@@ -314,11 +370,7 @@ def read_model_label(folder: str | os.PathLike[str]) -> ModelLabel:
     if not folder.is_dir():
         raise LilouInputError(f"{folder}: not a directory (give the --out folder of `lilou profile model`)")
     path = folder / LABEL_FILE
-    try:
-        label = json.loads(_capped_text(path, MAX_PROVENANCE_BYTES,
-                                        f"the --out folder of `lilou profile model` holds {LABEL_FILE}"))
-    except json.JSONDecodeError as exc:
-        raise LilouInputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    label = _load_json(path, f"the --out folder of `lilou profile model` holds {LABEL_FILE}")
     problem = _label_problem(label)
     if problem:
         raise LilouInputError(f"{path}: {problem}")
@@ -345,6 +397,8 @@ def _label_problem(label: Any) -> str | None:
     if not (isinstance(latency, int | float) and not isinstance(latency, bool) and math.isfinite(latency)
             and latency > 0):
         return f"latency_ms {latency!r} is not a positive number"
+    if not LATENCY_RANGE_MS[0] <= latency <= LATENCY_RANGE_MS[1]:
+        return f"latency_ms {latency!r} is outside {LATENCY_RANGE_MS[0]:g} to {LATENCY_RANGE_MS[1]:g} ms, not a measurement"
     device = label.get("device")
     if not isinstance(device, dict) or not isinstance(device.get("name"), str) or device.get("kind") not in DEVICE_KINDS:
         return "no device name and kind"
