@@ -332,8 +332,19 @@ def test_data_add_refuses_a_profile_already_added_under_another_name(datasets_di
     root = tmp_path / "root"
     assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root))[0] == 0
     status, _, err = run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root), "--name", "again")
-    one_line_error(status, err, f"{tmp_path / 't4-run'}: its rows.csv is already added as {root / 'lilou_profile' / 't4-run'}")
-    assert sorted(p.name for p in (root / "lilou_profile").iterdir()) == ["t4-run"]
+    added = root / "lilou_profile" / "t4-run"
+    one_line_error(status, err, f"{tmp_path / 't4-run'}: 3 of its 3 rows are already added as {added}")
+    # reordered, or a part of them, under another name: added before (the same measurements counted twice)
+    rows = neusight_t4_adds(datasets_dir, 5)
+    write_profile(tmp_path / "reordered", rows[2::-1], provenance_of("Tesla T4", "cuda"))
+    write_profile(tmp_path / "overlap", rows[2:], provenance_of("Tesla T4", "cuda"))
+    for name, shared in (("reordered", 3), ("overlap", 1)):
+        status, _, err = run(capsys, "data", "add", str(tmp_path / name), "--data-dir", str(root))
+        assert (status, err) == (2, f"lilou: error: {tmp_path / name}: {shared} of its 3 rows are already added as "
+                                    f"{added}; the same measurements twice would count double\n")
+    write_profile(tmp_path / "new", rows[3:], provenance_of("Tesla T4", "cuda"))
+    assert run(capsys, "data", "add", str(tmp_path / "new"), "--data-dir", str(root))[0] == 0
+    assert sorted(p.name for p in (root / "lilou_profile").iterdir()) == ["new", "t4-run"]
     assert run(capsys, "data", "add", str(tmp_path / "t4-run"), "--data-dir", str(root), "--force")[0] == 0
 
 

@@ -273,12 +273,12 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     target = root / PROFILE_DATASET / target_name
     if target.exists() and not force:
         raise LilouInputError(f"{target}: a profile of that name is already added (--name another, or --force)")
-    rows_bytes = (profile.folder / ROWS_FILE).read_bytes()
+    lines = set(_data_lines(profile.folder / ROWS_FILE))
     for other in sorted(target.parent.glob(f"*/{ROWS_FILE}")):
-        if other.parent.name != target_name and other.stat().st_size == len(rows_bytes) \
-                and other.read_bytes() == rows_bytes:
-            raise LilouInputError(f"{profile.folder}: its {ROWS_FILE} is already added as {other.parent}; the same "
-                                  "measurements twice would count double")
+        shared = other.parent.name != target_name and len(lines.intersection(_data_lines(other)))
+        if shared:
+            raise LilouInputError(f"{profile.folder}: {shared} of its {profile.rows} rows are already added as "
+                                  f"{other.parent}; the same measurements twice would count double")
     try:
         target.mkdir(parents=True, exist_ok=True)
         for file in (ROWS_FILE, PROVENANCE_FILE):
@@ -286,6 +286,14 @@ def add_profile(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]
     except OSError as exc:
         raise LilouInputError(f"cannot write {target}: {exc.strerror or exc}; choose another --data-dir") from None
     return profile, target, gpu
+
+
+def _data_lines(path: Path) -> list[str]:
+    """The lines of an added ``rows.csv`` after its header (each a measurement, written once; capped like any)."""
+    try:
+        return _capped_text(path, MAX_ROWS_BYTES).splitlines()[1:]
+    except LilouInputError:  # a file put there by hand that no profile could be: nothing to compare
+        return []
 
 
 def database_gpu(folder: Path, device: str):
