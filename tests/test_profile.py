@@ -444,8 +444,9 @@ def test_data_add_refuses_numbers_a_profile_never_writes(datasets_dir: Path, tmp
 
 
 def test_damaged_csv_and_json_are_one_line(datasets_dir: Path, tmp_path: Path, capsys) -> None:
-    """An unterminated quote swallowed the 18 lines after it into one field ("2 rows ... added" of 20); a field over
-    csv's limit, JSON nested 100,000 deep or a 5,000-digit number were internal errors (exit 1)."""
+    """An unterminated quote swallowed the 18 lines after it into one field ("2 rows ... added" of 20), as a rows.csv
+    cut at a line's end was added with what was left; a field over csv's limit, JSON nested 100,000 deep or a
+    5,000-digit number were internal errors (exit 1)."""
     write_profile(tmp_path / "good", neusight_t4_adds(datasets_dir, 20), provenance_of("Tesla T4", "cuda"))
     lines = (tmp_path / "good" / ROWS_FILE).read_text().splitlines()
 
@@ -473,6 +474,10 @@ def test_damaged_csv_and_json_are_one_line(datasets_dir: Path, tmp_path: Path, c
     for folder, fragment in cases:
         status, _, err = run(capsys, "data", "add", str(folder), "--data-dir", str(tmp_path / "root"))
         assert err == f"lilou: error: {folder / fragment}\n" and status == 2
+    cut = damaged("cut", "\n".join(lines[:15]) + "\n", json.dumps({**provenance_of("Tesla T4", "cuda"), "rows": 20}))
+    status, _, err = run(capsys, "data", "add", str(cut), "--data-dir", str(tmp_path / "root"))
+    assert (status, err) == (2, f"lilou: error: {cut / ROWS_FILE}: 14 rows, {PROVENANCE_FILE} says 20 were measured (a "
+                                "truncated or edited copy?)\n")
     label = tmp_path / "label"
     label.mkdir()
     (label / "label.json").write_text("[" * 100_000 + "]" * 100_000)

@@ -109,6 +109,10 @@ def read_profile(folder: str | os.PathLike[str]) -> Profile:
     provenance = _read_provenance(folder / PROVENANCE_FILE)
     device = provenance["device"]
     rows, units = _check_rows(folder / ROWS_FILE, device["name"], device["kind"], _settings_timing(provenance))
+    written = provenance.get("rows")
+    if type(written) is int and written != rows:  # written by `lilou profile ops` with its rows
+        raise LilouInputError(f"{folder / ROWS_FILE}: {rows} rows, {PROVENANCE_FILE} says {written} were measured "
+                              "(a truncated or edited copy?)")
     return Profile(folder, provenance, rows, device["name"], device["kind"], units)
 
 
