@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -442,3 +443,96 @@ def test_llm_form_names_what_its_figures_describe_and_clears_a_config(browser, s
     assert shown["result"].startswith("does not fit on t4")
     assert "time to first token (ms)" not in shown and all(value for value in shown.values())
     assert shown["memory per GPU (GiB)"].endswith(", does not fit")
+
+
+def test_the_precision_menu_offers_every_precision_the_api_takes(browser, server):  # noqa: F811 - the fixture
+    """The menu stopped at int8: int4 and fp4, which /v1/rank and `lilou rank --precision` take, could not be asked."""
+    import typing
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from lilou.serve.schemas import Precision
+
+    browser.get(server + "/")
+    options = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "precision")).options]
+    assert options == ["", *typing.get_args(Precision)]
+
+
+# Wrap the page's fetch: requests to PATH wait DELAY ms (window.slowDone once the slow one is answered), and
+# window.calls counts them; GPU, when set, delays only the requests whose form names that gpu.
+SLOW_FETCH = """
+const [path, delay, gpu] = arguments, real = window.fetch;
+window.calls = 0; window.slowDone = false;
+window.fetch = async (url, init) => {
+  if (url !== path || (gpu && init.body.get("gpu") !== gpu)) return real(url, init);
+  window.calls += 1;
+  await new Promise((resolve) => setTimeout(resolve, delay));
+  const response = await real(url, init);
+  window.slowDone = true;
+  return response;
+};
+"""
+
+
+def test_a_slow_llm_request_is_sent_once(browser, server):  # noqa: F811 - the imported fixture
+    """The LLM button stayed enabled while its request ran: three clicks sent three requests to /v1/llm, and the
+    figures shown were those of whichever answered last. It is disabled until the answer is in (and Enter in a box
+    does not submit past it)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for field, value in (("llm-model", "llama-3.1-8b"), ("llm-gpu", "a100-80gb")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    browser.execute_script(SLOW_FETCH, "/v1/llm", 2000, None)
+    button, status = browser.find_element(By.ID, "llm-button"), browser.find_element(By.ID, "llm-status")
+    button.click()
+    assert not button.is_enabled() and status.text == "Predicting…"
+    browser.execute_script("arguments[0].click(); arguments[0].click()", button)
+    browser.find_element(By.ID, "llm-gpu").send_keys(Keys.ENTER)
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done." and button.is_enabled()
+    assert browser.execute_script("return window.calls") == 1
+
+
+def test_a_breakdown_answered_late_does_not_replace_the_one_asked_after_it(browser, server):  # noqa: F811
+    """Two breakdown buttons clicked in turn: the first request's answer, arriving after the second's, was drawn
+    over it, so the chart showed t4 after a10g had been asked for. The latest request's answer stays."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    rows, status = _rank_on_the_page(browser, RESNET18, {})
+    assert status == "Done." and len(rows) == len(DEVICES)
+    browser.execute_script(SLOW_FETCH, "/v1/predict", 3000, "t4")
+    buttons = {row.find_elements(By.TAG_NAME, "td")[1].text: row.find_element(By.TAG_NAME, "button")
+               for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")}
+    buttons["t4"].click()
+    title = _click_breakdown(browser, "a10g")
+    assert title.startswith("Kernel breakdown on a10g")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: d.execute_script("return window.slowDone"))
+    time.sleep(1)   # the late answer's own handling
+    assert browser.find_element(By.ID, "breakdown-title").text == title
+    assert browser.find_element(By.ID, "rank-status").text == "Done."
+
+
+def test_no_answer_from_the_server_says_so(browser, server):  # noqa: F811 - the imported fixture
+    """A request that got no answer at all (the server stopped) showed the browser's bare "Error: Failed to fetch"."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    WebDriverWait(browser, 90).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    browser.execute_script("window.fetch = async () => { throw new TypeError('Failed to fetch'); }")
+    browser.find_element(By.ID, "llm-button").click()
+    status = browser.find_element(By.ID, "llm-status")
+    WebDriverWait(browser, 30).until(lambda d: status.text.startswith("Error"))
+    assert status.text == "Error: no answer from the Lilou server (Failed to fetch); is it still running?"
+    assert browser.find_element(By.ID, "llm-button").is_enabled()

@@ -34,8 +34,14 @@ function setStatus(id, text, isError = false) {
   if (isError) node.focus({ preventScroll: false });
 }
 
-async function call(path, body) {
-  const response = await fetch(path, { method: "POST", body });
+// POST a FormData (or { body, headers } for JSON); the service's one-line error as the Error's message.
+async function call(path, body, headers = {}) {
+  let response;
+  try {
+    response = await fetch(path, { method: "POST", body, headers });
+  } catch (e) {  // no answer at all: the browser's "Failed to fetch" said nothing of where
+    throw new Error(`no answer from the Lilou server (${e.message}); is it still running?`);
+  }
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
   if (!response.ok) {
@@ -124,6 +130,7 @@ function showWarnings(lists) {
 
 let rankWarnings = [];
 let rankedInputs = null;   // the inputs of the ranking on screen (modelInputs)
+let breakdownAsked = 0;    // the latest breakdown asked for: an earlier one's answer, arriving after, is dropped
 
 // An error leaves no figures of an earlier request on screen, as if they answered this one.
 function clearRanking() {
@@ -228,15 +235,17 @@ function renderChart(prediction) {
 async function breakdown(gpu, mig) {
   const inputs = rankedInputs;
   if (!inputs) return;
+  const asked = ++breakdownAsked;
+  const stale = () => inputs !== rankedInputs || asked !== breakdownAsked;   // another ranking or breakdown since
   setStatus("rank-status", `Predicting the kernels on ${gpu}${mig ? " MIG " + mig : ""}…`);
   try {
     const { data } = await call("/v1/predict", modelForm(inputs, { gpu, mig }));
-    if (inputs !== rankedInputs) return;   // another ranking replaced this one meanwhile
+    if (stale()) return;
     renderChart(data);
     showWarnings([rankWarnings, data.warnings]);
     setStatus("rank-status", "Done.");
   } catch (error) {
-    if (inputs !== rankedInputs) return;
+    if (stale()) return;
     clearBreakdown();
     showWarnings([rankWarnings]);
     setStatus("rank-status", `Error: ${error.message}`, true);
@@ -317,20 +326,20 @@ async function llm(event) {
     input_len: numberField("llm-input"), output_len: numberField("llm-output"),
     dtype: $("llm-dtype").value || null, engine: $("llm-engine").value,
   };
+  $("llm-button").disabled = true;   // one request at a time: a second click sent a second request
   setStatus("llm-status", "Predicting…");
   try {
     const fields = Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null && v !== undefined));
-    let request = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(fields) };
+    let answer;
     if (config) {  // an uploaded config.json stands for the model name (multipart part "file")
       const form = new FormData();
       form.append("file", config);
       for (const [key, value] of Object.entries(fields)) if (key !== "model") form.append(key, value);
-      request = { method: "POST", body: form };
+      answer = await call("/v1/llm", form);
+    } else {
+      answer = await call("/v1/llm", JSON.stringify(fields), { "Content-Type": "application/json" });
     }
-    const response = await fetch("/v1/llm", request);
-    let data = null;
-    try { data = await response.json(); } catch (e) { data = null; }
-    if (!response.ok) throw new Error(data && data.detail ? data.detail : `HTTP ${response.status}`);
+    const data = answer.data;
     clearLLM();
     $("llm-result-title").textContent = llmTitle(data);
     $("llm-result-title").hidden = false;
@@ -364,6 +373,8 @@ async function llm(event) {
   } catch (error) {
     clearLLM();
     setStatus("llm-status", `Error: ${error.message}`, true);
+  } finally {
+    $("llm-button").disabled = false;
   }
 }
 
