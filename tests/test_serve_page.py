@@ -536,3 +536,59 @@ def test_no_answer_from_the_server_says_so(browser, server):  # noqa: F811 - the
     WebDriverWait(browser, 30).until(lambda d: status.text.startswith("Error"))
     assert status.text == "Error: no answer from the Lilou server (Failed to fetch); is it still running?"
     assert browser.find_element(By.ID, "llm-button").is_enabled()
+
+
+def test_the_plan_form_shows_the_apis_plan_and_its_errors(browser, server):  # noqa: F811 - the imported fixture
+    """The page had no way to ask /v1/plan: an SLO, batches and prices could not be given, nor a plan seen. Its form
+    plans the file and devices chosen above; its rows, message, unmet devices and errors are the API's."""
+    import httpx
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    prices = "device,usd_per_hour\nt4,0.5\na10g,1.01"
+    browser.get(server + "/")
+    rows, status = _rank_on_the_page(browser, RESNET18, {"plan-prices": prices, "plan-slo": "5"})
+    assert status == "Done."
+    wait = WebDriverWait(browser, 90)
+    devices = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "devices")).all_selected_options]
+
+    def planned(slo: str, prices: str) -> tuple[str, list[list[str]]]:
+        for field, value in (("plan-slo", slo), ("plan-prices", prices)):
+            box = browser.find_element(By.ID, field)
+            box.clear()
+            box.send_keys(value)
+        status = browser.find_element(By.ID, "plan-status")
+        browser.execute_script("arguments[0].textContent = ''", status)
+        browser.find_element(By.ID, "plan-button").click()
+        wait.until(lambda d: status.text == "Done." or status.text.startswith("Error:"))
+        return status.text, [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+                             for row in browser.find_elements(By.CSS_SELECTOR, "#plan tbody tr")]
+
+    def api(slo: str, prices: str) -> httpx.Response:
+        with open(RESNET18, "rb") as handle:
+            return httpx.post(server + "/v1/plan", files={"file": ("resnet18.onnx", handle)}, timeout=120,
+                              data={"slo_ms": slo, "gpus": ",".join(devices), "prices": prices})
+
+    status, rows = planned("5", prices)
+    body = api("5", prices).json()
+    assert status == "Done." and body["plan"]
+    assert rows == [[e["device"], str(e["batch"]), js_ms(e["latency_ms"]),
+                     f"{js_ms(e['interval_ms'][0])} – {js_ms(e['interval_ms'][1])}", js_number(e["throughput_per_s"]),
+                     "–" if e["usd_per_hour"] is None else f"{e['usd_per_hour']:.2f}",
+                     "–" if e["usd_per_million"] is None else js_number(e["usd_per_million"]),
+                     f"{e['memory_gb']:.2f}"] for e in body["plan"]]
+    assert browser.find_element(By.ID, "plan-caption").text.startswith(
+        f"{len(body['plan'])} of {len(DEVICES)} devices meet the SLO of 5 ms, cheapest per million first")
+    assert [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#plan-warnings li")] == body["warnings"]
+
+    status, rows = planned("0.5", "")   # no device meets it: the API's message and each device's reason
+    body = api("0.5", "").json()
+    assert status == "Done." and rows == [] and not browser.find_element(By.ID, "plan").is_displayed()
+    assert browser.find_element(By.ID, "plan-message").text == body["message"]
+    assert [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#plan-unmet li")] == [
+        f"not met on {u['device']}: {u['reason']}" for u in body["unmet"]]
+
+    status, rows = planned("5", "garbage")   # the service's line; nothing of the plans before it stays
+    assert status == "Error: " + api("5", "garbage").json()["detail"]
+    assert rows == [] and browser.find_elements(By.CSS_SELECTOR, "#plan-message:not([hidden]), #plan-unmet li, "
+                                                                  "#plan-warnings li") == []

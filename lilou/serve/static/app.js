@@ -282,6 +282,71 @@ async function rank(event) {
   }
 }
 
+// ----------------------------------------------------------------- plan
+const orDash = (x, format) => (typeof x === "number" ? format(x) : "–");
+
+function clearPlan() {
+  $("plan").hidden = true;
+  $("plan").tBodies[0].replaceChildren();
+  $("plan-message").hidden = true;
+  for (const id of ["plan-unmet", "plan-warnings"]) $(id).replaceChildren();
+}
+
+function renderPlan(data) {
+  const body = $("plan").tBodies[0];
+  for (const entry of data.plan) {
+    const iv = entry.interval_ms;
+    const row = el("tr");
+    row.append(el("td", entry.device), el("td", entry.batch, { class: "num" }),
+      el("td", ms(entry.latency_ms), { class: "num" }),
+      el("td", Array.isArray(iv) ? `${ms(iv[0])} – ${ms(iv[1])}` : "–", { class: "num" }),
+      el("td", orDash(entry.throughput_per_s, sig4), { class: "num" }),
+      el("td", orDash(entry.usd_per_hour, (x) => x.toFixed(2)), { class: "num" }),
+      el("td", orDash(entry.usd_per_million, sig4), { class: "num" }),
+      el("td", orDash(entry.memory_gb, (x) => x.toFixed(2)), { class: "num" }));
+    body.append(row);
+  }
+  const order = data.sort === "cost" ? "cheapest per million first" : "highest throughput first";
+  $("plan-caption").textContent = `${data.plan.length} of ${data.devices} devices meet the SLO of ${data.slo_ms} ms, ` +
+    `${order} (throughput in ${data.unit}s per second, cost in USD per million ${data.unit}s)`;
+  $("plan").hidden = data.plan.length === 0;
+  if (data.message) {
+    $("plan-message").textContent = data.message;
+    $("plan-message").hidden = false;
+  }
+  $("plan-unmet").replaceChildren(...(data.unmet || []).map((u) => el("li", `not met on ${u.device}: ${u.reason}`)));
+  $("plan-warnings").replaceChildren(...(data.warnings || []).map((w) => el("li", w)));
+}
+
+async function plan(event) {
+  event.preventDefault();
+  clearPlan();
+  if (!$("file").files.length) {
+    setStatus("plan-status", "Choose an ONNX file first (under “Which GPU for this model?”).", true);
+    return;
+  }
+  const devices = chosenDevices();
+  if (devices !== null && devices.length === 0) {
+    setStatus("plan-status", "Pick at least one device above, or tick “every GPU and MIG slice”.", true);
+    return;
+  }
+  $("plan-button").disabled = true;
+  setStatus("plan-status", "Planning…");
+  try {
+    const extra = { slo_ms: $("plan-slo").value, gpus: devices ? devices.join(",") : null,
+                    batches: $("plan-batches").value.trim() || null, prices: $("plan-prices").value.trim() || null };
+    const { data } = await call("/v1/plan", modelForm(modelInputs(), extra));
+    clearPlan();
+    renderPlan(data);
+    setStatus("plan-status", "Done.");
+  } catch (error) {
+    clearPlan();
+    setStatus("plan-status", `Error: ${error.message}`, true);
+  } finally {
+    $("plan-button").disabled = false;
+  }
+}
+
 // ----------------------------------------------------------------- LLM
 const LLM_FIELDS = [["ttft_ms", "time to first token (ms)"], ["itl_ms", "inter-token latency (ms)"],
                     ["e2e_ms", "end to end (ms)"], ["tokens_per_s", "tokens/s"], ["power_w", "power (W)"],
@@ -393,13 +458,21 @@ function clearConfig() {
   $("llm-model").focus();
 }
 
-async function setUpLLM() {
-  const health = await (await fetch("/v1/healthz")).json();
-  if (!health.endpoints || !health.endpoints.llm) {
-    $("llm-form").hidden = true;
-    $("llm-unavailable").hidden = false;
-    return;
+// The plan and LLM forms, where the server offers /v1/plan and /v1/llm (/v1/healthz says which).
+async function setUpOptional() {
+  const offered = (await (await fetch("/v1/healthz")).json()).endpoints || {};
+  for (const [name, setUp] of [["plan", setUpPlan], ["llm", setUpLLM]]) {
+    $(`${name}-form`).hidden = !offered[name];
+    $(`${name}-unavailable`).hidden = Boolean(offered[name]);
+    if (offered[name]) await setUp();
   }
+}
+
+function setUpPlan() {
+  $("plan-form").addEventListener("submit", plan);
+}
+
+async function setUpLLM() {
   const models = await (await fetch("/v1/llm/models")).json();
   for (const name of models) $("llm-models").append(el("option", null, { value: name }));
   if (models.length && !$("llm-model").value) $("llm-model").value = models[0];
@@ -429,5 +502,5 @@ document.addEventListener("DOMContentLoaded", () => {
   $("rank-form").addEventListener("submit", rank);
   setUpDrop();
   loadDevices().catch((e) => setStatus("rank-status", `Cannot list GPUs: ${e.message}`, true));
-  setUpLLM().catch((e) => setStatus("llm-status", `Cannot reach /v1/llm: ${e.message}`, true));
+  setUpOptional().catch((e) => setStatus("llm-status", `Cannot set up the LLM form: ${e.message}`, true));
 });
