@@ -592,3 +592,8 @@ def test_the_plan_form_shows_the_apis_plan_and_its_errors(browser, server):  # n
     assert status == "Error: " + api("5", "garbage").json()["detail"]
     assert rows == [] and browser.find_elements(By.CSS_SELECTOR, "#plan-message:not([hidden]), #plan-unmet li, "
                                                                   "#plan-warnings li") == []
+
+    # a device that runs the precision weight-only says so beside its name, as in the ranking
+    Select(browser.find_element(By.ID, "precision")).select_by_visible_text("int4")
+    status, rows = planned("50", "")
+    assert status == "Done." and rows and all(row[0].endswith(" (weight-only)") for row in rows)

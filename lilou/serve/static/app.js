@@ -147,6 +147,14 @@ function clearBreakdown() {
   $("chart").replaceChildren();
 }
 
+// A device that does not run the precision natively says so beside its name (rank's and plan's precision_path).
+const PRECISION_MARKS = { weight_only: " (weight-only)", emulated: " (emulated)", no_runtime: " (no runtime: lower bound)" };
+
+function deviceCell(name, entry) {
+  const mark = PRECISION_MARKS[entry.precision_path] || "";
+  return el("td", name + mark, mark ? { title: entry.precision_note || "" } : {});
+}
+
 function renderRanking(entries) {
   const table = $("ranking");
   const body = table.tBodies[0];
@@ -156,10 +164,7 @@ function renderRanking(entries) {
   const fastest = entries.length ? entries[0].latency_ms : 0;
   entries.forEach((entry, i) => {
     const row = el("tr", null, entry.fits === false ? { class: "no-fit" } : {});
-    // a device that does not run the precision natively says so beside its name (rank's precision_path)
-    const marks = { weight_only: " (weight-only)", emulated: " (emulated)", no_runtime: " (no runtime: lower bound)" };
-    const mark = marks[entry.precision_path] || "";
-    row.append(el("td", i + 1), el("td", entry.gpu + mark, mark ? { title: entry.precision_note || "" } : {}),
+    row.append(el("td", i + 1), deviceCell(entry.gpu, entry),
                el("td", entry.mig || "–"),
                el("td", ms(entry.latency_ms), { class: "num" }));
     if (withIntervals) {
@@ -297,7 +302,7 @@ function renderPlan(data) {
   for (const entry of data.plan) {
     const iv = entry.interval_ms;
     const row = el("tr");
-    row.append(el("td", entry.device), el("td", entry.batch, { class: "num" }),
+    row.append(deviceCell(entry.device, entry), el("td", entry.batch, { class: "num" }),
       el("td", ms(entry.latency_ms), { class: "num" }),
       el("td", Array.isArray(iv) ? `${ms(iv[0])} – ${ms(iv[1])}` : "–", { class: "num" }),
       el("td", orDash(entry.throughput_per_s, sig4), { class: "num" }),
