@@ -597,3 +597,30 @@ def test_the_plan_form_shows_the_apis_plan_and_its_errors(browser, server):  # n
     Select(browser.find_element(By.ID, "precision")).select_by_visible_text("int4")
     status, rows = planned("50", "")
     assert status == "Done." and rows and all(row[0].endswith(" (weight-only)") for row in rows)
+
+
+def test_the_llm_form_offers_every_dtype_and_kv_cache_dtype_lilou_llm_takes(browser, server):  # noqa: F811
+    """The weights menu had no fp32 and there was no KV-cache menu: /v1/llm's kv_dtype (an FP8 cache beside BF16
+    weights, vLLM's --kv-cache-dtype fp8) could not be asked from the page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from lilou.llm.predictor import DTYPES, KV_DTYPES
+
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for menu, values in (("llm-dtype", DTYPES), ("llm-kv-dtype", KV_DTYPES)):
+        options = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, menu)).options]
+        assert options == ["", *values], menu
+    for field, value in (("llm-model", "llama-3.1-8b"), ("llm-gpu", "h100-sxm")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    Select(browser.find_element(By.ID, "llm-kv-dtype")).select_by_visible_text("fp8")
+    status = browser.find_element(By.ID, "llm-status")
+    browser.find_element(By.ID, "llm-button").click()
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done.", status.text
+    assert browser.find_element(By.ID, "llm-result-title").text == (
+        "meta-llama/Llama-3.1-8B-Instruct on h100-sxm, batch 1: weights bf16, KV cache fp8, vllm")

@@ -394,7 +394,7 @@ async function llm(event) {
     model: $("llm-model").value.trim(), gpu: $("llm-gpu").value.trim(), mig: $("llm-mig").value.trim() || null,
     tp: numberField("llm-tp"), batch: numberField("llm-batch"),
     input_len: numberField("llm-input"), output_len: numberField("llm-output"),
-    dtype: $("llm-dtype").value || null, engine: $("llm-engine").value,
+    dtype: $("llm-dtype").value || null, kv_dtype: $("llm-kv-dtype").value || null, engine: $("llm-engine").value,
   };
   $("llm-button").disabled = true;   // one request at a time: a second click sent a second request
   setStatus("llm-status", "Predicting…");
