@@ -387,6 +387,16 @@ def test_a_narrow_screen_scrolls_the_table_not_the_page_and_keeps_the_chart_read
         label = browser.execute_script("return document.querySelector('#chart svg text.label')"
                                        ".getBoundingClientRect().height")
         assert label >= 10, label
+        # a caption wraps within the screen, not along its table (the plan's ran off the right edge)
+        browser.find_element(By.ID, "plan-slo").send_keys("5")
+        browser.find_element(By.ID, "plan-prices").send_keys("device,usd_per_hour\nt4,0.5")
+        plan_status = browser.find_element(By.ID, "plan-status")
+        browser.find_element(By.ID, "plan-button").click()
+        wait.until(lambda d: plan_status.text == "Done." or plan_status.text.startswith("Error:"))
+        assert plan_status.text == "Done.", plan_status.text
+        for caption in ("ranking-caption", "plan-caption"):
+            right = browser.execute_script(f"return document.getElementById('{caption}').getBoundingClientRect().right")
+            assert right <= width, (caption, right)
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
