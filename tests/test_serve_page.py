@@ -634,3 +634,31 @@ def test_the_llm_form_offers_every_dtype_and_kv_cache_dtype_lilou_llm_takes(brow
     assert status.text == "Done.", status.text
     assert browser.find_element(By.ID, "llm-result-title").text == (
         "meta-llama/Llama-3.1-8B-Instruct on h100-sxm, batch 1: weights bf16, KV cache fp8, vllm")
+
+
+def test_the_largest_batch_that_fits_is_shown_whole(browser, server):  # noqa: F811 - the imported fixture
+    """Every LLM figure was cut to 4 significant digits, counts too: Qwen2.5-0.5B on an H200 at 8 + 8 tokens fits
+    163489 sequences, and the page said 163500."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from lilou.llm import LLMPredictor
+
+    expected = LLMPredictor().predict("Qwen/Qwen2.5-0.5B-Instruct", "h200", input_len=8, output_len=8).to_json()
+    assert expected["max_batch_fitting"] > 9999
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for field, value in (("llm-model", "Qwen/Qwen2.5-0.5B-Instruct"), ("llm-gpu", "h200"), ("llm-input", "8"),
+                         ("llm-output", "8")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    status = browser.find_element(By.ID, "llm-status")
+    browser.find_element(By.ID, "llm-button").click()
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done.", status.text
+    terms = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#llm-result dt")]
+    shown = dict(zip(terms, [v.text for v in browser.find_elements(By.CSS_SELECTOR, "#llm-result dd")]))
+    assert shown["largest batch that fits"] == str(expected["max_batch_fitting"])
+    assert shown["tokens/s"] == js_number(expected["tokens_per_s"])

@@ -421,7 +421,8 @@ async function llm(event) {
     }
     for (const [key, name] of LLM_FIELDS) {
       if (!(key in data) || data[key] === null) continue;
-      const value = typeof data[key] === "number" ? sig4(data[key]) : data[key];
+      // a count (the largest batch that fits) as it is: 4 significant digits made 163489 sequences 163500
+      const value = typeof data[key] === "number" && !Number.isInteger(data[key]) ? sig4(data[key]) : data[key];
       dl.append(el("dt", name), el("dd", `${value}${interval(data.intervals && data.intervals[key])}`));
     }
     const steady = data.steady_state;
