@@ -826,6 +826,38 @@ def test_no_models_root_means_uploads_only():
         ModelsRoot(None).resolve("resnet18.onnx")
 
 
+def test_an_unknown_llm_name_without_models_root_is_the_clis_line():
+    """Without --models-root an unknown LLM name (a typo on the page) was answered "this server was started without
+    --models-root, so it serves no files by name; upload the ONNX file ...": of ONNX files, and no close names."""
+    from lilou.serve.service import has_llm
+
+    if not has_llm():
+        pytest.skip("lilou.llm is not installed: /v1/llm is not offered")
+    from lilou.llm.config import builtin_config
+    from lilou.serve.app import create_app
+
+    app = create_app(None)
+    request = {"gpu": "a10g", "input_len": 8, "output_len": 8}
+
+    async def call(model: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return await http.post("/v1/llm", json={**request, "model": model})
+
+    try:
+        with pytest.raises(LilouInputError) as unknown:
+            builtin_config("llama-3.1-8bb")
+        response = asyncio.run(call("llama-3.1-8bb"))
+        assert (response.status_code, response.json()) == (400, {"detail": str(unknown.value)})
+        assert "did you mean " in str(unknown.value) and "meta-llama/Llama-3.1-8B-Instruct" in str(unknown.value)
+        response = asyncio.run(call("my-llm/config.json"))   # a file's name: no file is served by name here
+        assert (response.status_code, response.json()) == (400, {"detail": (
+            "model 'my-llm/config.json': this server was started without --models-root, so it serves no files by "
+            "name; upload the file as multipart part 'file'")})
+    finally:
+        app.state.service.shutdown()
+
+
 def test_openapi_is_the_committed_contract(client):
     served = client.get("/openapi.json").json()
     committed = json.loads(CONTRACT.read_text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -386,6 +387,16 @@ def test_a_narrow_screen_scrolls_the_table_not_the_page_and_keeps_the_chart_read
         label = browser.execute_script("return document.querySelector('#chart svg text.label')"
                                        ".getBoundingClientRect().height")
         assert label >= 10, label
+        # a caption wraps within the screen, not along its table (the plan's ran off the right edge)
+        browser.find_element(By.ID, "plan-slo").send_keys("5")
+        browser.find_element(By.ID, "plan-prices").send_keys("device,usd_per_hour\nt4,0.5")
+        plan_status = browser.find_element(By.ID, "plan-status")
+        browser.find_element(By.ID, "plan-button").click()
+        wait.until(lambda d: plan_status.text == "Done." or plan_status.text.startswith("Error:"))
+        assert plan_status.text == "Done.", plan_status.text
+        for caption in ("ranking-caption", "plan-caption"):
+            right = browser.execute_script(f"return document.getElementById('{caption}').getBoundingClientRect().right")
+            assert right <= width, (caption, right)
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
@@ -442,3 +453,212 @@ def test_llm_form_names_what_its_figures_describe_and_clears_a_config(browser, s
     assert shown["result"].startswith("does not fit on t4")
     assert "time to first token (ms)" not in shown and all(value for value in shown.values())
     assert shown["memory per GPU (GiB)"].endswith(", does not fit")
+
+
+def test_the_precision_menu_offers_every_precision_the_api_takes(browser, server):  # noqa: F811 - the fixture
+    """The menu stopped at int8: int4 and fp4, which /v1/rank and `lilou rank --precision` take, could not be asked."""
+    import typing
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from lilou.serve.schemas import Precision
+
+    browser.get(server + "/")
+    options = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "precision")).options]
+    assert options == ["", *typing.get_args(Precision)]
+
+
+# Wrap the page's fetch: requests to PATH wait DELAY ms (window.slowDone once the slow one is answered), and
+# window.calls counts them; GPU, when set, delays only the requests whose form names that gpu.
+SLOW_FETCH = """
+const [path, delay, gpu] = arguments, real = window.fetch;
+window.calls = 0; window.slowDone = false;
+window.fetch = async (url, init) => {
+  if (url !== path || (gpu && init.body.get("gpu") !== gpu)) return real(url, init);
+  window.calls += 1;
+  await new Promise((resolve) => setTimeout(resolve, delay));
+  const response = await real(url, init);
+  window.slowDone = true;
+  return response;
+};
+"""
+
+
+def test_a_slow_llm_request_is_sent_once(browser, server):  # noqa: F811 - the imported fixture
+    """The LLM button stayed enabled while its request ran: three clicks sent three requests to /v1/llm, and the
+    figures shown were those of whichever answered last. It is disabled until the answer is in (and Enter in a box
+    does not submit past it)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for field, value in (("llm-model", "llama-3.1-8b"), ("llm-gpu", "a100-80gb")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    browser.execute_script(SLOW_FETCH, "/v1/llm", 2000, None)
+    button, status = browser.find_element(By.ID, "llm-button"), browser.find_element(By.ID, "llm-status")
+    button.click()
+    assert not button.is_enabled() and status.text == "Predicting…"
+    browser.execute_script("arguments[0].click(); arguments[0].click()", button)
+    browser.find_element(By.ID, "llm-gpu").send_keys(Keys.ENTER)
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done." and button.is_enabled()
+    assert browser.execute_script("return window.calls") == 1
+
+
+def test_a_breakdown_answered_late_does_not_replace_the_one_asked_after_it(browser, server):  # noqa: F811
+    """Two breakdown buttons clicked in turn: the first request's answer, arriving after the second's, was drawn
+    over it, so the chart showed t4 after a10g had been asked for. The latest request's answer stays."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    rows, status = _rank_on_the_page(browser, RESNET18, {})
+    assert status == "Done." and len(rows) == len(DEVICES)
+    browser.execute_script(SLOW_FETCH, "/v1/predict", 3000, "t4")
+    buttons = {row.find_elements(By.TAG_NAME, "td")[1].text: row.find_element(By.TAG_NAME, "button")
+               for row in browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")}
+    buttons["t4"].click()
+    title = _click_breakdown(browser, "a10g")
+    assert title.startswith("Kernel breakdown on a10g")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: d.execute_script("return window.slowDone"))
+    time.sleep(1)   # the late answer's own handling
+    assert browser.find_element(By.ID, "breakdown-title").text == title
+    assert browser.find_element(By.ID, "rank-status").text == "Done."
+
+
+def test_no_answer_from_the_server_says_so(browser, server):  # noqa: F811 - the imported fixture
+    """A request that got no answer at all (the server stopped) showed the browser's bare "Error: Failed to fetch"."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    WebDriverWait(browser, 90).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    browser.execute_script("window.fetch = async () => { throw new TypeError('Failed to fetch'); }")
+    browser.find_element(By.ID, "llm-button").click()
+    status = browser.find_element(By.ID, "llm-status")
+    WebDriverWait(browser, 30).until(lambda d: status.text.startswith("Error"))
+    assert status.text == "Error: no answer from the Lilou server (Failed to fetch); is it still running?"
+    assert browser.find_element(By.ID, "llm-button").is_enabled()
+
+
+def test_the_plan_form_shows_the_apis_plan_and_its_errors(browser, server):  # noqa: F811 - the imported fixture
+    """The page had no way to ask /v1/plan: an SLO, batches and prices could not be given, nor a plan seen. Its form
+    plans the file and devices chosen above; its rows, message, unmet devices and errors are the API's."""
+    import httpx
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    prices = "device,usd_per_hour\nt4,0.5\na10g,1.01"
+    browser.get(server + "/")
+    rows, status = _rank_on_the_page(browser, RESNET18, {"plan-prices": prices, "plan-slo": "5"})
+    assert status == "Done."
+    wait = WebDriverWait(browser, 90)
+    devices = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "devices")).all_selected_options]
+
+    def planned(slo: str, prices: str) -> tuple[str, list[list[str]]]:
+        for field, value in (("plan-slo", slo), ("plan-prices", prices)):
+            box = browser.find_element(By.ID, field)
+            box.clear()
+            box.send_keys(value)
+        status = browser.find_element(By.ID, "plan-status")
+        browser.execute_script("arguments[0].textContent = ''", status)
+        browser.find_element(By.ID, "plan-button").click()
+        wait.until(lambda d: status.text == "Done." or status.text.startswith("Error:"))
+        return status.text, [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+                             for row in browser.find_elements(By.CSS_SELECTOR, "#plan tbody tr")]
+
+    def api(slo: str, prices: str) -> httpx.Response:
+        with open(RESNET18, "rb") as handle:
+            return httpx.post(server + "/v1/plan", files={"file": ("resnet18.onnx", handle)}, timeout=120,
+                              data={"slo_ms": slo, "gpus": ",".join(devices), "prices": prices})
+
+    status, rows = planned("5", prices)
+    body = api("5", prices).json()
+    assert status == "Done." and body["plan"]
+    assert rows == [[e["device"], str(e["batch"]), js_ms(e["latency_ms"]),
+                     f"{js_ms(e['interval_ms'][0])} – {js_ms(e['interval_ms'][1])}", js_number(e["throughput_per_s"]),
+                     "–" if e["usd_per_hour"] is None else f"{e['usd_per_hour']:.2f}",
+                     "–" if e["usd_per_million"] is None else js_number(e["usd_per_million"]),
+                     f"{e['memory_gb']:.2f}"] for e in body["plan"]]
+    assert browser.find_element(By.ID, "plan-caption").text.startswith(
+        f"{len(body['plan'])} of {len(DEVICES)} devices meet the SLO of 5 ms, cheapest per million first")
+    assert [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#plan-warnings li")] == body["warnings"]
+
+    status, rows = planned("0.5", "")   # no device meets it: the API's message and each device's reason
+    body = api("0.5", "").json()
+    assert status == "Done." and rows == [] and not browser.find_element(By.ID, "plan").is_displayed()
+    assert browser.find_element(By.ID, "plan-message").text == body["message"]
+    assert [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#plan-unmet li")] == [
+        f"not met on {u['device']}: {u['reason']}" for u in body["unmet"]]
+
+    status, rows = planned("5", "garbage")   # the service's line; nothing of the plans before it stays
+    assert status == "Error: " + api("5", "garbage").json()["detail"]
+    assert rows == [] and browser.find_elements(By.CSS_SELECTOR, "#plan-message:not([hidden]), #plan-unmet li, "
+                                                                  "#plan-warnings li") == []
+
+    # a device that runs the precision weight-only says so beside its name, as in the ranking
+    Select(browser.find_element(By.ID, "precision")).select_by_visible_text("int4")
+    status, rows = planned("50", "")
+    assert status == "Done." and rows and all(row[0].endswith(" (weight-only)") for row in rows)
+
+
+def test_the_llm_form_offers_every_dtype_and_kv_cache_dtype_lilou_llm_takes(browser, server):  # noqa: F811
+    """The weights menu had no fp32 and there was no KV-cache menu: /v1/llm's kv_dtype (an FP8 cache beside BF16
+    weights, vLLM's --kv-cache-dtype fp8) could not be asked from the page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from lilou.llm.predictor import DTYPES, KV_DTYPES
+
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for menu, values in (("llm-dtype", DTYPES), ("llm-kv-dtype", KV_DTYPES)):
+        options = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, menu)).options]
+        assert options == ["", *values], menu
+    for field, value in (("llm-model", "llama-3.1-8b"), ("llm-gpu", "h100-sxm")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    Select(browser.find_element(By.ID, "llm-kv-dtype")).select_by_visible_text("fp8")
+    status = browser.find_element(By.ID, "llm-status")
+    browser.find_element(By.ID, "llm-button").click()
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done.", status.text
+    assert browser.find_element(By.ID, "llm-result-title").text == (
+        "meta-llama/Llama-3.1-8B-Instruct on h100-sxm, batch 1: weights bf16, KV cache fp8, vllm")
+
+
+def test_the_largest_batch_that_fits_is_shown_whole(browser, server):  # noqa: F811 - the imported fixture
+    """Every LLM figure was cut to 4 significant digits, counts too: Qwen2.5-0.5B on an H200 at 8 + 8 tokens fits
+    163489 sequences, and the page said 163500."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from lilou.llm import LLMPredictor
+
+    expected = LLMPredictor().predict("Qwen/Qwen2.5-0.5B-Instruct", "h200", input_len=8, output_len=8).to_json()
+    assert expected["max_batch_fitting"] > 9999
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 90)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#llm-models option")) > 100)
+    for field, value in (("llm-model", "Qwen/Qwen2.5-0.5B-Instruct"), ("llm-gpu", "h200"), ("llm-input", "8"),
+                         ("llm-output", "8")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    status = browser.find_element(By.ID, "llm-status")
+    browser.find_element(By.ID, "llm-button").click()
+    wait.until(lambda d: status.text == "Done." or status.text.startswith("Error"))
+    assert status.text == "Done.", status.text
+    terms = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#llm-result dt")]
+    shown = dict(zip(terms, [v.text for v in browser.find_elements(By.CSS_SELECTOR, "#llm-result dd")]))
+    assert shown["largest batch that fits"] == str(expected["max_batch_fitting"])
+    assert shown["tokens/s"] == js_number(expected["tokens_per_s"])

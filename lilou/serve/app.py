@@ -213,17 +213,23 @@ async def _llm_model(service: Service, fields: LLMRequest | PlanRequest,
     builtin = await service.run(service.builtin_llm, fields.model, request=http, fast=True)
     if builtin is not None:
         return builtin, None
+    if service.models_root.root is None and not fields.model.lower().endswith(".json"):
+        _unknown_llm(fields.model)  # no files by name: the CLI's line, not the one about ONNX files
     try:
         source = await service.run(service.models_root.resolve, fields.model, request=http, fast=True)
     except ModelNotFound:
         if fields.model.lower().endswith(".json"):
             raise
-        # not a file, and no built-in name: the CLI's line, with the close built-in names (a 400, not a 404)
-        from lilou.llm.config import builtin_config
-
-        builtin_config(fields.model)
+        _unknown_llm(fields.model)
         raise
     return source.path, source
+
+
+def _unknown_llm(name: str) -> None:
+    """Not a file, and no built-in name: raise the CLI's line, with the close built-in names (a 400, not a 404)."""
+    from lilou.llm.config import builtin_config
+
+    builtin_config(name)
 
 
 def _routes(app: FastAPI, service: Service, optional: dict[str, bool]) -> None:

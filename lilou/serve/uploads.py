@@ -302,7 +302,7 @@ class ModelsRoot:
         """The source for ``name``; 404 when there is no such file, 400 when it leads outside the root."""
         if self.root is None:
             raise LilouInputError(f"model {name[:100]!r}: this server was started without --models-root, so it "
-                                  f"serves no files by name; upload the ONNX file as multipart part {FILE_FIELD!r}")
+                                  f"serves no files by name; upload the file as multipart part {FILE_FIELD!r}")
         if "\x00" in name or not name.strip():
             raise LilouInputError("model: give a file name relative to --models-root")
         relative = Path(name)

@@ -34,8 +34,14 @@ function setStatus(id, text, isError = false) {
   if (isError) node.focus({ preventScroll: false });
 }
 
-async function call(path, body) {
-  const response = await fetch(path, { method: "POST", body });
+// POST a FormData (or { body, headers } for JSON); the service's one-line error as the Error's message.
+async function call(path, body, headers = {}) {
+  let response;
+  try {
+    response = await fetch(path, { method: "POST", body, headers });
+  } catch (e) {  // no answer at all: the browser's "Failed to fetch" said nothing of where
+    throw new Error(`no answer from the Lilou server (${e.message}); is it still running?`);
+  }
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
   if (!response.ok) {
@@ -124,6 +130,7 @@ function showWarnings(lists) {
 
 let rankWarnings = [];
 let rankedInputs = null;   // the inputs of the ranking on screen (modelInputs)
+let breakdownAsked = 0;    // the latest breakdown asked for: an earlier one's answer, arriving after, is dropped
 
 // An error leaves no figures of an earlier request on screen, as if they answered this one.
 function clearRanking() {
@@ -140,6 +147,14 @@ function clearBreakdown() {
   $("chart").replaceChildren();
 }
 
+// A device that does not run the precision natively says so beside its name (rank's and plan's precision_path).
+const PRECISION_MARKS = { weight_only: " (weight-only)", emulated: " (emulated)", no_runtime: " (no runtime: lower bound)" };
+
+function deviceCell(name, entry) {
+  const mark = PRECISION_MARKS[entry.precision_path] || "";
+  return el("td", name + mark, mark ? { title: entry.precision_note || "" } : {});
+}
+
 function renderRanking(entries) {
   const table = $("ranking");
   const body = table.tBodies[0];
@@ -149,10 +164,7 @@ function renderRanking(entries) {
   const fastest = entries.length ? entries[0].latency_ms : 0;
   entries.forEach((entry, i) => {
     const row = el("tr", null, entry.fits === false ? { class: "no-fit" } : {});
-    // a device that does not run the precision natively says so beside its name (rank's precision_path)
-    const marks = { weight_only: " (weight-only)", emulated: " (emulated)", no_runtime: " (no runtime: lower bound)" };
-    const mark = marks[entry.precision_path] || "";
-    row.append(el("td", i + 1), el("td", entry.gpu + mark, mark ? { title: entry.precision_note || "" } : {}),
+    row.append(el("td", i + 1), deviceCell(entry.gpu, entry),
                el("td", entry.mig || "–"),
                el("td", ms(entry.latency_ms), { class: "num" }));
     if (withIntervals) {
@@ -228,15 +240,17 @@ function renderChart(prediction) {
 async function breakdown(gpu, mig) {
   const inputs = rankedInputs;
   if (!inputs) return;
+  const asked = ++breakdownAsked;
+  const stale = () => inputs !== rankedInputs || asked !== breakdownAsked;   // another ranking or breakdown since
   setStatus("rank-status", `Predicting the kernels on ${gpu}${mig ? " MIG " + mig : ""}…`);
   try {
     const { data } = await call("/v1/predict", modelForm(inputs, { gpu, mig }));
-    if (inputs !== rankedInputs) return;   // another ranking replaced this one meanwhile
+    if (stale()) return;
     renderChart(data);
     showWarnings([rankWarnings, data.warnings]);
     setStatus("rank-status", "Done.");
   } catch (error) {
-    if (inputs !== rankedInputs) return;
+    if (stale()) return;
     clearBreakdown();
     showWarnings([rankWarnings]);
     setStatus("rank-status", `Error: ${error.message}`, true);
@@ -270,6 +284,71 @@ async function rank(event) {
     setStatus("rank-status", `Error: ${error.message}`, true);
   } finally {
     $("rank-button").disabled = false;
+  }
+}
+
+// ----------------------------------------------------------------- plan
+const orDash = (x, format) => (typeof x === "number" ? format(x) : "–");
+
+function clearPlan() {
+  $("plan").hidden = true;
+  $("plan").tBodies[0].replaceChildren();
+  $("plan-message").hidden = true;
+  for (const id of ["plan-unmet", "plan-warnings"]) $(id).replaceChildren();
+}
+
+function renderPlan(data) {
+  const body = $("plan").tBodies[0];
+  for (const entry of data.plan) {
+    const iv = entry.interval_ms;
+    const row = el("tr");
+    row.append(deviceCell(entry.device, entry), el("td", entry.batch, { class: "num" }),
+      el("td", ms(entry.latency_ms), { class: "num" }),
+      el("td", Array.isArray(iv) ? `${ms(iv[0])} – ${ms(iv[1])}` : "–", { class: "num" }),
+      el("td", orDash(entry.throughput_per_s, sig4), { class: "num" }),
+      el("td", orDash(entry.usd_per_hour, (x) => x.toFixed(2)), { class: "num" }),
+      el("td", orDash(entry.usd_per_million, sig4), { class: "num" }),
+      el("td", orDash(entry.memory_gb, (x) => x.toFixed(2)), { class: "num" }));
+    body.append(row);
+  }
+  const order = data.sort === "cost" ? "cheapest per million first" : "highest throughput first";
+  $("plan-caption").textContent = `${data.plan.length} of ${data.devices} devices meet the SLO of ${data.slo_ms} ms, ` +
+    `${order} (throughput in ${data.unit}s per second, cost in USD per million ${data.unit}s)`;
+  $("plan").hidden = data.plan.length === 0;
+  if (data.message) {
+    $("plan-message").textContent = data.message;
+    $("plan-message").hidden = false;
+  }
+  $("plan-unmet").replaceChildren(...(data.unmet || []).map((u) => el("li", `not met on ${u.device}: ${u.reason}`)));
+  $("plan-warnings").replaceChildren(...(data.warnings || []).map((w) => el("li", w)));
+}
+
+async function plan(event) {
+  event.preventDefault();
+  clearPlan();
+  if (!$("file").files.length) {
+    setStatus("plan-status", "Choose an ONNX file first (under “Which GPU for this model?”).", true);
+    return;
+  }
+  const devices = chosenDevices();
+  if (devices !== null && devices.length === 0) {
+    setStatus("plan-status", "Pick at least one device above, or tick “every GPU and MIG slice”.", true);
+    return;
+  }
+  $("plan-button").disabled = true;
+  setStatus("plan-status", "Planning…");
+  try {
+    const extra = { slo_ms: $("plan-slo").value, gpus: devices ? devices.join(",") : null,
+                    batches: $("plan-batches").value.trim() || null, prices: $("plan-prices").value.trim() || null };
+    const { data } = await call("/v1/plan", modelForm(modelInputs(), extra));
+    clearPlan();
+    renderPlan(data);
+    setStatus("plan-status", "Done.");
+  } catch (error) {
+    clearPlan();
+    setStatus("plan-status", `Error: ${error.message}`, true);
+  } finally {
+    $("plan-button").disabled = false;
   }
 }
 
@@ -315,22 +394,22 @@ async function llm(event) {
     model: $("llm-model").value.trim(), gpu: $("llm-gpu").value.trim(), mig: $("llm-mig").value.trim() || null,
     tp: numberField("llm-tp"), batch: numberField("llm-batch"),
     input_len: numberField("llm-input"), output_len: numberField("llm-output"),
-    dtype: $("llm-dtype").value || null, engine: $("llm-engine").value,
+    dtype: $("llm-dtype").value || null, kv_dtype: $("llm-kv-dtype").value || null, engine: $("llm-engine").value,
   };
+  $("llm-button").disabled = true;   // one request at a time: a second click sent a second request
   setStatus("llm-status", "Predicting…");
   try {
     const fields = Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null && v !== undefined));
-    let request = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(fields) };
+    let answer;
     if (config) {  // an uploaded config.json stands for the model name (multipart part "file")
       const form = new FormData();
       form.append("file", config);
       for (const [key, value] of Object.entries(fields)) if (key !== "model") form.append(key, value);
-      request = { method: "POST", body: form };
+      answer = await call("/v1/llm", form);
+    } else {
+      answer = await call("/v1/llm", JSON.stringify(fields), { "Content-Type": "application/json" });
     }
-    const response = await fetch("/v1/llm", request);
-    let data = null;
-    try { data = await response.json(); } catch (e) { data = null; }
-    if (!response.ok) throw new Error(data && data.detail ? data.detail : `HTTP ${response.status}`);
+    const data = answer.data;
     clearLLM();
     $("llm-result-title").textContent = llmTitle(data);
     $("llm-result-title").hidden = false;
@@ -342,7 +421,8 @@ async function llm(event) {
     }
     for (const [key, name] of LLM_FIELDS) {
       if (!(key in data) || data[key] === null) continue;
-      const value = typeof data[key] === "number" ? sig4(data[key]) : data[key];
+      // a count (the largest batch that fits) as it is: 4 significant digits made 163489 sequences 163500
+      const value = typeof data[key] === "number" && !Number.isInteger(data[key]) ? sig4(data[key]) : data[key];
       dl.append(el("dt", name), el("dd", `${value}${interval(data.intervals && data.intervals[key])}`));
     }
     const steady = data.steady_state;
@@ -364,6 +444,8 @@ async function llm(event) {
   } catch (error) {
     clearLLM();
     setStatus("llm-status", `Error: ${error.message}`, true);
+  } finally {
+    $("llm-button").disabled = false;
   }
 }
 
@@ -382,13 +464,21 @@ function clearConfig() {
   $("llm-model").focus();
 }
 
-async function setUpLLM() {
-  const health = await (await fetch("/v1/healthz")).json();
-  if (!health.endpoints || !health.endpoints.llm) {
-    $("llm-form").hidden = true;
-    $("llm-unavailable").hidden = false;
-    return;
+// The plan and LLM forms, where the server offers /v1/plan and /v1/llm (/v1/healthz says which).
+async function setUpOptional() {
+  const offered = (await (await fetch("/v1/healthz")).json()).endpoints || {};
+  for (const [name, setUp] of [["plan", setUpPlan], ["llm", setUpLLM]]) {
+    $(`${name}-form`).hidden = !offered[name];
+    $(`${name}-unavailable`).hidden = Boolean(offered[name]);
+    if (offered[name]) await setUp();
   }
+}
+
+function setUpPlan() {
+  $("plan-form").addEventListener("submit", plan);
+}
+
+async function setUpLLM() {
   const models = await (await fetch("/v1/llm/models")).json();
   for (const name of models) $("llm-models").append(el("option", null, { value: name }));
   if (models.length && !$("llm-model").value) $("llm-model").value = models[0];
@@ -418,5 +508,5 @@ document.addEventListener("DOMContentLoaded", () => {
   $("rank-form").addEventListener("submit", rank);
   setUpDrop();
   loadDevices().catch((e) => setStatus("rank-status", `Cannot list GPUs: ${e.message}`, true));
-  setUpLLM().catch((e) => setStatus("llm-status", `Cannot reach /v1/llm: ${e.message}`, true));
+  setUpOptional().catch((e) => setStatus("llm-status", `Cannot set up the LLM form: ${e.message}`, true));
 });
