@@ -190,6 +190,11 @@ def test_unknown_name_suggests_close_names():
         builtin_config("llama-3")
     suggested = str(family.value).split("did you mean ")[1].split("?")[0].split(", ")
     assert len(suggested) == 5 and all("llama-3" in s.lower() for s in suggested)
+    # a typo past the whole name: the names sharing the longest start first (difflib put llama-13B first)
+    with pytest.raises(LilouInputError) as typo:
+        builtin_config("llama-3.1-8bb")
+    suggested = str(typo.value).split("did you mean ")[1].split("?")[0].split(", ")
+    assert suggested[:2] == ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct"]
 
 
 def test_a_base_name_finds_its_fine_tune_of_the_same_architecture():

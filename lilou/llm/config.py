@@ -283,9 +283,16 @@ def builtin_config(name: str) -> LLMConfig:
         holding = [s for s in spellings if wanted in s and s not in starting]
         close = difflib.get_close_matches(name.lower(), list(spellings), n=5, cutoff=0.5)
         def closest_first(found: list[str]) -> list[str]:
-            return sorted(found, key=lambda s: (-difflib.SequenceMatcher(None, wanted, s.rsplit("/", 1)[-1]).ratio(), s))
+            # the longest shared start first ("llama-3.1-8bb": Llama-3.1-8B-Instruct before llama-13B, which
+            # difflib rated closer), then difflib's ratio
+            def key(spelling: str) -> tuple[int, float, str]:
+                part = spelling.rsplit("/", 1)[-1]
+                return (-len(os.path.commonprefix([wanted, part])),
+                        -difflib.SequenceMatcher(None, wanted, part).ratio(), spelling)
+            return sorted(found, key=key)
 
-        ranked = (closest_first(starting) + closest_first(holding) + close) if len(wanted) >= 3 else close
+        ranked = (closest_first(starting) + closest_first(holding) + closest_first(close)) if len(wanted) >= 3 \
+            else close
         suggestions = list(dict.fromkeys(full for spelling in ranked for full in spellings[spelling]))[:5]
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise LilouInputError(f"unknown LLM {name!r}{hint} (a built-in name from `lilou llm --list`, or the path "
