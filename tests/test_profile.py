@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from pathlib import Path
 
@@ -188,19 +189,25 @@ def test_data_add_refuses_mig_slices_and_unknown_gpus(datasets_dir: Path, tmp_pa
         add_profile(tmp_path / "odd", tmp_path / "root")
 
 
+def damaged_profile(tmp_path: Path, lines: list[str], name: str, rows_text: str | None = None,
+                    provenance_text: str | None = None) -> Path:
+    """A T4 profile folder ``name`` whose rows.csv is ``rows_text`` (else ``lines``) and, where given, whose
+    provenance.json is ``provenance_text``."""
+    folder = tmp_path / name
+    write_profile(folder, [], provenance_of("Tesla T4", "cuda"))
+    (folder / ROWS_FILE).write_text(rows_text if rows_text is not None else "\n".join(lines) + "\n")
+    if provenance_text is not None:
+        (folder / PROVENANCE_FILE).write_text(provenance_text)
+    return folder
+
+
 def test_damaged_profiles_are_one_line(datasets_dir: Path, tmp_path: Path) -> None:
     good = tmp_path / "good"
     write_profile(good, neusight_t4_adds(datasets_dir, 3), provenance_of("Tesla T4", "cuda"))
     assert read_profile(good).rows == 3
     lines = (good / ROWS_FILE).read_text().splitlines()
 
-    def damaged(name: str, rows_text: str | None = None, provenance_text: str | None = None) -> Path:
-        folder = tmp_path / name
-        write_profile(folder, [], provenance_of("Tesla T4", "cuda"))
-        (folder / ROWS_FILE).write_text(rows_text if rows_text is not None else "\n".join(lines) + "\n")
-        if provenance_text is not None:
-            (folder / PROVENANCE_FILE).write_text(provenance_text)
-        return folder
+    damaged = functools.partial(damaged_profile, tmp_path, lines)
 
     negative = lines[2].replace(lines[2].split(",")[ROW_COLUMNS.index("latency_ms")], "-1.0")
     cases = {
@@ -450,13 +457,7 @@ def test_damaged_csv_and_json_are_one_line(datasets_dir: Path, tmp_path: Path, c
     write_profile(tmp_path / "good", neusight_t4_adds(datasets_dir, 20), provenance_of("Tesla T4", "cuda"))
     lines = (tmp_path / "good" / ROWS_FILE).read_text().splitlines()
 
-    def damaged(name: str, rows_text: str | None = None, provenance_text: str | None = None) -> Path:
-        folder = tmp_path / name
-        write_profile(folder, [], provenance_of("Tesla T4", "cuda"))
-        (folder / ROWS_FILE).write_text(rows_text if rows_text is not None else "\n".join(lines) + "\n")
-        if provenance_text is not None:
-            (folder / PROVENANCE_FILE).write_text(provenance_text)
-        return folder
+    damaged = functools.partial(damaged_profile, tmp_path, lines)
 
     quoted = lines[2].rsplit(",", 1)[0] + ',"PyTorch 2.1'
     cases = [
