@@ -268,6 +268,16 @@ def test_encoders_and_encoder_decoders_are_refused(tmp_path):
         cls().to_json_file(folder / "config.json")
         with pytest.raises(LilouInputError, match=re.escape(message)):
             load_config(folder / "config.json")
+    # encoders and encoder-decoders transformers also builds as *ForCausalLM were priced as decoder LLMs (PLBart's
+    # is_encoder_decoder left out: its model type alone says so)
+    from transformers import PLBartConfig, XLMRobertaXLConfig
+
+    for cls, message in ((XLMRobertaXLConfig, "an encoder (model_type 'xlm-roberta-xl'), not a decoder LLM"),
+                         (PLBartConfig, "an encoder-decoder model (model_type 'plbart')")):
+        config = {key: value for key, value in cls().to_dict().items() if key != "is_encoder_decoder"}
+        (tmp_path / f"{cls.__name__}.json").write_text(json.dumps(config, default=str))
+        with pytest.raises(LilouInputError, match=re.escape(message)):
+            load_config(tmp_path / f"{cls.__name__}.json")
 
 
 LLAMA_3_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,

@@ -345,9 +345,12 @@ ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "albe
                            "deberta-v2", "camembert", "mpnet", "ernie", "modernbert", "nomic_bert", "megatron-bert",
                            "mobilebert", "squeezebert", "convbert", "funnel", "layoutlm", "xlm", "flaubert",
                            "roformer", "nezha", "rembert", "canine", "luke", "big_bird", "longformer", "vit",
-                           "clip_vision_model", "dinov2", "wav2vec2", "hubert"})
+                           "clip_vision_model", "dinov2", "wav2vec2", "hubert",
+                           # BERT-family encoders transformers also builds as *ForCausalLM (audit s47: priced as LLMs)
+                           "roberta-prelayernorm", "xlm-roberta-xl", "data2vec-text", "roc_bert", "xmod"})
 ENCODER_DECODER_TYPES = frozenset({"t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper",
-                                   "blenderbot", "prophetnet", "led", "encoder-decoder", "switch_transformers"})
+                                   "blenderbot", "prophetnet", "led", "encoder-decoder", "switch_transformers",
+                                   "blenderbot-small", "bigbird_pegasus", "plbart", "mvp"})
 
 
 def _check_decoder(config: dict[str, Any], model_type: str, name: str) -> None:
