@@ -67,7 +67,6 @@ def retrain_hint(root: Path) -> str:
     """`make train-kernels`, with LILOU_DATA_DIR where training would read another root, and the published
     sources the root lacks (training reads them all from the same root)."""
     from lilou.data.kernel_table import SOURCES
-    from lilou.data.paths import data_root
 
     same = root.resolve() == data_root().resolve()
     hint = "`make train-kernels`" if same else f"`LILOU_DATA_DIR={root} make train-kernels`"

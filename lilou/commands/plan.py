@@ -134,8 +134,9 @@ def _refuse_a_built_in_llm(model: str) -> None:
     from lilou.errors import LilouInputError
     from lilou.llm.config import builtin_name
 
-    if not os.path.lexists(model) and builtin_name(model) is not None:
-        raise LilouInputError(f"no such file: {model}; it names the built-in LLM {builtin_name(model)}: plan it with "
+    name = None if os.path.lexists(model) else builtin_name(model)
+    if name is not None:
+        raise LilouInputError(f"no such file: {model}; it names the built-in LLM {name}: plan it with "
                               "--llm --itl-slo-ms T --input-len I --output-len O")
 
 
